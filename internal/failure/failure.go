@@ -1,0 +1,87 @@
+package failure
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies a failure. The string values are part of the CLI contract
+// (the "code" field of the JSON error object).
+type Code string
+
+// The codes of DESIGN.md, in exit-status order.
+const (
+	Internal     Code = "internal"
+	Usage        Code = "usage"
+	Unauthorized Code = "unauthorized"
+	TLS          Code = "tls"
+	NotFound     Code = "not_found"
+	Network      Code = "network"
+	Isolation    Code = "isolation"
+	Verification Code = "verification"
+	Destination  Code = "destination"
+	Interrupted  Code = "interrupted"
+)
+
+var exitCodes = map[Code]int{
+	Internal:     1,
+	Usage:        2,
+	Unauthorized: 3,
+	TLS:          4,
+	NotFound:     5,
+	Network:      6,
+	Isolation:    7,
+	Verification: 8,
+	Destination:  9,
+	Interrupted:  130,
+}
+
+// Exit returns the process exit status for c. Interrupted maps to 130; the
+// caller that knows the signal was SIGTERM uses 143 instead.
+func (c Code) Exit() int {
+	if n, ok := exitCodes[c]; ok {
+		return n
+	}
+	return 1
+}
+
+// Error is an error with a Code. Message is the complete one-line text shown
+// to the user; Err, when set, is kept for errors.Is/As but not re-printed.
+type Error struct {
+	Code    Code
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an Error with a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an Error whose message is "context: err". A nil err gives nil.
+func Wrap(code Code, err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	msg := fmt.Sprintf(format, args...)
+	if msg == "" {
+		msg = err.Error()
+	} else {
+		msg = msg + ": " + err.Error()
+	}
+	return &Error{Code: code, Message: msg, Err: err}
+}
+
+// CodeOf returns the Code of the first *Error in err's chain, or Internal.
+func CodeOf(err error) Code {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe.Code
+	}
+	return Internal
+}

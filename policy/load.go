@@ -1,0 +1,377 @@
+package policy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Error is a policy or flag error. It names where the bad setting came from:
+// File and Line for the policy file (Line is 0 when unknown), or a flag name
+// in Key.
+type Error struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// File is a loaded policy file: the base policy, its profiles, and which keys
+// it set.
+type File struct {
+	Path        string
+	base        Policy
+	profiles    map[string]profile
+	source      []byte
+	baseDefined map[string]bool
+}
+
+type profile struct {
+	pol     Policy
+	defined map[string]bool
+}
+
+// Loaded is a Policy plus the record of which keys were set explicitly (by
+// the file, the profile or a flag). Unset keys hold built-in defaults.
+type Loaded struct {
+	Policy
+	File    string `json:"file,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	defined map[string]string
+}
+
+type document struct {
+	Policy
+	Profiles map[string]toml.Primitive `toml:"profiles"`
+}
+
+// LoadFile parses and validates the policy file at path, profiles included.
+func LoadFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: "reading policy: " + unwrapPath(err)}
+	}
+	return Parse(path, data)
+}
+
+// Parse parses and validates a policy document; name is used in errors.
+func Parse(name string, data []byte) (*File, error) {
+	doc := document{Policy: *Default()}
+	doc.Version = 0
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&doc)
+	if err != nil {
+		return nil, tomlError(name, err)
+	}
+	f := &File{Path: name, base: doc.Policy, profiles: map[string]profile{}, source: data}
+	names := make([]string, 0, len(doc.Profiles))
+	for n := range doc.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := doc.Policy
+		// Copy slices so a profile never aliases the base.
+		p = clonePolicy(p)
+		if err := md.PrimitiveDecode(doc.Profiles[n], &p); err != nil {
+			return nil, tomlError(name, err)
+		}
+		f.profiles[n] = profile{pol: p}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0].String()
+		return nil, &Error{File: name, Line: keyLine(data, k), Key: k, Msg: "unknown key" + hint(k)}
+	}
+	defined := map[string]bool{}
+	profDefined := map[string]map[string]bool{}
+	for _, k := range md.Keys() {
+		if len(k) >= 2 && k[0] == "profiles" {
+			if len(k) > 2 {
+				if profDefined[k[1]] == nil {
+					profDefined[k[1]] = map[string]bool{}
+				}
+				profDefined[k[1]][k[2:].String()] = true
+			}
+			continue
+		}
+		defined[k.String()] = true
+	}
+	if !defined["version"] {
+		return nil, &Error{File: name, Line: 1, Key: "version", Msg: "missing; this pullhelper reads version = 1"}
+	}
+	if doc.Version != 1 {
+		return nil, &Error{File: name, Line: keyLine(data, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d; this pullhelper reads version = 1", doc.Version)}
+	}
+	for _, n := range names {
+		if pd := profDefined[n]; pd["version"] {
+			return nil, &Error{File: name, Line: keyLine(data, "profiles."+n+".version"), Key: "profiles." + n + ".version", Msg: "a profile cannot set version"}
+		}
+	}
+	f.base.Version = 1
+	f.baseDefined = defined
+	// Validate the base and every profile now, so that `policy check` finds
+	// errors in profiles nobody selected yet.
+	if err := f.validate("", f.base, defined, ""); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		pd := map[string]bool{}
+		for k := range defined {
+			pd[k] = true
+		}
+		for k := range profDefined[n] {
+			pd[k] = true
+		}
+		p := f.profiles[n]
+		p.pol.Version = 1
+		p.defined = pd
+		f.profiles[n] = p
+		if err := f.validate(n, p.pol, pd, "profiles."+n+"."); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func (f *File) validate(prof string, p Policy, defined map[string]bool, prefix string) error {
+	l := &Loaded{Policy: p, File: f.Path, Profile: prof, defined: map[string]string{}}
+	for k := range defined {
+		l.defined[k] = "file"
+	}
+	if err := l.Validate(); err != nil {
+		var pe *Error
+		if errors.As(err, &pe) && pe.File == "" && pe.Key != "" && !strings.HasPrefix(pe.Key, "-") {
+			// Point at the profile's line when the profile set the key.
+			k := prefix + pe.Key
+			line := keyLine(f.source, k)
+			if line == 0 {
+				k, line = pe.Key, keyLine(f.source, pe.Key)
+			}
+			return &Error{File: f.Path, Line: line, Key: k, Msg: pe.Msg}
+		}
+		return err
+	}
+	return nil
+}
+
+// Profiles lists the profile names, sorted.
+func (f *File) Profiles() []string {
+	var out []string
+	for n := range f.profiles {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Select returns the policy of profile name ("" for the base).
+func (f *File) Select(name string) (*Loaded, error) {
+	var (
+		p       Policy
+		defined map[string]bool
+	)
+	if name == "" {
+		p, defined = f.base, f.baseDefined
+	} else {
+		pr, ok := f.profiles[name]
+		if !ok {
+			avail := strings.Join(f.Profiles(), ", ")
+			if avail == "" {
+				avail = "none"
+			}
+			return nil, &Error{File: f.Path, Key: "--profile", Msg: fmt.Sprintf("no profile %q in the policy file (profiles: %s)", name, avail)}
+		}
+		p, defined = pr.pol, pr.defined
+	}
+	l := &Loaded{Policy: clonePolicy(p), File: f.Path, Profile: name, defined: map[string]string{}}
+	for k := range defined {
+		l.defined[k] = "file"
+	}
+	return l, nil
+}
+
+// Defaults returns the built-in policy with nothing defined.
+func Defaults() *Loaded {
+	return &Loaded{Policy: *Default(), defined: map[string]string{}}
+}
+
+// Resolve finds the policy file the way the CLI does: explicit path (from
+// --policy), else $PULLHELPER_POLICY, else DefaultPath when it exists, else
+// the built-in defaults. An explicit or environment path that does not exist
+// is an error; a missing DefaultPath is not.
+func Resolve(explicit, profileName string) (*Loaded, error) {
+	path, must := explicit, true
+	if path == "" {
+		path = os.Getenv(EnvPolicy)
+	}
+	if path == "" {
+		path, must = DefaultPath, false
+	}
+	if _, err := os.Stat(path); err != nil && !must && errors.Is(err, os.ErrNotExist) {
+		if profileName != "" {
+			return nil, &Error{Key: "--profile", Msg: fmt.Sprintf("profile %q requested but no policy file is in use (%s does not exist)", profileName, DefaultPath)}
+		}
+		return Defaults(), nil
+	}
+	f, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Select(profileName)
+}
+
+// Defined reports whether key (dotted, e.g. "cgroup.memory_max") was set, and
+// by what: "file" or the flag name.
+func (l *Loaded) Defined(key string) (string, bool) {
+	s, ok := l.defined[key]
+	return s, ok
+}
+
+// DefinedUnder lists the defined keys under a dotted prefix, sorted.
+func (l *Loaded) DefinedUnder(prefix string) []string {
+	var out []string
+	for k := range l.defined {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func tomlError(name string, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		msg := pe.Message
+		if pe.Usage != "" && !strings.Contains(msg, pe.Usage) {
+			msg += " (" + strings.TrimSpace(strings.SplitN(pe.Usage, "\n", 2)[0]) + ")"
+		}
+		return &Error{File: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: cleanTOMLMessage(msg)}
+	}
+	return &Error{File: name, Msg: cleanTOMLMessage(err.Error())}
+}
+
+func cleanTOMLMessage(s string) string {
+	s = strings.TrimPrefix(s, "toml: ")
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+func unwrapPath(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// keyLine finds the line on which the dotted key is set, or 0. It follows
+// table headers and dotted keys; it is used only to point at lines the TOML
+// decoder does not report (unknown keys, cross-field checks).
+func keyLine(data []byte, key string) int {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	table, line, tableLine := "", 0, 0
+	for sc.Scan() {
+		line++
+		t := strings.TrimSpace(sc.Text())
+		if t == "" || t[0] == '#' {
+			continue
+		}
+		if strings.HasPrefix(t, "[") {
+			h := strings.Trim(strings.SplitN(t, "]]", 2)[0], "[] ")
+			if i := strings.Index(t, "]"); i > 0 && !strings.HasPrefix(t, "[[") {
+				h = strings.TrimSpace(t[1:i])
+			}
+			table = normKey(h)
+			tableLine = line
+			if table == key {
+				return line
+			}
+			continue
+		}
+		eq := strings.Index(t, "=")
+		if eq <= 0 {
+			continue
+		}
+		k := normKey(t[:eq])
+		if table != "" {
+			k = table + "." + k
+		}
+		if k == key || strings.HasPrefix(key, k+".") {
+			return line
+		}
+	}
+	if tableLine > 0 && table == key {
+		return tableLine
+	}
+	return 0
+}
+
+func normKey(s string) string {
+	parts := strings.Split(s, ".")
+	for i, p := range parts {
+		parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
+	}
+	return strings.Join(parts, ".")
+}
+
+var knownSections = []string{"pull", "auth", "trust", "cgroup", "network", "network.dns", "privileges", "profiles"}
+
+func hint(k string) string {
+	for _, s := range knownSections {
+		if k == s {
+			return ""
+		}
+	}
+	first := strings.SplitN(k, ".", 2)[0]
+	for _, s := range knownSections {
+		if first == s {
+			return " (see the policy reference in the README for the keys of [" + s + "])"
+		}
+	}
+	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [profiles.NAME])"
+}
+
+func clonePolicy(p Policy) Policy {
+	cl := func(s []string) []string {
+		if s == nil {
+			return nil
+		}
+		return append([]string(nil), s...)
+	}
+	p.Auth.PullSecrets = cl(p.Auth.PullSecrets)
+	p.Trust.CertsD = cl(p.Trust.CertsD)
+	p.Trust.InsecureRegistries = cl(p.Trust.InsecureRegistries)
+	p.Trust.CAFiles = append([]CAFile(nil), p.Trust.CAFiles...)
+	p.Cgroup.IOReadBPS = cl(p.Cgroup.IOReadBPS)
+	p.Cgroup.IOWriteBPS = cl(p.Cgroup.IOWriteBPS)
+	p.Cgroup.IOReadIOPS = cl(p.Cgroup.IOReadIOPS)
+	p.Cgroup.IOWriteIOPS = cl(p.Cgroup.IOWriteIOPS)
+	p.Network.DNS.Nameservers = cl(p.Network.DNS.Nameservers)
+	p.Network.DNS.Search = cl(p.Network.DNS.Search)
+	p.Network.DNS.Options = cl(p.Network.DNS.Options)
+	p.Network.DNS.Hosts = cl(p.Network.DNS.Hosts)
+	return p
+}

@@ -1,0 +1,152 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// DefaultPath is read when neither --policy nor PULLHELPER_POLICY names a file.
+const DefaultPath = "/etc/pullhelper/policy.toml"
+
+// EnvPolicy names the environment variable that selects the policy file.
+const EnvPolicy = "PULLHELPER_POLICY"
+
+// Policy is every setting of one pull. Field names are the TOML keys.
+type Policy struct {
+	Version    int        `toml:"version" json:"version"`
+	Pull       Pull       `toml:"pull" json:"pull"`
+	Auth       Auth       `toml:"auth" json:"auth"`
+	Trust      Trust      `toml:"trust" json:"trust"`
+	Cgroup     Cgroup     `toml:"cgroup" json:"cgroup"`
+	Network    Network    `toml:"network" json:"network"`
+	Privileges Privileges `toml:"privileges" json:"privileges"`
+}
+
+// Pull is the [pull] section: how the copy itself behaves.
+type Pull struct {
+	// SignaturePolicy is a containers-policy.json(5) file. Empty: use
+	// /etc/containers/policy.json when present, else accept anything (and
+	// say so in the result).
+	SignaturePolicy string `toml:"signature_policy" json:"signature_policy,omitempty"`
+	// RegistriesConf is a containers-registries.conf(5) file (short-name
+	// aliases, unqualified-search registries, insecure and blocked entries).
+	RegistriesConf string `toml:"registries_conf" json:"registries_conf,omitempty"`
+	// Retries is how many times a network failure is retried (default 3).
+	Retries Count `toml:"retries" json:"retries"`
+	// RetryDelay is the first back-off; it doubles after each try (default 1s).
+	RetryDelay Duration `toml:"retry_delay" json:"retry_delay"`
+	// Timeout bounds the whole pull, retries included (0: none).
+	Timeout Duration `toml:"timeout" json:"timeout"`
+	// StallTimeout fails an attempt in which no byte arrived for this long
+	// (default 2m; 0: never).
+	StallTimeout Duration `toml:"stall_timeout" json:"stall_timeout"`
+	// ParallelLayers is how many layers download at once (default 6).
+	ParallelLayers Count `toml:"parallel_layers" json:"parallel_layers"`
+	// MaxBandwidth caps the download rate (not supported yet).
+	MaxBandwidth Rate `toml:"max_bandwidth" json:"max_bandwidth,omitempty"`
+	// AllArchitectures copies every instance of a multi-arch index instead of
+	// the one for this machine's platform.
+	AllArchitectures bool `toml:"all_architectures" json:"all_architectures"`
+}
+
+// Auth is the [auth] section: where credentials come from.
+type Auth struct {
+	// Authfile is a containers auth.json(5) file. It replaces the default
+	// search (as REGISTRY_AUTH_FILE and --authfile do in skopeo and podman).
+	Authfile string `toml:"authfile" json:"authfile,omitempty"`
+	// The kubelet-side sources below are issue 7's work; this version
+	// rejects them rather than ignore them.
+	PullSecrets              []string `toml:"pull_secrets" json:"pull_secrets,omitempty"`
+	KubeletDockerConfig      string   `toml:"kubelet_docker_config" json:"kubelet_docker_config,omitempty"`
+	ContainerdConfig         string   `toml:"containerd_config" json:"containerd_config,omitempty"`
+	CredentialProviderConfig string   `toml:"credential_provider_config" json:"credential_provider_config,omitempty"`
+	CredentialProviderBinDir string   `toml:"credential_provider_bin_dir" json:"credential_provider_bin_dir,omitempty"`
+	ServiceAccountToken      string   `toml:"service_account_token" json:"service_account_token,omitempty"`
+}
+
+// Trust is the [trust] section: TLS material.
+type Trust struct {
+	// CertDir is one flat directory (*.crt CAs, X.cert/X.key client pairs)
+	// used for every registry, like skopeo --src-cert-dir.
+	CertDir string `toml:"cert_dir" json:"cert_dir,omitempty"`
+	// CertsD are roots of per-host directories ROOT/HOST[:PORT], searched in
+	// order; the first existing one is used (containers semantics).
+	CertsD []string `toml:"certs_d" json:"certs_d"`
+	// TLSVerify checks registry certificates (default true).
+	TLSVerify bool `toml:"tls_verify" json:"tls_verify"`
+	// InsecureRegistries lists registries ("host[:port]" or "*.domain")
+	// whose certificates are not verified.
+	InsecureRegistries []string `toml:"insecure_registries" json:"insecure_registries,omitempty"`
+	// CAFiles scopes CA files to registry patterns (not supported yet).
+	CAFiles []CAFile `toml:"ca_files" json:"ca_files,omitempty"`
+}
+
+// CAFile is one CA bundle trusted for the registries matching Registry.
+type CAFile struct {
+	Registry string `toml:"registry" json:"registry"`
+	File     string `toml:"file" json:"file"`
+}
+
+// Cgroup is the [cgroup] section: where the pull runs and its limits.
+type Cgroup struct {
+	Driver        string   `toml:"driver" json:"driver"`
+	Parent        string   `toml:"parent" json:"parent"`
+	Path          string   `toml:"path" json:"path,omitempty"`
+	CPUQuota      Cores    `toml:"cpu_quota" json:"cpu_quota,omitempty"`
+	CPUWeight     Count    `toml:"cpu_weight" json:"cpu_weight,omitempty"`
+	MemoryMax     Size     `toml:"memory_max" json:"memory_max,omitempty"`
+	MemoryHigh    Size     `toml:"memory_high" json:"memory_high,omitempty"`
+	MemorySwapMax Size     `toml:"memory_swap_max" json:"memory_swap_max,omitempty"`
+	PidsMax       Count    `toml:"pids_max" json:"pids_max,omitempty"`
+	IOWeight      Count    `toml:"io_weight" json:"io_weight,omitempty"`
+	IOReadBPS     []string `toml:"io_read_bps" json:"io_read_bps,omitempty"`
+	IOWriteBPS    []string `toml:"io_write_bps" json:"io_write_bps,omitempty"`
+	IOReadIOPS    []string `toml:"io_read_iops" json:"io_read_iops,omitempty"`
+	IOWriteIOPS   []string `toml:"io_write_iops" json:"io_write_iops,omitempty"`
+}
+
+// Network is the [network] section.
+type Network struct {
+	Mode  string `toml:"mode" json:"mode"`
+	Netns string `toml:"netns" json:"netns,omitempty"`
+	DNS   DNS    `toml:"dns" json:"dns"`
+}
+
+// DNS is [network.dns]: the cluster DNS override.
+type DNS struct {
+	Nameservers   []string `toml:"nameservers" json:"nameservers,omitempty"`
+	Search        []string `toml:"search" json:"search,omitempty"`
+	Options       []string `toml:"options" json:"options,omitempty"`
+	Hosts         []string `toml:"hosts" json:"hosts,omitempty"`
+	KubeletConfig string   `toml:"kubelet_config" json:"kubelet_config,omitempty"`
+	Namespace     string   `toml:"namespace" json:"namespace,omitempty"`
+}
+
+// Privileges is the [privileges] section.
+type Privileges struct {
+	User    string `toml:"user" json:"user"`
+	Seccomp bool   `toml:"seccomp" json:"seccomp"`
+}
+
+// Default returns the built-in policy.
+func Default() *Policy {
+	home, _ := os.UserHomeDir()
+	certsD := []string{"/etc/containers/certs.d", "/etc/docker/certs.d"}
+	if home != "" {
+		certsD = append([]string{filepath.Join(home, ".config/containers/certs.d")}, certsD...)
+	}
+	return &Policy{
+		Version: 1,
+		Pull: Pull{
+			Retries:        3,
+			RetryDelay:     Duration(time.Second),
+			StallTimeout:   Duration(2 * time.Minute),
+			ParallelLayers: 6,
+		},
+		Trust:      Trust{CertsD: certsD, TLSVerify: true},
+		Cgroup:     Cgroup{Driver: "auto", Parent: "/pullhelper"},
+		Network:    Network{Mode: "host"},
+		Privileges: Privileges{User: "dynamic", Seccomp: true},
+	}
+}

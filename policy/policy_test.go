@@ -1,0 +1,231 @@
+package policy_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pullhelper/pullhelper/policy"
+)
+
+const example = `version = 1
+
+[pull]
+retries = 5
+timeout = "10m"
+parallel_layers = 3
+
+[trust]
+certs_d = ["/srv/certs.d"]
+insecure_registries = ["*.example.test"]
+
+[profiles.os-update.pull]
+retries = 9
+
+[profiles.fast]
+pull = { parallel_layers = 12 }
+`
+
+func TestParseExample(t *testing.T) {
+	f, err := policy.Parse("p.toml", []byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := f.Select("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Pull.Retries != 5 || time.Duration(base.Pull.Timeout) != 10*time.Minute || base.Pull.ParallelLayers != 3 {
+		t.Fatalf("base pull = %+v", base.Pull)
+	}
+	if got := base.Trust.CertsD; len(got) != 1 || got[0] != "/srv/certs.d" {
+		t.Fatalf("certs_d must replace the default list, got %v", got)
+	}
+	if !base.Trust.TLSVerify {
+		t.Fatal("tls_verify default lost")
+	}
+	osu, err := f.Select("os-update")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if osu.Pull.Retries != 9 || osu.Pull.ParallelLayers != 3 || time.Duration(osu.Pull.Timeout) != 10*time.Minute {
+		t.Fatalf("profile must override only what it sets: %+v", osu.Pull)
+	}
+	fast, _ := f.Select("fast")
+	if fast.Pull.ParallelLayers != 12 || fast.Pull.Retries != 5 {
+		t.Fatalf("fast = %+v", fast.Pull)
+	}
+	if base.Pull.Retries != 5 {
+		t.Fatal("selecting a profile changed the base")
+	}
+	if _, err := f.Select("nope"); err == nil || !strings.Contains(err.Error(), `no profile "nope"`) || !strings.Contains(err.Error(), "fast, os-update") {
+		t.Fatalf("unknown profile error = %v", err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"unknown key", "version = 1\n[pull]\nretries = 1\nretires = 2\n", "p.toml:4: pull.retires: unknown key"},
+		{"unknown section", "version = 1\n\n[pulll]\nx = 1\n", "p.toml:3: pulll: unknown key"},
+		{"unknown key in profile", "version = 1\n[profiles.a.pull]\nbogus = 1\n", "p.toml:3: profiles.a.pull.bogus: unknown key"},
+		{"negative retries", "version = 1\n[pull]\nretries = -1\n", "p.toml:3: pull.retries: invalid value -1"},
+		{"wrong type", "version = 1\n[pull]\nretries = \"three\"\n", "p.toml:3: pull.retries: invalid value three"},
+		{"apples", "version = 1\n[cgroup]\nmemory_max = \"12 apples\"\n", `p.toml:3: cgroup.memory_max: invalid size "12 apples"`},
+		{"bad duration", "version = 1\n[pull]\ntimeout = \"soon\"\n", `p.toml:3: pull.timeout: invalid duration "soon"`},
+		{"bad cores", "version = 1\n[cgroup]\ncpu_quota = -0.5\n", "p.toml:3: cgroup.cpu_quota: invalid CPU quota"},
+		{"syntax", "version = 1\n[pull\n", "to end table name"},
+		{"missing version", "[pull]\nretries = 1\n", "p.toml:1: version: missing"},
+		{"version 2", "version = 2\n", "p.toml:1: version: unsupported version 2"},
+		{"parallel zero", "version = 1\n[pull]\nparallel_layers = 0\n", "p.toml:3: pull.parallel_layers: must be between 1 and 64"},
+		{"relative path", "version = 1\n[auth]\nauthfile = \"auth.json\"\n", "p.toml:3: auth.authfile: must be an absolute path"},
+		{"bad driver", "version = 1\n[cgroup]\ndriver = \"lxc\"\n", `p.toml:3: cgroup.driver: must be "auto"`},
+		{"high above max", "version = 1\n[cgroup]\nmemory_max = \"64Mi\"\nmemory_high = \"1Gi\"\n", "p.toml:4: cgroup.memory_high: (1073741824 bytes) must not exceed memory_max"},
+		{"bad io", "version = 1\n[cgroup]\nio_read_bps = [\"sda=1M\"]\n", "p.toml:3: cgroup.io_read_bps"},
+		{"bad mode", "version = 1\n[network]\nmode = \"bridge\"\n", `p.toml:3: network.mode: must be "host"`},
+		{"bad nameserver", "version = 1\n[network.dns]\nnameservers = [\"10.0.0.300\"]\n", "p.toml:3: network.dns.nameservers: entry 1"},
+		{"root user", "version = 1\n[privileges]\nuser = \"0\"\n", "p.toml:3: privileges.user: must be"},
+		{"insecure pattern", "version = 1\n[trust]\ninsecure_registries = [\"https://x\"]\n", "p.toml:3: trust.insecure_registries: entry 1"},
+		{"not yet: cgroup", "version = 1\n[cgroup]\nmemory_max = \"64Mi\"\n", "p.toml:3: cgroup.memory_max: not supported yet"},
+		{"not yet: pull secrets", "version = 1\n[auth]\npull_secrets = [\"/x\"]\n", "p.toml:3: auth.pull_secrets: not supported yet"},
+		{"not yet: profile", "version = 1\n[profiles.p.privileges]\nuser = \"nobody\"\n", "p.toml:3: profiles.p.privileges.user: not supported yet"},
+		{"profile bad value", "version = 1\n[profiles.p.pull]\nparallel_layers = 100\n", "p.toml:3: profiles.p.pull.parallel_layers: must be between 1 and 64"},
+		{"profile version", "version = 1\n[profiles.p]\nversion = 1\n", "p.toml:3: profiles.p.version: a profile cannot set version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policy.Parse("p.toml", []byte(tc.doc))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tc.doc)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) && !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestUnits(t *testing.T) {
+	sizes := map[string]policy.Size{"512Mi": 512 << 20, "1G": 1e9, "100MB": 100e6, "64KiB": 64 << 10, "1048576": 1 << 20, "1.5Gi": 3 << 29, "max": 0, "0": 0}
+	for in, want := range sizes {
+		if got, err := policy.ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"12 apples", "", "Mi", "-5", "1.2.3M", "5m"} {
+		if _, err := policy.ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+	if r, err := policy.ParseRate("20MB/s"); err != nil || r != 20e6 {
+		t.Errorf("ParseRate = %d, %v", r, err)
+	}
+	if c, err := policy.ParseCores("500m"); err != nil || c != 0.5 {
+		t.Errorf("ParseCores(500m) = %v, %v", c, err)
+	}
+	for _, in := range []string{"-1", "abc", "NaN", "0.0001", "5000"} {
+		if _, err := policy.ParseCores(in); err == nil {
+			t.Errorf("ParseCores(%q) accepted", in)
+		}
+	}
+	if d, err := policy.ParseDuration("90"); err != nil || time.Duration(d) != 90*time.Second {
+		t.Errorf("ParseDuration(90) = %v, %v", d, err)
+	}
+	if _, err := policy.ParseDuration("-1s"); err == nil {
+		t.Error("negative duration accepted")
+	}
+}
+
+func TestIOLimit(t *testing.T) {
+	if tgt, v, err := policy.ParseIOLimit("/var/lib=20MB/s", false); err != nil || tgt != "/var/lib" || v != 20e6 {
+		t.Errorf("got %q %d %v", tgt, v, err)
+	}
+	if tgt, v, err := policy.ParseIOLimit("8:0=100", true); err != nil || tgt != "8:0" || v != 100 {
+		t.Errorf("got %q %d %v", tgt, v, err)
+	}
+	for _, in := range []string{"sda=1M", "/x=", "=5", "8:0=fast", "8:x=1M"} {
+		if _, _, err := policy.ParseIOLimit(in, false); err == nil {
+			t.Errorf("ParseIOLimit(%q) accepted", in)
+		}
+	}
+}
+
+func TestSetFromFlags(t *testing.T) {
+	l := policy.Defaults()
+	if err := l.Set("--retries", "pull.retries", policy.Int, "7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Set("--timeout", "pull.timeout", policy.String, "2m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Set("--tls-verify", "trust.tls_verify", policy.Bool, "false"); err != nil {
+		t.Fatal(err)
+	}
+	if l.Pull.Retries != 7 || time.Duration(l.Pull.Timeout) != 2*time.Minute || l.Trust.TLSVerify {
+		t.Fatalf("flags not applied: %+v %+v", l.Pull, l.Trust)
+	}
+	if src, ok := l.Defined("pull.retries"); !ok || src != "--retries" {
+		t.Fatalf("Defined = %q %v", src, ok)
+	}
+	err := l.Set("--memory-max", "cgroup.memory_max", policy.String, "12 apples")
+	if err == nil || !strings.HasPrefix(err.Error(), `--memory-max: invalid size "12 apples"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if err := l.Set("--retries", "pull.retries", policy.Int, "-2"); err == nil || !strings.HasPrefix(err.Error(), "--retries:") {
+		t.Fatalf("negative retries via flag: %v", err)
+	}
+	if err := l.Set("--memory-max", "cgroup.memory_max", policy.String, "64Mi"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--memory-max: not supported yet") {
+		t.Fatalf("validate = %v", err)
+	}
+	// Quoting: a value with quotes and backslashes survives intact.
+	if err := l.Set("--authfile", "auth.authfile", policy.String, `/tmp/a "b"\c`); err != nil || l.Auth.Authfile != `/tmp/a "b"\c` {
+		t.Fatalf("quoting: %q %v", l.Auth.Authfile, err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "p.toml")
+	if err := os.WriteFile(p, []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := policy.Resolve(p, "os-update")
+	if err != nil || l.Pull.Retries != 9 || l.File != p || l.Profile != "os-update" {
+		t.Fatalf("Resolve = %+v, %v", l, err)
+	}
+	t.Setenv(policy.EnvPolicy, p)
+	if l, err := policy.Resolve("", ""); err != nil || l.Pull.Retries != 5 {
+		t.Fatalf("env resolve = %v", err)
+	}
+	if _, err := policy.Resolve(filepath.Join(dir, "missing.toml"), ""); err == nil || !strings.Contains(err.Error(), "missing.toml: reading policy") {
+		t.Fatalf("missing explicit file: %v", err)
+	}
+}
+
+func TestDepcheck(t *testing.T) {
+	// policy/ must stay plain data: no containers/image, cgroup or netns code,
+	// directly or through another package.
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"go.podman.io/", "github.com/containers/", "github.com/opencontainers/cgroups", "github.com/vishvananda/"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("policy depends on %s", dep)
+			}
+		}
+	}
+	if !strings.Contains(string(out), "github.com/BurntSushi/toml") {
+		t.Fatal("go list output looks wrong: toml missing")
+	}
+}

@@ -1,0 +1,167 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+)
+
+// notYet lists settings that parse and validate but that this version cannot
+// honour. Each is rejected when set, never silently ignored.
+var notYet = []struct{ prefix, issue string }{
+	{"auth.pull_secrets", "the kubelet credential sources"},
+	{"auth.kubelet_docker_config", "the kubelet credential sources"},
+	{"auth.containerd_config", "the containerd credential source"},
+	{"auth.credential_provider_config", "kubelet credential-provider plugins"},
+	{"auth.credential_provider_bin_dir", "kubelet credential-provider plugins"},
+	{"auth.service_account_token", "service-account token credentials"},
+	{"trust.ca_files", "registry-scoped CA files"},
+	{"pull.max_bandwidth", "bandwidth limits"},
+	{"cgroup.", "cgroup isolation"},
+	{"network.netns", "network namespaces"},
+	{"network.dns", "the cluster DNS override"},
+	{"privileges.", "the privilege drop"},
+}
+
+// Validate checks values and combinations that the decoder cannot check on
+// its own, and rejects settings this version does not support yet.
+func (l *Loaded) Validate() error {
+	p := &l.Policy
+	bad := func(key, format string, args ...any) error {
+		return l.keyError(key, fmt.Sprintf(format, args...))
+	}
+	if p.Pull.ParallelLayers < 1 || p.Pull.ParallelLayers > 64 {
+		return bad("pull.parallel_layers", "must be between 1 and 64, not %d", p.Pull.ParallelLayers)
+	}
+	if p.Pull.Retries > 100 {
+		return bad("pull.retries", "must be between 0 and 100, not %d", p.Pull.Retries)
+	}
+	for _, k := range []struct {
+		key, val string
+	}{{"pull.signature_policy", p.Pull.SignaturePolicy}, {"pull.registries_conf", p.Pull.RegistriesConf},
+		{"auth.authfile", p.Auth.Authfile}, {"trust.cert_dir", p.Trust.CertDir}} {
+		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
+			return bad(k.key, "must be an absolute path, not %q", k.val)
+		}
+	}
+	for i, r := range p.Trust.InsecureRegistries {
+		if err := checkRegistryPattern(r); err != nil {
+			return bad("trust.insecure_registries", "entry %d: %v", i+1, err)
+		}
+	}
+	switch p.Cgroup.Driver {
+	case "auto", "cgroupfs", "systemd":
+	default:
+		return bad("cgroup.driver", "must be \"auto\", \"cgroupfs\" or \"systemd\", not %q", p.Cgroup.Driver)
+	}
+	if p.Cgroup.MemoryHigh > 0 && p.Cgroup.MemoryMax > 0 && p.Cgroup.MemoryHigh > p.Cgroup.MemoryMax {
+		return bad("cgroup.memory_high", "(%d bytes) must not exceed memory_max (%d bytes)", p.Cgroup.MemoryHigh, p.Cgroup.MemoryMax)
+	}
+	if p.Cgroup.MemoryMax > 0 && p.Cgroup.MemoryMax < 4<<20 {
+		return bad("cgroup.memory_max", "%d bytes is too small to pull anything; use at least 4Mi", p.Cgroup.MemoryMax)
+	}
+	if p.Cgroup.CPUWeight > 10000 {
+		return bad("cgroup.cpu_weight", "must be between 1 and 10000, not %d", p.Cgroup.CPUWeight)
+	}
+	if p.Cgroup.IOWeight > 10000 {
+		return bad("cgroup.io_weight", "must be between 1 and 10000, not %d", p.Cgroup.IOWeight)
+	}
+	for _, io := range []struct {
+		key  string
+		vals []string
+		iops bool
+	}{{"cgroup.io_read_bps", p.Cgroup.IOReadBPS, false}, {"cgroup.io_write_bps", p.Cgroup.IOWriteBPS, false},
+		{"cgroup.io_read_iops", p.Cgroup.IOReadIOPS, true}, {"cgroup.io_write_iops", p.Cgroup.IOWriteIOPS, true}} {
+		for _, v := range io.vals {
+			if _, _, err := ParseIOLimit(v, io.iops); err != nil {
+				return bad(io.key, "%v", err)
+			}
+		}
+	}
+	if p.Cgroup.Path != "" && !strings.HasPrefix(p.Cgroup.Path, "/") {
+		return bad("cgroup.path", "must be an absolute cgroup path such as /kubepods/pod1234, not %q", p.Cgroup.Path)
+	}
+	switch p.Network.Mode {
+	case "host":
+	case "netns", "cluster-dns":
+		return bad("network.mode", "%q is not supported yet (this version pulls on the host network)", p.Network.Mode)
+	default:
+		return bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)
+	}
+	for i, ns := range p.Network.DNS.Nameservers {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			return bad("network.dns.nameservers", "entry %d: %q is not an IP address", i+1, ns)
+		}
+	}
+	if u := p.Privileges.User; u == "" || u == "0" || u == "root" {
+		return bad("privileges.user", "must be \"dynamic\", a user name or a uid other than 0, not %q", u)
+	}
+	for _, ny := range notYet {
+		if keys := l.DefinedUnder(ny.prefix); len(keys) > 0 {
+			return bad(keys[0], "not supported yet: %s arrive in a later version; remove this setting", ny.issue)
+		}
+	}
+	return nil
+}
+
+// source says who set key: "file", a flag name, or "" for the default.
+func (l *Loaded) source(key string) string { return l.defined[key] }
+
+func (l *Loaded) keyError(key, msg string) error {
+	if src := l.defined[key]; strings.HasPrefix(src, "-") {
+		return &Error{Key: src, Msg: msg}
+	}
+	return &Error{Key: key, Msg: msg}
+}
+
+// ParseIOLimit parses "PATH=RATE" or "MAJ:MIN=RATE" (RATE in bytes per
+// second, or a plain count when iops is true).
+func ParseIOLimit(s string, iops bool) (target string, value int64, err error) {
+	i := strings.LastIndex(s, "=")
+	if i <= 0 || i == len(s)-1 {
+		return "", 0, fmt.Errorf("%q: want PATH=RATE or MAJOR:MINOR=RATE", s)
+	}
+	target, val := s[:i], s[i+1:]
+	if !strings.HasPrefix(target, "/") {
+		var maj, min uint32
+		if n, _ := fmt.Sscanf(target, "%d:%d", &maj, &min); n != 2 || fmt.Sprintf("%d:%d", maj, min) != target {
+			return "", 0, fmt.Errorf("%q: the target must be an absolute path or MAJOR:MINOR", s)
+		}
+	}
+	if iops {
+		var n int64
+		if _, err := fmt.Sscanf(val, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != val {
+			return "", 0, fmt.Errorf("%q: want a positive number of operations per second", s)
+		}
+		return target, n, nil
+	}
+	r, err := ParseRate(val)
+	if err != nil || r <= 0 {
+		return "", 0, fmt.Errorf("%q: want a positive rate such as 20MB/s", s)
+	}
+	return target, int64(r), nil
+}
+
+func checkRegistryPattern(r string) error {
+	if r == "" || strings.ContainsAny(r, "/@ ") || strings.Contains(r, "://") {
+		return fmt.Errorf("%q is not a registry host[:port] or *.domain pattern", r)
+	}
+	if strings.Contains(r[1:], "*") || (strings.HasPrefix(r, "*") && !strings.HasPrefix(r, "*.")) {
+		return fmt.Errorf("%q: a wildcard is allowed only as a leading \"*.\"", r)
+	}
+	return nil
+}
+
+// MatchRegistry reports whether host ("host[:port]") matches pattern: an
+// exact host[:port], or "*.domain" matching any subdomain (port ignored).
+func MatchRegistry(pattern, host string) bool {
+	if strings.HasPrefix(pattern, "*.") {
+		h := host
+		if i := strings.LastIndex(h, ":"); i >= 0 && !strings.Contains(h[i:], "]") {
+			h = h[:i]
+		}
+		return strings.HasSuffix(h, pattern[1:])
+	}
+	return pattern == host
+}
