@@ -1,0 +1,257 @@
+package auth
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Credential is one candidate credential and where it came from. Username is
+// not secret; Password and IdentityToken are, and never marshal.
+type Credential struct {
+	Source        string `json:"source"`
+	File          string `json:"file,omitempty"`
+	Key           string `json:"key,omitempty"`
+	Username      string `json:"username,omitempty"`
+	Password      string `json:"-"`
+	IdentityToken string `json:"-"`
+}
+
+// AuthFile is one file of the containers search path.
+type AuthFile struct {
+	Path   string `json:"path"`
+	Legacy bool   `json:"legacy,omitempty"` // .dockercfg format
+}
+
+// Env is the part of the environment the default search depends on. Tests
+// substitute their own; FromOS reads the process's.
+type Env struct {
+	UID            int
+	Home           string
+	XDGRuntimeDir  string
+	XDGConfigHome  string
+	DockerConfig   string
+	RegistryAuthFn string // REGISTRY_AUTH_FILE
+}
+
+// OSEnv returns the process's Env.
+func OSEnv() Env {
+	home, _ := os.UserHomeDir()
+	return Env{
+		UID:            os.Getuid(),
+		Home:           home,
+		XDGRuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
+		XDGConfigHome:  os.Getenv("XDG_CONFIG_HOME"),
+		DockerConfig:   os.Getenv("DOCKER_CONFIG"),
+		RegistryAuthFn: os.Getenv("REGISTRY_AUTH_FILE"),
+	}
+}
+
+// ContainersAuthFiles returns the files containers/image would read, in
+// order. An explicit file (--authfile, else REGISTRY_AUTH_FILE) is the only
+// one read; otherwise the primary runtime file is followed by the user's
+// containers, Docker and legacy files.
+func ContainersAuthFiles(explicit string, env Env) (files []AuthFile, userSpecified bool, warnings []string) {
+	if explicit == "" {
+		explicit = env.RegistryAuthFn
+	}
+	if explicit != "" {
+		return []AuthFile{{Path: explicit}}, true, nil
+	}
+	primary := fmt.Sprintf("/run/containers/%d/auth.json", env.UID)
+	if env.XDGRuntimeDir != "" {
+		if st, err := os.Stat(env.XDGRuntimeDir); err == nil && st.IsDir() {
+			primary = filepath.Join(env.XDGRuntimeDir, "containers/auth.json")
+		} else {
+			primary = ""
+			warnings = append(warnings, fmt.Sprintf("XDG_RUNTIME_DIR %q is not a directory; skipping the runtime auth file", env.XDGRuntimeDir))
+		}
+	}
+	if primary != "" {
+		files = append(files, AuthFile{Path: primary})
+	}
+	cfg := env.XDGConfigHome
+	if cfg == "" && env.Home != "" {
+		cfg = filepath.Join(env.Home, ".config")
+	}
+	if cfg != "" {
+		files = append(files, AuthFile{Path: filepath.Join(cfg, "containers/auth.json")})
+	}
+	if env.DockerConfig != "" {
+		files = append(files, AuthFile{Path: filepath.Join(env.DockerConfig, "config.json")})
+	} else if env.Home != "" {
+		files = append(files, AuthFile{Path: filepath.Join(env.Home, ".docker/config.json")})
+	}
+	if env.Home != "" {
+		files = append(files, AuthFile{Path: filepath.Join(env.Home, ".dockercfg"), Legacy: true})
+	}
+	return files, false, warnings
+}
+
+type authEntry struct {
+	Auth          string `json:"auth"`
+	IdentityToken string `json:"identitytoken"`
+}
+
+type authFileContent struct {
+	Auths       map[string]authEntry `json:"auths"`
+	CredHelpers map[string]string    `json:"credHelpers"`
+}
+
+// LookupContainers returns the credential containers/image would use for the
+// repository name (e.g. "quay.io/org/repo"), or nil for anonymous. It walks
+// files in order; the first non-empty result wins.
+func LookupContainers(files []AuthFile, name string) (*Credential, error) {
+	registry := strings.SplitN(name, "/", 2)[0]
+	for _, f := range files {
+		c, err := lookupFile(f, name, registry)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			return c, nil
+		}
+	}
+	return nil, nil
+}
+
+func lookupFile(f AuthFile, name, registry string) (*Credential, error) {
+	data, err := os.ReadFile(f.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading auth file %s: %w", f.Path, pathErr(err))
+	}
+	var content authFileContent
+	if f.Legacy {
+		err = json.Unmarshal(data, &content.Auths)
+	} else {
+		err = json.Unmarshal(data, &content)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("unmarshaling JSON at %q: %s", f.Path, jsonErrorNoData(err))
+	}
+	if h, ok := content.CredHelpers[registry]; ok && !f.Legacy {
+		return runCredHelper(h, registry, f.Path)
+	}
+	var keys []string
+	if f.Legacy {
+		keys = []string{registry}
+	} else {
+		for k := name; ; {
+			keys = append(keys, k)
+			i := strings.LastIndex(k, "/")
+			if i < 0 {
+				break
+			}
+			k = k[:i]
+		}
+	}
+	for _, k := range keys {
+		if e, ok := content.Auths[k]; ok {
+			return decodeEntry(e, f.Path, k)
+		}
+	}
+	want := normalizeRegistry(registry)
+	for k, e := range content.Auths {
+		if normalizeAuthKey(k, f.Legacy) == want {
+			return decodeEntry(e, f.Path, k)
+		}
+	}
+	return nil, nil
+}
+
+// decodeEntry follows containers/image: "auth" is standard (padded) base64 of
+// "user:password"; a decode error fails the lookup; no colon means empty.
+func decodeEntry(e authEntry, file, key string) (*Credential, error) {
+	if e.Auth == "" {
+		return nil, nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(e.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the auth field of %q in %s: not valid base64 (padding is required)", key, file)
+	}
+	user, pass, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return nil, nil
+	}
+	return &Credential{
+		Source: "containers-auth.json", File: file, Key: key,
+		Username: user, Password: strings.Trim(pass, "\x00"), IdentityToken: e.IdentityToken,
+	}, nil
+}
+
+func normalizeAuthKey(k string, legacy bool) string {
+	stripped := strings.TrimPrefix(strings.TrimPrefix(k, "http://"), "https://")
+	if stripped != k || legacy {
+		stripped = strings.SplitN(stripped, "/", 2)[0]
+	}
+	return normalizeRegistry(stripped)
+}
+
+func normalizeRegistry(r string) string {
+	switch r {
+	case "registry-1.docker.io", "docker.io":
+		return "index.docker.io"
+	}
+	return r
+}
+
+// runCredHelper runs docker-credential-NAME get, passing the registry on
+// stdin, as containers/image does. The helper's output is never logged.
+func runCredHelper(helper, registry, file string) (*Credential, error) {
+	bin := "docker-credential-" + helper
+	cmd := exec.Command(bin, "get")
+	cmd.Stdin = strings.NewReader(registry)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stdout.String() + stderr.String())
+		if strings.Contains(msg, "credentials not found") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("running credential helper %s for %s (credHelpers in %s): %v", bin, registry, file, err)
+	}
+	var out struct {
+		Username string `json:"Username"`
+		Secret   string `json:"Secret"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		return nil, fmt.Errorf("credential helper %s for %s returned malformed output", bin, registry)
+	}
+	c := &Credential{Source: "credential-helper", File: file, Key: "credHelpers." + registry, Username: out.Username, Password: out.Secret}
+	if out.Username == "<token>" {
+		c.Username, c.Password, c.IdentityToken = "", "", out.Secret
+	}
+	return c, nil
+}
+
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// jsonErrorNoData describes a JSON error without quoting file content, which
+// may hold a secret.
+func jsonErrorNoData(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q has the wrong type (%s)", te.Field, te.Value)
+	}
+	return "malformed JSON"
+}

@@ -1,0 +1,39 @@
+package auth
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Trust is the TLS material chosen for one registry.
+type Trust struct {
+	// CertDir is the one directory whose *.crt, *.cert and *.key files are
+	// used ("" when none exists: the system pool alone).
+	CertDir string `json:"cert_dir,omitempty"`
+	// Searched lists every directory considered, in order.
+	Searched []string `json:"searched"`
+	// Verify is false when certificates are not checked (--tls-verify=false
+	// or the registry is listed as insecure).
+	Verify bool `json:"verify"`
+	// InsecureBy says what turned verification off.
+	InsecureBy string `json:"insecure_by,omitempty"`
+}
+
+// ResolveTrust picks the certificate directory for host ("host[:port]") the
+// containers way: a flat certDir for every host when given; otherwise the
+// first existing ROOT/host among certsD (unreadable candidates are skipped).
+func ResolveTrust(host, certDir string, certsD []string) Trust {
+	if certDir != "" {
+		return Trust{CertDir: certDir, Searched: []string{certDir}, Verify: true}
+	}
+	t := Trust{Verify: true, Searched: []string{}}
+	for _, root := range certsD {
+		d := filepath.Join(root, host)
+		t.Searched = append(t.Searched, d)
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			t.CertDir = d
+			break
+		}
+	}
+	return t
+}
