@@ -1,0 +1,99 @@
+package main
+
+import (
+	"path/filepath"
+
+	"github.com/pullhelper/pullhelper/policy"
+	"github.com/spf13/pflag"
+)
+
+// settingFlag maps one command-line flag to one policy key. This table is the
+// only place flags become settings.
+type settingFlag struct {
+	name  string
+	key   string
+	kind  policy.Kind
+	arg   string
+	usage string
+	path  bool // made absolute against the working directory
+}
+
+var settingFlags = []settingFlag{
+	{"signature-policy", "pull.signature_policy", policy.String, "FILE", "containers-policy.json(5) judging the image (default: /etc/containers/policy.json if present, else accept anything)", true},
+	{"registries-conf", "pull.registries_conf", policy.String, "FILE", "containers-registries.conf(5) for short names, mirrors and insecure/blocked registries", true},
+	{"retries", "pull.retries", policy.Int, "N", "retry network failures N times, with doubling back-off (default 3)", false},
+	{"retry-delay", "pull.retry_delay", policy.String, "DURATION", "first back-off between retries; doubles after each (default 1s)", false},
+	{"timeout", "pull.timeout", policy.String, "DURATION", "give up after DURATION, retries included (e.g. 10m; default none)", false},
+	{"stall-timeout", "pull.stall_timeout", policy.String, "DURATION", "fail an attempt when no byte arrives for DURATION (default 2m; 0 disables)", false},
+	{"parallel-layers", "pull.parallel_layers", policy.Int, "N", "download up to N layers at once (default 6)", false},
+	{"all-architectures", "pull.all_architectures", policy.Bool, "", "copy every instance of a multi-arch index, not only this platform's", false},
+	{"authfile", "auth.authfile", policy.String, "FILE", "containers-auth.json(5) file; the only one read (also REGISTRY_AUTH_FILE)", true},
+	{"pull-secret", "auth.pull_secrets", policy.Strings, "FILE", "Kubernetes pull secret (repeatable; not supported yet)", true},
+	{"cert-dir", "trust.cert_dir", policy.String, "DIR", "one flat directory of *.crt CAs and X.cert/X.key client pairs for every registry", true},
+	{"tls-verify", "trust.tls_verify", policy.Bool, "BOOL", "verify registry certificates (default true)", false},
+	{"cgroup-parent", "cgroup.parent", policy.String, "PATH", "parent of the per-pull cgroup (not supported yet)", false},
+	{"cgroup", "cgroup.path", policy.String, "PATH", "join this existing cgroup, e.g. a pod's (not supported yet)", false},
+	{"cpu-quota", "cgroup.cpu_quota", policy.String, "CORES", "CPU limit in cores, e.g. 0.5 or 500m (not supported yet)", false},
+	{"memory-max", "cgroup.memory_max", policy.String, "SIZE", "memory limit, e.g. 256Mi (not supported yet)", false},
+	{"pids-max", "cgroup.pids_max", policy.Int, "N", "process/thread limit (not supported yet)", false},
+	{"io-read-bps", "cgroup.io_read_bps", policy.Strings, "PATH=RATE", "read bandwidth limit on PATH's disk, e.g. /var/lib=20MB/s (repeatable; not supported yet)", false},
+	{"io-write-bps", "cgroup.io_write_bps", policy.Strings, "PATH=RATE", "write bandwidth limit on PATH's disk (repeatable; not supported yet)", false},
+	{"netns", "network.netns", policy.String, "PATH|NAME|pid:PID", "pull inside this network namespace (not supported yet)", false},
+	{"dns", "network.dns.nameservers", policy.Strings, "IP", "cluster DNS server (repeatable; not supported yet)", false},
+	{"dns-search", "network.dns.search", policy.Strings, "DOMAIN", "DNS search domain (repeatable; not supported yet)", false},
+	{"dns-option", "network.dns.options", policy.Strings, "OPT", "resolv.conf option (repeatable; not supported yet)", false},
+	{"user", "privileges.user", policy.String, "dynamic|NAME|UID", "unprivileged user for the network-facing child (not supported yet)", false},
+}
+
+// textFlag is a string flag whose help shows its argument's name (Type) and
+// that collects every occurrence, for repeatable flags.
+type textFlag struct {
+	vals []string
+	typ  string
+}
+
+func (t *textFlag) String() string {
+	if len(t.vals) == 0 {
+		return ""
+	}
+	return t.vals[len(t.vals)-1]
+}
+func (t *textFlag) Set(v string) error { t.vals = append(t.vals, v); return nil }
+func (t *textFlag) Type() string       { return t.typ }
+
+func addSettingFlags(fs *pflag.FlagSet) {
+	for _, f := range settingFlags {
+		if f.kind == policy.Bool {
+			fs.Bool(f.name, false, f.usage)
+			continue
+		}
+		fs.Var(&textFlag{typ: f.arg}, f.name, f.usage)
+	}
+}
+
+// applySettingFlags overrides the loaded policy with every flag the user set.
+func applySettingFlags(fs *pflag.FlagSet, l *policy.Loaded) error {
+	for _, f := range settingFlags {
+		fl := fs.Lookup(f.name)
+		if fl == nil || !fl.Changed {
+			continue
+		}
+		vals := []string{fl.Value.String()}
+		if tf, ok := fl.Value.(*textFlag); ok {
+			vals = append([]string(nil), tf.vals...)
+		}
+		if f.path {
+			for i, v := range vals {
+				if v != "" && !filepath.IsAbs(v) {
+					if abs, err := filepath.Abs(v); err == nil {
+						vals[i] = abs
+					}
+				}
+			}
+		}
+		if err := l.Set("--"+f.name, f.key, f.kind, vals...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

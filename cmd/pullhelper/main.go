@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/policy"
+	"github.com/pullhelper/pullhelper/pull"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// version is set with -ldflags "-X main.version=…" by make build.
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// common holds the flags that are not policy settings.
+type common struct {
+	policyFile  string
+	profile     string
+	progressFD  int
+	logFormat   string
+	noIsolation bool
+	debug       bool
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	pull.Version = version
+	var (
+		c       common
+		result  any
+		sigSeen atomic
+	)
+	ctx, stop := signalContext(&sigSeen)
+	defer stop()
+
+	root := &cobra.Command{
+		Use:   "pullhelper",
+		Short: "Pull a container image the way the kubelet and the runtime would, isolated",
+		Long: `pullhelper pulls one container image with the kubelet's and the container runtime's
+credentials, trust and DNS, for node agents (OS updates, prefetchers).
+
+stdout carries exactly one JSON object: the result, or {"error":{"code","message"}}.
+stderr carries logs (and progress bars on a terminal). Exit codes:
+  0 ok   1 internal   2 usage   3 unauthorized   4 tls   5 not_found   6 network
+  7 isolation   8 verification   9 destination   130/143 interrupted (SIGINT/SIGTERM)`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(stderr)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return failure.New(failure.Usage, "%s (see --help)", err)
+	})
+	root.CompletionOptions.DisableDefaultCmd = true
+
+	addCommon := func(cmd *cobra.Command) {
+		fs := cmd.Flags()
+		fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
+		fs.StringVar(&c.profile, "profile", "", "use [profiles.NAME] of the policy file")
+		fs.StringVar(&c.logFormat, "log-format", "text", "stderr log format: text or json")
+		fs.BoolVar(&c.debug, "debug", false, "log debug messages")
+		addSettingFlags(fs)
+	}
+
+	pullCmd := &cobra.Command{
+		Use:   "pull [options] IMAGE DEST",
+		Short: "Pull IMAGE into DEST",
+		Long: `Pull IMAGE (host[:port]/repo[:tag][@digest]) into DEST, one of
+  oci:PATH[:TAG]   dir:PATH   oci-archive:PATH[:TAG]   docker-archive:PATH[:REF]
+
+The tag is resolved to a digest first and exactly that digest is copied. The image is
+written into a staging directory beside DEST and moved into place only when complete:
+DEST is either untouched or fully committed.`,
+		Args: exactArgs(2, "IMAGE DEST"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(stderr, c.logFormat, c.debug)
+			if err != nil {
+				return err
+			}
+			plan, err := buildPlan(cmd, &c, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			for _, w := range plan.Warnings {
+				log.Warn(w)
+			}
+			events, closeEvents, err := progressSink(c.progressFD)
+			if err != nil {
+				return err
+			}
+			defer closeEvents()
+			opts := pull.Options{Events: events, Log: log}
+			if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
+				opts.Report = stderr
+			}
+			res, err := pull.Run(ctx, plan, opts)
+			if err != nil {
+				if events != nil {
+					events(pull.Event{Type: "error", Code: string(failure.CodeOf(err)), Message: err.Error()})
+				}
+				return err
+			}
+			log.Info("pulled", "reference", res.Reference, "destination", res.Destination, "layers", res.Layers, "bytes", res.Bytes, "duration_ms", res.DurationMS)
+			result = res
+			return nil
+		},
+	}
+	addCommon(pullCmd)
+	pullCmd.Flags().IntVar(&c.progressFD, "progress-fd", -1, "write JSON Lines progress events to this open file descriptor")
+	pullCmd.Flags().BoolVar(&c.noIsolation, "no-isolation", false, "pull in-process, without cgroup, namespace or privilege isolation (debugging, benchmarks)")
+
+	explainCmd := &cobra.Command{
+		Use:   "explain [options] IMAGE [DEST]",
+		Short: "Print the resolved plan as JSON; no network, no side effects",
+		Long: `Resolve IMAGE, DEST, the policy, profile and flags exactly as pull would, and print the
+plan as JSON: the reference, the credential that will be offered (source, file, key,
+username; never a secret), the certificate directory, the signature policy and every
+setting. Nothing is contacted and nothing is written.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return failure.New(failure.Usage, "explain takes IMAGE [DEST], got %d arguments (see --help)", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dest := ""
+			if len(args) == 2 {
+				dest = args[1]
+			}
+			plan, settings, err := resolve(cmd, &c, args[0], dest)
+			if err != nil {
+				return err
+			}
+			view := *plan
+			view.Credential = plan.CredentialOrAnonymous()
+			result = struct {
+				Plan     pull.Plan     `json:"plan"`
+				Settings policy.Policy `json:"settings"`
+			}{view, settings.Policy}
+			return nil
+		},
+	}
+	addCommon(explainCmd)
+	explainCmd.Flags().BoolVar(&c.noIsolation, "no-isolation", false, "explain an in-process pull")
+
+	policyCmd := &cobra.Command{Use: "policy", Short: "Policy file tools"}
+	checkCmd := &cobra.Command{
+		Use:   "check [FILE]",
+		Short: "Validate a policy file; exit 0, or 2 with FILE:LINE: KEY: problem",
+		Long: `Validate a policy file and every profile in it. FILE defaults to $PULLHELPER_POLICY, else
+/etc/pullhelper/policy.toml. Unknown keys, wrong types, impossible values and settings
+this version does not support yet are errors naming the file, line and key.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := os.Getenv(policy.EnvPolicy)
+			if len(args) == 1 {
+				path = args[0]
+			}
+			if path == "" {
+				path = policy.DefaultPath
+			}
+			f, err := policy.LoadFile(path)
+			if err != nil {
+				return failure.Wrap(failure.Usage, err, "")
+			}
+			result = map[string]any{"file": path, "valid": true, "profiles": orEmpty(f.Profiles())}
+			return nil
+		},
+	}
+	policyCmd.AddCommand(checkCmd)
+
+	versionCmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print version information as JSON",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			result = map[string]string{"version": version, "go": runtime.Version(), "os_arch": runtime.GOOS + "/" + runtime.GOARCH}
+			return nil
+		},
+	}
+	root.AddCommand(pullCmd, explainCmd, policyCmd, versionCmd)
+	root.SetArgs(args)
+
+	logrus.SetOutput(stderr)
+	logrus.SetLevel(logrus.WarnLevel)
+
+	err := root.ExecuteContext(ctx)
+	if err == nil && result == nil {
+		// --help, or a command group without a subcommand.
+		if len(args) == 0 {
+			return writeError(stdout, stderr, failure.New(failure.Usage, "missing command: use pull, explain, policy check or version (see --help)"))
+		}
+		return 0
+	}
+	if err != nil {
+		if failure.CodeOf(err) == failure.Internal && (strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand") || strings.HasPrefix(err.Error(), "accepts ") || strings.HasPrefix(err.Error(), "unknown flag")) {
+			err = failure.New(failure.Usage, "%s (see --help)", err)
+		}
+		if n := sigSeen.get(); n != 0 {
+			err = &failure.Error{Code: failure.Interrupted, Message: fmt.Sprintf("interrupted by %s; nothing was committed", unix.SignalName(n)), Err: err}
+			code := writeError(stdout, stderr, err)
+			if n == syscall.SIGTERM {
+				return 143
+			}
+			return code
+		}
+		return writeError(stdout, stderr, err)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(result); err != nil {
+		fmt.Fprintf(stderr, "pullhelper: writing result: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return failure.New(failure.Usage, "%s takes %s, got %d arguments (see --help)", cmd.Name(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// resolve loads the policy, applies the flags and builds the plan.
+func resolve(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, *policy.Loaded, error) {
+	l, err := policy.Resolve(c.policyFile, c.profile)
+	if err != nil {
+		return nil, nil, failure.Wrap(failure.Usage, err, "")
+	}
+	if err := applySettingFlags(cmd.Flags(), l); err != nil {
+		return nil, nil, failure.Wrap(failure.Usage, err, "")
+	}
+	if err := l.Validate(); err != nil {
+		return nil, nil, failure.Wrap(failure.Usage, err, "")
+	}
+	plan, err := pull.NewPlan(l, pull.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan, l, nil
+}
+
+func buildPlan(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, error) {
+	p, _, err := resolve(cmd, c, image, dest)
+	return p, err
+}
+
+func writeError(stdout, stderr io.Writer, err error) int {
+	code := failure.CodeOf(err)
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	fmt.Fprintf(stderr, "pullhelper: %s\n", msg)
+	out := map[string]map[string]string{"error": {"code": string(code), "message": msg}}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(out)
+	return code.Exit()
+}
+
+func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if debug {
+		opts.Level = slog.LevelDebug
+		logrus.SetLevel(logrus.DebugLevel)
+	}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		logrus.SetFormatter(&logrus.JSONFormatter{})
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, failure.New(failure.Usage, "--log-format: want text or json, not %q", format)
+}
+
+// progressSink returns a function writing JSON Lines to fd, or nil for -1.
+func progressSink(fd int) (func(pull.Event), func(), error) {
+	if fd < 0 {
+		return nil, func() {}, nil
+	}
+	var st unix.Stat_t
+	if fd <= 2 || unix.Fstat(fd, &st) != nil {
+		return nil, nil, failure.New(failure.Usage, "--progress-fd %d: not an open file descriptor other than stdin, stdout or stderr", fd)
+	}
+	f := os.NewFile(uintptr(fd), "progress-fd")
+	var mu sync.Mutex
+	enc := json.NewEncoder(f)
+	enc.SetEscapeHTML(false)
+	return func(e pull.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(e)
+	}, func() { _ = f.Close() }, nil
+}
+
+// atomic records the first terminating signal received.
+type atomic struct {
+	mu  sync.Mutex
+	sig syscall.Signal
+}
+
+func (a *atomic) set(s syscall.Signal) {
+	a.mu.Lock()
+	if a.sig == 0 {
+		a.sig = s
+	}
+	a.mu.Unlock()
+}
+
+func (a *atomic) get() syscall.Signal {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sig
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM, remembering which.
+func signalContext(seen *atomic) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-ch:
+			seen.set(s.(syscall.Signal))
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+var _ = errors.New

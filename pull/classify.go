@@ -1,0 +1,155 @@
+package pull
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/docker/distribution/registry/api/errcode"
+	v2 "github.com/docker/distribution/registry/api/v2"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/signature"
+)
+
+// classify gives an error from containers/image its failure.Code and a
+// message that tells the user what to fix. Already classified errors pass
+// through unchanged.
+func (p *Plan) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	code := codeOf(err)
+	msg := err.Error()
+	switch code {
+	case failure.TLS:
+		where := "no per-host certificate directory exists; searched " + strings.Join(p.Trust.Searched, ", ")
+		if p.Trust.CertDir != "" {
+			where = "CA files (*.crt) read from " + p.Trust.CertDir
+			if len(p.Trust.Searched) > 1 {
+				where += "; searched " + strings.Join(p.Trust.Searched, ", ")
+			}
+		}
+		msg = fmt.Sprintf("TLS with %s failed: %v (%s; add the registry's CA as a .crt file there or pass --cert-dir)", p.Registry, rootCause(err), where)
+	case failure.Unauthorized:
+		if p.Credential == nil {
+			msg = fmt.Sprintf("registry %s refused anonymous access to %s (no credential matched; auth files searched: %s): %v", p.Registry, p.Reference, p.authFileList(), rootCause(err))
+		} else {
+			msg = fmt.Sprintf("registry %s refused the credential for %s (%s %s, key %q, user %q): %v", p.Registry, p.Reference, p.Credential.Source, p.Credential.File, p.Credential.Key, p.Credential.Username, rootCause(err))
+		}
+	case failure.NotFound:
+		msg = fmt.Sprintf("%s not found on %s: %v", p.Reference, p.Registry, rootCause(err))
+	}
+	return &failure.Error{Code: code, Message: msg, Err: err}
+}
+
+func (p *Plan) authFileList() string {
+	var s []string
+	for _, f := range p.AuthFiles {
+		s = append(s, f.Path)
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func codeOf(err error) failure.Code {
+	// Order matters: a TLS failure is wrapped in url/net errors, and a
+	// registry error code is more precise than its HTTP status.
+	var (
+		unknownCA  x509.UnknownAuthorityError
+		hostErr    x509.HostnameError
+		invalidErr x509.CertificateInvalidError
+		verifyErr  *tls.CertificateVerificationError
+		alertErr   tls.AlertError
+		recordErr  tls.RecordHeaderError
+		unauth     docker.ErrUnauthorizedForCredentials
+		ec         errcode.Error
+		httpErr    docker.UnexpectedHTTPStatusError
+		polErr     signature.PolicyRequirementError
+		dnsErr     *net.DNSError
+		opErr      *net.OpError
+		netErr     net.Error
+	)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return failure.Interrupted
+	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr),
+		errors.As(err, &verifyErr), errors.As(err, &alertErr), errors.As(err, &recordErr):
+		return failure.TLS
+	case errors.As(err, &polErr):
+		return failure.Verification
+	case isDigestMismatch(err):
+		return failure.Verification
+	case errors.As(err, &unauth):
+		return failure.Unauthorized
+	case errors.As(err, &ec):
+		switch ec.Code {
+		case errcode.ErrorCodeUnauthorized, errcode.ErrorCodeDenied:
+			return failure.Unauthorized
+		case v2.ErrorCodeManifestUnknown, v2.ErrorCodeNameUnknown, v2.ErrorCodeBlobUnknown:
+			return failure.NotFound
+		case errcode.ErrorCodeTooManyRequests, errcode.ErrorCodeUnavailable:
+			return failure.Network
+		}
+	case errors.As(err, &httpErr):
+		switch {
+		case httpErr.StatusCode == 401 || httpErr.StatusCode == 403:
+			return failure.Unauthorized
+		case httpErr.StatusCode == 404:
+			return failure.NotFound
+		case httpErr.StatusCode == 429 || httpErr.StatusCode >= 500:
+			return failure.Network
+		}
+	case errors.Is(err, docker.ErrTooManyRequests):
+		return failure.Network
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EROFS):
+		return failure.Destination
+	case errors.As(err, &dnsErr), errors.As(err, &opErr), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errStalled):
+		return failure.Network
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return failure.Network
+	}
+	return failure.Internal
+}
+
+// isDigestMismatch recognises containers/image's digest verification
+// failures, which carry no type of their own.
+func isDigestMismatch(err error) bool {
+	s := err.Error()
+	for _, m := range []string{"Digest did not match", "digest mismatch", "does not match provided manifest digest",
+		"does not match selected manifest digest", "does not match expected digest", "Manifest does not match"} {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// rootCause strips containers/image's stacked context down to the part a
+// user acts on, keeping it on one line.
+func rootCause(err error) string {
+	s := err.Error()
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// retryable reports whether another attempt may succeed.
+func retryable(err error) bool {
+	return failure.CodeOf(err) == failure.Network && !errors.Is(err, context.DeadlineExceeded)
+}

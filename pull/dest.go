@@ -1,0 +1,302 @@
+package pull
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/directory"
+	"go.podman.io/image/v5/docker/archive"
+	"go.podman.io/image/v5/docker/reference"
+	ociarchive "go.podman.io/image/v5/oci/archive"
+	ocilayout "go.podman.io/image/v5/oci/layout"
+	"go.podman.io/image/v5/types"
+	"golang.org/x/sys/unix"
+)
+
+// reference returns the containers/image reference for this destination's
+// transport and Ref at path (the staging path during a pull).
+func (d Destination) reference(path string) (types.ImageReference, error) {
+	switch d.Transport {
+	case "oci":
+		return ocilayout.NewReference(path, d.Ref)
+	case "oci-archive":
+		return ociarchive.NewReference(path, d.Ref)
+	case "dir":
+		return directory.NewReference(path)
+	case "docker-archive":
+		var tagged reference.NamedTagged
+		if d.Ref != "" {
+			n, err := reference.ParseNormalizedNamed(d.Ref)
+			if err != nil {
+				return nil, fmt.Errorf("parsing docker-archive reference %q: %w", d.Ref, err)
+			}
+			n = reference.TagNameOnly(n)
+			t, ok := n.(reference.NamedTagged)
+			if !ok {
+				return nil, fmt.Errorf("docker-archive reference %q must be NAME[:TAG], not a digest", d.Ref)
+			}
+			tagged = t
+		}
+		return archive.NewReference(path, tagged)
+	}
+	return nil, fmt.Errorf("unknown transport %q", d.Transport)
+}
+
+// isDir reports whether the transport writes a directory (else one file).
+func (d Destination) isDir() bool { return d.Transport == "oci" || d.Transport == "dir" }
+
+// stage is a staging area on DEST's filesystem, next to DEST.
+type stage struct {
+	root string // .pullhelper-staging-NAME-XXXX, 0700
+	path string // what containers/image writes: root/image or root/image.tar
+}
+
+// newStage checks DEST before any network byte and creates the staging root
+// beside it. Errors are failure.Destination.
+func newStage(d Destination) (*stage, error) {
+	parent := filepath.Dir(d.Path)
+	st, err := os.Stat(parent)
+	if err != nil {
+		return nil, failure.New(failure.Destination, "destination %s: parent directory %s: %v", d.Raw, parent, pathErrno(err))
+	}
+	if !st.IsDir() {
+		return nil, failure.New(failure.Destination, "destination %s: %s is not a directory", d.Raw, parent)
+	}
+	if err := d.checkExisting(); err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp(parent, ".pullhelper-staging-"+filepath.Base(d.Path)+"-")
+	if err != nil {
+		return nil, failure.New(failure.Destination, "destination %s: cannot write in %s: %v", d.Raw, parent, pathErrno(err))
+	}
+	s := &stage{root: root, path: filepath.Join(root, "image")}
+	if !d.isDir() {
+		s.path += ".tar"
+	}
+	return s, nil
+}
+
+// reset empties the staging area between attempts.
+func (s *stage) reset() error {
+	if err := os.RemoveAll(s.path); err != nil {
+		return failure.Wrap(failure.Destination, err, "clearing staging %s", s.path)
+	}
+	return nil
+}
+
+func (s *stage) remove() { _ = os.RemoveAll(s.root) }
+
+// checkExisting refuses a DEST that exists but cannot receive this image.
+func (d Destination) checkExisting() error {
+	st, err := os.Lstat(d.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return failure.New(failure.Destination, "destination %s: %v", d.Raw, pathErrno(err))
+	}
+	switch {
+	case d.isDir() && !st.IsDir():
+		return failure.New(failure.Destination, "destination %s: %s exists and is not a directory", d.Raw, d.Path)
+	case !d.isDir() && !st.Mode().IsRegular():
+		return failure.New(failure.Destination, "destination %s: %s exists and is not a regular file", d.Raw, d.Path)
+	case d.Transport == "oci":
+		ents, err := os.ReadDir(d.Path)
+		if err != nil {
+			return failure.New(failure.Destination, "destination %s: %v", d.Raw, pathErrno(err))
+		}
+		if len(ents) == 0 {
+			return nil
+		}
+		if _, err := os.Stat(filepath.Join(d.Path, "oci-layout")); err != nil {
+			return failure.New(failure.Destination, "destination %s: %s exists and is not an OCI layout (no oci-layout file)", d.Raw, d.Path)
+		}
+	case d.Transport == "dir":
+		ents, err := os.ReadDir(d.Path)
+		if err != nil {
+			return failure.New(failure.Destination, "destination %s: %v", d.Raw, pathErrno(err))
+		}
+		if len(ents) == 0 {
+			return nil
+		}
+		if _, err := os.Stat(filepath.Join(d.Path, "version")); err != nil {
+			return failure.New(failure.Destination, "destination %s: %s exists, is not empty and is not a dir: image; refusing to replace it", d.Raw, d.Path)
+		}
+	}
+	return nil
+}
+
+// commit moves the staged image into DEST atomically. For oci: into an
+// existing layout, blobs are moved in first and index.json is replaced last,
+// under an exclusive lock on the layout directory, so a concurrent commit
+// never loses a tag. Errors are failure.Destination; DEST is unchanged
+// unless commit returns nil (a failed oci: merge may leave extra blobs, which
+// no index references).
+func (s *stage) commit(d Destination) error {
+	if err := d.checkExisting(); err != nil {
+		return err
+	}
+	if !d.isDir() {
+		return wrapDest(d, os.Rename(s.path, d.Path))
+	}
+	if err := os.Chmod(s.path, 0o755); err != nil {
+		return wrapDest(d, err)
+	}
+	if _, err := os.Lstat(d.Path); errors.Is(err, fs.ErrNotExist) {
+		return wrapDest(d, os.Rename(s.path, d.Path))
+	}
+	if isEmptyDir(d.Path) {
+		// rename(2) replaces an empty directory.
+		return wrapDest(d, os.Rename(s.path, d.Path))
+	}
+	if d.Transport == "dir" {
+		// Replacing a previous dir: image: swap it out, then drop it.
+		old := filepath.Join(s.root, "old")
+		if err := os.Rename(d.Path, old); err != nil {
+			return wrapDest(d, err)
+		}
+		if err := os.Rename(s.path, d.Path); err != nil {
+			_ = os.Rename(old, d.Path)
+			return wrapDest(d, err)
+		}
+		return nil
+	}
+	return mergeOCILayout(s.path, d)
+}
+
+func isEmptyDir(p string) bool {
+	ents, err := os.ReadDir(p)
+	return err == nil && len(ents) == 0
+}
+
+type ociIndex struct {
+	SchemaVersion int               `json:"schemaVersion"`
+	MediaType     string            `json:"mediaType,omitempty"`
+	Manifests     []json.RawMessage `json:"manifests"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+}
+
+type ociDescriptor struct {
+	Digest      string            `json:"digest"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+func mergeOCILayout(staged string, d Destination) error {
+	dir, err := os.Open(d.Path)
+	if err != nil {
+		return wrapDest(d, err)
+	}
+	defer dir.Close()
+	if err := unix.Flock(int(dir.Fd()), unix.LOCK_EX); err != nil {
+		return wrapDest(d, err)
+	}
+	defer func() { _ = unix.Flock(int(dir.Fd()), unix.LOCK_UN) }()
+
+	// Blobs first: content-addressed, so an existing one is identical.
+	err = filepath.WalkDir(filepath.Join(staged, "blobs"), func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		if !e.Type().IsRegular() {
+			return fmt.Errorf("staged blob %s is not a regular file", p)
+		}
+		rel, _ := filepath.Rel(staged, p)
+		target := filepath.Join(d.Path, rel)
+		if _, err := os.Stat(target); err == nil {
+			return nil
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		return os.Rename(p, target)
+	})
+	if err != nil {
+		return wrapDest(d, err)
+	}
+	var newIdx, oldIdx ociIndex
+	if err := readJSON(filepath.Join(staged, "index.json"), &newIdx); err != nil {
+		return wrapDest(d, err)
+	}
+	if err := readJSON(filepath.Join(d.Path, "index.json"), &oldIdx); err != nil {
+		return wrapDest(d, err)
+	}
+	for _, m := range newIdx.Manifests {
+		var nd ociDescriptor
+		if err := json.Unmarshal(m, &nd); err != nil {
+			return wrapDest(d, err)
+		}
+		name := nd.Annotations[refNameAnnotation]
+		kept := oldIdx.Manifests[:0]
+		dup := false
+		for _, om := range oldIdx.Manifests {
+			var od ociDescriptor
+			_ = json.Unmarshal(om, &od)
+			if name != "" && od.Annotations[refNameAnnotation] == name {
+				continue // the tag moves to the new image
+			}
+			if name == "" && od.Digest == nd.Digest && od.Annotations[refNameAnnotation] == "" {
+				dup = true
+			}
+			kept = append(kept, om)
+		}
+		oldIdx.Manifests = kept
+		if !dup {
+			oldIdx.Manifests = append(oldIdx.Manifests, m)
+		}
+	}
+	if oldIdx.SchemaVersion == 0 {
+		oldIdx.SchemaVersion = 2
+	}
+	data, err := json.Marshal(oldIdx)
+	if err != nil {
+		return wrapDest(d, err)
+	}
+	tmp := filepath.Join(d.Path, ".index.json.pullhelper-tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return wrapDest(d, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.Path, "index.json")); err != nil {
+		_ = os.Remove(tmp)
+		return wrapDest(d, err)
+	}
+	return nil
+}
+
+func readJSON(p string, v any) error {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("parsing %s: %w", p, err)
+	}
+	return nil
+}
+
+func wrapDest(d Destination, err error) error {
+	if err == nil {
+		return nil
+	}
+	return failure.New(failure.Destination, "committing into %s: %v", d.Raw, pathErrno(err))
+}
+
+// pathErrno renders a path error as "PATH: reason" without Go's "op" word.
+func pathErrno(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Path + ": " + pe.Err.Error()
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.New + ": " + le.Err.Error()
+	}
+	return strings.TrimSpace(err.Error())
+}

@@ -1,0 +1,296 @@
+package pull
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/policy"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/types"
+)
+
+// SystemSignaturePolicy is used when no signature policy is configured and
+// the file exists.
+const SystemSignaturePolicy = "/etc/containers/policy.json"
+
+// Plan is one fully resolved pull. It must stay JSON-representable.
+type Plan struct {
+	Image       string           `json:"image"`
+	Reference   string           `json:"reference"`
+	Registry    string           `json:"registry"`
+	ShortName   string           `json:"short_name_resolved_by,omitempty"`
+	Destination Destination      `json:"destination"`
+	Credential  *auth.Credential `json:"credential"`
+	AuthFiles   []auth.AuthFile  `json:"auth_files"`
+	Trust       auth.Trust       `json:"trust"`
+	Signature   SignaturePolicy  `json:"signature_policy"`
+	// RegistriesConf is the registries.conf in effect ("" = system default).
+	RegistriesConf   string        `json:"registries_conf,omitempty"`
+	Retries          int           `json:"retries"`
+	RetryDelay       time.Duration `json:"retry_delay_ns"`
+	Timeout          time.Duration `json:"timeout_ns"`
+	StallTimeout     time.Duration `json:"stall_timeout_ns"`
+	ParallelLayers   int           `json:"parallel_layers"`
+	AllArchitectures bool          `json:"all_architectures"`
+	Isolation        Isolation     `json:"isolation"`
+	Policy           PolicySource  `json:"policy"`
+	Warnings         []string      `json:"warnings,omitempty"`
+}
+
+// Destination is DEST split into its transport and path.
+type Destination struct {
+	Raw       string `json:"raw"`
+	Transport string `json:"transport"`
+	Path      string `json:"path"`
+	Ref       string `json:"ref,omitempty"`
+}
+
+// String renders the destination with its absolute path.
+func (d Destination) String() string {
+	s := d.Transport + ":" + d.Path
+	if d.Ref != "" {
+		s += ":" + d.Ref
+	}
+	return s
+}
+
+// SignaturePolicy says which policy.json judges the image.
+type SignaturePolicy struct {
+	// Source is "flag", "policy-file", "system" or "builtin".
+	Source string `json:"source"`
+	File   string `json:"file,omitempty"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Isolation describes how the pull is isolated.
+type Isolation struct {
+	Enabled bool   `json:"enabled"`
+	Mode    string `json:"mode"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// PolicySource names the policy file and profile in effect.
+type PolicySource struct {
+	File    string `json:"file,omitempty"`
+	Profile string `json:"profile,omitempty"`
+}
+
+// Transports lists the destinations pullhelper writes.
+var Transports = []string{"oci", "dir", "oci-archive", "docker-archive"}
+
+// Inputs are the words of the command line that are not policy settings.
+type Inputs struct {
+	Image       string
+	Dest        string // may be empty for explain
+	NoIsolation bool
+	Env         auth.Env
+}
+
+// NewPlan resolves everything a pull needs without touching the network.
+// Errors are failure.Usage unless stated.
+func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
+	p := &Plan{
+		Image:            in.Image,
+		Retries:          int(l.Pull.Retries),
+		RetryDelay:       time.Duration(l.Pull.RetryDelay),
+		Timeout:          time.Duration(l.Pull.Timeout),
+		StallTimeout:     time.Duration(l.Pull.StallTimeout),
+		ParallelLayers:   int(l.Pull.ParallelLayers),
+		AllArchitectures: l.Pull.AllArchitectures,
+		Policy:           PolicySource{File: l.File, Profile: l.Profile},
+		Isolation: Isolation{Enabled: false, Mode: "none",
+			Reason: "this version runs the pull in-process; cgroup, namespace and privilege isolation are not implemented yet"},
+	}
+	if in.NoIsolation {
+		p.Isolation.Reason = "--no-isolation"
+	}
+	if l.Pull.RegistriesConf != "" {
+		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
+			return nil, err
+		}
+		p.RegistriesConf = l.Pull.RegistriesConf
+	}
+	named, how, err := resolveImage(in.Image, &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf})
+	if err != nil {
+		return nil, err
+	}
+	p.Reference, p.ShortName = named.String(), how
+	p.Registry = reference.Domain(named)
+	if in.Dest != "" {
+		if p.Destination, err = ParseDestination(in.Dest); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.resolveCredential(l, in.Env, named); err != nil {
+		return nil, err
+	}
+	p.Trust = auth.ResolveTrust(p.Registry, l.Trust.CertDir, l.Trust.CertsD)
+	if !l.Trust.TLSVerify {
+		p.Trust.Verify, p.Trust.InsecureBy = false, "tls_verify=false"
+		if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
+			p.Trust.InsecureBy = src + "=false"
+		}
+	}
+	for _, pat := range l.Trust.InsecureRegistries {
+		if p.Trust.Verify && policy.MatchRegistry(pat, p.Registry) {
+			p.Trust.Verify, p.Trust.InsecureBy = false, "trust.insecure_registries "+pat
+		}
+	}
+	if p.Signature, err = resolveSignaturePolicy(l); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Plan) resolveCredential(l *policy.Loaded, env auth.Env, named reference.Named) error {
+	files, userSpecified, warnings := auth.ContainersAuthFiles(l.Auth.Authfile, env)
+	p.Warnings = append(p.Warnings, warnings...)
+	p.AuthFiles = files
+	if userSpecified {
+		what := "--authfile"
+		if l.Auth.Authfile == "" {
+			what = "REGISTRY_AUTH_FILE"
+		} else if src, _ := l.Defined("auth.authfile"); src == "file" {
+			what = "auth.authfile"
+		}
+		if err := mustExist(files[0].Path, "auth file", what); err != nil {
+			return err
+		}
+	}
+	cred, err := auth.LookupContainers(files, named.Name())
+	if err != nil {
+		return failure.Wrap(failure.Usage, err, "")
+	}
+	p.Credential = cred
+	return nil
+}
+
+func mustExist(path, what, setting string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return failure.New(failure.Usage, "%s: %s %s: %v", setting, what, path, err)
+	}
+	if st.IsDir() {
+		return failure.New(failure.Usage, "%s: %s %s is a directory, not a file", setting, what, path)
+	}
+	return nil
+}
+
+func resolveSignaturePolicy(l *policy.Loaded) (SignaturePolicy, error) {
+	if f := l.Pull.SignaturePolicy; f != "" {
+		src, _ := l.Defined("pull.signature_policy")
+		sp := SignaturePolicy{Source: "policy-file", File: f}
+		if strings.HasPrefix(src, "-") {
+			sp.Source = "flag"
+		} else {
+			src = "pull.signature_policy"
+		}
+		return sp, mustExist(f, "signature policy", src)
+	}
+	if _, err := os.Stat(SystemSignaturePolicy); err == nil {
+		return SignaturePolicy{Source: "system", File: SystemSignaturePolicy}, nil
+	}
+	return SignaturePolicy{Source: "builtin", Note: "no --signature-policy and no " + SystemSignaturePolicy +
+		": built-in policy accepts any image without signature checks (insecureAcceptAnything)"}, nil
+}
+
+// resolveImage parses IMAGE into a fully qualified reference. A short name
+// (no registry host) is resolved only through registries.conf: an alias, or
+// exactly one unqualified-search registry; anything else is an error.
+func resolveImage(image string, sys *types.SystemContext) (reference.Named, string, error) {
+	if image == "" {
+		return nil, "", failure.New(failure.Usage, "IMAGE is empty: give a reference such as registry.example.com/repo:tag")
+	}
+	if strings.Contains(image, "://") {
+		return nil, "", failure.New(failure.Usage, "image %q: give a reference without a scheme, such as registry.example.com/repo:tag", image)
+	}
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, "", failure.New(failure.Usage, "parsing image reference %q: %v", image, err)
+	}
+	first, _, hasSlash := strings.Cut(image, "/")
+	qualified := hasSlash && (strings.ContainsAny(first, ".:") || first == "localhost")
+	how := ""
+	if !qualified {
+		name := strings.SplitN(strings.SplitN(image, "@", 2)[0], ":", 2)[0]
+		alias, file, aerr := sysregistriesv2.ResolveShortNameAlias(sys, name)
+		if aerr != nil {
+			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %v", image, aerr)
+		}
+		var base reference.Named
+		if alias != nil {
+			base, how = alias, "alias in "+file
+		} else {
+			regs, rerr := sysregistriesv2.UnqualifiedSearchRegistries(sys)
+			if rerr != nil {
+				return nil, "", failure.New(failure.Usage, "reading registries.conf: %v", rerr)
+			}
+			if len(regs) != 1 {
+				return nil, "", failure.New(failure.Usage, "image %q is a short name and registries.conf does not resolve it unambiguously (%d unqualified-search registries, no alias): use a fully qualified reference such as %s", image, len(regs), named.String())
+			}
+			b, perr := reference.ParseNormalizedNamed(regs[0] + "/" + name)
+			if perr != nil {
+				return nil, "", failure.New(failure.Usage, "short name %q with registry %s: %v", image, regs[0], perr)
+			}
+			base, how = b, "unqualified-search-registries"
+		}
+		named = base
+		if t, ok := mustParse(image).(reference.Tagged); ok {
+			named, _ = reference.WithTag(named, t.Tag())
+		}
+		if d, ok := mustParse(image).(reference.Digested); ok {
+			named, _ = reference.WithDigest(named, d.Digest())
+		}
+	}
+	return reference.TagNameOnly(named), how, nil
+}
+
+func mustParse(s string) reference.Named {
+	n, _ := reference.ParseNormalizedNamed(s)
+	return n
+}
+
+// ParseDestination splits DEST ("oci:PATH[:TAG]", "dir:PATH",
+// "oci-archive:PATH[:TAG]", "docker-archive:PATH[:REF]") and makes PATH
+// absolute.
+func ParseDestination(dest string) (Destination, error) {
+	tr, rest, ok := strings.Cut(dest, ":")
+	known := false
+	for _, t := range Transports {
+		known = known || tr == t
+	}
+	if !ok || !known {
+		return Destination{}, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF]", dest, tr)
+	}
+	d := Destination{Raw: dest, Transport: tr, Path: rest}
+	if tr != "dir" {
+		d.Path, d.Ref, _ = strings.Cut(rest, ":")
+	}
+	if d.Path == "" {
+		return Destination{}, failure.New(failure.Usage, "destination %q: the path is empty", dest)
+	}
+	abs, err := filepath.Abs(d.Path)
+	if err != nil {
+		return Destination{}, failure.New(failure.Usage, "destination %q: %v", dest, err)
+	}
+	d.Path = abs
+	if d.Ref != "" {
+		if _, err := d.reference(d.Path); err != nil {
+			return Destination{}, failure.New(failure.Usage, "destination %q: %v", dest, err)
+		}
+	}
+	return d, nil
+}
+
+func (d Destination) describe() string { return fmt.Sprintf("%s (%s)", d.Raw, d.Path) }

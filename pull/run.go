@@ -1,0 +1,419 @@
+package pull
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/copy"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/signature"
+	"go.podman.io/image/v5/types"
+)
+
+// Version is set by the build (-ldflags) and sent as part of the User-Agent.
+var Version = "dev"
+
+// noCertDir is handed to containers/image when no certificate directory
+// applies, so that it does not run a search of its own: a missing
+// directory is read as "no extra certificates".
+const noCertDir = "/nonexistent/pullhelper-no-cert-dir"
+
+// errStalled cancels an attempt during which no byte arrived for StallTimeout.
+var errStalled = errors.New("no data received within the stall timeout")
+
+// Result is the JSON object printed on success.
+type Result struct {
+	Image             string           `json:"image"`
+	Reference         string           `json:"reference"`
+	Digest            string           `json:"digest"`
+	MediaType         string           `json:"media_type"`
+	InstanceDigest    string           `json:"instance_digest,omitempty"`
+	DestinationDigest string           `json:"destination_digest,omitempty"`
+	Destination       string           `json:"destination"`
+	Layers            int              `json:"layers"`
+	Bytes             int64            `json:"bytes"`
+	DurationMS        int64            `json:"duration_ms"`
+	Attempts          int              `json:"attempts"`
+	Credential        *auth.Credential `json:"credential"`
+	SignaturePolicy   SignaturePolicy  `json:"signature_policy"`
+	Isolation         Isolation        `json:"isolation"`
+	Usage             map[string]int64 `json:"usage,omitempty"`
+}
+
+// Event is one JSON Lines progress event (--progress-fd).
+type Event struct {
+	Type        string    `json:"type"`
+	TS          time.Time `json:"ts"`
+	Image       string    `json:"image,omitempty"`
+	Destination string    `json:"destination,omitempty"`
+	Digest      string    `json:"digest,omitempty"`
+	MediaType   string    `json:"media_type,omitempty"`
+	Size        int64     `json:"size,omitempty"`
+	Bytes       int64     `json:"bytes,omitempty"`
+	Skipped     bool      `json:"skipped,omitempty"`
+	Layers      int       `json:"layers,omitempty"`
+	Attempt     int       `json:"attempt,omitempty"`
+	Code        string    `json:"code,omitempty"`
+	Message     string    `json:"message,omitempty"`
+}
+
+// Options are the caller's hooks; all may be nil.
+type Options struct {
+	// Events receives progress events in order, from one goroutine.
+	Events func(Event)
+	// Report, when set, receives containers/image's progress bars (only
+	// useful on a terminal).
+	Report io.Writer
+	// Log receives human log records.
+	Log *slog.Logger
+}
+
+// CredentialOrAnonymous is the credential block of results and explain.
+func (p *Plan) CredentialOrAnonymous() *auth.Credential {
+	if p.Credential != nil {
+		return p.Credential
+	}
+	return &auth.Credential{Source: "anonymous"}
+}
+
+// SystemContext is the one place a Plan becomes containers/image settings.
+func (p *Plan) SystemContext() *types.SystemContext {
+	sys := &types.SystemContext{
+		DockerCertPath:           noCertDir,
+		SystemRegistriesConfPath: p.RegistriesConf,
+		DockerRegistryUserAgent:  "pullhelper/" + Version,
+		// Always set: containers/image must not search auth files of its
+		// own. An empty config means anonymous.
+		DockerAuthConfig: &types.DockerAuthConfig{},
+	}
+	if p.Trust.CertDir != "" {
+		sys.DockerCertPath = p.Trust.CertDir
+	}
+	if !p.Trust.Verify {
+		sys.DockerInsecureSkipTLSVerify = types.OptionalBoolTrue
+	}
+	if c := p.Credential; c != nil {
+		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken}
+	}
+	return sys
+}
+
+func (p *Plan) policyContext() (*signature.PolicyContext, error) {
+	var (
+		pol *signature.Policy
+		err error
+	)
+	if p.Signature.File != "" {
+		pol, err = signature.NewPolicyFromFile(p.Signature.File)
+		if err != nil {
+			return nil, failure.New(failure.Usage, "signature policy %s: %v", p.Signature.File, err)
+		}
+	} else {
+		pol = &signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}}
+	}
+	pc, err := signature.NewPolicyContext(pol)
+	if err != nil {
+		return nil, failure.Wrap(failure.Usage, err, "signature policy")
+	}
+	return pc, nil
+}
+
+// Run pulls the image into the destination. It checks and stages DEST before
+// the first network byte, retries network failures, verifies and commits.
+func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
+	start := time.Now()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	emit := func(e Event) {
+		if o.Events != nil {
+			e.TS = time.Now().UTC()
+			o.Events(e)
+		}
+	}
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, fmt.Errorf("pull timed out after %s (--timeout)", p.Timeout))
+		defer cancel()
+	}
+	pc, err := p.policyContext()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = pc.Destroy() }()
+	st, err := newStage(p.Destination)
+	if err != nil {
+		return nil, err
+	}
+	defer st.remove()
+
+	emit(Event{Type: "start", Image: p.Reference, Destination: p.Destination.Raw})
+	var (
+		res     *Result
+		attempt int
+		delay   = p.RetryDelay
+	)
+	for attempt = 1; ; attempt++ {
+		res, err = p.attempt(ctx, pc, st, o, emit, attempt)
+		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
+			break
+		}
+		o.Log.Warn("pull attempt failed; retrying", "attempt", attempt, "of", p.Retries+1, "in", delay, "error", err.Error())
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+		delay *= 2
+		if rerr := st.reset(); rerr != nil {
+			return nil, rerr
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
+			err = failure.Wrap(failure.Network, err, "%v", cause)
+		}
+		return nil, err
+	}
+	if err := st.commit(p.Destination); err != nil {
+		return nil, err
+	}
+	res.Attempts = attempt
+	res.DurationMS = time.Since(start).Milliseconds()
+	emit(Event{Type: "done", Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
+	return res, nil
+}
+
+// attempt resolves the tag to a digest, then copies exactly that digest into
+// the staging area.
+func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, st *stage, o Options, emit func(Event), n int) (*Result, error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	if p.StallTimeout > 0 {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			t := time.NewTicker(p.StallTimeout / 10)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if time.Since(time.Unix(0, last.Load())) > p.StallTimeout {
+						cancel(errStalled)
+						return
+					}
+				}
+			}
+		}()
+	}
+	sys := p.SystemContext()
+	// Keep containers/image's blob-info cache inside the staging area: a
+	// pull leaves nothing behind outside DEST.
+	sys.BlobInfoCacheDir = st.root
+	named, err := reference.ParseNormalizedNamed(p.Reference)
+	if err != nil {
+		return nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
+	}
+	top, raw, mime, err := p.resolveDigest(ctx, sys, named)
+	if err != nil {
+		return nil, p.classify(stallCause(ctx, err))
+	}
+	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
+	if err != nil {
+		return nil, failure.Wrap(failure.Internal, err, "")
+	}
+	srcRef, err := docker.NewReference(pinned)
+	if err != nil {
+		return nil, failure.Wrap(failure.Internal, err, "")
+	}
+	destRef, err := p.Destination.reference(st.path)
+	if err != nil {
+		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
+	}
+	progress := make(chan types.ProgressProperties, 64)
+	var (
+		wg    sync.WaitGroup
+		tally = newTally()
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for pp := range progress {
+			last.Store(time.Now().UnixNano())
+			if e, ok := tally.event(pp); ok {
+				emit(e)
+			}
+		}
+	}()
+	opts := &copy.Options{
+		SourceCtx:            sys,
+		DestinationCtx:       &types.SystemContext{},
+		ReportWriter:         o.Report,
+		Progress:             progress,
+		ProgressInterval:     250 * time.Millisecond,
+		MaxParallelDownloads: uint(p.ParallelLayers),
+	}
+	if o.Report == nil {
+		opts.ReportWriter = io.Discard
+	}
+	if p.AllArchitectures {
+		opts.ImageListSelection = copy.CopyAllImages
+	}
+	o.Log.Info("pulling", "image", p.Reference, "digest", top.String(), "destination", p.Destination.Raw, "attempt", n)
+	copied, err := copy.Image(ctx, pc, destRef, srcRef, opts)
+	close(progress)
+	wg.Wait()
+	if err != nil {
+		return nil, p.classify(stallCause(ctx, err))
+	}
+	res := &Result{
+		Image:           p.Image,
+		Reference:       pinned.String(),
+		Digest:          top.String(),
+		MediaType:       mime,
+		Destination:     p.Destination.String(),
+		Credential:      p.CredentialOrAnonymous(),
+		SignaturePolicy: p.Signature,
+		Isolation:       p.Isolation,
+	}
+	res.Layers, res.Bytes = tally.totals()
+	want := top
+	if manifest.MIMETypeIsMultiImage(mime) && !p.AllArchitectures {
+		list, err := manifest.ListFromBlob(raw, mime)
+		if err != nil {
+			return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
+		}
+		if want, err = list.ChooseInstance(sys); err != nil {
+			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", pinned)
+		}
+		res.InstanceDigest = want.String()
+	}
+	// The destination may store a converted manifest (docker-archive
+	// writes Docker schema 2); report its digest when it differs.
+	if d, err := manifest.Digest(copied); err == nil && d != want {
+		res.DestinationDigest = d.String()
+	}
+	return res, nil
+}
+
+// resolveDigest fetches the manifest the registry serves for the reference
+// and returns its digest, so the copy pins exactly what was resolved.
+func (p *Plan) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named) (digest.Digest, []byte, string, error) {
+	ref := named
+	if d, ok := named.(reference.Digested); ok {
+		ref, _ = reference.WithDigest(reference.TrimNamed(named), d.Digest())
+	}
+	srcRef, err := docker.NewReference(ref)
+	if err != nil {
+		return "", nil, "", err
+	}
+	src, err := srcRef.NewImageSource(ctx, sys)
+	if err != nil {
+		return "", nil, "", err
+	}
+	defer src.Close()
+	raw, mime, err := src.GetManifest(ctx, nil)
+	if err != nil {
+		return "", nil, "", err
+	}
+	got, err := manifest.Digest(raw)
+	if err != nil {
+		return "", nil, "", err
+	}
+	if d, ok := named.(reference.Digested); ok && d.Digest() != got {
+		return "", nil, "", failure.New(failure.Verification, "manifest digest mismatch: %s serves %s for %s", p.Registry, got, d.Digest())
+	}
+	return got, raw, mime, nil
+}
+
+// stallCause turns the cancellation caused by the stall watchdog into a
+// network error that says so.
+func stallCause(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errStalled) {
+		return failure.Wrap(failure.Network, errStalled, "")
+	}
+	return err
+}
+
+// tally turns containers/image progress into events and totals.
+type tally struct {
+	mu     sync.Mutex
+	blobs  map[digest.Digest]int64
+	layers map[digest.Digest]bool
+}
+
+func newTally() *tally {
+	return &tally{blobs: map[digest.Digest]int64{}, layers: map[digest.Digest]bool{}}
+}
+
+func (t *tally) event(pp types.ProgressProperties) (Event, bool) {
+	a := pp.Artifact
+	e := Event{Digest: a.Digest.String(), MediaType: a.MediaType, Size: a.Size}
+	if e.Size < 0 {
+		e.Size = 0
+	}
+	isLayer := !isConfigMediaType(a.MediaType)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch pp.Event {
+	case types.ProgressEventNewArtifact:
+		e.Type = "layer_start"
+	case types.ProgressEventRead:
+		e.Type, e.Bytes = "layer_progress", int64(pp.Offset)
+	case types.ProgressEventDone, types.ProgressEventSkipped:
+		e.Type, e.Bytes = "layer_done", int64(pp.Offset)
+		e.Skipped = pp.Event == types.ProgressEventSkipped
+		size := a.Size
+		if size <= 0 {
+			size = int64(pp.Offset)
+		}
+		t.blobs[a.Digest] = size
+		if isLayer {
+			t.layers[a.Digest] = true
+		}
+	default:
+		return e, false
+	}
+	if !isLayer {
+		e.Type = "config" + e.Type[len("layer"):]
+	}
+	return e, true
+}
+
+func (t *tally) totals() (layers int, bytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.blobs {
+		bytes += n
+	}
+	return len(t.layers), bytes
+}
+
+func isConfigMediaType(mt string) bool {
+	switch mt {
+	case manifest.DockerV2Schema2ConfigMediaType, "application/vnd.oci.image.config.v1+json":
+		return true
+	}
+	return false
+}
+
+// IsTerminal reports whether f is a terminal (for progress bars).
+func IsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

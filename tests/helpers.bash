@@ -1,0 +1,801 @@
+# -*- bash -*-
+#
+# Shared helpers for the pullhelper system tests. Every tests/NNN-*.bats
+# starts with `load helpers`.
+#
+# Needs: bats >= 1.5 with bats-support and bats-assert, docker-registry
+# (distribution 2.8), skopeo, htpasswd (apache2-utils), openssl, python3, go;
+# curl is used when present.
+#
+# Secrets: the registry password is generated into $REGISTRY_DIR/password
+# (mode 0600) and only ever handed to tools through files or stdin (auth.json,
+# curl config, htpasswd -i). It is never exported, put in argv or printed.
+
+bats_require_minimum_version 1.5.0
+
+PH_BATS_LIB=${PH_BATS_LIB:-/usr/lib/bats}
+load "$PH_BATS_LIB/bats-support/load"
+load "$PH_BATS_LIB/bats-assert/load"
+
+# Tests dir and repo root (all .bats files live in tests/).
+PH_TESTS_DIR=$(cd "$BATS_TEST_DIRNAME" && pwd)
+PH_ROOT=$(cd "$PH_TESTS_DIR/.." && pwd)
+
+PULLHELPER=${PULLHELPER:-$BATS_TEST_DIRNAME/../bin/pullhelper}
+PH_TIMEOUT=${PH_TIMEOUT:-300}
+# Fixture and tool cache; gitignored (tests/.gitignore).
+PH_CACHE=${PH_CACHE:-$BATS_TEST_DIRNAME/.cache}
+# Seconds start_registry waits for the registry to answer.
+PH_REGISTRY_WAIT=${PH_REGISTRY_WAIT:-20}
+# Upper bound on a registry's life, in case teardown_file never runs.
+PH_REGISTRY_LIFETIME=${PH_REGISTRY_LIFETIME:-3600}
+# python3 for helpers; prefer the system one (a pyenv shim costs ~0.4 s a call).
+if [[ -z ${PH_PYTHON:-} ]]; then
+    if [[ -x /usr/bin/python3 ]]; then
+        PH_PYTHON=/usr/bin/python3
+    else
+        PH_PYTHON=python3
+    fi
+fi
+# Timeout for each skopeo call made by the helpers.
+PH_SKOPEO_TIMEOUT=${PH_SKOPEO_TIMEOUT:-300}
+
+###############################################################################
+# Small utilities
+
+# skip_if_not_root REASON: skip the test unless running as root.
+skip_if_not_root() {
+    if [[ $(id -u) -ne 0 ]]; then
+        skip "not root: ${1:-this test needs root}"
+    fi
+}
+
+# skip_unless_cmd CMD [REASON]: skip the test unless CMD is in $PATH.
+skip_unless_cmd() {
+    if ! command -v "$1" >/dev/null 2>&1; then
+        skip "command '$1' not installed${2:+: $2}"
+    fi
+}
+
+# _ph_go: path of the go tool.
+_ph_go() {
+    if command -v go >/dev/null 2>&1; then
+        command -v go
+    elif [[ -x /usr/local/go/bin/go ]]; then
+        echo /usr/local/go/bin/go
+    else
+        fail "go toolchain not found (PATH or /usr/local/go/bin/go)"
+    fi
+}
+
+# _ph_lock / _ph_unlock: serialize cache updates between bats processes.
+_ph_lock() {
+    mkdir -p "$PH_CACHE"
+    exec {_PH_LOCK_FD}>"$PH_CACHE/.lock"
+    flock -w 900 "$_PH_LOCK_FD" || fail "could not lock $PH_CACHE/.lock"
+}
+_ph_unlock() {
+    if [[ -n ${_PH_LOCK_FD:-} ]]; then
+        exec {_PH_LOCK_FD}>&-
+        unset _PH_LOCK_FD
+    fi
+}
+
+###############################################################################
+# Running pullhelper
+
+# run_pullhelper [EXPECTED_RC|'?'] ARGS...
+#
+# Runs `timeout $PH_TIMEOUT $PULLHELPER ARGS...` through bats' `run
+# --separate-stderr`: afterwards $status is the exit code, $output/$lines
+# stdout and $stderr/$stderr_lines stderr. EXPECTED_RC (default 0) is checked;
+# '?' accepts any. On a mismatch the command, exit code, stdout and stderr are
+# printed and the test fails. A pullhelper argument that is a bare number must
+# therefore be preceded by an explicit expected code.
+run_pullhelper() {
+    local expected_rc=0
+    case "${1:-}" in
+        '?') expected_rc='?'; shift ;;
+        '' | *[!0-9]*) ;;
+        *) expected_rc=$1; shift ;;
+    esac
+    if [[ ! -x $PULLHELPER ]]; then
+        fail "pullhelper binary not found or not executable: $PULLHELPER (build it first, or set PULLHELPER)"
+        return
+    fi
+    echo "\$ pullhelper $*"
+    run --separate-stderr timeout --kill-after=10 "$PH_TIMEOUT" "$PULLHELPER" "$@"
+    if [[ -n $output ]]; then
+        echo "$output"
+    fi
+    if [[ -n $stderr ]]; then
+        echo "[stderr] $stderr"
+    fi
+    if [[ $expected_rc != '?' && $status -ne $expected_rc ]]; then
+        local why=""
+        if [[ $status -eq 124 || $status -eq 137 ]]; then
+            why=" (timed out after ${PH_TIMEOUT}s)"
+        fi
+        batslib_print_kv_single_or_multi 8 \
+            command "$PULLHELPER $*" \
+            "exit code" "$status$why" \
+            expected "$expected_rc" \
+            stdout "$output" \
+            stderr "$stderr" |
+            batslib_decorate "pullhelper exited with an unexpected code" |
+            fail
+        return
+    fi
+}
+
+###############################################################################
+# JSON
+
+# json_get PATH: read JSON from stdin and print the value at PATH, jq-style:
+# strings raw, everything else as compact JSON, null for a missing key or
+# index. PATH is `.` or a chain of `.key`, `[N]` (negative counts from the
+# end), `."any key"` or `["any key"]`, e.g. `.error.code`, `.layers[0].digest`,
+# `.annotations."org.opencontainers.image.ref.name"`. Several JSON documents
+# on stdin (JSON lines) give one result line each. Implemented in python3 so
+# that it does not depend on jq being installed.
+json_get() {
+    local path=${1:?json_get: missing PATH}
+    "$PH_PYTHON" -c '
+import json, re, sys
+
+path = sys.argv[1]
+TOKEN = re.compile(r"""\.([A-Za-z_$][\w$-]*)|\.?\[(-?\d+)\]|\.?\[("(?:[^"\\]|\\.)*")\]|\.("(?:[^"\\]|\\.)*")""")
+steps, i = [], 0
+if path != ".":
+    while i < len(path):
+        m = TOKEN.match(path, i)
+        if not m:
+            sys.exit("json_get: bad path %r at offset %d" % (path, i))
+        key, idx, qk1, qk2 = m.groups()
+        if key is not None:
+            steps.append(key)
+        elif idx is not None:
+            steps.append(int(idx))
+        else:
+            steps.append(json.loads(qk1 or qk2))
+        i = m.end()
+    if not steps:
+        sys.exit("json_get: bad path %r" % path)
+
+def get(v):
+    for s in steps:
+        if v is None:
+            return None
+        if isinstance(s, int):
+            if not isinstance(v, list):
+                sys.exit("json_get: cannot index %s with %d" % (type(v).__name__, s))
+            v = v[s] if -len(v) <= s < len(v) else None
+        else:
+            if not isinstance(v, dict):
+                sys.exit("json_get: cannot index %s with %r" % (type(v).__name__, s))
+            v = v.get(s)
+    return v
+
+text = sys.stdin.read()
+dec = json.JSONDecoder()
+pos, n = 0, 0
+while True:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    if pos >= len(text):
+        break
+    try:
+        doc, pos = dec.raw_decode(text, pos)
+    except ValueError as e:
+        sys.exit("json_get: invalid JSON input: %s" % e)
+    n += 1
+    v = get(doc)
+    print(v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False))
+if n == 0:
+    sys.exit("json_get: no JSON input")
+' "$path"
+}
+
+# json_field PATH: same as json_get.
+json_field() {
+    json_get "$@"
+}
+
+###############################################################################
+# Fixtures (deterministic OCI layouts made by tests/imagegen)
+
+# Generator arguments of the named fixtures.
+_ph_fixture_args() {
+    case "$1" in
+        tiny) echo "-layers 1 -layer-size 4096 -compressible 0.5 -seed 1" ;;
+        big) echo "-layers 4 -layer-size 26214400 -compressible 0.5 -seed 2" ;;
+        many) echo "-layers 32 -layer-size 8192 -compressible 0.5 -seed 3" ;;
+        multi) echo "-layers 2 -layer-size 4096 -compressible 0.5 -seed 4 -platforms linux/amd64,linux/arm64,linux/arm/v7" ;;
+        *) return 1 ;;
+    esac
+}
+
+# Identifies the generator: its sources (tests excluded) and the Go version.
+_ph_imagegen_stamp() {
+    local f
+    {
+        "$(_ph_go)" env GOVERSION
+        for f in "$PH_ROOT"/tests/imagegen/*.go; do
+            [[ $f == *_test.go ]] && continue
+            echo "${f##*/}"
+            cat "$f"
+        done
+    } | sha256sum | cut -d' ' -f1
+}
+
+# build_imagegen: build tests/imagegen to $PH_CACHE/imagegen unless the cached
+# binary was built from the same sources.
+build_imagegen() {
+    local stamp bin="$PH_CACHE/imagegen"
+    stamp=$(_ph_imagegen_stamp)
+    _ph_lock
+    if [[ -x $bin && -f $bin.stamp && $(<"$bin.stamp") == "$stamp" ]]; then
+        _ph_unlock
+        return 0
+    fi
+    local tmp="$PH_CACHE/.imagegen.tmp.$$" out
+    if ! out=$(cd "$PH_ROOT" && "$(_ph_go)" build -o "$tmp" ./tests/imagegen 2>&1); then
+        rm -f "$tmp"
+        _ph_unlock
+        fail "go build ./tests/imagegen failed: $out"
+        return
+    fi
+    mv -f "$tmp" "$bin"
+    echo "$stamp" >"$bin.stamp"
+    _ph_unlock
+}
+
+# fixture NAME [IMAGEGEN_ARGS...]: make sure the OCI layout
+# $PH_CACHE/images/NAME exists (tag `latest`). NAME is one of tiny, big, many,
+# multi, or any other name when generator arguments are given. A layout is
+# reused while its stamp (generator build + arguments) matches; it is
+# generated into a temporary directory and renamed into place.
+fixture() {
+    local name=${1:?fixture: missing NAME}
+    shift
+    [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || {
+        fail "fixture: bad name '$name'"
+        return
+    }
+    local -a args
+    if (($#)); then
+        args=("$@")
+    else
+        local a
+        a=$(_ph_fixture_args "$name") || {
+            fail "fixture: unknown fixture '$name' (tiny, big, many, multi, or give imagegen args)"
+            return
+        }
+        read -ra args <<<"$a"
+    fi
+    build_imagegen
+    local images="$PH_CACHE/images"
+    local dir="$images/$name" stampfile="$images/$name.stamp" stamp
+    stamp="$(<"$PH_CACHE/imagegen.stamp") ${args[*]}"
+    mkdir -p "$images"
+    _ph_lock
+    if [[ -f $dir/index.json && -f $stampfile && $(<"$stampfile") == "$stamp" ]]; then
+        _ph_unlock
+        return 0
+    fi
+    rm -rf "$dir" "$stampfile"
+    local tmp out
+    tmp=$(mktemp -d "$images/.tmp-$name.XXXXXX")
+    if ! out=$("$PH_CACHE/imagegen" -out "$tmp/layout" "${args[@]}" 2>&1); then
+        rm -rf "$tmp"
+        _ph_unlock
+        fail "imagegen ${args[*]} failed: $out"
+        return
+    fi
+    mv "$tmp/layout" "$dir"
+    rm -rf "$tmp"
+    echo "$stamp" >"$stampfile"
+    _ph_unlock
+}
+
+# fixture_dir NAME: path of the fixture's OCI layout (call fixture first).
+fixture_dir() {
+    echo "$PH_CACHE/images/${1:?fixture_dir: missing NAME}"
+}
+
+# fixture_ref NAME: containers-transports reference of the fixture.
+fixture_ref() {
+    echo "oci:$(fixture_dir "$1"):latest"
+}
+
+# fixture_digest NAME: digest of the tagged manifest (an image index for
+# multi) as recorded in the layout's index.json.
+fixture_digest() {
+    local idx
+    idx="$(fixture_dir "$1")/index.json"
+    [[ -f $idx ]] || {
+        fail "fixture_digest: $idx missing (call fixture $1 first)"
+        return
+    }
+    json_get '.manifests[0].digest' <"$idx"
+}
+
+# fixture_blob NAME DIGEST: path of a blob inside the fixture's layout.
+fixture_blob() {
+    echo "$(fixture_dir "$1")/blobs/sha256/${2#sha256:}"
+}
+
+###############################################################################
+# Local registry (docker-registry / distribution 2.8)
+
+# _ph_free_port: a TCP port on 127.0.0.1 that was free a moment ago.
+_ph_free_port() {
+    "$PH_PYTHON" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+}
+
+# _ph_http_status URL [CAFILE]: HTTP status of an unauthenticated GET, or 000.
+_ph_http_status() {
+    local url=$1 ca=${2:-}
+    if command -v curl >/dev/null 2>&1; then
+        curl -s -o /dev/null -w '%{http_code}' --max-time 2 ${ca:+--cacert "$ca"} "$url" || true
+    else
+        "$PH_PYTHON" -c '
+import ssl, sys, urllib.request, urllib.error
+ctx = ssl.create_default_context(cafile=sys.argv[2]) if len(sys.argv) > 2 else None
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=2, context=ctx)
+    print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception:
+    print("000")
+' "$url" ${ca:+"$ca"}
+    fi
+}
+
+# _ph_make_certs DIR: per-run CA and a server certificate for 127.0.0.1 and
+# localhost signed by it.
+_ph_make_certs() {
+    local d=$1 out
+    cat >"$d/ca.cnf" <<EOF
+[req]
+distinguished_name = dn
+prompt = no
+x509_extensions = v3_ca
+[dn]
+CN = pullhelper test CA $(date +%s)-$$
+[v3_ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+EOF
+    cat >"$d/server.ext" <<EOF
+basicConstraints = CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+EOF
+    if ! out=$(
+        set -e
+        umask 077
+        openssl req -x509 -config "$d/ca.cnf" -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+            -nodes -keyout "$d/ca.key" -out "$d/ca.crt" -days 7 -sha256 2>&1
+        openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=127.0.0.1" 2>&1
+        openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+            -set_serial "0x$(openssl rand -hex 8)" -days 7 -sha256 \
+            -extfile "$d/server.ext" -out "$d/server.crt" 2>&1
+        chmod 0644 "$d/ca.crt" "$d/server.crt"
+    ); then
+        fail "generating certificates failed: $out"
+        return
+    fi
+    mkdir -p "$d/certs"
+    cp "$d/ca.crt" "$d/certs/ca.crt"
+}
+
+# _ph_write_registry_files: config.yml, auth.json, badauth.json, curlrc for
+# the current REGISTRY_* settings and port.
+_ph_write_registry_files() {
+    local tls=$1 auth=$2 d=$REGISTRY_DIR
+    {
+        cat <<EOF
+version: 0.1
+log:
+  level: info
+  formatter: text
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_DATA
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: $REGISTRY_HOST
+  secret: $(openssl rand -hex 16)
+  headers:
+    X-Content-Type-Options: [nosniff]
+EOF
+        if ((tls)); then
+            cat <<EOF
+  tls:
+    certificate: $d/server.crt
+    key: $d/server.key
+EOF
+        fi
+        if ((auth)); then
+            cat <<EOF
+auth:
+  htpasswd:
+    realm: pullhelper-tests
+    path: $d/htpasswd
+EOF
+        fi
+        cat <<EOF
+health:
+  storagedriver:
+    enabled: false
+EOF
+    } >"$d/config.yml"
+
+    # Credentials files; the password only passes through pipes.
+    local good bad
+    good=$({ printf '%s:' "$REGISTRY_USER"; tr -d '\n' <"$d/password"; } | base64 -w0)
+    bad=$({ printf '%s:' "$REGISTRY_USER"; echo -n "wrong-"; tr -d '\n' <"$d/password"; } | base64 -w0)
+    (
+        umask 077
+        printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$REGISTRY_HOST" "$good" >"$d/auth.json"
+        printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$REGISTRY_HOST" "$bad" >"$d/badauth.json"
+        { printf 'user = "%s:' "$REGISTRY_USER"; tr -d '\n' <"$d/password"; printf '"\n'; } >"$d/curlrc"
+    )
+}
+
+# _ph_pid_alive PID: the process exists and is not a zombie.
+_ph_pid_alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z && $state != X ]]
+}
+
+# _ph_pid_is_ours PID: PID is a live (non-zombie) process started by
+# start_registry (timeout wrapping docker-registry with our config).
+_ph_pid_is_ours() {
+    local pid=$1 state
+    [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [[ $state != Z && $state != X ]] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "docker-registry serve $REGISTRY_DIR/config.yml"
+}
+
+# start_registry [--no-tls] [--no-auth]
+#
+# Starts docker-registry on a free port of 127.0.0.1 with TLS (per-run CA)
+# and htpasswd auth (random user and password) unless disabled, and waits for
+# it to answer GET /v2/. Exports:
+#   REGISTRY_HOST        127.0.0.1:PORT          REGISTRY_PORT   PORT
+#   REGISTRY_URL         https://127.0.0.1:PORT (http:// with --no-tls)
+#   REGISTRY_TLS         1 or 0                  REGISTRY_AUTH   1 or 0
+#   REGISTRY_DIR         everything below lives here
+#   REGISTRY_CA          CA certificate (PEM)
+#   REGISTRY_CERT_DIR    dir holding only ca.crt (skopeo/c-image --cert-dir)
+#   REGISTRY_USER        user name (the password is in $REGISTRY_DIR/password)
+#   REGISTRY_AUTHFILE    containers auth.json with the right password (0600)
+#   REGISTRY_BADAUTHFILE same user, wrong password (0600)
+#   REGISTRY_LOG         registry stdout+stderr
+#   REGISTRY_DATA        filesystem storage root
+#   REGISTRY_PID         pid to stop (a `timeout` wrapper; own process group)
+# With --no-tls the CA files still exist but the registry speaks plain HTTP;
+# with --no-auth the auth files still exist but are not checked.
+start_registry() {
+    local tls=1 auth=1
+    while (($#)); do
+        case "$1" in
+            --no-tls) tls=0 ;;
+            --no-auth) auth=0 ;;
+            *)
+                fail "start_registry: unknown option $1"
+                return
+                ;;
+        esac
+        shift
+    done
+    if [[ -n ${REGISTRY_PID:-} && -n ${REGISTRY_DIR:-} ]] && _ph_pid_is_ours "$REGISTRY_PID"; then
+        fail "start_registry: a registry is already running (pid $REGISTRY_PID); stop_registry first"
+        return
+    fi
+    local cmd
+    for cmd in docker-registry openssl htpasswd "$PH_PYTHON" timeout; do
+        command -v "$cmd" >/dev/null || {
+            fail "start_registry: $cmd not installed"
+            return
+        }
+    done
+
+    local parent=${BATS_FILE_TMPDIR:-${TMPDIR:-/tmp}}
+    REGISTRY_DIR=$(mktemp -d "$parent/registry.XXXXXX")
+    chmod 0700 "$REGISTRY_DIR"
+    REGISTRY_DATA="$REGISTRY_DIR/data"
+    REGISTRY_LOG="$REGISTRY_DIR/registry.log"
+    REGISTRY_CA="$REGISTRY_DIR/ca.crt"
+    REGISTRY_CERT_DIR="$REGISTRY_DIR/certs"
+    REGISTRY_AUTHFILE="$REGISTRY_DIR/auth.json"
+    REGISTRY_BADAUTHFILE="$REGISTRY_DIR/badauth.json"
+    REGISTRY_TLS=$tls
+    REGISTRY_AUTH=$auth
+    export REGISTRY_DIR REGISTRY_DATA REGISTRY_LOG REGISTRY_CA REGISTRY_CERT_DIR \
+        REGISTRY_AUTHFILE REGISTRY_BADAUTHFILE REGISTRY_TLS REGISTRY_AUTH
+    mkdir -p "$REGISTRY_DATA"
+
+    # Certificates are made in every mode so that REGISTRY_CA always exists.
+    _ph_make_certs "$REGISTRY_DIR" || return
+
+    REGISTRY_USER="phuser$(openssl rand -hex 4)"
+    export REGISTRY_USER
+    (
+        umask 077
+        openssl rand -hex 24 >"$REGISTRY_DIR/password"
+    )
+    if ! htpasswd -iBn "$REGISTRY_USER" <"$REGISTRY_DIR/password" 2>"$REGISTRY_DIR/htpasswd.err" |
+        grep -v '^$' >"$REGISTRY_DIR/htpasswd"; then
+        fail "htpasswd failed: $(cat "$REGISTRY_DIR/htpasswd.err")"
+        return
+    fi
+
+    : >>"$REGISTRY_LOG"
+    local scheme=https
+    ((tls)) || scheme=http
+    local attempt port pid deadline code logstart
+    for attempt in 1 2 3 4 5; do
+        port=$(_ph_free_port) || {
+            fail "could not find a free port"
+            return
+        }
+        REGISTRY_PORT=$port
+        REGISTRY_HOST="127.0.0.1:$port"
+        REGISTRY_URL="$scheme://$REGISTRY_HOST"
+        export REGISTRY_PORT REGISTRY_HOST REGISTRY_URL
+        _ph_write_registry_files "$tls" "$auth"
+        logstart=$(($(wc -l <"$REGISTRY_LOG") + 1))
+        echo "--- start attempt $attempt on $REGISTRY_HOST ---" >>"$REGISTRY_LOG"
+
+        # env -i: distribution treats every REGISTRY_* environment variable
+        # as a config override (REGISTRY_LOG, REGISTRY_AUTH, ... would break
+        # it). timeout bounds its life and puts it in its own process group;
+        # the subshell makes it an orphan so nobody here has to reap it; fd 3
+        # is closed so that bats does not wait for it.
+        (
+            cd "$REGISTRY_DIR" || exit 1
+            timeout --kill-after=10 "$PH_REGISTRY_LIFETIME" \
+                env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME="$REGISTRY_DIR" \
+                docker-registry serve "$REGISTRY_DIR/config.yml" \
+                </dev/null >>"$REGISTRY_LOG" 2>&1 3>&- &
+            echo $! >"$REGISTRY_DIR/registry.pid"
+        )
+        pid=$(<"$REGISTRY_DIR/registry.pid")
+        REGISTRY_PID=$pid
+        export REGISTRY_PID
+
+        deadline=$((SECONDS + PH_REGISTRY_WAIT))
+        while :; do
+            if ! _ph_pid_is_ours "$pid"; then
+                rm -f "$REGISTRY_DIR/registry.pid"
+                if tail -n "+$logstart" "$REGISTRY_LOG" | grep -q 'address already in use'; then
+                    continue 2
+                fi
+                fail "docker-registry exited during startup; log tail:
+$(tail -n 30 "$REGISTRY_LOG")"
+                return
+            fi
+            # Ready once it logged its listener and answers /v2/.
+            if grep -q "listening on $REGISTRY_HOST" "$REGISTRY_LOG"; then
+                code=$(_ph_http_status "$REGISTRY_URL/v2/" "$REGISTRY_CA")
+                if [[ $code == 200 || $code == 401 ]]; then
+                    return 0
+                fi
+            fi
+            if ((SECONDS >= deadline)); then
+                stop_registry
+                fail "docker-registry did not answer on $REGISTRY_URL/v2/ within ${PH_REGISTRY_WAIT}s; log tail:
+$(tail -n 30 "$REGISTRY_LOG")"
+                return
+            fi
+            sleep 0.1
+        done
+    done
+    fail "start_registry: no free port after 5 attempts; log tail:
+$(tail -n 30 "$REGISTRY_LOG")"
+}
+
+# stop_registry: stop the registry started by start_registry (TERM, wait up
+# to 10 s, then KILL its process group). Idempotent; keeps REGISTRY_DIR (log,
+# storage) so that tests can still look at it.
+stop_registry() {
+    [[ -n ${REGISTRY_DIR:-} && -f $REGISTRY_DIR/registry.pid ]] || return 0
+    local pid
+    pid=$(<"$REGISTRY_DIR/registry.pid")
+    if _ph_pid_is_ours "$pid"; then
+        # timeout forwards TERM to docker-registry and exits with it.
+        kill -TERM "$pid" 2>/dev/null || true
+        # (While exiting, /proc/PID/cmdline reads empty: wait on liveness.)
+        local deadline=$((SECONDS + 10))
+        while _ph_pid_alive "$pid" && ((SECONDS < deadline)); do
+            sleep 0.1
+        done
+        if _ph_pid_alive "$pid"; then
+            echo "# docker-registry (pid $pid) ignored SIGTERM; killing its process group" >&2
+            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    rm -f "$REGISTRY_DIR/registry.pid"
+}
+
+# registry_log_tail [N]: last N (default 40) lines of the registry log.
+registry_log_tail() {
+    tail -n "${1:-40}" "$REGISTRY_LOG"
+}
+
+###############################################################################
+# Talking to the registry
+
+# registry_skopeo_opts [src|dest|-] [--anon|--bad-creds]: skopeo options to
+# reach the registry: cert dir (or --tls-verify=false without TLS) and auth
+# file, prefixed for copy (src/dest) or unprefixed (- or nothing) for
+# inspect and friends. Paths contain no spaces, so $(...) can be unquoted.
+registry_skopeo_opts() {
+    local p=${1:--} creds=${2:-}
+    [[ $p == - ]] && p="" || p="$p-"
+    if ((REGISTRY_TLS)); then
+        echo -n "--${p}cert-dir $REGISTRY_CERT_DIR "
+    else
+        echo -n "--${p}tls-verify=false "
+    fi
+    case "$creds" in
+        --anon) echo "--${p}no-creds" ;;
+        --bad-creds) echo "--${p}authfile $REGISTRY_BADAUTHFILE" ;;
+        '') echo "--${p}authfile $REGISTRY_AUTHFILE" ;;
+        *) echo "registry_skopeo_opts: bad option $creds" >&2; return 1 ;;
+    esac
+}
+
+# ph_skopeo ARGS...: skopeo with a private accept-anything policy and a timeout.
+ph_skopeo() {
+    local policy="$PH_CACHE/policy.json"
+    if [[ ! -f $policy ]]; then
+        mkdir -p "$PH_CACHE"
+        echo '{"default":[{"type":"insecureAcceptAnything"}]}' >"$policy.$$"
+        mv -f "$policy.$$" "$policy"
+    fi
+    timeout --kill-after=10 "$PH_SKOPEO_TIMEOUT" skopeo --policy "$policy" "$@"
+}
+
+_ph_skopeo_supports_preserve_digests() {
+    if [[ -z ${_PH_PRESERVE_DIGESTS+x} ]]; then
+        if skopeo copy --help 2>/dev/null | grep -q -- '--preserve-digests'; then
+            _PH_PRESERVE_DIGESTS=1
+        else
+            _PH_PRESERVE_DIGESTS=0
+        fi
+    fi
+    ((_PH_PRESERVE_DIGESTS))
+}
+
+# push_fixture NAME [REPO[:TAG]]: generate the fixture if needed and copy it
+# (all platforms, digests preserved) to $REGISTRY_HOST/REPO:TAG (default
+# fixtures/NAME:latest).
+push_fixture() {
+    local name=${1:?push_fixture: missing NAME} ref=${2:-fixtures/$1}
+    [[ $ref == *:* || $ref == *@* ]] || ref+=":latest"
+    fixture "$name"
+    local -a opts=(--all)
+    _ph_skopeo_supports_preserve_digests && opts+=(--preserve-digests)
+    local out
+    # shellcheck disable=SC2046
+    if ! out=$(ph_skopeo copy --quiet "${opts[@]}" $(registry_skopeo_opts dest) \
+        "$(fixture_ref "$name")" "docker://$REGISTRY_HOST/$ref" 2>&1); then
+        fail "push_fixture $name $ref: skopeo copy failed: $out
+registry log tail:
+$(registry_log_tail 20)"
+        return
+    fi
+}
+
+# registry_manifest REPO:TAG|REPO@DIGEST: the raw manifest bytes the registry
+# serves (authenticated).
+registry_manifest() {
+    local ref=${1:?registry_manifest: missing REPO:TAG}
+    # shellcheck disable=SC2046
+    ph_skopeo inspect --raw $(registry_skopeo_opts) "docker://$REGISTRY_HOST/$ref"
+}
+
+# registry_digest REPO:TAG: digest (sha256:...) of the manifest the registry
+# serves for the reference, i.e. sha256 of the raw bytes; for a multi-platform
+# image that is the index digest, not a platform image's.
+registry_digest() {
+    local ref=${1:?registry_digest: missing REPO:TAG} tmp sum
+    tmp=$(mktemp "${BATS_TEST_TMPDIR:-${TMPDIR:-/tmp}}/manifest.XXXXXX")
+    if ! registry_manifest "$ref" >"$tmp" 2>"$tmp.err"; then
+        fail "registry_digest $ref: skopeo inspect --raw failed: $(cat "$tmp.err")"
+        rm -f "$tmp" "$tmp.err"
+        return
+    fi
+    sum=$(sha256sum <"$tmp" | cut -d' ' -f1)
+    rm -f "$tmp" "$tmp.err"
+    echo "sha256:$sum"
+}
+
+# registry_curl [--anon] CURL_ARGS... PATH: curl $REGISTRY_URL$PATH with the
+# registry's CA and (unless --anon) its credentials from a config file.
+# PATH is the last argument and starts with /.
+registry_curl() {
+    local anon=0
+    if [[ ${1:-} == --anon ]]; then
+        anon=1
+        shift
+    fi
+    local path=${*: -1}
+    local -a args=("${@:1:$#-1}")
+    [[ $path == /* ]] || {
+        echo "registry_curl: last argument must be a path starting with /" >&2
+        return 2
+    }
+    ((REGISTRY_TLS)) && args+=(--cacert "$REGISTRY_CA")
+    ((anon)) || args+=(-K "$REGISTRY_DIR/curlrc")
+    curl -sS --max-time 60 "${args[@]}" "$REGISTRY_URL$path"
+}
+
+# registry_blob_path DIGEST: the blob's data file in the registry storage.
+registry_blob_path() {
+    local hex=${1#sha256:}
+    echo "$REGISTRY_DATA/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data"
+}
+
+# corrupt_blob DIGEST: invert every byte of the blob's data file in the
+# registry storage (same length, every byte different), so clients see a
+# digest mismatch (or a gzip error first if they decompress while reading).
+# Blobs are shared by all repositories of the registry. A backup is kept for
+# restore_blob.
+corrupt_blob() {
+    local digest=${1:?corrupt_blob: missing DIGEST} hex f
+    hex=${digest#sha256:}
+    [[ $hex =~ ^[0-9a-f]{64}$ ]] || {
+        fail "corrupt_blob: bad digest '$digest'"
+        return
+    }
+    f=$(registry_blob_path "$digest")
+    [[ -f $f ]] || {
+        fail "corrupt_blob: $digest not in registry storage ($f)"
+        return
+    }
+    mkdir -p "$REGISTRY_DIR/blob-backup"
+    [[ -f $REGISTRY_DIR/blob-backup/$hex ]] || cp "$f" "$REGISTRY_DIR/blob-backup/$hex"
+    "$PH_PYTHON" -c '
+import sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    data = f.read()
+    f.seek(0)
+    f.write(data.translate(bytes(range(255, -1, -1))))
+' "$f"
+}
+
+# restore_blob DIGEST: undo corrupt_blob.
+restore_blob() {
+    local hex=${1#sha256:}
+    local b="$REGISTRY_DIR/blob-backup/$hex"
+    [[ -f $b ]] || {
+        fail "restore_blob: no backup of $1"
+        return
+    }
+    cat "$b" >"$(registry_blob_path "$1")"
+    rm -f "$b"
+}
