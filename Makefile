@@ -1,10 +1,14 @@
 # pullhelper — see README.md. `make test` is the CI entry point.
 SHELL := /bin/bash
+comma := ,
 GO ?= go
 TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper containers_image_storage_stub
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-GOFLAGS_BUILD := -trimpath -tags "$(TAGS)" -ldflags "-s -w -X main.version=$(VERSION)"
+GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 BIN := bin/pullhelper
+# Every go command (build, vet, test) sees the same tags and no cgo.
+export CGO_ENABLED := 0
+export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
 APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2
 BATS_FLAGS ?=
 
@@ -25,14 +29,14 @@ deps:
 build: $(BIN)
 
 $(BIN): $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	CGO_ENABLED=0 $(GO) vet -tags "$(TAGS)" ./...
+	$(GO) vet ./...
 
 test-unit:
-	CGO_ENABLED=0 $(GO) test -tags "$(TAGS)" -count=1 ./...
+	$(GO) test -count=1 ./...
 
 test-system: build
 	bats $(BATS_FLAGS) tests/

@@ -90,7 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad nameserver", "version = 1\n[network.dns]\nnameservers = [\"10.0.0.300\"]\n", "p.toml:3: network.dns.nameservers: entry 1"},
 		{"root user", "version = 1\n[privileges]\nuser = \"0\"\n", "p.toml:3: privileges.user: must be"},
 		{"insecure pattern", "version = 1\n[trust]\ninsecure_registries = [\"https://x\"]\n", "p.toml:3: trust.insecure_registries: entry 1"},
-		{"not yet: cgroup", "version = 1\n[cgroup]\nmemory_max = \"64Mi\"\n", "p.toml:3: cgroup.memory_max: not supported yet"},
+		{"not yet: netns", "version = 1\n[network]\nnetns = \"/run/netns/x\"\n", "p.toml:3: network.netns: not supported yet"},
 		{"not yet: pull secrets", "version = 1\n[auth]\npull_secrets = [\"/x\"]\n", "p.toml:3: auth.pull_secrets: not supported yet"},
 		{"not yet: profile", "version = 1\n[profiles.p.privileges]\nuser = \"nobody\"\n", "p.toml:3: profiles.p.privileges.user: not supported yet"},
 		{"profile bad value", "version = 1\n[profiles.p.pull]\nparallel_layers = 100\n", "p.toml:3: profiles.p.pull.parallel_layers: must be between 1 and 64"},
@@ -180,10 +180,10 @@ func TestSetFromFlags(t *testing.T) {
 	if err := l.Set("--retries", "pull.retries", policy.Int, "-2"); err == nil || !strings.HasPrefix(err.Error(), "--retries:") {
 		t.Fatalf("negative retries via flag: %v", err)
 	}
-	if err := l.Set("--memory-max", "cgroup.memory_max", policy.String, "64Mi"); err != nil {
+	if err := l.Set("--user", "privileges.user", policy.String, "nobody"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--memory-max: not supported yet") {
+	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--user: not supported yet") {
 		t.Fatalf("validate = %v", err)
 	}
 	// Quoting: a value with quotes and backslashes survives intact.

@@ -18,7 +18,6 @@ var notYet = []struct{ prefix, issue string }{
 	{"auth.service_account_token", "service-account token credentials"},
 	{"trust.ca_files", "registry-scoped CA files"},
 	{"pull.max_bandwidth", "bandwidth limits"},
-	{"cgroup.", "cgroup isolation"},
 	{"network.netns", "network namespaces"},
 	{"network.dns", "the cluster DNS override"},
 	{"privileges.", "the privilege drop"},

@@ -51,15 +51,16 @@ func (d Destination) reference(path string) (types.ImageReference, error) {
 // isDir reports whether the transport writes a directory (else one file).
 func (d Destination) isDir() bool { return d.Transport == "oci" || d.Transport == "dir" }
 
-// stage is a staging area on DEST's filesystem, next to DEST.
-type stage struct {
-	root string // .pullhelper-staging-NAME-XXXX, 0700
-	path string // what containers/image writes: root/image or root/image.tar
+// Stage is a staging area on DEST's filesystem, next to DEST.
+type Stage struct {
+	Root string `json:"root"` // .pullhelper-staging-NAME-XXXX, 0700
+	Path string `json:"path"` // what containers/image writes: Root/image or Root/image.tar
 }
 
-// newStage checks DEST before any network byte and creates the staging root
+// Prepare checks DEST before any network byte and creates the staging area
 // beside it. Errors are failure.Destination.
-func newStage(d Destination) (*stage, error) {
+func Prepare(p *Plan) (*Stage, error) {
+	d := p.Destination
 	parent := filepath.Dir(d.Path)
 	st, err := os.Stat(parent)
 	if err != nil {
@@ -75,22 +76,23 @@ func newStage(d Destination) (*stage, error) {
 	if err != nil {
 		return nil, failure.New(failure.Destination, "destination %s: cannot write in %s: %v", d.Raw, parent, pathErrno(err))
 	}
-	s := &stage{root: root, path: filepath.Join(root, "image")}
+	s := &Stage{Root: root, Path: filepath.Join(root, "image")}
 	if !d.isDir() {
-		s.path += ".tar"
+		s.Path += ".tar"
 	}
 	return s, nil
 }
 
 // reset empties the staging area between attempts.
-func (s *stage) reset() error {
-	if err := os.RemoveAll(s.path); err != nil {
-		return failure.Wrap(failure.Destination, err, "clearing staging %s", s.path)
+func (s *Stage) reset() error {
+	if err := os.RemoveAll(s.Path); err != nil {
+		return failure.Wrap(failure.Destination, err, "clearing staging %s", s.Path)
 	}
 	return nil
 }
 
-func (s *stage) remove() { _ = os.RemoveAll(s.root) }
+// Remove deletes the staging area and everything in it.
+func (s *Stage) Remove() { _ = os.RemoveAll(s.Root) }
 
 // checkExisting refuses a DEST that exists but cannot receive this image.
 func (d Destination) checkExisting() error {
@@ -132,42 +134,42 @@ func (d Destination) checkExisting() error {
 	return nil
 }
 
-// commit moves the staged image into DEST atomically. For oci: into an
+// Commit moves the staged image into DEST atomically. For oci: into an
 // existing layout, blobs are moved in first and index.json is replaced last,
 // under an exclusive lock on the layout directory, so a concurrent commit
 // never loses a tag. Errors are failure.Destination; DEST is unchanged
 // unless commit returns nil (a failed oci: merge may leave extra blobs, which
 // no index references).
-func (s *stage) commit(d Destination) error {
+func (s *Stage) Commit(d Destination) error {
 	if err := d.checkExisting(); err != nil {
 		return err
 	}
 	if !d.isDir() {
-		return wrapDest(d, os.Rename(s.path, d.Path))
+		return wrapDest(d, os.Rename(s.Path, d.Path))
 	}
-	if err := os.Chmod(s.path, 0o755); err != nil {
+	if err := os.Chmod(s.Path, 0o755); err != nil {
 		return wrapDest(d, err)
 	}
 	if _, err := os.Lstat(d.Path); errors.Is(err, fs.ErrNotExist) {
-		return wrapDest(d, os.Rename(s.path, d.Path))
+		return wrapDest(d, os.Rename(s.Path, d.Path))
 	}
 	if isEmptyDir(d.Path) {
 		// rename(2) replaces an empty directory.
-		return wrapDest(d, os.Rename(s.path, d.Path))
+		return wrapDest(d, os.Rename(s.Path, d.Path))
 	}
 	if d.Transport == "dir" {
 		// Replacing a previous dir: image: swap it out, then drop it.
-		old := filepath.Join(s.root, "old")
+		old := filepath.Join(s.Root, "old")
 		if err := os.Rename(d.Path, old); err != nil {
 			return wrapDest(d, err)
 		}
-		if err := os.Rename(s.path, d.Path); err != nil {
+		if err := os.Rename(s.Path, d.Path); err != nil {
 			_ = os.Rename(old, d.Path)
 			return wrapDest(d, err)
 		}
 		return nil
 	}
-	return mergeOCILayout(s.path, d)
+	return mergeOCILayout(s.Path, d)
 }
 
 func isEmptyDir(p string) bool {

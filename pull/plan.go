@@ -69,11 +69,19 @@ type SignaturePolicy struct {
 	Note   string `json:"note,omitempty"`
 }
 
-// Isolation describes how the pull is isolated.
+// Isolation describes how the pull is isolated. The parent fills in the
+// cgroup fields when it has created the cgroup.
 type Isolation struct {
-	Enabled bool   `json:"enabled"`
-	Mode    string `json:"mode"`
-	Reason  string `json:"reason,omitempty"`
+	Enabled       bool     `json:"enabled"`
+	Mode          string   `json:"mode"`
+	Reason        string   `json:"reason,omitempty"`
+	Cgroup        string   `json:"cgroup,omitempty"`
+	CgroupVersion string   `json:"cgroup_version,omitempty"`
+	CgroupDriver  string   `json:"cgroup_driver,omitempty"`
+	CgroupJoined  bool     `json:"cgroup_joined,omitempty"`
+	Limits        any      `json:"limits,omitempty"`
+	Reclaimed     []string `json:"reclaimed,omitempty"`
+	ChildPID      int      `json:"child_pid,omitempty"`
 }
 
 // PolicySource names the policy file and profile in effect.
@@ -105,11 +113,10 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		ParallelLayers:   int(l.Pull.ParallelLayers),
 		AllArchitectures: l.Pull.AllArchitectures,
 		Policy:           PolicySource{File: l.File, Profile: l.Profile},
-		Isolation: Isolation{Enabled: false, Mode: "none",
-			Reason: "this version runs the pull in-process; cgroup, namespace and privilege isolation are not implemented yet"},
+		Isolation:        Isolation{Enabled: true, Mode: "child in cgroup"},
 	}
 	if in.NoIsolation {
-		p.Isolation.Reason = "--no-isolation"
+		p.Isolation = Isolation{Enabled: false, Mode: "in-process", Reason: "--no-isolation"}
 	}
 	if l.Pull.RegistriesConf != "" {
 		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {

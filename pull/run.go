@@ -49,7 +49,7 @@ type Result struct {
 	Credential        *auth.Credential `json:"credential"`
 	SignaturePolicy   SignaturePolicy  `json:"signature_policy"`
 	Isolation         Isolation        `json:"isolation"`
-	Usage             map[string]int64 `json:"usage,omitempty"`
+	Usage             any              `json:"usage,omitempty"`
 }
 
 // Event is one JSON Lines progress event (--progress-fd).
@@ -88,85 +88,67 @@ func (p *Plan) CredentialOrAnonymous() *auth.Credential {
 	return &auth.Credential{Source: "anonymous"}
 }
 
-// SystemContext is the one place a Plan becomes containers/image settings.
-func (p *Plan) SystemContext() *types.SystemContext {
-	sys := &types.SystemContext{
-		DockerCertPath:           noCertDir,
-		SystemRegistriesConfPath: p.RegistriesConf,
-		DockerRegistryUserAgent:  "pullhelper/" + Version,
-		// Always set: containers/image must not search auth files of its
-		// own. An empty config means anonymous.
-		DockerAuthConfig: &types.DockerAuthConfig{},
-	}
-	if p.Trust.CertDir != "" {
-		sys.DockerCertPath = p.Trust.CertDir
-	}
-	if !p.Trust.Verify {
-		sys.DockerInsecureSkipTLSVerify = types.OptionalBoolTrue
-	}
-	if c := p.Credential; c != nil {
-		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken}
-	}
-	return sys
-}
-
-func (p *Plan) policyContext() (*signature.PolicyContext, error) {
-	var (
-		pol *signature.Policy
-		err error
-	)
-	if p.Signature.File != "" {
-		pol, err = signature.NewPolicyFromFile(p.Signature.File)
-		if err != nil {
-			return nil, failure.New(failure.Usage, "signature policy %s: %v", p.Signature.File, err)
-		}
-	} else {
-		pol = &signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}}
-	}
-	pc, err := signature.NewPolicyContext(pol)
-	if err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "signature policy")
-	}
-	return pc, nil
-}
-
-// Run pulls the image into the destination. It checks and stages DEST before
-// the first network byte, retries network failures, verifies and commits.
+// Run pulls the image into the destination in this process: Prepare, Copy,
+// Commit. The isolated path (package reexec) runs Copy in a child instead.
 func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
 	start := time.Now()
+	m, err := p.LoadMaterial()
+	if err != nil {
+		return nil, err
+	}
+	st, err := Prepare(p)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Remove()
+	res, err := Copy(ctx, p, m, st, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Commit(p.Destination); err != nil {
+		return nil, err
+	}
+	res.DurationMS = time.Since(start).Milliseconds()
+	o.emit(Event{Type: "done", Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
+	return res, nil
+}
+
+func (o Options) emit(e Event) {
+	if o.Events != nil {
+		e.TS = time.Now().UTC()
+		o.Events(e)
+	}
+}
+
+// Copy is the network-facing part: it resolves the tag, copies the image
+// into st.Path with retries, and syncs it to disk. It reads no file outside
+// st.Root: the credential, certificates and signature policy come in m.
+func Copy(ctx context.Context, p *Plan, m *Material, st *Stage, o Options) (*Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
-	}
-	emit := func(e Event) {
-		if o.Events != nil {
-			e.TS = time.Now().UTC()
-			o.Events(e)
-		}
 	}
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, fmt.Errorf("pull timed out after %s (--timeout)", p.Timeout))
 		defer cancel()
 	}
-	pc, err := p.policyContext()
+	pc, err := m.policyContext(p)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = pc.Destroy() }()
-	st, err := newStage(p.Destination)
+	sys, err := m.systemContext(p, st)
 	if err != nil {
 		return nil, err
 	}
-	defer st.remove()
-
-	emit(Event{Type: "start", Image: p.Reference, Destination: p.Destination.Raw})
+	o.emit(Event{Type: "start", Image: p.Reference, Destination: p.Destination.Raw})
 	var (
 		res     *Result
 		attempt int
 		delay   = p.RetryDelay
 	)
 	for attempt = 1; ; attempt++ {
-		res, err = p.attempt(ctx, pc, st, o, emit, attempt)
+		res, err = p.attempt(ctx, pc, sys, st, o, attempt)
 		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
 			break
 		}
@@ -186,18 +168,16 @@ func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
 		}
 		return nil, err
 	}
-	if err := st.commit(p.Destination); err != nil {
-		return nil, err
+	if err := syncTree(st.Path); err != nil {
+		return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
 	}
 	res.Attempts = attempt
-	res.DurationMS = time.Since(start).Milliseconds()
-	emit(Event{Type: "done", Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
 	return res, nil
 }
 
 // attempt resolves the tag to a digest, then copies exactly that digest into
 // the staging area.
-func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, st *stage, o Options, emit func(Event), n int) (*Result, error) {
+func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	var last atomic.Int64
@@ -221,10 +201,6 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, st *
 			}
 		}()
 	}
-	sys := p.SystemContext()
-	// Keep containers/image's blob-info cache inside the staging area: a
-	// pull leaves nothing behind outside DEST.
-	sys.BlobInfoCacheDir = st.root
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
@@ -241,7 +217,7 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, st *
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "")
 	}
-	destRef, err := p.Destination.reference(st.path)
+	destRef, err := p.Destination.reference(st.Path)
 	if err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
@@ -256,7 +232,7 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, st *
 		for pp := range progress {
 			last.Store(time.Now().UnixNano())
 			if e, ok := tally.event(pp); ok {
-				emit(e)
+				o.emit(e)
 			}
 		}
 	}()

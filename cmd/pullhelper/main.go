@@ -15,9 +15,11 @@ import (
 	"syscall"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
+	"github.com/pullhelper/pullhelper/reexec"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -27,6 +29,10 @@ import (
 var version = "dev"
 
 func main() {
+	// The re-executed pull child never reaches the CLI.
+	if isChild, code := reexec.Dispatch(); isChild {
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -94,7 +100,7 @@ DEST is either untouched or fully committed.`,
 			if err != nil {
 				return err
 			}
-			plan, err := buildPlan(cmd, &c, args[0], args[1])
+			plan, settings, err := resolve(cmd, &c, args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -110,7 +116,16 @@ DEST is either untouched or fully committed.`,
 			if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
 				opts.Report = stderr
 			}
-			res, err := pull.Run(ctx, plan, opts)
+			var res *pull.Result
+			if c.noIsolation {
+				res, err = pull.Run(ctx, plan, opts)
+			} else {
+				cg, cerr := cgroup.FromPolicy(settings)
+				if cerr != nil {
+					return failure.Wrap(failure.Usage, cerr, "")
+				}
+				res, err = reexec.Pull(ctx, plan, reexec.Options{Options: opts, Cgroup: cg, LogFormat: c.logFormat, Debug: c.debug})
+			}
 			if err != nil {
 				if events != nil {
 					events(pull.Event{Type: "error", Code: string(failure.CodeOf(err)), Message: err.Error()})
@@ -150,10 +165,19 @@ setting. Nothing is contacted and nothing is written.`,
 			}
 			view := *plan
 			view.Credential = plan.CredentialOrAnonymous()
+			var cg *cgroup.Config
+			if !c.noIsolation {
+				cfg, err := cgroup.FromPolicy(settings)
+				if err != nil {
+					return failure.Wrap(failure.Usage, err, "")
+				}
+				cg = &cfg
+			}
 			result = struct {
-				Plan     pull.Plan     `json:"plan"`
-				Settings policy.Policy `json:"settings"`
-			}{view, settings.Policy}
+				Plan     pull.Plan      `json:"plan"`
+				Cgroup   *cgroup.Config `json:"cgroup,omitempty"`
+				Settings policy.Policy  `json:"settings"`
+			}{view, cg, settings.Policy}
 			return nil
 		},
 	}
@@ -265,11 +289,6 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, *po
 		return nil, nil, err
 	}
 	return plan, l, nil
-}
-
-func buildPlan(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, error) {
-	p, _, err := resolve(cmd, c, image, dest)
-	return p, err
 }
 
 func writeError(stdout, stderr io.Writer, err error) int {

@@ -1,0 +1,208 @@
+package cgroup_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/policy"
+)
+
+func loaded(t *testing.T, doc string) *policy.Loaded {
+	t.Helper()
+	f, err := policy.Parse("p.toml", []byte("version = 1\n"+doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.Select("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestFromPolicy(t *testing.T) {
+	l := loaded(t, "[cgroup]\ncpu_quota = \"500m\"\nmemory_max = \"64Mi\"\nmemory_swap_max = 0\npids_max = 32\nio_read_bps = [\"7:0=1M\"]\nio_write_bps = [\"7:0=2MB/s\", \"8:16=3M\"]\n")
+	c, err := cgroup.FromPolicy(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Parent != "/pullhelper" || c.Limits.CPUQuota != 0.5 || c.Limits.MemoryMax != 64<<20 || c.Limits.PidsMax != 32 {
+		t.Fatalf("config = %+v", c)
+	}
+	if c.Limits.SwapMax == nil || *c.Limits.SwapMax != 0 {
+		t.Fatalf("memory_swap_max = 0 must mean no swap, got %v", c.Limits.SwapMax)
+	}
+	if len(c.Limits.IO) != 2 || c.Limits.IO[0].ReadBPS != 1e6 || c.Limits.IO[0].WriteBPS != 2e6 || c.Limits.IO[1].Major != 8 || c.Limits.IO[1].Minor != 16 {
+		t.Fatalf("io = %+v", c.Limits.IO)
+	}
+	// Unset swap stays unset.
+	c, _ = cgroup.FromPolicy(loaded(t, "[cgroup]\nmemory_max = \"64Mi\"\n"))
+	if c.Limits.SwapMax != nil {
+		t.Fatal("swap must be unset")
+	}
+	for doc, want := range map[string]string{
+		"[cgroup]\nmemory_swap_max = \"1Gi\"\n":              "needs cgroup.memory_max",
+		"[cgroup]\npath = \"/kubepods/x\"\npids_max = 10\n": "joins an existing cgroup as it is",
+		"[cgroup]\nio_read_bps = [\"/proc=1M\"]\n":          "without a block device",
+	} {
+		if _, err := cgroup.FromPolicy(loaded(t, doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", doc, err, want)
+		}
+	}
+}
+
+func TestResolveDevice(t *testing.T) {
+	maj, min, err := cgroup.ResolveDevice("/")
+	if err != nil {
+		t.Skipf("the root filesystem has no block device here: %v", err)
+	}
+	// The result is a whole disk: /sys/dev/block/MAJ:MIN has no "partition".
+	dir := filepath.Join("/sys/dev/block", itoa(maj)+":"+itoa(min))
+	if _, err := os.Stat(filepath.Join(dir, "partition")); err == nil {
+		t.Fatalf("%s is a partition, want its disk", dir)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("%d:%d is not a block device: %v", maj, min, err)
+	}
+	if m, n, err := cgroup.ResolveDevice("8:32"); err != nil || m != 8 || n != 32 {
+		t.Fatalf("MAJ:MIN passthrough = %d:%d %v", m, n, err)
+	}
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestLifecycle creates a real per-pull cgroup with limits, places a
+// process, reads usage, kills and removes it. It needs root and a cgroupfs
+// host (no systemd as PID 1).
+func TestLifecycle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is PID 1: the cgroupfs lifecycle is proven on hosts without it")
+	}
+	parent := "/pullhelper-unittest"
+	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, Limits: cgroup.Limits{
+		CPUQuota: 0.25, MemoryMax: 32 << 20, PidsMax: 16,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	paths := g.Paths()
+	if cgroup.Version() != "v2" {
+		for file, want := range map[string]string{
+			filepath.Join(paths["cpu"], "cpu.cfs_quota_us"):         "25000",
+			filepath.Join(paths["cpu"], "cpu.cfs_period_us"):        "100000",
+			filepath.Join(paths["memory"], "memory.limit_in_bytes"): "33554432",
+			filepath.Join(paths["pids"], "pids.max"):                "16",
+		} {
+			b, err := os.ReadFile(file)
+			if err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("%s = %q (%v), want %s", file, b, err, want)
+			}
+		}
+	} else {
+		b, _ := os.ReadFile(filepath.Join(paths[""], "cpu.max"))
+		if strings.TrimSpace(string(b)) != "25000 100000" {
+			t.Errorf("cpu.max = %q", b)
+		}
+	}
+	cmd := exec.Command("sh", "-c", "read x")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Place(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Contains(cmd.Process.Pid); err != nil {
+		t.Fatalf("placed process not in the cgroup: %v", err)
+	}
+	if err := g.Contains(os.Getpid()); err == nil {
+		t.Fatal("Contains is true for a process outside the cgroup")
+	}
+	// Kill must kill it even though it waits on stdin.
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	stdin.Close()
+	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
+		t.Fatal("process was not killed")
+	}
+	u := g.Usage()
+	if u.CPUUsageNS == nil || *u.CPUUsageNS == 0 {
+		t.Errorf("no CPU usage: %+v", u)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range paths {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s still exists", dir)
+		}
+		if _, err := os.Stat(filepath.Dir(dir)); err == nil {
+			t.Errorf("parent %s created by the pull still exists", filepath.Dir(dir))
+		}
+	}
+}
+
+// TestReclaim leaves a cgroup named for a process that no longer exists and
+// checks that Reclaim removes it and leaves a live one alone.
+func TestReclaim(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is PID 1: systemd collects stale scopes itself")
+	}
+	parent := "/pullhelper-reclaimtest"
+	live, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Remove()
+	// A stale one: pid 1's start time is never 1 tick after boot here,
+	// and pid 2147483 does not exist.
+	var dirs []string
+	for _, p := range live.Paths() {
+		if _, err := os.Stat(filepath.Dir(p)); err != nil {
+			continue // a hierarchy the pull does not join (devices)
+		}
+		d := filepath.Join(filepath.Dir(p), "pull-2147483-1-deadbeef")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+		t.Cleanup(func() { _ = os.Remove(d) })
+	}
+	got, err := cgroup.Reclaim(cgroup.Config{Driver: "cgroupfs", Parent: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.HasSuffix(got[0], "pull-2147483-1-deadbeef") {
+		t.Fatalf("reclaimed %v", got)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s not removed", d)
+		}
+	}
+	if err := live.Contains(os.Getpid()); err == nil {
+		t.Fatal("test process unexpectedly in the live cgroup")
+	}
+	for sub, p := range live.Paths() {
+		if sub == "devices" {
+			continue // not joined
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("live cgroup %s was removed", p)
+		}
+	}
+}

@@ -1,0 +1,500 @@
+package cgroup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	cg "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/cgroups/systemd"
+)
+
+// namePrefix marks the per-pull cgroups this program creates.
+const namePrefix = "pull-"
+
+const unifiedMountpoint = "/sys/fs/cgroup"
+
+// Group is the cgroup of one pull.
+type Group struct {
+	cfg     Config
+	mgr     cg.Manager
+	path    string // cgroup path relative to the hierarchy root
+	v2      bool
+	systemd bool
+	created bool
+	// ownsParent: the parent did not exist before this pull created it.
+	ownsParent bool
+}
+
+// Usage is what the cgroup reports after the pull; a field the kernel does
+// not report is omitted (nil).
+type Usage struct {
+	CPUUsageNS      *uint64 `json:"cpu_usage_ns,omitempty"`
+	MemoryPeakBytes *uint64 `json:"memory_peak_bytes,omitempty"`
+	IOReadBytes     *uint64 `json:"io_read_bytes,omitempty"`
+	IOWriteBytes    *uint64 `json:"io_write_bytes,omitempty"`
+	PidsPeak        *uint64 `json:"pids_peak,omitempty"`
+	OOMKills        *uint64 `json:"oom_kills,omitempty"`
+	PidsMaxHits     *uint64 `json:"pids_max_hits,omitempty"`
+}
+
+// Version is "v1", "hybrid" or "v2" for this host.
+func Version() string {
+	switch {
+	case cg.IsCgroup2UnifiedMode():
+		return "v2"
+	case cg.IsCgroup2HybridMode():
+		return "hybrid"
+	}
+	return "v1"
+}
+
+func useSystemd(driver string) (bool, error) {
+	switch driver {
+	case "systemd":
+		if !systemd.IsRunningSystemd() {
+			return false, errors.New("cgroup.driver is \"systemd\" but systemd is not running as PID 1; use \"cgroupfs\" or \"auto\"")
+		}
+		return true, nil
+	case "auto":
+		return systemd.IsRunningSystemd(), nil
+	}
+	return false, nil
+}
+
+// ownerTag names the current process so that a later run can tell whether
+// the owner of a cgroup is still alive: pid plus its start time in clock
+// ticks (a recycled pid has another start time).
+func ownerTag(pid int) (string, error) {
+	st, err := procStartTime(pid)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d-%d", pid, st), nil
+}
+
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64) // field 22: starttime
+}
+
+// Create makes the per-pull cgroup (with its limits) or opens the joined
+// one. The limits are in place before any process is in the cgroup.
+func Create(cfg Config) (*Group, error) {
+	sd, err := useSystemd(cfg.Driver)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{cfg: cfg, v2: cg.IsCgroup2UnifiedMode(), systemd: sd}
+	c := &cg.Cgroup{Systemd: sd}
+	if cfg.Joined() {
+		g.path = cfg.Path
+		c.Path = cfg.Path
+		c.Resources = &cg.Resources{SkipDevices: true}
+	} else {
+		tag, err := ownerTag(os.Getpid())
+		if err != nil {
+			return nil, err
+		}
+		var rnd [4]byte
+		_, _ = rand.Read(rnd[:])
+		name := namePrefix + tag + "-" + hex.EncodeToString(rnd[:])
+		if sd {
+			// A transient scope under the parent slice, e.g. pullhelper.slice.
+			slice := strings.Trim(cfg.Parent, "/")
+			if !strings.HasSuffix(slice, ".slice") {
+				slice = strings.ReplaceAll(slice, "/", "-") + ".slice"
+			}
+			c.Parent, c.ScopePrefix, c.Name = slice, "pullhelper", name
+		} else {
+			c.Path = filepath.Join(cfg.Parent, name)
+		}
+		lim := cfg.Limits
+		if !g.v2 {
+			lim = accounting(lim, cfg.AccountPaths)
+		}
+		c.Resources = resources(lim, g.v2)
+		g.path = c.Path
+	}
+	m, err := manager.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("setting up cgroup %s: %w", g.describe(), err)
+	}
+	g.mgr = m
+	if cfg.Joined() {
+		if !m.Exists() {
+			return nil, fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
+		}
+		return g, nil
+	}
+	if !sd {
+		g.ownsParent = !parentExists(cfg.Parent)
+		// Create without joining (pid -1), then write the limits.
+		if err := m.Apply(-1); err != nil {
+			_ = m.Destroy()
+			return nil, fmt.Errorf("creating cgroup %s: %w", g.path, err)
+		}
+		g.created = true
+		if err := m.Set(c.Resources); err != nil {
+			_ = m.Destroy()
+			return nil, fmt.Errorf("setting limits on cgroup %s: %w", g.path, err)
+		}
+	}
+	return g, nil
+}
+
+func (g *Group) describe() string {
+	if g.path != "" {
+		return g.path
+	}
+	return g.cfg.Parent
+}
+
+// Path is the cgroup path (relative to the hierarchy root).
+func (g *Group) Path() string {
+	if g.v2 {
+		if p := g.mgr.Path(""); p != "" {
+			return strings.TrimPrefix(p, unifiedMountpoint)
+		}
+	}
+	return g.path
+}
+
+// Paths maps each controller to its directory (v1), or "" to the unified one.
+func (g *Group) Paths() map[string]string { return g.mgr.GetPaths() }
+
+// V2 reports whether the host is in unified mode (CLONE_INTO_CGROUP works).
+func (g *Group) V2() bool { return g.v2 }
+
+// Joined reports whether this is an existing cgroup joined as is.
+func (g *Group) Joined() bool { return g.cfg.Joined() }
+
+// OpenDir opens the unified cgroup directory for CLONE_INTO_CGROUP (v2 and
+// cgroupfs only; nil otherwise).
+func (g *Group) OpenDir() (*os.File, error) {
+	if !g.v2 || g.systemd {
+		return nil, nil
+	}
+	return os.OpenFile(g.mgr.Path(""), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+}
+
+// Place moves pid into the cgroup, in every controller.
+func (g *Group) Place(pid int) error {
+	if err := g.mgr.Apply(pid); err != nil {
+		return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, g.Path(), err)
+	}
+	if g.systemd && !g.created {
+		g.created = true
+		if err := g.mgr.Set(resources(g.cfg.Limits, g.v2)); err != nil {
+			return fmt.Errorf("setting limits on cgroup %s: %w", g.Path(), err)
+		}
+	}
+	return nil
+}
+
+// Contains reports whether /proc/PID/cgroup shows pid in this cgroup in
+// every controller the group uses.
+func (g *Group) Contains(pid int) error {
+	return Verify(fmt.Sprintf("/proc/%d/cgroup", pid), g.Expected())
+}
+
+// relative turns a controller directory back into the path /proc/PID/cgroup
+// shows for it.
+func (g *Group) relative(sub, dir string) string {
+	mnt := unifiedMountpoint
+	if !g.v2 {
+		mnt = filepath.Join(unifiedMountpoint, "unified") // hybrid mode
+	}
+	if sub != "" {
+		m, root, err := cg.FindCgroupMountpointAndRoot("", sub)
+		if err != nil {
+			return ""
+		}
+		rel := strings.TrimPrefix(dir, m)
+		if root != "/" {
+			rel = filepath.Join(root, rel)
+		}
+		return rel
+	}
+	return strings.TrimPrefix(dir, mnt)
+}
+
+// Usage reads the cgroup's accounting.
+func (g *Group) Usage() Usage {
+	var u Usage
+	st, err := g.mgr.GetStats()
+	if err == nil {
+		u.CPUUsageNS = ptr(st.CpuStats.CpuUsage.TotalUsage)
+		if st.MemoryStats.Usage.MaxUsage > 0 {
+			u.MemoryPeakBytes = ptr(st.MemoryStats.Usage.MaxUsage)
+		}
+		var rd, wr uint64
+		for _, e := range st.BlkioStats.IoServiceBytesRecursive {
+			switch strings.ToLower(e.Op) {
+			case "read":
+				rd += e.Value
+			case "write":
+				wr += e.Value
+			}
+		}
+		u.IOReadBytes, u.IOWriteBytes = ptr(rd), ptr(wr)
+	}
+	if n, err := g.mgr.OOMKillCount(); err == nil {
+		u.OOMKills = ptr(n)
+	}
+	for sub, dir := range g.mgr.GetPaths() {
+		if sub != "pids" && !(g.v2 && sub == "") {
+			continue
+		}
+		if v, err := readUint(dir, "pids.peak"); err == nil {
+			u.PidsPeak = ptr(v)
+		}
+		if v, err := readKeyed(dir, "pids.events", "max"); err == nil {
+			u.PidsMaxHits = ptr(v)
+		}
+	}
+	return u
+}
+
+func ptr(v uint64) *uint64 { return &v }
+
+func readUint(dir, file string) (uint64, error) {
+	s, err := cg.ReadFile(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+}
+
+func readKeyed(dir, file, key string) (uint64, error) {
+	s, err := cg.ReadFile(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			return strconv.ParseUint(f[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s has no %q", file, key)
+}
+
+// Kill kills every process in a per-pull cgroup and waits until none is
+// left: cgroup.kill where the kernel has it, otherwise freeze, SIGKILL each
+// process, thaw. In a joined cgroup only the given pids are killed.
+func (g *Group) Kill(only ...int) error {
+	if g.cfg.Joined() {
+		for _, pid := range only {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return nil
+	}
+	for _, pid := range only {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if g.v2 {
+		if err := cg.WriteFile(g.mgr.Path(""), "cgroup.kill", "1"); err == nil {
+			return g.waitEmpty()
+		}
+	}
+	_ = g.mgr.Freeze(cg.Frozen)
+	pids, _ := g.allPids()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = g.mgr.Freeze(cg.Thawed)
+	return g.waitEmpty()
+}
+
+// allPids lists every process in the cgroup. On v1 the library reads the
+// devices hierarchy, which a pull does not join (SkipDevices), so read the
+// pids (or freezer, or memory) hierarchy instead.
+func (g *Group) allPids() ([]int, error) {
+	if g.v2 {
+		return g.mgr.GetAllPids()
+	}
+	paths := g.mgr.GetPaths()
+	for _, sub := range []string{"pids", "freezer", "memory", "cpu"} {
+		if dir, ok := paths[sub]; ok {
+			return cg.GetAllPids(dir)
+		}
+	}
+	return nil, errors.New("no v1 hierarchy to list processes from")
+}
+
+func (g *Group) waitEmpty() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		pids, err := g.allPids()
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(pids) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("listing the processes of cgroup %s: %w", g.Path(), err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still has processes %v after SIGKILL", g.Path(), pids)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// Remove deletes a per-pull cgroup (never a joined one).
+func (g *Group) Remove() error {
+	if g.cfg.Joined() || g.mgr == nil {
+		return nil
+	}
+	if err := g.Kill(); err != nil {
+		return err
+	}
+	// Copy: Destroy deletes entries from the library's own map.
+	paths := maps.Clone(g.mgr.GetPaths())
+	if err := g.mgr.Destroy(); err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", g.Path(), err)
+	}
+	if g.ownsParent {
+		// Drop the parent this pull created when it was its last pull; a
+		// concurrent pull keeps it busy and rmdir fails harmlessly.
+		for _, dir := range paths {
+			_ = os.Remove(filepath.Dir(dir))
+		}
+	}
+	return nil
+}
+
+func parentExists(parent string) bool {
+	dir := filepath.Join(unifiedMountpoint, parent)
+	if !cg.IsCgroup2UnifiedMode() {
+		m, err := cg.FindCgroupMountpoint("", "pids")
+		if err != nil {
+			return true // cannot tell: never remove it
+		}
+		dir = filepath.Join(m, parent)
+	}
+	_, err := os.Stat(dir)
+	return err == nil
+}
+
+// Reclaim removes per-pull cgroups under cfg.Parent whose owner process is
+// gone (e.g. a parent that was SIGKILLed), killing what is left in them. It
+// returns the cgroup paths it removed.
+func Reclaim(cfg Config) ([]string, error) {
+	if cfg.Joined() {
+		return nil, nil
+	}
+	sd, err := useSystemd(cfg.Driver)
+	if err != nil || sd {
+		return nil, err // systemd collects scopes whose processes are gone
+	}
+	var dir string
+	if cg.IsCgroup2UnifiedMode() {
+		dir = filepath.Join(unifiedMountpoint, cfg.Parent)
+	} else {
+		m, err := cg.FindCgroupMountpoint("", "pids")
+		if err != nil {
+			if m, err = cg.FindCgroupMountpoint("", "memory"); err != nil {
+				return nil, nil
+			}
+		}
+		dir = filepath.Join(m, cfg.Parent)
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), namePrefix) || !stale(e.Name()) {
+			continue
+		}
+		p := filepath.Join(cfg.Parent, e.Name())
+		m, err := manager.New(&cg.Cgroup{Path: p, Resources: &cg.Resources{SkipDevices: true}})
+		if err != nil {
+			continue
+		}
+		g := &Group{cfg: Config{Parent: cfg.Parent}, mgr: m, path: p, v2: cg.IsCgroup2UnifiedMode(), created: true}
+		if err := g.Remove(); err != nil {
+			return removed, err
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
+}
+
+// stale parses pull-<pid>-<starttime>-<rand> and reports whether that
+// process no longer exists.
+func stale(name string) bool {
+	f := strings.Split(strings.TrimPrefix(name, namePrefix), "-")
+	if len(f) != 3 {
+		return false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	got, err := procStartTime(pid)
+	return err != nil || got != start
+}
+
+// Expected maps each controller of the group to the path /proc/PID/cgroup
+// shows for a member process.
+func (g *Group) Expected() map[string]string {
+	out := map[string]string{}
+	for sub, dir := range g.mgr.GetPaths() {
+		if sub == "devices" {
+			continue
+		}
+		if rel := g.relative(sub, dir); rel != "" {
+			out[sub] = rel
+		}
+	}
+	return out
+}
+
+// Verify checks a /proc/PID/cgroup file against Expected's map.
+func Verify(procFile string, want map[string]string) error {
+	own, err := cg.ParseCgroupFile(procFile)
+	if err != nil {
+		return err
+	}
+	for sub, path := range want {
+		if own[sub] != path {
+			name := sub
+			if name == "" {
+				name = "unified"
+			}
+			return fmt.Errorf("%s shows %s:%s, want %s", procFile, name, own[sub], path)
+		}
+	}
+	return nil
+}

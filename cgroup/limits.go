@@ -1,0 +1,260 @@
+package cgroup
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	cg "github.com/opencontainers/cgroups"
+	"github.com/pullhelper/pullhelper/policy"
+	"golang.org/x/sys/unix"
+)
+
+// Limits are the resource limits of a per-pull cgroup. Zero means "no limit".
+type Limits struct {
+	CPUQuota   float64    `json:"cpu_quota,omitempty"`  // cores
+	CPUWeight  uint64     `json:"cpu_weight,omitempty"` // 1..10000 (v2 scale)
+	MemoryMax  int64      `json:"memory_max,omitempty"`
+	MemoryHigh int64      `json:"memory_high,omitempty"`
+	SwapMax    *int64     `json:"swap_max,omitempty"` // nil: unset
+	PidsMax    int64      `json:"pids_max,omitempty"`
+	IOWeight   uint64     `json:"io_weight,omitempty"` // 1..10000 (v2 scale)
+	IO         []IODevice `json:"io,omitempty"`
+}
+
+// IODevice is a throttle on one block device.
+type IODevice struct {
+	Source    string `json:"source"` // the path or MAJ:MIN the policy named
+	Major     int64  `json:"major"`
+	Minor     int64  `json:"minor"`
+	ReadBPS   uint64 `json:"read_bps,omitempty"`
+	WriteBPS  uint64 `json:"write_bps,omitempty"`
+	ReadIOPS  uint64 `json:"read_iops,omitempty"`
+	WriteIOPS uint64 `json:"write_iops,omitempty"`
+}
+
+// Config says where the pull's cgroup is and what it may use.
+type Config struct {
+	Driver string `json:"driver"`           // auto, cgroupfs, systemd
+	Parent string `json:"parent,omitempty"` // per-pull mode
+	Path   string `json:"path,omitempty"`   // joined mode
+	Limits Limits `json:"limits"`
+	// AccountPaths are paths (DEST's directory) whose disks get a no-op
+	// throttle rule on cgroup v1, where the kernel counts a cgroup's IO
+	// only on devices that have a rule; v2 always counts.
+	AccountPaths []string `json:"account_paths,omitempty"`
+}
+
+// Joined reports whether the config joins an existing cgroup.
+func (c Config) Joined() bool { return c.Path != "" }
+
+// FromPolicy translates the [cgroup] section, resolving IO paths to their
+// whole-disk devices. Errors name the policy key.
+func FromPolicy(l *policy.Loaded) (Config, error) {
+	p := l.Cgroup
+	c := Config{Driver: p.Driver, Parent: p.Parent, Path: p.Path, Limits: Limits{
+		CPUQuota:   float64(p.CPUQuota),
+		CPUWeight:  uint64(p.CPUWeight),
+		MemoryMax:  int64(p.MemoryMax),
+		MemoryHigh: int64(p.MemoryHigh),
+		PidsMax:    int64(p.PidsMax),
+		IOWeight:   uint64(p.IOWeight),
+	}}
+	if _, set := l.Defined("cgroup.memory_swap_max"); set {
+		v := int64(p.MemorySwapMax)
+		c.Limits.SwapMax = &v
+	}
+	if !strings.HasPrefix(c.Parent, "/") {
+		c.Parent = "/" + c.Parent
+	}
+	if c.Limits.SwapMax != nil && c.Limits.MemoryMax == 0 {
+		return c, fmt.Errorf("cgroup.memory_swap_max needs cgroup.memory_max")
+	}
+	byDev := map[[2]int64]*IODevice{}
+	var order [][2]int64
+	add := func(key string, vals []string, iops bool, set func(*IODevice, uint64)) error {
+		for _, v := range vals {
+			target, n, err := policy.ParseIOLimit(v, iops)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			maj, min, err := ResolveDevice(target)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			k := [2]int64{maj, min}
+			d := byDev[k]
+			if d == nil {
+				d = &IODevice{Source: target, Major: maj, Minor: min}
+				byDev[k] = d
+				order = append(order, k)
+			}
+			set(d, uint64(n))
+		}
+		return nil
+	}
+	if err := add("cgroup.io_read_bps", p.IOReadBPS, false, func(d *IODevice, n uint64) { d.ReadBPS = n }); err != nil {
+		return c, err
+	}
+	if err := add("cgroup.io_write_bps", p.IOWriteBPS, false, func(d *IODevice, n uint64) { d.WriteBPS = n }); err != nil {
+		return c, err
+	}
+	if err := add("cgroup.io_read_iops", p.IOReadIOPS, true, func(d *IODevice, n uint64) { d.ReadIOPS = n }); err != nil {
+		return c, err
+	}
+	if err := add("cgroup.io_write_iops", p.IOWriteIOPS, true, func(d *IODevice, n uint64) { d.WriteIOPS = n }); err != nil {
+		return c, err
+	}
+	for _, k := range order {
+		c.Limits.IO = append(c.Limits.IO, *byDev[k])
+	}
+	if c.Joined() && c.Limits.any() {
+		return c, fmt.Errorf("cgroup.path joins an existing cgroup as it is; remove the limits (cpu, memory, pids, io) or use cgroup.parent")
+	}
+	return c, nil
+}
+
+func (l Limits) any() bool {
+	return l.CPUQuota > 0 || l.CPUWeight > 0 || l.MemoryMax > 0 || l.MemoryHigh > 0 || l.SwapMax != nil ||
+		l.PidsMax > 0 || l.IOWeight > 0 || len(l.IO) > 0
+}
+
+// ResolveDevice turns "MAJ:MIN" or a path into the major:minor of the whole
+// disk that backs it (a partition resolves to its disk, as the kernel's IO
+// controllers throttle whole devices).
+func ResolveDevice(target string) (int64, int64, error) {
+	if !strings.HasPrefix(target, "/") {
+		var maj, min int64
+		if _, err := fmt.Sscanf(target, "%d:%d", &maj, &min); err != nil {
+			return 0, 0, fmt.Errorf("%q is not MAJOR:MINOR", target)
+		}
+		return maj, min, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(target, &st); err != nil {
+		return 0, 0, fmt.Errorf("resolving the device of %s: %v", target, err)
+	}
+	dev := st.Dev
+	if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+		dev = st.Rdev
+	}
+	maj, min := int64(unix.Major(dev)), int64(unix.Minor(dev))
+	if maj == 0 {
+		return 0, 0, fmt.Errorf("%s is on a filesystem without a block device (device 0:%d, e.g. tmpfs or overlay); name the disk as MAJOR:MINOR instead", target, min)
+	}
+	sys := fmt.Sprintf("/sys/dev/block/%d:%d", maj, min)
+	real, err := filepath.EvalSymlinks(sys)
+	if err != nil {
+		return maj, min, nil
+	}
+	if _, err := os.Stat(filepath.Join(real, "partition")); err == nil {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(real), "dev"))
+		if err == nil {
+			var pm, pn int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &pm, &pn); err == nil {
+				return pm, pn, nil
+			}
+		}
+	}
+	return maj, min, nil
+}
+
+const cpuPeriod = 100000 // µs
+
+// noLimit is a throttle rate so high it never throttles; it only makes a v1
+// kernel count IO on the device.
+const noLimit = 1 << 62
+
+// accounting adds a no-op read and write throttle for each account path
+// whose device has no rule yet (v1 only).
+func accounting(l Limits, paths []string) Limits {
+	for _, p := range paths {
+		maj, min, err := ResolveDevice(p)
+		if err != nil {
+			continue // no block device (tmpfs): nothing to count
+		}
+		seen := false
+		for _, d := range l.IO {
+			seen = seen || (d.Major == maj && d.Minor == min)
+		}
+		if !seen {
+			l.IO = append(append([]IODevice(nil), l.IO...), IODevice{Source: "accounting:" + p, Major: maj, Minor: min, ReadBPS: noLimit, WriteBPS: noLimit})
+		}
+	}
+	return l
+}
+
+// resources is the one translation of Limits into the library's Resources.
+func resources(l Limits, v2 bool) *cg.Resources {
+	r := &cg.Resources{SkipDevices: true, Unified: map[string]string{}}
+	if l.CPUQuota > 0 {
+		r.CpuPeriod = cpuPeriod
+		r.CpuQuota = int64(l.CPUQuota * cpuPeriod)
+		if r.CpuQuota < 1000 {
+			r.CpuQuota = 1000 // the kernel's minimum quota (1 ms)
+		}
+	}
+	if l.CPUWeight > 0 {
+		if v2 {
+			r.CpuWeight = l.CPUWeight
+		} else {
+			r.CpuShares = weightToShares(l.CPUWeight)
+		}
+	}
+	r.Memory = l.MemoryMax
+	if l.MemoryHigh > 0 {
+		if v2 {
+			r.Unified["memory.high"] = fmt.Sprint(l.MemoryHigh)
+		} else {
+			r.MemoryReservation = l.MemoryHigh // v1 has no memory.high; the soft limit is the nearest
+		}
+	}
+	if l.SwapMax != nil && l.MemoryMax > 0 {
+		r.MemorySwap = l.MemoryMax + *l.SwapMax // the library takes v1 semantics (memory+swap) on both
+	}
+	if l.PidsMax > 0 {
+		n := l.PidsMax
+		r.PidsLimit = &n
+	}
+	if l.IOWeight > 0 {
+		if v2 {
+			r.Unified["io.weight"] = fmt.Sprintf("default %d", l.IOWeight)
+		} else {
+			r.BlkioWeight = uint16(weightToBlkio(l.IOWeight))
+		}
+	}
+	for _, d := range l.IO {
+		if d.ReadBPS > 0 {
+			r.BlkioThrottleReadBpsDevice = append(r.BlkioThrottleReadBpsDevice, cg.NewThrottleDevice(d.Major, d.Minor, d.ReadBPS))
+		}
+		if d.WriteBPS > 0 {
+			r.BlkioThrottleWriteBpsDevice = append(r.BlkioThrottleWriteBpsDevice, cg.NewThrottleDevice(d.Major, d.Minor, d.WriteBPS))
+		}
+		if d.ReadIOPS > 0 {
+			r.BlkioThrottleReadIOPSDevice = append(r.BlkioThrottleReadIOPSDevice, cg.NewThrottleDevice(d.Major, d.Minor, d.ReadIOPS))
+		}
+		if d.WriteIOPS > 0 {
+			r.BlkioThrottleWriteIOPSDevice = append(r.BlkioThrottleWriteIOPSDevice, cg.NewThrottleDevice(d.Major, d.Minor, d.WriteIOPS))
+		}
+	}
+	if len(r.Unified) == 0 {
+		r.Unified = nil
+	}
+	return r
+}
+
+// weightToShares maps a cgroup v2 weight (1..10000, default 100) to v1
+// cpu.shares (2..262144, default 1024), the inverse of the OCI conversion.
+func weightToShares(w uint64) uint64 {
+	if w == 0 {
+		return 0
+	}
+	return 2 + ((w-1)*262142)/9999
+}
+
+// weightToBlkio maps a v2 io weight (1..10000) to v1 blkio.weight (10..1000).
+func weightToBlkio(w uint64) uint64 {
+	b := 10 + ((w-1)*990)/9999
+	return b
+}

@@ -1,0 +1,96 @@
+package reexec
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
+	"github.com/sirupsen/logrus"
+)
+
+var dispatched bool
+
+// Dispatch must be the first call in main. In the child it runs the child's
+// life and returns (true, exit status); in the parent it returns (false, 0).
+func Dispatch() (bool, int) {
+	dispatched = true
+	if filepath.Base(os.Args[0]) != ChildName {
+		return false, 0
+	}
+	return true, child()
+}
+
+// child is the whole life of the network-facing process, top to bottom:
+// read the request → verify the cgroup → (mount namespace, privilege drop:
+// later) → pull into staging → report.
+func child() int {
+	// The parent owns signals: it kills the whole cgroup. Ignore terminal
+	// SIGINT so that ^C reaches only the parent, which cleans up.
+	signal.Ignore(syscall.SIGINT)
+
+	in := os.NewFile(planFD, "plan")
+	out := os.NewFile(eventsFD, "events")
+	if in == nil || out == nil {
+		fmt.Fprintln(os.Stderr, "pullhelper-child: started without its protocol pipes; it is run only by pullhelper")
+		return 1
+	}
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	send := func(m message) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(m)
+	}
+	fail := func(err error) int {
+		send(message{Error: toWire(err)})
+		return failure.CodeOf(err).Exit()
+	}
+
+	// 1. The request. On cgroup v1 this blocks until the parent has placed
+	// us in the cgroup.
+	var req request
+	if err := json.NewDecoder(in).Decode(&req); err != nil {
+		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
+	}
+	_ = in.Close()
+
+	// 2. Verify placement before any work.
+	if err := cgroup.Verify("/proc/self/cgroup", req.Cgroup); err != nil {
+		return fail(failure.Wrap(failure.Isolation, err, "child: not in the pull cgroup"))
+	}
+
+	// 3. Pull into the staging area; the parent verifies and commits.
+	log := newLogger(req.Log)
+	logrus.SetOutput(os.Stderr)
+	logrus.SetLevel(logrus.WarnLevel)
+	opts := pull.Options{Log: log, Events: func(e pull.Event) { send(message{Event: &e}) }}
+	if req.Bars {
+		opts.Report = os.Stderr
+	}
+	res, err := pull.Copy(context.Background(), req.Plan, req.Material, req.Stage, opts)
+	if err != nil {
+		return fail(err)
+	}
+	send(message{Result: res})
+	return 0
+}
+
+func newLogger(c logConfig) *slog.Logger {
+	o := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if c.Debug {
+		o.Level = slog.LevelDebug
+	}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, o))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}

@@ -1,0 +1,28 @@
+// Package reexec runs the network-facing part of a pull in a child process:
+// /proc/self/exe re-executed with argv[0] "pullhelper-child".
+//
+// Protocol. The parent hands the child two inherited pipes: fd 3 carries one
+// JSON request (the resolved Plan, the Material — credential, certificates,
+// signature policy — the staging area and the cgroup the child must be in),
+// fd 4 carries JSON Lines messages back: progress events, then exactly one
+// result or error ({code, message}, rebuilt into a failure.Error). Nothing
+// travels in argv or the environment; the child reads no policy or secret
+// file itself.
+//
+// Placement before work. On cgroup v2 the child is born in its cgroup
+// (CLONE_INTO_CGROUP). On v1 the child blocks reading fd 3 until the parent
+// has written its pid into every controller and checked /proc/PID/cgroup;
+// only then is the request sent. The child verifies its own
+// /proc/self/cgroup again before any network I/O and aborts (exit 7) if it
+// is not where the parent said.
+//
+// Lifetime. The child gets Pdeathsig SIGKILL. Pdeathsig fires when the
+// *thread* that forked the child exits (go.dev/issue/27505), so the fork
+// happens on a goroutine locked to its OS thread that stays alive until the
+// child has been reaped. On SIGINT, SIGTERM or the timeout the parent kills
+// every process in the cgroup, waits for them, removes the staging area and
+// the cgroup, and leaves DEST untouched.
+//
+// main must call Dispatch before anything else; Pull panics if it did not,
+// because the child would otherwise run the CLI again.
+package reexec

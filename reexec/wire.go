@@ -1,0 +1,49 @@
+package reexec
+
+import (
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
+)
+
+// ChildName is argv[0] of the child.
+const ChildName = "pullhelper-child"
+
+// Fds of the two protocol pipes in the child.
+const (
+	planFD   = 3
+	eventsFD = 4
+)
+
+// request is what the parent sends on fd 3. It must be JSON-representable.
+type request struct {
+	Plan     *pull.Plan        `json:"plan"`
+	Material *pull.Material    `json:"material"`
+	Stage    *pull.Stage       `json:"stage"`
+	Cgroup   map[string]string `json:"cgroup"` // controller → path /proc/self/cgroup must show
+	Log      logConfig         `json:"log"`
+	Bars     bool              `json:"bars"`
+}
+
+type logConfig struct {
+	Format string `json:"format"`
+	Debug  bool   `json:"debug"`
+}
+
+// message is one line on fd 4. Exactly one field is set.
+type message struct {
+	Event  *pull.Event  `json:"event,omitempty"`
+	Result *pull.Result `json:"result,omitempty"`
+	Error  *wireError   `json:"error,omitempty"`
+}
+
+// wireError is an error crossing the pipe; the parent rebuilds it.
+type wireError struct {
+	Code    failure.Code `json:"code"`
+	Message string       `json:"message"`
+}
+
+func toWire(err error) *wireError {
+	return &wireError{Code: failure.CodeOf(err), Message: err.Error()}
+}
+
+func (w *wireError) err() error { return &failure.Error{Code: w.Code, Message: w.Message} }
