@@ -799,3 +799,217 @@ restore_blob() {
     cat "$b" >"$(registry_blob_path "$1")"
     rm -f "$b"
 }
+
+###############################################################################
+# Fault injection: tests/tarpit.py, a TCP proxy in front of the registry
+
+# start_tarpit STALL_BYTES [TARPIT_ARGS...]: start tests/tarpit.py on a free
+# port of 127.0.0.1, forwarding to $REGISTRY_HOST; after STALL_BYTES
+# server->client bytes on a connection it stops forwarding the server's data
+# (-1: never; further arguments, e.g. --rate BYTES_PER_SEC, are passed on).
+# Waits (bounded) until it listens. Exports:
+#   TARPIT_HOST      127.0.0.1:PORT (the registry's certificate is for
+#                    127.0.0.1, so it verifies with $REGISTRY_CERT_DIR)
+#   TARPIT_PID       pid of the proxy
+#   TARPIT_DIR       its directory (port file, log)
+#   TARPIT_LOG       connection log
+#   TARPIT_AUTHFILE  auth.json with the registry's credential keyed by
+#                    $TARPIT_HOST (0600; the secret is copied by python, never
+#                    printed)
+# Only one tarpit at a time per test process; stop_tarpit stops it.
+start_tarpit() {
+    local stall=${1:?start_tarpit: missing STALL_BYTES}
+    shift
+    if [[ -n ${TARPIT_PID:-} ]] && _ph_tarpit_is_ours "$TARPIT_PID"; then
+        fail "start_tarpit: a tarpit is already running (pid $TARPIT_PID); stop_tarpit first"
+        return
+    fi
+    [[ -n ${REGISTRY_HOST:-} ]] || {
+        fail "start_tarpit: no registry (start_registry first)"
+        return
+    }
+    local parent=${BATS_TEST_TMPDIR:-${BATS_FILE_TMPDIR:-${TMPDIR:-/tmp}}}
+    TARPIT_DIR=$(mktemp -d "$parent/tarpit.XXXXXX")
+    TARPIT_LOG="$TARPIT_DIR/tarpit.log"
+    : >"$TARPIT_LOG"
+    (
+        "$PH_PYTHON" "$PH_TESTS_DIR/tarpit.py" --listen-port-file "$TARPIT_DIR/port" \
+            --target "$REGISTRY_HOST" --stall-after "$stall" --log "$TARPIT_LOG" \
+            --lifetime "${PH_TARPIT_LIFETIME:-600}" "$@" \
+            </dev/null >>"$TARPIT_DIR/tarpit.out" 2>&1 3>&- &
+        echo $! >"$TARPIT_DIR/pid"
+    )
+    TARPIT_PID=$(<"$TARPIT_DIR/pid")
+    export TARPIT_DIR TARPIT_LOG TARPIT_PID
+    local deadline=$((SECONDS + 10))
+    until [[ -s $TARPIT_DIR/port ]]; do
+        if ! _ph_pid_alive "$TARPIT_PID"; then
+            fail "tarpit.py exited during startup: $(cat "$TARPIT_DIR/tarpit.out")"
+            return
+        fi
+        if ((SECONDS >= deadline)); then
+            stop_tarpit
+            fail "tarpit.py did not write its port within 10s"
+            return
+        fi
+        sleep 0.05
+    done
+    TARPIT_HOST="127.0.0.1:$(<"$TARPIT_DIR/port")"
+    TARPIT_AUTHFILE="$TARPIT_DIR/auth.json"
+    export TARPIT_HOST TARPIT_AUTHFILE
+    (
+        umask 077
+        "$PH_PYTHON" -c '
+import json, sys
+src, key_from, key_to, dst = sys.argv[1:5]
+with open(src) as f:
+    auth = json.load(f)["auths"][key_from]["auth"]
+with open(dst, "w") as f:
+    json.dump({"auths": {key_to: {"auth": auth}}}, f)
+' "$REGISTRY_AUTHFILE" "$REGISTRY_HOST" "$TARPIT_HOST" "$TARPIT_AUTHFILE"
+    ) || {
+        stop_tarpit
+        fail "start_tarpit: could not write $TARPIT_DIR/auth.json"
+        return
+    }
+}
+
+# _ph_tarpit_is_ours PID: PID is a live tarpit.py started by start_tarpit.
+_ph_tarpit_is_ours() {
+    local pid=$1
+    [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline && -n ${TARPIT_DIR:-} ]] || return 1
+    _ph_pid_alive "$pid" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "tarpit.py --listen-port-file $TARPIT_DIR/port"
+}
+
+# stop_tarpit: stop the proxy started by start_tarpit (TERM, then KILL after
+# 5 s). Idempotent; keeps TARPIT_DIR (the log) for inspection.
+stop_tarpit() {
+    [[ -n ${TARPIT_PID:-} ]] || return 0
+    if _ph_tarpit_is_ours "$TARPIT_PID"; then
+        kill -TERM "$TARPIT_PID" 2>/dev/null || true
+        local deadline=$((SECONDS + 5))
+        while _ph_pid_alive "$TARPIT_PID" && ((SECONDS < deadline)); do
+            sleep 0.05
+        done
+        _ph_pid_alive "$TARPIT_PID" && kill -KILL "$TARPIT_PID" 2>/dev/null
+    fi
+    unset TARPIT_PID
+    return 0
+}
+
+###############################################################################
+# More assertions and helpers for the pullhelper system tests
+
+# push_fixture_args NAME REF IMAGEGEN_ARGS...: like push_fixture, for a
+# fixture that is not one of the named ones (generated with the given
+# arguments).
+push_fixture_args() {
+    local name=${1:?push_fixture_args: missing NAME} ref=${2:?push_fixture_args: missing REF}
+    shift 2
+    [[ $ref == *:* || $ref == *@* ]] || ref+=":latest"
+    fixture "$name" "$@" || return
+    local -a opts=(--all)
+    _ph_skopeo_supports_preserve_digests && opts+=(--preserve-digests)
+    local out
+    # shellcheck disable=SC2046
+    if ! out=$(ph_skopeo copy --quiet "${opts[@]}" $(registry_skopeo_opts dest) \
+        "$(fixture_ref "$name")" "docker://$REGISTRY_HOST/$ref" 2>&1); then
+        fail "push_fixture_args $name $ref: skopeo copy failed: $out"
+        return
+    fi
+}
+
+# assert_json_error CODE: the last run_pullhelper printed exactly one line on
+# stdout, a JSON object {"error":{"code":CODE,"message":...}} with a
+# non-empty message (printed as $ph_error_message for further checks).
+assert_json_error() {
+    local want=${1:?assert_json_error: missing CODE}
+    [[ ${#lines[@]} -eq 1 ]] ||
+        fail "stdout is not exactly one line (${#lines[@]} lines): $output"
+    local got
+    got=$("$PH_PYTHON" -c '
+import json, sys
+doc = json.loads(sys.argv[1])
+if not isinstance(doc, dict) or set(doc) != {"error"}:
+    sys.exit("not an {\"error\": ...} object: %r" % sys.argv[1])
+e = doc["error"]
+if not isinstance(e, dict) or not isinstance(e.get("message"), str) or not e["message"]:
+    sys.exit("error has no message: %r" % sys.argv[1])
+print(e.get("code"))
+' "$output") || fail "stdout is not a JSON error object: $output"
+    [[ $got == "$want" ]] || fail "error code is '$got', want '$want'; stdout: $output"
+    ph_error_message=$(json_get .error.message <<<"$output")
+}
+
+# assert_json_result: the last run_pullhelper printed exactly one line, a
+# JSON object without an "error" key.
+assert_json_result() {
+    [[ ${#lines[@]} -eq 1 ]] ||
+        fail "stdout is not exactly one line (${#lines[@]} lines): $output"
+    "$PH_PYTHON" -c '
+import json, sys
+doc = json.loads(sys.argv[1])
+assert isinstance(doc, dict) and "error" not in doc, doc
+' "$output" || fail "stdout is not a JSON result object: $output"
+}
+
+# assert_no_staging DIR: no .pullhelper-staging-* entry is left in DIR.
+assert_no_staging() {
+    local dir=${1:?assert_no_staging: missing DIR} left
+    left=$(find "$dir" -maxdepth 1 -name '.pullhelper-staging-*' 2>/dev/null)
+    [[ -z $left ]] || fail "staging left behind in $dir: $left"
+}
+
+# assert_secret_absent TEXT...: none of the texts (or files, with -f) contains
+# the registry password; never prints the password.
+assert_secret_absent() {
+    local pw f
+    pw=$(tr -d '\n' <"$REGISTRY_DIR/password")
+    [[ -n $pw ]] || fail "assert_secret_absent: empty password file"
+    if [[ ${1:-} == -f ]]; then
+        shift
+        for f in "$@"; do
+            if grep -qF -- "$pw" "$f"; then
+                fail "the registry password appears in $f"
+            fi
+            # Also its base64 auth field.
+            if grep -qF -- "$(_ph_auth_field)" "$f"; then
+                fail "the registry auth field appears in $f"
+            fi
+        done
+    else
+        for f in "$@"; do
+            [[ $f != *"$pw"* ]] || fail "the registry password appears in the output"
+            [[ $f != *"$(_ph_auth_field)"* ]] || fail "the registry auth field appears in the output"
+        done
+    fi
+}
+
+# _ph_auth_field: the base64 auth field of $REGISTRY_AUTHFILE (for absence
+# checks only; never print it).
+_ph_auth_field() {
+    "$PH_PYTHON" -c '
+import json, sys
+print(json.load(open(sys.argv[1]))["auths"][sys.argv[2]]["auth"])' "$REGISTRY_AUTHFILE" "$REGISTRY_HOST"
+}
+
+# registry_request_count: number of HTTP requests the registry has logged
+# (access-log lines) so far.
+registry_request_count() {
+    grep -cE '"(GET|HEAD|POST|PUT|PATCH|DELETE) /' "$REGISTRY_LOG" || true
+}
+
+# wait_for_file_match FILE REGEX SECONDS: poll until a line of FILE matches
+# REGEX (grep -E), at most SECONDS; fails on timeout.
+wait_for_file_match() {
+    local file=$1 re=$2 secs=${3:-30}
+    local deadline=$((SECONDS + secs))
+    until grep -qE -- "$re" "$file" 2>/dev/null; do
+        if ((SECONDS >= deadline)); then
+            fail "no line matching /$re/ in $file after ${secs}s"
+            return
+        fi
+        sleep 0.05
+    done
+}
