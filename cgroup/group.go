@@ -17,6 +17,7 @@ import (
 	cg "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/cgroups/systemd"
+	"github.com/pullhelper/pullhelper/internal/proc"
 )
 
 // namePrefix marks the per-pull cgroups this program creates.
@@ -72,34 +73,6 @@ func useSystemd(driver string) (bool, error) {
 	return false, nil
 }
 
-// ownerTag names the current process so that a later run can tell whether
-// the owner of a cgroup is still alive: pid plus its start time in clock
-// ticks (a recycled pid has another start time).
-func ownerTag(pid int) (string, error) {
-	st, err := procStartTime(pid)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%d-%d", pid, st), nil
-}
-
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64) // field 22: starttime
-}
-
 // Create makes the per-pull cgroup (with its limits) or opens the joined
 // one. The limits are in place before any process is in the cgroup.
 func Create(cfg Config) (*Group, error) {
@@ -114,7 +87,8 @@ func Create(cfg Config) (*Group, error) {
 		c.Path = cfg.Path
 		c.Resources = &cg.Resources{SkipDevices: true}
 	} else {
-		tag, err := ownerTag(os.Getpid())
+		// The name records the owner, so a later run can tell a stale one.
+		tag, err := proc.SelfTag()
 		if err != nil {
 			return nil, err
 		}
@@ -454,16 +428,7 @@ func Reclaim(cfg Config) ([]string, error) {
 // process no longer exists.
 func stale(name string) bool {
 	f := strings.Split(strings.TrimPrefix(name, namePrefix), "-")
-	if len(f) != 3 {
-		return false
-	}
-	pid, err1 := strconv.Atoi(f[0])
-	start, err2 := strconv.ParseUint(f[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	got, err := procStartTime(pid)
-	return err != nil || got != start
+	return len(f) == 3 && proc.Gone(f[0]+"-"+f[1])
 }
 
 // Expected maps each controller of the group to the path /proc/PID/cgroup
@@ -472,7 +437,7 @@ func (g *Group) Expected() map[string]string {
 	out := map[string]string{}
 	for sub, dir := range g.mgr.GetPaths() {
 		if sub == "devices" {
-			continue
+			continue // not joined: SkipDevices (a pull needs no device rules)
 		}
 		if rel := g.relative(sub, dir); rel != "" {
 			out[sub] = rel

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/proc"
 	"go.podman.io/image/v5/directory"
 	"go.podman.io/image/v5/docker/archive"
 	"go.podman.io/image/v5/docker/reference"
@@ -72,15 +73,54 @@ func Prepare(p *Plan) (*Stage, error) {
 	if err := d.checkExisting(); err != nil {
 		return nil, err
 	}
-	root, err := os.MkdirTemp(parent, ".pullhelper-staging-"+filepath.Base(d.Path)+"-")
+	p.Reclaimed = reclaimStaging(parent)
+	root, err := os.MkdirTemp(parent, stagingPrefix+filepath.Base(d.Path)+"-")
 	if err != nil {
 		return nil, failure.New(failure.Destination, "destination %s: cannot write in %s: %v", d.Raw, parent, pathErrno(err))
+	}
+	// Record the owner, so that a later run can reclaim this directory if
+	// this process is killed before it removes it.
+	if tag, err := proc.SelfTag(); err == nil {
+		err = os.WriteFile(filepath.Join(root, ownerFile), []byte(tag), 0o600)
+		if err != nil {
+			_ = os.RemoveAll(root)
+			return nil, failure.New(failure.Destination, "destination %s: cannot write in %s: %v", d.Raw, parent, pathErrno(err))
+		}
 	}
 	s := &Stage{Root: root, Path: filepath.Join(root, "image")}
 	if !d.isDir() {
 		s.Path += ".tar"
 	}
 	return s, nil
+}
+
+const (
+	stagingPrefix = ".pullhelper-staging-"
+	ownerFile     = "owner"
+)
+
+// reclaimStaging removes staging directories in dir whose owner process is
+// gone (a pullhelper that was SIGKILLed), and returns their paths.
+func reclaimStaging(dir string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), stagingPrefix) {
+			continue
+		}
+		root := filepath.Join(dir, e.Name())
+		tag, err := os.ReadFile(filepath.Join(root, ownerFile))
+		if err != nil || !proc.Gone(strings.TrimSpace(string(tag))) {
+			continue
+		}
+		if os.RemoveAll(root) == nil {
+			out = append(out, root)
+		}
+	}
+	return out
 }
 
 // reset empties the staging area between attempts.

@@ -42,6 +42,8 @@ type Plan struct {
 	Isolation        Isolation     `json:"isolation"`
 	Policy           PolicySource  `json:"policy"`
 	Warnings         []string      `json:"warnings,omitempty"`
+	// Reclaimed lists stale staging directories removed by Prepare.
+	Reclaimed []string `json:"-"`
 }
 
 // Destination is DEST split into its transport and path.

@@ -92,6 +92,9 @@ func (p *Plan) CredentialOrAnonymous() *auth.Credential {
 // Commit. The isolated path (package reexec) runs Copy in a child instead.
 func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
 	start := time.Now()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
 	m, err := p.LoadMaterial()
 	if err != nil {
 		return nil, err
@@ -101,6 +104,9 @@ func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer st.Remove()
+	for _, r := range p.Reclaimed {
+		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
 	res, err := Copy(ctx, p, m, st, o)
 	if err != nil {
 		return nil, err

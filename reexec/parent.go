@@ -67,6 +67,9 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 		return nil, err
 	}
 	defer st.Remove()
+	for _, r := range p.Reclaimed {
+		log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
 
 	reclaimed, err := cgroup.Reclaim(o.Cgroup)
 	for _, r := range reclaimed {
@@ -87,7 +90,7 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 	}()
 	iso := p.Isolation
 	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), o.Cgroup.Driver, g.Joined()
-	iso.Reclaimed = reclaimed
+	iso.Reclaimed = append(reclaimed, p.Reclaimed...)
 	if !g.Joined() {
 		iso.Limits = o.Cgroup.Limits
 	}
