@@ -118,7 +118,7 @@ func Create(cfg Config) (*Group, error) {
 	}
 	g.mgr = m
 	if cfg.Joined() {
-		if !m.Exists() {
+		if len(g.joinedPaths()) == 0 {
 			return nil, fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
 		}
 		return g, nil
@@ -174,8 +174,41 @@ func (g *Group) OpenDir() (*os.File, error) {
 	return os.OpenFile(g.mgr.Path(""), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 }
 
+// joinedPaths are the hierarchies in which a joined cgroup exists; pullhelper
+// creates nothing in a cgroup it does not own.
+func (g *Group) joinedPaths() map[string]string {
+	out := map[string]string{}
+	for sub, dir := range g.mgr.GetPaths() {
+		if sub == "devices" {
+			continue
+		}
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			out[sub] = dir
+		}
+	}
+	return out
+}
+
+// paths are the hierarchies a member process must be in.
+func (g *Group) paths() map[string]string {
+	if g.cfg.Joined() {
+		return g.joinedPaths()
+	}
+	out := maps.Clone(g.mgr.GetPaths())
+	delete(out, "devices") // not joined: SkipDevices (a pull needs no device rules)
+	return out
+}
+
 // Place moves pid into the cgroup, in every controller.
 func (g *Group) Place(pid int) error {
+	if g.cfg.Joined() {
+		for _, dir := range g.joinedPaths() {
+			if err := cg.WriteCgroupProc(dir, pid); err != nil {
+				return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, dir, err)
+			}
+		}
+		return nil
+	}
 	if err := g.mgr.Apply(pid); err != nil {
 		return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, g.Path(), err)
 	}
@@ -435,10 +468,7 @@ func stale(name string) bool {
 // shows for a member process.
 func (g *Group) Expected() map[string]string {
 	out := map[string]string{}
-	for sub, dir := range g.mgr.GetPaths() {
-		if sub == "devices" {
-			continue // not joined: SkipDevices (a pull needs no device rules)
-		}
+	for sub, dir := range g.paths() {
 		if rel := g.relative(sub, dir); rel != "" {
 			out[sub] = rel
 		}

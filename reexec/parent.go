@@ -113,7 +113,10 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 		return nil, err
 	}
 	res.Isolation = iso
-	res.Usage = usage
+	if !g.Joined() {
+		// A joined cgroup's counters are its other members' too.
+		res.Usage = usage
+	}
 	res.DurationMS = time.Since(start).Milliseconds()
 	if o.Events != nil {
 		o.Events(pull.Event{Type: "done", TS: time.Now().UTC(), Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})

@@ -1,0 +1,271 @@
+#!/usr/bin/env bats
+#
+# The pull runs in a re-executed child inside a per-pull cgroup with limits
+# (issue 3). Real cgroups on this host (cgroup v1 controllers); every test uses
+# its own cgroup parent so that nothing else on the machine interferes.
+
+load helpers
+
+setup_file() {
+    [[ $(id -u) == 0 ]] || skip "needs root to create cgroups"
+    start_registry
+    push_fixture tiny
+    push_fixture big
+}
+
+teardown_file() {
+    stop_registry
+}
+
+setup() {
+    [[ $(id -u) == 0 ]] || skip "needs root to create cgroups"
+    CG_PARENT="/pullhelper-bats-$$-${BATS_TEST_NUMBER}"
+    OUT="$BATS_TEST_TMPDIR/out"
+    mkdir -p "$OUT"
+    BG_PID=""
+}
+
+teardown() {
+    [[ -n ${BG_PID:-} ]] && kill -KILL "$BG_PID" 2>/dev/null
+    stop_tarpit
+    # Nothing a test left may survive it: kill and remove its cgroups.
+    local d
+    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
+        [[ -d $d ]] || continue
+        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+        rmdir "$d"/pull-* "$d" 2>/dev/null || true
+    done
+    for d in /sys/fs/cgroup/*/bats-pod-$$; do
+        [[ -d $d ]] && rmdir "$d" 2>/dev/null
+    done
+    return 0
+}
+
+auth_opts() { echo --authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR"; }
+
+# pull_cgroups: the per-pull cgroup directories under this test's parent, in
+# the pids hierarchy.
+pull_cgroups() {
+    ls -d /sys/fs/cgroup/pids/"${CG_PARENT#/}"/pull-* 2>/dev/null || true
+}
+
+# start_stalled_pull [FLAGS...]: pull big through a tarpit that stops after
+# 2 MB, in the background, with progress events in $EVENTS; waits until a
+# layer has started downloading. Sets BG_PID, CHILD_PID, CG_DIR (pids
+# hierarchy).
+start_stalled_pull() {
+    start_tarpit 2000000
+    EVENTS="$BATS_TEST_TMPDIR/events.jsonl"
+    : >"$EVENTS"
+    # shellcheck disable=SC2046
+    "$PULLHELPER" pull --progress-fd 5 --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --cgroup-parent "$CG_PARENT" --stall-timeout 5m "$@" \
+        "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest:new" \
+        >"$BATS_TEST_TMPDIR/stdout" 2>"$BATS_TEST_TMPDIR/stderr" 5>"$EVENTS" 3>&- &
+    BG_PID=$!
+    wait_for_file_match "$EVENTS" '"type":"layer_start"' 60
+    CG_DIR=$(pull_cgroups)
+    [[ -n $CG_DIR && $(wc -l <<<"$CG_DIR") == 1 ]] || fail "want one pull cgroup under $CG_PARENT, got: $CG_DIR"
+    CHILD_PID=$(head -1 "$CG_DIR/cgroup.procs")
+    [[ -n $CHILD_PID ]] || fail "no process in $CG_DIR"
+}
+
+# wait_gone PID SECONDS: PID has exited (or is a zombie awaiting reaping).
+wait_gone() {
+    local pid=$1 deadline=$((SECONDS + ${2:-10}))
+    while [[ -d /proc/$pid ]] && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; do
+        ((SECONDS < deadline)) || fail "process $pid still alive after ${2:-10}s"
+        sleep 0.05
+    done
+}
+
+@test "the child runs in the pull cgroup in every controller, and only the child talks to the registry" {
+    start_stalled_pull --cpu-quota 1 --memory-max 256Mi --pids-max 100
+    [[ $CHILD_PID != "$BG_PID" ]] || fail "the parent itself is in the pull cgroup"
+    [[ $(tr '\0' ' ' <"/proc/$CHILD_PID/cmdline") == "pullhelper-child " ]] ||
+        fail "process in the cgroup is not the child: $(tr '\0' ' ' <"/proc/$CHILD_PID/cmdline")"
+    local rel=${CG_DIR#/sys/fs/cgroup/pids}
+    for ctl in cpu cpuacct memory pids blkio; do
+        run grep -E "^[0-9]+:([a-z,]*,)?${ctl}(,[a-z,]*)?:" "/proc/$CHILD_PID/cgroup"
+        assert_success
+        [[ ${output##*:} == "$rel" ]] || fail "$ctl: child in ${output##*:}, want $rel"
+    done
+    # The parent stays outside.
+    ! grep -q ":$rel\$" "/proc/$BG_PID/cgroup" || fail "the parent is in the pull cgroup"
+    # Every connection to the registry (through the tarpit) belongs to the child.
+    local port=${TARPIT_HOST##*:} owners
+    owners=$(ss -Htnp "dst 127.0.0.1:$port" | grep -o 'pid=[0-9]*' | sort -u)
+    [[ -n $owners ]] || fail "no connection to the tarpit found"
+    [[ $owners == "pid=$CHILD_PID" ]] || fail "connections owned by $owners, want only the child $CHILD_PID"
+    kill -TERM "$BG_PID"
+    wait "$BG_PID" || true
+}
+
+@test "no registry request before the limits apply: a child killed by pids_max=1 never reaches the registry" {
+    local before
+    before=$(registry_request_count)
+    run_pullhelper 7 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max 1 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_error isolation
+    assert_equal "$(registry_request_count)" "$before"
+    [[ $ph_error_message == *"pids_max=1 is too low"* ]] || fail "message: $ph_error_message"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+    assert_no_staging "$OUT"
+    [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
+}
+
+@test "limit files hold the configured values (v1 names)" {
+    local dev
+    dev=$(stat -c '%Hd:%Ld' "$OUT")
+    if [[ -e /sys/dev/block/$dev/partition ]]; then
+        dev=$(cat "$(readlink -f "/sys/dev/block/$dev")/../dev")
+    fi
+    [[ $dev != 0:* ]] || skip "the test directory is on a filesystem without a block device ($dev)"
+    cat >"$BATS_TEST_TMPDIR/policy.toml" <<EOF
+version = 1
+[cgroup]
+cpu_weight = 200
+memory_high = "200Mi"
+memory_swap_max = "16Mi"
+io_read_iops = ["$OUT=500"]
+EOF
+    start_stalled_pull --policy "$BATS_TEST_TMPDIR/policy.toml" --cpu-quota 0.5 --memory-max 256Mi \
+        --pids-max 64 --io-read-bps "$OUT=10MB/s" --io-write-bps "$OUT=20Mi/s"
+    local rel=${CG_DIR#/sys/fs/cgroup/pids}
+    local c=/sys/fs/cgroup
+    assert_equal "$(cat $c/cpu$rel/cpu.cfs_quota_us)" 50000
+    assert_equal "$(cat $c/cpu$rel/cpu.cfs_period_us)" 100000
+    assert_equal "$(cat $c/cpu$rel/cpu.shares)" $((2 + (199 * 262142) / 9999))
+    assert_equal "$(cat $c/memory$rel/memory.limit_in_bytes)" $((256 << 20))
+    assert_equal "$(cat $c/memory$rel/memory.soft_limit_in_bytes)" $((200 << 20))
+    if [[ -e $c/memory$rel/memory.memsw.limit_in_bytes ]]; then
+        assert_equal "$(cat $c/memory$rel/memory.memsw.limit_in_bytes)" $(((256 + 16) << 20))
+    fi
+    assert_equal "$(cat $c/pids$rel/pids.max)" 64
+    assert_equal "$(cat $c/blkio$rel/blkio.throttle.read_bps_device)" "$dev 10000000"
+    assert_equal "$(cat $c/blkio$rel/blkio.throttle.write_bps_device)" "$dev $((20 << 20))"
+    assert_equal "$(cat $c/blkio$rel/blkio.throttle.read_iops_device)" "$dev 500"
+    kill -TERM "$BG_PID"
+    wait "$BG_PID" || true
+}
+
+@test "cpu_quota = 0.1 makes the ~100 MB pull measurably slower than unlimited" {
+    local t0 t1 t2 free limited
+    t0=$(date +%s%N)
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/a"
+    t1=$(date +%s%N)
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --cpu-quota 0.1 "$REGISTRY_HOST/fixtures/big" "oci:$OUT/b"
+    t2=$(date +%s%N)
+    free=$(((t1 - t0) / 1000000))
+    limited=$(((t2 - t1) / 1000000))
+    echo "# unlimited ${free} ms, cpu_quota=0.1 ${limited} ms" >&3
+    # A generous ratio, not a time: 10% of a core must at least halve the speed.
+    ((limited >= 2 * free)) || fail "cpu_quota=0.1 took ${limited} ms vs ${free} ms unlimited"
+    assert_equal "$(json_get .isolation.limits.cpu_quota <<<"$output")" 0.1
+}
+
+@test "memory_max = 64Mi: the ~100 MB image still pulls and the peak stays within the limit" {
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --memory-max 64Mi \
+        "$REGISTRY_HOST/fixtures/big" "oci:$OUT/dest"
+    assert_json_result
+    local peak
+    peak=$(json_get .usage.memory_peak_bytes <<<"$output")
+    ((peak > 0 && peak <= 64 << 20)) || fail "memory peak $peak outside (0, 64Mi]"
+    assert_equal "$(json_get .usage.oom_kills <<<"$output")" 0
+    assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/big)"
+}
+
+@test "usage numbers are present and non-zero for a real pull" {
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/dest"
+    local k v
+    for k in cpu_usage_ns memory_peak_bytes pids_peak io_write_bytes; do
+        v=$(json_get ".usage.$k" <<<"$output")
+        [[ $v =~ ^[0-9]+$ ]] && ((v > 0)) || fail "usage.$k = $v"
+    done
+    # The pull wrote (and fsynced) at least the compressed image.
+    v=$(json_get .usage.io_write_bytes <<<"$output")
+    ((v >= $(json_get .bytes <<<"$output") / 2)) || fail "io_write_bytes $v for $(json_get .bytes <<<"$output") bytes pulled"
+    [[ $(json_get .isolation.cgroup <<<"$output") == "$CG_PARENT"/pull-* ]] || fail "isolation.cgroup: $output"
+    [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
+    [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "the parent cgroup the pull created is left"
+}
+
+@test "SIGTERM mid-pull: nothing left in the cgroup, cgroup gone, DEST as before, exit 143" {
+    run_pullhelper pull $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest:old"
+    local before
+    before=$(cd "$OUT/dest" && find . -type f -exec sha256sum {} + | sort)
+    start_stalled_pull
+    local cg=$CG_DIR child=$CHILD_PID
+    kill -TERM "$BG_PID"
+    local rc=0
+    wait "$BG_PID" || rc=$?
+    BG_PID=""
+    assert_equal "$rc" 143
+    run json_get .error.code <"$BATS_TEST_TMPDIR/stdout"
+    assert_output interrupted
+    wait_gone "$child" 5
+    [[ ! -d $cg ]] || fail "cgroup $cg still exists"
+    [[ ! -d /sys/fs/cgroup/memory${cg#/sys/fs/cgroup/pids} ]] || fail "memory cgroup left"
+    assert_equal "$(cd "$OUT/dest" && find . -type f -exec sha256sum {} + | sort)" "$before"
+    assert_no_staging "$OUT"
+}
+
+@test "SIGKILL to the parent: the child dies (Pdeathsig) and the next run reclaims the leftovers" {
+    start_stalled_pull
+    local cg=$CG_DIR child=$CHILD_PID
+    kill -KILL "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    wait_gone "$child" 10
+    # Leftovers: the cgroup and the staging directory.
+    [[ -d $cg ]] || fail "expected the killed parent to leave $cg"
+    [[ -n $(find "$OUT" -maxdepth 1 -name '.pullhelper-staging-*') ]] || fail "expected a staging leftover"
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/other"
+    assert_json_result
+    [[ $stderr == *"reclaimed a stale pull cgroup"*"${cg##*/}"* ]] || fail "no reclaim logged: $stderr"
+    [[ $stderr == *"reclaimed a stale staging directory"* ]] || fail "staging reclaim not logged: $stderr"
+    [[ ! -d $cg ]] || fail "stale cgroup $cg not reclaimed"
+    assert_no_staging "$OUT"
+    [[ ! -e $OUT/dest ]] || fail "the killed pull committed DEST"
+}
+
+@test "--cgroup joins an existing cgroup as it is and leaves it in place" {
+    local ctl
+    for ctl in cpu cpuacct memory pids blkio freezer; do
+        mkdir -p "/sys/fs/cgroup/$ctl/bats-pod-$$"
+    done
+    run_pullhelper pull $(auth_opts) --cgroup "/bats-pod-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$(json_get .isolation.cgroup <<<"$output")" "/bats-pod-$$"
+    assert_equal "$(json_get .isolation.cgroup_joined <<<"$output")" true
+    [[ -d /sys/fs/cgroup/pids/bats-pod-$$ ]] || fail "the joined cgroup was removed"
+    local peak
+    peak=$(cat "/sys/fs/cgroup/memory/bats-pod-$$/memory.max_usage_in_bytes")
+    ((peak > 0)) || fail "the pull was not charged to the joined cgroup"
+    # Joining as is: limits are refused.
+    run_pullhelper 2 pull $(auth_opts) --cgroup "/bats-pod-$$" --memory-max 64Mi "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
+    assert_json_error usage
+    [[ $ph_error_message == *"joins an existing cgroup as it is"* ]] || fail "$ph_error_message"
+    # A cgroup that does not exist is an isolation error.
+    run_pullhelper 7 pull $(auth_opts) --cgroup "/bats-nonexistent-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest3"
+    assert_json_error isolation
+    [[ ! -d /sys/fs/cgroup/pids/bats-nonexistent-$$ ]] || fail "a joined cgroup was created"
+}
+
+@test "--no-isolation pulls in-process and creates no cgroup" {
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --no-isolation "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$(json_get .isolation.enabled <<<"$output")" false
+    assert_equal "$(json_get .usage <<<"$output")" null
+    [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "--no-isolation created a cgroup"
+}
+
+@test "explain shows the cgroup plan and touches nothing" {
+    local before
+    before=$(registry_request_count)
+    run_pullhelper explain $(auth_opts) --cgroup-parent "$CG_PARENT" --memory-max 64Mi --io-write-bps "$OUT=5MB/s" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$(json_get .cgroup.parent <<<"$output")" "$CG_PARENT"
+    assert_equal "$(json_get .cgroup.limits.memory_max <<<"$output")" $((64 << 20))
+    assert_equal "$(json_get '.cgroup.limits.io[0].write_bps' <<<"$output")" 5000000
+    assert_equal "$(registry_request_count)" "$before"
+    [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "explain created a cgroup"
+}
