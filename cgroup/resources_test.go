@@ -1,0 +1,56 @@
+package cgroup
+
+import "testing"
+
+// TestResourcesTranslation checks the one translation of Limits into the
+// library's Resources for both cgroup versions (v2 is proven end to end in
+// the VM tests; this pins the mapping).
+func TestResourcesTranslation(t *testing.T) {
+	swap := int64(16 << 20)
+	l := Limits{CPUQuota: 0.5, CPUWeight: 100, MemoryMax: 64 << 20, MemoryHigh: 48 << 20, SwapMax: &swap,
+		PidsMax: 32, IOWeight: 100, IO: []IODevice{{Major: 8, Minor: 0, ReadBPS: 1e6, WriteIOPS: 50}}}
+	v1 := resources(l, false)
+	if v1.CpuQuota != 50000 || v1.CpuPeriod != 100000 {
+		t.Errorf("v1 cpu quota/period = %d/%d", v1.CpuQuota, v1.CpuPeriod)
+	}
+	if v1.CpuShares != 2+(99*262142)/9999 || v1.CpuWeight != 0 {
+		t.Errorf("v1 cpu weight 100 → shares %d (weight %d)", v1.CpuShares, v1.CpuWeight)
+	}
+	if v1.Memory != 64<<20 || v1.MemoryReservation != 48<<20 || v1.MemorySwap != 80<<20 {
+		t.Errorf("v1 memory = %d/%d/%d", v1.Memory, v1.MemoryReservation, v1.MemorySwap)
+	}
+	if v1.PidsLimit == nil || *v1.PidsLimit != 32 {
+		t.Errorf("v1 pids = %v", v1.PidsLimit)
+	}
+	if len(v1.BlkioThrottleReadBpsDevice) != 1 || v1.BlkioThrottleReadBpsDevice[0].Rate != 1e6 ||
+		len(v1.BlkioThrottleWriteIOPSDevice) != 1 || v1.BlkioThrottleWriteIOPSDevice[0].Rate != 50 ||
+		len(v1.BlkioThrottleWriteBpsDevice) != 0 {
+		t.Errorf("v1 io = %+v", v1)
+	}
+	if v1.BlkioWeight != uint16(10+(99*990)/9999) || v1.Unified != nil {
+		t.Errorf("v1 io weight = %d, unified %v", v1.BlkioWeight, v1.Unified)
+	}
+	v2 := resources(l, true)
+	if v2.CpuWeight != 100 || v2.CpuShares != 0 {
+		t.Errorf("v2 cpu weight = %d (shares %d)", v2.CpuWeight, v2.CpuShares)
+	}
+	if v2.Unified["memory.high"] != "50331648" || v2.MemoryReservation != 0 {
+		t.Errorf("v2 memory.high = %q (reservation %d)", v2.Unified["memory.high"], v2.MemoryReservation)
+	}
+	if v2.Unified["io.weight"] != "default 100" || v2.BlkioWeight != 0 {
+		t.Errorf("v2 io.weight = %q", v2.Unified["io.weight"])
+	}
+	if tiny := resources(Limits{CPUQuota: 0.001}, true); tiny.CpuQuota != 1000 {
+		t.Errorf("a quota below the kernel's 1ms minimum must be raised to it, got %d", tiny.CpuQuota)
+	}
+	if none := resources(Limits{}, false); none.Memory != 0 || none.PidsLimit != nil || none.CpuQuota != 0 || none.Unified != nil {
+		t.Errorf("no limits must write nothing: %+v", none)
+	}
+}
+
+func TestAccountingRule(t *testing.T) {
+	l := accounting(Limits{IO: []IODevice{{Major: 8, Minor: 0, ReadBPS: 5}}}, []string{"8:0", "8:16"})
+	if len(l.IO) != 2 || l.IO[0].ReadBPS != 5 || l.IO[1].Major != 8 || l.IO[1].Minor != 16 || l.IO[1].WriteBPS != noLimit {
+		t.Fatalf("accounting = %+v", l.IO)
+	}
+}
