@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/proc"
@@ -190,12 +191,14 @@ func (s *Stage) Commit(d Destination) error {
 	if err := os.Chmod(s.Path, 0o755); err != nil {
 		return wrapDest(d, err)
 	}
-	if _, err := os.Lstat(d.Path); errors.Is(err, fs.ErrNotExist) {
-		return wrapDest(d, os.Rename(s.Path, d.Path))
-	}
-	if isEmptyDir(d.Path) {
-		// rename(2) replaces an empty directory.
-		return wrapDest(d, os.Rename(s.Path, d.Path))
+	_, err := os.Lstat(d.Path)
+	if errors.Is(err, fs.ErrNotExist) || isEmptyDir(d.Path) {
+		// rename(2) creates DEST or replaces an empty directory. If a
+		// concurrent pull created the layout meanwhile, merge into it.
+		err := os.Rename(s.Path, d.Path)
+		if err == nil || d.Transport != "oci" || !(errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) {
+			return wrapDest(d, err)
+		}
 	}
 	if d.Transport == "dir" {
 		// Replacing a previous dir: image: swap it out, then drop it.
