@@ -107,6 +107,9 @@ func Parse(name string, data []byte) (*File, error) {
 	defined := map[string]bool{}
 	profDefined := map[string]map[string]bool{}
 	for _, k := range md.Keys() {
+		if md.Type(k...) == "Hash" {
+			continue // a table header; its keys are listed themselves
+		}
 		if len(k) >= 2 && k[0] == "profiles" {
 			if len(k) > 2 {
 				if profDefined[k[1]] == nil {

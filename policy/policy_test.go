@@ -92,7 +92,7 @@ func TestParseErrors(t *testing.T) {
 		{"insecure pattern", "version = 1\n[trust]\ninsecure_registries = [\"https://x\"]\n", "p.toml:3: trust.insecure_registries: entry 1"},
 		{"not yet: netns", "version = 1\n[network]\nnetns = \"/run/netns/x\"\n", "p.toml:3: network.netns: not supported yet"},
 		{"not yet: pull secrets", "version = 1\n[auth]\npull_secrets = [\"/x\"]\n", "p.toml:3: auth.pull_secrets: not supported yet"},
-		{"not yet: profile", "version = 1\n[profiles.p.privileges]\nuser = \"nobody\"\n", "p.toml:3: profiles.p.privileges.user: not supported yet"},
+		{"not yet: profile", "version = 1\n[profiles.p.network.dns]\nnameservers = [\"10.96.0.10\"]\n", "p.toml:3: profiles.p.network.dns.nameservers: not supported yet"},
 		{"profile bad value", "version = 1\n[profiles.p.pull]\nparallel_layers = 100\n", "p.toml:3: profiles.p.pull.parallel_layers: must be between 1 and 64"},
 		{"profile version", "version = 1\n[profiles.p]\nversion = 1\n", "p.toml:3: profiles.p.version: a profile cannot set version"},
 	} {
@@ -180,10 +180,10 @@ func TestSetFromFlags(t *testing.T) {
 	if err := l.Set("--retries", "pull.retries", policy.Int, "-2"); err == nil || !strings.HasPrefix(err.Error(), "--retries:") {
 		t.Fatalf("negative retries via flag: %v", err)
 	}
-	if err := l.Set("--user", "privileges.user", policy.String, "nobody"); err != nil {
+	if err := l.Set("--netns", "network.netns", policy.String, "/run/netns/x"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--user: not supported yet") {
+	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--netns: not supported yet") {
 		t.Fatalf("validate = %v", err)
 	}
 	// Quoting: a value with quotes and backslashes survives intact.

@@ -20,7 +20,6 @@ var notYet = []struct{ prefix, issue string }{
 	{"pull.max_bandwidth", "bandwidth limits"},
 	{"network.netns", "network namespaces"},
 	{"network.dns", "the cluster DNS override"},
-	{"privileges.", "the privilege drop"},
 }
 
 // Validate checks values and combinations that the decoder cannot check on
@@ -98,7 +97,7 @@ func (l *Loaded) Validate() error {
 	}
 	for _, ny := range notYet {
 		if keys := l.DefinedUnder(ny.prefix); len(keys) > 0 {
-			return bad(keys[0], "not supported yet: %s arrive in a later version; remove this setting", ny.issue)
+			return bad(keys[0], "not supported yet (%s: a later version); remove this setting", ny.issue)
 		}
 	}
 	return nil

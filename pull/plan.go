@@ -84,6 +84,10 @@ type Isolation struct {
 	Limits        any      `json:"limits,omitempty"`
 	Reclaimed     []string `json:"reclaimed,omitempty"`
 	ChildPID      int      `json:"child_pid,omitempty"`
+	UID           int      `json:"uid,omitempty"`
+	GID           int      `json:"gid,omitempty"`
+	User          string   `json:"user,omitempty"`
+	Seccomp       bool     `json:"seccomp,omitempty"`
 }
 
 // PolicySource names the policy file and profile in effect.
@@ -115,7 +119,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		ParallelLayers:   int(l.Pull.ParallelLayers),
 		AllArchitectures: l.Pull.AllArchitectures,
 		Policy:           PolicySource{File: l.File, Profile: l.Profile},
-		Isolation:        Isolation{Enabled: true, Mode: "child in cgroup"},
+		Isolation:        Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp},
 	}
 	if in.NoIsolation {
 		p.Isolation = Isolation{Enabled: false, Mode: "in-process", Reason: "--no-isolation"}
@@ -125,6 +129,10 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			return nil, err
 		}
 		p.RegistriesConf = l.Pull.RegistriesConf
+	} else if f := sysregistriesv2.ConfigPath(nil); fileExists(f) {
+		// Pin the file this (root) process would read, so that the child,
+		// whose HOME is not root's, reads the same one.
+		p.RegistriesConf = f
 	}
 	named, how, err := resolveImage(in.Image, &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf})
 	if err != nil {
@@ -179,6 +187,11 @@ func (p *Plan) resolveCredential(l *policy.Loaded, env auth.Env, named reference
 	}
 	p.Credential = cred
 	return nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 func mustExist(path, what, setting string) error {

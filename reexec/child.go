@@ -13,6 +13,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 	"github.com/sirupsen/logrus"
 )
@@ -30,8 +31,8 @@ func Dispatch() (bool, int) {
 }
 
 // child is the whole life of the network-facing process, top to bottom:
-// read the request → verify the cgroup → (mount namespace, privilege drop:
-// later) → pull into staging → report.
+// read the request → verify the cgroup → (mount namespace: later) → drop
+// privileges and verify the drop → pull into staging → report.
 func child() int {
 	// The parent owns signals: it kills the whole cgroup. Ignore terminal
 	// SIGINT so that ^C reaches only the parent, which cleans up.
@@ -68,7 +69,15 @@ func child() int {
 		return fail(failure.Wrap(failure.Isolation, err, "child: not in the pull cgroup"))
 	}
 
-	// 3. Pull into the staging area; the parent verifies and commits.
+	// 3. Drop every privilege, on every thread, and prove it.
+	if err := privdrop.Drop(req.Identity, req.Seccomp); err != nil {
+		return fail(failure.Wrap(failure.Isolation, err, "child: dropping privileges"))
+	}
+	if err := privdrop.Verify(req.Identity, req.Seccomp); err != nil {
+		return fail(failure.Wrap(failure.Isolation, err, "child: privileges left after the drop"))
+	}
+
+	// 4. Pull into the staging area; the parent verifies and commits.
 	log := newLogger(req.Log)
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 )
 
@@ -24,6 +26,9 @@ import (
 type Options struct {
 	pull.Options
 	Cgroup    cgroup.Config
+	User      string // [privileges] user: dynamic, a name or a uid
+	Seccomp   bool   // [privileges] seccomp
+	LockDir   string // dynamic uid locks (default privdrop.DefaultLockDir)
 	LogFormat string
 	Debug     bool
 }
@@ -32,12 +37,15 @@ type Options struct {
 // network code legitimately reads (proxies, registries.conf location,
 // locale). Everything else, and so any secret a caller left in its
 // environment, stays behind.
-var envAllow = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR",
+var envAllow = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR",
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 	"CONTAINERS_REGISTRIES_CONF"}
 
-func childEnv() []string {
-	var env []string
+func childEnv(home string) []string {
+	// HOME is the private staging root: per-user containers configuration
+	// of the caller (registries.d, …) is not the child's to read; the plan
+	// pins the files that matter.
+	env := []string{"HOME=" + home}
 	for _, k := range envAllow {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
@@ -71,6 +79,19 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 		log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
 	}
 
+	lockDir := o.LockDir
+	if lockDir == "" {
+		lockDir = privdrop.DefaultLockDir
+	}
+	lease, err := privdrop.Allocate(o.User, lockDir)
+	if err != nil {
+		return nil, failure.Wrap(failure.Isolation, err, "")
+	}
+	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
+	if err := st.Handover(lease.UID, lease.GID); err != nil {
+		return nil, err
+	}
+
 	reclaimed, err := cgroup.Reclaim(o.Cgroup)
 	for _, r := range reclaimed {
 		log.Warn("reclaimed a stale pull cgroup left by a pullhelper that died", "cgroup", r)
@@ -91,23 +112,33 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 	iso := p.Isolation
 	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), o.Cgroup.Driver, g.Joined()
 	iso.Reclaimed = append(reclaimed, p.Reclaimed...)
+	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
 	if !g.Joined() {
 		iso.Limits = o.Cgroup.Limits
 	}
 
-	c, err := spawn(g, o.Debug, o.Report != nil)
+	c, err := spawn(g, st.Root, o.Debug, o.Report != nil)
 	if err != nil {
 		return nil, err
 	}
 	iso.ChildPID = c.pid
 	// From here on the child exists: every return path kills and reaps it.
 	res, err := c.run(ctx, g, p, request{
-		Plan: p, Material: m, Stage: st, Cgroup: g.Expected(),
+		Plan: p, Material: m, Stage: st, Cgroup: g.Expected(), Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: logConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 	}, o.Options, log)
 	usage := g.Usage()
 	if err != nil {
 		return nil, explainDeath(err, usage, o.Cgroup.Limits)
+	}
+	// Nothing running as the pull uid may outlive the child: kill what is
+	// left in the cgroup before the staging area is taken back.
+	if err := g.Kill(c.pid); err != nil {
+		return nil, failure.Wrap(failure.Isolation, err, "")
+	}
+	owner := ownerOf(p.Destination.Path)
+	if err := st.TakeBack(p.Destination, res, owner.UID, owner.GID); err != nil {
+		return nil, err
 	}
 	if err := st.Commit(p.Destination); err != nil {
 		return nil, err
@@ -135,7 +166,7 @@ type childProc struct {
 // stays alive until the child is reaped (Pdeathsig is per thread). On
 // cgroup v2 the child is born in the cgroup; on v1 it is placed before it
 // gets its request.
-func spawn(g *cgroup.Group, debug, terminal bool) (*childProc, error) {
+func spawn(g *cgroup.Group, home string, debug, terminal bool) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -147,9 +178,10 @@ func spawn(g *cgroup.Group, debug, terminal bool) (*childProc, error) {
 		return nil, failure.Wrap(failure.Internal, err, "creating the event pipe")
 	}
 	cmd := &exec.Cmd{
+		Dir:        "/",
 		Path:       "/proc/self/exe",
 		Args:       []string{ChildName},
-		Env:        childEnv(),
+		Env:        childEnv(home),
 		ExtraFiles: []*os.File{planR, evW}, // fds 3 and 4
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
@@ -340,6 +372,16 @@ func explainDeath(err error, u cgroup.Usage, l cgroup.Limits) error {
 		return failure.New(failure.Isolation, "cgroup.pids_max=%d is too low: the pull child could not create the threads the Go runtime needs (%d refused forks; %s)", l.PidsMax, *u.PidsMaxHits, cd.Error())
 	}
 	return failure.New(failure.Internal, "%s", strings.TrimSpace(cd.Error()))
+}
+
+// ownerOf is the owner of DEST's parent directory: committed files become
+// its, as if its owner had written them (root for the usual /var paths).
+func ownerOf(path string) privdrop.Identity {
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
+		return privdrop.Identity{}
+	}
+	return privdrop.Identity{UID: int(st.Uid), GID: int(st.Gid)}
 }
 
 // relayStderr copies the child's stderr line by line. Unless debug, it

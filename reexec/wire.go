@@ -2,6 +2,7 @@ package reexec
 
 import (
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 )
 
@@ -20,6 +21,8 @@ type request struct {
 	Material *pull.Material    `json:"material"`
 	Stage    *pull.Stage       `json:"stage"`
 	Cgroup   map[string]string `json:"cgroup"` // controller → path /proc/self/cgroup must show
+	Identity privdrop.Identity `json:"identity"`
+	Seccomp  bool              `json:"seccomp"`
 	Log      logConfig         `json:"log"`
 	Bars     bool              `json:"bars"`
 }

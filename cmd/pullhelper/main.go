@@ -124,7 +124,9 @@ DEST is either untouched or fully committed.`,
 				if cerr != nil {
 					return failure.Wrap(failure.Usage, cerr, "")
 				}
-				res, err = reexec.Pull(ctx, plan, reexec.Options{Options: opts, Cgroup: cg, LogFormat: c.logFormat, Debug: c.debug})
+				res, err = reexec.Pull(ctx, plan, reexec.Options{Options: opts, Cgroup: cg,
+					User: settings.Privileges.User, Seccomp: settings.Privileges.Seccomp,
+					LogFormat: c.logFormat, Debug: c.debug})
 			}
 			if err != nil {
 				if events != nil {

@@ -1,0 +1,129 @@
+package privdrop
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The systemd DynamicUser range.
+const (
+	DynamicMin = 61184
+	DynamicMax = 65519
+)
+
+// DefaultLockDir holds one lock file per dynamic uid in use.
+const DefaultLockDir = "/run/pullhelper/uids"
+
+// Lease is an identity held for one pull. Release frees a dynamic uid.
+type Lease struct {
+	Identity
+	Source string `json:"source"` // "dynamic", "user NAME", "uid N"
+	lock   *os.File
+}
+
+// Release frees the uid's lock (idempotent).
+func (l *Lease) Release() {
+	if l != nil && l.lock != nil {
+		_ = l.lock.Close() // closing drops the flock
+		l.lock = nil
+	}
+}
+
+// Allocate resolves [privileges] user: "dynamic" (a free uid/gid pair from
+// the DynamicUser range, locked for this pull), a user name, or a uid.
+// uid 0 is refused.
+func Allocate(spec, lockDir string) (*Lease, error) {
+	switch {
+	case spec == "dynamic":
+		return allocateDynamic(lockDir)
+	case spec == "" || spec == "0" || spec == "root":
+		return nil, fmt.Errorf("privileges.user %q: the pull never runs as root", spec)
+	}
+	if n, err := strconv.Atoi(spec); err == nil {
+		if n <= 0 {
+			return nil, fmt.Errorf("privileges.user %q: want a uid above 0", spec)
+		}
+		gid := n
+		if u, err := user.LookupId(spec); err == nil {
+			gid, _ = strconv.Atoi(u.Gid)
+		}
+		if gid == 0 {
+			return nil, fmt.Errorf("privileges.user %q: its primary group is root (gid 0); use a user with another group", spec)
+		}
+		return &Lease{Identity: Identity{UID: n, GID: gid}, Source: "uid " + spec}, nil
+	}
+	u, err := user.Lookup(spec)
+	if err != nil {
+		return nil, fmt.Errorf("privileges.user %q: %v", spec, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 || gid == 0 {
+		return nil, fmt.Errorf("privileges.user %q is uid %d gid %d: the pull never runs as root", spec, uid, gid)
+	}
+	return &Lease{Identity: Identity{UID: uid, GID: gid}, Source: "user " + spec}, nil
+}
+
+func allocateDynamic(lockDir string) (*Lease, error) {
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the uid lock directory %s: %w", lockDir, err)
+	}
+	taken := usedIDs()
+	for uid := DynamicMin; uid <= DynamicMax; uid++ {
+		if taken[uid] {
+			continue
+		}
+		// systemd's own DynamicUser allocations.
+		if _, err := os.Lstat(fmt.Sprintf("/run/systemd/dynamic-uid/direct:%d", uid)); err == nil {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(uid)+".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("locking uid %d in %s: %w", uid, lockDir, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				continue // another pull holds it
+			}
+			return nil, fmt.Errorf("locking uid %d: %w", uid, err)
+		}
+		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", lock: f}, nil
+	}
+	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)
+}
+
+// usedIDs collects uids and gids that are named in /etc/passwd or /etc/group
+// or that own a running process: a dynamic uid must belong to nobody.
+func usedIDs() map[int]bool {
+	used := map[int]bool{}
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Split(line, ":")
+			if len(fs) > 2 {
+				if n, err := strconv.Atoi(fs[2]); err == nil {
+					used[n] = true
+				}
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			used[int(st.Uid)] = true
+		}
+	}
+	return used
+}

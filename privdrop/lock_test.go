@@ -1,0 +1,5 @@
+package privdrop_test
+
+import "runtime"
+
+func runtimeLock() { runtime.LockOSThread() }

@@ -1,0 +1,217 @@
+package privdrop_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/privdrop"
+	"golang.org/x/sys/unix"
+)
+
+const helperEnv = "PULLHELPER_PRIVDROP_TEST_HELPER"
+
+// TestMain lets the test binary act as a dropped child: the real Drop and
+// the real filter run in a separate process, which reports what it could
+// still do.
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(childHelper())
+	}
+	os.Exit(m.Run())
+}
+
+type report struct {
+	DropErr   string            `json:"drop_err"`
+	VerifyErr string            `json:"verify_err"`
+	Attempts  map[string]string `json:"attempts"` // syscall → errno text ("" = succeeded)
+	Threads   int               `json:"threads"`
+}
+
+func childHelper() int {
+	r := report{Attempts: map[string]string{}}
+	id := privdrop.Identity{UID: 61999, GID: 61999}
+	// Start some goroutines that pin extra OS threads first: the drop must
+	// reach them too.
+	ready := make(chan struct{})
+	for i := 0; i < 4; i++ {
+		go func() {
+			runtimeLock()
+			ready <- struct{}{}
+			select {}
+		}()
+		<-ready
+	}
+	if err := privdrop.Drop(id, true); err != nil {
+		r.DropErr = err.Error()
+	}
+	if err := privdrop.Verify(id, true); err != nil {
+		r.VerifyErr = err.Error()
+	}
+	ts, _ := privdrop.ReadThreads("self")
+	r.Threads = len(ts)
+	try := func(name string, err error) {
+		if err == nil {
+			r.Attempts[name] = ""
+		} else {
+			r.Attempts[name] = err.Error()
+		}
+	}
+	dir, _ := os.MkdirTemp("", "pd")
+	try("mount", unix.Mount("tmpfs", dir, "tmpfs", 0, ""))
+	try("unshare", unix.Unshare(unix.CLONE_NEWUSER))
+	fd, err := unix.Open("/proc/self/ns/net", unix.O_RDONLY, 0)
+	if err == nil {
+		try("setns", unix.Setns(fd, unix.CLONE_NEWNET))
+	} else {
+		try("setns", err)
+	}
+	try("ptrace", unix.PtraceAttach(os.Getppid()))
+	_, _, e := unix.RawSyscall(unix.SYS_KEYCTL, 0, 0, 0)
+	try("keyctl", errnoErr(e))
+	try("setuid0", syscall.Setuid(0))
+	_, _, e = unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
+	try("clone3", errnoErr(e))
+	// Ordinary work still works: create and write a file, open a socket.
+	f, err := os.CreateTemp("", "pd-ok")
+	if err == nil {
+		_, err = f.Write([]byte("x"))
+		f.Close()
+		os.Remove(f.Name())
+	}
+	try("write-file", err)
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.Close(s)
+	}
+	try("socket", err)
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+	return 0
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+func TestDropInAChild(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the drop starts from root")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "TMPDIR="+tmpForUID(t))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	var r report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("helper output %q: %v", out, err)
+	}
+	if r.DropErr != "" || r.VerifyErr != "" {
+		t.Fatalf("drop: %q, verify: %q", r.DropErr, r.VerifyErr)
+	}
+	if r.Threads < 5 {
+		t.Errorf("only %d threads: the test did not exercise many threads", r.Threads)
+	}
+	for _, sc := range []string{"mount", "unshare", "setns", "ptrace", "keyctl", "setuid0"} {
+		if r.Attempts[sc] == "" {
+			t.Errorf("%s succeeded after the drop", sc)
+		} else if !strings.Contains(r.Attempts[sc], "not permitted") {
+			t.Errorf("%s: %s, want EPERM", sc, r.Attempts[sc])
+		}
+	}
+	if !strings.Contains(r.Attempts["clone3"], "not implemented") {
+		t.Errorf("clone3: %q, want ENOSYS", r.Attempts["clone3"])
+	}
+	for _, ok := range []string{"write-file", "socket"} {
+		if r.Attempts[ok] != "" {
+			t.Errorf("%s failed after the drop: %s", ok, r.Attempts[ok])
+		}
+	}
+}
+
+// tmpForUID is a directory the dropped helper (uid 61999) can write.
+func tmpForUID(t *testing.T) string {
+	d, err := os.MkdirTemp("", "privdrop-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chown(d, 61999, 61999); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestVerifyRejectsRoot(t *testing.T) {
+	// This test process has not dropped anything: Verify must say so.
+	err := privdrop.Verify(privdrop.Identity{UID: 61999, GID: 61999}, true)
+	if err == nil {
+		t.Fatal("Verify passed for an undropped process")
+	}
+}
+
+func TestAllocate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the lock directory")
+	}
+	dir := t.TempDir()
+	a, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.UID == b.UID || a.UID < privdrop.DynamicMin || b.UID > privdrop.DynamicMax || a.GID != a.UID {
+		t.Fatalf("leases %+v %+v", a.Identity, b.Identity)
+	}
+	a.Release()
+	c, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UID != a.UID {
+		t.Fatalf("released uid %d not reused (got %d)", a.UID, c.UID)
+	}
+	b.Release()
+	c.Release()
+	for _, bad := range []string{"root", "0", "", "-5", "no-such-user-xyz"} {
+		if _, err := privdrop.Allocate(bad, dir); err == nil {
+			t.Errorf("Allocate(%q) accepted", bad)
+		}
+	}
+	if l, err := privdrop.Allocate("nobody", dir); err != nil || l.UID == 0 {
+		t.Errorf("Allocate(nobody) = %+v, %v", l, err)
+	}
+	if l, err := privdrop.Allocate("12345", dir); err != nil || l.UID != 12345 || l.GID != 12345 {
+		t.Errorf("Allocate(12345) = %+v, %v", l, err)
+	}
+}
+
+func TestFilterDeniesTheIssueList(t *testing.T) {
+	want := []string{"mount", "umount2", "setns", "unshare", "ptrace", "bpf", "keyctl", "kexec_load",
+		"init_module", "finit_module", "delete_module", "reboot", "swapon", "open_by_handle_at",
+		"process_vm_readv", "process_vm_writev"}
+	have := map[string]bool{}
+	for _, n := range privdrop.Denied {
+		have[n] = true
+	}
+	for _, n := range want {
+		if !have[n] {
+			t.Errorf("%s is not denied", n)
+		}
+	}
+	f := privdrop.Filter()
+	if _, err := f.Policy.Assemble(); err != nil {
+		t.Fatalf("the filter does not assemble: %v", err)
+	}
+}
+
