@@ -215,3 +215,17 @@ func (t ThreadState) check(id Identity, withSeccomp bool) error {
 	}
 	return nil
 }
+
+// KeepParentDeathSignal re-arms PR_SET_PDEATHSIG on every thread. The kernel
+// clears it when the credentials change (the setresuid of Drop), so a child
+// that drops privileges must set it again; if the parent already died in
+// between (the process was re-parented), it fails.
+func KeepParentDeathSignal(sig syscall.Signal, parent int) error {
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(sig), 0); e != 0 {
+		return fmt.Errorf("setting the parent-death signal: %v", e)
+	}
+	if os.Getppid() != parent {
+		return fmt.Errorf("the parent (pid %d) exited during the privilege drop", parent)
+	}
+	return nil
+}

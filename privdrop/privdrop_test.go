@@ -214,4 +214,3 @@ func TestFilterDeniesTheIssueList(t *testing.T) {
 		t.Fatalf("the filter does not assemble: %v", err)
 	}
 }
-

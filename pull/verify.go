@@ -240,4 +240,3 @@ func verifyArchive(path string) error {
 	}
 	return nil
 }
-

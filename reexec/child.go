@@ -16,6 +16,7 @@ import (
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 var dispatched bool
@@ -31,13 +32,14 @@ func Dispatch() (bool, int) {
 }
 
 // child is the whole life of the network-facing process, top to bottom:
-// read the request → verify the cgroup → (mount namespace: later) → drop
-// privileges and verify the drop → pull into staging → report.
+// read the request → verify the cgroup → private mounts → drop privileges
+// and verify the drop → pull into staging → report.
 func child() int {
 	// The parent owns signals: it kills the whole cgroup. Ignore terminal
 	// SIGINT so that ^C reaches only the parent, which cleans up.
 	signal.Ignore(syscall.SIGINT)
 
+	parent := os.Getppid()
 	in := os.NewFile(planFD, "plan")
 	out := os.NewFile(eventsFD, "events")
 	if in == nil || out == nil {
@@ -69,15 +71,23 @@ func child() int {
 		return fail(failure.Wrap(failure.Isolation, err, "child: not in the pull cgroup"))
 	}
 
-	// 3. Drop every privilege, on every thread, and prove it.
+	// 3. Private mounts, while still root: the staging directory over /tmp.
+	if err := unix.Mount(req.StageDir, childStageDir, "", unix.MS_BIND, ""); err != nil {
+		return fail(failure.Wrap(failure.Isolation, err, "child: mounting the staging directory on %s", childStageDir))
+	}
+
+	// 4. Drop every privilege, on every thread, and prove it.
 	if err := privdrop.Drop(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: dropping privileges"))
+	}
+	if err := privdrop.KeepParentDeathSignal(syscall.SIGKILL, parent); err != nil {
+		return fail(failure.Wrap(failure.Isolation, err, "child"))
 	}
 	if err := privdrop.Verify(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: privileges left after the drop"))
 	}
 
-	// 4. Pull into the staging area; the parent verifies and commits.
+	// 5. Pull into the staging area; the parent verifies and commits.
 	log := newLogger(req.Log)
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)

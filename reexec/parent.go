@@ -117,14 +117,14 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 		iso.Limits = o.Cgroup.Limits
 	}
 
-	c, err := spawn(g, st.Root, o.Debug, o.Report != nil)
+	c, err := spawn(g, o.Debug, o.Report != nil)
 	if err != nil {
 		return nil, err
 	}
 	iso.ChildPID = c.pid
 	// From here on the child exists: every return path kills and reaps it.
 	res, err := c.run(ctx, g, p, request{
-		Plan: p, Material: m, Stage: st, Cgroup: g.Expected(), Identity: lease.Identity, Seccomp: o.Seccomp,
+		Plan: p, Material: m, Stage: stageInChild(st), StageDir: st.Root, Cgroup: g.Expected(), Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: logConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 	}, o.Options, log)
 	usage := g.Usage()
@@ -166,7 +166,7 @@ type childProc struct {
 // stays alive until the child is reaped (Pdeathsig is per thread). On
 // cgroup v2 the child is born in the cgroup; on v1 it is placed before it
 // gets its request.
-func spawn(g *cgroup.Group, home string, debug, terminal bool) (*childProc, error) {
+func spawn(g *cgroup.Group, debug, terminal bool) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -181,10 +181,13 @@ func spawn(g *cgroup.Group, home string, debug, terminal bool) (*childProc, erro
 		Dir:        "/",
 		Path:       "/proc/self/exe",
 		Args:       []string{ChildName},
-		Env:        childEnv(home),
+		Env:        childEnv(childStageDir),
 		ExtraFiles: []*os.File{planR, evW}, // fds 3 and 4
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
+			// A private mount namespace (Go makes / private in it, so
+			// nothing the child mounts propagates to the host).
+			Unshareflags: syscall.CLONE_NEWNS,
 		},
 	}
 	// On a terminal the child draws progress bars on it directly;

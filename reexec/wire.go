@@ -1,6 +1,8 @@
 package reexec
 
 import (
+	"path/filepath"
+
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
@@ -15,12 +17,24 @@ const (
 	eventsFD = 4
 )
 
+// childStageDir is where the child sees the staging area: its private
+// mount namespace has the staging directory bind-mounted over /tmp (done
+// while still root, which may traverse DEST's ancestors). So DEST's ancestors (often root-only, 0700) need not be
+// searchable by the pull uid, temporary files land on DEST's filesystem, and
+// the child never learns DEST's path.
+const childStageDir = "/tmp"
+
+func stageInChild(st *pull.Stage) *pull.Stage {
+	return &pull.Stage{Root: childStageDir, Path: childStageDir + "/" + filepath.Base(st.Path)}
+}
+
 // request is what the parent sends on fd 3. It must be JSON-representable.
 type request struct {
 	Plan     *pull.Plan        `json:"plan"`
 	Material *pull.Material    `json:"material"`
-	Stage    *pull.Stage       `json:"stage"`
-	Cgroup   map[string]string `json:"cgroup"` // controller → path /proc/self/cgroup must show
+	Stage    *pull.Stage       `json:"stage"`     // as the child sees it
+	StageDir string            `json:"stage_dir"` // the real staging directory, bind-mounted at Stage.Root
+	Cgroup   map[string]string `json:"cgroup"`    // controller → path /proc/self/cgroup must show
 	Identity privdrop.Identity `json:"identity"`
 	Seccomp  bool              `json:"seccomp"`
 	Log      logConfig         `json:"log"`
