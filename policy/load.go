@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -273,8 +275,15 @@ func tomlError(name string, err error) error {
 		}
 		return &Error{File: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: cleanTOMLMessage(msg)}
 	}
+	// Type mismatches come as plain errors: "toml: line N (last key "K"): …".
+	if m := lineKeyRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{File: name, Line: line, Key: m[2], Msg: cleanTOMLMessage(m[3])}
+	}
 	return &Error{File: name, Msg: cleanTOMLMessage(err.Error())}
 }
+
+var lineKeyRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 func cleanTOMLMessage(s string) string {
 	s = strings.TrimPrefix(s, "toml: ")

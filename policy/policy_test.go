@@ -229,3 +229,16 @@ func TestDepcheck(t *testing.T) {
 		t.Fatal("go list output looks wrong: toml missing")
 	}
 }
+
+func TestTypeErrorsNameLineAndKey(t *testing.T) {
+	for doc, want := range map[string]string{
+		"version = 1\n[pull]\nall_architectures = \"yes\"\n": "p.toml:3: pull.all_architectures: incompatible types",
+		"version = 1\n[trust]\ncerts_d = \"/etc/x\"\n":        "p.toml:3: trust.certs_d: incompatible types",
+		"version = \"1\"\n":                                   "p.toml:1: version: incompatible types",
+	} {
+		_, err := policy.Parse("p.toml", []byte(doc))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: err = %v, want prefix %q", doc, err, want)
+		}
+	}
+}

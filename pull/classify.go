@@ -134,7 +134,7 @@ func codeOf(err error) failure.Code {
 func isDigestMismatch(err error) bool {
 	s := err.Error()
 	for _, m := range []string{"Digest did not match", "digest mismatch", "does not match provided manifest digest",
-		"does not match selected manifest digest", "does not match expected digest", "Manifest does not match"} {
+		"does not match selected manifest digest", "does not match expected", "Manifest does not match"} {
 		if strings.Contains(s, m) {
 			return true
 		}

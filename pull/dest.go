@@ -57,6 +57,10 @@ func (d Destination) isDir() bool { return d.Transport == "oci" || d.Transport =
 type Stage struct {
 	Root string `json:"root"` // .pullhelper-staging-NAME-XXXX, 0700
 	Path string `json:"path"` // what containers/image writes: Root/image or Root/image.tar
+	// Seeded are DEST's existing blobs hard-linked into the staged layout
+	// (path relative to Path → inode), so that containers/image skips what
+	// DEST already has. They are DEST's files: never re-owned or re-hashed.
+	Seeded map[string]uint64 `json:"-"`
 }
 
 // Prepare checks DEST before any network byte and creates the staging area
@@ -92,7 +96,57 @@ func Prepare(p *Plan) (*Stage, error) {
 	if !d.isDir() {
 		s.Path += ".tar"
 	}
+	if d.Transport == "oci" {
+		if err := s.seed(d.Path); err != nil {
+			s.Remove()
+			return nil, failure.Wrap(failure.Destination, err, "destination %s: linking its existing blobs into staging", d.Raw)
+		}
+	}
 	return s, nil
+}
+
+// seed hard-links the blobs of an existing DEST layout into the staged
+// layout (same filesystem), so that layers DEST already has are skipped.
+func (s *Stage) seed(dest string) error {
+	algs, err := os.ReadDir(filepath.Join(dest, "blobs"))
+	if err != nil {
+		return nil // no layout yet: nothing to seed
+	}
+	for _, a := range algs {
+		if !a.IsDir() || hasher(a.Name()) == nil {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(dest, "blobs", a.Name()))
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			src := filepath.Join(dest, "blobs", a.Name(), f.Name())
+			if !f.Type().IsRegular() || !hexName.MatchString(f.Name()) || isManifest(src) {
+				continue // containers/image rewrites manifests in place: never link those
+			}
+			if s.Seeded == nil {
+				if err := os.MkdirAll(filepath.Join(s.Path, "blobs"), 0o755); err != nil {
+					return err
+				}
+				s.Seeded = map[string]uint64{}
+			}
+			dir := filepath.Join(s.Path, "blobs", a.Name())
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			dst := filepath.Join(dir, f.Name())
+			if err := os.Link(src, dst); err != nil {
+				return err
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(dst, &st); err != nil {
+				return err
+			}
+			s.Seeded[filepath.Join("blobs", a.Name(), f.Name())] = st.Ino
+		}
+	}
+	return nil
 }
 
 const (
@@ -124,8 +178,27 @@ func reclaimStaging(dir string) []string {
 	return out
 }
 
+// isManifest reports whether a blob is an image manifest or index (a small
+// JSON document with "layers" or "manifests").
+func isManifest(p string) bool {
+	st, err := os.Lstat(p)
+	if err != nil || st.Size() > 4<<20 {
+		return false
+	}
+	b, err := os.ReadFile(p)
+	if err != nil || len(b) == 0 || b[0] != '{' {
+		return false
+	}
+	var m struct {
+		Layers    json.RawMessage `json:"layers"`
+		Manifests json.RawMessage `json:"manifests"`
+	}
+	return json.Unmarshal(b, &m) == nil && (m.Layers != nil || m.Manifests != nil)
+}
+
 // reset empties the staging area between attempts.
 func (s *Stage) reset() error {
+	s.Seeded = nil // the links go with the layout
 	if err := os.RemoveAll(s.Path); err != nil {
 		return failure.Wrap(failure.Destination, err, "clearing staging %s", s.Path)
 	}

@@ -22,8 +22,16 @@ import (
 // Handover gives the staging area to the unprivileged pull uid: the root
 // directory (0700) becomes its own, nothing else is reachable to it.
 func (s *Stage) Handover(uid, gid int) error {
-	if err := os.Lchown(s.Root, uid, gid); err != nil {
-		return failure.Wrap(failure.Isolation, err, "handing the staging directory to uid %d", uid)
+	dirs := []string{s.Root}
+	if s.Seeded != nil {
+		// The seeded layout's directories (not DEST's blobs in them).
+		subs, _ := filepath.Glob(filepath.Join(s.Path, "blobs", "*"))
+		dirs = append(append(dirs, s.Path, filepath.Join(s.Path, "blobs")), subs...)
+	}
+	for _, d := range dirs {
+		if err := os.Lchown(d, uid, gid); err != nil {
+			return failure.Wrap(failure.Isolation, err, "handing the staging directory to uid %d", uid)
+		}
 	}
 	return nil
 }
@@ -59,6 +67,9 @@ func (s *Stage) TakeBack(d Destination, res *Result, uid, gid int) error {
 			}
 			return os.Chmod(p, 0o755)
 		case unix.S_IFREG:
+			if ino, ok := s.Seeded[rel(s.Path, p)]; ok && ino == st.Ino {
+				return nil // DEST's own blob, linked in by the parent
+			}
 			if st.Nlink != 1 {
 				return bad("%s has %d hard links", rel(s.Path, p), st.Nlink)
 			}
@@ -88,7 +99,7 @@ func (s *Stage) TakeBack(d Destination, res *Result, uid, gid int) error {
 	}
 	switch d.Transport {
 	case "oci":
-		return verifyOCILayout(s.Path, want)
+		return verifyOCILayout(s.Path, want, s.Seeded)
 	case "dir":
 		return verifyDir(s.Path, want)
 	case "oci-archive", "docker-archive":
@@ -130,7 +141,7 @@ func hasher(alg string) hash.Hash {
 	return nil
 }
 
-func verifyOCILayout(root, manifestDigest string) error {
+func verifyOCILayout(root, manifestDigest string, seeded map[string]uint64) error {
 	blobs := filepath.Join(root, "blobs")
 	algs, err := os.ReadDir(blobs)
 	if err != nil {
@@ -146,6 +157,9 @@ func verifyOCILayout(root, manifestDigest string) error {
 			return failure.Wrap(failure.Verification, err, "staged OCI layout")
 		}
 		for _, f := range files {
+			if _, ok := seeded[filepath.Join("blobs", a.Name(), f.Name())]; ok {
+				continue // DEST's own blob (its inode was checked above)
+			}
 			got, err := hashFile(filepath.Join(blobs, a.Name(), f.Name()), hasher(a.Name()))
 			if err != nil {
 				return failure.Wrap(failure.Verification, err, "hashing blob %s", f.Name())

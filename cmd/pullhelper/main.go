@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/cgroup"
@@ -96,45 +97,18 @@ written into a staging directory beside DEST and moved into place only when comp
 DEST is either untouched or fully committed.`,
 		Args: exactArgs(2, "IMAGE DEST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := newLogger(stderr, c.logFormat, c.debug)
-			if err != nil {
-				return err
-			}
-			plan, settings, err := resolve(cmd, &c, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			for _, w := range plan.Warnings {
-				log.Warn(w)
-			}
 			events, closeEvents, err := progressSink(c.progressFD)
 			if err != nil {
 				return err
 			}
 			defer closeEvents()
-			opts := pull.Options{Events: events, Log: log}
-			if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
-				opts.Report = stderr
-			}
-			var res *pull.Result
-			if c.noIsolation {
-				res, err = pull.Run(ctx, plan, opts)
-			} else {
-				cg, cerr := cgroup.FromPolicy(settings)
-				if cerr != nil {
-					return failure.Wrap(failure.Usage, cerr, "")
-				}
-				res, err = reexec.Pull(ctx, plan, reexec.Options{Options: opts, Cgroup: cg,
-					User: settings.Privileges.User, Seccomp: settings.Privileges.Seccomp,
-					LogFormat: c.logFormat, Debug: c.debug})
-			}
+			res, err := pullImage(ctx, cmd, &c, args, events, stderr)
 			if err != nil {
 				if events != nil {
-					events(pull.Event{Type: "error", Code: string(failure.CodeOf(err)), Message: err.Error()})
+					events(pull.Event{Type: "error", TS: time.Now().UTC(), Code: string(failure.CodeOf(err)), Message: err.Error()})
 				}
 				return err
 			}
-			log.Info("pulled", "reference", res.Reference, "destination", res.Destination, "layers", res.Layers, "bytes", res.Bytes, "duration_ms", res.DurationMS)
 			result = res
 			return nil
 		},
@@ -272,6 +246,43 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// pullImage is pull's work once the progress sink exists, so that every
+// failure, usage errors included, also ends the event stream.
+func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string, events func(pull.Event), stderr io.Writer) (*pull.Result, error) {
+	log, err := newLogger(stderr, c.logFormat, c.debug)
+	if err != nil {
+		return nil, err
+	}
+	plan, settings, err := resolve(cmd, c, args[0], args[1])
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range plan.Warnings {
+		log.Warn(w)
+	}
+	opts := pull.Options{Events: events, Log: log}
+	if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
+		opts.Report = stderr
+	}
+	var res *pull.Result
+	if c.noIsolation {
+		res, err = pull.Run(ctx, plan, opts)
+	} else {
+		cg, cerr := cgroup.FromPolicy(settings)
+		if cerr != nil {
+			return nil, failure.Wrap(failure.Usage, cerr, "")
+		}
+		res, err = reexec.Pull(ctx, plan, reexec.Options{Options: opts, Cgroup: cg,
+			User: settings.Privileges.User, Seccomp: settings.Privileges.Seccomp,
+			LogFormat: c.logFormat, Debug: c.debug})
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("pulled", "reference", res.Reference, "destination", res.Destination, "layers", res.Layers, "bytes", res.Bytes, "duration_ms", res.DurationMS)
+	return res, nil
 }
 
 // resolve loads the policy, applies the flags and builds the plan.

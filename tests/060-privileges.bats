@@ -1,0 +1,189 @@
+#!/usr/bin/env bats
+#
+# Least privilege (issue 5): the network-facing child runs as an unprivileged
+# uid with no capabilities, no_new_privs and a seccomp filter on every
+# thread; only the parent reads root-only secrets and writes DEST.
+
+load helpers
+
+setup_file() {
+    [[ $(id -u) == 0 ]] || skip "needs root: the privilege drop starts from root"
+    start_registry
+    push_fixture tiny
+    push_fixture big
+}
+
+teardown_file() {
+    stop_registry
+}
+
+setup() {
+    [[ $(id -u) == 0 ]] || skip "needs root: the privilege drop starts from root"
+    OUT="$BATS_TEST_TMPDIR/out"
+    mkdir -p "$OUT"
+    BG_PIDS=()
+}
+
+teardown() {
+    local p
+    for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for p in "${BG_PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    stop_tarpit
+    return 0
+}
+
+auth_opts() { echo --authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR"; }
+
+# bg_pull N ARGS...: a pull of big through the tarpit in the background;
+# events in $BATS_TEST_TMPDIR/events.N, stdout/stderr beside them.
+bg_pull() {
+    local n=$1
+    shift
+    : >"$BATS_TEST_TMPDIR/events.$n"
+    "$PULLHELPER" pull --progress-fd 5 --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --stall-timeout 5m "$@" >"$BATS_TEST_TMPDIR/stdout.$n" 2>"$BATS_TEST_TMPDIR/stderr.$n" \
+        5>"$BATS_TEST_TMPDIR/events.$n" 3>&- &
+    BG_PIDS+=($!)
+}
+
+# child_of PID: the pull child of a pullhelper parent.
+child_of() {
+    local deadline=$((SECONDS + 20)) c
+    while :; do
+        c=$(pgrep -P "$1" || true)
+        [[ -n $c ]] && { echo "$c"; return; }
+        ((SECONDS < deadline)) || { fail "no child of $1"; return 1; }
+        sleep 0.05
+    done
+}
+
+@test "every thread of the child: uid/gid not 0, all capability sets empty, NoNewPrivs 1, Seccomp 2; no secret in cmdline or environ" {
+    start_tarpit 2000000
+    bg_pull 1 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    wait_for_file_match "$BATS_TEST_TMPDIR/events.1" '"type":"layer_start"' 60
+    local child threads=0 f
+    child=$(child_of "${BG_PIDS[0]}") || return
+    [[ $(tr '\0' ' ' <"/proc/$child/cmdline") == "pullhelper-child " ]] || fail "$child is not the pull child"
+    for f in /proc/"$child"/task/*/status; do
+        threads=$((threads + 1))
+        run awk '/^(Uid|Gid):/ {print $2, $3, $4, $5}' "$f"
+        for id in $output; do [[ $id != 0 ]] || fail "$f: a uid/gid is 0: $output"; done
+        for k in CapInh CapPrm CapEff CapBnd CapAmb; do
+            assert_equal "$(awk -v k="$k:" '$1 == k {print $2}' "$f")" 0000000000000000
+        done
+        assert_equal "$(awk '$1 == "NoNewPrivs:" {print $2}' "$f")" 1
+        assert_equal "$(awk '$1 == "Seccomp:" {print $2}' "$f")" 2
+        assert_equal "$(awk '$1 == "Groups:" {print $2}' "$f")" ""
+    done
+    ((threads >= 2)) || fail "only $threads thread(s) checked"
+    echo "# checked $threads threads of the child" >&3
+    assert_secret_absent -f "/proc/$child/cmdline" "/proc/$child/environ"
+    # The parent keeps its privileges and never runs as the pull uid.
+    assert_equal "$(awk '$1 == "Uid:" {print $2}' "/proc/${BG_PIDS[0]}/status")" 0
+}
+
+@test "a root-only (0600) auth file and CA still work, because only the parent reads them" {
+    local secret="$BATS_TEST_TMPDIR/secret"
+    mkdir -m 0700 "$secret" "$secret/certs"
+    cp "$REGISTRY_AUTHFILE" "$secret/auth.json"
+    cp "$REGISTRY_CERT_DIR/ca.crt" "$secret/certs/ca.crt"
+    chmod 0600 "$secret/auth.json" "$secret/certs/ca.crt"
+    run_pullhelper pull --authfile "$secret/auth.json" --cert-dir "$secret/certs" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_result
+    local uid
+    uid=$(json_get .isolation.uid <<<"$output")
+    ((uid >= 61184 && uid <= 65519)) || fail "isolation.uid = $uid, want a dynamic uid"
+    assert_equal "$(json_get .isolation.seccomp <<<"$output")" true
+    # The committed image belongs to DEST's owner (root here), not the pull uid.
+    run find "$OUT/dest" ! -user root
+    assert_output ""
+    run find "$OUT/dest" -type f ! -perm 0644
+    assert_output ""
+}
+
+@test "two concurrent pulls get different uids" {
+    start_tarpit 2000000
+    bg_pull 1 "$TARPIT_HOST/fixtures/big" "oci:$OUT/a"
+    bg_pull 2 "$TARPIT_HOST/fixtures/big" "oci:$OUT/b"
+    wait_for_file_match "$BATS_TEST_TMPDIR/events.1" '"type":"layer_start"' 60
+    wait_for_file_match "$BATS_TEST_TMPDIR/events.2" '"type":"layer_start"' 60
+    local c1 c2 u1 u2
+    c1=$(child_of "${BG_PIDS[0]}") || return
+    c2=$(child_of "${BG_PIDS[1]}") || return
+    u1=$(awk '$1 == "Uid:" {print $2}' "/proc/$c1/status")
+    u2=$(awk '$1 == "Uid:" {print $2}' "/proc/$c2/status")
+    [[ $u1 != 0 && $u2 != 0 && $u1 != "$u2" ]] || fail "uids $u1 and $u2"
+}
+
+@test "eight concurrent pulls into one oci: layout with different tags all land" {
+    local i pids=()
+    for i in 1 2 3 4 5 6 7 8; do
+        "$PULLHELPER" pull $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:t$i" \
+            >"$BATS_TEST_TMPDIR/r$i" 2>&1 3>&- &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || fail "pull $((i + 1)) failed: $(cat "$BATS_TEST_TMPDIR/r$((i + 1))")"
+    done
+    run "$PH_PYTHON" -c '
+import json, sys
+idx = json.load(open(sys.argv[1]))
+print(" ".join(sorted(m["annotations"]["org.opencontainers.image.ref.name"] for m in idx["manifests"])))' "$OUT/shared/index.json"
+    assert_output "t1 t2 t3 t4 t5 t6 t7 t8"
+    for i in 1 2 3 4 5 6 7 8; do
+        run skopeo inspect --raw "oci:$OUT/shared:t$i"
+        assert_success
+    done
+    assert_no_staging "$OUT"
+}
+
+# plant_and_finish WHAT: pull big through a slow proxy; once a layer is
+# downloading, plant WHAT in the staging area (as an attacker owning the
+# child would); the pull must then be refused with exit 8 and DEST unchanged.
+plant_and_finish() {
+    run_pullhelper pull $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest:old"
+    local before
+    before=$(cd "$OUT/dest" && find . -type f -exec sha256sum {} + | sort)
+    start_tarpit -1 --rate 8000000
+    bg_pull 1 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest:new"
+    wait_for_file_match "$BATS_TEST_TMPDIR/events.1" '"type":"layer_start"' 60
+    local stage
+    stage=$(find "$OUT" -maxdepth 1 -name '.pullhelper-staging-*' | head -1)
+    [[ -n $stage ]] || fail "no staging directory"
+    mkdir -p "$stage/image/blobs/sha256"
+    case $1 in
+    symlink) ln -s /etc/shadow "$stage/image/blobs/sha256/$(printf 'a%.0s' {1..64})" ;;
+    device) mknod "$stage/image/blobs/sha256/$(printf 'b%.0s' {1..64})" c 1 3 ;;
+    esac
+    local rc=0
+    wait "${BG_PIDS[0]}" || rc=$?
+    BG_PIDS=()
+    assert_equal "$rc" 8
+    run json_get .error.code <"$BATS_TEST_TMPDIR/stdout.1"
+    assert_output verification
+    run json_get .error.message <"$BATS_TEST_TMPDIR/stdout.1"
+    assert_output --partial "refusing the staged image"
+    assert_equal "$(cd "$OUT/dest" && find . -type f -exec sha256sum {} + | sort)" "$before"
+    assert_no_staging "$OUT"
+}
+
+@test "a symlink planted in staging is refused; DEST unchanged" {
+    plant_and_finish symlink
+}
+
+@test "a device node planted in staging is refused; DEST unchanged" {
+    plant_and_finish device
+}
+
+@test "--user takes a named user; root is refused" {
+    run_pullhelper pull $(auth_opts) --user nobody "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$(json_get .isolation.uid <<<"$output")" "$(id -u nobody)"
+    assert_equal "$(json_get .isolation.user <<<"$output")" "user nobody"
+    local u
+    for u in root 0; do
+        run_pullhelper 2 pull $(auth_opts) --user "$u" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
+        assert_json_error usage
+        [[ $ph_error_message == --user:* ]] || fail "message does not name --user: $ph_error_message"
+    done
+}
