@@ -233,8 +233,8 @@ func TestDepcheck(t *testing.T) {
 func TestTypeErrorsNameLineAndKey(t *testing.T) {
 	for doc, want := range map[string]string{
 		"version = 1\n[pull]\nall_architectures = \"yes\"\n": "p.toml:3: pull.all_architectures: incompatible types",
-		"version = 1\n[trust]\ncerts_d = \"/etc/x\"\n":        "p.toml:3: trust.certs_d: incompatible types",
-		"version = \"1\"\n":                                   "p.toml:1: version: incompatible types",
+		"version = 1\n[trust]\ncerts_d = \"/etc/x\"\n":       "p.toml:3: trust.certs_d: incompatible types",
+		"version = \"1\"\n": "p.toml:1: version: incompatible types",
 	} {
 		_, err := policy.Parse("p.toml", []byte(doc))
 		if err == nil || !strings.HasPrefix(err.Error(), want) {

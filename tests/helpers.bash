@@ -377,7 +377,7 @@ EOF
 basicConstraints = CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectAltName = IP:127.0.0.1,DNS:localhost${PH_REGISTRY_EXTRA_SANS:+,$PH_REGISTRY_EXTRA_SANS}
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 EOF
@@ -925,8 +925,10 @@ push_fixture_args() {
 # non-empty message (printed as $ph_error_message for further checks).
 assert_json_error() {
     local want=${1:?assert_json_error: missing CODE}
-    [[ ${#lines[@]} -eq 1 ]] ||
+    [[ ${#lines[@]} -eq 1 ]] || {
         fail "stdout is not exactly one line (${#lines[@]} lines): $output"
+        return 1
+    }
     local got
     got=$("$PH_PYTHON" -c '
 import json, sys
@@ -937,28 +939,30 @@ e = doc["error"]
 if not isinstance(e, dict) or not isinstance(e.get("message"), str) or not e["message"]:
     sys.exit("error has no message: %r" % sys.argv[1])
 print(e.get("code"))
-' "$output") || fail "stdout is not a JSON error object: $output"
-    [[ $got == "$want" ]] || fail "error code is '$got', want '$want'; stdout: $output"
+' "$output") || { fail "stdout is not a JSON error object: $output"; return 1; }
+    [[ $got == "$want" ]] || { fail "error code is '$got', want '$want'; stdout: $output"; return 1; }
     ph_error_message=$(json_get .error.message <<<"$output")
 }
 
 # assert_json_result: the last run_pullhelper printed exactly one line, a
 # JSON object without an "error" key.
 assert_json_result() {
-    [[ ${#lines[@]} -eq 1 ]] ||
+    [[ ${#lines[@]} -eq 1 ]] || {
         fail "stdout is not exactly one line (${#lines[@]} lines): $output"
+        return 1
+    }
     "$PH_PYTHON" -c '
 import json, sys
 doc = json.loads(sys.argv[1])
 assert isinstance(doc, dict) and "error" not in doc, doc
-' "$output" || fail "stdout is not a JSON result object: $output"
+' "$output" || { fail "stdout is not a JSON result object: $output"; return 1; }
 }
 
 # assert_no_staging DIR: no .pullhelper-staging-* entry is left in DIR.
 assert_no_staging() {
     local dir=${1:?assert_no_staging: missing DIR} left
     left=$(find "$dir" -maxdepth 1 -name '.pullhelper-staging-*' 2>/dev/null)
-    [[ -z $left ]] || fail "staging left behind in $dir: $left"
+    [[ -z $left ]] || { fail "staging left behind in $dir: $left"; return 1; }
 }
 
 # assert_secret_absent TEXT...: none of the texts (or files, with -f) contains
@@ -966,22 +970,24 @@ assert_no_staging() {
 assert_secret_absent() {
     local pw f
     pw=$(tr -d '\n' <"$REGISTRY_DIR/password")
-    [[ -n $pw ]] || fail "assert_secret_absent: empty password file"
+    [[ -n $pw ]] || { fail "assert_secret_absent: empty password file"; return 1; }
     if [[ ${1:-} == -f ]]; then
         shift
         for f in "$@"; do
             if grep -qF -- "$pw" "$f"; then
                 fail "the registry password appears in $f"
+                return 1
             fi
             # Also its base64 auth field.
             if grep -qF -- "$(_ph_auth_field)" "$f"; then
                 fail "the registry auth field appears in $f"
+                return 1
             fi
         done
     else
         for f in "$@"; do
-            [[ $f != *"$pw"* ]] || fail "the registry password appears in the output"
-            [[ $f != *"$(_ph_auth_field)"* ]] || fail "the registry auth field appears in the output"
+            [[ $f != *"$pw"* ]] || { fail "the registry password appears in the output"; return 1; }
+            [[ $f != *"$(_ph_auth_field)"* ]] || { fail "the registry auth field appears in the output"; return 1; }
         done
     fi
 }
@@ -1012,4 +1018,19 @@ wait_for_file_match() {
         fi
         sleep 0.05
     done
+}
+
+# registry_log_barrier: make one request of our own and wait (bounded) until
+# its access-log line is written, so that the log holds every line of the
+# requests that finished before; then print the log's line count. Use it as
+# the "before" of a "this sent nothing to the registry" check.
+registry_log_barrier() {
+    local tag
+    tag="barrier-$(openssl rand -hex 6)"
+    registry_curl -o /dev/null "/v2/?$tag=1" || {
+        fail "registry_log_barrier: request failed"
+        return
+    }
+    wait_for_file_match "$REGISTRY_LOG" "GET /v2/\?$tag=1 " 10 || return
+    wc -l <"$REGISTRY_LOG"
 }

@@ -1,0 +1,316 @@
+#!/usr/bin/env bats
+#
+# pullhelper pull: every destination transport and the JSON result, against
+# the real registry (TLS with a per-run CA, htpasswd auth) started by
+# setup_file.
+
+load helpers
+
+setup_file() {
+    start_registry
+    push_fixture tiny
+    push_fixture big
+    push_fixture many
+    push_fixture multi
+}
+
+teardown_file() {
+    stop_registry
+}
+
+setup() {
+    # Options that reach the registry: its CA and the right credentials.
+    PH_OPTS=(--authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR")
+    OUT=$BATS_TEST_TMPDIR/out
+    mkdir -p "$OUT"
+}
+
+# sha256_file FILE: sha256:HEX of the file's bytes.
+sha256_file() {
+    echo "sha256:$(sha256sum <"$1" | cut -d' ' -f1)"
+}
+
+# assert_layout_blobs_verify LAYOUT: every blob of the OCI layout hashes to
+# its name.
+assert_layout_blobs_verify() {
+    local f n=0
+    for f in "$1"/blobs/sha256/*; do
+        [[ $(sha256sum <"$f" | cut -d' ' -f1) == "${f##*/}" ]] ||
+            fail "blob $f does not match its digest"
+        n=$((n + 1))
+    done
+    ((n > 0)) || fail "no blobs in $1"
+}
+
+@test "pull: tiny into oci: — result fields, skopeo reads the layout, digest equals the registry's" {
+    local want
+    want=$(registry_digest fixtures/tiny:latest)
+
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny:v1"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .image <<<"$output")" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get .reference <<<"$output")" "$REGISTRY_HOST/fixtures/tiny@$want"
+    assert_equal "$(json_get .media_type <<<"$output")" application/vnd.oci.image.manifest.v1+json
+    assert_equal "$(json_get .destination <<<"$output")" "oci:$OUT/tiny:v1"
+    assert_equal "$(json_get .layers <<<"$output")" 1
+    assert_equal "$(json_get .attempts <<<"$output")" 1
+    # An oci: layout stores the manifest as served: no destination_digest.
+    assert_equal "$(json_get .destination_digest <<<"$output")" null
+    assert_equal "$(json_get .instance_digest <<<"$output")" null
+    local bytes ms
+    bytes=$(json_get .bytes <<<"$output")
+    ms=$(json_get .duration_ms <<<"$output")
+    [[ $bytes =~ ^[0-9]+$ && $bytes -gt 0 ]] || fail "bytes is '$bytes'"
+    [[ $ms =~ ^[0-9]+$ ]] || fail "duration_ms is '$ms'"
+    [[ $(json_get .isolation <<<"$output") != null ]] || fail "no isolation field"
+    [[ $(json_get .signature_policy.source <<<"$output") =~ ^(flag|policy-file|system|builtin)$ ]] ||
+        fail "bad signature_policy.source"
+
+    # skopeo (a peer implementation) reads what pullhelper wrote.
+    run ph_skopeo inspect "oci:$OUT/tiny:v1"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    assert_equal "$(json_get .Architecture <<<"$output")" amd64
+    run ph_skopeo inspect --raw "oci:$OUT/tiny:v1"
+    assert_success
+    assert_equal "$output" "$(registry_manifest fixtures/tiny:latest)"
+    assert_layout_blobs_verify "$OUT/tiny"
+    assert_no_staging "$OUT"
+}
+
+@test "pull: big (~100 MB) into oci: — skopeo inspect reads it and its manifest digest equals the registry's (issue 2 done-when)" {
+    local want
+    want=$(registry_digest fixtures/big:latest)
+
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/big:latest" "oci:$OUT/big:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .layers <<<"$output")" 4
+    local bytes
+    bytes=$(json_get .bytes <<<"$output")
+
+    # The layers' sizes as the registry's manifest declares them.
+    local manifest layer_sum
+    manifest=$(registry_manifest fixtures/big:latest)
+    layer_sum=$("$PH_PYTHON" -c 'import json,sys; print(sum(l["size"] for l in json.loads(sys.argv[1])["layers"]))' "$manifest")
+    ((layer_sum > 50000000)) || fail "fixture big has only $layer_sum compressed bytes"
+    ((bytes >= layer_sum && bytes <= layer_sum + 1048576)) ||
+        fail "bytes $bytes is not the layers' $layer_sum (+ config)"
+
+    run ph_skopeo inspect "oci:$OUT/big:latest"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    assert_equal "$(json_get .Layers <<<"$output" | "$PH_PYTHON" -c 'import json,sys; print(len(json.load(sys.stdin)))')" 4
+    # The stored manifest is byte for byte the registry's, and its digest too.
+    local stored
+    stored=$(json_get '.manifests[0].digest' <"$OUT/big/index.json")
+    assert_equal "$stored" "$want"
+    assert_equal "$(sha256_file "$OUT/big/blobs/sha256/${want#sha256:}")" "$want"
+    assert_layout_blobs_verify "$OUT/big"
+    assert_no_staging "$OUT"
+}
+
+@test "pull: dir: stores the registry's manifest bytes and skopeo reads it" {
+    local want
+    want=$(registry_digest fixtures/tiny:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "dir:$OUT/tinydir"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .destination <<<"$output")" "dir:$OUT/tinydir"
+    assert_equal "$(sha256_file "$OUT/tinydir/manifest.json")" "$want"
+    run ph_skopeo inspect "dir:$OUT/tinydir"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    assert_no_staging "$OUT"
+}
+
+@test "pull: oci-archive:PATH:TAG writes a tar that skopeo reads by that tag" {
+    local want
+    want=$(registry_digest fixtures/many:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/many" "oci-archive:$OUT/many.tar:v7"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    [[ -f $OUT/many.tar ]] || fail "no archive at $OUT/many.tar"
+    run ph_skopeo inspect "oci-archive:$OUT/many.tar:v7"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    # The archive's index names the tag.
+    run tar -xOf "$OUT/many.tar" index.json
+    assert_success
+    assert_equal "$(json_get '.manifests[0].annotations."org.opencontainers.image.ref.name"' <<<"$output")" v7
+    assert_no_staging "$OUT"
+}
+
+@test "pull: docker-archive:PATH:REF records REF as the RepoTag; destination_digest differs" {
+    local want ref=example.com/pullhelper/tiny:v2
+    want=$(registry_digest fixtures/tiny:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/tiny.tar:$ref"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    local dd
+    dd=$(json_get .destination_digest <<<"$output")
+    [[ $dd =~ ^sha256:[0-9a-f]{64}$ ]] || fail "destination_digest is '$dd'"
+    [[ $dd != "$want" ]] || fail "docker-archive converts the manifest, but destination_digest == digest"
+
+    run tar -xOf "$OUT/tiny.tar" manifest.json
+    assert_success
+    assert_equal "$(json_get '.[0].RepoTags' <<<"$output")" "[\"$ref\"]"
+    # skopeo finds the image by that tag (and not by another).
+    run ph_skopeo inspect "docker-archive:$OUT/tiny.tar:$ref"
+    assert_success
+    assert_equal "$(json_get .Architecture <<<"$output")" amd64
+    run ph_skopeo inspect "docker-archive:$OUT/tiny.tar:example.com/pullhelper/tiny:other"
+    assert_failure
+    assert_no_staging "$OUT"
+}
+
+@test "pull: multi-arch index — digest is the index's, instance_digest the linux/amd64 entry" {
+    local index want amd64
+    index=$(registry_manifest fixtures/multi:latest)
+    want=$(registry_digest fixtures/multi:latest)
+    amd64=$("$PH_PYTHON" -c '
+import json, sys
+idx = json.loads(sys.argv[1])
+m = [m["digest"] for m in idx["manifests"] if m["platform"]["os"] == "linux" and m["platform"]["architecture"] == "amd64"]
+assert len(m) == 1, m
+print(m[0])' "$index")
+
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/multi"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .media_type <<<"$output")" application/vnd.oci.image.index.v1+json
+    assert_equal "$(json_get .instance_digest <<<"$output")" "$amd64"
+    assert_equal "$(json_get .layers <<<"$output")" 2
+    # Only the platform image is stored.
+    assert_equal "$(json_get '.manifests[0].digest' <"$OUT/multi/index.json")" "$amd64"
+    run ph_skopeo inspect "oci:$OUT/multi"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$amd64"
+    assert_equal "$(json_get .Architecture <<<"$output")" amd64
+}
+
+@test "pull: --all-architectures stores the whole index (every platform) unchanged" {
+    local want
+    want=$(registry_digest fixtures/multi:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" --all-architectures "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/all:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .layers <<<"$output")" 6
+
+    assert_equal "$(json_get '.manifests[0].digest' <"$OUT/all/index.json")" "$want"
+    assert_equal "$(json_get '.manifests[0].mediaType' <"$OUT/all/index.json")" application/vnd.oci.image.index.v1+json
+    run ph_skopeo inspect --raw "oci:$OUT/all:latest"
+    assert_success
+    assert_equal "$output" "$(registry_manifest fixtures/multi:latest)"
+    # Every platform's manifest, config and layers are there.
+    local arch
+    for arch in amd64 arm64 arm; do
+        run ph_skopeo --override-arch "$arch" inspect "oci:$OUT/all:latest"
+        assert_success
+        assert_equal "$(json_get .Architecture <<<"$output")" "$arch"
+    done
+    # 1 index + 3 x (manifest + config + 2 layers)
+    assert_equal "$(find "$OUT/all/blobs/sha256" -type f | wc -l)" 13
+    assert_layout_blobs_verify "$OUT/all"
+}
+
+@test "pull: many (32 layers) — result and layout have 32 layers" {
+    run_pullhelper pull "${PH_OPTS[@]}" --parallel-layers 4 "$REGISTRY_HOST/fixtures/many" "oci:$OUT/many"
+    assert_json_result
+    assert_equal "$(json_get .layers <<<"$output")" 32
+    assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/many:latest)"
+    run ph_skopeo inspect "oci:$OUT/many"
+    assert_success
+    assert_equal "$(json_get .Layers <<<"$output" | "$PH_PYTHON" -c 'import json,sys; print(len(json.load(sys.stdin)))')" 32
+    assert_layout_blobs_verify "$OUT/many"
+}
+
+@test "pull: a second tag into an existing oci: layout keeps both tags" {
+    local tiny many
+    tiny=$(registry_digest fixtures/tiny:latest)
+    many=$(registry_digest fixtures/many:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:one"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/many" "oci:$OUT/shared:two"
+    assert_equal "$(json_get .digest <<<"$output")" "$many"
+
+    run "$PH_PYTHON" -c '
+import json, sys
+idx = json.load(open(sys.argv[1]))
+for m in sorted(idx["manifests"], key=lambda m: m["annotations"]["org.opencontainers.image.ref.name"]):
+    print(m["annotations"]["org.opencontainers.image.ref.name"], m["digest"])' "$OUT/shared/index.json"
+    assert_success
+    assert_output "one $tiny
+two $many"
+    run ph_skopeo inspect "oci:$OUT/shared:one"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$tiny"
+    run ph_skopeo inspect "oci:$OUT/shared:two"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$many"
+    assert_layout_blobs_verify "$OUT/shared"
+    assert_no_staging "$OUT"
+}
+
+@test "pull: by digest (IMAGE@sha256:...) copies exactly that manifest" {
+    local want
+    want=$(registry_digest fixtures/many:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/many@$want" "oci:$OUT/bydigest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .reference <<<"$output")" "$REGISTRY_HOST/fixtures/many@$want"
+    assert_equal "$(json_get .layers <<<"$output")" 32
+    assert_equal "$(json_get '.manifests[0].digest' <"$OUT/bydigest/index.json")" "$want"
+}
+
+@test "pull: re-pull into an existing dir: replaces it cleanly" {
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "dir:$OUT/d"
+    echo junk >"$OUT/d/junk"
+    local before
+    before=$(ls -a "$OUT" | sort)
+
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/many" "dir:$OUT/d"
+    assert_json_result
+    local want
+    want=$(registry_digest fixtures/many:latest)
+    assert_equal "$(sha256_file "$OUT/d/manifest.json")" "$want"
+    [[ ! -e $OUT/d/junk ]] || fail "the old content of DEST survived the re-pull"
+    # Exactly the new image: manifest.json, version, config and 32 layers.
+    assert_equal "$(find "$OUT/d" -type f | wc -l)" 35
+    run ph_skopeo inspect "dir:$OUT/d"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    # Nothing else (staging, backup) is left beside DEST.
+    assert_equal "$(ls -a "$OUT" | sort)" "$before"
+}
+
+@test "pull: result credential names the auth file, key and username (--authfile and REGISTRY_AUTH_FILE)" {
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c1"
+    assert_equal "$(json_get .credential.source <<<"$output")" containers-auth.json
+    assert_equal "$(json_get .credential.file <<<"$output")" "$REGISTRY_AUTHFILE"
+    assert_equal "$(json_get .credential.key <<<"$output")" "$REGISTRY_HOST"
+    assert_equal "$(json_get .credential.username <<<"$output")" "$REGISTRY_USER"
+
+    # Same file through the environment variable.
+    REGISTRY_AUTH_FILE=$REGISTRY_AUTHFILE run_pullhelper pull --cert-dir "$REGISTRY_CERT_DIR" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c2"
+    assert_equal "$(json_get .credential.file <<<"$output")" "$REGISTRY_AUTHFILE"
+    assert_equal "$(json_get .credential.username <<<"$output")" "$REGISTRY_USER"
+}
+
+@test "pull: the password appears nowhere in stdout, stderr or progress output (success and failure)" {
+    # Success, with every log source turned up.
+    run_pullhelper pull "${PH_OPTS[@]}" --debug --log-format json --progress-fd 3 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/s1" 3>"$OUT/progress1.jsonl"
+    [[ -s $OUT/progress1.jsonl ]] || fail "no progress events written"
+    assert_secret_absent "$output" "$stderr"
+    assert_secret_absent -f "$OUT/progress1.jsonl"
+    [[ $stderr == *'"level"'* ]] || fail "--log-format json did not log JSON on stderr"
+
+    # Failure with the wrong password (which contains the right one).
+    run_pullhelper 3 pull --authfile "$REGISTRY_BADAUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --debug --progress-fd 3 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/s2" 3>"$OUT/progress2.jsonl"
+    assert_secret_absent "$output" "$stderr"
+    assert_secret_absent -f "$OUT/progress2.jsonl"
+    assert_json_error unauthorized
+}

@@ -1,0 +1,266 @@
+#!/usr/bin/env bats
+#
+# --progress-fd N: JSON Lines events (start, layer_start, layer_progress,
+# layer_done, config_start/config_done, done, error), each with "type" and
+# "ts". The ~100 MB pull goes through tests/tarpit.py with a rate limit so
+# that it lasts long enough for layer_progress events.
+
+load helpers
+
+setup_file() {
+    start_registry
+    push_fixture tiny
+    push_fixture big
+}
+
+teardown_file() {
+    stop_tarpit
+    stop_registry
+}
+
+setup() {
+    PH_OPTS=(--authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR")
+    OUT=$BATS_TEST_TMPDIR/out
+    mkdir -p "$OUT"
+}
+
+teardown() {
+    stop_tarpit
+}
+
+# check_events FILE RESULT_JSON START_NS END_NS CHECKS...: python checks of
+# the event stream in FILE; prints one line per problem and exits 1 if any.
+# CHECKS: wellformed, success, progress_rate, need_progress.
+check_events() {
+    "$PH_PYTHON" - "$@" <<'EOF'
+import json, re, sys
+from datetime import datetime, timezone
+
+path, result_json, start_ns, end_ns = sys.argv[1:5]
+checks = set(sys.argv[5:])
+start, end = int(start_ns) / 1e9, int(end_ns) / 1e9
+problems = []
+
+def parse_ts(s):
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", s or "")
+    if not m:
+        raise ValueError("not RFC 3339: %r" % s)
+    base = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
+    tz = m.group(3)
+    off = 0 if tz == "Z" else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
+    frac = float("0." + m.group(2)) if m.group(2) else 0.0
+    return base.replace(tzinfo=timezone.utc).timestamp() - off + frac
+
+events = []
+with open(path) as f:
+    for n, line in enumerate(f, 1):
+        try:
+            e = json.loads(line)
+        except ValueError as err:
+            problems.append("line %d is not JSON (%s): %r" % (n, err, line[:200]))
+            continue
+        if not isinstance(e, dict) or not isinstance(e.get("type"), str):
+            problems.append("line %d has no type: %r" % (n, line[:200]))
+            continue
+        try:
+            e["_t"] = parse_ts(e.get("ts"))
+        except ValueError as err:
+            problems.append("line %d (%s): bad ts: %s" % (n, e["type"], err))
+            e["_t"] = None
+        else:
+            # Within the run (1 s slack for clock granularity).
+            if not (start - 1 <= e["_t"] <= end + 1):
+                problems.append("line %d (%s): ts %s is outside the run" % (n, e["type"], e["ts"]))
+        events.append(e)
+
+if not events:
+    problems.append("no events")
+
+if "success" in checks and events:
+    result = json.loads(result_json)
+    types = [e["type"] for e in events]
+    if types[0] != "start":
+        problems.append("first event is %s, not start" % types[0])
+    if types[-1] != "done":
+        problems.append("last event is %s, not done" % types[-1])
+    if types.count("done") != 1:
+        problems.append("%d done events" % types.count("done"))
+    done = events[-1]
+    if done.get("digest") != result["digest"]:
+        problems.append("done.digest %s != result digest %s" % (done.get("digest"), result["digest"]))
+    if done.get("bytes") != result["bytes"]:
+        problems.append("done.bytes %s != result bytes %s" % (done.get("bytes"), result["bytes"]))
+    if done.get("layers") != result["layers"]:
+        problems.append("done.layers %s != result layers %s" % (done.get("layers"), result["layers"]))
+    starts = [e["digest"] for e in events if e["type"] == "layer_start"]
+    dones = {}
+    for i, e in enumerate(events):
+        if e["type"] == "layer_done":
+            if e["digest"] in dones:
+                problems.append("two layer_done for %s" % e["digest"])
+            dones[e["digest"]] = (i, e)
+    if len(starts) != len(set(starts)):
+        problems.append("repeated layer_start: %s" % starts)
+    if set(starts) != set(dones):
+        problems.append("layer_start digests %s != layer_done digests %s" % (sorted(set(starts)), sorted(dones)))
+    if len(dones) != result["layers"]:
+        problems.append("%d layers done, result says %d" % (len(dones), result["layers"]))
+    for d in starts:
+        si = next(i for i, e in enumerate(events) if e["type"] == "layer_start" and e["digest"] == d)
+        if d in dones:
+            di, de = dones[d]
+            if di < si:
+                problems.append("layer_done before layer_start for %s" % d)
+            if not de.get("skipped") and de.get("bytes") != de.get("size"):
+                problems.append("layer_done %s: bytes %s != size %s" % (d, de.get("bytes"), de.get("size")))
+        for e in events:
+            if e["type"] == "layer_progress" and e["digest"] == d:
+                i = events.index(e)
+                if not (si < i < dones.get(d, (len(events),))[0]):
+                    problems.append("layer_progress for %s outside its layer_start..layer_done" % d)
+                if not (0 <= e.get("bytes", -1) <= e.get("size", 0)):
+                    problems.append("layer_progress %s: bytes %s not in 0..size %s" % (d, e.get("bytes"), e.get("size")))
+    cs = [e for e in events if e["type"] == "config_start"]
+    cd = [e for e in events if e["type"] == "config_done"]
+    if len(cs) != 1 or len(cd) != 1 or cs[0].get("digest") != cd[0].get("digest"):
+        problems.append("want one config_start and one config_done for the same digest, got %d/%d" % (len(cs), len(cd)))
+
+prog = {}
+for e in events:
+    if e["type"] == "layer_progress" and e["_t"] is not None:
+        prog.setdefault(e.get("digest"), []).append(e)
+if "need_progress" in checks and not prog:
+    problems.append("no layer_progress events at all")
+if "progress_rate" in checks:
+    for d, evs in prog.items():
+        last_bytes = -1
+        for a, b in zip(evs, evs[1:]):
+            # At most 4 a second: successive events for a layer >= ~250 ms apart.
+            if b["_t"] - a["_t"] < 0.2:
+                problems.append("layer_progress for %s only %.0f ms apart" % (d[:19], (b["_t"] - a["_t"]) * 1000))
+        for e in evs:
+            if e["bytes"] < last_bytes:
+                problems.append("layer_progress bytes went down for %s" % d[:19])
+            last_bytes = e["bytes"]
+
+for p in problems:
+    print(p)
+sys.exit(1 if problems else 0)
+EOF
+}
+
+now_ns() {
+    date +%s%N
+}
+
+@test "progress: big through a rate-limited proxy — start first, done last, every layer_start has its layer_done, done matches the result" {
+    # 8 MB/s per connection: the ~54 MB of layers take about 2 s.
+    start_tarpit -1 --rate 8000000
+    local t0 t1
+    t0=$(now_ns)
+    run_pullhelper pull --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" --progress-fd 3 \
+        "$TARPIT_HOST/fixtures/big" "oci:$OUT/big" 3>"$OUT/progress.jsonl"
+    t1=$(now_ns)
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/big:latest)"
+    local result=$output
+    run check_events "$OUT/progress.jsonl" "$result" "$t0" "$t1" wellformed success need_progress
+    assert_success
+}
+
+@test "progress: layer_progress at most 4 a second per layer (>= 200 ms apart), bytes never decrease" {
+    start_tarpit -1 --rate 6000000
+    local t0 t1
+    t0=$(now_ns)
+    run_pullhelper pull --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" --progress-fd 3 \
+        "$TARPIT_HOST/fixtures/big" "oci:$OUT/big" 3>"$OUT/progress.jsonl"
+    t1=$(now_ns)
+    local result=$output
+    # The pull lasted long enough that a per-layer rate could be exceeded.
+    (((t1 - t0) / 1000000 > 1500)) || fail "the pull took only $(((t1 - t0) / 1000000)) ms: the rate limit did not work"
+    run check_events "$OUT/progress.jsonl" "$result" "$t0" "$t1" wellformed need_progress progress_rate
+    assert_success
+    # At least 3 progress events for some layer (otherwise the rate check proves nothing).
+    run "$PH_PYTHON" -c '
+import collections, json, sys
+c = collections.Counter(json.loads(l).get("digest") for l in open(sys.argv[1]) if "\"layer_progress\"" in l)
+print(max(c.values()) if c else 0)' "$OUT/progress.jsonl"
+    ((output >= 3)) || fail "only $output layer_progress events for the busiest layer"
+}
+
+@test "progress: a plain tiny pull writes well-formed events with valid ts and a done with the result digest" {
+    local t0 t1
+    t0=$(now_ns)
+    run_pullhelper pull "${PH_OPTS[@]}" --progress-fd 3 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny" 3>"$OUT/progress.jsonl"
+    t1=$(now_ns)
+    local result=$output
+    run check_events "$OUT/progress.jsonl" "$result" "$t0" "$t1" wellformed success
+    assert_success
+    # The progress fd carries events only; stdout carries only the result.
+    assert_equal "$(grep -c '"type":"done"' "$OUT/progress.jsonl")" 1
+    [[ $result != *'"type"'* ]] || fail "progress events leaked to stdout"
+}
+
+@test "progress: layers already in the oci: layout are reported skipped:true" {
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:a"
+    local layer
+    layer=$(registry_manifest fixtures/tiny:latest | json_get '.layers[0].digest')
+    run_pullhelper pull "${PH_OPTS[@]}" --progress-fd 3 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:b" \
+        3>"$OUT/progress.jsonl"
+    run "$PH_PYTHON" -c '
+import json, sys
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e["type"] == "layer_done" and e["digest"] == sys.argv[2]:
+        print(json.dumps(e.get("skipped")))' "$OUT/progress.jsonl" "$layer"
+    assert_success
+    assert_output true
+}
+
+# failure_events CODE EXPECTED_RC ARGS...: run a failing pull with
+# --progress-fd to $OUT/progress.jsonl, check that stdout's error code is
+# CODE and that the last event is the one error event, with that code and a
+# message. (The error event's ts is checked by its own test.)
+failure_events() {
+    local code=$1 rc=$2
+    shift 2
+    run_pullhelper "$rc" pull --progress-fd 3 "$@" 3>"$OUT/progress.jsonl"
+    assert_json_error "$code"
+    [[ -s $OUT/progress.jsonl ]] || fail "no progress events on failure"
+    assert_equal "$(head -n 1 "$OUT/progress.jsonl" | json_get .type)" start
+    assert_equal "$(tail -n 1 "$OUT/progress.jsonl" | json_get .type)" error
+    assert_equal "$(tail -n 1 "$OUT/progress.jsonl" | json_get .code)" "$code"
+    local msg
+    msg=$(tail -n 1 "$OUT/progress.jsonl" | json_get .message)
+    [[ -n $msg && $msg != null ]] || fail "error event without a message"
+    assert_equal "$(grep -c '"type":"error"' "$OUT/progress.jsonl")" 1
+    # Every line is JSON with a type.
+    json_get .type <"$OUT/progress.jsonl" >/dev/null
+}
+
+@test "progress: on not_found the last event is error with the same code as stdout" {
+    failure_events not_found 5 "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny:nope" "oci:$OUT/dest"
+}
+
+@test "progress: on a signature rejection the last event is error verification" {
+    echo '{"default":[{"type":"reject"}]}' >"$OUT/reject.json"
+    failure_events verification 8 "${PH_OPTS[@]}" --signature-policy "$OUT/reject.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+}
+
+@test "progress: on a stall the last event is error network, after the layers had started" {
+    start_tarpit 1000000
+    failure_events network 6 --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --stall-timeout 1s --retries 0 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    grep -q '"type":"layer_start"' "$OUT/progress.jsonl" || fail "no layer_start before the stall"
+}
+
+@test "progress: the error event has a real ts (within the run), like every other event" {
+    local t0 t1
+    t0=$(now_ns)
+    run_pullhelper 5 pull --progress-fd 3 "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny:nope" "oci:$OUT/dest" \
+        3>"$OUT/progress.jsonl"
+    t1=$(now_ns)
+    run check_events "$OUT/progress.jsonl" "$output" "$t0" "$t1" wellformed
+    assert_success
+}
