@@ -48,3 +48,10 @@ demo: deps build
 
 clean:
 	rm -rf bin tests/.cache
+
+# test-vm: the cgroup v2 proofs (CLONE_INTO_CGROUP, cpu.max, memory.max/high,
+# io.max on buffered writes, pids.max, cgroup.kill, usage) in a QEMU guest
+# booting Debian's kernel with a busybox initramfs; see tests/vm/run.sh.
+.PHONY: test-vm
+test-vm: deps build
+	bash tests/vm/run.sh
