@@ -12,7 +12,7 @@ export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
 APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2
 BATS_FLAGS ?=
 
-.PHONY: all deps build test test-unit test-system bench fuzz demo lint clean
+.PHONY: all deps build test test-unit test-system test-vm bench fuzz demo lint clean
 
 all: build
 
@@ -41,7 +41,18 @@ test-unit:
 test-system: build
 	bats $(BATS_FLAGS) tests/
 
-test: deps lint test-unit test-system
+# test: everything CI runs (about 6 minutes here): lint, Go unit tests, the bats
+# system tests on this host, and the cgroup v2 proofs in a QEMU guest.
+test: deps lint test-unit test-system test-vm
+
+# bench: pullhelper against skopeo, side by side, as ratios (ROUNDS, default 5).
+bench: deps build
+	@bash tests/bench.sh
+
+# fuzz: the policy parser with random input (FUZZTIME, default 30s).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy
 
 demo: deps build
 	@bash tests/demo.sh

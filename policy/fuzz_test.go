@@ -1,0 +1,36 @@
+package policy_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/policy"
+)
+
+// FuzzParse: any input either parses into a valid policy or fails with a
+// one-line error naming the file; it never panics.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(example))
+	f.Add([]byte("version = 1\n[cgroup]\nmemory_max = \"12 apples\"\n"))
+	f.Add([]byte("version = 1\n[profiles.a.pull]\nretries = -1\n"))
+	f.Add([]byte("version = 1\n[pull\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pf, err := policy.Parse("fuzz.toml", data)
+		if err != nil {
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "fuzz.toml") || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q is not one line naming the file", msg)
+			}
+			return
+		}
+		for _, name := range append(pf.Profiles(), "") {
+			l, err := pf.Select(name)
+			if err != nil {
+				t.Fatalf("select %q: %v", name, err)
+			}
+			if err := l.Validate(); err != nil {
+				t.Fatalf("profile %q parsed but does not validate: %v", name, err)
+			}
+		}
+	})
+}
