@@ -121,6 +121,7 @@ type DNS struct {
 	Hosts         []string `toml:"hosts" json:"hosts,omitempty"`
 	KubeletConfig string   `toml:"kubelet_config" json:"kubelet_config,omitempty"`
 	Namespace     string   `toml:"namespace" json:"namespace,omitempty"`
+	ClusterDomain string   `toml:"cluster_domain" json:"cluster_domain,omitempty"`
 }
 
 // Privileges is the [privileges] section.

@@ -90,9 +90,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad nameserver", "version = 1\n[network.dns]\nnameservers = [\"10.0.0.300\"]\n", "p.toml:3: network.dns.nameservers: entry 1"},
 		{"root user", "version = 1\n[privileges]\nuser = \"0\"\n", "p.toml:3: privileges.user: must be"},
 		{"insecure pattern", "version = 1\n[trust]\ninsecure_registries = [\"https://x\"]\n", "p.toml:3: trust.insecure_registries: entry 1"},
-		{"not yet: netns", "version = 1\n[network]\nnetns = \"/run/netns/x\"\n", "p.toml:3: network.netns: not supported yet"},
+		{"netns without mode", "version = 1\n[network]\nnetns = \"/run/netns/x\"\n", "p.toml:3: network.netns: needs network.mode"},
+		{"cluster-dns without servers", "version = 1\n[network]\nmode = \"cluster-dns\"\n", "p.toml:3: network.mode: \"cluster-dns\" needs"},
+		{"dns in host mode", "version = 1\n[network.dns]\nsearch = [\"a.b\"]\n", "p.toml:3: network.dns.search: needs network.mode"},
 		{"not yet: pull secrets", "version = 1\n[auth]\npull_secrets = [\"/x\"]\n", "p.toml:3: auth.pull_secrets: not supported yet"},
-		{"not yet: profile", "version = 1\n[profiles.p.network.dns]\nnameservers = [\"10.96.0.10\"]\n", "p.toml:3: profiles.p.network.dns.nameservers: not supported yet"},
+		{"not yet: profile", "version = 1\n[profiles.p.auth]\ncontainerd_config = \"/etc/containerd/config.toml\"\n", "p.toml:3: profiles.p.auth.containerd_config: not supported yet"},
 		{"profile bad value", "version = 1\n[profiles.p.pull]\nparallel_layers = 100\n", "p.toml:3: profiles.p.pull.parallel_layers: must be between 1 and 64"},
 		{"profile version", "version = 1\n[profiles.p]\nversion = 1\n", "p.toml:3: profiles.p.version: a profile cannot set version"},
 	} {
@@ -180,10 +182,10 @@ func TestSetFromFlags(t *testing.T) {
 	if err := l.Set("--retries", "pull.retries", policy.Int, "-2"); err == nil || !strings.HasPrefix(err.Error(), "--retries:") {
 		t.Fatalf("negative retries via flag: %v", err)
 	}
-	if err := l.Set("--netns", "network.netns", policy.String, "/run/netns/x"); err != nil {
+	if err := l.Set("--pull-secret", "auth.pull_secrets", policy.Strings, "/x"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--netns: not supported yet") {
+	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--pull-secret: not supported yet") {
 		t.Fatalf("validate = %v", err)
 	}
 	// Quoting: a value with quotes and backslashes survives intact.

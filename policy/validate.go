@@ -18,8 +18,6 @@ var notYet = []struct{ prefix, issue string }{
 	{"auth.service_account_token", "service-account token credentials"},
 	{"trust.ca_files", "registry-scoped CA files"},
 	{"pull.max_bandwidth", "bandwidth limits"},
-	{"network.netns", "network namespaces"},
-	{"network.dns", "the cluster DNS override"},
 }
 
 // Validate checks values and combinations that the decoder cannot check on
@@ -80,16 +78,40 @@ func (l *Loaded) Validate() error {
 	if p.Cgroup.Path != "" && !strings.HasPrefix(p.Cgroup.Path, "/") {
 		return bad("cgroup.path", "must be an absolute cgroup path such as /kubepods/pod1234, not %q", p.Cgroup.Path)
 	}
-	switch p.Network.Mode {
-	case "host":
-	case "netns", "cluster-dns":
-		return bad("network.mode", "%q is not supported yet (this version pulls on the host network)", p.Network.Mode)
-	default:
-		return bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)
-	}
 	for i, ns := range p.Network.DNS.Nameservers {
 		if _, err := netip.ParseAddr(ns); err != nil {
 			return bad("network.dns.nameservers", "entry %d: %q is not an IP address", i+1, ns)
+		}
+	}
+	if f := p.Network.DNS.KubeletConfig; f != "" && !filepath.IsAbs(f) && l.source("network.dns.kubelet_config") == "file" {
+		return bad("network.dns.kubelet_config", "must be an absolute path, not %q", f)
+	}
+	dnsKeys := l.DefinedUnder("network.dns.")
+	switch p.Network.Mode {
+	case "host":
+		if p.Network.Netns != "" {
+			return bad("network.netns", "needs network.mode = \"netns\" or \"cluster-dns\" (mode is \"host\")")
+		}
+		if len(dnsKeys) > 0 {
+			return bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"host\")")
+		}
+	case "netns":
+		if p.Network.Netns == "" {
+			return bad("network.mode", "\"netns\" needs network.netns (a path, an ip-netns name or pid:PID)")
+		}
+		if len(dnsKeys) > 0 {
+			return bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"netns\")")
+		}
+	case "cluster-dns":
+		if len(p.Network.DNS.Nameservers) == 0 && p.Network.DNS.KubeletConfig == "" {
+			return bad("network.mode", "\"cluster-dns\" needs network.dns.nameservers or network.dns.kubelet_config")
+		}
+	default:
+		return bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)
+	}
+	for _, d := range p.Network.DNS.Search {
+		if d == "" || strings.ContainsAny(d, " \t") {
+			return bad("network.dns.search", "%q is not a domain", d)
 		}
 	}
 	if u := p.Privileges.User; u == "" || u == "0" || u == "root" {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
@@ -39,6 +41,7 @@ type Plan struct {
 	StallTimeout     time.Duration `json:"stall_timeout_ns"`
 	ParallelLayers   int           `json:"parallel_layers"`
 	AllArchitectures bool          `json:"all_architectures"`
+	Network          Network       `json:"network"`
 	Isolation        Isolation     `json:"isolation"`
 	Policy           PolicySource  `json:"policy"`
 	Warnings         []string      `json:"warnings,omitempty"`
@@ -88,6 +91,15 @@ type Isolation struct {
 	GID           int      `json:"gid,omitempty"`
 	User          string   `json:"user,omitempty"`
 	Seccomp       bool     `json:"seccomp,omitempty"`
+	Netns         string   `json:"netns,omitempty"`
+	DNS           []string `json:"dns,omitempty"`
+}
+
+// Network is where the child's network traffic goes.
+type Network struct {
+	Mode  string          `json:"mode"`            // host, netns, cluster-dns
+	Netns string          `json:"netns,omitempty"` // resolved namespace path
+	DNS   *dnsconf.Config `json:"dns,omitempty"`   // the override, rendered
 }
 
 // PolicySource names the policy file and profile in effect.
@@ -163,7 +175,49 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	if p.Signature, err = resolveSignaturePolicy(l); err != nil {
 		return nil, err
 	}
+	if err := p.resolveNetwork(l, in.NoIsolation); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// resolveNetwork checks the namespace and renders the DNS override.
+func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
+	n := l.Network
+	p.Network.Mode = n.Mode
+	if n.Mode == "host" {
+		return nil
+	}
+	if noIsolation {
+		return failure.New(failure.Usage, "network.mode %q needs the isolated child; drop --no-isolation", n.Mode)
+	}
+	if n.Netns != "" {
+		path, err := netns.Resolve(n.Netns)
+		if err != nil {
+			return failure.New(failure.Isolation, "%s: %v", settingName(l, "network.netns"), err)
+		}
+		p.Network.Netns = path
+	}
+	if n.Mode == "cluster-dns" {
+		c, err := dnsconf.Build(dnsconf.Input{
+			Nameservers: n.DNS.Nameservers, Search: n.DNS.Search, Options: n.DNS.Options, Hosts: n.DNS.Hosts,
+			Namespace: n.DNS.Namespace, ClusterDomain: n.DNS.ClusterDomain, KubeletConfig: n.DNS.KubeletConfig,
+		})
+		if err != nil {
+			return failure.New(failure.Usage, "cluster DNS: %v", err)
+		}
+		p.Network.DNS = c
+		p.Warnings = append(p.Warnings, c.Warnings...)
+	}
+	return nil
+}
+
+// settingName is the flag that set key, or the policy key.
+func settingName(l *policy.Loaded, key string) string {
+	if src, ok := l.Defined(key); ok && strings.HasPrefix(src, "-") {
+		return src
+	}
+	return key
 }
 
 func (p *Plan) resolveCredential(l *policy.Loaded, env auth.Env, named reference.Named) error {

@@ -75,6 +75,16 @@ func child() int {
 	if err := unix.Mount(req.StageDir, childStageDir, "", unix.MS_BIND, ""); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: mounting the staging directory on %s", childStageDir))
 	}
+	if req.DNS != nil {
+		if err := bindFile(req.DNS.ResolvConf, "/etc/resolv.conf"); err != nil {
+			return fail(err)
+		}
+		if req.DNS.Hosts != "" {
+			if err := bindFile(req.DNS.Hosts, "/etc/hosts"); err != nil {
+				return fail(err)
+			}
+		}
+	}
 
 	// 4. Drop every privilege, on every thread, and prove it.
 	if err := privdrop.Drop(req.Identity, req.Seccomp); err != nil {
@@ -101,6 +111,23 @@ func child() int {
 	}
 	send(message{Result: res})
 	return 0
+}
+
+// bindFile writes content to a root-owned file in the (private) staging
+// root and bind-mounts it read-only over target, in this process's private
+// mount namespace only.
+func bindFile(content, target string) error {
+	src := filepath.Join(childStageDir, ".pullhelper-"+filepath.Base(target))
+	if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: writing %s", target)
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: mounting over %s", target)
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: making %s read-only", target)
+	}
+	return nil
 }
 
 func newLogger(c logConfig) *slog.Logger {

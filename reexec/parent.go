@@ -18,6 +18,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 )
@@ -113,18 +114,22 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), o.Cgroup.Driver, g.Joined()
 	iso.Reclaimed = append(reclaimed, p.Reclaimed...)
 	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
+	iso.Netns = p.Network.Netns
+	if p.Network.DNS != nil {
+		iso.DNS = p.Network.DNS.Nameservers
+	}
 	if !g.Joined() {
 		iso.Limits = o.Cgroup.Limits
 	}
 
-	c, err := spawn(g, o.Debug, o.Report != nil)
+	c, err := spawn(g, p.Network.Netns, o.Debug, o.Report != nil)
 	if err != nil {
 		return nil, err
 	}
 	iso.ChildPID = c.pid
 	// From here on the child exists: every return path kills and reaps it.
 	res, err := c.run(ctx, g, p, request{
-		Plan: p, Material: m, Stage: stageInChild(st), StageDir: st.Root, Cgroup: g.Expected(), Identity: lease.Identity, Seccomp: o.Seccomp,
+		Plan: p, Material: m, Stage: stageInChild(st), StageDir: st.Root, Cgroup: g.Expected(), DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: logConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 	}, o.Options, log)
 	usage := g.Usage()
@@ -166,7 +171,7 @@ type childProc struct {
 // stays alive until the child is reaped (Pdeathsig is per thread). On
 // cgroup v2 the child is born in the cgroup; on v1 it is placed before it
 // gets its request.
-func spawn(g *cgroup.Group, debug, terminal bool) (*childProc, error) {
+func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -220,6 +225,14 @@ func spawn(g *cgroup.Group, debug, terminal bool) (*childProc, error) {
 	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if netnsPath != "" {
+			// The child is forked from this thread, so it is born in the
+			// namespace; no other goroutine ever runs on this thread.
+			if err := netns.EnterOnThisThread(netnsPath); err != nil {
+				started <- failure.Wrap(failure.Isolation, err, "")
+				return
+			}
+		}
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return

@@ -3,6 +3,7 @@ package reexec
 import (
 	"path/filepath"
 
+	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
@@ -36,6 +37,7 @@ type request struct {
 	StageDir string            `json:"stage_dir"` // the real staging directory, bind-mounted at Stage.Root
 	Cgroup   map[string]string `json:"cgroup"`    // controller → path /proc/self/cgroup must show
 	Identity privdrop.Identity `json:"identity"`
+	DNS      *dnsconf.Config   `json:"dns,omitempty"` // files to bind over /etc/resolv.conf and /etc/hosts
 	Seccomp  bool              `json:"seccomp"`
 	Log      logConfig         `json:"log"`
 	Bars     bool              `json:"bars"`

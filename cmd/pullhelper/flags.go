@@ -38,10 +38,12 @@ var settingFlags = []settingFlag{
 	{"pids-max", "cgroup.pids_max", policy.Int, "N", "process/thread limit", false},
 	{"io-read-bps", "cgroup.io_read_bps", policy.Strings, "PATH=RATE", "read bandwidth limit on PATH's disk, e.g. /var/lib=20MB/s (repeatable)", false},
 	{"io-write-bps", "cgroup.io_write_bps", policy.Strings, "PATH=RATE", "write bandwidth limit on PATH's disk (repeatable)", false},
-	{"netns", "network.netns", policy.String, "PATH|NAME|pid:PID", "pull inside this network namespace (not supported yet)", false},
-	{"dns", "network.dns.nameservers", policy.Strings, "IP", "cluster DNS server (repeatable; not supported yet)", false},
-	{"dns-search", "network.dns.search", policy.Strings, "DOMAIN", "DNS search domain (repeatable; not supported yet)", false},
-	{"dns-option", "network.dns.options", policy.Strings, "OPT", "resolv.conf option (repeatable; not supported yet)", false},
+	{"netns", "network.netns", policy.String, "PATH|NAME|pid:PID", "run the pull child in this network namespace (/run/netns/NAME, /proc/PID/ns/net, a bind-mounted nsfs file)", false},
+	{"dns", "network.dns.nameservers", policy.Strings, "IP", "cluster DNS server for the child's resolv.conf (repeatable; at most 3 are used)", false},
+	{"dns-search", "network.dns.search", policy.Strings, "DOMAIN", "extra search domain (repeatable)", false},
+	{"dns-option", "network.dns.options", policy.Strings, "OPT", "extra resolv.conf option, e.g. ndots:2 (repeatable)", false},
+	{"dns-namespace", "network.dns.namespace", policy.String, "NS", "Kubernetes namespace: search <NS>.svc.<domain> svc.<domain> <domain> first", false},
+	{"kubelet-config", "network.dns.kubelet_config", policy.String, "FILE", "KubeletConfiguration to take clusterDNS, clusterDomain and resolvConf from", true},
 	{"user", "privileges.user", policy.String, "dynamic|NAME|UID", "user the network-facing child runs as: dynamic (a free uid from 61184-65519, the default), a name or a uid; never root", false},
 }
 
@@ -94,6 +96,27 @@ func applySettingFlags(fs *pflag.FlagSet, l *policy.Loaded) error {
 		if err := l.Set("--"+f.name, f.key, f.kind, vals...); err != nil {
 			return err
 		}
+	}
+	return implyNetworkMode(fs, l)
+}
+
+// implyNetworkMode: --netns alone means mode "netns", any DNS flag means
+// "cluster-dns" (which may also join a netns), unless the policy chose a
+// mode other than "host" already.
+func implyNetworkMode(fs *pflag.FlagSet, l *policy.Loaded) error {
+	dnsFlag := ""
+	for _, n := range []string{"dns", "dns-search", "dns-option", "dns-namespace", "kubelet-config"} {
+		if fs.Changed(n) {
+			dnsFlag = n
+			break
+		}
+	}
+	mode := l.Network.Mode
+	switch {
+	case dnsFlag != "" && mode != "cluster-dns":
+		return l.Set("--"+dnsFlag, "network.mode", policy.String, "cluster-dns")
+	case fs.Changed("netns") && mode == "host":
+		return l.Set("--netns", "network.mode", policy.String, "netns")
 	}
 	return nil
 }

@@ -139,6 +139,9 @@ setting. Nothing is contacted and nothing is written.`,
 			if err != nil {
 				return err
 			}
+			for _, w := range plan.Warnings {
+				fmt.Fprintf(stderr, "pullhelper: warning: %s\n", w)
+			}
 			view := *plan
 			view.Credential = plan.CredentialOrAnonymous()
 			var cg *cgroup.Config

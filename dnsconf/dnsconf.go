@@ -1,0 +1,208 @@
+package dnsconf
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Kubelet limits (pkg/apis/core/validation, pkg/kubelet/network/dns).
+const (
+	MaxNameservers    = 3
+	MaxSearchDomains  = 32
+	MaxSearchListChar = 2048
+)
+
+// Input is what the policy and flags say.
+type Input struct {
+	Nameservers   []string
+	Search        []string
+	Options       []string
+	Hosts         []string // "IP NAME [NAME…]"
+	Namespace     string
+	ClusterDomain string
+	KubeletConfig string
+	// HostResolvConf is where the host's search domains come from when the
+	// kubelet config does not say (default /etc/resolv.conf).
+	HostResolvConf string
+}
+
+// Config is the rendered override. It must stay JSON-representable.
+type Config struct {
+	Nameservers []string `json:"nameservers"`
+	Search      []string `json:"search"`
+	Options     []string `json:"options"`
+	ResolvConf  string   `json:"resolv_conf"`
+	Hosts       string   `json:"hosts,omitempty"`
+	Warnings    []string `json:"warnings,omitempty"`
+}
+
+type kubeletConfig struct {
+	ClusterDNS    []string `yaml:"clusterDNS"`
+	ClusterDomain string   `yaml:"clusterDomain"`
+	ResolvConf    string   `yaml:"resolvConf"`
+}
+
+// Build renders the override. Errors name the setting or file to fix.
+func Build(in Input) (*Config, error) {
+	c := &Config{}
+	hostResolv := in.HostResolvConf
+	if hostResolv == "" {
+		hostResolv = "/etc/resolv.conf"
+	}
+	nameservers, domain := in.Nameservers, in.ClusterDomain
+	if in.KubeletConfig != "" {
+		b, err := os.ReadFile(in.KubeletConfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubelet config %s: %v", in.KubeletConfig, err)
+		}
+		var kc kubeletConfig
+		if err := yaml.Unmarshal(b, &kc); err != nil {
+			return nil, fmt.Errorf("kubelet config %s: %v", in.KubeletConfig, strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+		if len(nameservers) == 0 {
+			nameservers = kc.ClusterDNS
+		}
+		if domain == "" {
+			domain = kc.ClusterDomain
+		}
+		if kc.ResolvConf != "" && in.HostResolvConf == "" {
+			hostResolv = kc.ResolvConf
+		}
+		for _, ns := range kc.ClusterDNS {
+			if _, err := netip.ParseAddr(ns); err != nil {
+				return nil, fmt.Errorf("kubelet config %s: clusterDNS %q is not an IP address", in.KubeletConfig, ns)
+			}
+		}
+	}
+	if len(nameservers) == 0 {
+		return nil, fmt.Errorf("the cluster-DNS override needs a nameserver: --dns IP, [network.dns] nameservers, or a kubelet_config with clusterDNS")
+	}
+	for _, ns := range nameservers {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			return nil, fmt.Errorf("nameserver %q is not an IP address", ns)
+		}
+	}
+	if len(nameservers) > MaxNameservers {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("more than %d nameservers: kept %s, dropped %s (the kubelet's limit)",
+			MaxNameservers, strings.Join(nameservers[:MaxNameservers], " "), strings.Join(nameservers[MaxNameservers:], " ")))
+		nameservers = nameservers[:MaxNameservers]
+	}
+	c.Nameservers = append([]string{}, nameservers...)
+
+	hostSearch, err := readSearch(hostResolv)
+	if err != nil {
+		return nil, err
+	}
+	var search []string
+	domain = strings.TrimSuffix(domain, ".")
+	if in.Namespace != "" && domain != "" {
+		search = append(search, in.Namespace+".svc."+domain, "svc."+domain, domain)
+	}
+	search = dedup(append(append(search, in.Search...), hostSearch...))
+	if len(search) > MaxSearchDomains {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%d search domains: kept the first %d, dropped %s (the kubelet's limit)",
+			len(search), MaxSearchDomains, strings.Join(search[MaxSearchDomains:], " ")))
+		search = search[:MaxSearchDomains]
+	}
+	if n := len(strings.Join(search, " ")); n > MaxSearchListChar {
+		var dropped []string
+		for len(strings.Join(search, " ")) > MaxSearchListChar {
+			dropped = append([]string{search[len(search)-1]}, dropped...)
+			search = search[:len(search)-1]
+		}
+		c.Warnings = append(c.Warnings, fmt.Sprintf("search list of %d characters: dropped %s to stay within %d (the kubelet's limit)",
+			n, strings.Join(dropped, " "), MaxSearchListChar))
+	}
+	c.Search = search
+	c.Options = mergeOptions(append([]string{"ndots:5"}, in.Options...))
+
+	var b strings.Builder
+	if len(c.Search) > 0 {
+		b.WriteString("search " + strings.Join(c.Search, " ") + "\n")
+	}
+	for _, ns := range c.Nameservers {
+		b.WriteString("nameserver " + ns + "\n")
+	}
+	b.WriteString("options " + strings.Join(c.Options, " ") + "\n")
+	c.ResolvConf = b.String()
+
+	if len(in.Hosts) > 0 {
+		var h strings.Builder
+		h.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+		for _, line := range in.Hosts {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				return nil, fmt.Errorf("hosts entry %q: want \"IP NAME [NAME…]\"", line)
+			}
+			if _, err := netip.ParseAddr(f[0]); err != nil {
+				return nil, fmt.Errorf("hosts entry %q: %q is not an IP address", line, f[0])
+			}
+			h.WriteString(f[0] + "\t" + strings.Join(f[1:], " ") + "\n")
+		}
+		c.Hosts = h.String()
+	}
+	return c, nil
+}
+
+// readSearch returns the domains of the last "search" line, trailing dots
+// trimmed and a bare "." dropped, as the kubelet does. A missing file has no
+// search domains.
+func readSearch(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading host resolv.conf %s: %v", path, err)
+	}
+	var search []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 && f[0] == "search" {
+			search = nil
+			for _, d := range f[1:] {
+				d = strings.TrimSuffix(d, ".")
+				if d != "" {
+					search = append(search, d)
+				}
+			}
+		}
+	}
+	return search, nil
+}
+
+func dedup(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if v != "" && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// mergeOptions keeps one option per name ("ndots:2" replaces "ndots:5"), in
+// first-seen order.
+func mergeOptions(opts []string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, o := range opts {
+		name := strings.SplitN(o, ":", 2)[0]
+		if i, ok := idx[name]; ok {
+			out[i] = o
+			continue
+		}
+		idx[name] = len(out)
+		out = append(out, o)
+	}
+	return out
+}

@@ -1,0 +1,91 @@
+package dnsconf_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dnsconf"
+)
+
+func write(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestClusterFirstFormat(t *testing.T) {
+	host := write(t, "resolv.conf", "nameserver 192.0.2.1\nsearch old.example\noptions rotate\nsearch example.com cluster.local. .\n")
+	kc := write(t, "config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- 10.96.0.10\nclusterDomain: cluster.local\nresolvConf: "+host+"\n")
+	c, err := dnsconf.Build(dnsconf.Input{KubeletConfig: kc, Namespace: "openshift-image-registry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "search openshift-image-registry.svc.cluster.local svc.cluster.local cluster.local example.com\n" +
+		"nameserver 10.96.0.10\n" +
+		"options ndots:5\n"
+	if c.ResolvConf != want {
+		t.Fatalf("resolv.conf:\n%q\nwant\n%q", c.ResolvConf, want)
+	}
+	// Flags win over the kubelet config; options merge by name.
+	c, err = dnsconf.Build(dnsconf.Input{KubeletConfig: kc, Nameservers: []string{"10.0.0.53"}, Options: []string{"ndots:2", "timeout:1"}, HostResolvConf: filepath.Join(t.TempDir(), "none")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ResolvConf != "nameserver 10.0.0.53\noptions ndots:2 timeout:1\n" {
+		t.Fatalf("resolv.conf = %q", c.ResolvConf)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none")
+	c, err := dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}, HostResolvConf: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Nameservers) != 3 || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "dropped 10.0.0.4") {
+		t.Fatalf("nameservers %v warnings %v", c.Nameservers, c.Warnings)
+	}
+	var many []string
+	for i := 0; i < 40; i++ {
+		many = append(many, "d"+strings.Repeat("x", 3)+string(rune('a'+i%26))+string(rune('a'+i/26))+".example")
+	}
+	c, _ = dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Search: many, HostResolvConf: none})
+	if len(c.Search) != 32 || c.Search[31] != many[31] || len(c.Warnings) != 1 {
+		t.Fatalf("search kept %d, warnings %v", len(c.Search), c.Warnings)
+	}
+	long := []string{strings.Repeat("a", 250) + ".com"}
+	for i := 0; i < 9; i++ {
+		long = append(long, strings.Repeat(string(rune('b'+i)), 250)+".com")
+	}
+	c, _ = dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Search: long, HostResolvConf: none})
+	if n := len(strings.Join(c.Search, " ")); n > 2048 || len(c.Search) != 8 || len(c.Warnings) != 1 {
+		t.Fatalf("search %d chars, %d domains, warnings %v", n, len(c.Search), c.Warnings)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none")
+	for _, tc := range []struct {
+		in   dnsconf.Input
+		want string
+	}{
+		{dnsconf.Input{HostResolvConf: none}, "needs a nameserver"},
+		{dnsconf.Input{Nameservers: []string{"10.0.0.300"}, HostResolvConf: none}, "not an IP address"},
+		{dnsconf.Input{KubeletConfig: write(t, "k.yaml", "clusterDNS: [nope]\n"), HostResolvConf: none}, "clusterDNS \"nope\""},
+		{dnsconf.Input{KubeletConfig: write(t, "bad.yaml", "clusterDNS: [\n"), HostResolvConf: none}, "kubelet config"},
+		{dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Hosts: []string{"10.0.0.2"}, HostResolvConf: none}, "hosts entry"},
+	} {
+		if _, err := dnsconf.Build(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	c, err := dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Hosts: []string{"10.0.0.2 registry.local reg"}, HostResolvConf: none})
+	if err != nil || !strings.Contains(c.Hosts, "10.0.0.2\tregistry.local reg\n") || !strings.HasPrefix(c.Hosts, "127.0.0.1\tlocalhost\n") {
+		t.Fatalf("hosts = %q, %v", c.Hosts, err)
+	}
+}

@@ -1,0 +1,37 @@
+package netns_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/netns"
+)
+
+func TestResolveAndCheck(t *testing.T) {
+	self, err := netns.Resolve("pid:" + itoa(os.Getpid()))
+	if err != nil {
+		t.Fatalf("own netns: %v", err)
+	}
+	if self != "/proc/"+itoa(os.Getpid())+"/ns/net" {
+		t.Fatalf("path %s", self)
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	_ = os.WriteFile(file, nil, 0o644)
+	for spec, want := range map[string]string{
+		file:                     "is a regular file, not a network namespace",
+		t.TempDir():              "is a directory",
+		"/proc/self/ns/mnt":      "is a mount namespace",
+		"/nonexistent/ns":        "does not exist",
+		"no-such-netns-name-xyz": "/run/netns/no-such-netns-name-xyz does not exist",
+		"pid:abc":                "want pid:PID",
+	} {
+		if _, err := netns.Resolve(spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", spec, err, want)
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
