@@ -43,6 +43,10 @@ func Check(path string) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s does not exist", path)
 	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %v", path, pe.Err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %v", path, err)
 	}

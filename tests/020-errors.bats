@@ -488,7 +488,7 @@ isolation_flag_accepted_or_rejected() {
     isolation_flag_accepted_or_rejected --cpu-quota 0.5 .isolation.limits.cpu_quota 0.5
     isolation_flag_accepted_or_rejected --user 1000 .isolation.uid 1000
     isolation_flag_accepted_or_rejected --dns 127.0.0.1 .isolation.dns '*'
-    isolation_flag_accepted_or_rejected --netns /proc/1/ns/net .isolation.netns '*'
+    isolation_flag_accepted_or_rejected --netns "/proc/$$/ns/net" .isolation.netns '*'
 }
 
 ###############################################################################

@@ -457,6 +457,27 @@ t_cpu_throttle() {
     isnum "$cpu" && [ $((cpu / 1000000)) -le $((DUR / 5 + 200)) ] || bad "child used $cpu ns CPU in $DUR ms"
 }
 
+# The cluster-DNS override: during a stalled pull, the child sees the
+# generated resolv.conf (read through /proc/CHILD/root); the guest's own file
+# and mount table are unchanged. No name is resolved: the registry is an IP.
+t_dns_mount_namespace() {
+    [ -e /etc/resolv.conf ] || echo "nameserver 127.0.0.1" >/etc/resolv.conf
+    before=$(sha256sum /etc/resolv.conf)
+    mounts=$(wc -l </proc/1/mountinfo)
+    start_stalled "$W/dnsdest" --dns 10.0.2.99 --dns-search example.test --dns-option ndots:2 || return
+    want_conf=$(printf 'search example.test\nnameserver 10.0.2.99\noptions ndots:2')
+    got=$(cat "/proc/$CHILD/root/etc/resolv.conf")
+    [ "$got" = "$want_conf" ] || bad "the child's resolv.conf is '$(echo "$got" | oneline)', want '$(echo "$want_conf" | oneline)'"
+    grep -q ' /etc/resolv.conf ' "/proc/$CHILD/mountinfo" || bad "no mount over /etc/resolv.conf in the child"
+    ! grep -q ' /etc/resolv.conf ' "/proc/$BG/mountinfo" || bad "the parent sees a mount over /etc/resolv.conf"
+    kill -TERM "$BG" 2>/dev/null
+    wait "$BG"
+    BG=""
+    [ "$(sha256sum /etc/resolv.conf)" = "$before" ] || bad "the guest's /etc/resolv.conf changed"
+    [ "$(wc -l </proc/1/mountinfo)" = "$mounts" ] || bad "the guest's mount table changed"
+    ev "child resolv.conf: $(echo "$got" | oneline); host file and mounts unchanged"
+}
+
 ###############################################################################
 
 run_test born_in_cgroup
@@ -469,15 +490,13 @@ if [ -n "$BG" ]; then
     kill -TERM "$BG" 2>/dev/null
     wait "$BG"
 fi
+run_test dns_mount_namespace
 run_test usage
 run_test pids_max
 run_test memory_max
 run_test io_throttle_pull
 run_test io_throttle_buffered
 run_test cpu_throttle
-if want dns_mount_namespace; then
-    echo "PHVM RESULT dns_mount_namespace skip the cluster-DNS mount namespace is not implemented in pullhelper yet (--dns is rejected as not supported)"
-fi
 # The kernel logs at loglevel=1 on the console (so that it never splits a
 # PHVM line); its warnings and errors come here instead.
 dmesg | grep -iE 'warn|error|fail|oom|killed|call trace|bug' | tail -n 30 |
