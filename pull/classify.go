@@ -41,12 +41,6 @@ func (p *Plan) classify(err error) error {
 			}
 		}
 		msg = fmt.Sprintf("TLS with %s failed: %v (%s; add the registry's CA as a .crt file there or pass --cert-dir)", p.Registry, rootCause(err), where)
-	case failure.Unauthorized:
-		if p.Credential == nil {
-			msg = fmt.Sprintf("registry %s refused anonymous access to %s (no credential matched; auth files searched: %s): %v", p.Registry, p.Reference, p.authFileList(), rootCause(err))
-		} else {
-			msg = fmt.Sprintf("registry %s refused the credential for %s (%s %s, key %q, user %q): %v", p.Registry, p.Reference, p.Credential.Source, p.Credential.File, p.Credential.Key, p.Credential.Username, rootCause(err))
-		}
 	case failure.NotFound:
 		msg = fmt.Sprintf("%s not found on %s: %v", p.Reference, p.Registry, rootCause(err))
 	}

@@ -17,21 +17,26 @@ import (
 // code, over the plan pipe when isolated. It never appears in explain, logs
 // or errors.
 type Material struct {
-	Username        string            `json:"username,omitempty"`
-	Password        string            `json:"password,omitempty"`
-	IdentityToken   string            `json:"identity_token,omitempty"`
-	Anonymous       bool              `json:"anonymous"`
+	// Secrets are the plan's Credentials, in the same order.
+	Secrets         []Secret          `json:"secrets,omitempty"`
 	SignaturePolicy json.RawMessage   `json:"signature_policy,omitempty"` // nil: built-in accept-anything
 	Certs           map[string][]byte `json:"certs,omitempty"`            // file name → content (*.crt, *.cert, *.key)
+}
+
+// Secret is one credential as the registry client needs it.
+type Secret struct {
+	Username      string `json:"username,omitempty"`
+	Password      string `json:"password,omitempty"`
+	IdentityToken string `json:"identity_token,omitempty"`
 }
 
 // LoadMaterial reads the credential, the signature policy and the
 // certificate directory's files for this plan. Errors are failure.Usage or
 // failure.TLS and name the file.
 func (p *Plan) LoadMaterial() (*Material, error) {
-	m := &Material{Anonymous: p.Credential == nil}
-	if c := p.Credential; c != nil {
-		m.Username, m.Password, m.IdentityToken = c.Username, c.Password, c.IdentityToken
+	m := &Material{}
+	for _, c := range p.Credentials {
+		m.Secrets = append(m.Secrets, Secret{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken})
 	}
 	if f := p.Signature.File; f != "" {
 		b, err := os.ReadFile(f)
@@ -80,8 +85,8 @@ func (m *Material) systemContext(p *Plan, st *Stage) (*types.SystemContext, erro
 		SystemRegistriesConfPath: p.RegistriesConf,
 		DockerRegistryUserAgent:  "pullhelper/" + Version,
 		// Always set, so that containers/image searches no auth file of
-		// its own: empty means anonymous.
-		DockerAuthConfig: &types.DockerAuthConfig{Username: m.Username, Password: m.Password, IdentityToken: m.IdentityToken},
+		// its own: empty means anonymous. Copy sets each candidate in turn.
+		DockerAuthConfig: &types.DockerAuthConfig{},
 		// Keep containers/image's blob-info cache inside the staging area:
 		// a pull leaves nothing behind outside DEST.
 		BlobInfoCacheDir: st.Root,

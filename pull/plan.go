@@ -24,15 +24,17 @@ const SystemSignaturePolicy = "/etc/containers/policy.json"
 
 // Plan is one fully resolved pull. It must stay JSON-representable.
 type Plan struct {
-	Image       string           `json:"image"`
-	Reference   string           `json:"reference"`
-	Registry    string           `json:"registry"`
-	ShortName   string           `json:"short_name_resolved_by,omitempty"`
-	Destination Destination      `json:"destination"`
-	Credential  *auth.Credential `json:"credential"`
-	AuthFiles   []auth.AuthFile  `json:"auth_files"`
-	Trust       auth.Trust       `json:"trust"`
-	Signature   SignaturePolicy  `json:"signature_policy"`
+	Image       string      `json:"image"`
+	Reference   string      `json:"reference"`
+	Registry    string      `json:"registry"`
+	ShortName   string      `json:"short_name_resolved_by,omitempty"`
+	Destination Destination `json:"destination"`
+	// Credentials are the matching credentials in the order they are
+	// tried (secrets never marshal); empty means anonymous.
+	Credentials []auth.Credential `json:"credentials"`
+	AuthFiles   []auth.AuthFile   `json:"auth_files"`
+	Trust       auth.Trust        `json:"trust"`
+	Signature   SignaturePolicy   `json:"signature_policy"`
 	// RegistriesConf is the registries.conf in effect ("" = system default).
 	RegistriesConf   string        `json:"registries_conf,omitempty"`
 	Retries          int           `json:"retries"`
@@ -239,7 +241,9 @@ func (p *Plan) resolveCredential(l *policy.Loaded, env auth.Env, named reference
 	if err != nil {
 		return failure.Wrap(failure.Usage, err, "")
 	}
-	p.Credential = cred
+	if cred != nil {
+		p.Credentials = append(p.Credentials, *cred)
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,14 +81,6 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// CredentialOrAnonymous is the credential block of results and explain.
-func (p *Plan) CredentialOrAnonymous() *auth.Credential {
-	if p.Credential != nil {
-		return p.Credential
-	}
-	return &auth.Credential{Source: "anonymous"}
-}
-
 // Run pulls the image into the destination in this process: Prepare, Copy,
 // Commit. The isolated path (package reexec) runs Copy in a child instead.
 func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
@@ -148,15 +141,61 @@ func Copy(ctx context.Context, p *Plan, m *Material, st *Stage, o Options) (*Res
 		return nil, err
 	}
 	o.emit(Event{Type: "start", Image: p.Reference, Destination: p.Destination.Raw})
+	// Every matching credential in order, until the registry accepts one
+	// (the kubelet's rule); no credential at all means anonymous, and there
+	// is no anonymous retry after refused credentials.
+	secrets := m.Secrets
+	if len(secrets) == 0 {
+		secrets = []Secret{{}}
+	}
 	var (
-		res     *Result
-		attempt int
-		delay   = p.RetryDelay
+		res      *Result
+		attempts int
 	)
-	for attempt = 1; ; attempt++ {
-		res, err = p.attempt(ctx, pc, sys, st, o, attempt)
-		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
+	for i, sec := range secrets {
+		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: sec.Username, Password: sec.Password, IdentityToken: sec.IdentityToken}
+		var n int
+		res, n, err = p.retrying(ctx, pc, sys, st, o)
+		attempts += n
+		if err == nil {
+			res.Credential = p.credentialView(i)
 			break
+		}
+		if failure.CodeOf(err) != failure.Unauthorized || i == len(secrets)-1 {
+			break
+		}
+		c := p.Credentials[i]
+		o.Log.Warn("the registry refused a credential; trying the next", "source", c.Source, "file", c.File, "key", c.Key, "username", c.Username)
+		if rerr := st.reset(); rerr != nil {
+			return nil, rerr
+		}
+	}
+	if err != nil {
+		if failure.CodeOf(err) == failure.Unauthorized {
+			return nil, p.refusedAll(err)
+		}
+		return nil, err
+	}
+	if err := syncTree(st.Path); err != nil {
+		return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
+	}
+	res.Attempts = attempts
+	return res, nil
+}
+
+// retrying runs attempts with one credential, retrying network failures
+// with a doubling back-off.
+func (p *Plan) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options) (*Result, int, error) {
+	delay := p.RetryDelay
+	for attempt := 1; ; attempt++ {
+		res, err := p.attempt(ctx, pc, sys, st, o, attempt)
+		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
+			if err != nil {
+				if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
+					err = failure.Wrap(failure.Network, err, "%v", cause)
+				}
+			}
+			return res, attempt, err
 		}
 		o.Log.Warn("pull attempt failed; retrying", "attempt", attempt, "of", p.Retries+1, "in", delay, "error", err.Error())
 		select {
@@ -165,20 +204,41 @@ func Copy(ctx context.Context, p *Plan, m *Material, st *Stage, o Options) (*Res
 		}
 		delay *= 2
 		if rerr := st.reset(); rerr != nil {
-			return nil, rerr
+			return nil, attempt, rerr
 		}
 	}
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
-			err = failure.Wrap(failure.Network, err, "%v", cause)
-		}
-		return nil, err
+}
+
+// credentialView is the credential block of the result: the accepted
+// candidate, or anonymous.
+func (p *Plan) credentialView(i int) *auth.Credential {
+	if i < len(p.Credentials) {
+		c := p.Credentials[i]
+		return &c
 	}
-	if err := syncTree(st.Path); err != nil {
-		return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
+	return &auth.Credential{Source: "anonymous"}
+}
+
+// refusedAll names every source the registry refused (file and key, never
+// the secret).
+func (p *Plan) refusedAll(err error) error {
+	cause := err
+	var fe *failure.Error
+	if errors.As(err, &fe) && fe.Err != nil {
+		cause = fe.Err
 	}
-	res.Attempts = attempt
-	return res, nil
+	if len(p.Credentials) == 0 {
+		return &failure.Error{Code: failure.Unauthorized, Err: err, Message: fmt.Sprintf(
+			"registry %s refused anonymous access to %s (no credential matched; auth files searched: %s): %v",
+			p.Registry, p.Reference, p.authFileList(), rootCause(cause))}
+	}
+	var tried []string
+	for i, c := range p.Credentials {
+		tried = append(tried, fmt.Sprintf("[%d] %s %s key %q user %q", i+1, c.Source, c.File, c.Key, c.Username))
+	}
+	return &failure.Error{Code: failure.Unauthorized, Err: err, Message: fmt.Sprintf(
+		"registry %s refused every matching credential for %s: %s: %v",
+		p.Registry, p.Reference, strings.Join(tried, "; "), rootCause(cause))}
 }
 
 // attempt resolves the tag to a digest, then copies exactly that digest into
@@ -264,12 +324,12 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, sys 
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	res := &Result{
-		Image:           p.Image,
-		Reference:       pinned.String(),
-		Digest:          top.String(),
-		MediaType:       mime,
-		Destination:     p.Destination.String(),
-		Credential:      p.CredentialOrAnonymous(),
+		Image:       p.Image,
+		Reference:   pinned.String(),
+		Digest:      top.String(),
+		MediaType:   mime,
+		Destination: p.Destination.String(),
+
 		SignaturePolicy: p.Signature,
 		Isolation:       p.Isolation,
 	}

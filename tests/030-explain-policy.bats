@@ -100,10 +100,10 @@ assert_policy_error() {
     assert_equal "$(json_get .destination.transport <<<"$plan")" oci
     assert_equal "$(json_get .destination.path <<<"$plan")" "$OUT/layout"
     assert_equal "$(json_get .destination.ref <<<"$plan")" v1
-    assert_equal "$(json_get .credential.source <<<"$plan")" containers-auth.json
-    assert_equal "$(json_get .credential.file <<<"$plan")" "$REGISTRY_AUTHFILE"
-    assert_equal "$(json_get .credential.key <<<"$plan")" "$REGISTRY_HOST"
-    assert_equal "$(json_get .credential.username <<<"$plan")" "$REGISTRY_USER"
+    assert_equal "$(json_get '.credentials[0].source' <<<"$plan")" containers-auth.json
+    assert_equal "$(json_get '.credentials[0].file' <<<"$plan")" "$REGISTRY_AUTHFILE"
+    assert_equal "$(json_get '.credentials[0].key' <<<"$plan")" "$REGISTRY_HOST"
+    assert_equal "$(json_get '.credentials[0].username' <<<"$plan")" "$REGISTRY_USER"
     assert_equal "$(json_get '.auth_files[0].path' <<<"$plan")" "$REGISTRY_AUTHFILE"
     assert_equal "$(json_get .trust.cert_dir <<<"$plan")" "$REGISTRY_CERT_DIR"
     assert_equal "$(json_get .trust.searched <<<"$plan")" "[\"$REGISTRY_CERT_DIR\"]"
@@ -127,7 +127,7 @@ assert_policy_error() {
         "$TARPIT_HOST/fixtures/tiny" "dir:$OUT/d"
     assert_json_result
     assert_equal "$(json_get .plan.registry <<<"$output")" "$TARPIT_HOST"
-    assert_equal "$(json_get .plan.credential.key <<<"$output")" "$TARPIT_HOST"
+    assert_equal "$(json_get '.plan.credentials[0].key' <<<"$output")" "$TARPIT_HOST"
     # Prove the proxy logs connections, after the fact: one curl through it.
     if grep -q ' conn ' "$TARPIT_LOG"; then
         fail "explain connected to the registry: $(cat "$TARPIT_LOG")"
@@ -171,8 +171,8 @@ assert_policy_error() {
     # From the file's [pull], [auth] and [trust]:
     assert_equal "$(json_get .retry_delay_ns <<<"$plan")" 250000000
     assert_equal "$(json_get .stall_timeout_ns <<<"$plan")" 30000000000
-    assert_equal "$(json_get .credential.file <<<"$plan")" "$REGISTRY_AUTHFILE"
-    assert_equal "$(json_get .credential.username <<<"$plan")" "$REGISTRY_USER"
+    assert_equal "$(json_get '.credentials[0].file' <<<"$plan")" "$REGISTRY_AUTHFILE"
+    assert_equal "$(json_get '.credentials[0].username' <<<"$plan")" "$REGISTRY_USER"
     assert_equal "$(json_get .trust.cert_dir <<<"$plan")" "$REGISTRY_CERT_DIR"
 
     # Without --profile: the file's [pull].
@@ -199,7 +199,7 @@ assert_policy_error() {
     PULLHELPER_POLICY=$POLICY_DIR/good.toml run_pullhelper explain "$REGISTRY_HOST/fixtures/tiny"
     assert_equal "$(json_get .plan.policy.file <<<"$output")" "$POLICY_DIR/good.toml"
     assert_equal "$(json_get .plan.retries <<<"$output")" 5
-    assert_equal "$(json_get .plan.credential.file <<<"$output")" "$REGISTRY_AUTHFILE"
+    assert_equal "$(json_get '.plan.credentials[0].file' <<<"$output")" "$REGISTRY_AUTHFILE"
 
     local other
     other=$(policy_file other 'version = 1\n[pull]\nretries = 7\n')

@@ -30,7 +30,7 @@ echo "registry: https://$REGISTRY_HOST  (CA: $REGISTRY_CERT_DIR/ca.crt, auth fil
 dest="$BATS_FILE_TMPDIR/layout"
 say "pullhelper explain (no network)"
 "$PULLHELPER" explain --authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
-    "$REGISTRY_HOST/demo/sample:1.0" "oci:$dest:1.0" | json_get .plan.credential
+    "$REGISTRY_HOST/demo/sample:1.0" "oci:$dest:1.0" | json_get .plan.credentials
 
 say "pullhelper pull $REGISTRY_HOST/demo/sample:1.0 oci:$dest:1.0"
 "$PULLHELPER" pull --authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \

@@ -143,7 +143,9 @@ setting. Nothing is contacted and nothing is written.`,
 				fmt.Fprintf(stderr, "pullhelper: warning: %s\n", w)
 			}
 			view := *plan
-			view.Credential = plan.CredentialOrAnonymous()
+			if view.Credentials == nil {
+				view.Credentials = []auth.Credential{}
+			}
 			var cg *cgroup.Config
 			if !c.noIsolation {
 				cfg, err := cgroup.FromPolicy(settings)
