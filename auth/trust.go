@@ -17,6 +17,11 @@ type Trust struct {
 	Verify bool `json:"verify"`
 	// InsecureBy says what turned verification off.
 	InsecureBy string `json:"insecure_by,omitempty"`
+	// CAFiles are extra CA bundles for this registry (policy trust.ca_files
+	// matching it, containerd's hosts configuration), added to the pool.
+	CAFiles []string `json:"ca_files,omitempty"`
+	// ClientPairs are extra client certificate/key files ([cert, key]).
+	ClientPairs [][2]string `json:"client_pairs,omitempty"`
 }
 
 // ResolveTrust picks the certificate directory for host ("host[:port]") the

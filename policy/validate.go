@@ -16,7 +16,6 @@ var notYet = []struct{ prefix, issue string }{
 	{"auth.credential_provider_config", "kubelet credential-provider plugins"},
 	{"auth.credential_provider_bin_dir", "kubelet credential-provider plugins"},
 	{"auth.service_account_token", "service-account token credentials"},
-	{"trust.ca_files", "registry-scoped CA files"},
 	{"pull.max_bandwidth", "bandwidth limits"},
 }
 
@@ -39,6 +38,14 @@ func (l *Loaded) Validate() error {
 		{"auth.authfile", p.Auth.Authfile}, {"trust.cert_dir", p.Trust.CertDir}} {
 		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
 			return bad(k.key, "must be an absolute path, not %q", k.val)
+		}
+	}
+	for i, cf := range p.Trust.CAFiles {
+		if err := checkRegistryPattern(cf.Registry); err != nil {
+			return bad("trust.ca_files", "entry %d: registry: %v", i+1, err)
+		}
+		if !filepath.IsAbs(cf.File) {
+			return bad("trust.ca_files", "entry %d: file must be an absolute path, not %q", i+1, cf.File)
 		}
 	}
 	for i, r := range p.Trust.InsecureRegistries {
@@ -174,14 +181,23 @@ func checkRegistryPattern(r string) error {
 }
 
 // MatchRegistry reports whether host ("host[:port]") matches pattern: an
-// exact host[:port], or "*.domain" matching any subdomain (port ignored).
+// exact "host[:port]", or "*.domain[:port]" matching any subdomain of domain
+// (with that port when the pattern names one, with any port otherwise).
 func MatchRegistry(pattern, host string) bool {
-	if strings.HasPrefix(pattern, "*.") {
-		h := host
-		if i := strings.LastIndex(h, ":"); i >= 0 && !strings.Contains(h[i:], "]") {
-			h = h[:i]
-		}
-		return strings.HasSuffix(h, pattern[1:])
+	if !strings.HasPrefix(pattern, "*.") {
+		return pattern == host
 	}
-	return pattern == host
+	ph, pp := splitPort(pattern[2:])
+	hh, hp := splitPort(host)
+	if pp != "" && pp != hp {
+		return false
+	}
+	return strings.HasSuffix(hh, "."+ph)
+}
+
+func splitPort(s string) (string, string) {
+	if i := strings.LastIndex(s, ":"); i >= 0 && !strings.Contains(s[i:], "]") {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
 }

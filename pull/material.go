@@ -73,6 +73,30 @@ func (p *Plan) LoadMaterial() (*Material, error) {
 			m.Certs[n] = b
 		}
 	}
+	add := func(name, file string) error {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return failure.New(failure.TLS, "reading %s: %v", file, pathErrno(err))
+		}
+		if m.Certs == nil {
+			m.Certs = map[string][]byte{}
+		}
+		m.Certs[name] = b
+		return nil
+	}
+	for i, f := range p.Trust.CAFiles {
+		if err := add(fmt.Sprintf("pullhelper-ca-%d.crt", i), f); err != nil {
+			return nil, err
+		}
+	}
+	for i, pair := range p.Trust.ClientPairs {
+		if err := add(fmt.Sprintf("pullhelper-client-%d.cert", i), pair[0]); err != nil {
+			return nil, err
+		}
+		if err := add(fmt.Sprintf("pullhelper-client-%d.key", i), pair[1]); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
 }
 

@@ -169,6 +169,11 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			p.Trust.InsecureBy = src + "=false"
 		}
 	}
+	for _, cf := range l.Trust.CAFiles {
+		if policy.MatchRegistry(cf.Registry, p.Registry) {
+			p.Trust.CAFiles = append(p.Trust.CAFiles, cf.File)
+		}
+	}
 	for _, pat := range l.Trust.InsecureRegistries {
 		if p.Trust.Verify && policy.MatchRegistry(pat, p.Registry) {
 			p.Trust.Verify, p.Trust.InsecureBy = false, "trust.insecure_registries "+pat
