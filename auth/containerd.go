@@ -1,0 +1,750 @@
+package auth
+
+// containerd (1.6/1.7 CRI plugin) registry credentials and TLS, read with
+// containerd's own semantics (pkg/cri/config, pkg/cri/server/image_pull.go,
+// remotes/docker/config/hosts.go).
+//
+// What is modelled:
+//   - config.toml: version 2 (and later) reads
+//     [plugins."io.containerd.grpc.v1.cri".registry]; version 1 -- which is
+//     also what a file WITHOUT a `version` key is in containerd 1.x -- reads
+//     [plugins.cri.registry]. The other section is ignored, as containerd
+//     ignores it. `imports` are not followed. A missing config.toml means
+//     containerd's defaults (no mirrors, config_path = "").
+//   - ValidatePluginConfig: `mirrors` or any `configs.*.tls` together with
+//     config_path are errors; `auths."https://HOST"` is mapped into
+//     configs[HOST].auth (a key without a scheme is used verbatim; note that
+//     url.Parse reads "reg:5000" as scheme "reg", so such a key maps to
+//     configs[""] and is never used). When several auths map to the same
+//     host, containerd's map order decides; here the lexically last key wins.
+//   - The credential is configs[ENDPOINT].auth, an exact string match on the
+//     host[:port] actually contacted: docker.io images use
+//     configs."registry-1.docker.io", never configs."docker.io". The CRI
+//     PullImageRequest.Auth (the kubelet's credential) would take precedence
+//     over it; callers order sources accordingly.
+//   - Legacy mode (config_path == ""): endpoints are mirrors[host] (or
+//     mirrors["*"]) followed by the default endpoint, unless a mirror endpoint
+//     already has the reference host itself. pullhelper does NOT follow
+//     mirrors yet: it reports the default endpoint (or the mirror endpoint
+//     whose host is the reference host, which containerd uses instead of the
+//     default). Every endpoint's TLS config is still validated, because
+//     containerd fails the whole pull when any of them is invalid.
+//   - config_path mode: hosts directory lookup per root, hosts.toml (or the
+//     Docker certs.d layout), the default host, localhost defaults (1.6.20+
+//     and 1.7). TLS is reported for the default endpoint: the `server` entry
+//     (or the default host) plus any [host."URL"] entry with the same
+//     host[:port], which containerd tries first. All entries' CA and client
+//     files are validated, as containerd loads them all.
+//
+// Version differences: a hosts.toml without any [host] table (server and
+// root keys only) is valid from 1.7.32 (commit 24007441d) and is what this
+// implements; in all 1.6.x and 1.7.0-1.7.31 it fails with "invalid `host`
+// tree" and containerd falls back to the Docker layout (*.crt, *.cert/*.key)
+// of the same directory. Localhost defaults (skip_verify unless port 80) are
+// absent from 1.6.0-1.6.19.
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// ContainerdRegistry is what containerd would use for one reference host.
+type ContainerdRegistry struct {
+	// Credentials in the order containerd would use them (normally 0 or 1).
+	Credentials []Credential `json:"credentials"`
+	// Endpoint is the host[:port] actually contacted for the default
+	// endpoint (docker.io → registry-1.docker.io).
+	Endpoint string `json:"endpoint"`
+	// TLS is the material for that endpoint.
+	TLS ContainerdTLS `json:"tls"`
+	// HostsDir is the hosts directory used (config_path mode), "" otherwise.
+	HostsDir string `json:"hosts_dir,omitempty"`
+}
+
+// ContainerdTLS is the TLS material containerd uses for one endpoint, on top
+// of the system pool.
+type ContainerdTLS struct {
+	CAFiles     []string    `json:"ca_files,omitempty"`     // absolute paths
+	ClientPairs [][2]string `json:"client_pairs,omitempty"` // [cert, key]; key == cert when the PEM has both
+	SkipVerify  bool        `json:"skip_verify"`
+}
+
+const containerdSource = "containerd-config"
+
+// config.toml structures (pkg/cri/config).
+type ctrdAuthConfig struct {
+	Username      string `toml:"username"`
+	Password      string `toml:"password"`
+	Auth          string `toml:"auth"`
+	IdentityToken string `toml:"identitytoken"`
+}
+
+type ctrdTLSConfig struct {
+	InsecureSkipVerify bool   `toml:"insecure_skip_verify"`
+	CAFile             string `toml:"ca_file"`
+	CertFile           string `toml:"cert_file"`
+	KeyFile            string `toml:"key_file"`
+}
+
+type ctrdRegistryConfig struct {
+	Auth *ctrdAuthConfig `toml:"auth"`
+	TLS  *ctrdTLSConfig  `toml:"tls"`
+}
+
+type ctrdMirror struct {
+	Endpoints []string `toml:"endpoint"`
+}
+
+type ctrdRegistry struct {
+	ConfigPath string                        `toml:"config_path"`
+	Mirrors    map[string]ctrdMirror         `toml:"mirrors"`
+	Configs    map[string]ctrdRegistryConfig `toml:"configs"`
+	Auths      map[string]ctrdAuthConfig     `toml:"auths"`
+	Headers    map[string][]string           `toml:"headers"`
+
+	// authKey names where configs[HOST].auth came from in the file.
+	authKey map[string]string
+}
+
+// LoadContainerd reads config.toml and resolves the registry for refHost
+// (the host as written in the image reference, e.g. "docker.io",
+// "myreg:5000", "localhost:5000"). Errors never quote a secret.
+func LoadContainerd(configPath, refHost string) (*ContainerdRegistry, error) {
+	reg, err := loadContainerdConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	host := refHost
+	if host == "" || host == "index.docker.io" {
+		// The reference parser normalises both to docker.io.
+		host = "docker.io"
+	}
+	var out *ContainerdRegistry
+	if reg.ConfigPath != "" {
+		out, err = resolveContainerdHosts(reg, host)
+	} else {
+		out, err = resolveContainerdLegacy(reg, host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if a := reg.Configs[out.Endpoint].Auth; a != nil {
+		key := reg.authKey[out.Endpoint]
+		user, secret, err := ParseContainerdAuth(a.Username, a.Password, a.Auth, a.IdentityToken)
+		if err != nil {
+			return nil, fmt.Errorf("containerd config %s: %s: %w", configPath, key, err)
+		}
+		if user != "" || secret != "" {
+			c := Credential{Source: containerdSource, File: configPath, Key: key, Username: user, Password: secret}
+			if user == "" {
+				// containerd sends a secret without a username as an
+				// identity (refresh) token.
+				c.Password, c.IdentityToken = "", secret
+			}
+			out.Credentials = append(out.Credentials, c)
+		}
+	}
+	return out, nil
+}
+
+// ParseContainerdAuth is containerd's ParseAuth for a configs.*.auth table
+// (without a ServerAddress): it returns (username, secret). username wins,
+// then identitytoken (as ("", token)), then auth: standard base64 with
+// padding required, cut on the first ':', NUL bytes trimmed from both ends
+// of the password. Otherwise anonymous. Unlike containerd, the "invalid
+// decoded auth" error does not quote the decoded value.
+func ParseContainerdAuth(username, password, auth, identityToken string) (string, string, error) {
+	if username != "" {
+		return username, password, nil
+	}
+	if identityToken != "" {
+		return "", identityToken, nil
+	}
+	if auth != "" {
+		// As containerd: decode into a DecodedLen buffer without slicing it,
+		// so padding leaves trailing NULs, which the Trim below removes.
+		decoded := make([]byte, base64.StdEncoding.DecodedLen(len(auth)))
+		if _, err := base64.StdEncoding.Decode(decoded, []byte(auth)); err != nil {
+			return "", "", err
+		}
+		user, passwd, ok := strings.Cut(string(decoded), ":")
+		if !ok {
+			return "", "", errors.New("invalid decoded auth")
+		}
+		return user, strings.Trim(passwd, "\x00"), nil
+	}
+	return "", "", nil
+}
+
+func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
+	reg := &ctrdRegistry{authKey: map[string]string{}}
+	data, err := os.ReadFile(configPath)
+	if os.IsNotExist(err) {
+		return reg, nil // containerd runs with its defaults
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading containerd config %s: %w", configPath, pathErr(err))
+	}
+	var top struct {
+		Version int                       `toml:"version"`
+		Plugins map[string]toml.Primitive `toml:"plugins"`
+	}
+	md, err := toml.Decode(string(data), &top)
+	if err != nil {
+		return nil, fmt.Errorf("parsing containerd config %s: %s", configPath, ctrdTOMLErrorNoData(err))
+	}
+	id := "io.containerd.grpc.v1.cri"
+	if top.Version <= 1 { // containerd 1.x: a missing version is version 1
+		id = "cri"
+	}
+	if prim, ok := top.Plugins[id]; ok {
+		var cri struct {
+			Registry ctrdRegistry `toml:"registry"`
+		}
+		if err := md.PrimitiveDecode(prim, &cri); err != nil {
+			return nil, fmt.Errorf("parsing containerd config %s: %s", configPath, ctrdTOMLErrorNoData(err))
+		}
+		cri.Registry.authKey = reg.authKey
+		reg = &cri.Registry
+	}
+	if err := validateContainerdRegistry(reg); err != nil {
+		return nil, fmt.Errorf("containerd config %s: invalid plugin config: %w", configPath, err)
+	}
+	return reg, nil
+}
+
+// validateContainerdRegistry is the registry part of ValidatePluginConfig.
+func validateContainerdRegistry(reg *ctrdRegistry) error {
+	useConfigPath := reg.ConfigPath != ""
+	if len(reg.Mirrors) > 0 && useConfigPath {
+		return errors.New("`mirrors` cannot be set when `config_path` is provided")
+	}
+	for _, r := range reg.Configs {
+		if r.TLS != nil && useConfigPath {
+			return errors.New("`configs.tls` cannot be set when `config_path` is provided")
+		}
+	}
+	for host, c := range reg.Configs {
+		if c.Auth != nil {
+			reg.authKey[host] = `configs."` + host + `".auth`
+		}
+	}
+	if len(reg.Auths) == 0 {
+		return nil
+	}
+	if reg.Configs == nil {
+		reg.Configs = map[string]ctrdRegistryConfig{}
+	}
+	keys := make([]string, 0, len(reg.Auths))
+	for k := range reg.Auths {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, endpoint := range keys {
+		a := reg.Auths[endpoint]
+		u, err := url.Parse(endpoint)
+		if err != nil {
+			return fmt.Errorf("failed to parse registry url %q from `registry.auths`: %w", endpoint, err)
+		}
+		host := endpoint
+		if u.Scheme != "" {
+			host = u.Host
+		}
+		c := reg.Configs[host]
+		c.Auth = &a
+		reg.Configs[host] = c
+		reg.authKey[host] = `auths."` + endpoint + `"`
+	}
+	return nil
+}
+
+// resolveContainerdLegacy follows registryHosts without config_path.
+func resolveContainerdLegacy(reg *ctrdRegistry, host string) (*ContainerdRegistry, error) {
+	endpoints, err := ctrdLegacyEndpoints(reg, host)
+	if err != nil {
+		return nil, err
+	}
+	var chosen *url.URL
+	var chosenTLS ContainerdTLS
+	for i, e := range endpoints {
+		u, err := url.Parse(e)
+		if err != nil {
+			return nil, fmt.Errorf("parse registry endpoint %q from mirrors: %w", e, err)
+		}
+		t, err := ctrdLegacyTLS(reg.Configs[u.Host].TLS, host, u)
+		if err != nil {
+			return nil, fmt.Errorf("get TLSConfig for registry %q: %w", e, err)
+		}
+		// The default endpoint is the last one, unless an endpoint already
+		// has the reference host (then no default was appended).
+		if chosen == nil && (u.Host == host || i == len(endpoints)-1) {
+			chosen, chosenTLS = u, t
+		}
+	}
+	return &ContainerdRegistry{Endpoint: chosen.Host, TLS: chosenTLS}, nil
+}
+
+// ctrdLegacyEndpoints is registryEndpoints: mirrors[host] or mirrors["*"], then
+// the default endpoint unless an endpoint's host equals host.
+func ctrdLegacyEndpoints(reg *ctrdRegistry, host string) ([]string, error) {
+	var endpoints []string
+	if m, ok := reg.Mirrors[host]; ok {
+		endpoints = append(endpoints, m.Endpoints...)
+	} else {
+		endpoints = append(endpoints, reg.Mirrors["*"].Endpoints...)
+	}
+	defaultHost := host
+	if host == "docker.io" {
+		defaultHost = "registry-1.docker.io"
+	}
+	for i := range endpoints {
+		en, err := ctrdAddDefaultScheme(endpoints[i])
+		if err != nil {
+			return nil, fmt.Errorf("get registry endpoints: parse endpoint url: %w", err)
+		}
+		endpoints[i] = en
+	}
+	for _, e := range endpoints {
+		u, err := url.Parse(e)
+		if err != nil {
+			return nil, fmt.Errorf("get registry endpoints: parse endpoint url: %w", err)
+		}
+		if u.Host == host {
+			return endpoints, nil
+		}
+	}
+	return append(endpoints, containerdDefaultScheme(defaultHost)+"://"+defaultHost), nil
+}
+
+func ctrdAddDefaultScheme(endpoint string) (string, error) {
+	if strings.Contains(endpoint, "://") {
+		return endpoint, nil
+	}
+	u, err := url.Parse("dummy://" + endpoint)
+	if err != nil {
+		return "", err
+	}
+	return containerdDefaultScheme(u.Host) + "://" + endpoint, nil
+}
+
+func containerdDefaultScheme(host string) string {
+	if containerdIsLocalhost(host) {
+		return "http"
+	}
+	return "https"
+}
+
+// containerdIsLocalhost is docker.IsLocalhost / the CRI isLocalHost.
+func containerdIsLocalhost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	return net.ParseIP(host).IsLoopback()
+}
+
+// ctrdLegacyTLS is getTLSConfig for configs[u.Host].tls, or the localhost
+// default when there is none.
+func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ContainerdTLS, error) {
+	var t ContainerdTLS
+	if c == nil {
+		t.SkipVerify = containerdIsLocalhost(host) && u.Scheme == "http"
+		return t, nil
+	}
+	if c.CertFile != "" && c.KeyFile == "" {
+		return t, fmt.Errorf("cert file %q was specified, but no corresponding key file was specified", c.CertFile)
+	}
+	if c.CertFile == "" && c.KeyFile != "" {
+		return t, fmt.Errorf("key file %q was specified, but no corresponding cert file was specified", c.KeyFile)
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return t, fmt.Errorf("failed to load cert file: %w", err)
+		}
+		if len(cert.Certificate) != 0 {
+			t.ClientPairs = [][2]string{{ctrdAbsPath(c.CertFile), ctrdAbsPath(c.KeyFile)}}
+		}
+	}
+	if c.CAFile != "" {
+		data, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return t, fmt.Errorf("failed to load CA file: %w", err)
+		}
+		// containerd ignores AppendCertsFromPEM's result here: a file
+		// without a certificate adds nothing and is not an error.
+		if x509.NewCertPool().AppendCertsFromPEM(data) {
+			t.CAFiles = []string{ctrdAbsPath(c.CAFile)}
+		}
+	}
+	t.SkipVerify = c.InsecureSkipVerify
+	return t, nil
+}
+
+func ctrdAbsPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// hostConfig is one entry of a hosts directory.
+type ctrdHostConfig struct {
+	scheme      string
+	host        string
+	caCerts     []string
+	clientPairs [][2]string
+	skipVerify  *bool
+}
+
+// resolveContainerdHosts follows ConfigureHosts with HostDir from the
+// config_path roots.
+func resolveContainerdHosts(reg *ctrdRegistry, host string) (*ContainerdRegistry, error) {
+	dir, err := containerdHostDir(filepath.SplitList(reg.ConfigPath), host)
+	if err != nil {
+		return nil, fmt.Errorf("containerd hosts directory for %s: %w", host, err)
+	}
+	var hosts []ctrdHostConfig
+	if dir != "" {
+		if hosts, err = loadContainerdHostDir(dir); err != nil {
+			return nil, fmt.Errorf("containerd hosts directory %s: %w", dir, err)
+		}
+	}
+	if hosts == nil {
+		hosts = make([]ctrdHostConfig, 1)
+	}
+	last := &hosts[len(hosts)-1]
+	if last.host == "" {
+		switch {
+		case host == "docker.io":
+			last.scheme, last.host = "https", "registry-1.docker.io"
+		case containerdIsLocalhost(host):
+			last.host = host
+			_, port, _ := net.SplitHostPort(host)
+			if port == "" || port == "443" {
+				last.scheme = "https"
+			} else {
+				last.scheme = "http"
+			}
+			if port != "80" {
+				skip := true
+				last.skipVerify = &skip
+			}
+		default:
+			last.scheme, last.host = "https", host
+		}
+	}
+	// containerd loads every entry's files and fails the resolve on any error.
+	for _, h := range hosts {
+		if err := checkContainerdTLSFiles(h); err != nil {
+			return nil, err
+		}
+	}
+	out := &ContainerdRegistry{Endpoint: last.host, HostsDir: dir}
+	seen := map[string]bool{}
+	for i, h := range hosts {
+		if i < len(hosts)-1 && h.host != last.host {
+			continue
+		}
+		for _, ca := range h.caCerts {
+			if !seen["ca\x00"+ca] {
+				seen["ca\x00"+ca] = true
+				out.TLS.CAFiles = append(out.TLS.CAFiles, ca)
+			}
+		}
+		for _, p := range h.clientPairs {
+			if p[1] == "" {
+				p[1] = p[0]
+			}
+			if k := "pair\x00" + p[0] + "\x00" + p[1]; !seen[k] {
+				seen[k] = true
+				out.TLS.ClientPairs = append(out.TLS.ClientPairs, p)
+			}
+		}
+		if h.skipVerify != nil && *h.skipVerify {
+			out.TLS.SkipVerify = true
+		}
+	}
+	return out, nil
+}
+
+func checkContainerdTLSFiles(h ctrdHostConfig) error {
+	for _, f := range h.caCerts {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("unable to read CA cert %q: %w", f, pathErr(err))
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			return fmt.Errorf("unable to load CA cert %q", f)
+		}
+	}
+	for _, pair := range h.clientPairs {
+		certPEM, err := os.ReadFile(pair[0])
+		if err != nil {
+			return fmt.Errorf("unable to read CERT file %q: %w", pair[0], pathErr(err))
+		}
+		keyPEM := certPEM
+		if pair[1] != "" {
+			if keyPEM, err = os.ReadFile(pair[1]); err != nil {
+				return fmt.Errorf("unable to read CERT file %q: %w", pair[1], pathErr(err))
+			}
+		}
+		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			return fmt.Errorf("failed to load X509 key pair (%s): %w", pair[0], err)
+		}
+	}
+	return nil
+}
+
+// containerdHostDir is hostDirFromRoots: for each root in order, the first
+// existing of ROOT/host_PORT_ (only with a port), ROOT/host, ROOT/_default.
+func containerdHostDir(roots []string, host string) (string, error) {
+	for _, root := range roots {
+		for _, p := range containerdHostPaths(root, host) {
+			_, err := os.Stat(p)
+			if err == nil {
+				return p, nil
+			}
+			if !os.IsNotExist(err) {
+				return "", err
+			}
+		}
+	}
+	return "", nil
+}
+
+func containerdHostPaths(root, host string) []string {
+	var paths []string
+	if ch := containerdHostDirectory(host); ch != host {
+		paths = append(paths, filepath.Join(root, ch))
+	}
+	return append(paths, filepath.Join(root, host), filepath.Join(root, "_default"))
+}
+
+// containerdHostDirectory turns the last ":PORT" into "_PORT_".
+func containerdHostDirectory(host string) string {
+	if idx := strings.LastIndex(host, ":"); idx > 0 {
+		return host[:idx] + "_" + host[idx+1:] + "_"
+	}
+	return host
+}
+
+func loadContainerdHostDir(dir string) ([]ctrdHostConfig, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "hosts.toml"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return loadContainerdCertFiles(dir)
+	}
+	hosts, err := parseContainerdHostsFile(dir, b)
+	if err != nil {
+		// containerd logs "failed to decode hosts.toml" and falls back.
+		return loadContainerdCertFiles(dir)
+	}
+	return hosts, nil
+}
+
+type ctrdHostFileConfig struct {
+	Capabilities []string       `toml:"capabilities"`
+	CACert       any            `toml:"ca"`
+	Client       any            `toml:"client"`
+	SkipVerify   *bool          `toml:"skip_verify"`
+	Header       map[string]any `toml:"header"`
+	OverridePath bool           `toml:"override_path"`
+}
+
+func parseContainerdHostsFile(baseDir string, b []byte) ([]ctrdHostConfig, error) {
+	var c struct {
+		Server       string                        `toml:"server"`
+		HostConfigs  map[string]ctrdHostFileConfig `toml:"host"`
+		Capabilities []string                      `toml:"capabilities"`
+		CACert       any                           `toml:"ca"`
+		Client       any                           `toml:"client"`
+		SkipVerify   *bool                         `toml:"skip_verify"`
+		Header       map[string]any                `toml:"header"`
+		OverridePath bool                          `toml:"override_path"`
+	}
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return nil, err
+	}
+	// [host."URL"] tables in file order. A file without `host` is valid
+	// (1.7.32+); a `host` that is not a table fails to decode above.
+	var ordered []string
+	seen := map[string]bool{}
+	for _, k := range md.Keys() {
+		if len(k) >= 2 && k[0] == "host" && !seen[k[1]] {
+			seen[k[1]] = true
+			ordered = append(ordered, k[1])
+		}
+	}
+	var hosts []ctrdHostConfig
+	for _, h := range ordered {
+		parsed, err := parseContainerdHostConfig(h, baseDir, c.HostConfigs[h])
+		if err != nil {
+			return nil, err
+		}
+		hosts = append(hosts, parsed)
+	}
+	root := ctrdHostFileConfig{
+		Capabilities: c.Capabilities, CACert: c.CACert, Client: c.Client,
+		SkipVerify: c.SkipVerify, Header: c.Header, OverridePath: c.OverridePath,
+	}
+	parsed, err := parseContainerdHostConfig(c.Server, baseDir, root)
+	if err != nil {
+		return nil, err
+	}
+	return append(hosts, parsed), nil
+}
+
+func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig) (ctrdHostConfig, error) {
+	var result ctrdHostConfig
+	if server != "" {
+		if !strings.HasPrefix(server, "http") {
+			server = "https://" + server
+		}
+		u, err := url.Parse(server)
+		if err != nil {
+			return result, fmt.Errorf("unable to parse server %v: %w", server, err)
+		}
+		// The path (/v2, override_path) does not matter here.
+		result.scheme, result.host = u.Scheme, u.Host
+	}
+	result.skipVerify = config.SkipVerify
+	for _, c := range config.Capabilities {
+		switch strings.ToLower(c) {
+		case "pull", "resolve", "push":
+		default:
+			return result, fmt.Errorf("unknown capability %v", c)
+		}
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(baseDir, p)
+	}
+	switch ca := config.CACert.(type) {
+	case nil:
+	case string:
+		result.caCerts = []string{abs(ca)}
+	case []any:
+		s, err := containerdStringSlice(ca, abs)
+		if err != nil {
+			return result, err
+		}
+		result.caCerts = s
+	default:
+		return result, fmt.Errorf("invalid type %T for \"ca\"", ca)
+	}
+	switch client := config.Client.(type) {
+	case nil:
+	case string:
+		result.clientPairs = [][2]string{{abs(client), ""}}
+	case []any:
+		for _, pairs := range client {
+			switch p := pairs.(type) {
+			case string:
+				result.clientPairs = append(result.clientPairs, [2]string{abs(p), ""})
+			case []any:
+				s, err := containerdStringSlice(p, abs)
+				if err != nil {
+					return result, err
+				}
+				if len(s) != 2 {
+					return result, fmt.Errorf("invalid pair %v for \"client\"", p)
+				}
+				result.clientPairs = append(result.clientPairs, [2]string{s[0], s[1]})
+			default:
+				return result, fmt.Errorf("invalid type %T for \"client\"", p)
+			}
+		}
+	default:
+		return result, fmt.Errorf("invalid type %T for \"client\"", client)
+	}
+	for key, ty := range config.Header {
+		switch v := ty.(type) {
+		case string:
+		case []any:
+			if _, err := containerdStringSlice(v, nil); err != nil {
+				return result, err
+			}
+		default:
+			return result, fmt.Errorf("invalid type %T for header %q", ty, key)
+		}
+	}
+	return result, nil
+}
+
+func containerdStringSlice(slice []any, cb func(string) string) ([]string, error) {
+	out := make([]string, len(slice))
+	for i, v := range slice {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("unable to cast %T to string", v)
+		}
+		if cb != nil {
+			s = cb(s)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// loadContainerdCertFiles is the Docker layout: *.crt are CAs, X.cert is a
+// client certificate paired with X.key when it exists (else the key is in
+// the .cert). Directories are skipped.
+func loadContainerdCertFiles(dir string) ([]ctrdHostConfig, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	hosts := make([]ctrdHostConfig, 1)
+	for _, f := range entries {
+		if f.IsDir() {
+			continue
+		}
+		name := f.Name()
+		if strings.HasSuffix(name, ".crt") {
+			hosts[0].caCerts = append(hosts[0].caCerts, filepath.Join(dir, name))
+		}
+		if strings.HasSuffix(name, ".cert") {
+			pair := [2]string{filepath.Join(dir, name), ""}
+			keyFile := filepath.Join(dir, name[:len(name)-5]+".key")
+			if _, err := os.Stat(keyFile); err == nil {
+				pair[1] = keyFile
+			} else if !os.IsNotExist(err) {
+				return nil, err
+			}
+			hosts[0].clientPairs = append(hosts[0].clientPairs, pair)
+		}
+	}
+	return hosts, nil
+}
+
+// ctrdTOMLErrorNoData describes a TOML syntax error by position only: its
+// message may quote file content, which may be a secret.
+func ctrdTOMLErrorNoData(err error) string {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		if pe.LastKey != "" {
+			return fmt.Sprintf("invalid TOML at line %d (last key %q)", pe.Position.Line, pe.LastKey)
+		}
+		return fmt.Sprintf("invalid TOML at line %d", pe.Position.Line)
+	}
+	return err.Error() // type mismatches name the key and types, not the value
+}

@@ -1,0 +1,843 @@
+package auth_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pullhelper/pullhelper/auth"
+)
+
+// ctrdCRI is the version 2 CRI registry section.
+const ctrdCRI = `plugins."io.containerd.grpc.v1.cri".registry`
+
+func ctrdB64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+func ctrdWrite(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ctrdPEM returns a self-signed certificate (usable as a CA and as a client
+// certificate) and its key, both PEM.
+func ctrdPEM(t *testing.T) (certPEM, keyPEM string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "pullhelper test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+}
+
+func TestParseContainerdAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name                          string
+		user, pass, authField, token  string
+		wantUser, wantSecret, wantErr string
+	}{
+		{name: "anonymous"},
+		{name: "password alone is anonymous", pass: "p"},
+		{name: "username and password", user: "u", pass: "p", wantUser: "u", wantSecret: "p"},
+		{name: "username wins over auth and token", user: "u", pass: "p", authField: "!!bad!!", token: "tok", wantUser: "u", wantSecret: "p"},
+		{name: "username with empty password", user: "u", wantUser: "u"},
+		{name: "identity token wins over auth", token: "tok", authField: "!!bad!!", wantSecret: "tok"},
+		{name: "auth without padding needed", authField: ctrdB64("user:pass"), wantUser: "user", wantSecret: "pass"},
+		{name: "auth padded", authField: ctrdB64("user:password"), wantUser: "user", wantSecret: "password"},
+		{name: "auth single pad", authField: ctrdB64("user:passwor"), wantUser: "user", wantSecret: "passwor"},
+		{name: "auth unpadded is an error", authField: strings.TrimRight(ctrdB64("user:password"), "="), wantErr: "illegal base64"},
+		{name: "auth not base64", authField: "user:pass", wantErr: "illegal base64"},
+		{name: "auth without colon", authField: ctrdB64("userpass"), wantErr: "invalid decoded auth"},
+		{name: "auth cut on first colon", authField: ctrdB64("user:pa:ss"), wantUser: "user", wantSecret: "pa:ss"},
+		{name: "auth empty password", authField: ctrdB64("user:"), wantUser: "user"},
+		{name: "auth NULs trimmed from both ends of the password", authField: ctrdB64("user:\x00pa\x00ss\x00\x00"), wantUser: "user", wantSecret: "pa\x00ss"},
+		{name: "auth NULs kept in the username", authField: ctrdB64("\x00user:pass"), wantUser: "\x00user", wantSecret: "pass"},
+		{name: "auth newlines ignored by StdEncoding", authField: "dXNl\ncjpwYXNz", wantUser: "user", wantSecret: "pass"},
+		{name: "auth with empty user", authField: ctrdB64(":secret"), wantSecret: "secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, s, err := auth.ParseContainerdAuth(tc.user, tc.pass, tc.authField, tc.token)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error %q, got %v (%q, %q)", tc.wantErr, err, u, s)
+				}
+				if strings.Contains(err.Error(), "userpass") {
+					t.Errorf("error quotes the decoded value: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u != tc.wantUser || s != tc.wantSecret {
+				t.Errorf("got (%q, %q), want (%q, %q)", u, s, tc.wantUser, tc.wantSecret)
+			}
+		})
+	}
+}
+
+type ctrdWantCred struct {
+	key, user, pass, token string
+}
+
+func TestLoadContainerdCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, ref string
+		endpoint          string
+		want              []ctrdWantCred
+		wantErr           string
+	}{
+		{
+			name:     "docker.io uses registry-1.docker.io",
+			config:   `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:      "docker.io",
+			endpoint: "registry-1.docker.io",
+			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+		},
+		{
+			name:     "configs.docker.io is never read for docker.io",
+			config:   `[` + ctrdCRI + `.configs."docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:      "docker.io",
+			endpoint: "registry-1.docker.io",
+		},
+		{
+			name:     "index.docker.io is docker.io",
+			config:   `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:      "index.docker.io",
+			endpoint: "registry-1.docker.io",
+			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+		},
+		{
+			name:     "empty reference host is docker.io",
+			config:   `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:      "",
+			endpoint: "registry-1.docker.io",
+			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+		},
+		{
+			name:     "port is significant: host key does not match host:port",
+			config:   `[` + ctrdCRI + `.configs."myreg".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
+			ref:      "myreg:5000",
+			endpoint: "myreg:5000",
+		},
+		{
+			name:     "port is significant: host:port key does not match host",
+			config:   `[` + ctrdCRI + `.configs."myreg:443".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
+			ref:      "myreg",
+			endpoint: "myreg",
+		},
+		{
+			name:     "exact host:port",
+			config:   `[` + ctrdCRI + `.configs."myreg:5000".auth]` + "\nauth = \"" + ctrdB64("u:p") + "\"\n",
+			ref:      "myreg:5000",
+			endpoint: "myreg:5000",
+			want:     []ctrdWantCred{{key: `configs."myreg:5000".auth`, user: "u", pass: "p"}},
+		},
+		{
+			name:     "identity token",
+			config:   `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nidentitytoken = \"tok\"\n",
+			ref:      "quay.io",
+			endpoint: "quay.io",
+			want:     []ctrdWantCred{{key: `configs."quay.io".auth`, token: "tok"}},
+		},
+		{
+			name:     "empty auth table is anonymous",
+			config:   `[` + ctrdCRI + `.configs."quay.io".auth]` + "\n",
+			ref:      "quay.io",
+			endpoint: "quay.io",
+		},
+		{
+			name:    "unpadded auth is an error",
+			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(ctrdB64("u:secretpw"), "=") + "\"\n",
+			ref:     "quay.io",
+			wantErr: `configs."quay.io".auth`,
+		},
+		{
+			name:    "auth without colon is an error",
+			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + ctrdB64("secretpw") + "\"\n",
+			ref:     "quay.io",
+			wantErr: "invalid decoded auth",
+		},
+		{
+			name:     "auths https URL is mapped to configs[host]",
+			config:   `[` + ctrdCRI + `.auths."https://myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:      "myreg.io",
+			endpoint: "myreg.io",
+			want:     []ctrdWantCred{{key: `auths."https://myreg.io"`, user: "a", pass: "ap"}},
+		},
+		{
+			name:     "auths with path and port maps to host:port",
+			config:   `[` + ctrdCRI + `.auths."https://myreg.io:5000/v2/"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:      "myreg.io:5000",
+			endpoint: "myreg.io:5000",
+			want:     []ctrdWantCred{{key: `auths."https://myreg.io:5000/v2/"`, user: "a", pass: "ap"}},
+		},
+		{
+			name: "auths replaces configs auth of the same host",
+			config: `[` + ctrdCRI + `.configs."myreg.io".auth]` + "\nusername = \"c\"\npassword = \"cp\"\n" +
+				`[` + ctrdCRI + `.auths."https://myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:      "myreg.io",
+			endpoint: "myreg.io",
+			want:     []ctrdWantCred{{key: `auths."https://myreg.io"`, user: "a", pass: "ap"}},
+		},
+		{
+			name:     "auths without scheme is used verbatim",
+			config:   `[` + ctrdCRI + `.auths."myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:      "myreg.io",
+			endpoint: "myreg.io",
+			want:     []ctrdWantCred{{key: `auths."myreg.io"`, user: "a", pass: "ap"}},
+		},
+		{
+			name:     "auths host:port without scheme parses as a scheme and never matches",
+			config:   `[` + ctrdCRI + `.auths."myreg:5000"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:      "myreg:5000",
+			endpoint: "myreg:5000",
+		},
+		{
+			name:    "auths unparsable URL is an error",
+			config:  `[` + ctrdCRI + `.auths."1.2.3.4:5000"]` + "\nusername = \"a\"\n",
+			ref:     "1.2.3.4:5000",
+			wantErr: "failed to parse registry url",
+		},
+		{
+			name: "legacy mirrors are not followed: default endpoint reported",
+			config: `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://mirror.example.com\"]\n" +
+				`[` + ctrdCRI + `.configs."mirror.example.com".auth]` + "\nusername = \"m\"\npassword = \"mp\"\n" +
+				`[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:      "docker.io",
+			endpoint: "registry-1.docker.io",
+			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+		},
+		{
+			name: "legacy wildcard mirror",
+			config: `[` + ctrdCRI + `.mirrors."*"]` + "\nendpoint = [\"mirror.example.com\"]\n" +
+				`[` + ctrdCRI + `.configs."myreg.io".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
+			ref:      "myreg.io",
+			endpoint: "myreg.io",
+			want:     []ctrdWantCred{{key: `configs."myreg.io".auth`, user: "u", pass: "p"}},
+		},
+		{
+			name: "legacy mirror with the reference host replaces the default endpoint",
+			config: `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://docker.io\"]\n" +
+				`[` + ctrdCRI + `.configs."docker.io".auth]` + "\nusername = \"d\"\npassword = \"dp\"\n",
+			ref:      "docker.io",
+			endpoint: "docker.io",
+			want:     []ctrdWantCred{{key: `configs."docker.io".auth`, user: "d", pass: "dp"}},
+		},
+		{
+			name:    "legacy mirror endpoint that does not parse",
+			config:  `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://bad host\"]\n",
+			ref:     "docker.io",
+			wantErr: "parse endpoint url",
+		},
+		{
+			name: "configs auth honoured in config_path mode",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/nonexistent/certs.d\"\n" +
+				`[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:      "docker.io",
+			endpoint: "registry-1.docker.io",
+			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ctrdWrite(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
+			r, err := auth.LoadContainerd(cfg, tc.ref)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+				}
+				if strings.Contains(err.Error(), "secretpw") || strings.Contains(err.Error(), ctrdB64("secretpw")) {
+					t.Errorf("error leaks the secret: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Endpoint != tc.endpoint {
+				t.Errorf("endpoint %q, want %q", r.Endpoint, tc.endpoint)
+			}
+			var got []ctrdWantCred
+			for _, c := range r.Credentials {
+				if c.Source != "containerd-config" || c.File != cfg {
+					t.Errorf("credential source/file %q %q", c.Source, c.File)
+				}
+				got = append(got, ctrdWantCred{key: c.Key, user: c.Username, pass: c.Password, token: c.IdentityToken})
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("credentials %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadContainerdValidation(t *testing.T) {
+	for _, tc := range []struct{ name, config, wantErr string }{
+		{
+			name: "mirrors with config_path",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/etc/containerd/certs.d\"\n" +
+				`[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://m.example.com\"]\n",
+			wantErr: "`mirrors` cannot be set when `config_path` is provided",
+		},
+		{
+			name: "mirror without endpoints still counts",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/etc/containerd/certs.d\"\n" +
+				`[` + ctrdCRI + `.mirrors."docker.io"]` + "\n",
+			wantErr: "`mirrors` cannot be set when `config_path` is provided",
+		},
+		{
+			name: "configs.tls with config_path",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/etc/containerd/certs.d\"\n" +
+				`[` + ctrdCRI + `.configs."myreg:5000".tls]` + "\ninsecure_skip_verify = true\n",
+			wantErr: "`configs.tls` cannot be set when `config_path` is provided",
+		},
+		{
+			name: "empty configs.tls table with config_path",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/etc/containerd/certs.d\"\n" +
+				`[` + ctrdCRI + `.configs."myreg:5000".tls]` + "\n",
+			wantErr: "`configs.tls` cannot be set when `config_path` is provided",
+		},
+		{
+			name: "empty mirrors table with config_path is fine",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/nonexistent\"\n" +
+				`[` + ctrdCRI + `.mirrors]` + "\n",
+		},
+		{
+			name: "configs.auth with config_path is fine",
+			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/nonexistent\"\n" +
+				`[` + ctrdCRI + `.configs."myreg:5000".auth]` + "\nusername = \"u\"\n",
+		},
+		{
+			name:    "TOML syntax error does not quote the value",
+			config:  `[` + ctrdCRI + `.configs."q".auth]` + "\npassword = secretpw\n",
+			wantErr: "line 3",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ctrdWrite(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
+			_, err := auth.LoadContainerd(cfg, "myreg:5000")
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+			}
+			if strings.Contains(err.Error(), "secretpw") {
+				t.Errorf("error leaks the secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadContainerdConfigVersions(t *testing.T) {
+	v2 := `[plugins."io.containerd.grpc.v1.cri".registry.configs."r.io".auth]` + "\nusername = \"v2\"\n"
+	v1 := `[plugins.cri.registry.configs."r.io".auth]` + "\nusername = \"v1\"\n"
+	for _, tc := range []struct{ name, config, wantUser string }{
+		{"version 2", "version = 2\n" + v2, "v2"},
+		{"version 2 ignores plugins.cri", "version = 2\n" + v1, ""},
+		{"version 1", "version = 1\n" + v1, "v1"},
+		{"no version is version 1", v1, "v1"},
+		{"version 1 ignores the v2 section", "version = 1\n" + v1 + v2, "v1"},
+		{"no version ignores the v2 section", v2, ""},
+		{"no registry section", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nsandbox_image = \"x\"\n", ""},
+		{"empty file", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ctrdWrite(t, t.TempDir(), "config.toml", tc.config)
+			r, err := auth.LoadContainerd(cfg, "r.io")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			if len(r.Credentials) > 0 {
+				got = r.Credentials[0].Username
+			}
+			if got != tc.wantUser || len(r.Credentials) > 1 {
+				t.Errorf("credentials %+v, want user %q", r.Credentials, tc.wantUser)
+			}
+		})
+	}
+}
+
+func TestLoadContainerdMissingConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		ref, endpoint string
+		skip          bool
+	}{
+		{"docker.io", "registry-1.docker.io", false},
+		{"quay.io", "quay.io", false},
+		{"localhost:5000", "localhost:5000", true}, // http endpoint, skip_verify
+		{"127.0.0.1:5000", "127.0.0.1:5000", true},
+		{"[::1]:5000", "[::1]:5000", true},
+		{"localhost", "localhost", true},
+	} {
+		r, err := auth.LoadContainerd(filepath.Join(dir, "absent.toml"), tc.ref)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.ref, err)
+		}
+		want := &auth.ContainerdRegistry{Endpoint: tc.endpoint, TLS: auth.ContainerdTLS{SkipVerify: tc.skip}}
+		if !reflect.DeepEqual(r, want) {
+			t.Errorf("%s: got %+v, want %+v", tc.ref, r, want)
+		}
+	}
+	if _, err := auth.LoadContainerd(dir, "docker.io"); err == nil {
+		t.Error("a directory as config.toml must be an error")
+	}
+}
+
+func TestLoadContainerdLegacyTLS(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM := ctrdPEM(t)
+	ca := ctrdWrite(t, dir, "ca.pem", certPEM)
+	cert := ctrdWrite(t, dir, "client.pem", certPEM)
+	key := ctrdWrite(t, dir, "client.key", keyPEM)
+	garbage := ctrdWrite(t, dir, "garbage.pem", "not a certificate\n")
+	tlsFor := func(host, body string) string {
+		return `[` + ctrdCRI + `.configs."` + host + `".tls]` + "\n" + body
+	}
+	for _, tc := range []struct {
+		name, config, ref string
+		want              auth.ContainerdTLS
+		wantErr           string
+	}{
+		{
+			name:   "ca, client pair, skip_verify",
+			config: tlsFor("myreg:5000", `ca_file = "`+ca+`"`+"\n"+`cert_file = "`+cert+`"`+"\n"+`key_file = "`+key+`"`+"\ninsecure_skip_verify = true\n"),
+			ref:    "myreg:5000",
+			want:   auth.ContainerdTLS{CAFiles: []string{ca}, ClientPairs: [][2]string{{cert, key}}, SkipVerify: true},
+		},
+		{
+			name:   "exact host: host without port is another registry",
+			config: tlsFor("myreg", `ca_file = "`+ca+`"`+"\n"),
+			ref:    "myreg:5000",
+		},
+		{
+			name:   "docker.io TLS is keyed registry-1.docker.io",
+			config: tlsFor("registry-1.docker.io", `ca_file = "`+ca+`"`+"\n") + tlsFor("docker.io", "insecure_skip_verify = true\n"),
+			ref:    "docker.io",
+			want:   auth.ContainerdTLS{CAFiles: []string{ca}},
+		},
+		{
+			name:    "cert without key",
+			config:  tlsFor("myreg:5000", `cert_file = "`+cert+`"`+"\n"),
+			ref:     "myreg:5000",
+			wantErr: "no corresponding key file was specified",
+		},
+		{
+			name:    "key without cert",
+			config:  tlsFor("myreg:5000", `key_file = "`+key+`"`+"\n"),
+			ref:     "myreg:5000",
+			wantErr: "no corresponding cert file was specified",
+		},
+		{
+			name:    "unreadable CA",
+			config:  tlsFor("myreg:5000", `ca_file = "`+filepath.Join(dir, "absent.pem")+`"`+"\n"),
+			ref:     "myreg:5000",
+			wantErr: "failed to load CA file",
+		},
+		{
+			name:   "unparsable CA is ignored, as containerd ignores AppendCertsFromPEM",
+			config: tlsFor("myreg:5000", `ca_file = "`+garbage+`"`+"\n"),
+			ref:    "myreg:5000",
+		},
+		{
+			name:    "a broken mirror TLS config fails even though mirrors are not followed",
+			config:  `[` + ctrdCRI + `.mirrors."myreg:5000"]` + "\nendpoint = [\"https://m.example.com\"]\n" + tlsFor("m.example.com", `cert_file = "`+cert+`"`+"\n"),
+			ref:     "myreg:5000",
+			wantErr: "no corresponding key file",
+		},
+		{
+			name:   "localhost without TLS config skips verification",
+			ref:    "localhost:5000",
+			config: "",
+			want:   auth.ContainerdTLS{SkipVerify: true},
+		},
+		{
+			name:   "localhost with a TLS config uses it",
+			config: tlsFor("localhost:5000", `ca_file = "`+ca+`"`+"\n"),
+			ref:    "localhost:5000",
+			want:   auth.ContainerdTLS{CAFiles: []string{ca}},
+		},
+		{
+			name:   "localhost https mirror of itself is not skipped",
+			config: `[` + ctrdCRI + `.mirrors."localhost:5000"]` + "\nendpoint = [\"https://localhost:5000\"]\n",
+			ref:    "localhost:5000",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ctrdWrite(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
+			r, err := auth.LoadContainerd(cfg, tc.ref)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.TLS, tc.want) {
+				t.Errorf("TLS %+v, want %+v", r.TLS, tc.want)
+			}
+			if r.HostsDir != "" {
+				t.Errorf("HostsDir %q in legacy mode", r.HostsDir)
+			}
+		})
+	}
+}
+
+func TestLoadContainerdHostDirLookup(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		dirs  []string // created under root1/ and root2/
+		roots string   // config_path, with ROOT1/ROOT2 placeholders
+		ref   string
+		want  string // "" for none
+	}{
+		{"host_PORT_ first", []string{"r1/myreg_5000_", "r1/myreg:5000", "r1/_default"}, "R1", "myreg:5000", "r1/myreg_5000_"},
+		{"then host:port", []string{"r1/myreg:5000", "r1/_default"}, "R1", "myreg:5000", "r1/myreg:5000"},
+		{"then _default", []string{"r1/_default", "r1/myreg"}, "R1", "myreg:5000", "r1/_default"},
+		{"port-less dir is not used for host:port", []string{"r1/myreg"}, "R1", "myreg:5000", ""},
+		{"no port: host", []string{"r1/myreg", "r1/_default", "r1/myreg_443_"}, "R1", "myreg", "r1/myreg"},
+		{"no port: _default", []string{"r1/_default", "r1/myreg_443_"}, "R1", "myreg", "r1/_default"},
+		{"last colon only", []string{"r1/[::1]_5000_"}, "R1", "[::1]:5000", "r1/[::1]_5000_"},
+		{"docker.io directory", []string{"r1/docker.io", "r1/registry-1.docker.io"}, "R1", "docker.io", "r1/docker.io"},
+		{"index.docker.io normalised", []string{"r1/docker.io"}, "R1", "index.docker.io", "r1/docker.io"},
+		{"first root with any match wins", []string{"r1/_default", "r2/myreg:5000"}, "R1:R2", "myreg:5000", "r1/_default"},
+		{"second root when the first has nothing", []string{"r2/myreg_5000_"}, "R1:R2", "myreg:5000", "r2/myreg_5000_"},
+		{"missing root skipped", []string{"r2/myreg"}, "R1/absent:R2", "myreg", "r2/myreg"},
+		{"nothing", nil, "R1:R2", "myreg", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			for _, d := range tc.dirs {
+				if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			roots := strings.NewReplacer("R1", filepath.Join(base, "r1"), "R2", filepath.Join(base, "r2")).Replace(tc.roots)
+			cfg := ctrdWrite(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+roots+"\"\n")
+			r, err := auth.LoadContainerd(cfg, tc.ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if tc.want != "" {
+				want = filepath.Join(base, tc.want)
+			}
+			if r.HostsDir != want {
+				t.Errorf("HostsDir %q, want %q", r.HostsDir, want)
+			}
+		})
+	}
+}
+
+func TestLoadContainerdHostsToml(t *testing.T) {
+	certPEM, keyPEM := ctrdPEM(t)
+	for _, tc := range []struct {
+		name     string
+		ref      string
+		hosts    string            // hosts.toml content ("-" for none)
+		files    map[string]string // extra files in the host dir; "CERT"/"KEY"/"BOTH" expand
+		endpoint string
+		want     auth.ContainerdTLS // paths relative to the host dir
+		wantErr  string
+	}{
+		{
+			name:     "server only with relative ca string (1.7.32+)",
+			ref:      "myreg:5000",
+			hosts:    "server = \"https://myreg:5000\"\nca = \"ca.pem\"\n",
+			files:    map[string]string{"ca.pem": "CERT"},
+			endpoint: "myreg:5000",
+			want:     auth.ContainerdTLS{CAFiles: []string{"ca.pem"}},
+		},
+		{
+			name:     "root keys only, no server: default host",
+			ref:      "docker.io",
+			hosts:    "ca = [\"a.pem\", \"/ABS/b.pem\"]\nskip_verify = true\n",
+			files:    map[string]string{"a.pem": "CERT", "b.pem": "CERT", "other.crt": "CERT"},
+			endpoint: "registry-1.docker.io",
+			want:     auth.ContainerdTLS{CAFiles: []string{"a.pem", "b.pem"}, SkipVerify: true},
+		},
+		{
+			name:     "server changes the endpoint",
+			ref:      "docker.io",
+			hosts:    "server = \"mirror.example.com:8443\"\n",
+			endpoint: "mirror.example.com:8443",
+		},
+		{
+			name:     "client string holds cert and key",
+			ref:      "myreg",
+			hosts:    "client = \"both.pem\"\n",
+			files:    map[string]string{"both.pem": "BOTH"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{ClientPairs: [][2]string{{"both.pem", "both.pem"}}},
+		},
+		{
+			name:     "client list of strings and list of pairs",
+			ref:      "myreg",
+			hosts:    "client = [\"both.pem\", [\"c.pem\", \"k.pem\"]]\n",
+			files:    map[string]string{"both.pem": "BOTH", "c.pem": "CERT", "k.pem": "KEY"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{ClientPairs: [][2]string{{"both.pem", "both.pem"}, {"c.pem", "k.pem"}}},
+		},
+		{
+			name:     "client list of pairs",
+			ref:      "myreg",
+			hosts:    "client = [[\"c.pem\", \"k.pem\"]]\n",
+			files:    map[string]string{"c.pem": "CERT", "k.pem": "KEY"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{ClientPairs: [][2]string{{"c.pem", "k.pem"}}},
+		},
+		{
+			name: "host entry for the default endpoint is added before the server entry",
+			ref:  "docker.io",
+			hosts: "ca = \"root.pem\"\n" +
+				"[host.\"https://mirror.example.com\"]\nca = \"mirror.pem\"\nskip_verify = true\n" +
+				"[host.\"https://registry-1.docker.io\"]\nca = \"hub.pem\"\ncapabilities = [\"pull\", \"Resolve\"]\n",
+			files:    map[string]string{"root.pem": "CERT", "mirror.pem": "CERT", "hub.pem": "CERT"},
+			endpoint: "registry-1.docker.io",
+			want:     auth.ContainerdTLS{CAFiles: []string{"hub.pem", "root.pem"}},
+		},
+		{
+			name:     "host entry without scheme and skip_verify",
+			ref:      "myreg:5000",
+			hosts:    "server = \"https://myreg:5000\"\n[host.\"myreg:5000\"]\nskip_verify = true\n",
+			endpoint: "myreg:5000",
+			want:     auth.ContainerdTLS{SkipVerify: true},
+		},
+		{
+			name:    "unparsable CA in a mirror entry fails the resolve",
+			ref:     "docker.io",
+			hosts:   "[host.\"https://mirror.example.com\"]\nca = \"bad.pem\"\n",
+			files:   map[string]string{"bad.pem": "junk"},
+			wantErr: "unable to load CA cert",
+		},
+		{
+			name:    "missing CA is an error",
+			ref:     "myreg",
+			hosts:   "ca = \"absent.pem\"\n",
+			wantErr: "unable to read CA cert",
+		},
+		{
+			name:    "bad client pair is an error",
+			ref:     "myreg",
+			hosts:   "client = \"c.pem\"\n",
+			files:   map[string]string{"c.pem": "CERT"},
+			wantErr: "failed to load X509 key pair",
+		},
+		{
+			name:     "unknown capability: hosts.toml rejected, Docker layout used",
+			ref:      "myreg",
+			hosts:    "server = \"https://elsewhere.example.com\"\ncapabilities = [\"pull\", \"fly\"]\n",
+			files:    map[string]string{"ca.crt": "CERT"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+		},
+		{
+			name:     "invalid client pair length: Docker layout used",
+			ref:      "myreg",
+			hosts:    "client = [[\"a\", \"b\", \"c\"]]\n",
+			files:    map[string]string{"ca.crt": "CERT"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+		},
+		{
+			name:     "invalid ca type: Docker layout used",
+			ref:      "myreg",
+			hosts:    "ca = 5\n",
+			files:    map[string]string{"ca.crt": "CERT"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+		},
+		{
+			name:     "unparsable hosts.toml: Docker layout used",
+			ref:      "myreg",
+			hosts:    "server = \n[[[\n",
+			files:    map[string]string{"ca.crt": "CERT"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+		},
+		{
+			name:     "empty hosts.toml: Docker layout used",
+			ref:      "myreg",
+			hosts:    "",
+			files:    map[string]string{"ca.crt": "CERT"},
+			endpoint: "myreg",
+			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+		},
+		{
+			name:     "comment-only hosts.toml is valid (1.7.32+): no Docker layout",
+			ref:      "myreg",
+			hosts:    "# nothing\n",
+			files:    map[string]string{"ca.crt": "CERT"},
+			endpoint: "myreg",
+		},
+		{
+			name:  "Docker layout: crt, cert with key, cert without key, dirs skipped",
+			ref:   "myreg:5000",
+			hosts: "-",
+			files: map[string]string{
+				"ca.crt": "CERT", "b.crt": "CERT", "client.cert": "CERT", "client.key": "KEY",
+				"both.cert": "BOTH", "notes.txt": "x", "sub.crt/x": "x",
+			},
+			endpoint: "myreg:5000",
+			want: auth.ContainerdTLS{
+				CAFiles:     []string{"b.crt", "ca.crt"},
+				ClientPairs: [][2]string{{"both.cert", "both.cert"}, {"client.cert", "client.key"}},
+			},
+		},
+		{
+			name:    "Docker layout: unparsable .crt is an error",
+			ref:     "myreg",
+			hosts:   "-",
+			files:   map[string]string{"ca.crt": "junk"},
+			wantErr: "unable to load CA cert",
+		},
+		{
+			name:     "localhost default skips verification",
+			ref:      "localhost:5000",
+			hosts:    "-",
+			endpoint: "localhost:5000",
+			want:     auth.ContainerdTLS{SkipVerify: true},
+		},
+		{
+			name:     "localhost default overrides skip_verify = false without server",
+			ref:      "localhost:5000",
+			hosts:    "skip_verify = false\n",
+			endpoint: "localhost:5000",
+			want:     auth.ContainerdTLS{SkipVerify: true},
+		},
+		{
+			name:     "localhost:80 verifies",
+			ref:      "localhost:80",
+			hosts:    "-",
+			endpoint: "localhost:80",
+		},
+		{
+			name:     "localhost with a server entry gets no default",
+			ref:      "localhost:5000",
+			hosts:    "server = \"https://localhost:5000\"\n",
+			endpoint: "localhost:5000",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			root := filepath.Join(base, "certs.d")
+			hostDir := filepath.Join(root, strings.Replace(tc.ref, ":", "_", 1)+map[bool]string{true: "_", false: ""}[strings.Contains(tc.ref, ":")])
+			if tc.ref == "docker.io" {
+				hostDir = filepath.Join(root, "docker.io")
+			}
+			if err := os.MkdirAll(hostDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.hosts != "-" {
+				ctrdWrite(t, hostDir, "hosts.toml", strings.ReplaceAll(tc.hosts, "/ABS/", hostDir+"/"))
+			}
+			for name, content := range tc.files {
+				switch content {
+				case "CERT":
+					content = certPEM
+				case "KEY":
+					content = keyPEM
+				case "BOTH":
+					content = certPEM + keyPEM
+				}
+				ctrdWrite(t, hostDir, name, content)
+			}
+			cfg := ctrdWrite(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n")
+			r, err := auth.LoadContainerd(cfg, tc.ref)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.HostsDir != hostDir {
+				t.Errorf("HostsDir %q, want %q", r.HostsDir, hostDir)
+			}
+			if r.Endpoint != tc.endpoint {
+				t.Errorf("endpoint %q, want %q", r.Endpoint, tc.endpoint)
+			}
+			want := tc.want
+			for i, f := range want.CAFiles {
+				want.CAFiles[i] = filepath.Join(hostDir, f)
+			}
+			for i, p := range want.ClientPairs {
+				want.ClientPairs[i] = [2]string{filepath.Join(hostDir, p[0]), filepath.Join(hostDir, p[1])}
+			}
+			if !reflect.DeepEqual(r.TLS, want) {
+				t.Errorf("TLS %+v, want %+v", r.TLS, want)
+			}
+		})
+	}
+}
+
+func TestLoadContainerdHostsCredentials(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "certs.d")
+	ctrdWrite(t, root, "docker.io/hosts.toml", "server = \"https://mirror.example.com\"\n")
+	cfg := ctrdWrite(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
+		"["+ctrdCRI+".configs.\"registry-1.docker.io\".auth]\nusername = \"hub\"\npassword = \"hp\"\n"+
+		"["+ctrdCRI+".configs.\"mirror.example.com\".auth]\nusername = \"m\"\npassword = \"mp\"\n")
+	// The server entry is the default endpoint, so its host's auth is used.
+	r, err := auth.LoadContainerd(cfg, "docker.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Endpoint != "mirror.example.com" || len(r.Credentials) != 1 || r.Credentials[0].Username != "m" ||
+		r.Credentials[0].Key != `configs."mirror.example.com".auth` {
+		t.Errorf("got %+v", r)
+	}
+	// quay.io has no directory: default endpoint, exact-host auth (none).
+	r, err = auth.LoadContainerd(cfg, "quay.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Endpoint != "quay.io" || len(r.Credentials) != 0 || r.HostsDir != "" {
+		t.Errorf("got %+v", r)
+	}
+}
