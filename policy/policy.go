@@ -55,14 +55,23 @@ type Auth struct {
 	// Authfile is a containers auth.json(5) file. It replaces the default
 	// search (as REGISTRY_AUTH_FILE and --authfile do in skopeo and podman).
 	Authfile string `toml:"authfile" json:"authfile,omitempty"`
-	// The kubelet-side sources below are issue 7's work; this version
-	// rejects them rather than ignore them.
-	PullSecrets              []string `toml:"pull_secrets" json:"pull_secrets,omitempty"`
-	KubeletDockerConfig      string   `toml:"kubelet_docker_config" json:"kubelet_docker_config,omitempty"`
-	ContainerdConfig         string   `toml:"containerd_config" json:"containerd_config,omitempty"`
-	CredentialProviderConfig string   `toml:"credential_provider_config" json:"credential_provider_config,omitempty"`
-	CredentialProviderBinDir string   `toml:"credential_provider_bin_dir" json:"credential_provider_bin_dir,omitempty"`
+	// PullSecrets are Kubernetes pull secrets (raw .dockerconfigjson /
+	// .dockercfg files or Secret manifests), read with kubelet semantics.
+	PullSecrets []string `toml:"pull_secrets" json:"pull_secrets,omitempty"`
+	// KubeletDockerConfig searches the node's docker config like the
+	// kubelet: "auto" (root dir /var/lib/kubelet) or the kubelet root dir.
+	KubeletDockerConfig string `toml:"kubelet_docker_config" json:"kubelet_docker_config,omitempty"`
+	// ContainerdConfig is containerd's config.toml (CRI registry section).
+	ContainerdConfig string `toml:"containerd_config" json:"containerd_config,omitempty"`
+	// CredentialProviderConfig is a kubelet CredentialProviderConfig; the
+	// plugins are in CredentialProviderBinDir (default: the config's dir).
+	CredentialProviderConfig string `toml:"credential_provider_config" json:"credential_provider_config,omitempty"`
+	CredentialProviderBinDir string `toml:"credential_provider_bin_dir" json:"credential_provider_bin_dir,omitempty"`
+	// ServiceAccountToken is a token file (read at pull time) offered as the
+	// password to the registries matching ServiceAccountRegistries.
 	ServiceAccountToken      string   `toml:"service_account_token" json:"service_account_token,omitempty"`
+	ServiceAccountRegistries []string `toml:"service_account_registries" json:"service_account_registries,omitempty"`
+	ServiceAccountUsername   string   `toml:"service_account_username" json:"service_account_username,omitempty"`
 }
 
 // Trust is the [trust] section: TLS material.

@@ -93,8 +93,9 @@ func TestParseErrors(t *testing.T) {
 		{"netns without mode", "version = 1\n[network]\nnetns = \"/run/netns/x\"\n", "p.toml:3: network.netns: needs network.mode"},
 		{"cluster-dns without servers", "version = 1\n[network]\nmode = \"cluster-dns\"\n", "p.toml:3: network.mode: \"cluster-dns\" needs"},
 		{"dns in host mode", "version = 1\n[network.dns]\nsearch = [\"a.b\"]\n", "p.toml:3: network.dns.search: needs network.mode"},
-		{"not yet: pull secrets", "version = 1\n[auth]\npull_secrets = [\"/x\"]\n", "p.toml:3: auth.pull_secrets: not supported yet"},
-		{"not yet: profile", "version = 1\n[profiles.p.auth]\ncontainerd_config = \"/etc/containerd/config.toml\"\n", "p.toml:3: profiles.p.auth.containerd_config: not supported yet"},
+		{"not yet: bandwidth", "version = 1\n[pull]\nmax_bandwidth = \"10MB/s\"\n", "p.toml:3: pull.max_bandwidth: not supported yet"},
+		{"sa token without registries", "version = 1\n[auth]\nservice_account_token = \"/t\"\n", "p.toml:3: auth.service_account_token: needs auth.service_account_registries"},
+		{"not yet: profile", "version = 1\n[profiles.p.pull]\nmax_bandwidth = 5\n", "p.toml:3: profiles.p.pull.max_bandwidth: not supported yet"},
 		{"profile bad value", "version = 1\n[profiles.p.pull]\nparallel_layers = 100\n", "p.toml:3: profiles.p.pull.parallel_layers: must be between 1 and 64"},
 		{"profile version", "version = 1\n[profiles.p]\nversion = 1\n", "p.toml:3: profiles.p.version: a profile cannot set version"},
 	} {
@@ -182,10 +183,10 @@ func TestSetFromFlags(t *testing.T) {
 	if err := l.Set("--retries", "pull.retries", policy.Int, "-2"); err == nil || !strings.HasPrefix(err.Error(), "--retries:") {
 		t.Fatalf("negative retries via flag: %v", err)
 	}
-	if err := l.Set("--pull-secret", "auth.pull_secrets", policy.Strings, "/x"); err != nil {
+	if err := l.Set("--service-account-token", "auth.service_account_token", policy.String, "/t"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--pull-secret: not supported yet") {
+	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "--service-account-token: needs auth.service_account_registries") {
 		t.Fatalf("validate = %v", err)
 	}
 	// Quoting: a value with quotes and backslashes survives intact.

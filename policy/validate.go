@@ -10,12 +10,6 @@ import (
 // notYet lists settings that parse and validate but that this version cannot
 // honour. Each is rejected when set, never silently ignored.
 var notYet = []struct{ prefix, issue string }{
-	{"auth.pull_secrets", "the kubelet credential sources"},
-	{"auth.kubelet_docker_config", "the kubelet credential sources"},
-	{"auth.containerd_config", "the containerd credential source"},
-	{"auth.credential_provider_config", "kubelet credential-provider plugins"},
-	{"auth.credential_provider_bin_dir", "kubelet credential-provider plugins"},
-	{"auth.service_account_token", "service-account token credentials"},
 	{"pull.max_bandwidth", "bandwidth limits"},
 }
 
@@ -35,9 +29,27 @@ func (l *Loaded) Validate() error {
 	for _, k := range []struct {
 		key, val string
 	}{{"pull.signature_policy", p.Pull.SignaturePolicy}, {"pull.registries_conf", p.Pull.RegistriesConf},
-		{"auth.authfile", p.Auth.Authfile}, {"trust.cert_dir", p.Trust.CertDir}} {
+		{"auth.authfile", p.Auth.Authfile}, {"trust.cert_dir", p.Trust.CertDir},
+		{"auth.containerd_config", p.Auth.ContainerdConfig}, {"auth.credential_provider_config", p.Auth.CredentialProviderConfig},
+		{"auth.credential_provider_bin_dir", p.Auth.CredentialProviderBinDir}, {"auth.service_account_token", p.Auth.ServiceAccountToken}} {
 		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
 			return bad(k.key, "must be an absolute path, not %q", k.val)
+		}
+	}
+	if k := p.Auth.KubeletDockerConfig; k != "" && k != "auto" && !filepath.IsAbs(k) && l.source("auth.kubelet_docker_config") == "file" {
+		return bad("auth.kubelet_docker_config", "must be \"auto\" or the kubelet's root directory (absolute), not %q", k)
+	}
+	for i, f := range p.Auth.PullSecrets {
+		if !filepath.IsAbs(f) && l.source("auth.pull_secrets") == "file" {
+			return bad("auth.pull_secrets", "entry %d: must be an absolute path, not %q", i+1, f)
+		}
+	}
+	if p.Auth.ServiceAccountToken != "" && len(p.Auth.ServiceAccountRegistries) == 0 {
+		return bad("auth.service_account_token", "needs auth.service_account_registries (the registries to offer the token to)")
+	}
+	for i, r := range p.Auth.ServiceAccountRegistries {
+		if err := checkRegistryPattern(r); err != nil {
+			return bad("auth.service_account_registries", "entry %d: %v", i+1, err)
 		}
 	}
 	for i, cf := range p.Trust.CAFiles {

@@ -33,8 +33,11 @@ type Plan struct {
 	// tried (secrets never marshal); empty means anonymous.
 	Credentials []auth.Credential `json:"credentials"`
 	AuthFiles   []auth.AuthFile   `json:"auth_files"`
-	Trust       auth.Trust        `json:"trust"`
-	Signature   SignaturePolicy   `json:"signature_policy"`
+	// KubeletDockerConfig is the node docker config file the kubelet search
+	// found ("" when the search is off or found none).
+	KubeletDockerConfig string          `json:"kubelet_docker_config,omitempty"`
+	Trust               auth.Trust      `json:"trust"`
+	Signature           SignaturePolicy `json:"signature_policy"`
 	// RegistriesConf is the registries.conf in effect ("" = system default).
 	RegistriesConf   string        `json:"registries_conf,omitempty"`
 	Retries          int           `json:"retries"`
@@ -159,10 +162,13 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			return nil, err
 		}
 	}
+	p.Trust = auth.ResolveTrust(p.Registry, l.Trust.CertDir, l.Trust.CertsD)
+	if err := p.kubeletCredentials(l, named); err != nil {
+		return nil, err
+	}
 	if err := p.resolveCredential(l, in.Env, named); err != nil {
 		return nil, err
 	}
-	p.Trust = auth.ResolveTrust(p.Registry, l.Trust.CertDir, l.Trust.CertsD)
 	if !l.Trust.TLSVerify {
 		p.Trust.Verify, p.Trust.InsecureBy = false, "tls_verify=false"
 		if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
