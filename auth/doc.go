@@ -1,10 +1,22 @@
-// Package auth finds the credential and the TLS trust material for one
-// registry, reading each file with the semantics of the tool that owns it.
+// Package auth finds the credentials and the TLS trust material for one
+// registry, reading each file with the semantics of the tool that owns it:
 //
-// This version implements the containers side (containers-auth.json(5):
-// --authfile / REGISTRY_AUTH_FILE or the default search, credHelpers) and
-// containers trust (one flat --cert-dir, or the first existing per-host
-// certs.d directory). The kubelet and containerd sources come later.
+//   - kubelet (kubelet.go): pull secrets (.dockerconfigjson / .dockercfg,
+//     raw or as Secret manifests) and the node's docker config search, one
+//     BasicDockerKeyring each: keys normalised, sorted reverse
+//     lexicographically, matched label by label with globs, every matching
+//     key contributing, index.docker.io as the default-registry fallback;
+//   - kubelet credential-provider plugins (provider.go): the exec protocol
+//     (CredentialProviderRequest/Response v1), matchImages, args and env,
+//     cache keys and durations, with a per-node cache;
+//   - containerd (containerd.go): the CRI registry section of config.toml
+//     (configs.HOST.auth and .tls, exact endpoint host, docker.io →
+//     registry-1.docker.io) and config_path hosts directories (hosts.toml or
+//     the Docker layout);
+//   - containers/image (containers.go): auth.json search order, path-aware key
+//     matching, credHelpers; one certs.d directory per host (trust.go);
+//   - a service-account token file offered to listed registries
+//     (satoken.go).
 //
 // Invariants: only the parent process calls this package, because the files
 // may be readable by root alone. A Credential's secret fields never appear in
