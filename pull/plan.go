@@ -377,7 +377,9 @@ func ParseDestination(dest string) (Destination, error) {
 	}
 	d.Path = abs
 	if d.Ref != "" {
-		if _, err := d.reference(d.Path); err != nil {
+		// Validate the tag/reference alone ("/" always exists; DEST's own
+		// parent is checked, as a destination error, when the pull starts).
+		if _, err := d.reference("/"); err != nil {
 			return Destination{}, failure.New(failure.Usage, "destination %q: %v", dest, err)
 		}
 	}

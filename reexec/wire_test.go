@@ -1,0 +1,58 @@
+package reexec
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
+)
+
+// Errors cross the pipe as {code, message} and come back typed.
+func TestErrorRoundTrip(t *testing.T) {
+	in := failure.New(failure.TLS, "TLS with reg:5000 failed")
+	b, err := json.Marshal(message{Error: toWire(in)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m message
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	out := m.Error.err()
+	if failure.CodeOf(out) != failure.TLS || out.Error() != in.Error() {
+		t.Fatalf("got %v (%s)", out, failure.CodeOf(out))
+	}
+	if failure.CodeOf(toWire(errors.New("x")).err()) != failure.Internal {
+		t.Fatal("an untyped error must arrive as internal")
+	}
+}
+
+// The request never carries secrets outside its Material, and the Plan's
+// JSON has none.
+func TestRequestKeepsSecretsInMaterial(t *testing.T) {
+	p := &pull.Plan{Reference: "reg/x:1"}
+	req := request{Plan: p, Material: &pull.Material{Secrets: []pull.Secret{{Username: "u", Password: "hunter2"}}}}
+	b, _ := json.Marshal(req.Plan)
+	if string(b) == "" || contains(b, "hunter2") {
+		t.Fatalf("plan JSON: %s", b)
+	}
+	b, _ = json.Marshal(req)
+	if !contains(b, "hunter2") {
+		t.Fatal("the material must carry the secret to the child")
+	}
+}
+
+func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+func TestPullPanicsWithoutDispatch(t *testing.T) {
+	dispatched = false
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Pull must panic when main did not call Dispatch")
+		}
+	}()
+	_, _ = Pull(t.Context(), &pull.Plan{}, Options{})
+}
