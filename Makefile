@@ -9,7 +9,7 @@ BIN := bin/pullhelper
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
-APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2
+APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux
 BATS_FLAGS ?=
 
 .PHONY: all deps build test test-unit test-system test-vm bench fuzz demo lint clean

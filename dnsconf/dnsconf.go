@@ -38,7 +38,7 @@ type Config struct {
 	Search      []string `json:"search"`
 	Options     []string `json:"options"`
 	ResolvConf  string   `json:"resolv_conf"`
-	Hosts       string   `json:"hosts,omitempty"`
+	Hosts       string   `json:"hosts"` // "" when no hosts entries are configured
 	Warnings    []string `json:"warnings,omitempty"`
 }
 

@@ -53,7 +53,12 @@ func Check(path string) error {
 	if st.IsDir() {
 		return fmt.Errorf("%s is a directory, not a network namespace", path)
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if !st.Mode().IsRegular() {
+		// nsfs files stat as regular files; never open anything else (a
+		// FIFO would block).
+		return fmt.Errorf("%s is %s, not a network namespace", path, kind(st.Mode()))
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("opening %s: %v", path, err)
 	}
@@ -63,11 +68,7 @@ func Check(path string) error {
 		return fmt.Errorf("%s: %v", path, err)
 	}
 	if sfs.Type != unix.NSFS_MAGIC {
-		what := "a regular file"
-		if !st.Mode().IsRegular() {
-			what = "a " + st.Mode().Type().String() + " file"
-		}
-		return fmt.Errorf("%s is %s, not a network namespace (use /run/netns/NAME, /proc/PID/ns/net or a bind-mounted nsfs file)", path, what)
+		return fmt.Errorf("%s is a regular file, not a network namespace (use /run/netns/NAME, /proc/PID/ns/net or a bind-mounted nsfs file)", path)
 	}
 	t, err := unix.IoctlRetInt(fd, nsGetNsType)
 	if err != nil {
@@ -77,6 +78,20 @@ func Check(path string) error {
 		return fmt.Errorf("%s is a %s namespace, not a network namespace", path, typeName(t))
 	}
 	return nil
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file"
 }
 
 func typeName(t int) string {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pullhelper/pullhelper/netns"
 )
 
@@ -18,6 +20,13 @@ func TestResolveAndCheck(t *testing.T) {
 	if self != "/proc/"+itoa(os.Getpid())+"/ns/net" {
 		t.Fatalf("path %s", self)
 	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netns.Resolve(fifo); err == nil || !strings.Contains(err.Error(), "is a FIFO") {
+		t.Errorf("fifo: %v", err)
+	}
 	file := filepath.Join(t.TempDir(), "f")
 	_ = os.WriteFile(file, nil, 0o644)
 	for spec, want := range map[string]string{
@@ -27,6 +36,7 @@ func TestResolveAndCheck(t *testing.T) {
 		"/nonexistent/ns":        "does not exist",
 		"no-such-netns-name-xyz": "/run/netns/no-such-netns-name-xyz does not exist",
 		"pid:abc":                "want pid:PID",
+		"/dev/null":              "is a character device",
 	} {
 		if _, err := netns.Resolve(spec); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", spec, err, want)

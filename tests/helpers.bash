@@ -328,22 +328,51 @@ fixture_blob() {
 ###############################################################################
 # Local registry (docker-registry / distribution 2.8)
 
-# _ph_free_port: a TCP port on 127.0.0.1 that was free a moment ago.
+# _ph_free_port [IP NETNS]: a TCP port on 127.0.0.1 that was free a moment
+# ago. With IP and NETNS (a name under /run/netns), the port was also free on
+# IP inside that network namespace (so a registry there can take it while
+# nothing on the host's 127.0.0.1 answers on it).
 _ph_free_port() {
-    "$PH_PYTHON" -c 'import socket
+    local ip=${1:-} netns=${2:-} port attempt
+    for attempt in $(seq 1 50); do
+        port=$("$PH_PYTHON" -c 'import socket
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])
-s.close()'
+s.close()') || return
+        if [[ -z $netns ]] || nsenter --net="/run/netns/$netns" "$PH_PYTHON" -c '
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.close()' "$ip" "$port" 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+    done
+    echo "_ph_free_port: no port free on both 127.0.0.1 and $ip in netns $netns" >&2
+    return 1
 }
 
-# _ph_http_status URL [CAFILE]: HTTP status of an unauthenticated GET, or 000.
+# registry_ns_exec CMD ARGS...: run the program CMD (not a shell function) in
+# the registry's network namespace ($REGISTRY_NETNS, see start_registry), or
+# directly when the registry runs in the host's. Only the network namespace
+# changes (nsenter --net, not `ip netns exec`, which remounts /sys).
+registry_ns_exec() {
+    if [[ -n ${REGISTRY_NETNS:-} ]]; then
+        nsenter --net="/run/netns/$REGISTRY_NETNS" "$@"
+    else
+        "$@"
+    fi
+}
+
+# _ph_http_status URL [CAFILE]: HTTP status of an unauthenticated GET, or 000
+# (made from the registry's network namespace, see registry_ns_exec).
 _ph_http_status() {
     local url=$1 ca=${2:-}
     if command -v curl >/dev/null 2>&1; then
-        curl -s -o /dev/null -w '%{http_code}' --max-time 2 ${ca:+--cacert "$ca"} "$url" || true
+        registry_ns_exec curl -s -o /dev/null -w '%{http_code}' --max-time 2 ${ca:+--cacert "$ca"} "$url" || true
     else
-        "$PH_PYTHON" -c '
+        registry_ns_exec "$PH_PYTHON" -c '
 import ssl, sys, urllib.request, urllib.error
 ctx = ssl.create_default_context(cafile=sys.argv[2]) if len(sys.argv) > 2 else None
 try:
@@ -357,10 +386,17 @@ except Exception:
     fi
 }
 
-# _ph_make_certs DIR: per-run CA and a server certificate for 127.0.0.1 and
-# localhost signed by it.
+# _ph_make_certs DIR [SAN...]: per-run CA and a server certificate for
+# 127.0.0.1 and localhost signed by it, plus the subjectAltName entries given
+# (e.g. IP:10.213.7.2) and those in $PH_REGISTRY_EXTRA_SANS (comma-separated,
+# e.g. DNS:registry.testns.svc.cluster.local,IP:10.213.7.2).
 _ph_make_certs() {
-    local d=$1 out
+    local d=$1 out san
+    shift
+    local sans="IP:127.0.0.1,DNS:localhost${PH_REGISTRY_EXTRA_SANS:+,$PH_REGISTRY_EXTRA_SANS}"
+    for san in "$@"; do
+        [[ ,$sans, == *",$san,"* ]] || sans+=",$san"
+    done
     cat >"$d/ca.cnf" <<EOF
 [req]
 distinguished_name = dn
@@ -377,7 +413,7 @@ EOF
 basicConstraints = CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1,DNS:localhost${PH_REGISTRY_EXTRA_SANS:+,$PH_REGISTRY_EXTRA_SANS}
+subjectAltName = $sans
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 EOF
@@ -481,9 +517,27 @@ _ph_pid_is_ours() {
 #
 # Starts docker-registry on a free port of 127.0.0.1 with TLS (per-run CA)
 # and htpasswd auth (random user and password) unless disabled, and waits for
-# it to answer GET /v2/. Exports:
-#   REGISTRY_HOST        127.0.0.1:PORT          REGISTRY_PORT   PORT
+# it to answer GET /v2/.
+#
+# Environment (read at start; unset means the defaults above):
+#   PH_REGISTRY_NETNS=NAME  run the registry in the network namespace
+#                           /run/netns/NAME (nsenter --net); its readiness
+#                           check, push_fixture, registry_manifest and
+#                           registry_curl then run there too
+#   PH_REGISTRY_LISTEN=IP   listen on IP instead of 127.0.0.1 (REGISTRY_HOST
+#                           becomes IP:PORT; the certificate gets IP:IP). The
+#                           port chosen is also free on the host's 127.0.0.1.
+#   PH_REGISTRY_EXTRA_SANS  more subjectAltName entries for the server
+#                           certificate, e.g. DNS:registry.ns.svc.cluster.local
+#   PH_REGISTRY_EXTRA_USERS more htpasswd users, space-separated NAME=FILE
+#                           pairs: NAME's password is the first line of FILE
+#                           (read by htpasswd -i on stdin, never in argv),
+#                           e.g. serviceaccount=$BATS_FILE_TMPDIR/sa-token
+# Exports:
+#   REGISTRY_HOST        127.0.0.1:PORT (IP:PORT) REGISTRY_PORT  PORT
 #   REGISTRY_URL         https://127.0.0.1:PORT (http:// with --no-tls)
+#   REGISTRY_NETNS       the namespace name, or empty
+#   REGISTRY_LISTEN      the listen address (127.0.0.1 by default)
 #   REGISTRY_TLS         1 or 0                  REGISTRY_AUTH   1 or 0
 #   REGISTRY_DIR         everything below lives here
 #   REGISTRY_CA          CA certificate (PEM)
@@ -520,6 +574,22 @@ start_registry() {
             return
         }
     done
+    local netns=${PH_REGISTRY_NETNS:-} listen=${PH_REGISTRY_LISTEN:-127.0.0.1}
+    local -a nsx=()
+    if [[ -n $netns ]]; then
+        command -v nsenter >/dev/null || {
+            fail "start_registry: nsenter not installed (PH_REGISTRY_NETNS=$netns)"
+            return
+        }
+        [[ -e /run/netns/$netns ]] || {
+            fail "start_registry: no network namespace /run/netns/$netns (PH_REGISTRY_NETNS)"
+            return
+        }
+        nsx=(nsenter "--net=/run/netns/$netns")
+    fi
+    REGISTRY_NETNS=$netns
+    REGISTRY_LISTEN=$listen
+    export REGISTRY_NETNS REGISTRY_LISTEN
 
     local parent=${BATS_FILE_TMPDIR:-${TMPDIR:-/tmp}}
     REGISTRY_DIR=$(mktemp -d "$parent/registry.XXXXXX")
@@ -537,7 +607,9 @@ start_registry() {
     mkdir -p "$REGISTRY_DATA"
 
     # Certificates are made in every mode so that REGISTRY_CA always exists.
-    _ph_make_certs "$REGISTRY_DIR" || return
+    local -a sans=()
+    [[ $listen == 127.0.0.1 ]] || sans=("IP:$listen")
+    _ph_make_certs "$REGISTRY_DIR" "${sans[@]}" || return
 
     REGISTRY_USER="phuser$(openssl rand -hex 4)"
     export REGISTRY_USER
@@ -550,18 +622,34 @@ start_registry() {
         fail "htpasswd failed: $(cat "$REGISTRY_DIR/htpasswd.err")"
         return
     fi
+    local extra_user
+    for extra_user in ${PH_REGISTRY_EXTRA_USERS:-}; do
+        if [[ $extra_user != ?*=?* || ! -r ${extra_user#*=} ]]; then
+            fail "start_registry: PH_REGISTRY_EXTRA_USERS: '$extra_user' is not NAME=READABLE_FILE"
+            return
+        fi
+        if ! htpasswd -iBn "${extra_user%%=*}" <"${extra_user#*=}" 2>"$REGISTRY_DIR/htpasswd.err" |
+            grep -v '^$' >>"$REGISTRY_DIR/htpasswd"; then
+            fail "htpasswd failed for extra user ${extra_user%%=*}: $(cat "$REGISTRY_DIR/htpasswd.err")"
+            return
+        fi
+    done
 
     : >>"$REGISTRY_LOG"
     local scheme=https
     ((tls)) || scheme=http
     local attempt port pid deadline code logstart
     for attempt in 1 2 3 4 5; do
-        port=$(_ph_free_port) || {
+        if [[ -n $netns ]]; then
+            port=$(_ph_free_port "$listen" "$netns")
+        else
+            port=$(_ph_free_port)
+        fi || {
             fail "could not find a free port"
             return
         }
         REGISTRY_PORT=$port
-        REGISTRY_HOST="127.0.0.1:$port"
+        REGISTRY_HOST="$listen:$port"
         REGISTRY_URL="$scheme://$REGISTRY_HOST"
         export REGISTRY_PORT REGISTRY_HOST REGISTRY_URL
         _ph_write_registry_files "$tls" "$auth"
@@ -572,10 +660,11 @@ start_registry() {
         # as a config override (REGISTRY_LOG, REGISTRY_AUTH, ... would break
         # it). timeout bounds its life and puts it in its own process group;
         # the subshell makes it an orphan so nobody here has to reap it; fd 3
-        # is closed so that bats does not wait for it.
+        # is closed so that bats does not wait for it. nsx (PH_REGISTRY_NETNS)
+        # is an nsenter that execs env, so the pid stays timeout's child.
         (
             cd "$REGISTRY_DIR" || exit 1
-            timeout --kill-after=10 "$PH_REGISTRY_LIFETIME" \
+            timeout --kill-after=10 "$PH_REGISTRY_LIFETIME" "${nsx[@]}" \
                 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME="$REGISTRY_DIR" \
                 docker-registry serve "$REGISTRY_DIR/config.yml" \
                 </dev/null >>"$REGISTRY_LOG" 2>&1 3>&- &
@@ -667,15 +756,30 @@ registry_skopeo_opts() {
     esac
 }
 
-# ph_skopeo ARGS...: skopeo with a private accept-anything policy and a timeout.
-ph_skopeo() {
+# _ph_skopeo_policy: path of a private accept-anything policy.json.
+_ph_skopeo_policy() {
     local policy="$PH_CACHE/policy.json"
     if [[ ! -f $policy ]]; then
         mkdir -p "$PH_CACHE"
         echo '{"default":[{"type":"insecureAcceptAnything"}]}' >"$policy.$$"
         mv -f "$policy.$$" "$policy"
     fi
+    echo "$policy"
+}
+
+# ph_skopeo ARGS...: skopeo with a private accept-anything policy and a timeout.
+ph_skopeo() {
+    local policy
+    policy=$(_ph_skopeo_policy)
     timeout --kill-after=10 "$PH_SKOPEO_TIMEOUT" skopeo --policy "$policy" "$@"
+}
+
+# registry_skopeo ARGS...: ph_skopeo in the registry's network namespace
+# (registry_ns_exec), for commands that talk to $REGISTRY_HOST.
+registry_skopeo() {
+    local policy
+    policy=$(_ph_skopeo_policy)
+    registry_ns_exec timeout --kill-after=10 "$PH_SKOPEO_TIMEOUT" skopeo --policy "$policy" "$@"
 }
 
 _ph_skopeo_supports_preserve_digests() {
@@ -700,7 +804,7 @@ push_fixture() {
     _ph_skopeo_supports_preserve_digests && opts+=(--preserve-digests)
     local out
     # shellcheck disable=SC2046
-    if ! out=$(ph_skopeo copy --quiet "${opts[@]}" $(registry_skopeo_opts dest) \
+    if ! out=$(registry_skopeo copy --quiet "${opts[@]}" $(registry_skopeo_opts dest) \
         "$(fixture_ref "$name")" "docker://$REGISTRY_HOST/$ref" 2>&1); then
         fail "push_fixture $name $ref: skopeo copy failed: $out
 registry log tail:
@@ -714,7 +818,7 @@ $(registry_log_tail 20)"
 registry_manifest() {
     local ref=${1:?registry_manifest: missing REPO:TAG}
     # shellcheck disable=SC2046
-    ph_skopeo inspect --raw $(registry_skopeo_opts) "docker://$REGISTRY_HOST/$ref"
+    registry_skopeo inspect --raw $(registry_skopeo_opts) "docker://$REGISTRY_HOST/$ref"
 }
 
 # registry_digest REPO:TAG: digest (sha256:...) of the manifest the registry
@@ -734,7 +838,8 @@ registry_digest() {
 }
 
 # registry_curl [--anon] CURL_ARGS... PATH: curl $REGISTRY_URL$PATH with the
-# registry's CA and (unless --anon) its credentials from a config file.
+# registry's CA and (unless --anon) its credentials from a config file, from
+# the registry's network namespace (registry_ns_exec).
 # PATH is the last argument and starts with /.
 registry_curl() {
     local anon=0
@@ -750,7 +855,7 @@ registry_curl() {
     }
     ((REGISTRY_TLS)) && args+=(--cacert "$REGISTRY_CA")
     ((anon)) || args+=(-K "$REGISTRY_DIR/curlrc")
-    curl -sS --max-time 60 "${args[@]}" "$REGISTRY_URL$path"
+    registry_ns_exec curl -sS --max-time 60 "${args[@]}" "$REGISTRY_URL$path"
 }
 
 # registry_blob_path DIGEST: the blob's data file in the registry storage.
@@ -798,6 +903,70 @@ restore_blob() {
     }
     cat "$b" >"$(registry_blob_path "$1")"
     rm -f "$b"
+}
+
+# registry_auth_alias DST HOST[:PORT]...: write the containers auth.json DST
+# (0600) holding the registry's credential (the auth field of
+# $REGISTRY_AUTHFILE for $REGISTRY_HOST) under each key given, e.g. the DNS
+# name a test pulls by: keys must match the image reference's host:port
+# exactly. The secret is copied by python, never printed or put in argv.
+registry_auth_alias() {
+    local dst=${1:?registry_auth_alias: missing DST}
+    shift
+    (($#)) || {
+        echo "registry_auth_alias: no key given" >&2
+        return 2
+    }
+    (
+        umask 077
+        "$PH_PYTHON" -c '
+import json, sys
+src, key_from, dst = sys.argv[1:4]
+with open(src) as f:
+    auth = json.load(f)["auths"][key_from]["auth"]
+with open(dst, "w") as f:
+    json.dump({"auths": {k: {"auth": auth} for k in sys.argv[4:]}}, f)
+' "$REGISTRY_AUTHFILE" "$REGISTRY_HOST" "$dst" "$@"
+    )
+}
+
+###############################################################################
+# Several registries in one file
+
+# Every variable start_registry sets.
+_PH_REGISTRY_VARS=(REGISTRY_DIR REGISTRY_DATA REGISTRY_LOG REGISTRY_CA REGISTRY_CERT_DIR
+    REGISTRY_AUTHFILE REGISTRY_BADAUTHFILE REGISTRY_TLS REGISTRY_AUTH REGISTRY_USER
+    REGISTRY_PORT REGISTRY_HOST REGISTRY_URL REGISTRY_PID REGISTRY_NETNS REGISTRY_LISTEN)
+
+# registry_save SLOT: save the current REGISTRY_* variables under SLOT (a
+# file in $BATS_FILE_TMPDIR, so setup_file can save and tests restore).
+registry_save() {
+    local slot=${1:?registry_save: missing SLOT} v
+    [[ $slot =~ ^[A-Za-z0-9_-]+$ ]] || {
+        fail "registry_save: bad slot name '$slot'"
+        return
+    }
+    for v in "${_PH_REGISTRY_VARS[@]}"; do
+        printf 'export %s=%q\n' "$v" "${!v-}"
+    done >"${BATS_FILE_TMPDIR:?}/registry-$slot.env"
+}
+
+# registry_restore SLOT: make the registry saved under SLOT the current one
+# (push_fixture, registry_curl, stop_registry, ... act on it).
+registry_restore() {
+    local f="${BATS_FILE_TMPDIR:?}/registry-${1:?registry_restore: missing SLOT}.env"
+    [[ -f $f ]] || {
+        fail "registry_restore: nothing saved under '$1'"
+        return
+    }
+    # shellcheck disable=SC1090
+    source "$f"
+}
+
+# registry_clear: forget the current registry (without stopping it), so that
+# start_registry can start another one; save it first.
+registry_clear() {
+    unset "${_PH_REGISTRY_VARS[@]}"
 }
 
 ###############################################################################
@@ -857,17 +1026,7 @@ start_tarpit() {
     TARPIT_HOST="127.0.0.1:$(<"$TARPIT_DIR/port")"
     TARPIT_AUTHFILE="$TARPIT_DIR/auth.json"
     export TARPIT_HOST TARPIT_AUTHFILE
-    (
-        umask 077
-        "$PH_PYTHON" -c '
-import json, sys
-src, key_from, key_to, dst = sys.argv[1:5]
-with open(src) as f:
-    auth = json.load(f)["auths"][key_from]["auth"]
-with open(dst, "w") as f:
-    json.dump({"auths": {key_to: {"auth": auth}}}, f)
-' "$REGISTRY_AUTHFILE" "$REGISTRY_HOST" "$TARPIT_HOST" "$TARPIT_AUTHFILE"
-    ) || {
+    registry_auth_alias "$TARPIT_AUTHFILE" "$TARPIT_HOST" || {
         stop_tarpit
         fail "start_tarpit: could not write $TARPIT_DIR/auth.json"
         return
@@ -913,7 +1072,7 @@ push_fixture_args() {
     _ph_skopeo_supports_preserve_digests && opts+=(--preserve-digests)
     local out
     # shellcheck disable=SC2046
-    if ! out=$(ph_skopeo copy --quiet "${opts[@]}" $(registry_skopeo_opts dest) \
+    if ! out=$(registry_skopeo copy --quiet "${opts[@]}" $(registry_skopeo_opts dest) \
         "$(fixture_ref "$name")" "docker://$REGISTRY_HOST/$ref" 2>&1); then
         fail "push_fixture_args $name $ref: skopeo copy failed: $out"
         return
