@@ -9,7 +9,10 @@ BIN := bin/pullhelper
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
-APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux
+APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd
+# crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
+CRICTL := tests/.cache/bin/crictl
+CRICTL_VERSION := v1.34.0
 BATS_FLAGS ?=
 
 .PHONY: all deps build test test-unit test-system test-vm bench fuzz demo lint clean
@@ -25,6 +28,7 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 	@$(GO) mod download
+	@test -x $(CRICTL) || { echo "building crictl $(CRICTL_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION); }
 
 build: $(BIN)
 

@@ -19,7 +19,7 @@ const DefaultProviderCacheDir = "/run/pullhelper/credential-provider-cache"
 // registry config and the service-account token. Each source is read with
 // the semantics of the tool that owns it. containers auth.json comes last
 // (resolveCredential).
-func (p *Plan) kubeletCredentials(l *policy.Loaded, named reference.Named) error {
+func (p *Plan) kubeletCredentials(l *policy.Loaded, named reference.Named, explain bool) error {
 	a := l.Auth
 	repo := named.Name() // what the kubelet passes to Lookup: normalized, no tag or digest
 	if len(a.PullSecrets) > 0 {
@@ -44,27 +44,9 @@ func (p *Plan) kubeletCredentials(l *policy.Loaded, named reference.Named) error
 		p.Credentials = append(p.Credentials, k.Lookup(repo)...)
 	}
 	if a.CredentialProviderConfig != "" {
-		cfg, err := auth.LoadProviderConfig(a.CredentialProviderConfig)
-		if err != nil {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.credential_provider_config"), err)
+		if err := p.providerCredentials(l, explain); err != nil {
+			return err
 		}
-		bin := a.CredentialProviderBinDir
-		if bin == "" {
-			bin = filepath.Dir(a.CredentialProviderConfig)
-		}
-		cache := DefaultProviderCacheDir
-		if err := os.MkdirAll(cache, 0o700); err != nil {
-			cache = ""
-		}
-		if st, err := os.Stat(bin); err != nil || !st.IsDir() {
-			return failure.New(failure.Usage, "%s: %s is not a directory", settingName(l, "auth.credential_provider_bin_dir"), bin)
-		}
-		creds, err := auth.Providers(cfg, bin, p.Reference, cache, auth.ProviderOptions{})
-		if err != nil {
-			// The kubelet logs a failing provider and pulls with the rest.
-			p.Warnings = append(p.Warnings, "credential provider: "+err.Error())
-		}
-		p.Credentials = append(p.Credentials, creds...)
 	}
 	if a.ContainerdConfig != "" {
 		reg, err := auth.LoadContainerd(a.ContainerdConfig, reference.Domain(named))
@@ -87,5 +69,38 @@ func (p *Plan) kubeletCredentials(l *policy.Loaded, named reference.Named) error
 			p.Credentials = append(p.Credentials, *c)
 		}
 	}
+	return nil
+}
+
+// providerCredentials runs the kubelet credential-provider plugins that
+// match the image (never for explain: plugins may talk to the network).
+func (p *Plan) providerCredentials(l *policy.Loaded, explain bool) error {
+	a := l.Auth
+	cfg, err := auth.LoadProviderConfig(a.CredentialProviderConfig)
+	if err != nil {
+		return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.credential_provider_config"), err)
+	}
+	bin := a.CredentialProviderBinDir
+	if bin == "" {
+		bin = filepath.Dir(a.CredentialProviderConfig)
+	}
+	if st, err := os.Stat(bin); err != nil || !st.IsDir() {
+		return failure.New(failure.Usage, "%s: %s is not a directory", settingName(l, "auth.credential_provider_bin_dir"), bin)
+	}
+	if explain {
+		p.Credentials = append(p.Credentials, auth.Credential{Source: "credential-provider",
+			File: a.CredentialProviderConfig, Key: "(plugins run at pull time; not run by explain)"})
+		return nil
+	}
+	cache := DefaultProviderCacheDir
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		cache = ""
+	}
+	creds, err := auth.Providers(cfg, bin, p.Reference, cache, auth.ProviderOptions{})
+	if err != nil {
+		// The kubelet logs a failing provider and pulls with the rest.
+		p.Warnings = append(p.Warnings, "credential provider: "+err.Error())
+	}
+	p.Credentials = append(p.Credentials, creds...)
 	return nil
 }

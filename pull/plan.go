@@ -122,6 +122,9 @@ type Inputs struct {
 	Dest        string // may be empty for explain
 	NoIsolation bool
 	Env         auth.Env
+	// Explain builds the plan for explain: nothing runs (no credential
+	// provider plugin) and nothing is written.
+	Explain bool
 }
 
 // NewPlan resolves everything a pull needs without touching the network.
@@ -163,7 +166,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		}
 	}
 	p.Trust = auth.ResolveTrust(p.Registry, l.Trust.CertDir, l.Trust.CertsD)
-	if err := p.kubeletCredentials(l, named); err != nil {
+	if err := p.kubeletCredentials(l, named, in.Explain); err != nil {
 		return nil, err
 	}
 	if err := p.resolveCredential(l, in.Env, named); err != nil {

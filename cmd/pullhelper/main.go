@@ -302,7 +302,7 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, *po
 	if err := l.Validate(); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
-	plan, err := pull.NewPlan(l, pull.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv()})
+	plan, err := pull.NewPlan(l, pull.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"})
 	if err != nil {
 		return nil, nil, err
 	}

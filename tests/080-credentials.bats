@@ -1,0 +1,662 @@
+#!/usr/bin/env bats
+#
+# Credential sources and scoped trust (issue 7), against the TLS+htpasswd
+# registry: pull secrets (raw and as Secret manifests), the node's docker
+# config, a kubelet credential-provider plugin speaking the real v1 exec
+# protocol (tests/fake-credential-provider.py), containerd's config.toml, a
+# service-account token, containers auth.json; the try order, the exit-3
+# report naming every source refused, explain, trust.ca_files, token
+# rotation, and containerd compatibility (Debian's containerd 1.6 and crictl
+# against the same config.toml).
+#
+# The registry has two htpasswd users: $REGISTRY_USER (password in
+# $REGISTRY_DIR/password) and "serviceaccount", whose password is the token in
+# $SA_SECRET. Credential files are written by tests/cred-files.py, which
+# reads those files itself: no secret is in argv, the environment or output.
+# "Wrong" credentials are "wrong-" + the right secret, so a leaked wrong one
+# is caught by the same absence checks.
+#
+# Every test runs with HOME, XDG_RUNTIME_DIR, XDG_CONFIG_HOME and the working
+# directory in its own temporary directory, so that no default search path
+# (containers auth.json, certs.d, the kubelet's cwd and $HOME) of this host
+# takes part.
+
+load helpers
+
+# The per-node credential-provider response cache (pull.DefaultProviderCacheDir).
+PROVIDER_CACHE=/run/pullhelper/credential-provider-cache
+
+setup_file() {
+    fixture tiny
+    SA_SECRET="$BATS_FILE_TMPDIR/sa-token"
+    (
+        umask 077
+        openssl rand -hex 24 >"$SA_SECRET"
+    )
+    export SA_SECRET
+    PH_REGISTRY_EXTRA_USERS="serviceaccount=$SA_SECRET" start_registry
+    push_fixture tiny
+    TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
+    export TINY_DIGEST
+}
+
+teardown_file() {
+    ctrd_stop_all
+    stop_registry
+    rm -rf "$PROVIDER_CACHE"
+}
+
+setup() {
+    rm -rf "$PROVIDER_CACHE"
+    T=$BATS_TEST_TMPDIR
+    OUT="$T/out"
+    mkdir -p "$OUT" "$T/home" "$T/xdg-runtime" "$T/xdg-config" "$T/cwd"
+    export HOME="$T/home" XDG_RUNTIME_DIR="$T/xdg-runtime" XDG_CONFIG_HOME="$T/xdg-config"
+    unset REGISTRY_AUTH_FILE DOCKER_CONFIG
+    cd "$T/cwd" || return
+    PH_OPTS=(--cert-dir "$REGISTRY_CERT_DIR")
+    CTRD_DIR=""
+}
+
+teardown() {
+    if [[ -n ${CTRD_DIR:-} ]]; then
+        ctrd_stop "$CTRD_DIR"
+    fi
+    rm -rf "$PROVIDER_CACHE"
+}
+
+###############################################################################
+# Helpers of this file
+
+# cred FORMAT DST [OPTIONS]: write a credential file (tests/cred-files.py).
+cred() {
+    "$PH_PYTHON" "$PH_TESTS_DIR/cred-files.py" "$@" || fail "cred-files.py $* failed"
+}
+
+# assert_credential SOURCE FILE KEY USER: the last pull succeeded with exactly
+# this credential and copied the pushed tiny image.
+assert_credential() {
+    assert_json_result || return
+    assert_equal "$(json_get .credential.source <<<"$output")" "$1"
+    assert_equal "$(json_get .credential.file <<<"$output")" "$2"
+    assert_equal "$(json_get .credential.key <<<"$output")" "$3"
+    assert_equal "$(json_get .credential.username <<<"$output")" "$4"
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+}
+
+# assert_no_secrets TEXT...: none of the texts contains the registry password,
+# its auth field (right or wrong) or the service-account token.
+assert_no_secrets() {
+    assert_secret_absent "$@" || return
+    local tok bad t
+    tok=$(tr -d '\n' <"$SA_SECRET")
+    bad=$("$PH_PYTHON" -c '
+import json, sys
+print(json.load(open(sys.argv[1]))["auths"][sys.argv[2]]["auth"])' "$REGISTRY_BADAUTHFILE" "$REGISTRY_HOST")
+    for t in "$@"; do
+        [[ $t != *"$tok"* ]] || {
+            fail "the service-account token appears in the output"
+            return 1
+        }
+        [[ $t != *"$bad"* ]] || {
+            fail "the (wrong) auth field appears in the output"
+            return 1
+        }
+    done
+}
+
+# provider_setup [ENV_NAME=VALUE...]: a credential-provider bin dir
+# ($T/provider-bin/fake-provider -> tests/fake-credential-provider.py) and a
+# CredentialProviderConfig $T/provider.yaml matching $REGISTRY_HOST whose
+# plugin returns the registry's credential, records its requests in
+# $T/provider-requests.jsonl and gets the extra environment given.
+provider_setup() {
+    mkdir -p "$T/provider-bin"
+    ln -sf "$PH_TESTS_DIR/fake-credential-provider.py" "$T/provider-bin/fake-provider"
+    PROVIDER_RECORD="$T/provider-requests.jsonl"
+    {
+        cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: fake-provider
+    matchImages:
+      - "$REGISTRY_HOST"
+    defaultCacheDuration: "10m"
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: ["--mode", "bats"]
+    env:
+      - name: FAKE_PROVIDER_PASSWORD_FILE
+        value: "$REGISTRY_DIR/password"
+      - name: FAKE_PROVIDER_USERNAME
+        value: "$REGISTRY_USER"
+      - name: FAKE_PROVIDER_RECORD
+        value: "$PROVIDER_RECORD"
+EOF
+        local e
+        for e in "$@"; do
+            printf '      - name: %s\n        value: "%s"\n' "${e%%=*}" "${e#*=}"
+        done
+    } >"$T/provider.yaml"
+    PROVIDER_OPTS=(--credential-provider-config "$T/provider.yaml" --credential-provider-bin-dir "$T/provider-bin")
+}
+
+# provider_runs: how many times the plugin ran.
+provider_runs() {
+    if [[ -f $PROVIDER_RECORD ]]; then
+        wc -l <"$PROVIDER_RECORD"
+    else
+        echo 0
+    fi
+}
+
+# containerd_key: the key pullhelper reports for a containerd configs auth.
+containerd_key() {
+    echo "configs.\"$REGISTRY_HOST\".auth"
+}
+
+# ---- containerd -------------------------------------------------------------
+
+# ctrd_require: skip unless containerd and crictl are available; sets CRICTL.
+ctrd_require() {
+    [[ $(id -u) == 0 ]] || skip "containerd needs root"
+    command -v containerd >/dev/null ||
+        skip "containerd not installed (Debian 12: apt-get install containerd, 1.6.20)"
+    CRICTL=$(command -v crictl || true)
+    [[ -n $CRICTL ]] || CRICTL="$PH_CACHE/bin/crictl"
+    [[ -x $CRICTL ]] ||
+        skip "crictl not found in PATH or $PH_CACHE/bin (GOBIN=$PH_CACHE/bin GOFLAGS= CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@v1.34.0)"
+}
+
+# _ctrd_is_ours PID DIR: PID is the timeout wrapper ctrd_start started for DIR.
+_ctrd_is_ours() {
+    [[ $1 =~ ^[0-9]+$ ]] && _ph_pid_alive "$1" &&
+        tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "containerd --config $2/config.toml"
+}
+
+# ctrd_start DIR: start containerd with DIR/config.toml (written by
+# `cred containerd DIR/config.toml --state-dir DIR ...`: root, state and
+# socket below DIR) and wait, at most 30 s, until the CRI image service
+# answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl).
+ctrd_start() {
+    local d=$1
+    [[ -f $d/config.toml ]] || fail "ctrd_start: no $d/config.toml"
+    printf 'runtime-endpoint: unix://%s/c.sock\nimage-endpoint: unix://%s/c.sock\ntimeout: 10\n' "$d" "$d" >"$d/crictl.yaml"
+    : >>"$d/containerd.log"
+    echo "--- start ---" >>"$d/containerd.log"
+    (
+        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" containerd --config "$d/config.toml" \
+            </dev/null >>"$d/containerd.log" 2>&1 3>&- &
+        echo $! >"$d/containerd.pid"
+    )
+    echo "$d" >>"$BATS_FILE_TMPDIR/containerd.dirs"
+    local pid deadline=$((SECONDS + 30))
+    pid=$(<"$d/containerd.pid")
+    until [[ -S $d/c.sock ]] && ctrd_crictl images >/dev/null 2>&1; do
+        if ! _ph_pid_alive "$pid"; then
+            fail "containerd exited during startup; log tail:
+$(tail -n 30 "$d/containerd.log")"
+            return
+        fi
+        if ((SECONDS >= deadline)); then
+            ctrd_stop "$d"
+            fail "containerd did not answer on $d/c.sock within 30 s; log tail:
+$(tail -n 30 "$d/containerd.log")"
+            return
+        fi
+        sleep 0.1
+    done
+}
+
+# ctrd_stop DIR: stop the containerd of DIR (TERM, then KILL after 10 s).
+ctrd_stop() {
+    local d=$1 pid
+    [[ -f $d/containerd.pid ]] || return 0
+    pid=$(<"$d/containerd.pid")
+    if _ctrd_is_ours "$pid" "$d"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        local deadline=$((SECONDS + 10))
+        while _ph_pid_alive "$pid" && ((SECONDS < deadline)); do
+            sleep 0.1
+        done
+        if _ph_pid_alive "$pid"; then
+            echo "# containerd (pid $pid) ignored SIGTERM; killing its process group" >&3
+            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    rm -f "$d/containerd.pid"
+}
+
+# ctrd_stop_all: stop every containerd this file started (teardown_file).
+ctrd_stop_all() {
+    local d
+    [[ -f $BATS_FILE_TMPDIR/containerd.dirs ]] || return 0
+    while read -r d; do
+        ctrd_stop "$d"
+    done <"$BATS_FILE_TMPDIR/containerd.dirs"
+}
+
+# ctrd_crictl ARGS...: crictl against the containerd of $CTRD_DIR.
+ctrd_crictl() {
+    timeout --kill-after=5 120 "$CRICTL" --config "$CTRD_DIR/crictl.yaml" "$@"
+}
+
+###############################################################################
+# Each source on its own
+
+@test "credentials: pull secret, raw .dockerconfigjson (username/password fields)" {
+    cred dockerconfigjson "$T/secret.json" --userpass
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/secret.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential pull-secret "$T/secret.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: pull secret, Secret manifest (YAML, kubernetes.io/dockerconfigjson, base64 data)" {
+    cred secret-yaml "$T/regcred.yaml"
+    grep -q '^type: kubernetes.io/dockerconfigjson$' "$T/regcred.yaml"
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/regcred.yaml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential pull-secret "$T/regcred.yaml" "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: pull secret, legacy .dockercfg — raw, and as a JSON Secret manifest of type kubernetes.io/dockercfg" {
+    cred dockercfg "$T/dockercfg"
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/dockercfg" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential pull-secret "$T/dockercfg" "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+
+    cred secret-json-dockercfg "$T/legacy-secret.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/legacy-secret.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_credential pull-secret "$T/legacy-secret.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: node docker config — --kubelet-docker-config DIR reads DIR/config.json; an unparseable one is skipped for CWD/config.json" {
+    mkdir -p "$T/kubelet"
+    cred dockerconfigjson "$T/kubelet/config.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --kubelet-docker-config "$T/kubelet" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential kubelet-node-config "$T/kubelet/config.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+
+    # The kubelet's search: the first config.json that parses wins (DIR, then
+    # the working directory, $HOME/.docker, /.docker).
+    echo '{"auths": ' >"$T/kubelet/config.json"
+    cred dockerconfigjson "$T/cwd/config.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --kubelet-docker-config "$T/kubelet" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_credential kubelet-node-config "$T/cwd/config.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+}
+
+@test "credentials: credential-provider plugin (v1 exec protocol): request, args, credential, per-node cache" {
+    provider_setup
+    run_pullhelper pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    # For a provider, .credential.file is the provider's name.
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+
+    # The plugin received exactly one CredentialProviderRequest for the
+    # repository (the kubelet's form: no tag), with the configured args.
+    assert_equal "$(provider_runs)" 1
+    assert_equal "$(json_get .request <"$PROVIDER_RECORD")" \
+        "{\"kind\":\"CredentialProviderRequest\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"image\":\"$REGISTRY_HOST/fixtures/tiny\"}"
+    assert_equal "$(json_get .args <"$PROVIDER_RECORD")" '["--mode","bats"]'
+    assert_equal "$(json_get .name <"$PROVIDER_RECORD")" fake-provider
+
+    # Cached per node (cacheKeyType Registry, defaultCacheDuration 10m): the
+    # next pull does not run the plugin; the cache file is private.
+    run_pullhelper pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_equal "$(provider_runs)" 1
+    run stat -c '%a' "$PROVIDER_CACHE/fake-provider.json"
+    assert_success
+    assert_output 600
+}
+
+@test "credentials: containerd config.toml — configs.auth and configs.tls.ca_file, no --cert-dir" {
+    # (Every containerd config here has mirrors."HOST".endpoint =
+    # ["https://HOST"]: containerd 1.6 reaches a loopback registry without
+    # one over plain http, and the test registry speaks TLS only.)
+    cred containerd "$T/config.toml" --https-endpoint --ca "$REGISTRY_CA"
+    run_pullhelper pull --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containerd-config "$T/config.toml" "$(containerd_key)" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+
+    # The CA comes from that tls table: without it, the https endpoint is
+    # verified against the system pool alone, exit 4.
+    cred containerd "$T/notls.toml" --https-endpoint
+    run_pullhelper 4 pull --containerd-config "$T/notls.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_json_error tls
+    [[ ! -e $OUT/b ]] || fail "DEST was created"
+}
+
+@test "credentials: service-account token as the password of user serviceaccount" {
+    cred token "$T/token" --password-file "$SA_SECRET"
+    run_pullhelper pull "${PH_OPTS[@]}" --service-account-token "$T/token" --service-account-registry "$REGISTRY_HOST" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential service-account-token "$T/token" "$REGISTRY_HOST" serviceaccount
+    assert_no_secrets "$output" "$stderr"
+
+    # A pattern for other registries: the token is not offered (anonymous).
+    run_pullhelper 3 pull "${PH_OPTS[@]}" --service-account-token "$T/token" --service-account-registry '*.svc:5000' \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_json_error unauthorized
+    [[ $ph_error_message == *"refused anonymous access"* ]] || fail "message: $ph_error_message"
+}
+
+@test "credentials: containers auth.json (--authfile)" {
+    cred authjson "$T/auth.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containers-auth.json "$T/auth.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+###############################################################################
+# Order: a refused credential is followed by the next one
+
+@test "credentials: wrong pull secret, then right auth.json — the result names auth.json" {
+    cred dockerconfigjson "$T/bad-secret.json" --wrong
+    cred authjson "$T/auth.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/bad-secret.json" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containers-auth.json "$T/auth.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    # The refused one is logged by file, not by secret.
+    [[ $stderr == *"refused a credential"*"$T/bad-secret.json"* ]] ||
+        fail "stderr does not log the refused pull secret: $stderr"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: wrong containerd config, then right service-account token — the result names the token" {
+    cred containerd "$T/config.toml" --https-endpoint --wrong --ca "$REGISTRY_CA"
+    cred token "$T/token" --password-file "$SA_SECRET"
+    run_pullhelper pull --containerd-config "$T/config.toml" \
+        --service-account-token "$T/token" --service-account-registry "$REGISTRY_HOST" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential service-account-token "$T/token" "$REGISTRY_HOST" serviceaccount
+    [[ $stderr == *"refused a credential"*"$T/config.toml"* ]] ||
+        fail "stderr does not log the refused containerd credential: $stderr"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: wrong pull secret, wrong node config, right provider — the provider's is used; the later auth.json is not needed" {
+    cred dockerconfigjson "$T/bad-secret.json" --wrong
+    mkdir -p "$T/kubelet"
+    cred dockerconfigjson "$T/kubelet/config.json" --wrong
+    provider_setup
+    cred authjson "$T/auth.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/bad-secret.json" --kubelet-docker-config "$T/kubelet" \
+        "${PROVIDER_OPTS[@]}" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    # Exactly the two before it were refused.
+    assert_equal "$(grep -c 'refused a credential' <<<"$stderr")" 2
+    [[ $stderr == *"$T/bad-secret.json"*"$T/kubelet/config.json"* ]] || fail "stderr: $stderr"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: right pull secret first — accepted at once, nothing refused" {
+    cred dockerconfigjson "$T/secret.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --pull-secret "$T/secret.json" --authfile "$REGISTRY_BADAUTHFILE" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential pull-secret "$T/secret.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    [[ $stderr != *"refused"* ]] || fail "a credential was refused: $stderr"
+}
+
+###############################################################################
+# All refused, none matching
+
+@test "credentials: every source wrong — exit 3 lists each source (file, key, user) in try order, no secret" {
+    cred dockerconfigjson "$T/bad-secret.json" --wrong
+    mkdir -p "$T/kubelet"
+    cred dockerconfigjson "$T/kubelet/config.json" --wrong
+    provider_setup FAKE_PROVIDER_PASSWORD_PREFIX=wrong-
+    cred containerd "$T/config.toml" --https-endpoint --wrong --ca "$REGISTRY_CA"
+    cred token "$T/token" --password-file "$SA_SECRET" --wrong
+    run_pullhelper 3 pull "${PH_OPTS[@]}" --pull-secret "$T/bad-secret.json" --kubelet-docker-config "$T/kubelet" \
+        "${PROVIDER_OPTS[@]}" --containerd-config "$T/config.toml" \
+        --service-account-token "$T/token" --service-account-registry "$REGISTRY_HOST" \
+        --authfile "$REGISTRY_BADAUTHFILE" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error unauthorized
+    local h=$REGISTRY_HOST u=$REGISTRY_USER
+    local want="registry $h refused every matching credential for $h/fixtures/tiny:latest: "
+    want+="[1] pull-secret $T/bad-secret.json key \"$h\" user \"$u\"; "
+    want+="[2] kubelet-node-config $T/kubelet/config.json key \"$h\" user \"$u\"; "
+    want+="[3] credential-provider fake-provider key \"$h\" user \"$u\"; "
+    want+="[4] containerd-config $T/config.toml key \"configs.\\\"$h\\\".auth\" user \"$u\"; "
+    want+="[5] service-account-token $T/token key \"$h\" user \"serviceaccount\"; "
+    want+="[6] containers-auth.json $REGISTRY_BADAUTHFILE key \"$h\" user \"$u\""
+    [[ $ph_error_message == "$want"* ]] || fail "error message
+  got:  $ph_error_message
+  want: $want..."
+    [[ $ph_error_message != *"[7]"* ]] || fail "more than six credentials tried: $ph_error_message"
+    assert_no_secrets "$output" "$stderr"
+    [[ ! -e $OUT/a ]] || fail "DEST was created"
+    assert_no_staging "$OUT"
+}
+
+@test "credentials: nothing matches the registry — anonymous, exit 3 'refused anonymous access'" {
+    cred dockerconfigjson "$T/other-secret.json" --key other.example:5000
+    cred authjson "$T/other-auth.json" --key other.example:5000
+    cred token "$T/token" --password-file "$SA_SECRET"
+    run_pullhelper 3 pull "${PH_OPTS[@]}" --pull-secret "$T/other-secret.json" --authfile "$T/other-auth.json" \
+        --service-account-token "$T/token" --service-account-registry other.example:5000 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error unauthorized
+    [[ $ph_error_message == *"refused anonymous access"* ]] || fail "message: $ph_error_message"
+    [[ $ph_error_message != *"refused every matching credential"* ]] || fail "message: $ph_error_message"
+    assert_no_secrets "$output" "$stderr"
+}
+
+###############################################################################
+# explain
+
+@test "explain: .plan.credentials lists every candidate in try order (source, file, key, username), .plan.trust the material; no secret; nothing sent to the registry" {
+    cred dockerconfigjson "$T/secret.json"
+    mkdir -p "$T/kubelet"
+    cred dockercfg "$T/kubelet/.dockercfg"
+    provider_setup
+    cred containerd "$T/config.toml" --https-endpoint --ca "$REGISTRY_CA"
+    cred token "$T/token" --password-file "$SA_SECRET"
+    cred authjson "$T/auth.json"
+    local before
+    registry_log_barrier >/dev/null
+    before=$(registry_request_count)
+    run_pullhelper explain "${PH_OPTS[@]}" --pull-secret "$T/secret.json" --kubelet-docker-config "$T/kubelet" \
+        "${PROVIDER_OPTS[@]}" --containerd-config "$T/config.toml" \
+        --service-account-token "$T/token" --service-account-registry "$REGISTRY_HOST" \
+        --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny"
+    assert_no_secrets "$output" "$stderr"
+    local h=$REGISTRY_HOST u=$REGISTRY_USER
+    local want
+    want=$("$PH_PYTHON" -c '
+import json, sys
+h, u, t, reg = sys.argv[1:5]
+print(json.dumps([
+    {"source": "pull-secret", "file": t + "/secret.json", "key": h, "username": u},
+    {"source": "kubelet-node-config", "file": t + "/kubelet/.dockercfg", "key": h, "username": u},
+    {"source": "credential-provider", "file": t + "/provider.yaml", "key": "(plugins run at pull time; not run by explain)"},
+    {"source": "containerd-config", "file": t + "/config.toml", "key": "configs.\"%s\".auth" % h, "username": u},
+    {"source": "service-account-token", "file": t + "/token", "key": h, "username": "serviceaccount"},
+    {"source": "containers-auth.json", "file": t + "/auth.json", "key": h, "username": u},
+], separators=(",", ":")))' "$h" "$u" "$T" "$REGISTRY_DIR")
+    assert_equal "$(json_get .plan.credentials <<<"$output")" "$want"
+
+    # Trust: the flat --cert-dir, and containerd's ca_file for this host.
+    assert_equal "$(json_get .plan.trust.cert_dir <<<"$output")" "$REGISTRY_CERT_DIR"
+    assert_equal "$(json_get .plan.trust.searched <<<"$output")" "[\"$REGISTRY_CERT_DIR\"]"
+    assert_equal "$(json_get .plan.trust.verify <<<"$output")" true
+    assert_equal "$(json_get .plan.trust.ca_files <<<"$output")" "[\"$REGISTRY_CA\"]"
+
+    # No password, token or auth field under any name.
+    run "$PH_PYTHON" -c '
+import json, sys
+bad = []
+def walk(v, path):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            kl = k.lower()
+            if kl in ("password", "identitytoken", "identity_token", "registrytoken", "token_value", "secret") or (
+                    kl == "auth" and isinstance(x, str)):
+                bad.append(path + "." + k)
+            walk(x, path + "." + k)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            walk(x, "%s[%d]" % (path, i))
+walk(json.loads(sys.argv[1]), "")
+print(" ".join(bad))' "$output"
+    assert_success
+    assert_output ""
+
+    # explain does not talk to the registry (the only request logged since
+    # is the barrier's own) and runs no plugin: plugins may use the network.
+    registry_log_barrier >/dev/null
+    assert_equal "$(($(registry_request_count) - before))" 1
+    assert_equal "$(provider_runs)" 0
+}
+
+@test "explain: the policy file's [auth] keys give the same candidates as the flags" {
+    cred dockerconfigjson "$T/secret.json"
+    mkdir -p "$T/kubelet"
+    cred dockerconfigjson "$T/kubelet/config.json"
+    provider_setup
+    cred containerd "$T/config.toml" --https-endpoint --ca "$REGISTRY_CA"
+    cred token "$T/token" --password-file "$SA_SECRET"
+    cred authjson "$T/auth.json"
+    cat >"$T/policy.toml" <<EOF
+version = 1
+[auth]
+pull_secrets = ["$T/secret.json"]
+kubelet_docker_config = "$T/kubelet"
+credential_provider_config = "$T/provider.yaml"
+credential_provider_bin_dir = "$T/provider-bin"
+containerd_config = "$T/config.toml"
+service_account_token = "$T/token"
+service_account_registries = ["$REGISTRY_HOST"]
+authfile = "$T/auth.json"
+[trust]
+cert_dir = "$REGISTRY_CERT_DIR"
+EOF
+    run_pullhelper explain --policy "$T/policy.toml" "$REGISTRY_HOST/fixtures/tiny"
+    local from_policy
+    from_policy=$(json_get .plan.credentials <<<"$output")
+    assert_equal "$(json_get '.plan.credentials[4].source' <<<"$output")" service-account-token
+
+    run_pullhelper explain "${PH_OPTS[@]}" --pull-secret "$T/secret.json" --kubelet-docker-config "$T/kubelet" \
+        "${PROVIDER_OPTS[@]}" --containerd-config "$T/config.toml" \
+        --service-account-token "$T/token" --service-account-registry "$REGISTRY_HOST" \
+        --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.credentials <<<"$output")" "$from_policy"
+
+    # And the policy pulls with them.
+    run_pullhelper pull --policy "$T/policy.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential pull-secret "$T/secret.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+}
+
+###############################################################################
+# trust.ca_files scoped to registry patterns
+
+@test "trust: ca_files scoped to this registry is trusted without --cert-dir; scoped to other patterns, exit 4" {
+    cred authjson "$T/auth.json"
+    cat >"$T/policy.toml" <<EOF
+version = 1
+[trust]
+ca_files = [{registry = "$REGISTRY_HOST", file = "$REGISTRY_CA"}]
+EOF
+    run_pullhelper pull --policy "$T/policy.toml" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containers-auth.json "$T/auth.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    run_pullhelper explain --policy "$T/policy.toml" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.trust.ca_files <<<"$output")" "[\"$REGISTRY_CA\"]"
+    assert_equal "$(json_get .plan.trust.cert_dir <<<"$output")" null
+
+    cat >"$T/other.toml" <<EOF
+version = 1
+[trust]
+ca_files = [
+  {registry = "*.svc:5000", file = "$REGISTRY_CA"},
+  {registry = "127.0.0.1:1", file = "$REGISTRY_CA"},
+  {registry = "localhost:$REGISTRY_PORT", file = "$REGISTRY_CA"},
+]
+EOF
+    run_pullhelper 4 pull --policy "$T/other.toml" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_json_error tls
+    [[ ! -e $OUT/b ]] || fail "DEST was created"
+    run_pullhelper explain --policy "$T/other.toml" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.trust.ca_files <<<"$output")" null
+}
+
+###############################################################################
+# Service-account token rotation
+
+@test "credentials: the service-account token is re-read on every run (projected-volume ..data swap)" {
+    # The kubelet's projected volume: token -> ..data/token, ..data -> a
+    # timestamped directory, swapped atomically on rotation.
+    local vol="$T/sa-volume"
+    mkdir -p "$vol/..2026_01_01" "$vol/..2026_01_02" "$vol/..2026_01_03"
+    cred token "$vol/..2026_01_01/token" --password-file "$SA_SECRET" --wrong
+    cred token "$vol/..2026_01_02/token" --password-file "$SA_SECRET"
+    cred token "$vol/..2026_01_03/token" --password-file "$SA_SECRET" --wrong
+    ln -s ..2026_01_01 "$vol/..data"
+    ln -s ..data/token "$vol/token"
+    local -a sa=(--service-account-token "$vol/token" --service-account-registry "$REGISTRY_HOST")
+
+    run_pullhelper 3 pull "${PH_OPTS[@]}" "${sa[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error unauthorized
+    [[ $ph_error_message == *"[1] service-account-token $vol/token key \"$REGISTRY_HOST\" user \"serviceaccount\""* ]] ||
+        fail "message: $ph_error_message"
+
+    ln -sfn ..2026_01_02 "$vol/..data.tmp" && mv -T "$vol/..data.tmp" "$vol/..data"
+    run_pullhelper pull "${PH_OPTS[@]}" "${sa[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential service-account-token "$vol/token" "$REGISTRY_HOST" serviceaccount
+
+    ln -sfn ..2026_01_03 "$vol/..data.tmp" && mv -T "$vol/..data.tmp" "$vol/..data"
+    run_pullhelper 3 pull "${PH_OPTS[@]}" "${sa[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    assert_json_error unauthorized
+    assert_no_secrets "$output" "$stderr"
+}
+
+###############################################################################
+# containerd compatibility: Debian's containerd 1.6 + crictl, same config.toml
+
+@test "containerd: crictl pull and pullhelper --containerd-config pull the same digest with config.toml's auth and CA" {
+    ctrd_require
+    CTRD_DIR="$T/ctrd"
+    mkdir -p "$CTRD_DIR"
+    cred containerd "$CTRD_DIR/config.toml" --state-dir "$CTRD_DIR" --ca "$REGISTRY_CA"
+    ctrd_start "$CTRD_DIR"
+
+    run ctrd_crictl pull "$REGISTRY_HOST/fixtures/tiny"
+    assert_success
+    run ctrd_crictl inspecti -o json "$REGISTRY_HOST/fixtures/tiny"
+    assert_success
+    assert_equal "$(json_get '.status.repoDigests' <<<"$output")" "[\"$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST\"]"
+
+    run_pullhelper pull --containerd-config "$CTRD_DIR/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containerd-config "$CTRD_DIR/config.toml" "$(containerd_key)" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "containerd: with the auth removed from config.toml (containerd restarted), crictl pull and pullhelper both fail" {
+    ctrd_require
+    CTRD_DIR="$T/ctrd"
+    mkdir -p "$CTRD_DIR"
+    # With the auth: crictl pulls (so what fails below fails for the auth).
+    cred containerd "$CTRD_DIR/config.toml" --state-dir "$CTRD_DIR" --ca "$REGISTRY_CA"
+    ctrd_start "$CTRD_DIR"
+    run ctrd_crictl pull "$REGISTRY_HOST/fixtures/tiny"
+    assert_success
+    run ctrd_crictl rmi "$REGISTRY_HOST/fixtures/tiny"
+    assert_success
+    ctrd_stop "$CTRD_DIR"
+
+    cred containerd "$CTRD_DIR/config.toml" --state-dir "$CTRD_DIR" --ca "$REGISTRY_CA" --no-auth
+    run grep -c -e '\.auth\]' -e 'username' "$CTRD_DIR/config.toml"
+    assert_output 0
+    ctrd_start "$CTRD_DIR"
+    run ctrd_crictl pull "$REGISTRY_HOST/fixtures/tiny"
+    assert_failure
+    assert_output --regexp '401|[Uu]nauthorized'
+    run ctrd_crictl inspecti "$REGISTRY_HOST/fixtures/tiny"
+    assert_failure
+
+    run_pullhelper 3 pull --containerd-config "$CTRD_DIR/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error unauthorized
+    [[ $ph_error_message == *"refused anonymous access"* ]] || fail "message: $ph_error_message"
+    [[ ! -e $OUT/a ]] || fail "DEST was created"
+}
