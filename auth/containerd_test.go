@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"os"
@@ -22,19 +21,6 @@ import (
 // ctrdCRI is the version 2 CRI registry section.
 const ctrdCRI = `plugins."io.containerd.grpc.v1.cri".registry`
 
-func ctrdB64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
-func ctrdWrite(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // ctrdPEM returns a self-signed certificate (usable as a CA and as a client
 // certificate) and its key, both PEM.
@@ -78,18 +64,18 @@ func TestParseContainerdAuth(t *testing.T) {
 		{name: "username wins over auth and token", user: "u", pass: "p", authField: "!!bad!!", token: "tok", wantUser: "u", wantSecret: "p"},
 		{name: "username with empty password", user: "u", wantUser: "u"},
 		{name: "identity token wins over auth", token: "tok", authField: "!!bad!!", wantSecret: "tok"},
-		{name: "auth without padding needed", authField: ctrdB64("user:pass"), wantUser: "user", wantSecret: "pass"},
-		{name: "auth padded", authField: ctrdB64("user:password"), wantUser: "user", wantSecret: "password"},
-		{name: "auth single pad", authField: ctrdB64("user:passwor"), wantUser: "user", wantSecret: "passwor"},
-		{name: "auth unpadded is an error", authField: strings.TrimRight(ctrdB64("user:password"), "="), wantErr: "illegal base64"},
+		{name: "auth without padding needed", authField: b64("user:pass"), wantUser: "user", wantSecret: "pass"},
+		{name: "auth padded", authField: b64("user:password"), wantUser: "user", wantSecret: "password"},
+		{name: "auth single pad", authField: b64("user:passwor"), wantUser: "user", wantSecret: "passwor"},
+		{name: "auth unpadded is an error", authField: strings.TrimRight(b64("user:password"), "="), wantErr: "illegal base64"},
 		{name: "auth not base64", authField: "user:pass", wantErr: "illegal base64"},
-		{name: "auth without colon", authField: ctrdB64("userpass"), wantErr: "invalid decoded auth"},
-		{name: "auth cut on first colon", authField: ctrdB64("user:pa:ss"), wantUser: "user", wantSecret: "pa:ss"},
-		{name: "auth empty password", authField: ctrdB64("user:"), wantUser: "user"},
-		{name: "auth NULs trimmed from both ends of the password", authField: ctrdB64("user:\x00pa\x00ss\x00\x00"), wantUser: "user", wantSecret: "pa\x00ss"},
-		{name: "auth NULs kept in the username", authField: ctrdB64("\x00user:pass"), wantUser: "\x00user", wantSecret: "pass"},
+		{name: "auth without colon", authField: b64("userpass"), wantErr: "invalid decoded auth"},
+		{name: "auth cut on first colon", authField: b64("user:pa:ss"), wantUser: "user", wantSecret: "pa:ss"},
+		{name: "auth empty password", authField: b64("user:"), wantUser: "user"},
+		{name: "auth NULs trimmed from both ends of the password", authField: b64("user:\x00pa\x00ss\x00\x00"), wantUser: "user", wantSecret: "pa\x00ss"},
+		{name: "auth NULs kept in the username", authField: b64("\x00user:pass"), wantUser: "\x00user", wantSecret: "pass"},
 		{name: "auth newlines ignored by StdEncoding", authField: "dXNl\ncjpwYXNz", wantUser: "user", wantSecret: "pass"},
-		{name: "auth with empty user", authField: ctrdB64(":secret"), wantSecret: "secret"},
+		{name: "auth with empty user", authField: b64(":secret"), wantSecret: "secret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, s, err := auth.ParseContainerdAuth(tc.user, tc.pass, tc.authField, tc.token)
@@ -164,7 +150,7 @@ func TestLoadContainerdCredentials(t *testing.T) {
 		},
 		{
 			name:     "exact host:port",
-			config:   `[` + ctrdCRI + `.configs."myreg:5000".auth]` + "\nauth = \"" + ctrdB64("u:p") + "\"\n",
+			config:   `[` + ctrdCRI + `.configs."myreg:5000".auth]` + "\nauth = \"" + b64("u:p") + "\"\n",
 			ref:      "myreg:5000",
 			endpoint: "myreg:5000",
 			want:     []ctrdWantCred{{key: `configs."myreg:5000".auth`, user: "u", pass: "p"}},
@@ -184,13 +170,13 @@ func TestLoadContainerdCredentials(t *testing.T) {
 		},
 		{
 			name:    "unpadded auth is an error",
-			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(ctrdB64("u:secretpw"), "=") + "\"\n",
+			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(b64("u:secretpw"), "=") + "\"\n",
 			ref:     "quay.io",
 			wantErr: `configs."quay.io".auth`,
 		},
 		{
 			name:    "auth without colon is an error",
-			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + ctrdB64("secretpw") + "\"\n",
+			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
 			ref:     "quay.io",
 			wantErr: "invalid decoded auth",
 		},
@@ -276,13 +262,13 @@ func TestLoadContainerdCredentials(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := ctrdWrite(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
+			cfg := write(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
 			r, err := auth.LoadContainerd(cfg, tc.ref)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
 				}
-				if strings.Contains(err.Error(), "secretpw") || strings.Contains(err.Error(), ctrdB64("secretpw")) {
+				if strings.Contains(err.Error(), "secretpw") || strings.Contains(err.Error(), b64("secretpw")) {
 					t.Errorf("error leaks the secret: %v", err)
 				}
 				return
@@ -350,7 +336,7 @@ func TestLoadContainerdValidation(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := ctrdWrite(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
+			cfg := write(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
 			_, err := auth.LoadContainerd(cfg, "myreg:5000")
 			if tc.wantErr == "" {
 				if err != nil {
@@ -382,7 +368,7 @@ func TestLoadContainerdConfigVersions(t *testing.T) {
 		{"empty file", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := ctrdWrite(t, t.TempDir(), "config.toml", tc.config)
+			cfg := write(t, t.TempDir(), "config.toml", tc.config)
 			r, err := auth.LoadContainerd(cfg, "r.io")
 			if err != nil {
 				t.Fatal(err)
@@ -428,10 +414,10 @@ func TestLoadContainerdMissingConfig(t *testing.T) {
 func TestLoadContainerdLegacyTLS(t *testing.T) {
 	dir := t.TempDir()
 	certPEM, keyPEM := ctrdPEM(t)
-	ca := ctrdWrite(t, dir, "ca.pem", certPEM)
-	cert := ctrdWrite(t, dir, "client.pem", certPEM)
-	key := ctrdWrite(t, dir, "client.key", keyPEM)
-	garbage := ctrdWrite(t, dir, "garbage.pem", "not a certificate\n")
+	ca := write(t, dir, "ca.pem", certPEM)
+	cert := write(t, dir, "client.pem", certPEM)
+	key := write(t, dir, "client.key", keyPEM)
+	garbage := write(t, dir, "garbage.pem", "not a certificate\n")
 	tlsFor := func(host, body string) string {
 		return `[` + ctrdCRI + `.configs."` + host + `".tls]` + "\n" + body
 	}
@@ -505,7 +491,7 @@ func TestLoadContainerdLegacyTLS(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := ctrdWrite(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
+			cfg := write(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
 			r, err := auth.LoadContainerd(cfg, tc.ref)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -556,7 +542,7 @@ func TestLoadContainerdHostDirLookup(t *testing.T) {
 				}
 			}
 			roots := strings.NewReplacer("R1", filepath.Join(base, "r1"), "R2", filepath.Join(base, "r2")).Replace(tc.roots)
-			cfg := ctrdWrite(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+roots+"\"\n")
+			cfg := write(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+roots+"\"\n")
 			r, err := auth.LoadContainerd(cfg, tc.ref)
 			if err != nil {
 				t.Fatal(err)
@@ -772,7 +758,7 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.hosts != "-" {
-				ctrdWrite(t, hostDir, "hosts.toml", strings.ReplaceAll(tc.hosts, "/ABS/", hostDir+"/"))
+				write(t, hostDir, "hosts.toml", strings.ReplaceAll(tc.hosts, "/ABS/", hostDir+"/"))
 			}
 			for name, content := range tc.files {
 				switch content {
@@ -783,9 +769,9 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 				case "BOTH":
 					content = certPEM + keyPEM
 				}
-				ctrdWrite(t, hostDir, name, content)
+				write(t, hostDir, name, content)
 			}
-			cfg := ctrdWrite(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n")
+			cfg := write(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n")
 			r, err := auth.LoadContainerd(cfg, tc.ref)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -819,8 +805,8 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 func TestLoadContainerdHostsCredentials(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "certs.d")
-	ctrdWrite(t, root, "docker.io/hosts.toml", "server = \"https://mirror.example.com\"\n")
-	cfg := ctrdWrite(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
+	write(t, root, "docker.io/hosts.toml", "server = \"https://mirror.example.com\"\n")
+	cfg := write(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
 		"["+ctrdCRI+".configs.\"registry-1.docker.io\".auth]\nusername = \"hub\"\npassword = \"hp\"\n"+
 		"["+ctrdCRI+".configs.\"mirror.example.com\".auth]\nusername = \"m\"\npassword = \"mp\"\n")
 	// The server entry is the default endpoint, so its host's auth is used.

@@ -13,16 +13,9 @@ import (
 )
 
 // kubeletB64 is padded standard base64, as docker writes "auth".
-func kubeletB64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
 func kubeletWrite(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	write(t, path, "", content)
 }
 
 // kubeletKV is one key of a docker config and the username of its credential; the
@@ -35,7 +28,7 @@ func kubeletAuthsObject(entries ...kubeletKV) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {
 		k, _ := json.Marshal(e.key)
-		parts[i] = string(k) + `: {"auth": "` + kubeletB64(e.user+":pw-"+e.user) + `"}`
+		parts[i] = string(k) + `: {"auth": "` + b64(e.user+":pw-"+e.user) + `"}`
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
@@ -139,7 +132,7 @@ func TestKubeletMatchExamples(t *testing.T) {
 
 func TestKubeletCredentialFields(t *testing.T) {
 	k := &auth.KubeletKeyring{}
-	doc := `{"auths": {"https://index.docker.io/v1/": {"auth": "` + kubeletB64("hub:secret") + `", "email": "a@b"}}}`
+	doc := `{"auths": {"https://index.docker.io/v1/": {"auth": "` + b64("hub:secret") + `", "email": "a@b"}}}`
 	if err := k.AddDockerConfigJSON([]byte(doc), "kubelet-node-config", "/var/lib/kubelet/config.json"); err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +187,9 @@ func TestKubeletOrdering(t *testing.T) {
 		}
 	})
 	t.Run("JSON map semantics: a repeated key replaces, a repeated auths merges", func(t *testing.T) {
-		a := `{"auth": "` + kubeletB64("a:pa") + `"}`
-		b := `{"auth": "` + kubeletB64("b:pb") + `"}`
-		x := `{"auth": "` + kubeletB64("x:px") + `"}`
+		a := `{"auth": "` + b64("a:pa") + `"}`
+		b := `{"auth": "` + b64("b:pb") + `"}`
+		x := `{"auth": "` + b64("x:px") + `"}`
 		k := &auth.KubeletKeyring{}
 		doc := `{"auths": {"reg.io": ` + a + `, "x.io": ` + x + `, "reg.io": ` + b + `}, "auths": {"y.io": ` + x + `}}`
 		if err := k.AddDockerConfigJSON([]byte(doc), "pull-secret", "/a"); err != nil {
@@ -207,7 +200,7 @@ func TestKubeletOrdering(t *testing.T) {
 				t.Errorf("%s: got %q, want %q", image, got, want)
 			}
 		}
-		bad := `{"auth": "` + kubeletB64("nocolon") + `"}`
+		bad := `{"auth": "` + b64("nocolon") + `"}`
 		if err := k.AddDockerCfg([]byte(`{"z.io": `+bad+`, "z.io": `+a+`}`), "pull-secret", "/b"); err == nil {
 			t.Error("a bad entry later replaced by a good one must still fail the document")
 		}
@@ -242,24 +235,24 @@ func TestKubeletAuthDecoding(t *testing.T) {
 		wantErr    string   // substring; the error must also name the file and key
 		secrets    []string // must not appear in the error
 	}{
-		{name: "padded", entry: `{"auth": "` + kubeletB64("user:pa") + `"}`, user: "user", pass: "pa"},
+		{name: "padded", entry: `{"auth": "` + b64("user:pa") + `"}`, user: "user", pass: "pa"},
 		{name: "unpadded", entry: `{"auth": "` + base64.RawStdEncoding.EncodeToString([]byte("user:pa")) + `"}`, user: "user", pass: "pa"},
-		{name: "padded with trailing newline", entry: `{"auth": "` + kubeletB64("user:pa") + `\n"}`, user: "user", pass: "pa"},
-		{name: "split on the first colon", entry: `{"auth": "` + kubeletB64("u:p:q") + `"}`, user: "u", pass: "p:q"},
-		{name: "empty password", entry: `{"auth": "` + kubeletB64("u:") + `"}`, user: "u", pass: ""},
-		{name: "auth overrides username and password", entry: `{"username": "x", "password": "y", "auth": "` + kubeletB64("u:p") + `"}`, user: "u", pass: "p"},
+		{name: "padded with trailing newline", entry: `{"auth": "` + b64("user:pa") + `\n"}`, user: "user", pass: "pa"},
+		{name: "split on the first colon", entry: `{"auth": "` + b64("u:p:q") + `"}`, user: "u", pass: "p:q"},
+		{name: "empty password", entry: `{"auth": "` + b64("u:") + `"}`, user: "u", pass: ""},
+		{name: "auth overrides username and password", entry: `{"username": "x", "password": "y", "auth": "` + b64("u:p") + `"}`, user: "u", pass: "p"},
 		{name: "empty auth keeps username and password", entry: `{"username": "x", "password": "y", "auth": ""}`, user: "x", pass: "y"},
 		{name: "field names are case-insensitive", entry: `{"Username": "x", "PASSWORD": "y"}`, user: "x", pass: "y"},
-		{name: "identitytoken is not parsed", entry: `{"auth": "` + kubeletB64("u:p") + `", "identitytoken": "tok", "registrytoken": "rt"}`, user: "u", pass: "p"},
+		{name: "identitytoken is not parsed", entry: `{"auth": "` + b64("u:p") + `", "identitytoken": "tok", "registrytoken": "rt"}`, user: "u", pass: "p"},
 		{name: "identitytoken alone gives an empty credential", entry: `{"identitytoken": "tok"}`, user: "", pass: ""},
 		{name: "null entry", entry: `null`, user: "", pass: ""},
 		{
-			name: "no colon", entry: `{"auth": "` + kubeletB64("justuser") + `"}`,
+			name: "no colon", entry: `{"auth": "` + b64("justuser") + `"}`,
 			wantErr: "unable to parse auth field, must be formatted as base64(username:password)",
-			secrets: []string{kubeletB64("justuser"), "justuser"},
+			secrets: []string{b64("justuser"), "justuser"},
 		},
 		{
-			name: "wrong padding", entry: `{"auth": "` + strings.TrimSuffix(kubeletB64("user:pa"), "=") + `"}`,
+			name: "wrong padding", entry: `{"auth": "` + strings.TrimSuffix(b64("user:pa"), "=") + `"}`,
 			wantErr: "illegal base64 data", secrets: []string{"dXNlcjpwYQ"},
 		},
 		{
@@ -275,7 +268,7 @@ func TestKubeletAuthDecoding(t *testing.T) {
 			for _, format := range []string{"config.json", ".dockercfg"} {
 				k := &auth.KubeletKeyring{}
 				var err error
-				entries := `{"other.io": {"auth": "` + kubeletB64("o:p") + `"}, "reg.io": ` + tc.entry + `}`
+				entries := `{"other.io": {"auth": "` + b64("o:p") + `"}, "reg.io": ` + tc.entry + `}`
 				if format == "config.json" {
 					err = k.AddDockerConfigJSON([]byte(`{"auths": `+entries+`}`), "pull-secret", file)
 				} else {
@@ -396,7 +389,7 @@ func TestKubeletNodeConfigSearch(t *testing.T) {
 		{
 			name: "bad auth makes the file invalid, skipped",
 			files: map[string]string{
-				"root/config.json":         `{"auths": {"reg.io": {"auth": "` + kubeletB64("nocolon") + `"}}}`,
+				"root/config.json":         `{"auths": {"reg.io": {"auth": "` + b64("nocolon") + `"}}}`,
 				"cwd/config.json":          `{"auths": {"reg.io": {"auth": "!!"}}}`,
 				"home/.docker/config.json": good("home"),
 			},
@@ -446,7 +439,7 @@ func TestKubeletNodeConfigSearch(t *testing.T) {
 			name: ".dockercfg in / (not /.docker) last, invalid ones skipped",
 			files: map[string]string{
 				"root/.dockercfg":          `{`,
-				"home/.dockercfg":          `{"reg.io": {"auth": "` + kubeletB64("nocolon") + `"}}`,
+				"home/.dockercfg":          `{"reg.io": {"auth": "` + b64("nocolon") + `"}}`,
 				"slash/.docker/.dockercfg": legacy("wrong"),
 				"slash/.dockercfg":         legacy("slashcfg"),
 			},
@@ -510,8 +503,8 @@ func TestKubeletNodeConfigSearch(t *testing.T) {
 }
 
 func TestLoadPullSecretsFormats(t *testing.T) {
-	dcj := func(user string) string { return kubeletB64(kubeletConfigJSON(kubeletKV{"reg.io", user})) }
-	dcfg := func(user string) string { return kubeletB64(kubeletAuthsObject(kubeletKV{"reg.io", user})) }
+	dcj := func(user string) string { return b64(kubeletConfigJSON(kubeletKV{"reg.io", user})) }
+	dcfg := func(user string) string { return b64(kubeletAuthsObject(kubeletKV{"reg.io", user})) }
 	for _, tc := range []struct {
 		name    string
 		content string
@@ -637,13 +630,13 @@ func TestLoadPullSecretsErrors(t *testing.T) {
 		want    []string // substrings of the error besides the file name
 	}{
 		{"bad JSON in a raw file", `{"auths": {"reg.io": {"password": "` + secret + `"`, nil},
-		{"bad auth in a raw file", `{"auths": {"reg.io": {"auth": "` + kubeletB64(secret) + `"}}}`, []string{`"reg.io"`, "unable to parse auth field"}},
+		{"bad auth in a raw file", `{"auths": {"reg.io": {"auth": "` + b64(secret) + `"}}}`, []string{`"reg.io"`, "unable to parse auth field"}},
 		{"bad auth in a manifest", `apiVersion: v1
 kind: Secret
 metadata: {name: pull}
 type: kubernetes.io/dockerconfigjson
 data:
-  .dockerconfigjson: ` + kubeletB64(`{"auths": {"reg.io": {"auth": "`+kubeletB64(secret)+`"}}}`) + "\n", []string{`"reg.io"`, "unable to parse auth field", "pull"}},
+  .dockerconfigjson: ` + b64(`{"auths": {"reg.io": {"auth": "`+b64(secret)+`"}}}`) + "\n", []string{`"reg.io"`, "unable to parse auth field", "pull"}},
 		{"bad JSON in a manifest's stringData", `apiVersion: v1
 kind: Secret
 metadata: {name: pull}
@@ -684,7 +677,7 @@ data: {password: ` + secret + `}
 					t.Errorf("error %q does not contain %q", msg, w)
 				}
 			}
-			for _, s := range []string{secret, kubeletB64(secret)} {
+			for _, s := range []string{secret, b64(secret)} {
 				if strings.Contains(msg, s) {
 					t.Errorf("error %q leaks the secret", msg)
 				}

@@ -209,14 +209,6 @@ func provUsers(creds []auth.Credential) []string {
 	return out
 }
 
-func provWrite(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 const provDocsYAML = `apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
@@ -244,7 +236,7 @@ providers:
 
 func TestLoadProviderConfig(t *testing.T) {
 	dir := t.TempDir()
-	path := provWrite(t, dir, "config.yaml", provDocsYAML)
+	path := write(t, dir, "config.yaml", provDocsYAML)
 	cfg, err := auth.LoadProviderConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +264,7 @@ func TestLoadProviderConfig(t *testing.T) {
 
 	// JSON, and the older config versions.
 	for _, v := range []string{"v1beta1", "v1alpha1"} {
-		p := provWrite(t, dir, v+".json", `{"apiVersion":"kubelet.config.k8s.io/`+v+`","kind":"CredentialProviderConfig",
+		p := write(t, dir, v+".json", `{"apiVersion":"kubelet.config.k8s.io/`+v+`","kind":"CredentialProviderConfig",
 			"providers":[{"name":"p","matchImages":["*.io"],"defaultCacheDuration":"1m30s","apiVersion":"`+provV1beta1+`"}]}`)
 		cfg, err := auth.LoadProviderConfig(p)
 		if err != nil {
@@ -292,10 +284,10 @@ func TestLoadProviderConfig(t *testing.T) {
 		return `{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{"name":"` + name +
 			`","matchImages":["x.io"],"defaultCacheDuration":"1h","apiVersion":"` + provV1 + `"}]}`
 	}
-	provWrite(t, d, "20-b.yaml", one("b"))
-	provWrite(t, d, "10-a.json", one("a"))
-	provWrite(t, d, "30-c.yml", one("c"))
-	provWrite(t, d, "40-d.txt", one("d"))
+	write(t, d, "20-b.yaml", one("b"))
+	write(t, d, "10-a.json", one("a"))
+	write(t, d, "30-c.yml", one("c"))
+	write(t, d, "40-d.txt", one("d"))
 	cfg, err = auth.LoadProviderConfig(d)
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +299,7 @@ func TestLoadProviderConfig(t *testing.T) {
 	if want := []string{"a@10-a.json", "b@20-b.yaml", "c@30-c.yml"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("directory: got %v, want %v", names, want)
 	}
-	provWrite(t, d, "50-dup.json", one("a"))
+	write(t, d, "50-dup.json", one("a"))
 	if _, err := auth.LoadProviderConfig(d); err == nil || !strings.Contains(err.Error(), `duplicate provider name "a"`) {
 		t.Errorf("duplicate across files: got %v", err)
 	}
@@ -381,7 +373,7 @@ func TestLoadProviderConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := provWrite(t, dir, fmt.Sprintf("c%d.yaml", i), tt.content)
+			path := write(t, dir, fmt.Sprintf("c%d.yaml", i), tt.content)
 			cfg, err := auth.LoadProviderConfig(path)
 			if err == nil {
 				t.Fatalf("no error; config %+v", cfg)
@@ -397,13 +389,13 @@ func TestLoadProviderConfigErrors(t *testing.T) {
 		})
 	}
 	t.Run("valid token attributes", func(t *testing.T) {
-		path := provWrite(t, dir, "ok.yaml", prov("name: p\n"+ok+"\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  requireServiceAccount: true\n  requiredServiceAccountAnnotationKeys: [example.com/a, Example.COM/B]\n  optionalServiceAccountAnnotationKeys: [c]"))
+		path := write(t, dir, "ok.yaml", prov("name: p\n"+ok+"\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  requireServiceAccount: true\n  requiredServiceAccountAnnotationKeys: [example.com/a, Example.COM/B]\n  optionalServiceAccountAnnotationKeys: [c]"))
 		if _, err := auth.LoadProviderConfig(path); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("secrets stay out of errors", func(t *testing.T) {
-		path := provWrite(t, dir, "secret.yaml", prov("name: p\nmatchImages: [x.io]\napiVersion: "+provV1+"\nenv:\n  - name: TOKEN\n    value: "+provSecret))
+		path := write(t, dir, "secret.yaml", prov("name: p\nmatchImages: [x.io]\napiVersion: "+provV1+"\nenv:\n  - name: TOKEN\n    value: "+provSecret))
 		_, err := auth.LoadProviderConfig(path)
 		if err == nil || strings.Contains(err.Error(), provSecret) {
 			t.Fatalf("got %v", err)
@@ -887,7 +879,7 @@ func TestProvidersCache(t *testing.T) {
 		if n := s.pluginCalls(); n != 2 {
 			t.Errorf("after a config change: %d runs, want 2", n)
 		}
-		provWrite(t, s.cacheDir, "cached.json", "{not json")
+		write(t, s.cacheDir, "cached.json", "{not json")
 		if _, err := auth.Providers(cfg, s.binDir, "registry.example.com/a", s.cacheDir, opts); err != nil {
 			t.Fatal(err)
 		}
@@ -900,7 +892,7 @@ func TestProvidersCache(t *testing.T) {
 
 		// An unwritable cache is reported, and the credentials still come.
 		blocked := filepath.Join(s.dir, "blocked")
-		provWrite(t, s.dir, "blocked", "a file, not a directory")
+		write(t, s.dir, "blocked", "a file, not a directory")
 		creds, err := auth.Providers(cfg, s.binDir, "registry.example.com/a", blocked, opts)
 		if err == nil || !strings.Contains(err.Error(), "writing cache") || len(creds) != 1 {
 			t.Errorf("unwritable cache: %v, %v", creds, err)
