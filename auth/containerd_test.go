@@ -21,7 +21,6 @@ import (
 // ctrdCRI is the version 2 CRI registry section.
 const ctrdCRI = `plugins."io.containerd.grpc.v1.cri".registry`
 
-
 // ctrdPEM returns a self-signed certificate (usable as a CA and as a client
 // certificate) and its key, both PEM.
 func ctrdPEM(t *testing.T) (certPEM, keyPEM string) {

@@ -209,7 +209,6 @@ func provUsers(creds []auth.Credential) []string {
 	return out
 }
 
-
 const provDocsYAML = `apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
 providers:
