@@ -19,10 +19,7 @@ teardown_file() {
 }
 
 setup() {
-    # Options that reach the registry: its CA and the right credentials.
-    PH_OPTS=(--authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR")
-    OUT=$BATS_TEST_TMPDIR/out
-    mkdir -p "$OUT"
+    ph_test_setup
 }
 
 # sha256_file FILE: sha256:HEX of the file's bytes.

@@ -48,9 +48,7 @@ teardown_file() {
 }
 
 setup() {
-    PH_OPTS=(--authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR")
-    OUT=$BATS_TEST_TMPDIR/out
-    mkdir -p "$OUT"
+    ph_test_setup
 }
 
 teardown() {

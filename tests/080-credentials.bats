@@ -214,15 +214,7 @@ ctrd_stop() {
     [[ -f $d/containerd.pid ]] || return 0
     pid=$(<"$d/containerd.pid")
     if _ctrd_is_ours "$pid" "$d"; then
-        kill -TERM "$pid" 2>/dev/null || true
-        local deadline=$((SECONDS + 10))
-        while _ph_pid_alive "$pid" && ((SECONDS < deadline)); do
-            sleep 0.1
-        done
-        if _ph_pid_alive "$pid"; then
-            echo "# containerd (pid $pid) ignored SIGTERM; killing its process group" >&3
-            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-        fi
+        _ph_stop_pid "$pid" containerd
     fi
     rm -f "$d/containerd.pid"
 }

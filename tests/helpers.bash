@@ -503,6 +503,20 @@ _ph_pid_alive() {
     [[ -n $state && $state != Z && $state != X ]]
 }
 
+# _ph_stop_pid PID NAME [SECONDS]: SIGTERM, wait (bounded, default 10 s)
+# until PID is gone, then SIGKILL its process group (or PID) and say so.
+_ph_stop_pid() {
+    local pid=$1 name=$2 deadline=$((SECONDS + ${3:-10}))
+    kill -TERM "$pid" 2>/dev/null || true
+    while _ph_pid_alive "$pid" && ((SECONDS < deadline)); do
+        sleep 0.05
+    done
+    if _ph_pid_alive "$pid"; then
+        echo "# $name (pid $pid) ignored SIGTERM; killing its process group" >&2
+        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+}
+
 # _ph_pid_is_ours PID: PID is a live (non-zombie) process started by
 # start_registry (timeout wrapping docker-registry with our config).
 _ph_pid_is_ours() {
@@ -713,17 +727,9 @@ stop_registry() {
     local pid
     pid=$(<"$REGISTRY_DIR/registry.pid")
     if _ph_pid_is_ours "$pid"; then
-        # timeout forwards TERM to docker-registry and exits with it.
-        kill -TERM "$pid" 2>/dev/null || true
-        # (While exiting, /proc/PID/cmdline reads empty: wait on liveness.)
-        local deadline=$((SECONDS + 10))
-        while _ph_pid_alive "$pid" && ((SECONDS < deadline)); do
-            sleep 0.1
-        done
-        if _ph_pid_alive "$pid"; then
-            echo "# docker-registry (pid $pid) ignored SIGTERM; killing its process group" >&2
-            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-        fi
+        # timeout forwards TERM to docker-registry and exits with it. (While
+        # exiting, /proc/PID/cmdline reads empty: _ph_stop_pid waits on liveness.)
+        _ph_stop_pid "$pid" docker-registry
     fi
     rm -f "$REGISTRY_DIR/registry.pid"
 }
@@ -1046,12 +1052,7 @@ _ph_tarpit_is_ours() {
 stop_tarpit() {
     [[ -n ${TARPIT_PID:-} ]] || return 0
     if _ph_tarpit_is_ours "$TARPIT_PID"; then
-        kill -TERM "$TARPIT_PID" 2>/dev/null || true
-        local deadline=$((SECONDS + 5))
-        while _ph_pid_alive "$TARPIT_PID" && ((SECONDS < deadline)); do
-            sleep 0.05
-        done
-        _ph_pid_alive "$TARPIT_PID" && kill -KILL "$TARPIT_PID" 2>/dev/null
+        _ph_stop_pid "$TARPIT_PID" tarpit.py 5
     fi
     unset TARPIT_PID
     return 0
@@ -1192,4 +1193,12 @@ registry_log_barrier() {
     }
     wait_for_file_match "$REGISTRY_LOG" "GET /v2/\?$tag=1 " 10 || return
     wc -l <"$REGISTRY_LOG"
+}
+
+# ph_test_setup: the common per-test setup of the suites against one
+# registry: PH_OPTS (its CA and the right credentials) and an empty $OUT.
+ph_test_setup() {
+    PH_OPTS=(--authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR")
+    OUT=$BATS_TEST_TMPDIR/out
+    mkdir -p "$OUT"
 }
