@@ -109,13 +109,14 @@ func FromPolicy(l *policy.Loaded) (Config, error) {
 	for _, k := range order {
 		c.Limits.IO = append(c.Limits.IO, *byDev[k])
 	}
-	if c.Joined() && c.Limits.any() {
+	if c.Joined() && c.Limits.Any() {
 		return c, fmt.Errorf("cgroup.path joins an existing cgroup as it is; remove the limits (cpu, memory, pids, io) or use cgroup.parent")
 	}
 	return c, nil
 }
 
-func (l Limits) any() bool {
+// Any reports whether any limit is set.
+func (l Limits) Any() bool {
 	return l.CPUQuota > 0 || l.CPUWeight > 0 || l.MemoryMax > 0 || l.MemoryHigh > 0 || l.SwapMax != nil ||
 		l.PidsMax > 0 || l.IOWeight > 0 || len(l.IO) > 0
 }

@@ -118,7 +118,7 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 	if p.Network.DNS != nil {
 		iso.DNS = p.Network.DNS.Nameservers
 	}
-	if !g.Joined() {
+	if !g.Joined() && o.Cgroup.Limits.Any() {
 		iso.Limits = o.Cgroup.Limits
 	}
 
