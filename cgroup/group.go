@@ -96,12 +96,8 @@ func Create(cfg Config) (*Group, error) {
 		_, _ = rand.Read(rnd[:])
 		name := namePrefix + tag + "-" + hex.EncodeToString(rnd[:])
 		if sd {
-			// A transient scope under the parent slice, e.g. pullhelper.slice.
-			slice := strings.Trim(cfg.Parent, "/")
-			if !strings.HasSuffix(slice, ".slice") {
-				slice = strings.ReplaceAll(slice, "/", "-") + ".slice"
-			}
-			c.Parent, c.ScopePrefix, c.Name = slice, "pullhelper", name
+			// A transient scope pullhelper-NAME.scope under the parent slice.
+			c.Parent, c.ScopePrefix, c.Name = systemdSlice(cfg.Parent), "pullhelper", name
 		} else {
 			c.Path = filepath.Join(cfg.Parent, name)
 		}
@@ -393,6 +389,21 @@ func (g *Group) Remove() error {
 		}
 	}
 	return nil
+}
+
+// systemdSlice names the slice for a parent given as a cgroup path: a path
+// whose last element is a slice ("/kubepods.slice/kubepods-burstable.slice")
+// is that slice; any other path becomes one ("/pullhelper" →
+// "pullhelper.slice", "/a/b" → "a-b.slice").
+func systemdSlice(parent string) string {
+	p := strings.Trim(parent, "/")
+	if base := filepath.Base(p); strings.HasSuffix(base, ".slice") {
+		return base
+	}
+	if p == "" || p == "." {
+		return "system.slice"
+	}
+	return strings.ReplaceAll(p, "/", "-") + ".slice"
 }
 
 func parentExists(parent string) bool {

@@ -54,3 +54,17 @@ func TestAccountingRule(t *testing.T) {
 		t.Fatalf("accounting = %+v", l.IO)
 	}
 }
+
+func TestSystemdSlice(t *testing.T) {
+	for in, want := range map[string]string{
+		"/pullhelper": "pullhelper.slice",
+		"/a/b":        "a-b.slice",
+		"/kubepods.slice/kubepods-burstable.slice": "kubepods-burstable.slice",
+		"system.slice": "system.slice",
+		"/":            "system.slice",
+	} {
+		if got := systemdSlice(in); got != want {
+			t.Errorf("systemdSlice(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
