@@ -155,9 +155,6 @@ func (g *Group) Path() string {
 // Paths maps each controller to its directory (v1), or "" to the unified one.
 func (g *Group) Paths() map[string]string { return g.mgr.GetPaths() }
 
-// V2 reports whether the host is in unified mode (CLONE_INTO_CGROUP works).
-func (g *Group) V2() bool { return g.v2 }
-
 // Joined reports whether this is an existing cgroup joined as is.
 func (g *Group) Joined() bool { return g.cfg.Joined() }
 

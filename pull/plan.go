@@ -2,7 +2,6 @@ package pull
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -388,5 +387,3 @@ func ParseDestination(dest string) (Destination, error) {
 	}
 	return d, nil
 }
-
-func (d Destination) describe() string { return fmt.Sprintf("%s (%s)", d.Raw, d.Path) }

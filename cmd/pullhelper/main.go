@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var (
 		c       common
 		result  any
-		sigSeen atomic
+		sigSeen firstSignal
 	)
 	ctx, stop := signalContext(&sigSeen)
 	defer stop()
@@ -356,13 +355,13 @@ func progressSink(fd int) (func(pull.Event), func(), error) {
 	}, func() { _ = f.Close() }, nil
 }
 
-// atomic records the first terminating signal received.
-type atomic struct {
+// firstSignal records the first terminating signal received.
+type firstSignal struct {
 	mu  sync.Mutex
 	sig syscall.Signal
 }
 
-func (a *atomic) set(s syscall.Signal) {
+func (a *firstSignal) set(s syscall.Signal) {
 	a.mu.Lock()
 	if a.sig == 0 {
 		a.sig = s
@@ -370,14 +369,14 @@ func (a *atomic) set(s syscall.Signal) {
 	a.mu.Unlock()
 }
 
-func (a *atomic) get() syscall.Signal {
+func (a *firstSignal) get() syscall.Signal {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.sig
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM, remembering which.
-func signalContext(seen *atomic) (context.Context, func()) {
+func signalContext(seen *firstSignal) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
@@ -391,5 +390,3 @@ func signalContext(seen *atomic) (context.Context, func()) {
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }
 }
-
-var _ = errors.New
