@@ -108,8 +108,13 @@ func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
-	o.emit(Event{Type: "done", Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
+	o.Done(res)
 	return res, nil
+}
+
+// Done emits the final event of a committed pull.
+func (o Options) Done(res *Result) {
+	o.emit(Event{Type: "done", Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
 }
 
 func (o Options) emit(e Event) {

@@ -154,9 +154,7 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 		res.Usage = usage
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
-	if o.Events != nil {
-		o.Events(pull.Event{Type: "done", TS: time.Now().UTC(), Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
-	}
+	o.Done(res)
 	return res, nil
 }
 
