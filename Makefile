@@ -6,6 +6,8 @@ TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_d
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 BIN := bin/pullhelper
+# The tests' compromised-child build (reexec/hostile*.go); never shipped.
+HOSTILE_BIN := bin/pullhelper-hostile
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
@@ -15,7 +17,7 @@ CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
 BATS_FLAGS ?=
 
-.PHONY: all deps build test test-unit test-system test-vm bench fuzz demo lint clean
+.PHONY: all deps build build-hostile test test-unit test-system test-vm bench fuzz demo lint clean
 
 all: build
 
@@ -35,14 +37,22 @@ build: $(BIN)
 $(BIN): $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
 
+# build-hostile: the test-only binary whose child runs $$PULLHELPER_HOSTILE
+# actions after the privilege drop (tests/*.bats attacks; never released).
+build-hostile: $(HOSTILE_BIN)
+
+$(HOSTILE_BIN): $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
+	$(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/
 
 test-unit:
 	$(GO) test -count=1 ./...
 
-test-system: build
+test-system: build build-hostile
 	bats $(BATS_FLAGS) tests/
 
 # test: everything CI runs (about 6 minutes here): lint, Go unit tests, the bats

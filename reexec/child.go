@@ -96,6 +96,10 @@ func child() int {
 	if err := privdrop.Verify(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: privileges left after the drop"))
 	}
+	henv := &hostileEnv{Req: &req, Send: send}
+	if handled, code := hostile("after-drop", henv); handled {
+		return code
+	}
 
 	// 5. Pull into the staging area; the parent verifies and commits.
 	log := newLogger(req.Log)
@@ -108,6 +112,9 @@ func child() int {
 	res, err := pull.Copy(context.Background(), req.Plan, req.Material, req.Stage, opts)
 	if err != nil {
 		return fail(err)
+	}
+	if handled, code := hostile("after-copy", henv); handled {
+		return code
 	}
 	send(message{Result: res})
 	return 0

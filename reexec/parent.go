@@ -46,7 +46,7 @@ func childEnv(home string) []string {
 	// HOME is the private staging root: per-user containers configuration
 	// of the caller (registries.d, …) is not the child's to read; the plan
 	// pins the files that matter.
-	env := []string{"HOME=" + home}
+	env := append([]string{"HOME=" + home}, hostileChildEnv()...)
 	for _, k := range envAllow {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)

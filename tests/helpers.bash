@@ -22,6 +22,9 @@ PH_TESTS_DIR=$(cd "$BATS_TEST_DIRNAME" && pwd)
 PH_ROOT=$(cd "$PH_TESTS_DIR/.." && pwd)
 
 PULLHELPER=${PULLHELPER:-$BATS_TEST_DIRNAME/../bin/pullhelper}
+# The test-only build whose child plays a compromised child ($PULLHELPER_HOSTILE
+# names the actions; reexec/hostile.go). make test-system builds it.
+PULLHELPER_HOSTILE_BIN=${PULLHELPER_HOSTILE_BIN:-$BATS_TEST_DIRNAME/../bin/pullhelper-hostile}
 PH_TIMEOUT=${PH_TIMEOUT:-300}
 # Fixture and tool cache; gitignored (tests/.gitignore).
 PH_CACHE=${PH_CACHE:-$BATS_TEST_DIRNAME/.cache}

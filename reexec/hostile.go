@@ -1,0 +1,72 @@
+//go:build pullhelper_hostile
+
+package reexec
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// This file exists only in the test build bin/pullhelper-hostile (build tag
+// pullhelper_hostile, never in the release binary). It lets the system tests
+// play a compromised child: $PULLHELPER_HOSTILE names actions as
+// "POINT:ACTION[,POINT:ACTION…]"; the child runs each at its point:
+//
+//	after-drop  after the privilege drop was verified, before the pull
+//	after-copy  after the copy into staging, before the result is sent
+//
+// An action returns handled=true to end the child with its exit code, or
+// false to let the child go on as usual. Actions are registered by the
+// files reexec/hostile_*.go (same build tag), one file per topic.
+
+const hostileBuild = true
+
+// hostileVar is the environment variable naming the actions; the parent
+// passes it to the child (the hostile build only).
+const hostileVar = "PULLHELPER_HOSTILE"
+
+// hostileEnv is what an action may use: the child's own view of things.
+type hostileEnv struct {
+	Req  *request
+	Send func(message) // writes one protocol message on fd 4
+}
+
+var hostileActions = map[string]func(*hostileEnv) (bool, int){}
+
+func registerHostile(name string, f func(*hostileEnv) (bool, int)) {
+	if _, dup := hostileActions[name]; dup {
+		panic("hostile action registered twice: " + name)
+	}
+	hostileActions[name] = f
+}
+
+func hostile(point string, env *hostileEnv) (bool, int) {
+	spec := os.Getenv(hostileVar)
+	if spec == "" {
+		return false, 0
+	}
+	for _, item := range strings.Split(spec, ",") {
+		p, name, ok := strings.Cut(item, ":")
+		if !ok || p != point {
+			continue
+		}
+		f, ok := hostileActions[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: unknown action %q\n", name)
+			return true, 101
+		}
+		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: running %s at %s\n", name, point)
+		if handled, code := f(env); handled {
+			return true, code
+		}
+	}
+	return false, 0
+}
+
+func hostileChildEnv() []string {
+	if v, ok := os.LookupEnv(hostileVar); ok {
+		return []string{hostileVar + "=" + v}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+//go:build !pullhelper_hostile
+
+package reexec
+
+// The release binary has no hostile hooks: see hostile.go (build tag
+// pullhelper_hostile), which only the tests' bin/pullhelper-hostile has.
+
+const hostileBuild = false
+
+func hostile(string, *hostileEnv) (bool, int) { return false, 0 }
+
+func hostileChildEnv() []string { return nil }
+
+type hostileEnv struct {
+	Req  *request
+	Send func(message)
+}
