@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	cg "github.com/opencontainers/cgroups"
-	"github.com/pullhelper/pullhelper/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,72 +47,6 @@ type Config struct {
 
 // Joined reports whether the config joins an existing cgroup.
 func (c Config) Joined() bool { return c.Path != "" }
-
-// FromPolicy translates the [cgroup] section, resolving IO paths to their
-// whole-disk devices. Errors name the policy key.
-func FromPolicy(l *policy.Loaded) (Config, error) {
-	p := l.Cgroup
-	c := Config{Driver: p.Driver, Parent: p.Parent, Path: p.Path, Limits: Limits{
-		CPUQuota:   float64(p.CPUQuota),
-		CPUWeight:  uint64(p.CPUWeight),
-		MemoryMax:  int64(p.MemoryMax),
-		MemoryHigh: int64(p.MemoryHigh),
-		PidsMax:    int64(p.PidsMax),
-		IOWeight:   uint64(p.IOWeight),
-	}}
-	if _, set := l.Defined("cgroup.memory_swap_max"); set {
-		v := int64(p.MemorySwapMax)
-		c.Limits.SwapMax = &v
-	}
-	if !strings.HasPrefix(c.Parent, "/") {
-		c.Parent = "/" + c.Parent
-	}
-	if c.Limits.SwapMax != nil && c.Limits.MemoryMax == 0 {
-		return c, fmt.Errorf("cgroup.memory_swap_max needs cgroup.memory_max")
-	}
-	byDev := map[[2]int64]*IODevice{}
-	var order [][2]int64
-	add := func(key string, vals []string, iops bool, set func(*IODevice, uint64)) error {
-		for _, v := range vals {
-			target, n, err := policy.ParseIOLimit(v, iops)
-			if err != nil {
-				return fmt.Errorf("%s: %w", key, err)
-			}
-			maj, min, err := ResolveDevice(target)
-			if err != nil {
-				return fmt.Errorf("%s: %w", key, err)
-			}
-			k := [2]int64{maj, min}
-			d := byDev[k]
-			if d == nil {
-				d = &IODevice{Source: target, Major: maj, Minor: min}
-				byDev[k] = d
-				order = append(order, k)
-			}
-			set(d, uint64(n))
-		}
-		return nil
-	}
-	if err := add("cgroup.io_read_bps", p.IOReadBPS, false, func(d *IODevice, n uint64) { d.ReadBPS = n }); err != nil {
-		return c, err
-	}
-	if err := add("cgroup.io_write_bps", p.IOWriteBPS, false, func(d *IODevice, n uint64) { d.WriteBPS = n }); err != nil {
-		return c, err
-	}
-	if err := add("cgroup.io_read_iops", p.IOReadIOPS, true, func(d *IODevice, n uint64) { d.ReadIOPS = n }); err != nil {
-		return c, err
-	}
-	if err := add("cgroup.io_write_iops", p.IOWriteIOPS, true, func(d *IODevice, n uint64) { d.WriteIOPS = n }); err != nil {
-		return c, err
-	}
-	for _, k := range order {
-		c.Limits.IO = append(c.Limits.IO, *byDev[k])
-	}
-	if c.Joined() && c.Limits.Any() {
-		return c, fmt.Errorf("cgroup.path joins an existing cgroup as it is; remove the limits (cpu, memory, pids, io) or use cgroup.parent")
-	}
-	return c, nil
-}
 
 // Any reports whether any limit is set.
 func (l Limits) Any() bool {

@@ -21,7 +21,7 @@ import (
 // classify gives an error from containers/image its failure.Code and a
 // message that tells the user what to fix. Already classified errors pass
 // through unchanged.
-func (p *Plan) classify(err error) error {
+func (p *Request) classify(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -47,7 +47,7 @@ func (p *Plan) classify(err error) error {
 	return &failure.Error{Code: code, Message: msg, Err: err}
 }
 
-func (p *Plan) authFileList() string {
+func (p *Request) authFileList() string {
 	var s []string
 	for _, f := range p.AuthFiles {
 		s = append(s, f.Path)

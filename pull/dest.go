@@ -61,12 +61,17 @@ type Stage struct {
 	// (path relative to Path → inode), so that containers/image skips what
 	// DEST already has. They are DEST's files: never re-owned or re-hashed.
 	Seeded map[string]uint64 `json:"-"`
+	// Config is where the copy writes its configuration and key material
+	// (certificates, registries.conf): the child's private tmpfs; in
+	// process, Root/config.
+	Config string `json:"config"`
+	// Reclaimed lists stale staging directories Prepare removed.
+	Reclaimed []string `json:"-"`
 }
 
 // Prepare checks DEST before any network byte and creates the staging area
 // beside it. Errors are failure.Destination.
-func Prepare(p *Plan) (*Stage, error) {
-	d := p.Destination
+func Prepare(d Destination) (*Stage, error) {
 	parent := filepath.Dir(d.Path)
 	st, err := os.Stat(parent)
 	if err != nil {
@@ -78,7 +83,7 @@ func Prepare(p *Plan) (*Stage, error) {
 	if err := d.checkExisting(); err != nil {
 		return nil, err
 	}
-	p.Reclaimed = reclaimStaging(parent)
+	reclaimed := reclaimStaging(parent)
 	root, err := os.MkdirTemp(parent, stagingPrefix+filepath.Base(d.Path)+"-")
 	if err != nil {
 		return nil, failure.New(failure.Destination, "destination %s: cannot write in %s: %v", d.Raw, parent, pathErrno(err))
@@ -92,7 +97,7 @@ func Prepare(p *Plan) (*Stage, error) {
 			return nil, failure.New(failure.Destination, "destination %s: cannot write in %s: %v", d.Raw, parent, pathErrno(err))
 		}
 	}
-	s := &Stage{Root: root, Path: filepath.Join(root, "image")}
+	s := &Stage{Root: root, Path: filepath.Join(root, "image"), Config: filepath.Join(root, "config"), Reclaimed: reclaimed}
 	if !d.isDir() {
 		s.Path += ".tar"
 	}
@@ -406,15 +411,5 @@ func wrapDest(d Destination, err error) error {
 	return failure.New(failure.Destination, "committing into %s: %v", d.Raw, pathErrno(err))
 }
 
-// pathErrno renders a path error as "PATH: reason" without Go's "op" word.
-func pathErrno(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Path + ": " + pe.Err.Error()
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.New + ": " + le.Err.Error()
-	}
-	return strings.TrimSpace(err.Error())
-}
+// pathErrno renders a path error as "PATH: reason" (failure.Reason).
+func pathErrno(err error) string { return failure.Reason(err) }

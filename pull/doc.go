@@ -1,15 +1,17 @@
-// Package pull turns a policy and two command-line words (IMAGE, DEST) into a
-// Plan, and carries the Plan out: the copy itself with go.podman.io/image/v5,
-// progress events, typed errors, and the staged, atomic commit into DEST.
+// Package pull is the copy: it resolves the tag to a digest and copies
+// exactly that digest with go.podman.io/image/v5 into a staging area,
+// with retries, progress events and typed errors. It is the network-facing
+// code, run in the isolated child (or in-process with --no-isolation).
 //
 // Invariants:
-//   - A Plan is fully resolved and JSON-representable: it is what explain
-//     prints (secrets omitted) and what later crosses the parent/child pipe.
-//   - Building a Plan touches no network; Run is the only network-facing code.
-//   - DEST is either untouched or fully committed. The copy writes into a
-//     staging directory on DEST's filesystem; only a verified image is moved
-//     into place, by rename, and every staging path is removed on every path
-//     out of Run.
-//   - Every error leaving Run carries a failure.Code; messages name
+//   - The copy knows nothing of isolation or policy: it imports none of
+//     cgroup, privdrop, netns, dnsconf, policy, reexec, pipeline (a depcheck
+//     test in package pipeline enforces it).
+//   - A Request is JSON-representable; secrets and file contents travel in
+//     Material, never in a Request, explain, logs or errors.
+//   - The copy reads no file outside its staging area: credentials,
+//     certificates, registries.conf, registries.d and the signature policy
+//     come in Material.
+//   - Every error leaving Copy carries a failure.Code; messages name
 //     registries, files and directories, never a secret.
 package pull

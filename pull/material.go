@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/signature"
@@ -21,6 +20,12 @@ type Material struct {
 	Secrets         []Secret          `json:"secrets,omitempty"`
 	SignaturePolicy json.RawMessage   `json:"signature_policy,omitempty"` // nil: built-in accept-anything
 	Certs           map[string][]byte `json:"certs,omitempty"`            // file name → content (*.crt, *.cert, *.key)
+	// RegistriesConf is the registries.conf in effect (drop-ins merged),
+	// rendered by the pipeline; the copy reads no host configuration.
+	RegistriesConf []byte `json:"registries_conf,omitempty"`
+	// RegistriesD are the files of registries.d (signature lookaside
+	// configuration), name → content.
+	RegistriesD map[string][]byte `json:"registries_d,omitempty"`
 }
 
 // Secret is one credential as the registry client needs it.
@@ -30,93 +35,54 @@ type Secret struct {
 	IdentityToken string `json:"identity_token,omitempty"`
 }
 
-// LoadMaterial reads the credential, the signature policy and the
-// certificate directory's files for this plan. Errors are failure.Usage or
-// failure.TLS and name the file.
-func (p *Plan) LoadMaterial() (*Material, error) {
-	m := &Material{}
-	for _, c := range p.Credentials {
-		m.Secrets = append(m.Secrets, Secret{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken})
-	}
-	if f := p.Signature.File; f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, failure.New(failure.Usage, "reading signature policy %s: %v", f, pathErrno(err))
-		}
-		if _, err := signature.NewPolicyFromBytes(b); err != nil {
-			return nil, failure.New(failure.Usage, "signature policy %s: %v", f, err)
-		}
-		m.SignaturePolicy = b
-	}
-	if dir := p.Trust.CertDir; dir != "" {
-		ents, err := os.ReadDir(dir)
-		if err != nil && !os.IsNotExist(err) {
-			return nil, failure.New(failure.TLS, "reading certificate directory %s: %v", dir, pathErrno(err))
-		}
-		for _, e := range ents {
-			n := e.Name()
-			if !strings.HasSuffix(n, ".crt") && !strings.HasSuffix(n, ".cert") && !strings.HasSuffix(n, ".key") {
-				continue
-			}
-			full := filepath.Join(dir, n)
-			st, err := os.Stat(full)
-			if err != nil || !st.Mode().IsRegular() {
-				continue
-			}
-			b, err := os.ReadFile(full)
-			if err != nil {
-				return nil, failure.New(failure.TLS, "reading %s: %v", full, pathErrno(err))
-			}
-			if m.Certs == nil {
-				m.Certs = map[string][]byte{}
-			}
-			m.Certs[n] = b
-		}
-	}
-	add := func(name, file string) error {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return failure.New(failure.TLS, "reading %s: %v", file, pathErrno(err))
-		}
-		if m.Certs == nil {
-			m.Certs = map[string][]byte{}
-		}
-		m.Certs[name] = b
-		return nil
-	}
-	for i, f := range p.Trust.CAFiles {
-		if err := add(fmt.Sprintf("pullhelper-ca-%d.crt", i), f); err != nil {
-			return nil, err
-		}
-	}
-	for i, pair := range p.Trust.ClientPairs {
-		if err := add(fmt.Sprintf("pullhelper-client-%d.cert", i), pair[0]); err != nil {
-			return nil, err
-		}
-		if err := add(fmt.Sprintf("pullhelper-client-%d.key", i), pair[1]); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
 // systemContext is the one place a Plan and its Material become
 // containers/image settings. Certificates are written into a private
 // directory inside the staging area, so nothing outside it is read.
-func (m *Material) systemContext(p *Plan, st *Stage) (*types.SystemContext, error) {
+func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, error) {
+	config := st.Config
+	if err := os.Mkdir(config, 0o700); err != nil && !os.IsExist(err) {
+		return nil, failure.Wrap(failure.Destination, err, "preparing the copy's configuration")
+	}
+	write := func(name string, b []byte) (string, error) {
+		f := filepath.Join(config, name)
+		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+			return "", failure.Wrap(failure.Destination, err, "preparing the copy's configuration")
+		}
+		return f, failure.Wrap(failure.Destination, os.WriteFile(f, b, 0o600), "preparing the copy's configuration")
+	}
+	regConf, err := write("registries.conf", m.RegistriesConf)
+	if err != nil {
+		return nil, err
+	}
+	regD := filepath.Join(config, "registries.d")
+	if err := os.MkdirAll(regD, 0o700); err != nil {
+		return nil, failure.Wrap(failure.Destination, err, "preparing the copy's configuration")
+	}
+	for n, b := range m.RegistriesD {
+		if _, err := write(filepath.Join("registries.d", filepath.Base(n)), b); err != nil {
+			return nil, err
+		}
+	}
 	sys := &types.SystemContext{
-		DockerCertPath:           noCertDir,
-		SystemRegistriesConfPath: p.RegistriesConf,
-		DockerRegistryUserAgent:  "pullhelper/" + Version,
+		DockerCertPath: noCertDir,
+		// Only the files the pipeline handed over: the rendered
+		// registries.conf (no drop-in directory) and registries.d.
+		SystemRegistriesConfPath:    regConf,
+		SystemRegistriesConfDirPath: filepath.Join(config, "registries.conf.d"),
+		RegistriesDirPath:           regD,
+		DockerRegistryUserAgent:     p.UserAgent,
+		// Large temporary files (docker-archive) go to the staging area
+		// on DEST's filesystem, never to the host's /var/tmp.
+		BigFilesTemporaryDir: st.Root,
 		// Always set, so that containers/image searches no auth file of
 		// its own: empty means anonymous. Copy sets each candidate in turn.
 		DockerAuthConfig: &types.DockerAuthConfig{},
-		// Keep containers/image's blob-info cache inside the staging area:
-		// a pull leaves nothing behind outside DEST.
-		BlobInfoCacheDir: st.Root,
+		// Keep containers/image's blob-info cache with the configuration:
+		// a pull leaves nothing behind.
+		BlobInfoCacheDir: config,
 	}
 	if len(m.Certs) > 0 {
-		dir := filepath.Join(st.Root, "certs")
+		dir := filepath.Join(config, "certs")
 		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
 			return nil, failure.Wrap(failure.Destination, err, "preparing certificates")
 		}
@@ -133,7 +99,7 @@ func (m *Material) systemContext(p *Plan, st *Stage) (*types.SystemContext, erro
 	return sys, nil
 }
 
-func (m *Material) policyContext(p *Plan) (*signature.PolicyContext, error) {
+func (m *Material) policyContext(p *Request) (*signature.PolicyContext, error) {
 	pol := &signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}}
 	if m.SignaturePolicy != nil {
 		var err error

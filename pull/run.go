@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker"
@@ -23,9 +23,6 @@ import (
 	"go.podman.io/image/v5/types"
 )
 
-// Version is set by the build (-ldflags) and sent as part of the User-Agent.
-var Version = "dev"
-
 // noCertDir is handed to containers/image when no certificate directory
 // applies, so that it does not run a search of its own: a missing
 // directory is read as "no extra certificates".
@@ -34,41 +31,11 @@ const noCertDir = "/nonexistent/pullhelper-no-cert-dir"
 // errStalled cancels an attempt during which no byte arrived for StallTimeout.
 var errStalled = errors.New("no data received within the stall timeout")
 
-// Result is the JSON object printed on success.
-type Result struct {
-	Image             string           `json:"image"`
-	Reference         string           `json:"reference"`
-	Digest            string           `json:"digest"`
-	MediaType         string           `json:"media_type"`
-	InstanceDigest    string           `json:"instance_digest,omitempty"`
-	DestinationDigest string           `json:"destination_digest,omitempty"`
-	Destination       string           `json:"destination"`
-	Layers            int              `json:"layers"`
-	Bytes             int64            `json:"bytes"`
-	DurationMS        int64            `json:"duration_ms"`
-	Attempts          int              `json:"attempts"`
-	Credential        *auth.Credential `json:"credential"`
-	SignaturePolicy   SignaturePolicy  `json:"signature_policy"`
-	Isolation         Isolation        `json:"isolation"`
-	Usage             any              `json:"usage,omitempty"`
-}
-
-// Event is one JSON Lines progress event (--progress-fd).
-type Event struct {
-	Type        string    `json:"type"`
-	TS          time.Time `json:"ts"`
-	Image       string    `json:"image,omitempty"`
-	Destination string    `json:"destination,omitempty"`
-	Digest      string    `json:"digest,omitempty"`
-	MediaType   string    `json:"media_type,omitempty"`
-	Size        int64     `json:"size,omitempty"`
-	Bytes       int64     `json:"bytes,omitempty"`
-	Skipped     bool      `json:"skipped,omitempty"`
-	Layers      int       `json:"layers,omitempty"`
-	Attempt     int       `json:"attempt,omitempty"`
-	Code        string    `json:"code,omitempty"`
-	Message     string    `json:"message,omitempty"`
-}
+// Result and Event are the output contract's types (package api).
+type (
+	Result = api.Result
+	Event  = api.Event
+)
 
 // Options are the caller's hooks; all may be nil.
 type Options struct {
@@ -81,42 +48,6 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Run pulls the image into the destination in this process: Prepare, Copy,
-// Commit. The isolated path (package reexec) runs Copy in a child instead.
-func Run(ctx context.Context, p *Plan, o Options) (*Result, error) {
-	start := time.Now()
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	m, err := p.LoadMaterial()
-	if err != nil {
-		return nil, err
-	}
-	st, err := Prepare(p)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Remove()
-	for _, r := range p.Reclaimed {
-		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
-	}
-	res, err := Copy(ctx, p, m, st, o)
-	if err != nil {
-		return nil, err
-	}
-	if err := st.Commit(p.Destination); err != nil {
-		return nil, err
-	}
-	res.DurationMS = time.Since(start).Milliseconds()
-	o.Done(res)
-	return res, nil
-}
-
-// Done emits the final event of a committed pull.
-func (o Options) Done(res *Result) {
-	o.emit(Event{Type: "done", Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
-}
-
 func (o Options) emit(e Event) {
 	if o.Events != nil {
 		e.TS = time.Now().UTC()
@@ -127,7 +58,7 @@ func (o Options) emit(e Event) {
 // Copy is the network-facing part: it resolves the tag, copies the image
 // into st.Path with retries, and syncs it to disk. It reads no file outside
 // st.Root: the credential, certificates and signature policy come in m.
-func Copy(ctx context.Context, p *Plan, m *Material, st *Stage, o Options) (*Result, error) {
+func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -145,7 +76,6 @@ func Copy(ctx context.Context, p *Plan, m *Material, st *Stage, o Options) (*Res
 	if err != nil {
 		return nil, err
 	}
-	o.emit(Event{Type: "start", Image: p.Reference, Destination: p.Destination.Raw})
 	// Every matching credential in order, until the registry accepts one
 	// (the kubelet's rule); no credential at all means anonymous, and there
 	// is no anonymous retry after refused credentials.
@@ -190,7 +120,7 @@ func Copy(ctx context.Context, p *Plan, m *Material, st *Stage, o Options) (*Res
 
 // retrying runs attempts with one credential, retrying network failures
 // with a doubling back-off.
-func (p *Plan) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options) (*Result, int, error) {
+func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options) (*Result, int, error) {
 	delay := p.RetryDelay
 	for attempt := 1; ; attempt++ {
 		res, err := p.attempt(ctx, pc, sys, st, o, attempt)
@@ -216,17 +146,17 @@ func (p *Plan) retrying(ctx context.Context, pc *signature.PolicyContext, sys *t
 
 // credentialView is the credential block of the result: the accepted
 // candidate, or anonymous.
-func (p *Plan) credentialView(i int) *auth.Credential {
+func (p *Request) credentialView(i int) *api.Credential {
 	if i < len(p.Credentials) {
 		c := p.Credentials[i]
-		return &c
+		return &api.Credential{Source: c.Source, File: c.File, Key: c.Key, Username: c.Username}
 	}
-	return &auth.Credential{Source: "anonymous"}
+	return &api.Credential{Source: "anonymous"}
 }
 
 // refusedAll names every source the registry refused (file and key, never
 // the secret).
-func (p *Plan) refusedAll(err error) error {
+func (p *Request) refusedAll(err error) error {
 	cause := err
 	var fe *failure.Error
 	if errors.As(err, &fe) && fe.Err != nil {
@@ -248,7 +178,7 @@ func (p *Plan) refusedAll(err error) error {
 
 // attempt resolves the tag to a digest, then copies exactly that digest into
 // the staging area.
-func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, error) {
+func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	var last atomic.Int64
@@ -336,7 +266,6 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, sys 
 		Destination: p.Destination.String(),
 
 		SignaturePolicy: p.Signature,
-		Isolation:       p.Isolation,
 	}
 	res.Layers, res.Bytes = tally.totals()
 	want := top
@@ -360,7 +289,7 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, sys 
 
 // resolveDigest fetches the manifest the registry serves for the reference
 // and returns its digest, so the copy pins exactly what was resolved.
-func (p *Plan) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named) (digest.Digest, []byte, string, error) {
+func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named) (digest.Digest, []byte, string, error) {
 	ref := named
 	if d, ok := named.(reference.Digested); ok {
 		ref, _ = reference.WithDigest(reference.TrimNamed(named), d.Digest())

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
@@ -60,7 +61,7 @@ func child() int {
 
 	// 1. The request. On cgroup v1 this blocks until the parent has placed
 	// us in the cgroup.
-	var req request
+	var req Request
 	if err := json.NewDecoder(in).Decode(&req); err != nil {
 		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
 	}
@@ -71,9 +72,13 @@ func child() int {
 		return fail(failure.Wrap(failure.Isolation, err, "child: not in the pull cgroup"))
 	}
 
-	// 3. Private mounts, while still root: the staging directory over /tmp.
-	if err := unix.Mount(req.StageDir, childStageDir, "", unix.MS_BIND, ""); err != nil {
-		return fail(failure.Wrap(failure.Isolation, err, "child: mounting the staging directory on %s", childStageDir))
+	// 3. Private mounts, while still root (none of them is visible outside
+	// this process's mount namespace): a small tmpfs over /tmp for the
+	// copy's configuration and key material, which so never touches a disk
+	// and vanishes with the child; the staging directory, handed over as
+	// an fd (the child never learns a host path), at /tmp/stage.
+	if err := privateTmp(stageFD, req.Identity); err != nil {
+		return fail(err)
 	}
 	if req.DNS != nil {
 		if err := bindFile(req.DNS.ResolvConf, "/etc/resolv.conf"); err != nil {
@@ -105,11 +110,11 @@ func child() int {
 	log := newLogger(req.Log)
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
-	opts := pull.Options{Log: log, Events: func(e pull.Event) { send(message{Event: &e}) }}
+	opts := pull.Options{Log: log, Events: func(e api.Event) { send(message{Event: &e}) }}
 	if req.Bars {
 		opts.Report = os.Stderr
 	}
-	res, err := pull.Copy(context.Background(), req.Plan, req.Material, req.Stage, opts)
+	res, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
 	if err != nil {
 		return fail(err)
 	}
@@ -120,11 +125,41 @@ func child() int {
 	return 0
 }
 
-// bindFile writes content to a root-owned file in the (private) staging
-// root and bind-mounts it read-only over target, in this process's private
+// privateTmp mounts the child's private /tmp: a tmpfs (root's, 0755)
+// holding stage/, the staging directory attached from the detached mount
+// the parent passed as fd, and config/ (the pull uid's, 0700) for the copy's configuration
+// and key material.
+func privateTmp(fd int, id privdrop.Identity) error {
+	if err := unix.Mount("tmpfs", childTmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		fmt.Sprintf("size=%d,nr_inodes=4096,mode=0755", childTmpSize)); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: mounting a private tmpfs on %s", childTmp)
+	}
+	stage, config := filepath.Join(childTmp, "stage"), filepath.Join(childTmp, "config")
+	if err := os.Mkdir(stage, 0o755); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: private /tmp")
+	}
+	// fd is a detached clone of the staging directory (open_tree in the
+	// parent's namespace): attach it here, by fd, no path involved.
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, stage, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: mounting the staging directory (fd %d) on %s", fd, stage)
+	}
+	if err := unix.Close(fd); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: closing the staging fd")
+	}
+	if err := os.Mkdir(config, 0o700); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: private /tmp")
+	}
+	if err := os.Lchown(config, id.UID, id.GID); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: private /tmp")
+	}
+	return nil
+}
+
+// bindFile writes content to a root-owned file in the child's private /tmp
+// and bind-mounts it read-only over target, in this process's private
 // mount namespace only.
 func bindFile(content, target string) error {
-	src := filepath.Join(childStageDir, ".pullhelper-"+filepath.Base(target))
+	src := filepath.Join(childTmp, ".pullhelper-"+filepath.Base(target))
 	if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
 		return failure.Wrap(failure.Isolation, err, "child: writing %s", target)
 	}
@@ -137,7 +172,7 @@ func bindFile(content, target string) error {
 	return nil
 }
 
-func newLogger(c logConfig) *slog.Logger {
+func newLogger(c LogConfig) *slog.Logger {
 	o := &slog.HandlerOptions{Level: slog.LevelInfo}
 	if c.Debug {
 		o.Level = slog.LevelDebug

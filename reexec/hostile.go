@@ -28,7 +28,7 @@ const hostileVar = "PULLHELPER_HOSTILE"
 
 // hostileEnv is what an action may use: the child's own view of things.
 type hostileEnv struct {
-	Req  *request
+	Req  *Request
 	Send func(message) // writes one protocol message on fd 4
 }
 

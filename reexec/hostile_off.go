@@ -12,6 +12,6 @@ func hostile(string, *hostileEnv) (bool, int) { return false, 0 }
 func hostileChildEnv() []string { return nil }
 
 type hostileEnv struct {
-	Req  *request
+	Req  *Request
 	Send func(message)
 }

@@ -10,37 +10,25 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/netns"
-	"github.com/pullhelper/pullhelper/privdrop"
-	"github.com/pullhelper/pullhelper/pull"
+	"golang.org/x/sys/unix"
 )
 
-// Options configure an isolated pull.
-type Options struct {
-	pull.Options
-	Cgroup    cgroup.Config
-	User      string // [privileges] user: dynamic, a name or a uid
-	Seccomp   bool   // [privileges] seccomp
-	LockDir   string // dynamic uid locks (default privdrop.DefaultLockDir)
-	LogFormat string
-	Debug     bool
-}
-
 // envAllow lists the environment variables the child inherits: what the
-// network code legitimately reads (proxies, registries.conf location,
-// locale). Everything else, and so any secret a caller left in its
-// environment, stays behind.
-var envAllow = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR",
-	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-	"CONTAINERS_REGISTRIES_CONF"}
+// network code legitimately reads (proxies, locale). Everything else, and
+// so any secret a caller left in its environment or a path to a host
+// configuration file, stays behind: the copy gets its configuration in the
+// request.
+var envAllow = []string{"PATH", "LANG", "LC_ALL", "TZ",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
 
 func childEnv(home string) []string {
 	// HOME is the private staging root: per-user containers configuration
@@ -55,107 +43,60 @@ func childEnv(home string) []string {
 	return env
 }
 
-// Pull runs the plan's copy in a child inside its cgroup, then verifies and
-// commits in this (privileged) process. On every path out the child and
-// everything in its cgroup are dead, and the cgroup and staging are removed.
-func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
+// Child is a started pull child, already in its cgroup (and network
+// namespace), waiting for its request.
+type Child struct{ c *childProc }
+
+// PID is the child's process id.
+func (c *Child) PID() int { return c.c.pid }
+
+// StartOptions say how the child is born.
+type StartOptions struct {
+	// Netns is the network namespace to fork in ("" = this one).
+	Netns string
+	// Stage is the staging directory the copy writes into, opened by the
+	// parent (O_DIRECTORY); the child gets it as fd 5, never its path.
+	Stage *os.File
+	Debug bool
+	// Terminal: the child draws progress bars on stderr.
+	Terminal bool
+}
+
+// Start spawns the pull child in g (born in it on cgroup v2; placed before
+// it gets its request on v1), from a thread in the network namespace when
+// one is given. main must have called Dispatch.
+func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 	if !dispatched {
 		panic("reexec: main did not call reexec.Dispatch; the child would run the CLI")
 	}
-	start := time.Now()
-	log := o.Log
+	if o.Stage == nil {
+		return nil, failure.New(failure.Internal, "reexec: no staging directory for the child")
+	}
+	// A detached bind mount of the staging directory, made here in this
+	// namespace (a mount of another namespace cannot be bind-mounted from
+	// the child's new one); the child attaches it by fd.
+	tree, err := unix.OpenTree(int(o.Stage.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return nil, failure.Wrap(failure.Isolation, err, "cloning the staging directory's mount (open_tree)")
+	}
+	treeFile := os.NewFile(uintptr(tree), "staging-tree")
+	defer treeFile.Close() // the child holds its own copy
+	c, err := spawn(g, o.Netns, o.Debug, o.Terminal, treeFile)
+	if err != nil {
+		return nil, err
+	}
+	return &Child{c: c}, nil
+}
+
+// Run sends the request and relays the child's progress events until it
+// exits with its result. On cancellation or when the copy's timeout has
+// long passed, it kills every process in g. On every path out the child
+// has been reaped.
+func (c *Child) Run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := p.LoadMaterial()
-	if err != nil {
-		return nil, err
-	}
-	st, err := pull.Prepare(p)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Remove()
-	for _, r := range p.Reclaimed {
-		log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
-	}
-
-	lockDir := o.LockDir
-	if lockDir == "" {
-		lockDir = privdrop.DefaultLockDir
-	}
-	lease, err := privdrop.Allocate(o.User, lockDir)
-	if err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "")
-	}
-	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
-	if err := st.Handover(lease.UID, lease.GID); err != nil {
-		return nil, err
-	}
-
-	reclaimed, err := cgroup.Reclaim(o.Cgroup)
-	for _, r := range reclaimed {
-		log.Warn("reclaimed a stale pull cgroup left by a pullhelper that died", "cgroup", r)
-	}
-	if err != nil {
-		log.Warn("reclaiming stale pull cgroups", "error", err.Error())
-	}
-	o.Cgroup.AccountPaths = append(o.Cgroup.AccountPaths, st.Root)
-	g, err := cgroup.Create(o.Cgroup)
-	if err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "")
-	}
-	defer func() {
-		if err := g.Remove(); err != nil {
-			log.Error("removing the pull cgroup", "error", err.Error())
-		}
-	}()
-	iso := p.Isolation
-	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), o.Cgroup.Driver, g.Joined()
-	iso.Reclaimed = append(reclaimed, p.Reclaimed...)
-	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
-	iso.Netns = p.Network.Netns
-	if p.Network.DNS != nil {
-		iso.DNS = p.Network.DNS.Nameservers
-	}
-	if !g.Joined() && o.Cgroup.Limits.Any() {
-		iso.Limits = o.Cgroup.Limits
-	}
-
-	c, err := spawn(g, p.Network.Netns, o.Debug, o.Report != nil)
-	if err != nil {
-		return nil, err
-	}
-	iso.ChildPID = c.pid
-	// From here on the child exists: every return path kills and reaps it.
-	res, err := c.run(ctx, g, p, request{
-		Plan: p, Material: m, Stage: stageInChild(st), StageDir: st.Root, Cgroup: g.Expected(), DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
-		Log: logConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
-	}, o.Options, log)
-	usage := g.Usage()
-	if err != nil {
-		return nil, explainDeath(err, usage, o.Cgroup.Limits)
-	}
-	// Nothing running as the pull uid may outlive the child: kill what is
-	// left in the cgroup before the staging area is taken back.
-	if err := g.Kill(c.pid); err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "")
-	}
-	owner := ownerOf(p.Destination.Path)
-	if err := st.TakeBack(p.Destination, res, owner.UID, owner.GID); err != nil {
-		return nil, err
-	}
-	if err := st.Commit(p.Destination); err != nil {
-		return nil, err
-	}
-	res.Isolation = iso
-	if !g.Joined() {
-		// A joined cgroup's counters are its other members' too.
-		res.Usage = usage
-	}
-	res.DurationMS = time.Since(start).Milliseconds()
-	o.Done(res)
-	return res, nil
+	return c.c.run(ctx, g, req, events, log)
 }
 
 type childProc struct {
@@ -169,7 +110,7 @@ type childProc struct {
 // stays alive until the child is reaped (Pdeathsig is per thread). On
 // cgroup v2 the child is born in the cgroup; on v1 it is placed before it
 // gets its request.
-func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool) (*childProc, error) {
+func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.File) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -184,8 +125,8 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool) (*childProc,
 		Dir:        "/",
 		Path:       "/proc/self/exe",
 		Args:       []string{ChildName},
-		Env:        childEnv(childStageDir),
-		ExtraFiles: []*os.File{planR, evW}, // fds 3 and 4
+		Env:        childEnv(childTmp),
+		ExtraFiles: []*os.File{planR, evW, stage}, // fds 3, 4 and 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
 			// A private mount namespace (Go makes / private in it, so
@@ -274,7 +215,7 @@ func (c *childProc) kill(g *cgroup.Group) {
 
 // run sends the request, relays events and returns the child's result. On
 // cancellation it kills the cgroup and waits for the child.
-func (c *childProc) run(ctx context.Context, g *cgroup.Group, p *pull.Plan, req request, o pull.Options, log *slog.Logger) (*pull.Result, error) {
+func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, error) {
 	msgs := make(chan message)
 	readErr := make(chan error, 1)
 	go func() {
@@ -301,13 +242,13 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, p *pull.Plan, req 
 	// The parent's own deadline, a little after the child's, in case the
 	// child stops responding.
 	var deadline <-chan time.Time
-	if p.Timeout > 0 {
-		t := time.NewTimer(p.Timeout + 5*time.Second)
+	if timeout := req.Copy.Timeout; timeout > 0 {
+		t := time.NewTimer(timeout + 5*time.Second)
 		defer t.Stop()
 		deadline = t.C
 	}
 	var (
-		res     *pull.Result
+		res     *api.Result
 		childE  error
 		stopErr error
 		done    = ctx.Done()
@@ -320,8 +261,12 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, p *pull.Plan, req 
 				continue
 			}
 			switch {
-			case m.Event != nil && o.Events != nil:
-				o.Events(*m.Event)
+			case m.Event != nil:
+				// Only progress: start, done and error are the
+				// pipeline's to say, never the child's.
+				if events != nil && api.IsProgress(m.Event.Type) {
+					events(*m.Event)
+				}
 			case m.Result != nil:
 				res = m.Result
 			case m.Error != nil:
@@ -339,7 +284,7 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, p *pull.Plan, req 
 		case <-deadline:
 			deadline = nil
 			if stopErr == nil {
-				stopErr = failure.New(failure.Network, "pull timed out after %s (--timeout); the child did not stop by itself", p.Timeout)
+				stopErr = failure.New(failure.Network, "pull timed out after %s (--timeout); the child did not stop by itself", req.Copy.Timeout)
 				if err := g.Kill(c.pid); err != nil {
 					log.Error("killing the pull cgroup", "error", err.Error())
 				}
@@ -372,9 +317,9 @@ func (c *childDied) Error() string {
 	return "the pull child exited without a result: " + c.status.Error()
 }
 
-// explainDeath turns a child that died without a result into the limit that
+// ExplainDeath turns a child that died without a result into the limit that
 // killed it, when the cgroup says so.
-func explainDeath(err error, u cgroup.Usage, l cgroup.Limits) error {
+func ExplainDeath(err error, u cgroup.Usage, l cgroup.Limits) error {
 	var cd *childDied
 	if !errors.As(err, &cd) {
 		return err
@@ -386,16 +331,6 @@ func explainDeath(err error, u cgroup.Usage, l cgroup.Limits) error {
 		return failure.New(failure.Isolation, "cgroup.pids_max=%d is too low: the pull child could not create the threads the Go runtime needs (%d refused forks; %s)", l.PidsMax, *u.PidsMaxHits, cd.Error())
 	}
 	return failure.New(failure.Internal, "%s", strings.TrimSpace(cd.Error()))
-}
-
-// ownerOf is the owner of DEST's parent directory: committed files become
-// its, as if its owner had written them (root for the usual /var paths).
-func ownerOf(path string) privdrop.Identity {
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
-		return privdrop.Identity{}
-	}
-	return privdrop.Identity{UID: int(st.Uid), GID: int(st.Gid)}
 }
 
 // relayStderr copies the child's stderr line by line. Unless debug, it

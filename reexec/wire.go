@@ -3,6 +3,7 @@ package reexec
 import (
 	"path/filepath"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
@@ -12,47 +13,56 @@ import (
 // ChildName is argv[0] of the child.
 const ChildName = "pullhelper-child"
 
-// Fds of the two protocol pipes in the child.
+// Fds in the child: the two protocol pipes, then the staging directory.
 const (
 	planFD   = 3
 	eventsFD = 4
+	stageFD  = 5
 )
 
-// childStageDir is where the child sees the staging area: its private
-// mount namespace has the staging directory bind-mounted over /tmp (done
-// while still root, which may traverse DEST's ancestors). So DEST's ancestors (often root-only, 0700) need not be
-// searchable by the pull uid, temporary files land on DEST's filesystem, and
-// the child never learns DEST's path.
-const childStageDir = "/tmp"
+// childTmp is the child's private /tmp: a tmpfs of childTmpSize bytes in its
+// own mount namespace, with the staging directory (passed as fd 5 and
+// bind-mounted while still root, which may traverse DEST's ancestors) at
+// /tmp/stage and the copy's configuration and keys in /tmp/config. So DEST's
+// ancestors (often root-only, 0700) need not be searchable by the pull uid,
+// key material never reaches a disk, and the child never learns a host
+// path.
+const (
+	childTmp     = "/tmp"
+	childTmpSize = 16 << 20
+)
 
-func stageInChild(st *pull.Stage) *pull.Stage {
-	return &pull.Stage{Root: childStageDir, Path: childStageDir + "/" + filepath.Base(st.Path)}
+// StageInChild is the staging area as the child sees it.
+func StageInChild(st *pull.Stage) *pull.Stage {
+	stage := childTmp + "/stage"
+	return &pull.Stage{Root: stage, Path: stage + "/" + filepath.Base(st.Path), Config: childTmp + "/config"}
 }
 
-// request is what the parent sends on fd 3. It must be JSON-representable.
-type request struct {
-	Plan     *pull.Plan        `json:"plan"`
+// Request is what the parent sends on fd 3: the copy and everything the
+// child needs to set itself up. It must be JSON-representable.
+type Request struct {
+	Copy     *pull.Request     `json:"copy"`
 	Material *pull.Material    `json:"material"`
-	Stage    *pull.Stage       `json:"stage"`     // as the child sees it
-	StageDir string            `json:"stage_dir"` // the real staging directory, bind-mounted at Stage.Root
-	Cgroup   map[string]string `json:"cgroup"`    // controller → path /proc/self/cgroup must show
+	Stage    *pull.Stage       `json:"stage"`  // as the child sees it; the directory itself comes as fd 5
+	Cgroup   map[string]string `json:"cgroup"` // controller → path /proc/self/cgroup must show
 	Identity privdrop.Identity `json:"identity"`
 	DNS      *dnsconf.Config   `json:"dns,omitempty"` // files to bind over /etc/resolv.conf and /etc/hosts
 	Seccomp  bool              `json:"seccomp"`
-	Log      logConfig         `json:"log"`
+	Log      LogConfig         `json:"log"`
 	Bars     bool              `json:"bars"`
 }
 
-type logConfig struct {
+// LogConfig is how the child logs on its stderr.
+type LogConfig struct {
 	Format string `json:"format"`
 	Debug  bool   `json:"debug"`
 }
 
 // message is one line on fd 4. Exactly one field is set.
 type message struct {
-	Event  *pull.Event  `json:"event,omitempty"`
-	Result *pull.Result `json:"result,omitempty"`
-	Error  *wireError   `json:"error,omitempty"`
+	Event  *api.Event  `json:"event,omitempty"`
+	Result *api.Result `json:"result,omitempty"`
+	Error  *wireError  `json:"error,omitempty"`
 }
 
 // wireError is an error crossing the pipe; the parent rebuilds it.

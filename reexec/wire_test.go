@@ -33,9 +33,9 @@ func TestErrorRoundTrip(t *testing.T) {
 // The request never carries secrets outside its Material, and the Plan's
 // JSON has none.
 func TestRequestKeepsSecretsInMaterial(t *testing.T) {
-	p := &pull.Plan{Reference: "reg/x:1"}
-	req := request{Plan: p, Material: &pull.Material{Secrets: []pull.Secret{{Username: "u", Password: "hunter2"}}}}
-	b, _ := json.Marshal(req.Plan)
+	p := &pull.Request{Reference: "reg/x:1"}
+	req := Request{Copy: p, Material: &pull.Material{Secrets: []pull.Secret{{Username: "u", Password: "hunter2"}}}}
+	b, _ := json.Marshal(req.Copy)
 	if string(b) == "" || contains(b, "hunter2") {
 		t.Fatalf("plan JSON: %s", b)
 	}
@@ -51,8 +51,8 @@ func TestPullPanicsWithoutDispatch(t *testing.T) {
 	dispatched = false
 	defer func() {
 		if recover() == nil {
-			t.Fatal("Pull must panic when main did not call Dispatch")
+			t.Fatal("Start must panic when main did not call Dispatch")
 		}
 	}()
-	_, _ = Pull(t.Context(), &pull.Plan{}, Options{})
+	_, _ = Start(nil, StartOptions{})
 }

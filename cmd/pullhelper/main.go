@@ -14,9 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pipeline"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
 	"github.com/pullhelper/pullhelper/reexec"
@@ -47,7 +49,7 @@ type common struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	pull.Version = version
+	pipeline.Version = version
 	var (
 		c       common
 		result  any
@@ -104,7 +106,7 @@ DEST is either untouched or fully committed.`,
 			res, err := pullImage(ctx, cmd, &c, args, events, stderr)
 			if err != nil {
 				if events != nil {
-					events(pull.Event{Type: "error", TS: time.Now().UTC(), Code: string(failure.CodeOf(err)), Message: err.Error()})
+					events(api.Event{Type: api.EventError, TS: time.Now().UTC(), Code: string(failure.CodeOf(err)), Message: err.Error()})
 				}
 				return err
 			}
@@ -147,14 +149,14 @@ setting. Nothing is contacted and nothing is written.`,
 			}
 			var cg *cgroup.Config
 			if !c.noIsolation {
-				cfg, err := cgroup.FromPolicy(settings)
+				cfg, err := pipeline.CgroupConfig(settings)
 				if err != nil {
 					return failure.Wrap(failure.Usage, err, "")
 				}
 				cg = &cfg
 			}
 			result = struct {
-				Plan     pull.Plan      `json:"plan"`
+				Plan     pipeline.Plan  `json:"plan"`
 				Cgroup   *cgroup.Config `json:"cgroup,omitempty"`
 				Settings policy.Policy  `json:"settings"`
 			}{view, cg, settings.Policy}
@@ -254,7 +256,7 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 
 // pullImage is pull's work once the progress sink exists, so that every
 // failure, usage errors included, also ends the event stream.
-func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string, events func(pull.Event), stderr io.Writer) (*pull.Result, error) {
+func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string, events func(api.Event), stderr io.Writer) (*api.Result, error) {
 	log, err := newLogger(stderr, c.logFormat, c.debug)
 	if err != nil {
 		return nil, err
@@ -266,22 +268,18 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 	for _, w := range plan.Warnings {
 		log.Warn(w)
 	}
-	opts := pull.Options{Events: events, Log: log}
+	opts := pipeline.Options{Events: events, Log: log,
+		User: settings.Privileges.User, Seccomp: settings.Privileges.Seccomp,
+		LogFormat: c.logFormat, Debug: c.debug}
 	if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
 		opts.Report = stderr
 	}
-	var res *pull.Result
-	if c.noIsolation {
-		res, err = pull.Run(ctx, plan, opts)
-	} else {
-		cg, cerr := cgroup.FromPolicy(settings)
-		if cerr != nil {
-			return nil, failure.Wrap(failure.Usage, cerr, "")
+	if !c.noIsolation {
+		if opts.Cgroup, err = pipeline.CgroupConfig(settings); err != nil {
+			return nil, failure.Wrap(failure.Usage, err, "")
 		}
-		res, err = reexec.Pull(ctx, plan, reexec.Options{Options: opts, Cgroup: cg,
-			User: settings.Privileges.User, Seccomp: settings.Privileges.Seccomp,
-			LogFormat: c.logFormat, Debug: c.debug})
 	}
+	res, err := pipeline.Run(ctx, plan, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +288,7 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 }
 
 // resolve loads the policy, applies the flags and builds the plan.
-func resolve(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, *policy.Loaded, error) {
+func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan, *policy.Loaded, error) {
 	l, err := policy.Resolve(c.policyFile, c.profile)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
@@ -301,7 +299,7 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, *po
 	if err := l.Validate(); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
-	plan, err := pull.NewPlan(l, pull.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"})
+	plan, err := pipeline.NewPlan(l, pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -336,7 +334,7 @@ func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
 }
 
 // progressSink returns a function writing JSON Lines to fd, or nil for -1.
-func progressSink(fd int) (func(pull.Event), func(), error) {
+func progressSink(fd int) (func(api.Event), func(), error) {
 	if fd < 0 {
 		return nil, func() {}, nil
 	}
@@ -348,7 +346,7 @@ func progressSink(fd int) (func(pull.Event), func(), error) {
 	var mu sync.Mutex
 	enc := json.NewEncoder(f)
 	enc.SetEscapeHTML(false)
-	return func(e pull.Event) {
+	return func(e api.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(e)

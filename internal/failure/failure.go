@@ -3,6 +3,9 @@ package failure
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"strings"
 )
 
 // Code classifies a failure. The string values are part of the CLI contract
@@ -84,4 +87,18 @@ func CodeOf(err error) Code {
 		return fe.Code
 	}
 	return Internal
+}
+
+// Reason renders a path error as "PATH: reason", without Go's operation
+// word ("open", "rename"), for messages that already say what was done.
+func Reason(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Path + ": " + pe.Err.Error()
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.New + ": " + le.Err.Error()
+	}
+	return strings.TrimSpace(err.Error())
 }

@@ -1,102 +1,47 @@
-package pull
+package pipeline
 
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
+	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
 )
 
+// Version is the binary's version (set by main from the build), sent in the
+// User-Agent of every registry request, also from the isolated child.
+var Version = "dev"
+
 // SystemSignaturePolicy is used when no signature policy is configured and
 // the file exists.
 const SystemSignaturePolicy = "/etc/containers/policy.json"
 
-// Plan is one fully resolved pull. It must stay JSON-representable.
+// Plan is one fully resolved pull: what explain prints (secrets never
+// marshal) and what Run carries out. It must stay JSON-representable. The
+// embedded pull.Request is the part the copy needs; the rest is the
+// pipeline's (network, isolation, where the settings came from).
 type Plan struct {
-	Image       string      `json:"image"`
-	Reference   string      `json:"reference"`
-	Registry    string      `json:"registry"`
-	ShortName   string      `json:"short_name_resolved_by,omitempty"`
-	Destination Destination `json:"destination"`
-	// Credentials are the matching credentials in the order they are
-	// tried (secrets never marshal); empty means anonymous.
-	Credentials []auth.Credential `json:"credentials"`
-	AuthFiles   []auth.AuthFile   `json:"auth_files"`
+	pull.Request
+	ShortName string `json:"short_name_resolved_by,omitempty"`
 	// KubeletDockerConfig is the node docker config file the kubelet search
 	// found ("" when the search is off or found none).
-	KubeletDockerConfig string          `json:"kubelet_docker_config,omitempty"`
-	Trust               auth.Trust      `json:"trust"`
-	Signature           SignaturePolicy `json:"signature_policy"`
+	KubeletDockerConfig string `json:"kubelet_docker_config,omitempty"`
 	// RegistriesConf is the registries.conf in effect ("" = system default).
-	RegistriesConf   string        `json:"registries_conf,omitempty"`
-	Retries          int           `json:"retries"`
-	RetryDelay       time.Duration `json:"retry_delay_ns"`
-	Timeout          time.Duration `json:"timeout_ns"`
-	StallTimeout     time.Duration `json:"stall_timeout_ns"`
-	ParallelLayers   int           `json:"parallel_layers"`
-	AllArchitectures bool          `json:"all_architectures"`
-	Network          Network       `json:"network"`
-	Isolation        Isolation     `json:"isolation"`
-	Policy           PolicySource  `json:"policy"`
-	Warnings         []string      `json:"warnings,omitempty"`
-	// Reclaimed lists stale staging directories removed by Prepare.
-	Reclaimed []string `json:"-"`
-}
-
-// Destination is DEST split into its transport and path.
-type Destination struct {
-	Raw       string `json:"raw"`
-	Transport string `json:"transport"`
-	Path      string `json:"path"`
-	Ref       string `json:"ref,omitempty"`
-}
-
-// String renders the destination with its absolute path.
-func (d Destination) String() string {
-	s := d.Transport + ":" + d.Path
-	if d.Ref != "" {
-		s += ":" + d.Ref
-	}
-	return s
-}
-
-// SignaturePolicy says which policy.json judges the image.
-type SignaturePolicy struct {
-	// Source is "flag", "policy-file", "system" or "builtin".
-	Source string `json:"source"`
-	File   string `json:"file,omitempty"`
-	Note   string `json:"note,omitempty"`
-}
-
-// Isolation describes how the pull is isolated. The parent fills in the
-// cgroup fields when it has created the cgroup.
-type Isolation struct {
-	Enabled       bool     `json:"enabled"`
-	Mode          string   `json:"mode"`
-	Reason        string   `json:"reason,omitempty"`
-	Cgroup        string   `json:"cgroup,omitempty"`
-	CgroupVersion string   `json:"cgroup_version,omitempty"`
-	CgroupDriver  string   `json:"cgroup_driver,omitempty"`
-	CgroupJoined  bool     `json:"cgroup_joined,omitempty"`
-	Limits        any      `json:"limits,omitempty"`
-	Reclaimed     []string `json:"reclaimed,omitempty"`
-	ChildPID      int      `json:"child_pid,omitempty"`
-	UID           int      `json:"uid,omitempty"`
-	GID           int      `json:"gid,omitempty"`
-	User          string   `json:"user,omitempty"`
-	Seccomp       bool     `json:"seccomp,omitempty"`
-	Netns         string   `json:"netns,omitempty"`
-	DNS           []string `json:"dns,omitempty"`
+	RegistriesConf string        `json:"registries_conf,omitempty"`
+	Network        Network       `json:"network"`
+	Isolation      api.Isolation `json:"isolation"`
+	Policy         PolicySource  `json:"policy"`
+	Warnings       []string      `json:"warnings,omitempty"`
 }
 
 // Network is where the child's network traffic goes.
@@ -111,9 +56,6 @@ type PolicySource struct {
 	File    string `json:"file,omitempty"`
 	Profile string `json:"profile,omitempty"`
 }
-
-// Transports lists the destinations pullhelper writes.
-var Transports = []string{"oci", "dir", "oci-archive", "docker-archive"}
 
 // Inputs are the words of the command line that are not policy settings.
 type Inputs struct {
@@ -130,18 +72,21 @@ type Inputs struct {
 // Errors are failure.Usage unless stated.
 func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	p := &Plan{
-		Image:            in.Image,
-		Retries:          int(l.Pull.Retries),
-		RetryDelay:       time.Duration(l.Pull.RetryDelay),
-		Timeout:          time.Duration(l.Pull.Timeout),
-		StallTimeout:     time.Duration(l.Pull.StallTimeout),
-		ParallelLayers:   int(l.Pull.ParallelLayers),
-		AllArchitectures: l.Pull.AllArchitectures,
-		Policy:           PolicySource{File: l.File, Profile: l.Profile},
-		Isolation:        Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp},
+		Request: pull.Request{
+			Image:            in.Image,
+			Retries:          int(l.Pull.Retries),
+			RetryDelay:       time.Duration(l.Pull.RetryDelay),
+			Timeout:          time.Duration(l.Pull.Timeout),
+			StallTimeout:     time.Duration(l.Pull.StallTimeout),
+			ParallelLayers:   int(l.Pull.ParallelLayers),
+			AllArchitectures: l.Pull.AllArchitectures,
+			UserAgent:        "pullhelper/" + Version,
+		},
+		Policy:    PolicySource{File: l.File, Profile: l.Profile},
+		Isolation: api.Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp},
 	}
 	if in.NoIsolation {
-		p.Isolation = Isolation{Enabled: false, Mode: "in-process", Reason: "--no-isolation"}
+		p.Isolation = api.Isolation{Enabled: false, Mode: "in-process", Reason: "--no-isolation"}
 	}
 	if l.Pull.RegistriesConf != "" {
 		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
@@ -160,7 +105,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	p.Reference, p.ShortName = named.String(), how
 	p.Registry = reference.Domain(named)
 	if in.Dest != "" {
-		if p.Destination, err = ParseDestination(in.Dest); err != nil {
+		if p.Destination, err = pull.ParseDestination(in.Dest); err != nil {
 			return nil, err
 		}
 	}
@@ -280,10 +225,10 @@ func mustExist(path, what, setting string) error {
 	return nil
 }
 
-func resolveSignaturePolicy(l *policy.Loaded) (SignaturePolicy, error) {
+func resolveSignaturePolicy(l *policy.Loaded) (api.SignaturePolicy, error) {
 	if f := l.Pull.SignaturePolicy; f != "" {
 		src, _ := l.Defined("pull.signature_policy")
-		sp := SignaturePolicy{Source: "policy-file", File: f}
+		sp := api.SignaturePolicy{Source: "policy-file", File: f}
 		if strings.HasPrefix(src, "-") {
 			sp.Source = "flag"
 		} else {
@@ -292,9 +237,9 @@ func resolveSignaturePolicy(l *policy.Loaded) (SignaturePolicy, error) {
 		return sp, mustExist(f, "signature policy", src)
 	}
 	if _, err := os.Stat(SystemSignaturePolicy); err == nil {
-		return SignaturePolicy{Source: "system", File: SystemSignaturePolicy}, nil
+		return api.SignaturePolicy{Source: "system", File: SystemSignaturePolicy}, nil
 	}
-	return SignaturePolicy{Source: "builtin", Note: "no --signature-policy and no " + SystemSignaturePolicy +
+	return api.SignaturePolicy{Source: "builtin", Note: "no --signature-policy and no " + SystemSignaturePolicy +
 		": built-in policy accepts any image without signature checks (insecureAcceptAnything)"}, nil
 }
 
@@ -352,38 +297,4 @@ func resolveImage(image string, sys *types.SystemContext) (reference.Named, stri
 func mustParse(s string) reference.Named {
 	n, _ := reference.ParseNormalizedNamed(s)
 	return n
-}
-
-// ParseDestination splits DEST ("oci:PATH[:TAG]", "dir:PATH",
-// "oci-archive:PATH[:TAG]", "docker-archive:PATH[:REF]") and makes PATH
-// absolute.
-func ParseDestination(dest string) (Destination, error) {
-	tr, rest, ok := strings.Cut(dest, ":")
-	known := false
-	for _, t := range Transports {
-		known = known || tr == t
-	}
-	if !ok || !known {
-		return Destination{}, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF]", dest, tr)
-	}
-	d := Destination{Raw: dest, Transport: tr, Path: rest}
-	if tr != "dir" {
-		d.Path, d.Ref, _ = strings.Cut(rest, ":")
-	}
-	if d.Path == "" {
-		return Destination{}, failure.New(failure.Usage, "destination %q: the path is empty", dest)
-	}
-	abs, err := filepath.Abs(d.Path)
-	if err != nil {
-		return Destination{}, failure.New(failure.Usage, "destination %q: %v", dest, err)
-	}
-	d.Path = abs
-	if d.Ref != "" {
-		// Validate the tag/reference alone ("/" always exists; DEST's own
-		// parent is checked, as a destination error, when the pull starts).
-		if _, err := d.reference("/"); err != nil {
-			return Destination{}, failure.New(failure.Usage, "destination %q: %v", dest, err)
-		}
-	}
-	return d, nil
 }

@@ -1,0 +1,135 @@
+package api
+
+import "time"
+
+// Result is the JSON object printed on stdout on success.
+type Result struct {
+	Image             string          `json:"image"`
+	Reference         string          `json:"reference"`
+	Digest            string          `json:"digest"`
+	MediaType         string          `json:"media_type"`
+	InstanceDigest    string          `json:"instance_digest,omitempty"`
+	DestinationDigest string          `json:"destination_digest,omitempty"`
+	Destination       string          `json:"destination"`
+	Layers            int             `json:"layers"`
+	Bytes             int64           `json:"bytes"`
+	DurationMS        int64           `json:"duration_ms"`
+	Attempts          int             `json:"attempts"`
+	Credential        *Credential     `json:"credential"`
+	SignaturePolicy   SignaturePolicy `json:"signature_policy"`
+	Isolation         Isolation       `json:"isolation"`
+	Usage             *Usage          `json:"usage,omitempty"`
+}
+
+// Event is one JSON Lines progress event (--progress-fd).
+type Event struct {
+	Type        string    `json:"type"`
+	TS          time.Time `json:"ts"`
+	Image       string    `json:"image,omitempty"`
+	Destination string    `json:"destination,omitempty"`
+	Digest      string    `json:"digest,omitempty"`
+	MediaType   string    `json:"media_type,omitempty"`
+	Size        int64     `json:"size,omitempty"`
+	Bytes       int64     `json:"bytes,omitempty"`
+	Skipped     bool      `json:"skipped,omitempty"`
+	Layers      int       `json:"layers,omitempty"`
+	Attempt     int       `json:"attempt,omitempty"`
+	Code        string    `json:"code,omitempty"`
+	Message     string    `json:"message,omitempty"`
+}
+
+// Event types. The pipeline emits start, done and error itself; only the
+// progress types may come from the copy (in the isolated child, the parent
+// drops any other type the child sends).
+const (
+	EventStart         = "start"
+	EventDone          = "done"
+	EventError         = "error"
+	EventLayerStart    = "layer_start"
+	EventLayerProgress = "layer_progress"
+	EventLayerDone     = "layer_done"
+	EventConfigStart   = "config_start"
+	EventConfigProg    = "config_progress"
+	EventConfigDone    = "config_done"
+)
+
+// IsProgress reports whether t is a progress event type, the only kind the
+// copy may emit.
+func IsProgress(t string) bool {
+	switch t {
+	case EventLayerStart, EventLayerProgress, EventLayerDone, EventConfigStart, EventConfigProg, EventConfigDone:
+		return true
+	}
+	return false
+}
+
+// Credential names the credential a registry accepted (never the secret).
+type Credential struct {
+	Source   string `json:"source"`
+	File     string `json:"file,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Username string `json:"username,omitempty"`
+}
+
+// SignaturePolicy says which policy.json judges the image.
+type SignaturePolicy struct {
+	// Source is "flag", "policy-file", "system" or "builtin".
+	Source string `json:"source"`
+	File   string `json:"file,omitempty"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Isolation describes how the pull was isolated.
+type Isolation struct {
+	Enabled       bool     `json:"enabled"`
+	Mode          string   `json:"mode"`
+	Reason        string   `json:"reason,omitempty"`
+	Cgroup        string   `json:"cgroup,omitempty"`
+	CgroupVersion string   `json:"cgroup_version,omitempty"`
+	CgroupDriver  string   `json:"cgroup_driver,omitempty"`
+	CgroupJoined  bool     `json:"cgroup_joined,omitempty"`
+	Limits        *Limits  `json:"limits,omitempty"`
+	Reclaimed     []string `json:"reclaimed,omitempty"`
+	ChildPID      int      `json:"child_pid,omitempty"`
+	UID           int      `json:"uid,omitempty"`
+	GID           int      `json:"gid,omitempty"`
+	User          string   `json:"user,omitempty"`
+	Seccomp       bool     `json:"seccomp,omitempty"`
+	Netns         string   `json:"netns,omitempty"`
+	DNS           []string `json:"dns,omitempty"`
+}
+
+// Limits are the per-pull cgroup's limits as the result reports them.
+type Limits struct {
+	CPUQuota   float64    `json:"cpu_quota,omitempty"`
+	CPUWeight  uint64     `json:"cpu_weight,omitempty"`
+	MemoryMax  int64      `json:"memory_max,omitempty"`
+	MemoryHigh int64      `json:"memory_high,omitempty"`
+	SwapMax    *int64     `json:"swap_max,omitempty"`
+	PidsMax    int64      `json:"pids_max,omitempty"`
+	IOWeight   uint64     `json:"io_weight,omitempty"`
+	IO         []IODevice `json:"io,omitempty"`
+}
+
+// IODevice is a throttle on one block device.
+type IODevice struct {
+	Source    string `json:"source"`
+	Major     int64  `json:"major"`
+	Minor     int64  `json:"minor"`
+	ReadBPS   uint64 `json:"read_bps,omitempty"`
+	WriteBPS  uint64 `json:"write_bps,omitempty"`
+	ReadIOPS  uint64 `json:"read_iops,omitempty"`
+	WriteIOPS uint64 `json:"write_iops,omitempty"`
+}
+
+// Usage is what the pull's cgroup reported; a field the kernel does not
+// report is omitted.
+type Usage struct {
+	CPUUsageNS      *uint64 `json:"cpu_usage_ns,omitempty"`
+	MemoryPeakBytes *uint64 `json:"memory_peak_bytes,omitempty"`
+	IOReadBytes     *uint64 `json:"io_read_bytes,omitempty"`
+	IOWriteBytes    *uint64 `json:"io_write_bytes,omitempty"`
+	PidsPeak        *uint64 `json:"pids_peak,omitempty"`
+	OOMKills        *uint64 `json:"oom_kills,omitempty"`
+	PidsMaxHits     *uint64 `json:"pids_max_hits,omitempty"`
+}

@@ -1,0 +1,53 @@
+package pipeline_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/pullhelper/pullhelper/"
+
+// The layering rules of DESIGN.md and the restructure issue, checked on the
+// real import graph (go list -deps, so indirect imports count too).
+func TestDependencyRules(t *testing.T) {
+	rules := []struct {
+		pkg    string
+		denied []string
+	}{
+		// The copy knows nothing of isolation or policy.
+		{"pull", []string{"cgroup", "privdrop", "netns", "dnsconf", "policy", "reexec", "pipeline", "cmd/pullhelper"}},
+		// cgroup takes its own limits type.
+		{"cgroup", []string{"policy", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
+		// The output types are importable by agents with no dependency.
+		{"api", []string{"*"}},
+		{"policy", []string{"pull", "pipeline", "reexec", "cgroup", "auth", "cmd/pullhelper"}},
+		{"auth", []string{"policy", "pull", "pipeline", "reexec", "cgroup", "cmd/pullhelper"}},
+		{"reexec", []string{"pipeline", "policy", "cmd/pullhelper"}},
+		{"privdrop", []string{"pull", "pipeline", "reexec", "policy", "cmd/pullhelper"}},
+		{"pipeline", []string{"cmd/pullhelper"}},
+	}
+	for _, r := range rules {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+r.pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
+		}
+		deps := strings.Fields(string(out))
+		for _, d := range deps {
+			if d == module+r.pkg || !strings.HasPrefix(d, module) {
+				if r.denied[0] == "*" && d != module+r.pkg && strings.Contains(d, ".") {
+					t.Errorf("%s imports %s: it must import only the standard library", r.pkg, d)
+				}
+				continue
+			}
+			for _, bad := range r.denied {
+				if bad == "*" || d == module+bad {
+					t.Errorf("%s imports %s (directly or not); the layering forbids it", r.pkg, d)
+				}
+			}
+		}
+		if len(deps) == 0 {
+			t.Fatalf("go list %s printed nothing", r.pkg)
+		}
+	}
+}

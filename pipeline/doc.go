@@ -1,0 +1,25 @@
+// Package pipeline owns a pull from end to end; it is the only place that
+// sequences the stages:
+//
+//	policy + flags → Plan (NewPlan: resolved, validated; explain prints it)
+//	→ material (secrets, certificates, configuration files, read here by
+//	  the parent, which may be the only one allowed to)
+//	→ staging beside DEST
+//	→ copy: in this process (--no-isolation) or in the isolated child
+//	  (package reexec: cgroup, namespaces, privilege drop)
+//	→ take back → verify → commit → result.
+//
+// Invariants:
+//   - cmd/pullhelper parses flags and prints; it calls NewPlan and Run and
+//     nothing else of a pull.
+//   - The copy (package pull) gets everything it needs, the version
+//     included, in its Request and Material; it reads no host
+//     configuration.
+//   - Run emits start and done itself; from the copy it passes on only
+//     progress events.
+//   - On every path out of Run the staging area is removed and, when
+//     isolated, every process of the pull is dead and its cgroup removed.
+//   - Building a Plan sends no network byte of its own; it may run the
+//     kubelet's credential-provider plugins (never for explain), which
+//     may.
+package pipeline

@@ -1,0 +1,222 @@
+package pipeline
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/privdrop"
+	"github.com/pullhelper/pullhelper/pull"
+	"github.com/pullhelper/pullhelper/reexec"
+)
+
+// Options are the caller's hooks and the isolation settings of a pull.
+type Options struct {
+	// Events receives progress events in order (start, the copy's
+	// progress, then done or error is the caller's); may be nil.
+	Events func(api.Event)
+	// Report, when set, receives containers/image's progress bars (only
+	// useful on a terminal).
+	Report io.Writer
+	// Log receives human log records; nil discards them.
+	Log *slog.Logger
+	// Cgroup is where the isolated child runs and what it may use.
+	Cgroup cgroup.Config
+	// User is [privileges] user: dynamic, a name or a uid.
+	User string
+	// Seccomp is [privileges] seccomp.
+	Seccomp bool
+	// LockDir holds the dynamic uid locks (default privdrop.DefaultLockDir).
+	LockDir   string
+	LogFormat string
+	Debug     bool
+}
+
+func (o *Options) emit(e api.Event) {
+	if o.Events != nil {
+		e.TS = time.Now().UTC()
+		o.Events(e)
+	}
+}
+
+// Run carries out a plan, the one place that sequences a pull:
+// material → staging → copy (in this process, or in the isolated child) →
+// take back → verify → commit → result. On every path out the staging
+// area is removed, and when isolated every process of the pull is dead and
+// its cgroup removed, before Run returns.
+func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
+	start := time.Now()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.emit(api.Event{Type: api.EventStart, Image: p.Reference, Destination: p.Destination.Raw})
+	m, err := p.LoadMaterial()
+	if err != nil {
+		return nil, err
+	}
+	st, err := pull.Prepare(p.Destination)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Remove()
+	for _, r := range st.Reclaimed {
+		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
+	var res *api.Result
+	if p.Isolation.Enabled {
+		res, err = isolated(ctx, p, m, st, &o)
+	} else {
+		res, err = inProcess(ctx, p, m, st, &o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.DurationMS = time.Since(start).Milliseconds()
+	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
+	return res, nil
+}
+
+// inProcess is --no-isolation: the copy runs here, as the caller.
+func inProcess(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o *Options) (*api.Result, error) {
+	res, err := pull.Copy(ctx, &p.Request, m, st, pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Commit(p.Destination); err != nil {
+		return nil, err
+	}
+	res.Isolation = p.Isolation
+	return res, nil
+}
+
+// isolated runs the copy in the child: an unprivileged uid, its own
+// cgroup, namespaces; then takes the staging area back, verifies and
+// commits it here.
+func isolated(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o *Options) (*api.Result, error) {
+	lockDir := o.LockDir
+	if lockDir == "" {
+		lockDir = privdrop.DefaultLockDir
+	}
+	lease, err := privdrop.Allocate(o.User, lockDir)
+	if err != nil {
+		return nil, failure.Wrap(failure.Isolation, err, "")
+	}
+	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
+	if err := st.Handover(lease.UID, lease.GID); err != nil {
+		return nil, err
+	}
+
+	reclaimed, err := cgroup.Reclaim(o.Cgroup)
+	for _, r := range reclaimed {
+		o.Log.Warn("reclaimed a stale pull cgroup left by a pullhelper that died", "cgroup", r)
+	}
+	if err != nil {
+		o.Log.Warn("reclaiming stale pull cgroups", "error", err.Error())
+	}
+	cfg := o.Cgroup
+	cfg.AccountPaths = append(cfg.AccountPaths, st.Root)
+	g, err := cgroup.Create(cfg)
+	if err != nil {
+		return nil, failure.Wrap(failure.Isolation, err, "")
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			o.Log.Error("removing the pull cgroup", "error", err.Error())
+		}
+	}()
+	iso := p.Isolation
+	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), cfg.Driver, g.Joined()
+	iso.Reclaimed = append(reclaimed, st.Reclaimed...)
+	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
+	iso.Netns = p.Network.Netns
+	if p.Network.DNS != nil {
+		iso.DNS = p.Network.DNS.Nameservers
+	}
+	if !g.Joined() && cfg.Limits.Any() {
+		iso.Limits = apiLimits(cfg.Limits)
+	}
+
+	stageDir, err := os.OpenFile(st.Root, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, failure.Wrap(failure.Destination, err, "opening the staging directory")
+	}
+	defer stageDir.Close()
+	c, err := reexec.Start(g, reexec.StartOptions{Netns: p.Network.Netns, Stage: stageDir, Debug: o.Debug, Terminal: o.Report != nil})
+	if err != nil {
+		return nil, err
+	}
+	iso.ChildPID = c.PID()
+	// From here on the child exists: Run kills and reaps it on every path.
+	res, err := c.Run(ctx, g, reexec.Request{
+		Copy: &p.Request, Material: m, Stage: reexec.StageInChild(st), Cgroup: g.Expected(),
+		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
+		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
+	}, progressOnly(o.Events), o.Log)
+	usage := g.Usage()
+	if err != nil {
+		return nil, reexec.ExplainDeath(err, usage, cfg.Limits)
+	}
+	// Nothing running as the pull uid may outlive the child: kill what is
+	// left in the cgroup before the staging area is taken back.
+	if err := g.Kill(c.PID()); err != nil {
+		return nil, failure.Wrap(failure.Isolation, err, "")
+	}
+	owner := ownerOf(p.Destination.Path)
+	if err := st.TakeBack(p.Destination, res, owner.UID, owner.GID); err != nil {
+		return nil, err
+	}
+	if err := st.Commit(p.Destination); err != nil {
+		return nil, err
+	}
+	res.Isolation = iso
+	if !g.Joined() {
+		// A joined cgroup's counters are its other members' too.
+		res.Usage = apiUsage(usage)
+	}
+	return res, nil
+}
+
+// progressOnly passes on the copy's progress events and nothing else:
+// start, done and error are the pipeline's to emit.
+func progressOnly(events func(api.Event)) func(api.Event) {
+	if events == nil {
+		return nil
+	}
+	return func(e api.Event) {
+		if api.IsProgress(e.Type) {
+			events(e)
+		}
+	}
+}
+
+func apiLimits(l cgroup.Limits) *api.Limits {
+	out := &api.Limits{CPUQuota: l.CPUQuota, CPUWeight: l.CPUWeight, MemoryMax: l.MemoryMax, MemoryHigh: l.MemoryHigh,
+		SwapMax: l.SwapMax, PidsMax: l.PidsMax, IOWeight: l.IOWeight}
+	for _, d := range l.IO {
+		out.IO = append(out.IO, api.IODevice{Source: d.Source, Major: d.Major, Minor: d.Minor,
+			ReadBPS: d.ReadBPS, WriteBPS: d.WriteBPS, ReadIOPS: d.ReadIOPS, WriteIOPS: d.WriteIOPS})
+	}
+	return out
+}
+
+func apiUsage(u cgroup.Usage) *api.Usage {
+	return &api.Usage{CPUUsageNS: u.CPUUsageNS, MemoryPeakBytes: u.MemoryPeakBytes, IOReadBytes: u.IOReadBytes,
+		IOWriteBytes: u.IOWriteBytes, PidsPeak: u.PidsPeak, OOMKills: u.OOMKills, PidsMaxHits: u.PidsMaxHits}
+}
+
+// ownerOf is the owner of DEST's parent directory: committed files become
+// its, as if its owner had written them (root for the usual /var paths).
+func ownerOf(path string) privdrop.Identity {
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
+		return privdrop.Identity{}
+	}
+	return privdrop.Identity{UID: int(st.Uid), GID: int(st.Gid)}
+}
