@@ -27,8 +27,10 @@ type Endpoint struct {
 	// Host is the host[:port] contacted; Scheme "https" or "http".
 	Host   string `json:"host"`
 	Scheme string `json:"scheme"`
-	// Path is the API root on the host (containerd: "/v2", or the
-	// hosts.toml path / override_path); "" means "/v2".
+	// Path is containerd's API root on the host ("/v2", a hosts.toml path
+	// prefix + "/v2", or exactly the path with override_path, possibly
+	// ""); "" for registries.conf endpoints, where containers/image always
+	// uses /v2.
 	Path string `json:"path,omitempty"`
 	// Repository is the repository name on this host (a registries.conf
 	// location or mirror may rewrite it), as the auth files are matched.
@@ -294,9 +296,6 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, 
 		}
 		e := ctrdEndpoint{scheme: h.scheme, host: h.host, path: h.path, file: dir,
 			capabilities: h.capabilities, headers: h.headers, source: EndpointContainerdHost}
-		if e.path == "" {
-			e.path = "/v2"
-		}
 		if i == len(hosts)-1 {
 			e.source = lastSource
 		}
@@ -320,6 +319,7 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, 
 // when no server is set: registry-1.docker.io for docker.io, the localhost
 // rules (http unless port ""/443, skip_verify unless port 80), else https.
 func applyContainerdDefaultHost(last *ctrdHostConfig, host string) {
+	last.path = "/v2"
 	switch {
 	case host == "docker.io":
 		last.scheme, last.host = "https", "registry-1.docker.io"
