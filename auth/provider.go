@@ -81,7 +81,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -104,12 +103,11 @@ const (
 	// plugin run (execPlugin.ExecPlugin).
 	DefaultProviderTimeout = time.Minute
 
-	cpConfigGroup   = "kubelet.config.k8s.io"
-	cpConfigKind    = "CredentialProviderConfig"
-	cpRequestKind   = "CredentialProviderRequest"
-	cpResponseKind  = "CredentialProviderResponse"
-	cpGlobalKey     = "global"
-	cpDockerHubHost = "index.docker.io"
+	cpConfigGroup  = "kubelet.config.k8s.io"
+	cpConfigKind   = "CredentialProviderConfig"
+	cpRequestKind  = "CredentialProviderRequest"
+	cpResponseKind = "CredentialProviderResponse"
+	cpGlobalKey    = "global"
 
 	cpMaxStdout     = 4 << 20
 	cpMaxStderr     = 64 << 10
@@ -563,7 +561,7 @@ func (c *ProviderConfig) Validate() error {
 			add(i, p, "providers.matchImages: Required value: at least 1 item in matchImages is required")
 		}
 		for _, m := range p.MatchImages {
-			if _, err := cpParseSchemelessURL(m); err != nil {
+			if _, err := parseSchemelessURL(m); err != nil {
 				add(i, p, "providers.matchImages: Invalid value: %q: match image is invalid: %v", m, cpURLError(err))
 			}
 		}
@@ -673,140 +671,34 @@ func cpURLError(err error) error {
 
 // ---- matching and the keyring ----
 
-// cpParseSchemelessURL is the kubelet's ParseSchemelessURL.
-func cpParseSchemelessURL(s string) (*url.URL, error) {
-	u, err := url.Parse("https://" + s)
-	if err != nil {
-		return nil, err
-	}
-	u.Scheme = ""
-	return u, nil
-}
-
-func cpSplitURL(u *url.URL) ([]string, string) {
-	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil {
-		host, port = u.Host, ""
-	}
-	return strings.Split(host, "."), port
-}
-
-// cpURLsMatch is the kubelet's URLsMatchStr: equal ports, the same number of
-// host labels each matching as a glob, and a string-prefix path.
-func cpURLsMatch(glob, target string) bool {
-	g, err := cpParseSchemelessURL(glob)
-	if err != nil {
-		return false
-	}
-	t, err := cpParseSchemelessURL(target)
-	if err != nil {
-		return false
-	}
-	gParts, gPort := cpSplitURL(g)
-	tParts, tPort := cpSplitURL(t)
-	if gPort != tPort || len(gParts) != len(tParts) || !strings.HasPrefix(t.Path, g.Path) {
-		return false
-	}
-	for i, gp := range gParts {
-		ok, err := filepath.Match(gp, tParts[i])
-		if err != nil || !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// cpImageAllowed is pluginProvider.isImageAllowed.
+// cpImageAllowed is pluginProvider.isImageAllowed, with the kubelet
+// keyring's URLsMatch (kubelet.go).
 func cpImageAllowed(matchImages []string, image string) bool {
 	for _, m := range matchImages {
-		if cpURLsMatch(m, image) {
+		if kubeletURLsMatch(m, image) {
 			return true
 		}
 	}
 	return false
 }
 
-// cpNormalizeKey is BasicDockerKeyring.Add's key normalization; ok is false
-// for a key the kubelet logs and ignores.
-func cpNormalizeKey(loc string) (string, bool) {
-	v := loc
-	if !strings.HasPrefix(v, "https://") && !strings.HasPrefix(v, "http://") {
-		v = "https://" + v
-	}
-	u, err := url.Parse(v)
-	if err != nil {
-		return "", false
-	}
-	p := u.Path
-	if strings.HasPrefix(p, "/v2/") || strings.HasPrefix(p, "/v1/") {
-		p = p[3:]
-	}
-	if p != "" && p != "/" {
-		return u.Host + p, true
-	}
-	return u.Host, true
-}
-
-// cpIsDockerHub is the keyring's isDefaultRegistryMatch.
-func cpIsDockerHub(image string) bool {
-	parts := strings.SplitN(image, "/", 2)
-	switch {
-	case parts[0] == "":
-		return false
-	case len(parts) == 1:
-		return true
-	case parts[0] == "docker.io" || parts[0] == "index.docker.io":
-		return true
-	}
-	return !strings.ContainsAny(parts[0], ".:")
-}
-
-// cpKeyring is the BasicDockerKeyring that externalCredentialProviderKeyring
-// fills from every provider's auth map.
-type cpKeyring struct {
-	creds map[string][]Credential
-}
-
-func (k *cpKeyring) add(provider string, auth map[string]cpAuthConfig) {
-	if k.creds == nil {
-		k.creds = map[string][]Credential{}
-	}
-	// The kubelet walks the map in Go's random order; sort so that two keys
-	// of one response that normalize alike keep a stable order.
+// cpAddToKeyring adds one provider's auth map to the BasicDockerKeyring that
+// externalCredentialProviderKeyring fills (the kubelet keyring of
+// kubelet.go, not a copy). The kubelet walks the map in Go's random order;
+// sort so that two keys of one response that normalize alike keep a stable
+// order.
+func cpAddToKeyring(k *KubeletKeyring, provider string, auth map[string]cpAuthConfig) {
 	locs := make([]string, 0, len(auth))
 	for loc := range auth {
 		locs = append(locs, loc)
 	}
 	sort.Strings(locs)
+	var cfg kubeletConfig
 	for _, loc := range locs {
-		key, ok := cpNormalizeKey(loc)
-		if !ok {
-			continue
-		}
 		a := auth[loc]
-		k.creds[key] = append(k.creds[key], Credential{
-			Source: sourceCredentialProvider, File: provider, Key: loc,
-			Username: a.Username, Password: a.Password,
-		})
+		cfg.entries = append(cfg.entries, kubeletConfigItem{key: loc, entry: kubeletEntry{Username: a.Username, Password: a.Password}})
 	}
-}
-
-func (k *cpKeyring) lookup(image string) []Credential {
-	index := make([]string, 0, len(k.creds))
-	for key := range k.creds {
-		index = append(index, key)
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(index)))
-	var out []Credential
-	for _, key := range index {
-		if cpURLsMatch(key, image) {
-			out = append(out, k.creds[key]...)
-		}
-	}
-	if len(out) == 0 && cpIsDockerHub(image) {
-		out = append(out, k.creds[cpDockerHubHost]...)
-	}
-	return out
+	k.add(cfg, sourceCredentialProvider, provider)
 }
 
 // ---- running the providers ----
@@ -845,7 +737,7 @@ func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts Provide
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	var kr cpKeyring
+	kr := &KubeletKeyring{}
 	var errs []error
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
@@ -860,10 +752,10 @@ func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts Provide
 			errs = append(errs, err)
 		}
 		if auth != nil {
-			kr.add(p.Name, auth)
+			cpAddToKeyring(kr, p.Name, auth)
 		}
 	}
-	return kr.lookup(repo), errors.Join(errs...)
+	return kr.Lookup(repo), errors.Join(errs...)
 }
 
 // cpCheckBinaries is RegisterCredentialProviderPlugins' check.
