@@ -52,6 +52,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -403,11 +404,14 @@ func ctrdAbsPath(p string) string {
 
 // hostConfig is one entry of a hosts directory.
 type ctrdHostConfig struct {
-	scheme      string
-	host        string
-	caCerts     []string
-	clientPairs [][2]string
-	skipVerify  *bool
+	scheme       string
+	host         string
+	path         string   // "/v2" unless override_path or a path prefix
+	capabilities []string // nil: pull, resolve, push
+	headers      []string // header names, sorted
+	caCerts      []string
+	clientPairs  [][2]string
+	skipVerify   *bool
 }
 
 // resolveContainerdHosts follows ConfigureHosts with HostDir from the
@@ -428,24 +432,7 @@ func resolveContainerdHosts(reg *ctrdRegistry, host string) (*ContainerdRegistry
 	}
 	last := &hosts[len(hosts)-1]
 	if last.host == "" {
-		switch {
-		case host == "docker.io":
-			last.scheme, last.host = "https", "registry-1.docker.io"
-		case containerdIsLocalhost(host):
-			last.host = host
-			_, port, _ := net.SplitHostPort(host)
-			if port == "" || port == "443" {
-				last.scheme = "https"
-			} else {
-				last.scheme = "http"
-			}
-			if port != "80" {
-				skip := true
-				last.skipVerify = &skip
-			}
-		default:
-			last.scheme, last.host = "https", host
-		}
+		applyContainerdDefaultHost(last, host)
 	}
 	// containerd loads every entry's files and fails the resolve on any error.
 	for _, h := range hosts {
@@ -621,13 +608,24 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 		if err != nil {
 			return result, fmt.Errorf("unable to parse server %v: %w", server, err)
 		}
-		// The path (/v2, override_path) does not matter here.
 		result.scheme, result.host = u.Scheme, u.Host
+		// hosts.go parseHostConfig: clean the path, append /v2 unless it
+		// already ends so or override_path is set.
+		if len(u.Path) > 0 {
+			u.Path = path.Clean(u.Path)
+			if !strings.HasSuffix(u.Path, "/v2") && !config.OverridePath {
+				u.Path += "/v2"
+			}
+		} else if !config.OverridePath {
+			u.Path = "/v2"
+		}
+		result.path = u.Path
 	}
 	result.skipVerify = config.SkipVerify
 	for _, c := range config.Capabilities {
 		switch strings.ToLower(c) {
 		case "pull", "resolve", "push":
+			result.capabilities = append(result.capabilities, strings.ToLower(c))
 		default:
 			return result, fmt.Errorf("unknown capability %v", c)
 		}
@@ -686,7 +684,9 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 		default:
 			return result, fmt.Errorf("invalid type %T for header %q", ty, key)
 		}
+		result.headers = append(result.headers, key)
 	}
+	sort.Strings(result.headers)
 	return result, nil
 }
 

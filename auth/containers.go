@@ -16,6 +16,9 @@ import (
 // Credential is one candidate credential and where it came from. Username is
 // not secret; Password and IdentityToken are, and never marshal.
 type Credential struct {
+	// ID is the same for equal credentials of one Keyring (the secret is
+	// carried once; endpoints name it by ID).
+	ID            string `json:"id,omitempty"`
 	Source        string `json:"source"`
 	File          string `json:"file,omitempty"`
 	Key           string `json:"key,omitempty"`
@@ -208,6 +211,12 @@ func normalizeRegistry(r string) string {
 // runCredHelper runs docker-credential-NAME get, passing the registry on
 // stdin, as containers/image does. The helper's output is never logged.
 func runCredHelper(helper, registry, file string) (*Credential, error) {
+	return runHelper(helper, registry, "credential-helper", file, "credHelpers."+registry)
+}
+
+// runHelper is pkg/docker/config getCredsFromCredHelper: "credentials not
+// found" is no credential, a "<token>" username an identity token.
+func runHelper(helper, registry, source, file, key string) (*Credential, error) {
 	bin := "docker-credential-" + helper
 	cmd := exec.Command(bin, "get")
 	cmd.Stdin = strings.NewReader(registry)
@@ -218,7 +227,7 @@ func runCredHelper(helper, registry, file string) (*Credential, error) {
 		if strings.Contains(msg, "credentials not found") {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("running credential helper %s for %s (credHelpers in %s): %v", bin, registry, file, err)
+		return nil, fmt.Errorf("running credential helper %s for %s (%s in %s): %v", bin, registry, key, file, err)
 	}
 	var out struct {
 		Username string `json:"Username"`
@@ -227,7 +236,7 @@ func runCredHelper(helper, registry, file string) (*Credential, error) {
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		return nil, fmt.Errorf("credential helper %s for %s returned malformed output", bin, registry)
 	}
-	c := &Credential{Source: "credential-helper", File: file, Key: "credHelpers." + registry, Username: out.Username, Password: out.Secret}
+	c := &Credential{Source: source, File: file, Key: key, Username: out.Username, Password: out.Secret}
 	if out.Username == "<token>" {
 		c.Username, c.Password, c.IdentityToken = "", "", out.Secret
 	}

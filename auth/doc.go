@@ -6,9 +6,10 @@
 //     BasicDockerKeyring each: keys normalised, sorted reverse
 //     lexicographically, matched label by label with globs, every matching
 //     key contributing, index.docker.io as the default-registry fallback;
-//   - kubelet credential-provider plugins (provider.go): the exec protocol
-//     (CredentialProviderRequest/Response v1), matchImages, args and env,
-//     cache keys and durations, with a per-node cache;
+//   - kubelet credential-provider plugins (provider.go types and matching,
+//     provider_config.go strict decoding and validation, provider_exec.go the
+//     exec protocol, provider_cache.go the per-node cache), whose responses
+//     go into the same kubelet keyring;
 //   - containerd (containerd.go): the CRI registry section of config.toml
 //     (configs.HOST.auth and .tls, exact endpoint host, docker.io →
 //     registry-1.docker.io) and config_path hosts directories (hosts.toml or
@@ -17,6 +18,14 @@
 //     matching, credHelpers; one certs.d directory per host (trust.go);
 //   - a service-account token file offered to listed registries
 //     (satoken.go).
+//
+// keyring.go and endpoints.go join them per pull: NewKeyring(Config) reads
+// every source once; Lookup(host, repository) answers for one contacted host,
+// TrustFor(host) gives its TLS trust, and Endpoints(image) lists the hosts a
+// pull contacts in order (containerd's hosts.toml [host] entries and server,
+// legacy mirrors, or registries.conf mirrors), each with its own candidates
+// and trust. Registry patterns (ca_files, insecure_registries,
+// service_account_registries) are internal/regpattern's, one port rule.
 //
 // Invariants: only the parent process calls this package, because the files
 // may be readable by root alone. A Credential's secret fields never appear in

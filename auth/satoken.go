@@ -23,8 +23,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/regpattern"
 )
 
 const (
@@ -40,109 +41,41 @@ const (
 // imageRegistry (a registry host[:port]; anything from the first "/" on is
 // ignored, so a repository name also works) when it matches one of the
 // registries patterns, or nil when it matches none (the file is then not
-// read). A pattern is "host[:port]", matched exactly, or "*.domain[:port]",
-// matching any host with one or more labels before ".domain". Hosts compare
-// case-insensitively; a port must be equal, and a pattern without a port
-// matches only a registry without one (as the kubelet's matching does), so
-// the in-cluster registry needs "*.svc:5000", not "*.svc". username ""
+// read). Patterns follow internal/regpattern (the same rule as
+// trust.ca_files and trust.insecure_registries): "host[:port]" or
+// "*.domain[:port]", hosts case-insensitive, ports equal -- so the
+// in-cluster registry needs "*.svc:5000", not "*.svc". username ""
 // means DefaultServiceAccountUsername. Surrounding whitespace (the trailing
 // newline) is trimmed from the token; an empty token is an error. Errors
 // name the file or the pattern, never the token.
 func ServiceAccountToken(tokenFile, username string, registries []string, imageRegistry string) (*Credential, error) {
-	type pattern struct {
-		raw, host, port string
-		wildcard        bool
+	pats, err := regpattern.ParseAll(registries)
+	if err != nil {
+		return nil, fmt.Errorf("service account token registries: %v", err)
 	}
-	pats := make([]pattern, 0, len(registries))
-	for _, r := range registries {
-		host, port, wildcard, err := satParsePattern(r)
-		if err != nil {
-			return nil, fmt.Errorf("service account token registry pattern %q: %v", r, err)
-		}
-		pats = append(pats, pattern{r, host, port, wildcard})
-	}
+	return serviceAccountToken(tokenFile, username, pats, imageRegistry)
+}
+
+func serviceAccountToken(tokenFile, username string, pats []regpattern.Pattern, imageRegistry string) (*Credential, error) {
 	registry, _, _ := strings.Cut(imageRegistry, "/")
 	if registry == "" {
 		return nil, errors.New("service account token: the image registry is empty")
 	}
-	host, port := satSplitHostPort(registry)
-	host = strings.ToLower(host)
-	for _, p := range pats {
-		if p.port != port {
-			continue
-		}
-		if p.wildcard {
-			if !strings.HasSuffix(host, "."+p.host) || len(host) == len(p.host)+1 {
-				continue
-			}
-		} else if host != p.host {
-			continue
-		}
-		token, err := satReadToken(tokenFile)
-		if err != nil {
-			return nil, err
-		}
-		if username == "" {
-			username = DefaultServiceAccountUsername
-		}
-		return &Credential{
-			Source: sourceServiceAccountToken, File: tokenFile, Key: p.raw,
-			Username: username, Password: token,
-		}, nil
+	p, ok := regpattern.First(pats, registry)
+	if !ok {
+		return nil, nil
 	}
-	return nil, nil
-}
-
-// satParsePattern splits "[*.]host[:port]" and lowercases the host.
-func satParsePattern(p string) (host, port string, wildcard bool, err error) {
-	if p == "" {
-		return "", "", false, errors.New("empty pattern")
+	token, err := satReadToken(tokenFile)
+	if err != nil {
+		return nil, err
 	}
-	if strings.Contains(p, "://") {
-		return "", "", false, errors.New("a pattern is host[:port] or *.domain[:port], without a scheme")
+	if username == "" {
+		username = DefaultServiceAccountUsername
 	}
-	if strings.ContainsAny(p, "/@?# \t") {
-		return "", "", false, errors.New("a pattern is host[:port] or *.domain[:port], without a path")
-	}
-	rest, wildcard := strings.CutPrefix(p, "*.")
-	host, port = satSplitHostPort(rest)
-	if host == "" {
-		return "", "", false, errors.New("no host")
-	}
-	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") && !wildcard {
-		if strings.ContainsAny(host[1:len(host)-1], "*?[]") {
-			return "", "", false, errors.New("a wildcard is allowed only as a leading \"*.\"")
-		}
-	} else if strings.ContainsAny(host, "*?[]") {
-		return "", "", false, errors.New("a wildcard is allowed only as a leading \"*.\"")
-	}
-	if strings.HasPrefix(host, ".") || strings.HasSuffix(host, ".") || strings.Contains(host, "..") {
-		return "", "", false, errors.New("empty host label")
-	}
-	if port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return "", "", false, errors.New("the port must be a number from 1 to 65535")
-		}
-	}
-	return strings.ToLower(host), port, wildcard, nil
-}
-
-// satSplitHostPort splits host[:port], including "[v6]:port".
-func satSplitHostPort(s string) (host, port string) {
-	if strings.HasPrefix(s, "[") {
-		if i := strings.Index(s, "]"); i >= 0 {
-			host, rest := s[:i+1], s[i+1:]
-			if p, ok := strings.CutPrefix(rest, ":"); ok {
-				return host, p
-			}
-			return host, ""
-		}
-		return s, ""
-	}
-	if i := strings.LastIndex(s, ":"); i >= 0 {
-		return s[:i], s[i+1:]
-	}
-	return s, ""
+	return &Credential{
+		Source: sourceServiceAccountToken, File: tokenFile, Key: p.String(),
+		Username: username, Password: token,
+	}, nil
 }
 
 func satReadToken(file string) (string, error) {

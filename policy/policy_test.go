@@ -256,7 +256,7 @@ func TestMatchRegistry(t *testing.T) {
 		{"*.svc:5000", "image-registry.openshift-image-registry.svc:5000", true},
 		{"*.svc:5000", "image-registry.openshift-image-registry.svc:443", false},
 		{"*.svc:5000", "svc:5000", false},
-		{"*.example.com", "a.example.com:8443", true},
+		{"*.example.com", "a.example.com:8443", false}, // ports must be equal (internal/regpattern)
 		{"*.example.com", "example.com", false},
 		{"*.example.com", "a.notexample.com", false},
 	} {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/regpattern"
 )
 
 // notYet lists settings that parse and validate but that this version cannot
@@ -192,24 +194,7 @@ func checkRegistryPattern(r string) error {
 	return nil
 }
 
-// MatchRegistry reports whether host ("host[:port]") matches pattern: an
-// exact "host[:port]", or "*.domain[:port]" matching any subdomain of domain
-// (with that port when the pattern names one, with any port otherwise).
-func MatchRegistry(pattern, host string) bool {
-	if !strings.HasPrefix(pattern, "*.") {
-		return pattern == host
-	}
-	ph, pp := splitPort(pattern[2:])
-	hh, hp := splitPort(host)
-	if pp != "" && pp != hp {
-		return false
-	}
-	return strings.HasSuffix(hh, "."+ph)
-}
-
-func splitPort(s string) (string, string) {
-	if i := strings.LastIndex(s, ":"); i >= 0 && !strings.Contains(s[i:], "]") {
-		return s[:i], s[i+1:]
-	}
-	return s, ""
-}
+// MatchRegistry reports whether host ("host[:port]") matches pattern
+// ("host[:port]" or "*.domain[:port]"). The one rule (ports equal, no port
+// matches no port only) is internal/regpattern's.
+func MatchRegistry(pattern, host string) bool { return regpattern.Match(pattern, host) }

@@ -1,0 +1,372 @@
+package auth
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+)
+
+// Endpoint sources.
+const (
+	EndpointRegistry          = "registry"                     // the image's own registry, no configuration
+	EndpointRegistriesConf    = "registries.conf location"     // the primary location of a registries.conf entry
+	EndpointRegistriesMirror  = "registries.conf mirror"       // a [[registry.mirror]]
+	EndpointContainerdHost    = "containerd hosts.toml host"   // a [host."URL"] entry
+	EndpointContainerdServer  = "containerd hosts.toml server" // the top-level server
+	EndpointContainerdDefault = "containerd default"           // no server: the default host
+	EndpointContainerdMirror  = "containerd legacy mirror"     // registry.mirrors."H".endpoint
+)
+
+// Endpoint is one host a pull of the image contacts, in the order tried.
+type Endpoint struct {
+	// Host is the host[:port] contacted; Scheme "https" or "http".
+	Host   string `json:"host"`
+	Scheme string `json:"scheme"`
+	// Path is containerd's API root on the host ("/v2", a hosts.toml path
+	// prefix + "/v2", or exactly the path with override_path, possibly
+	// ""); "" for registries.conf endpoints, where containers/image always
+	// uses /v2.
+	Path string `json:"path,omitempty"`
+	// Repository is the repository name on this host (a registries.conf
+	// location or mirror may rewrite it), as the auth files are matched.
+	Repository string `json:"repository"`
+	// Mirror is true for every endpoint but the image's primary one.
+	Mirror bool `json:"mirror"`
+	// Capabilities are containerd's (pull, resolve, push); a host without
+	// "resolve" is never asked for a tag. Empty: all.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// Headers are the header names hosts.toml sends to this host.
+	Headers []string `json:"headers,omitempty"`
+	// Source says where the endpoint came from (Endpoint* constants); File
+	// names the file (hosts directory, registries.conf).
+	Source string `json:"source"`
+	File   string `json:"file,omitempty"`
+	// Credentials are this host's candidates in order (no secrets in JSON).
+	Credentials []Credential `json:"credentials"`
+	Trust       Trust        `json:"trust"`
+	// Insecure: registries.conf insecure = true for this endpoint (TLS not
+	// verified and plain HTTP allowed).
+	Insecure bool `json:"insecure,omitempty"`
+	// Blocked: registries.conf blocks this host; it is never contacted.
+	Blocked bool `json:"blocked,omitempty"`
+	// NamespaceProxy is registries.conf namespace-proxy: the "ns" query
+	// parameter sent to this mirror.
+	NamespaceProxy string `json:"namespace_proxy,omitempty"`
+}
+
+// TrustFor returns the TLS trust for host ("host[:port]") on top of the
+// system pool: the certificate directory (a flat cert_dir, else the first
+// existing certs.d ROOT/host, containers/image docker_client.go
+// dockerCertDir), trust.ca_files whose pattern matches, and whether
+// verification is off and why (tls_verify=false, trust.insecure_registries,
+// or registries.conf insecure = true for the registry host -- the value
+// newDockerClient uses before an endpoint's own setting applies).
+func (k *Keyring) TrustFor(host string) Trust {
+	t := ResolveTrust(host, k.c.CertDir, k.c.CertsD)
+	for _, cf := range k.caFiles {
+		if cf.p.Match(host) {
+			t.CAFiles = append(t.CAFiles, cf.file)
+		}
+	}
+	off := func(by string) {
+		if t.Verify {
+			t.Verify, t.InsecureBy = false, by
+		}
+	}
+	if !k.c.TLSVerify {
+		s := k.c.TLSVerifySetting
+		if s == "" {
+			s = "tls_verify"
+		}
+		off(s + "=false")
+	}
+	for _, p := range k.insecure {
+		if p.Match(host) {
+			off("trust.insecure_registries " + p.String())
+		}
+	}
+	if reg, err := sysregistriesv2.FindRegistry(k.sys, host); err == nil && reg != nil && reg.Insecure {
+		off(fmt.Sprintf("registries.conf insecure (prefix %q in %s)", reg.Prefix, k.registriesConfName()))
+	}
+	return t
+}
+
+// Endpoints returns, in order, the hosts a pull of image contacts, each with
+// its own candidates and trust. image is a normalized reference
+// ("registry.example.com/ns/repo", with :tag or @digest when known: a
+// digest selects registries.conf digest-only mirrors). With a containerd
+// config the endpoints are containerd's, otherwise registries.conf's. An
+// image whose every endpoint is blocked is an error wrapping ErrBlocked.
+func (k *Keyring) Endpoints(image string) ([]Endpoint, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, fmt.Errorf("parsing image reference %q: %v", image, err)
+	}
+	var eps []Endpoint
+	if k.ctrd != nil {
+		eps, err = k.containerdEndpoints(named)
+	} else {
+		eps, err = k.registriesConfEndpoints(named)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range eps {
+		if !e.Blocked {
+			return eps, nil
+		}
+	}
+	return nil, fmt.Errorf("registry %s is %w %s", reference.Domain(named), errBlocked, k.registriesConfName())
+}
+
+// registriesConfEndpoints is containers/image's newImageSource:
+// FindRegistry(ref.Name()) and PullSourcesFromReference (mirrors, honouring
+// mirror-by-digest-only and pull-from-mirror, then the primary location);
+// per endpoint, insecure from the endpoint and blocked from
+// FindRegistry(endpoint host) as newDockerClient checks it.
+func (k *Keyring) registriesConfEndpoints(named reference.Named) ([]Endpoint, error) {
+	logical := named.Name()
+	domain := reference.Domain(named)
+	reg, err := sysregistriesv2.FindRegistry(k.sys, logical)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %v", k.registriesConfName(), err)
+	}
+	if reg == nil {
+		ep := k.endpoint(query{host: domain, logical: logical, physical: logical, kubelet: true})
+		ep.Source = EndpointRegistry
+		return []Endpoint{ep}, nil
+	}
+	sources, err := reg.PullSourcesFromReference(named)
+	if err != nil {
+		return nil, fmt.Errorf("registries.conf entry %q in %s: %v", reg.Prefix, k.registriesConfName(), err)
+	}
+	var eps []Endpoint
+	for i, ps := range sources {
+		host := reference.Domain(ps.Reference)
+		physical := ps.Reference.Name()
+		ep := k.endpoint(query{host: host, logical: logical, physical: physical, kubelet: host == domain})
+		ep.Mirror = i < len(sources)-1
+		ep.File = k.registriesConfName()
+		ep.NamespaceProxy = ps.Endpoint.NamespaceProxy
+		switch {
+		case ep.Mirror:
+			ep.Source = EndpointRegistriesMirror
+		case physical != logical:
+			ep.Source = EndpointRegistriesConf
+		default:
+			ep.Source = EndpointRegistry
+		}
+		// newPullClient: client.tlsClientConfig.InsecureSkipVerify =
+		// pullSource.Endpoint.Insecure (overriding the host's own entry).
+		ep.Insecure = ps.Endpoint.Insecure
+		if ps.Endpoint.Insecure && ep.Trust.Verify {
+			ep.Trust.Verify, ep.Trust.InsecureBy = false, fmt.Sprintf("registries.conf insecure (%q in %s)", endpointLocation(ps.Endpoint, reg.Prefix), k.registriesConfName())
+		} else if !ps.Endpoint.Insecure && strings.HasPrefix(ep.Trust.InsecureBy, "registries.conf insecure") {
+			ep.Trust.Verify, ep.Trust.InsecureBy = true, ""
+		}
+		if hr, err := sysregistriesv2.FindRegistry(k.sys, host); err == nil && hr != nil && hr.Blocked {
+			ep.Blocked = true
+		}
+		eps = append(eps, ep)
+	}
+	return eps, nil
+}
+
+func endpointLocation(e sysregistriesv2.Endpoint, prefix string) string {
+	if e.Location != "" {
+		return e.Location
+	}
+	return prefix
+}
+
+// endpoint fills the credentials and trust of one host.
+func (k *Keyring) endpoint(q query) Endpoint {
+	return Endpoint{
+		Host: q.host, Scheme: "https", Repository: q.physical,
+		Credentials: nonNil(k.lookup(q)), Trust: k.TrustFor(q.host),
+	}
+}
+
+func nonNil(c []Credential) []Credential {
+	if c == nil {
+		return []Credential{}
+	}
+	return c
+}
+
+// containerdEndpoints is registryHosts: config_path mode through
+// ConfigureHosts (remotes/docker/config/hosts.go: [host] entries in file
+// order, then server or the default host), legacy mode through
+// registryEndpoints (mirrors then the default). The kubelet's credentials
+// go to every host (ParseAuth with an empty ServerAddress).
+func (k *Keyring) containerdEndpoints(named reference.Named) ([]Endpoint, error) {
+	refHost := reference.Domain(named)
+	if refHost == "index.docker.io" {
+		refHost = "docker.io"
+	}
+	_, path := splitRepo(named.Name())
+	list, err := containerdEndpointList(k.ctrd, refHost)
+	if err != nil {
+		return nil, fmt.Errorf("containerd config %s: %v", k.c.ContainerdConfig, err)
+	}
+	legacyKey := ""
+	var eps []Endpoint
+	for i, ce := range list {
+		q := query{host: ce.host, logical: named.Name(), physical: ce.host + path, kubelet: true, ctrdKey: ce.host}
+		if k.ctrd.ConfigPath == "" {
+			// registryHosts (legacy): `if auth == nil && config.Auth != nil
+			// { auth = ... }` inside the loop: the first endpoint with an
+			// auth keeps it for the later ones.
+			if legacyKey == "" && k.ctrd.Configs[ce.host].Auth != nil {
+				legacyKey = ce.host
+			}
+			q.ctrdKey = legacyKey
+		}
+		ep := k.endpoint(q)
+		ep.Scheme, ep.Path, ep.Source, ep.File = ce.scheme, ce.path, ce.source, ce.file
+		ep.Capabilities, ep.Headers = ce.capabilities, ce.headers
+		ep.Mirror = i < len(list)-1
+		ep.Trust.CAFiles = appendNew(ep.Trust.CAFiles, ce.tls.CAFiles...)
+		for _, p := range ce.tls.ClientPairs {
+			ep.Trust.ClientPairs = append(ep.Trust.ClientPairs, p)
+		}
+		if ce.tls.SkipVerify && ep.Trust.Verify {
+			ep.Trust.Verify, ep.Trust.InsecureBy = false, "containerd skip_verify ("+ce.file+")"
+		}
+		eps = append(eps, ep)
+	}
+	return eps, nil
+}
+
+func appendNew(list []string, add ...string) []string {
+	for _, a := range add {
+		found := false
+		for _, l := range list {
+			found = found || l == a
+		}
+		if !found {
+			list = append(list, a)
+		}
+	}
+	return list
+}
+
+// ctrdEndpoint is one registry host containerd would try.
+type ctrdEndpoint struct {
+	scheme, host, path, source, file string
+	capabilities, headers            []string
+	tls                              ContainerdTLS
+}
+
+// containerdEndpointList lists containerd's hosts for refHost in order.
+func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, error) {
+	if reg.ConfigPath == "" {
+		return containerdLegacyList(reg, refHost)
+	}
+	dir, err := containerdHostDir(filepath.SplitList(reg.ConfigPath), refHost)
+	if err != nil {
+		return nil, fmt.Errorf("containerd hosts directory for %s: %w", refHost, err)
+	}
+	var hosts []ctrdHostConfig
+	fromFile := false
+	if dir != "" {
+		if hosts, err = loadContainerdHostDir(dir); err != nil {
+			return nil, fmt.Errorf("containerd hosts directory %s: %w", dir, err)
+		}
+		fromFile = len(hosts) > 1 || (len(hosts) == 1 && hosts[0].host != "")
+	}
+	if hosts == nil {
+		hosts = make([]ctrdHostConfig, 1)
+	}
+	last := &hosts[len(hosts)-1]
+	lastSource := EndpointContainerdServer
+	if last.host == "" {
+		lastSource = EndpointContainerdDefault
+		applyContainerdDefaultHost(last, refHost)
+	}
+	var out []ctrdEndpoint
+	for i, h := range hosts {
+		if err := checkContainerdTLSFiles(h); err != nil {
+			return nil, err
+		}
+		e := ctrdEndpoint{scheme: h.scheme, host: h.host, path: h.path, file: dir,
+			capabilities: h.capabilities, headers: h.headers, source: EndpointContainerdHost}
+		if i == len(hosts)-1 {
+			e.source = lastSource
+		}
+		if fromFile {
+			e.file = filepath.Join(dir, "hosts.toml")
+		}
+		e.tls.CAFiles = h.caCerts
+		for _, p := range h.clientPairs {
+			if p[1] == "" {
+				p[1] = p[0]
+			}
+			e.tls.ClientPairs = append(e.tls.ClientPairs, p)
+		}
+		e.tls.SkipVerify = h.skipVerify != nil && *h.skipVerify
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// applyContainerdDefaultHost is ConfigureHosts' default for the last entry
+// when no server is set: registry-1.docker.io for docker.io, the localhost
+// rules (http unless port ""/443, skip_verify unless port 80), else https.
+func applyContainerdDefaultHost(last *ctrdHostConfig, host string) {
+	last.path = "/v2"
+	switch {
+	case host == "docker.io":
+		last.scheme, last.host = "https", "registry-1.docker.io"
+	case containerdIsLocalhost(host):
+		last.host = host
+		_, port, _ := net.SplitHostPort(host)
+		if port == "" || port == "443" {
+			last.scheme = "https"
+		} else {
+			last.scheme = "http"
+		}
+		if port != "80" {
+			skip := true
+			last.skipVerify = &skip
+		}
+	default:
+		last.scheme, last.host = "https", host
+	}
+}
+
+// containerdLegacyList is registryHosts without config_path: every endpoint
+// of registryEndpoints with configs[u.Host].tls (or the localhost default).
+func containerdLegacyList(reg *ctrdRegistry, host string) ([]ctrdEndpoint, error) {
+	endpoints, err := ctrdLegacyEndpoints(reg, host)
+	if err != nil {
+		return nil, err
+	}
+	var out []ctrdEndpoint
+	for i, e := range endpoints {
+		u, err := url.Parse(e)
+		if err != nil {
+			return nil, fmt.Errorf("parse registry endpoint %q from mirrors: %w", e, err)
+		}
+		t, err := ctrdLegacyTLS(reg.Configs[u.Host].TLS, host, u)
+		if err != nil {
+			return nil, fmt.Errorf("get TLSConfig for registry %q: %w", e, err)
+		}
+		p := u.Path
+		if p == "" {
+			p = "/v2"
+		}
+		src := EndpointContainerdMirror
+		if i == len(endpoints)-1 && (u.Host == host || u.Host == "registry-1.docker.io" && host == "docker.io") {
+			src = EndpointContainerdDefault
+		}
+		out = append(out, ctrdEndpoint{scheme: u.Scheme, host: u.Host, path: p, source: src,
+			capabilities: []string{"pull", "resolve"}, tls: t})
+	}
+	return out, nil
+}

@@ -1,0 +1,399 @@
+package auth_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/auth"
+)
+
+// hermetic returns a Config reading only files under dir: an empty
+// registries.conf and drop-in directory, no default auth files.
+func hermetic(t *testing.T, dir string) auth.Config {
+	t.Helper()
+	rc := write(t, dir, "registries.conf", "")
+	d := filepath.Join(dir, "registries.conf.d")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return auth.Config{
+		RegistriesConf: rc, RegistriesConfDir: d, TLSVerify: true,
+		Env:      auth.Env{UID: 4242, Home: filepath.Join(dir, "home")},
+		Authfile: write(t, dir, "auth.json", `{"auths":{}}`),
+		CertsD:   []string{filepath.Join(dir, "certs.d")},
+	}
+}
+
+func newKeyring(t *testing.T, c auth.Config) *auth.Keyring {
+	t.Helper()
+	k, err := auth.NewKeyring(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func endpoints(t *testing.T, k *auth.Keyring, image string) []auth.Endpoint {
+	t.Helper()
+	eps, err := k.Endpoints(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eps
+}
+
+// who lists "source:key:username" of each candidate.
+func who(cs []auth.Credential) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, c.Source+":"+c.Key+":"+c.Username)
+	}
+	return out
+}
+
+func hostsOf(eps []auth.Endpoint) []string {
+	var out []string
+	for _, e := range eps {
+		out = append(out, e.Scheme+"://"+e.Host+e.Path+" "+e.Source)
+	}
+	return out
+}
+
+// The issue-11 bug: a hosts.toml server is contacted with ITS credential
+// (containerd pkg/cri/server/image_pull.go registryHosts: Credentials(host)
+// → Configs[host].auth, host = the endpoint contacted) and its TLS
+// (remotes/docker/config/hosts.go ConfigureHosts), never the image
+// registry's; [host] entries come first in file order, each with its own.
+func TestEndpointsContainerdHostsServer(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, _ := ctrdPEM(t)
+	root := filepath.Join(dir, "hosts")
+	write(t, root, "image.example.com/ca.crt", certPEM)
+	write(t, root, "image.example.com/hosts.toml", `server = "https://other.example.com"
+ca = "ca.crt"
+[host."https://first.example.com:8443/prefix"]
+  capabilities = ["pull"]
+  skip_verify = true
+  [host."https://first.example.com:8443/prefix".header]
+    X-Token = "v"
+[host."http://second.example.com"]
+  override_path = true
+`)
+	c := hermetic(t, dir)
+	c.ContainerdConfig = write(t, dir, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
+		"["+ctrdCRI+".configs.\"image.example.com\".auth]\nusername = \"image-user\"\npassword = \"ip\"\n"+
+		"["+ctrdCRI+".configs.\"other.example.com\".auth]\nusername = \"other-user\"\npassword = \"op\"\n"+
+		"["+ctrdCRI+".configs.\"first.example.com:8443\".auth]\nusername = \"first-user\"\npassword = \"fp\"\n")
+	k := newKeyring(t, c)
+	eps := endpoints(t, k, "image.example.com/ns/app:1")
+	want := []string{
+		"https://first.example.com:8443/prefix/v2 containerd hosts.toml host",
+		"http://second.example.com containerd hosts.toml host",
+		"https://other.example.com/v2 containerd hosts.toml server",
+	}
+	if got := hostsOf(eps); !reflect.DeepEqual(got, want) {
+		t.Fatalf("endpoints %q, want %q", got, want)
+	}
+	wantCreds := [][]string{
+		{`containerd-config:configs."first.example.com:8443".auth:first-user`},
+		{},
+		{`containerd-config:configs."other.example.com".auth:other-user`},
+	}
+	for i, e := range eps {
+		if got := who(e.Credentials); !reflect.DeepEqual(got, wantCreds[i]) {
+			t.Errorf("%s: credentials %q, want %q", e.Host, got, wantCreds[i])
+		}
+		if e.Repository != e.Host+"/ns/app" {
+			t.Errorf("%s: repository %q", e.Host, e.Repository)
+		}
+		if e.Mirror != (i < 2) {
+			t.Errorf("%s: mirror = %v", e.Host, e.Mirror)
+		}
+	}
+	if !reflect.DeepEqual(eps[0].Capabilities, []string{"pull"}) || !reflect.DeepEqual(eps[0].Headers, []string{"X-Token"}) {
+		t.Errorf("first: capabilities %q headers %q", eps[0].Capabilities, eps[0].Headers)
+	}
+	if eps[0].Trust.Verify || !strings.Contains(eps[0].Trust.InsecureBy, "containerd skip_verify") {
+		t.Errorf("first: trust %+v, want skip_verify", eps[0].Trust)
+	}
+	srv := eps[2].Trust
+	if !srv.Verify || !reflect.DeepEqual(srv.CAFiles, []string{filepath.Join(root, "image.example.com/ca.crt")}) {
+		t.Errorf("server trust %+v, want the hosts.toml ca and verification", srv)
+	}
+	if len(eps[1].Trust.CAFiles) != 0 {
+		t.Errorf("second: CA files %q leaked from another entry", eps[1].Trust.CAFiles)
+	}
+	// No endpoint is the image registry: its configs auth is never sent.
+	for _, e := range eps {
+		for _, cr := range e.Credentials {
+			if cr.Username == "image-user" {
+				t.Errorf("%s got the image registry's credential", e.Host)
+			}
+		}
+	}
+}
+
+// The kubelet's credentials reach containerd without a ServerAddress, so
+// ParseAuth (image_pull.go) hands them to every host, mirrors included; the
+// kubelet matches them against the IMAGE name (kuberuntime_image.go
+// PullImage → keyring Lookup(repoToPull)). Then configs."host".auth of the
+// endpoint, the service-account token by endpoint host, auth files by the
+// repository on that host.
+func TestEndpointsContainerdKubeletCredentialsEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "hosts")
+	write(t, root, "image.example.com/hosts.toml", "server = \"https://other.example.com\"\n")
+	c := hermetic(t, dir)
+	c.ContainerdConfig = write(t, dir, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
+		"["+ctrdCRI+".configs.\"other.example.com\".auth]\nusername = \"other-user\"\npassword = \"op\"\n")
+	c.PullSecrets = []string{write(t, dir, "secret.json", `{"auths":{"image.example.com":{"auth":"`+b64("sec:sp")+`"},"other.example.com":{"auth":"`+b64("wrong:x")+`"}}}`)}
+	tok := write(t, dir, "token", "tok\n")
+	c.ServiceAccountToken, c.ServiceAccountRegistries = tok, []string{"other.example.com"}
+	c.Authfile = write(t, dir, "auth2.json", `{"auths":{"other.example.com/ns":{"auth":"`+b64("af:ap")+`"},"image.example.com":{"auth":"`+b64("img:x")+`"}}}`)
+	k := newKeyring(t, c)
+	eps := endpoints(t, k, "image.example.com/ns/app")
+	if len(eps) != 1 || eps[0].Host != "other.example.com" {
+		t.Fatalf("endpoints %q", hostsOf(eps))
+	}
+	want := []string{
+		"pull-secret:image.example.com:sec",
+		`containerd-config:configs."other.example.com".auth:other-user`,
+		"service-account-token:other.example.com:serviceaccount",
+		"containers-auth.json:other.example.com/ns:af",
+	}
+	if got := who(eps[0].Credentials); !reflect.DeepEqual(got, want) {
+		t.Errorf("credentials %q, want %q", got, want)
+	}
+}
+
+// Legacy mode (no config_path): registryHosts assigns the captured auth
+// inside its endpoint loop, so the first endpoint with configs.auth keeps it
+// for the later endpoints (containerd 1.6/1.7 pkg/cri/server/image_pull.go).
+func TestEndpointsContainerdLegacyMirrors(t *testing.T) {
+	dir := t.TempDir()
+	c := hermetic(t, dir)
+	c.ContainerdConfig = write(t, dir, "config.toml", "version = 2\n"+
+		"["+ctrdCRI+".mirrors.\"docker.io\"]\nendpoint = [\"https://m1.example.com\", \"m2.example.com:5000\"]\n"+
+		"["+ctrdCRI+".configs.\"m2.example.com:5000\".auth]\nusername = \"m2\"\npassword = \"p\"\n"+
+		"["+ctrdCRI+".configs.\"registry-1.docker.io\".auth]\nusername = \"hub\"\npassword = \"p\"\n")
+	k := newKeyring(t, c)
+	eps := endpoints(t, k, "docker.io/library/busybox:latest")
+	want := []string{
+		"https://m1.example.com/v2 containerd legacy mirror",
+		"https://m2.example.com:5000/v2 containerd legacy mirror",
+		"https://registry-1.docker.io/v2 containerd default",
+	}
+	if got := hostsOf(eps); !reflect.DeepEqual(got, want) {
+		t.Fatalf("endpoints %q, want %q", got, want)
+	}
+	wantUsers := [][]string{{}, {`containerd-config:configs."m2.example.com:5000".auth:m2`}, {`containerd-config:configs."m2.example.com:5000".auth:m2`}}
+	for i, e := range eps {
+		if got := who(e.Credentials); !reflect.DeepEqual(got, wantUsers[i]) {
+			t.Errorf("%s: %q, want %q", e.Host, got, wantUsers[i])
+		}
+	}
+}
+
+// registries.conf mirrors (go.podman.io/image/v5 pkg/sysregistriesv2
+// FindRegistry + PullSourcesFromReference; docker/docker_image_src.go
+// newPullClient): mirrors first, each looked up in the auth files by its own
+// rewritten repository; the kubelet's credential (CRI-O: DockerAuthConfig)
+// only for endpoints in the image's domain; insecure per endpoint; blocked
+// per host (docker_client.go newDockerClient).
+func TestEndpointsRegistriesConfMirrors(t *testing.T) {
+	dir := t.TempDir()
+	c := hermetic(t, dir)
+	c.RegistriesConf = write(t, dir, "registries.conf", `
+[[registry]]
+prefix = "image.example.com/ns"
+location = "image.example.com/ns"
+[[registry.mirror]]
+location = "mirror.example.com:5000/cache/ns"
+insecure = true
+[[registry.mirror]]
+location = "digest.example.com"
+pull-from-mirror = "digest-only"
+[[registry.mirror]]
+location = "blocked.example.com/x"
+[[registry]]
+location = "blocked.example.com"
+blocked = true
+`)
+	c.PullSecrets = []string{write(t, dir, "secret.json", `{"auths":{"image.example.com":{"auth":"`+b64("sec:sp")+`"}}}`)}
+	c.Authfile = write(t, dir, "auth2.json", `{"auths":{"mirror.example.com:5000/cache":{"auth":"`+b64("mir:mp")+`"},"image.example.com":{"auth":"`+b64("img:ip")+`"}}}`)
+	k := newKeyring(t, c)
+	eps := endpoints(t, k, "image.example.com/ns/app:1")
+	want := []string{
+		"https://mirror.example.com:5000 registries.conf mirror",
+		"https://blocked.example.com registries.conf mirror",
+		"https://image.example.com registry",
+	}
+	if got := hostsOf(eps); !reflect.DeepEqual(got, want) {
+		t.Fatalf("endpoints %q, want %q", got, want)
+	}
+	m := eps[0]
+	if got := who(m.Credentials); !reflect.DeepEqual(got, []string{"containers-auth.json:mirror.example.com:5000/cache:mir"}) {
+		t.Errorf("mirror credentials %q: want only its own auth-file entry, no pull secret", got)
+	}
+	if m.Repository != "mirror.example.com:5000/cache/ns/app" || !m.Insecure || m.Trust.Verify ||
+		!strings.Contains(m.Trust.InsecureBy, "registries.conf insecure") {
+		t.Errorf("mirror %+v", m)
+	}
+	if !eps[1].Blocked || eps[0].Blocked || eps[2].Blocked {
+		t.Errorf("blocked flags %v %v %v", eps[0].Blocked, eps[1].Blocked, eps[2].Blocked)
+	}
+	p := eps[2]
+	if got := who(p.Credentials); !reflect.DeepEqual(got, []string{"pull-secret:image.example.com:sec", "containers-auth.json:image.example.com:img"}) {
+		t.Errorf("primary credentials %q", got)
+	}
+	if !p.Trust.Verify || p.Insecure || p.Mirror {
+		t.Errorf("primary %+v", p)
+	}
+	// By digest, the digest-only mirror joins, in file order.
+	eps = endpoints(t, k, "image.example.com/ns/app@sha256:"+strings.Repeat("a", 64))
+	if len(eps) != 4 || eps[1].Host != "digest.example.com" {
+		t.Errorf("by digest: %q", hostsOf(eps))
+	}
+	// Every endpoint blocked: an error.
+	if _, err := k.Endpoints("blocked.example.com/x:1"); !errors.Is(err, auth.ErrBlocked) {
+		t.Errorf("blocked image: err %v, want ErrBlocked", err)
+	}
+}
+
+// registries.conf credential-helpers (pkg/docker/config
+// getCredentialsWithHomeDir): in order, "containers-auth.json" is the auth
+// files, others run docker-credential-NAME with the registry; the first hit
+// wins; not run for explain.
+func TestLookupRegistriesConfCredentialHelpers(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	write(t, bin, "docker-credential-fake", "#!/bin/sh\nread reg\nif [ \"$reg\" = helped.example.com ]; then echo '{\"Username\":\"hu\",\"Secret\":\"hs\"}'; else echo 'credentials not found in native keychain'; exit 1; fi\n")
+	if err := os.Chmod(filepath.Join(bin, "docker-credential-fake"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	c := hermetic(t, dir)
+	c.RegistriesConf = write(t, dir, "registries.conf", `credential-helpers = ["fake", "containers-auth.json"]`)
+	c.Authfile = write(t, dir, "auth2.json", `{"auths":{"helped.example.com":{"auth":"`+b64("file:fp")+`"},"plain.example.com":{"auth":"`+b64("file:fp")+`"}}}`)
+	c.RunProviders = true
+	k := newKeyring(t, c)
+	if got := who(k.Lookup("helped.example.com", "helped.example.com/a")); !reflect.DeepEqual(got, []string{"credential-helper:credential-helpers fake:hu"}) {
+		t.Errorf("helped: %q, want the helper first", got)
+	}
+	if got := who(k.Lookup("plain.example.com", "plain.example.com/a")); !reflect.DeepEqual(got, []string{"containers-auth.json:plain.example.com:file"}) {
+		t.Errorf("plain: %q, want the auth file after the helper found nothing", got)
+	}
+	c.RunProviders = false
+	k = newKeyring(t, c)
+	got := k.Lookup("helped.example.com", "helped.example.com/a")
+	if len(got) != 1 || got[0].Password != "" || !strings.Contains(got[0].Key, "not run by explain") {
+		t.Errorf("explain: %+v, want a placeholder", got)
+	}
+}
+
+// One rule for trust per host: certs.d/HOST, trust.ca_files and
+// trust.insecure_registries by internal/regpattern (ports equal),
+// registries.conf insecure by FindRegistry(host).
+func TestTrustFor(t *testing.T) {
+	dir := t.TempDir()
+	c := hermetic(t, dir)
+	if err := os.MkdirAll(filepath.Join(dir, "certs.d", "reg.example.com:5000"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.CAFiles = []auth.ScopedFile{{Pattern: "*.example.com:5000", File: "/ca/a.pem"}, {Pattern: "reg.example.com", File: "/ca/b.pem"}}
+	c.InsecureRegistries = []string{"*.insecure.test"}
+	c.RegistriesConf = write(t, dir, "registries.conf", "[[registry]]\nlocation = \"rc.example.com\"\ninsecure = true\n")
+	k := newKeyring(t, c)
+	tr := k.TrustFor("reg.example.com:5000")
+	if tr.CertDir != filepath.Join(dir, "certs.d", "reg.example.com:5000") || !reflect.DeepEqual(tr.CAFiles, []string{"/ca/a.pem"}) || !tr.Verify {
+		t.Errorf("reg:5000: %+v", tr)
+	}
+	if tr := k.TrustFor("reg.example.com"); !reflect.DeepEqual(tr.CAFiles, []string{"/ca/b.pem"}) {
+		t.Errorf("reg: CA files %q", tr.CAFiles)
+	}
+	if tr := k.TrustFor("a.insecure.test"); tr.Verify || tr.InsecureBy != "trust.insecure_registries *.insecure.test" {
+		t.Errorf("insecure: %+v", tr)
+	}
+	if tr := k.TrustFor("a.insecure.test:443"); !tr.Verify {
+		t.Errorf("a pattern without a port must not match another port: %+v", tr)
+	}
+	if tr := k.TrustFor("rc.example.com"); tr.Verify || !strings.Contains(tr.InsecureBy, "registries.conf insecure") {
+		t.Errorf("registries.conf insecure not honoured: %+v", tr)
+	}
+	c.TLSVerify, c.TLSVerifySetting = false, "--tls-verify"
+	if tr := newKeyring(t, c).TrustFor("x.example.com"); tr.Verify || tr.InsecureBy != "--tls-verify=false" {
+		t.Errorf("tls_verify: %+v", tr)
+	}
+}
+
+// The kubelet keyring order (pull secrets, node docker config, provider
+// plugins), then containerd, token, auth files; equal secrets share an ID,
+// and no secret is in the JSON.
+func TestLookupOrderIDsAndNoSecrets(t *testing.T) {
+	dir := t.TempDir()
+	c := hermetic(t, dir)
+	c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"reg.example.com":{"auth":"`+b64("sec:topsecret1")+`"}}}`)}
+	kroot := filepath.Join(dir, "kubelet")
+	write(t, kroot, "config.json", `{"auths":{"reg.example.com":{"auth":"`+b64("node:topsecret2")+`"}}}`)
+	c.KubeletDockerConfig = kroot
+	c.ServiceAccountToken = write(t, dir, "token", "topsecret3\n")
+	c.ServiceAccountRegistries = []string{"reg.example.com"}
+	c.Authfile = write(t, dir, "auth2.json", `{"auths":{"reg.example.com":{"auth":"`+b64("af:topsecret4")+`"}}}`)
+	k := newKeyring(t, c)
+	a := k.Lookup("reg.example.com", "reg.example.com/app")
+	want := []string{"pull-secret:reg.example.com:sec", "kubelet-node-config:reg.example.com:node",
+		"service-account-token:reg.example.com:serviceaccount", "containers-auth.json:reg.example.com:af"}
+	if got := who(a); !reflect.DeepEqual(got, want) {
+		t.Fatalf("order %q, want %q", got, want)
+	}
+	b := k.Lookup("reg.example.com", "reg.example.com/other")
+	ids := map[string]bool{}
+	for i := range a {
+		if a[i].ID == "" || a[i].ID != b[i].ID {
+			t.Errorf("candidate %d: IDs %q and %q, want one stable ID", i, a[i].ID, b[i].ID)
+		}
+		ids[a[i].ID] = true
+	}
+	if len(ids) != len(a) {
+		t.Errorf("IDs %v are not distinct", ids)
+	}
+	out, err := json.Marshal(endpoints(t, k, "reg.example.com/app:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "topsecret") {
+		t.Errorf("a secret is in the endpoint JSON: %s", out)
+	}
+	if k.NodeDockerConfig() != filepath.Join(kroot, "config.json") {
+		t.Errorf("node config %q", k.NodeDockerConfig())
+	}
+}
+
+func TestNewKeyringConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		setting string
+		mod     func(*auth.Config)
+	}{
+		{"auth.pull_secrets", func(c *auth.Config) { c.PullSecrets = []string{filepath.Join(dir, "missing")} }},
+		{"auth.service_account_registries", func(c *auth.Config) {
+			c.ServiceAccountToken, c.ServiceAccountRegistries = "/t", []string{"https://x"}
+		}},
+		{"trust.ca_files", func(c *auth.Config) { c.CAFiles = []auth.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
+		{"trust.insecure_registries", func(c *auth.Config) { c.InsecureRegistries = []string{"x/y"} }},
+		{"auth.containerd_config", func(c *auth.Config) { c.ContainerdConfig = write(t, dir, "bad.toml", "version = [") }},
+	} {
+		c := hermetic(t, dir)
+		tc.mod(&c)
+		_, err := auth.NewKeyring(c)
+		var ce *auth.ConfigError
+		if !errors.As(err, &ce) || ce.Setting != tc.setting {
+			t.Errorf("%s: err %v, want a ConfigError for it", tc.setting, err)
+		}
+	}
+}

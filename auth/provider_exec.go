@@ -1,0 +1,315 @@
+package auth
+
+// Running the credential-provider plugins: kubernetes
+// pkg/credentialprovider/plugin/plugin.go (pluginProvider.provide,
+// execPlugin.ExecPlugin) and plugins.go.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.podman.io/image/v5/docker/reference"
+)
+
+// ---- running the providers ----
+
+// Providers runs, in config order, every provider whose matchImages match
+// image, and returns the credentials of their responses in the order the
+// kubelet tries them (see the file comment). image may be any reference
+// (with tag or digest, or short like "nginx"); the kubelet's repository form
+// of it is what the plugins see and what is matched. binDir holds the plugin
+// executables, named as the providers. cacheDir keeps one cache file per
+// provider ("" = no cache).
+//
+// A provider that fails contributes nothing while the others still do:
+// the credentials are returned together with an error naming each failed
+// provider (the kubelet logs such failures and pulls with the rest). Errors
+// before any provider ran (invalid config or image, missing binaries) come
+// with no credentials.
+func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, fmt.Errorf("credential providers: couldn't parse image name %q: %v", image, err)
+	}
+	repo := named.Name()
+	if err := cpCheckBinaries(cfg, binDir); err != nil {
+		return nil, err
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultProviderTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	kr := &KubeletKeyring{}
+	var errs []error
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		if !cpImageAllowed(p.MatchImages, repo) {
+			continue
+		}
+		if ta := p.TokenAttributes; ta != nil && ta.RequireServiceAccount != nil && *ta.RequireServiceAccount {
+			continue // no pod, so no service account: the kubelet skips it
+		}
+		auth, err := cpProvide(p, binDir, repo, cacheDir, opts)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if auth != nil {
+			cpAddToKeyring(kr, p.Name, auth)
+		}
+	}
+	return kr.Lookup(repo), errors.Join(errs...)
+}
+
+// cpCheckBinaries is RegisterCredentialProviderPlugins' check.
+func cpCheckBinaries(cfg *ProviderConfig, binDir string) error {
+	if _, err := os.Stat(binDir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("credential providers: plugin binary directory %s did not exist", binDir)
+		}
+		return fmt.Errorf("credential providers: error inspecting binary directory %s: %w", binDir, cpPathErr(err))
+	}
+	for _, p := range cfg.Providers {
+		bin := filepath.Join(binDir, p.Name)
+		if _, err := exec.LookPath(bin); err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+				return fmt.Errorf("credential provider %q: plugin binary executable %s did not exist", p.Name, bin)
+			}
+			return fmt.Errorf("credential provider %q: error inspecting binary executable %s: %v", p.Name, bin, cpPathErr(err))
+		}
+	}
+	return nil
+}
+
+func cpPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+type cpAuthConfig struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+type cpResponse struct {
+	APIVersion    string                  `json:"apiVersion"`
+	Kind          string                  `json:"kind"`
+	CacheKeyType  string                  `json:"cacheKeyType"`
+	CacheDuration *cpDuration             `json:"cacheDuration"`
+	Auth          map[string]cpAuthConfig `json:"auth"`
+	// serviceAccountTokenCacheType is accepted and unused (no token is sent).
+	ServiceAccountTokenCacheType string `json:"serviceAccountTokenCacheType"`
+}
+
+// cpProvide is pluginProvider.provide: the cache, else the plugin.
+func cpProvide(p *CredentialProvider, binDir, image, cacheDir string, opts ProviderOptions) (map[string]cpAuthConfig, error) {
+	var cache *cpCache
+	var cacheErr error
+	if cacheDir != "" {
+		cache, cacheErr = cpLoadCache(cacheDir, p, binDir)
+		if auth, ok := cache.get(image, opts.Now()); ok {
+			return auth, cacheErr
+		}
+	}
+	resp, err := cpExec(p, binDir, image, opts.Timeout)
+	if err != nil {
+		return nil, errors.Join(err, cacheErr)
+	}
+	var key string
+	switch resp.CacheKeyType {
+	case "Image":
+		key = image
+	case "Registry":
+		key = strings.Split(image, "/")[0]
+	case "Global":
+		key = cpGlobalKey
+	default:
+		return nil, errors.Join(fmt.Errorf("credential provider %q (image %s): plugin did not return a valid cacheKeyType: %q (want Image, Registry or Global)",
+			p.Name, image, cpRedact(cpTruncate(resp.CacheKeyType, 64), cpPasswords(resp.Auth))), cacheErr)
+	}
+	auth := resp.Auth
+	if auth == nil {
+		auth = map[string]cpAuthConfig{}
+	}
+	d := *p.DefaultCacheDuration
+	if resp.CacheDuration != nil {
+		d = resp.CacheDuration.Duration
+	}
+	if cache != nil && d > 0 {
+		now := opts.Now()
+		cache.purge(now)
+		cache.Entries[key] = cpCacheEntry{ExpiresAt: now.Add(d), Auth: auth}
+		if err := cache.save(); err != nil {
+			cacheErr = errors.Join(cacheErr, err)
+		}
+	}
+	return auth, cacheErr
+}
+
+// cpExec is execPlugin.ExecPlugin.
+func cpExec(p *CredentialProvider, binDir, image string, timeout time.Duration) (*cpResponse, error) {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("credential provider %q (image %s): "+format, append([]any{p.Name, image}, a...)...)
+	}
+	req, err := json.Marshal(struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+		Image      string `json:"image"`
+	}{cpRequestKind, p.APIVersion, image})
+	if err != nil {
+		return nil, fail("encoding the request: %v", err)
+	}
+	req = append(req, '\n')
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, p.Name), p.Args...)
+	stdout := &cpCappedBuffer{max: cpMaxStdout, fail: true}
+	stderr := &cpCappedBuffer{max: cpMaxStderr}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(req), stdout, stderr
+	env := os.Environ()
+	for _, e := range p.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	cmd.Env = env // exec keeps the last of duplicate names: the config wins
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = cpWaitDelay
+
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return nil, fail("plugin timed out after %s and was killed: %w", timeout, ctx.Err())
+	}
+	if runErr != nil {
+		if stdout.overflow {
+			return nil, fail("plugin wrote more than %d bytes to stdout", cpMaxStdout)
+		}
+		msg := cpRedact(stderr.String(), cpPasswordsFromOutput(stdout.Bytes()))
+		msg = strings.TrimSpace(cpTruncate(msg, cpStderrInError))
+		if msg == "" {
+			return nil, fail("error execing credential provider plugin: %v", runErr)
+		}
+		return nil, fail("error execing credential provider plugin: %v: stderr: %s", runErr, msg)
+	}
+
+	out := stdout.Bytes()
+	secrets := cpPasswordsFromOutput(out)
+	var gvk struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(out, &gvk); err != nil {
+		return nil, fail("error reading GVK from response: %v", cpJSONError(err))
+	}
+	if gvk.APIVersion != p.APIVersion {
+		return nil, fail("apiVersion from credential plugin response did not match expected apiVersion:%s, actual apiVersion:%s",
+			p.APIVersion, cpRedact(cpTruncate(gvk.APIVersion, 128), secrets))
+	}
+	if err := cpStrictCheck(out, cpResponseSchema); err != nil {
+		return nil, fail("error decoding credential provider plugin response from stdout: %s", cpRedact(err.Error(), secrets))
+	}
+	var resp cpResponse
+	if err := json.Unmarshal(out, &resp); err != nil {
+		return nil, fail("error decoding credential provider plugin response from stdout: %s", cpRedact(cpJSONError(err).Error(), secrets))
+	}
+	if resp.Kind != cpResponseKind {
+		return nil, fail("failed to decode CredentialProviderResponse, unexpected Kind: %q", cpRedact(cpTruncate(resp.Kind, 128), secrets))
+	}
+	return &resp, nil
+}
+
+// cpCappedBuffer keeps at most max bytes. With fail set, a write past max is
+// an error (which stops the copy and the plugin's output); otherwise the
+// rest is dropped.
+type cpCappedBuffer struct {
+	bytes.Buffer
+	max      int
+	fail     bool
+	overflow bool
+}
+
+func (b *cpCappedBuffer) Write(p []byte) (int, error) {
+	room := b.max - b.Len()
+	if len(p) > room {
+		b.overflow = true
+		if b.fail {
+			return 0, errors.New("output too large")
+		}
+		if room > 0 {
+			b.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
+
+// cpPasswordsFromOutput collects the password values of whatever response
+// the plugin printed, however malformed the rest of it is.
+func cpPasswordsFromOutput(out []byte) []string {
+	var r struct {
+		Auth map[string]struct {
+			Password any `json:"password"`
+		} `json:"auth"`
+	}
+	if json.Unmarshal(out, &r) != nil {
+		return nil
+	}
+	var pw []string
+	for _, a := range r.Auth {
+		if s, ok := a.Password.(string); ok && s != "" {
+			pw = append(pw, s)
+		}
+	}
+	return pw
+}
+
+func cpPasswords(auth map[string]cpAuthConfig) []string {
+	var pw []string
+	for _, a := range auth {
+		if a.Password != "" {
+			pw = append(pw, a.Password)
+		}
+	}
+	return pw
+}
+
+// cpRedact replaces every secret in s, longest first.
+func cpRedact(s string, secrets []string) string {
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	for _, sec := range secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return s
+}
+
+func cpTruncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "...(truncated)"
+}
