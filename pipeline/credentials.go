@@ -1,8 +1,9 @@
 package pipeline
 
 import (
+	"errors"
 	"os"
-	"path/filepath"
+	"strings"
 
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -14,93 +15,80 @@ import (
 // between pulls on this node (0700).
 const DefaultProviderCacheDir = "/run/pullhelper/credential-provider-cache"
 
-// kubeletCredentials builds the kubelet's keyring order: pull secrets, the
-// node's docker config, credential-provider plugins; then containerd's CRI
-// registry config and the service-account token. Each source is read with
-// the semantics of the tool that owns it. containers auth.json comes last
-// (resolveCredential).
-func (p *Plan) kubeletCredentials(l *policy.Loaded, named reference.Named, explain bool) error {
-	a := l.Auth
-	repo := named.Name() // what the kubelet passes to Lookup: normalized, no tag or digest
-	if len(a.PullSecrets) > 0 {
-		k, err := auth.LoadPullSecrets(a.PullSecrets)
-		if err != nil {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.pull_secrets"), err)
-		}
-		p.Credentials = append(p.Credentials, k.Lookup(repo)...)
+// keyringConfig translates the policy's [auth] and [trust] settings for
+// package auth (which imports no policy).
+func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Config {
+	a, t := l.Auth, l.Trust
+	c := auth.Config{
+		PullSecrets: a.PullSecrets, KubeletDockerConfig: a.KubeletDockerConfig,
+		CredentialProviderConfig: a.CredentialProviderConfig, CredentialProviderBinDir: a.CredentialProviderBinDir,
+		RunProviders:        !in.Explain,
+		ContainerdConfig:    a.ContainerdConfig,
+		ServiceAccountToken: a.ServiceAccountToken, ServiceAccountUsername: a.ServiceAccountUsername,
+		ServiceAccountRegistries: a.ServiceAccountRegistries,
+		Authfile:                 a.Authfile, Env: in.Env,
+		RegistriesConf: registriesConf,
+		CertDir:        t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
+		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",
 	}
-	if a.KubeletDockerConfig != "" {
-		root := a.KubeletDockerConfig
-		if root == "auto" {
-			root = "/var/lib/kubelet"
-		}
-		cwd, _ := os.Getwd()
-		home, _ := os.UserHomeDir()
-		k, file, err := auth.LoadNodeDockerConfig(auth.NodeConfigDirs{RootDir: root, Cwd: cwd, Home: home})
-		if err != nil {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.kubelet_docker_config"), err)
-		}
-		p.KubeletDockerConfig = file
-		p.Credentials = append(p.Credentials, k.Lookup(repo)...)
+	if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
+		c.TLSVerifySetting = src
 	}
-	if a.CredentialProviderConfig != "" {
-		if err := p.providerCredentials(l, explain); err != nil {
+	for _, f := range t.CAFiles {
+		c.CAFiles = append(c.CAFiles, auth.ScopedFile{Pattern: f.Registry, File: f.File})
+	}
+	if c.CredentialProviderConfig != "" && c.RunProviders {
+		c.ProviderCacheDir = DefaultProviderCacheDir
+		if err := os.MkdirAll(c.ProviderCacheDir, 0o700); err != nil {
+			c.ProviderCacheDir = ""
+		}
+	}
+	return c
+}
+
+// resolveEndpoints builds the keyring once and asks it for every host the
+// pull contacts, in order (containerd hosts.toml [host] entries and
+// server, or registries.conf mirrors, then the registry), each with its own
+// credential candidates and trust. The last endpoint is the primary: its
+// candidates and trust are the plan's credentials and trust.
+func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Named) error {
+	k, err := auth.NewKeyring(keyringConfig(l, in, p.RegistriesConf))
+	if err != nil {
+		var ce *auth.ConfigError
+		if errors.As(err, &ce) {
+			return failure.New(failure.Usage, "%s: %v", settingName(l, ce.Setting), ce.Err)
+		}
+		return failure.Wrap(failure.Usage, err, "")
+	}
+	files, userSpecified := k.AuthFiles()
+	p.AuthFiles = files
+	if userSpecified {
+		what := "--authfile"
+		if l.Auth.Authfile == "" {
+			what = "REGISTRY_AUTH_FILE"
+		} else if src, _ := l.Defined("auth.authfile"); src == "file" {
+			what = "auth.authfile"
+		}
+		if err := mustExist(files[0].Path, "auth file", what); err != nil {
 			return err
 		}
 	}
-	if a.ContainerdConfig != "" {
-		reg, err := auth.LoadContainerd(a.ContainerdConfig, reference.Domain(named))
-		if err != nil {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.containerd_config"), err)
-		}
-		p.Credentials = append(p.Credentials, reg.Credentials...)
-		p.Trust.CAFiles = append(p.Trust.CAFiles, reg.TLS.CAFiles...)
-		p.Trust.ClientPairs = append(p.Trust.ClientPairs, reg.TLS.ClientPairs...)
-		if reg.TLS.SkipVerify && p.Trust.Verify {
-			p.Trust.Verify, p.Trust.InsecureBy = false, "containerd skip_verify ("+a.ContainerdConfig+")"
-		}
+	p.KubeletDockerConfig = k.NodeDockerConfig()
+	p.Sources = "registries.conf"
+	if l.Auth.ContainerdConfig != "" {
+		p.Sources = "containerd"
 	}
-	if a.ServiceAccountToken != "" {
-		c, err := auth.ServiceAccountToken(a.ServiceAccountToken, a.ServiceAccountUsername, a.ServiceAccountRegistries, p.Registry)
-		if err != nil {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.service_account_token"), err)
-		}
-		if c != nil {
-			p.Credentials = append(p.Credentials, *c)
-		}
-	}
-	return nil
-}
-
-// providerCredentials runs the kubelet credential-provider plugins that
-// match the image (never for explain: plugins may talk to the network).
-func (p *Plan) providerCredentials(l *policy.Loaded, explain bool) error {
-	a := l.Auth
-	cfg, err := auth.LoadProviderConfig(a.CredentialProviderConfig)
+	eps, err := k.Endpoints(named.String())
+	p.Warnings = append(p.Warnings, k.Warnings...)
 	if err != nil {
-		return failure.New(failure.Usage, "%s: %v", settingName(l, "auth.credential_provider_config"), err)
+		return failure.New(failure.Usage, "%s: %v", p.Reference, err)
 	}
-	bin := a.CredentialProviderBinDir
-	if bin == "" {
-		bin = filepath.Dir(a.CredentialProviderConfig)
+	p.Endpoints = eps
+	primary := eps[len(eps)-1]
+	p.Credentials = primary.Credentials
+	if p.Credentials == nil {
+		p.Credentials = []auth.Credential{}
 	}
-	if st, err := os.Stat(bin); err != nil || !st.IsDir() {
-		return failure.New(failure.Usage, "%s: %s is not a directory", settingName(l, "auth.credential_provider_bin_dir"), bin)
-	}
-	if explain {
-		p.Credentials = append(p.Credentials, auth.Credential{Source: "credential-provider",
-			File: a.CredentialProviderConfig, Key: "(plugins run at pull time; not run by explain)"})
-		return nil
-	}
-	cache := DefaultProviderCacheDir
-	if err := os.MkdirAll(cache, 0o700); err != nil {
-		cache = ""
-	}
-	creds, err := auth.Providers(cfg, bin, p.Reference, cache, auth.ProviderOptions{})
-	if err != nil {
-		// The kubelet logs a failing provider and pulls with the rest.
-		p.Warnings = append(p.Warnings, "credential provider: "+err.Error())
-	}
-	p.Credentials = append(p.Credentials, creds...)
+	p.Trust = primary.Trust
 	return nil
 }

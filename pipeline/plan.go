@@ -42,6 +42,9 @@ type Plan struct {
 	Isolation      api.Isolation `json:"isolation"`
 	Policy         PolicySource  `json:"policy"`
 	Warnings       []string      `json:"warnings,omitempty"`
+	// Sources says whose rules chose the endpoints and credentials:
+	// "containerd" (auth.containerd_config is set) or "registries.conf".
+	Sources string `json:"endpoint_rules"`
 }
 
 // Network is where the child's network traffic goes.
@@ -81,6 +84,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			ParallelLayers:   int(l.Pull.ParallelLayers),
 			AllArchitectures: l.Pull.AllArchitectures,
 			UserAgent:        "pullhelper/" + Version,
+			TLSVerify:        l.Trust.TLSVerify,
 		},
 		Policy:    PolicySource{File: l.File, Profile: l.Profile},
 		Isolation: api.Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp},
@@ -109,28 +113,8 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			return nil, err
 		}
 	}
-	p.Trust = auth.ResolveTrust(p.Registry, l.Trust.CertDir, l.Trust.CertsD)
-	if err := p.kubeletCredentials(l, named, in.Explain); err != nil {
+	if err := p.resolveEndpoints(l, in, named); err != nil {
 		return nil, err
-	}
-	if err := p.resolveCredential(l, in.Env, named); err != nil {
-		return nil, err
-	}
-	if !l.Trust.TLSVerify {
-		p.Trust.Verify, p.Trust.InsecureBy = false, "tls_verify=false"
-		if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
-			p.Trust.InsecureBy = src + "=false"
-		}
-	}
-	for _, cf := range l.Trust.CAFiles {
-		if policy.MatchRegistry(cf.Registry, p.Registry) {
-			p.Trust.CAFiles = append(p.Trust.CAFiles, cf.File)
-		}
-	}
-	for _, pat := range l.Trust.InsecureRegistries {
-		if p.Trust.Verify && policy.MatchRegistry(pat, p.Registry) {
-			p.Trust.Verify, p.Trust.InsecureBy = false, "trust.insecure_registries "+pat
-		}
 	}
 	if p.Signature, err = resolveSignaturePolicy(l); err != nil {
 		return nil, err
@@ -178,31 +162,6 @@ func settingName(l *policy.Loaded, key string) string {
 		return src
 	}
 	return key
-}
-
-func (p *Plan) resolveCredential(l *policy.Loaded, env auth.Env, named reference.Named) error {
-	files, userSpecified, warnings := auth.ContainersAuthFiles(l.Auth.Authfile, env)
-	p.Warnings = append(p.Warnings, warnings...)
-	p.AuthFiles = files
-	if userSpecified {
-		what := "--authfile"
-		if l.Auth.Authfile == "" {
-			what = "REGISTRY_AUTH_FILE"
-		} else if src, _ := l.Defined("auth.authfile"); src == "file" {
-			what = "auth.authfile"
-		}
-		if err := mustExist(files[0].Path, "auth file", what); err != nil {
-			return err
-		}
-	}
-	cred, err := auth.LookupContainers(files, named.Name())
-	if err != nil {
-		return failure.Wrap(failure.Usage, err, "")
-	}
-	if cred != nil {
-		p.Credentials = append(p.Credentials, *cred)
-	}
-	return nil
 }
 
 func fileExists(p string) bool {

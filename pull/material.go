@@ -1,6 +1,7 @@
 package pull
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,10 +17,12 @@ import (
 // code, over the plan pipe when isolated. It never appears in explain, logs
 // or errors.
 type Material struct {
-	// Secrets are the plan's Credentials, in the same order.
-	Secrets         []Secret          `json:"secrets,omitempty"`
+	// Secrets are every endpoint's credentials, each once, by ID.
+	Secrets         map[string]Secret `json:"secrets,omitempty"`
 	SignaturePolicy json.RawMessage   `json:"signature_policy,omitempty"` // nil: built-in accept-anything
-	Certs           map[string][]byte `json:"certs,omitempty"`            // file name → content (*.crt, *.cert, *.key)
+	// Certs are each endpoint host's TLS files, host → file name →
+	// content (*.crt CAs, X.cert/X.key client pairs).
+	Certs map[string]map[string][]byte `json:"certs,omitempty"`
 	// RegistriesConf is the registries.conf in effect (drop-ins merged),
 	// rendered by the pipeline; the copy reads no host configuration.
 	RegistriesConf []byte `json:"registries_conf,omitempty"`
@@ -65,6 +68,9 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 	}
 	sys := &types.SystemContext{
 		DockerCertPath: noCertDir,
+		// Credentials come from the auth file Copy writes for each
+		// candidate (per host), never from DockerAuthConfig, which
+		// containers/image would send to every host of the image's domain.
 		// Only the files the pipeline handed over: the rendered
 		// registries.conf (no drop-in directory) and registries.d.
 		SystemRegistriesConfPath:    regConf,
@@ -74,26 +80,30 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 		// Large temporary files (docker-archive) go to the staging area
 		// on DEST's filesystem, never to the host's /var/tmp.
 		BigFilesTemporaryDir: st.Root,
-		// Always set, so that containers/image searches no auth file of
-		// its own: empty means anonymous. Copy sets each candidate in turn.
-		DockerAuthConfig: &types.DockerAuthConfig{},
 		// Keep containers/image's blob-info cache with the configuration:
 		// a pull leaves nothing behind.
 		BlobInfoCacheDir: config,
 	}
-	if len(m.Certs) > 0 {
-		dir := filepath.Join(config, "certs")
-		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-			return nil, failure.Wrap(failure.Destination, err, "preparing certificates")
-		}
-		for n, b := range m.Certs {
-			if err := os.WriteFile(filepath.Join(dir, filepath.Base(n)), b, 0o600); err != nil {
-				return nil, failure.Wrap(failure.Destination, err, "preparing certificates")
+	// Per-host certificate directories, as containers/image lays them out
+	// (ROOT/HOST[:PORT]/…): each endpoint gets exactly its own trust.
+	certs := filepath.Join(config, "certs.d")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		return nil, failure.Wrap(failure.Destination, err, "preparing certificates")
+	}
+	for host, files := range m.Certs {
+		for n, b := range files {
+			if _, err := write(filepath.Join("certs.d", filepath.Base(host), filepath.Base(n)), b); err != nil {
+				return nil, err
 			}
 		}
-		sys.DockerCertPath = dir
 	}
-	if !p.Trust.Verify {
+	sys.DockerCertPath = ""
+	sys.DockerPerHostCertDirPath = certs
+	sys.AuthFilePath = filepath.Join(config, "auth.json")
+	// --tls-verify=false (or tls_verify = false) turns verification off
+	// for every host; per-host insecurity is in the rendered
+	// registries.conf.
+	if !p.TLSVerify {
 		sys.DockerInsecureSkipTLSVerify = types.OptionalBoolTrue
 	}
 	return sys, nil
@@ -135,4 +145,59 @@ func syncTree(root string) error {
 		}
 		return nil
 	})
+}
+
+// authFile is containers-auth.json(5): one entry per host.
+type authFile struct {
+	Auths map[string]authEntry `json:"auths"`
+}
+
+type authEntry struct {
+	Auth          string `json:"auth,omitempty"`
+	IdentityToken string `json:"identitytoken,omitempty"`
+}
+
+// candidates is how many credential rounds the copy may need: the largest
+// candidate list of any endpoint, at least one (anonymous).
+func (p *Request) candidates() int {
+	n := 1
+	for _, e := range p.Endpoints {
+		n = max(n, len(e.Credentials))
+	}
+	return n
+}
+
+// writeAuth writes the auth file of round i: every endpoint host gets its
+// own i-th candidate (its last when it has fewer), so that each credential
+// goes only to the host it is for; a host without one is anonymous.
+func (m *Material) writeAuth(p *Request, path string, i int) error {
+	f := authFile{Auths: map[string]authEntry{}}
+	for _, e := range p.Endpoints {
+		if len(e.Credentials) == 0 || e.Blocked {
+			continue
+		}
+		if _, done := f.Auths[e.Host]; done {
+			continue
+		}
+		c := e.Credentials[min(i, len(e.Credentials)-1)]
+		s, ok := m.Secrets[c.ID]
+		if !ok {
+			continue
+		}
+		var entry authEntry
+		if s.IdentityToken != "" {
+			entry.IdentityToken = s.IdentityToken
+			if s.Username != "" {
+				entry.Auth = base64.StdEncoding.EncodeToString([]byte(s.Username + ":"))
+			}
+		} else {
+			entry.Auth = base64.StdEncoding.EncodeToString([]byte(s.Username + ":" + s.Password))
+		}
+		f.Auths[e.Host] = entry
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "rendering the auth file")
+	}
+	return failure.Wrap(failure.Destination, os.WriteFile(path, b, 0o600), "writing the auth file")
 }

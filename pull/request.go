@@ -15,11 +15,18 @@ type Request struct {
 	Reference   string      `json:"reference"`
 	Registry    string      `json:"registry"`
 	Destination Destination `json:"destination"`
-	// Credentials are the matching credentials in the order they are
-	// tried (secrets never marshal); empty means anonymous.
-	Credentials      []auth.Credential   `json:"credentials"`
-	AuthFiles        []auth.AuthFile     `json:"auth_files"`
-	Trust            auth.Trust          `json:"trust"`
+	// Endpoints are the hosts the copy contacts, in order (mirrors or a
+	// containerd server first, the primary last), each with its own
+	// credential candidates (by ID; secrets are in Material) and trust.
+	Endpoints []auth.Endpoint `json:"endpoints"`
+	// Credentials and Trust are the primary endpoint's (the last): the
+	// candidates tried in order (empty means anonymous).
+	Credentials []auth.Credential `json:"credentials"`
+	AuthFiles   []auth.AuthFile   `json:"auth_files"`
+	Trust       auth.Trust        `json:"trust"`
+	// TLSVerify false turns certificate checks off for every host
+	// (--tls-verify=false); per-host exceptions are in the endpoints.
+	TLSVerify        bool                `json:"tls_verify"`
 	Signature        api.SignaturePolicy `json:"signature_policy"`
 	Retries          int                 `json:"retries"`
 	RetryDelay       time.Duration       `json:"retry_delay_ns"`

@@ -76,37 +76,43 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	if err != nil {
 		return nil, err
 	}
-	// Every matching credential in order, until the registry accepts one
-	// (the kubelet's rule); no credential at all means anonymous, and there
-	// is no anonymous retry after refused credentials.
-	secrets := m.Secrets
-	if len(secrets) == 0 {
-		secrets = []Secret{{}}
-	}
+	// Every candidate in order, until the registry accepts one (the
+	// kubelet's rule: whatever the refusal looks like); each round gives
+	// every host its own candidate, through the auth file, so that a
+	// credential reaches only the host it is for. No credential at all is
+	// one anonymous round; there is no anonymous retry after refused
+	// credentials.
 	var (
 		res      *Result
 		attempts int
+		refused  bool
 	)
-	for i, sec := range secrets {
-		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: sec.Username, Password: sec.Password, IdentityToken: sec.IdentityToken}
-		var n int
-		res, n, err = p.retrying(ctx, pc, sys, st, o)
-		attempts += n
+	n := p.candidates()
+	for i := 0; i < n; i++ {
+		if err = m.writeAuth(p, sys.AuthFilePath, i); err != nil {
+			return nil, err
+		}
+		var k int
+		res, k, err = p.retrying(ctx, pc, sys, st, o)
+		attempts += k
 		if err == nil {
 			res.Credential = p.credentialView(i)
 			break
 		}
-		if failure.CodeOf(err) != failure.Unauthorized || i == len(secrets)-1 {
+		refused = refused || failure.CodeOf(err) == failure.Unauthorized
+		if !nextCandidate(err) || i == n-1 || ctx.Err() != nil {
 			break
 		}
-		c := p.Credentials[i]
-		o.Log.Warn("the registry refused a credential; trying the next", "source", c.Source, "file", c.File, "key", c.Key, "username", c.Username)
+		if i < len(p.Credentials) {
+			c := p.Credentials[i]
+			o.Log.Warn("the registry refused a credential; trying the next", "source", c.Source, "file", c.File, "key", c.Key, "username", c.Username, "error", rootCause(err))
+		}
 		if rerr := st.reset(); rerr != nil {
 			return nil, rerr
 		}
 	}
 	if err != nil {
-		if failure.CodeOf(err) == failure.Unauthorized {
+		if refused || failure.CodeOf(err) == failure.Unauthorized {
 			return nil, p.refusedAll(err)
 		}
 		return nil, err
@@ -144,11 +150,24 @@ func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys
 	}
 }
 
+// nextCandidate reports whether another credential may fare better after
+// err: a refusal of any shape (401/403, a bare UNAUTHORIZED, a 404 that a
+// registry returns for a repository the credential cannot see, an
+// unclassified answer). A network, TLS, verification or destination failure
+// is not about the credential.
+func nextCandidate(err error) bool {
+	switch failure.CodeOf(err) {
+	case failure.Unauthorized, failure.NotFound, failure.Internal:
+		return true
+	}
+	return false
+}
+
 // credentialView is the credential block of the result: the accepted
-// candidate, or anonymous.
+// candidate of the primary endpoint, or anonymous.
 func (p *Request) credentialView(i int) *api.Credential {
-	if i < len(p.Credentials) {
-		c := p.Credentials[i]
+	if len(p.Credentials) > 0 {
+		c := p.Credentials[min(i, len(p.Credentials)-1)]
 		return &api.Credential{Source: c.Source, File: c.File, Key: c.Key, Username: c.Username}
 	}
 	return &api.Credential{Source: "anonymous"}

@@ -34,7 +34,7 @@ func TestErrorRoundTrip(t *testing.T) {
 // JSON has none.
 func TestRequestKeepsSecretsInMaterial(t *testing.T) {
 	p := &pull.Request{Reference: "reg/x:1"}
-	req := Request{Copy: p, Material: &pull.Material{Secrets: []pull.Secret{{Username: "u", Password: "hunter2"}}}}
+	req := Request{Copy: p, Material: &pull.Material{Secrets: map[string]pull.Secret{"cred-1": {Username: "u", Password: "hunter2"}}}}
 	b, _ := json.Marshal(req.Copy)
 	if string(b) == "" || contains(b, "hunter2") {
 		t.Fatalf("plan JSON: %s", b)

@@ -460,14 +460,15 @@ ctrd_crictl() {
     want=$("$PH_PYTHON" -c '
 import json, sys
 h, u, t, reg = sys.argv[1:5]
-print(json.dumps([
+# Each candidate carries the id its secret travels under (one per secret).
+print(json.dumps([dict(id="cred-%d" % (i + 1), **c) for i, c in enumerate([
     {"source": "pull-secret", "file": t + "/secret.json", "key": h, "username": u},
     {"source": "kubelet-node-config", "file": t + "/kubelet/.dockercfg", "key": h, "username": u},
     {"source": "credential-provider", "file": t + "/provider.yaml", "key": "(plugins run at pull time; not run by explain)"},
     {"source": "containerd-config", "file": t + "/config.toml", "key": "configs.\"%s\".auth" % h, "username": u},
     {"source": "service-account-token", "file": t + "/token", "key": h, "username": "serviceaccount"},
     {"source": "containers-auth.json", "file": t + "/auth.json", "key": h, "username": u},
-], separators=(",", ":")))' "$h" "$u" "$T" "$REGISTRY_DIR")
+])], separators=(",", ":")))' "$h" "$u" "$T" "$REGISTRY_DIR")
     assert_equal "$(json_get .plan.credentials <<<"$output")" "$want"
 
     # Trust: the flat --cert-dir, and containerd's ca_file for this host.
