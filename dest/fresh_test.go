@@ -26,6 +26,8 @@ func TestFreshCopyCommitsNewInodes(t *testing.T) {
 		e := pull(t, dd, st, source(t, im), nil)
 		staged := filepath.Join(st.WorkPath, "image", "blobs", "sha256", sha(im.layer)[7:])
 		before := inode(staged)
+		stagedManifest := filepath.Join(st.WorkPath, "image", "blobs", "sha256", im.digest[7:])
+		beforeManifest := inode(stagedManifest)
 		w, err := os.OpenFile(staged, os.O_WRONLY, 0)
 		must(t, err)
 		defer w.Close()
@@ -36,6 +38,9 @@ func TestFreshCopyCommitsNewInodes(t *testing.T) {
 		got, err := os.ReadFile(committed)
 		must(t, err)
 		same := inode(committed) == before
+		if sameM := inode(filepath.Join(d, "blobs", "sha256", im.digest[7:])) == beforeManifest; sameM != same {
+			t.Fatalf("fresh=%v: the manifest's inode kept=%v, the layer's kept=%v", fresh, sameM, same)
+		}
 		if fresh && (same || !bytes.Equal(got, im.layer)) {
 			t.Fatalf("FreshCopy: same inode %v, content intact %v", same, bytes.Equal(got, im.layer))
 		}

@@ -263,6 +263,13 @@ func (d *ociDest) merge(s *Stage, v *verified) error {
 		return d.destErr("locking %s: %v", d.spec.Path, err)
 	}
 	defer func() { _ = unix.Flock(dfd, unix.LOCK_UN) }()
+	// The held fd must still be DEST (not a directory someone renamed
+	// away or removed during the pull).
+	now, err := fstatAt(int(s.parent.Fd()), filepath.Base(d.spec.Path))
+	held, herr := fstat(dfd)
+	if err != nil || herr != nil || now.Dev != held.Dev || now.Ino != held.Ino {
+		return d.destErr("%s was removed or replaced during the pull; retry", d.spec.Path)
+	}
 	refuse := func(entry string, err error) error {
 		return d.destErr("%s/%s: %v", d.spec.Path, entry, errnoText(err))
 	}

@@ -201,3 +201,20 @@ func TestParse(t *testing.T) {
 		t.Fatalf("spec %+v", d.Spec())
 	}
 }
+
+// DEST removed between Stage and Commit: the held fd is a deleted
+// directory, and committing into it would report success for nothing.
+func TestOCIDestRemovedDuringPull(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, newImg("old"), "old")
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, newImg("a")), nil)
+	must(t, dd.Verify(st, e))
+	must(t, os.Rename(d, d+".moved"))
+	must(t, os.Mkdir(d, 0o755))
+	wantCode(t, dd.Commit(st), failure.Destination, "removed or replaced during the pull")
+}

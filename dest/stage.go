@@ -146,7 +146,7 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 	afd := int(at.Fd())
 	var err error
 	for range 16 {
-		s.rootName = stagingPrefix + filepath.Base(b.spec.Path) + "-" + randSuffix()
+		s.rootName = stagingPrefix + shortName(filepath.Base(b.spec.Path)) + "-" + randSuffix()
 		if err = unix.Mkdirat(afd, s.rootName, 0o700); err != unix.EEXIST {
 			break
 		}
@@ -226,4 +226,12 @@ func reclaim(at *os.File) []string {
 		}
 	}
 	return out
+}
+
+// shortName keeps staging names under NAME_MAX whatever DEST is called.
+func shortName(n string) string {
+	if len(n) > 128 {
+		return n[:128]
+	}
+	return n
 }
