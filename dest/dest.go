@@ -3,7 +3,6 @@ package dest
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -101,7 +100,7 @@ type Expect struct {
 	Instance string `json:"instance,omitempty"`
 	// IndexRaw is the raw top-level index when Digest is one: its sha256
 	// must be Digest and Instance must be one of its manifests.
-	IndexRaw []byte `json:"-"`
+	IndexRaw []byte `json:"index_raw,omitempty"`
 	// DestDigest is the stored manifest's digest when the destination
 	// converted it (docker-archive writes Docker schema 2).
 	DestDigest string `json:"dest_digest,omitempty"`
@@ -109,7 +108,7 @@ type Expect struct {
 	// value). docker-archive needs it: its archive holds no manifest, so
 	// the parent ties the archive's config and layers to the digest
 	// through these bytes.
-	Manifest []byte `json:"-"`
+	Manifest []byte `json:"manifest,omitempty"`
 	// MaxBytes caps the sum of the image's blob sizes (0: no cap).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
@@ -204,5 +203,3 @@ func discard(l *slog.Logger) *slog.Logger {
 	}
 	return l
 }
-
-var _ = os.Getuid

@@ -146,3 +146,52 @@ func TestVerifyAcceptsAndOwnsFiles(t *testing.T) {
 	})
 	must(t, err)
 }
+
+// Every accepted shape: a single manifest, an instance chosen from an index
+// the parent resolved, and a whole index (all architectures).
+func TestVerifyAcceptsIndexShapes(t *testing.T) {
+	needRoot(t)
+	im := newImg("x")
+	index := fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":{"architecture":"amd64","os":"linux"}}]}`, im.digest, len(im.manifest))
+	t.Run("instance of a resolved index", func(t *testing.T) {
+		dd, st, e, d := staged(t, im)
+		e.IndexRaw, e.Instance, e.Digest, e.Pinned = index, im.digest, sha(index), sha(index)
+		must(t, dd.Verify(st, e))
+		must(t, dd.Commit(st))
+		if readIndex(t, d)["a"] != im.digest {
+			t.Fatal("the instance is not tagged a")
+		}
+	})
+	t.Run("whole index", func(t *testing.T) {
+		dd, st, e, d := staged(t, im)
+		img := filepath.Join(st.WorkPath, "image")
+		must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(index)[7:]), index, 0o644))
+		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(index), len(index)), 0o644))
+		e.Digest, e.IndexRaw = sha(index), index
+		must(t, dd.Verify(st, e))
+		must(t, dd.Commit(st))
+		if readIndex(t, d)["a"] != sha(index) {
+			t.Fatal("the index is not tagged a")
+		}
+	})
+}
+
+// A blob the copy skipped because DEST had it must still be in DEST when
+// the tag is moved to the new image.
+func TestOCIKnownBlobRemovedBeforeCommit(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "layout")
+	im := newImg("shared")
+	must(t, fullPull(t, "oci:"+d+":a", im, dest.StageOptions{}))
+	dd := parse(t, "oci:"+d+":b")
+	st, err := dd.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, im), nil)
+	must(t, dd.Verify(st, e))
+	must(t, os.Remove(filepath.Join(d, "blobs", "sha256", sha(im.layer)[7:])))
+	wantCode(t, dd.Commit(st), failure.Destination, "is gone or changed")
+	if _, ok := readIndex(t, d)["b"]; ok {
+		t.Fatal("the tag was moved to an image whose layer is missing")
+	}
+}
