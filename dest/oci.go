@@ -67,13 +67,9 @@ func (d *ociDest) Stage(o StageOptions) (*Stage, error) {
 	s, err := d.newStage(o, parent, at, pst, "image")
 	if err != nil {
 		if destF != nil {
-			destF.Close()
+			destF.Close() // *os.File: closing twice (newStage's cleanup) is harmless
 		}
-		if at != parent {
-			parent.Close()
-		} else {
-			parent.Close()
-		}
+		parent.Close()
 		return nil, err
 	}
 	s.dest, s.Known = destF, known
