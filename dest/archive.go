@@ -1,0 +1,233 @@
+package dest
+
+import (
+	"archive/tar"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
+)
+
+// archiveBase is shared by the single-file destinations.
+type archiveBase struct{ base }
+
+func (d *archiveBase) stage(o StageOptions) (*Stage, error) {
+	parent, pst, err := d.openParent(o.AllowOtherOwner)
+	if err != nil {
+		return nil, err
+	}
+	st, exists, err := d.existing(parent, o.AllowOtherOwner)
+	if err == nil && exists && !isReg(st) {
+		err = d.destErr("%s exists and is not a regular file", d.spec.Path)
+	}
+	if err != nil {
+		parent.Close()
+		return nil, err
+	}
+	s, err := d.newStage(o, parent, parent, pst, "image.tar")
+	if err != nil {
+		parent.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// takeBackFile takes work/ back and opens work/image.tar: a regular file
+// with one link, given to the owner 0644 through its fd; with fresh, it is
+// first copied into a new root-created inode (the one committed).
+func takeBackFile(s *Stage) (*os.File, error) {
+	wfd := int(s.Work.Fd())
+	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
+		return nil, err
+	}
+	st, err := fstatAt(wfd, s.Name)
+	if err != nil {
+		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+	}
+	if !isReg(st) {
+		return nil, badStaged("%s is not a regular file (mode %o)", s.Name, st.Mode)
+	}
+	if st.Nlink != 1 {
+		return nil, badStaged("%s has %d hard links", s.Name, st.Nlink)
+	}
+	f, err := fileAt(wfd, s.Name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+	}
+	if got, err := fstat(int(f.Fd())); err != nil || got.Ino != st.Ino {
+		f.Close()
+		return nil, badStaged("%s changed while it was taken back", s.Name)
+	}
+	if !s.opts.FreshCopy {
+		if err := setOwner(int(f.Fd()), s.owner, 0o644); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, f.Sync()
+	}
+	defer f.Close()
+	_ = setOwner(int(f.Fd()), Identity{}, 0o600)
+	t := &tree{dirs: map[string]int{"": wfd}, files: map[string]*entry{s.Name: {size: st.Size, ino: st.Ino}}, owner: s.owner, fresh: true}
+	if _, err := t.freshCopy(s.Name, f, nil); err != nil {
+		return nil, err
+	}
+	return fileAt(wfd, s.Name, unix.O_RDONLY, 0)
+}
+
+// member is one regular file of a staged archive.
+type member struct {
+	size    int64
+	sums    map[string]string // alg → hex, for content-addressed names
+	content []byte            // kept when small (JSON documents)
+	used    bool
+}
+
+// tarStore is a staged archive read once, as a store for the graph check.
+type tarStore struct {
+	members  map[string]*member
+	symlinks map[string]string
+}
+
+const maxKept = 64 << 20 // bytes of small members kept in memory
+
+// readTar reads every member of the archive: regular files (hashed with
+// the algorithm their name implies, kept when at most maxJSON), directory
+// entries (ignored), symlinks (recorded; the kind decides). Anything else,
+// a duplicate or an unclean name is refused.
+func readTar(f *os.File, algOf func(name string) string, max int64) (*tarStore, error) {
+	ts := &tarStore{members: map[string]*member{}, symlinks: map[string]string{}}
+	tr := tar.NewReader(f)
+	var kept, total int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, badStaged("reading the archive: %v", err)
+		}
+		name := strings.TrimPrefix(h.Name, "./")
+		name = strings.TrimSuffix(name, "/")
+		if name == "" || name == "." {
+			continue
+		}
+		if checkRel(name) != nil || path.Clean(name) != name {
+			return nil, badStaged("archive member %q has an unclean name", h.Name)
+		}
+		if _, dup := ts.members[name]; dup {
+			return nil, badStaged("archive member %s appears twice", name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			continue
+		case tar.TypeSymlink:
+			ts.symlinks[name] = h.Linkname
+			continue
+		case tar.TypeReg:
+		default:
+			return nil, badStaged("archive member %s is not a regular file (type %q)", name, h.Typeflag)
+		}
+		total += h.Size
+		if max > 0 && total > max {
+			return nil, badStaged("the archive holds more than the %d bytes allowed", max)
+		}
+		m := &member{size: h.Size, sums: map[string]string{}}
+		var w []io.Writer
+		alg := algOf(name)
+		hs := hasher(alg)
+		if hs != nil {
+			w = append(w, hs)
+		}
+		var buf *strings.Builder
+		if h.Size <= maxJSON && kept+h.Size <= maxKept {
+			buf = &strings.Builder{}
+			w = append(w, buf)
+			kept += h.Size
+		}
+		n, err := io.Copy(io.MultiWriter(w...), tr)
+		if err != nil {
+			return nil, badStaged("reading %s in the archive: %v", name, err)
+		}
+		if n != h.Size {
+			return nil, badStaged("archive member %s is truncated", name)
+		}
+		if hs != nil {
+			m.sums[alg] = hex.EncodeToString(hs.Sum(nil))
+		}
+		if buf != nil {
+			m.content = []byte(buf.String())
+		}
+		ts.members[name] = m
+	}
+	return ts, nil
+}
+
+func (ts *tarStore) has(rel string) (int64, bool) {
+	m, ok := ts.members[rel]
+	if !ok {
+		return 0, false
+	}
+	return m.size, true
+}
+
+func (ts *tarStore) load(rel string, max int64) ([]byte, error) {
+	m, ok := ts.members[rel]
+	if !ok {
+		return nil, badStaged("the archive has no %s", rel)
+	}
+	if m.size > max || m.content == nil {
+		return nil, badStaged("%s in the archive is %d bytes, more than the %d allowed", rel, m.size, max)
+	}
+	m.used = true
+	return m.content, nil
+}
+
+func (ts *tarStore) sum(rel, alg string) (string, error) {
+	m, ok := ts.members[rel]
+	if !ok {
+		return "", badStaged("the archive has no %s", rel)
+	}
+	s, ok := m.sums[alg]
+	if !ok {
+		return "", badStaged("%s in the archive is not named by a %s digest", rel, alg)
+	}
+	m.used = true
+	return s, nil
+}
+
+func (ts *tarStore) unused(allowed func(string) bool) error {
+	for n, m := range ts.members {
+		if !m.used && !allowed(n) {
+			return badStaged("archive member %s is not named by the image's manifests", n)
+		}
+	}
+	return nil
+}
+
+// commitFile renames work/image.tar over DEST beneath the held parent fd
+// (a symlink at DEST is replaced, never followed; a directory is refused).
+func (d *archiveBase) commitFile(s *Stage) error {
+	if s.verified == nil {
+		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	st, exists, err := d.existing(s.parent, s.opts.AllowOtherOwner)
+	if err != nil {
+		return err
+	}
+	if exists && !isReg(st) {
+		return d.destErr("%s exists and is not a regular file", d.spec.Path)
+	}
+	pfd := int(s.parent.Fd())
+	if err := unix.Renameat(int(s.Work.Fd()), s.Name, pfd, filepath.Base(d.spec.Path)); err != nil {
+		return d.commitErr(&os.PathError{Op: "rename", Path: d.spec.Path, Err: err})
+	}
+	return d.commitErr(unix.Fsync(pfd))
+}
+
+func isNotExist(err error) bool { return errors.Is(err, unix.ENOENT) }

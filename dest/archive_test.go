@@ -1,0 +1,91 @@
+package dest_test
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+func tarNames(t *testing.T, p string) []string {
+	f, err := os.Open(p)
+	must(t, err)
+	defer f.Close()
+	var out []string
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		must(t, err)
+		out = append(out, h.Name)
+	}
+}
+
+func TestArchives(t *testing.T) {
+	needRoot(t)
+	for _, tr := range []string{"oci-archive", "docker-archive"} {
+		for _, fresh := range []bool{false, true} {
+			t.Run(tr, func(t *testing.T) {
+				p := filepath.Join(t.TempDir(), "img.tar")
+				ref := ":a"
+				if tr == "docker-archive" {
+					ref = ":example.com/a:1"
+				}
+				must(t, fullPull(t, tr+":"+p+ref, newImg("a"), dest.StageOptions{FreshCopy: fresh, HandTo: &dest.Identity{UID: 65534, GID: 65534}}))
+				names := strings.Join(tarNames(t, p), " ")
+				if !strings.Contains(names, "manifest.json") && !strings.Contains(names, "index.json") {
+					t.Fatalf("archive members: %s", names)
+				}
+				fi, err := os.Stat(p)
+				must(t, err)
+				if statOwner(fi) != 0 || fi.Mode().Perm() != 0o644 {
+					t.Fatalf("archive owned by %d mode %v", statOwner(fi), fi.Mode())
+				}
+				// A second pull replaces the file.
+				must(t, fullPull(t, tr+":"+p+ref, newImg("b"), dest.StageOptions{FreshCopy: fresh}))
+			})
+		}
+	}
+}
+
+func TestArchiveRefusesASymlinkedImage(t *testing.T) {
+	needRoot(t)
+	for _, tr := range []string{"oci-archive", "docker-archive"} {
+		p := filepath.Join(t.TempDir(), "img.tar")
+		dd := parse(t, tr+":"+p)
+		st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+		must(t, err)
+		defer st.Remove()
+		e := pull(t, dd, st, source(t, newImg("a")), nil)
+		victim := filepath.Join(t.TempDir(), "victim")
+		must(t, os.WriteFile(victim, []byte("secret"), 0o600))
+		tarp := filepath.Join(st.WorkPath, "image.tar")
+		must(t, os.Remove(tarp))
+		must(t, os.Symlink(victim, tarp))
+		wantCode(t, dd.Verify(st, e), failure.Verification, "not a regular file")
+		fi, _ := os.Stat(victim)
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("victim mode changed to %v", fi.Mode())
+		}
+	}
+}
+
+func TestDockerArchiveNeedsTheStoredManifest(t *testing.T) {
+	needRoot(t)
+	p := filepath.Join(t.TempDir(), "img.tar")
+	dd := parse(t, "docker-archive:"+p)
+	st, err := dd.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, newImg("a")), nil)
+	other := newImg("other")
+	e.Manifest, e.DestDigest = other.manifest, other.digest
+	wantCode(t, dd.Verify(st, e), failure.Verification, "manifest.json names")
+}

@@ -1,0 +1,205 @@
+package dest
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/types"
+)
+
+// Spec is DEST split into its transport and path. It must be
+// JSON-representable: it is the "destination" object of the plan.
+type Spec struct {
+	Raw       string `json:"raw"`
+	Transport string `json:"transport"`
+	Path      string `json:"path"`
+	Ref       string `json:"ref,omitempty"`
+}
+
+// String renders the destination with its absolute path:
+// transport:ABS[:ref].
+func (s Spec) String() string {
+	out := s.Transport + ":" + s.Path
+	if s.Ref != "" {
+		out += ":" + s.Ref
+	}
+	return out
+}
+
+// Destination is one kind of DEST. Stage, Verify and Commit run in the root
+// parent; StagedReference runs where the copy runs (the child, or the
+// parent itself with --no-isolation).
+type Destination interface {
+	// Spec returns the parsed DEST.
+	Spec() Spec
+	// String is transport:ABS[:ref].
+	String() string
+	// Stage checks DEST before any network byte and creates the staging
+	// area with the descriptors the parent holds. Errors are
+	// failure.Destination.
+	Stage(o StageOptions) (*Stage, error)
+	// StagedReference is where containers/image writes: dir is the work
+	// directory as the copy sees it ("/tmp" in the child, Stage.WorkPath
+	// in-process), known the blobs DEST already has (Stage.Known), which
+	// the copy reports as present without reading them.
+	StagedReference(dir string, known []KnownBlob) (types.ImageReference, error)
+	// Verify takes the work directory back and checks the staged image
+	// against e. Call it only after every process of the pull is dead.
+	// Errors are failure.Verification (failure.Destination for I/O on
+	// DEST's filesystem).
+	Verify(st *Stage, e Expect) error
+	// Commit moves exactly the verified files into DEST, atomically.
+	// Errors are failure.Destination; DEST is unchanged unless it returns
+	// nil (an oci: merge may leave blobs no index names).
+	Commit(st *Stage) error
+}
+
+// Identity is a uid/gid pair.
+type Identity struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+}
+
+// KnownBlob is a blob DEST already has: the copy skips it, the parent
+// checks at commit that DEST still has it with this size. It must be
+// JSON-representable (it travels to the child).
+type KnownBlob struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// StageOptions say how the copy will run.
+type StageOptions struct {
+	// HandTo is the identity the copy runs as: the work directory becomes
+	// its own (0700). Nil: the copy runs in this process, no handover.
+	HandTo *Identity
+	// FreshCopy: the uid is shared with other processes (--user NAME|UID),
+	// which may hold descriptors on staged files; every committed file is
+	// then a fresh root-created copy, hashed while copying.
+	FreshCopy bool
+	// AllowOtherOwner accepts a DEST (or DEST's parent) owned by a user
+	// other than root and the caller (policy opt-in). Default: refused.
+	AllowOtherOwner bool
+	// Log receives warnings (reclaimed staging, dropped files). Nil
+	// discards.
+	Log *slog.Logger
+}
+
+// Expect is what the copy reported, checked by Verify.
+type Expect struct {
+	// Digest is the top-level manifest digest the copy reported.
+	Digest string `json:"digest"`
+	// Pinned is the digest of IMAGE@sha256:… ("" for a tag); it must
+	// equal Digest.
+	Pinned string `json:"pinned,omitempty"`
+	// Instance is the per-platform manifest digest when Digest is an
+	// index or list ("" otherwise, or when every instance was copied).
+	Instance string `json:"instance,omitempty"`
+	// IndexRaw is the raw top-level index when Digest is one: its sha256
+	// must be Digest and Instance must be one of its manifests.
+	IndexRaw []byte `json:"index_raw,omitempty"`
+	// DestDigest is the stored manifest's digest when the destination
+	// converted it (docker-archive writes Docker schema 2).
+	DestDigest string `json:"dest_digest,omitempty"`
+	// Manifest is the manifest the copy stored (copy.Image's return
+	// value). docker-archive needs it: its archive holds no manifest, so
+	// the parent ties the archive's config and layers to the digest
+	// through these bytes.
+	Manifest []byte `json:"manifest,omitempty"`
+	// MaxBytes caps the sum of the image's blob sizes (0: no cap).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// kind builds one transport's Destination from a Spec whose Path is
+// absolute. Adding a destination means adding a file with one entry.
+type kind struct {
+	// split: true when the transport's rest is PATH[:REF] (false: all of
+	// it is the path, as for dir:).
+	split bool
+	new   func(Spec) (Destination, error)
+}
+
+var kinds = map[string]kind{}
+
+// transports is the order error messages list them in.
+var transports = []string{"oci", "dir", "oci-archive", "docker-archive"}
+
+func register(name string, k kind) { kinds[name] = k }
+
+// Parse splits DEST ("oci:PATH[:TAG]", "dir:PATH", "oci-archive:PATH[:TAG]",
+// "docker-archive:PATH[:REF]"), makes PATH absolute and validates the
+// reference. Errors are failure.Usage.
+func Parse(raw string) (Destination, error) {
+	tr, rest, ok := strings.Cut(raw, ":")
+	k, known := kinds[tr]
+	if !ok || !known {
+		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF]", raw, tr)
+	}
+	s := Spec{Raw: raw, Transport: tr, Path: rest}
+	if k.split {
+		s.Path, s.Ref, _ = strings.Cut(rest, ":")
+	}
+	if s.Path == "" {
+		return nil, failure.New(failure.Usage, "destination %q: the path is empty", raw)
+	}
+	abs, err := filepath.Abs(s.Path)
+	if err != nil {
+		return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+	}
+	s.Path = abs
+	if s.Path == "/" {
+		return nil, failure.New(failure.Usage, "destination %q: the path cannot be /", raw)
+	}
+	d, err := k.new(s)
+	if err != nil {
+		return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+	}
+	return d, nil
+}
+
+// FromSpec rebuilds a Destination from a Spec that Parse produced (e.g.
+// one that crossed the wire to the child).
+func FromSpec(s Spec) (Destination, error) {
+	k, ok := kinds[s.Transport]
+	if !ok || !filepath.IsAbs(s.Path) {
+		return nil, failure.New(failure.Usage, "destination %q: not a parsed destination", s.Raw)
+	}
+	return k.new(s)
+}
+
+// Transports lists the supported transports.
+func Transports() []string { return append([]string(nil), transports...) }
+
+// base carries what every kind shares.
+type base struct{ spec Spec }
+
+func (b base) Spec() Spec     { return b.spec }
+func (b base) String() string { return b.spec.String() }
+
+func (b base) destErr(format string, args ...any) error {
+	return failure.New(failure.Destination, "destination %s: %s", b.spec.Raw, fmt.Sprintf(format, args...))
+}
+
+func (b base) commitErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if failure.CodeOf(err) != failure.Internal {
+		return err
+	}
+	return failure.Wrap(failure.Destination, err, "committing into %s", b.spec.Raw)
+}
+
+func badStaged(format string, args ...any) error {
+	return failure.New(failure.Verification, "refusing the staged image: "+format, args...)
+}
+
+func discard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

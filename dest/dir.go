@@ -1,0 +1,194 @@
+package dest
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/directory"
+	"go.podman.io/image/v5/types"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	register("dir", kind{split: false, new: func(s Spec) (Destination, error) { return &dirDest{base{s}}, nil }})
+}
+
+// dirDest is dir:PATH, one image per directory: a commit replaces DEST
+// whole.
+type dirDest struct{ base }
+
+// commitHook, when set by a test, runs between the steps of a dir: commit
+// (after the exchange, after the old tree is removed).
+var commitHook func(step string)
+
+func (d *dirDest) Stage(o StageOptions) (*Stage, error) {
+	parent, pst, err := d.openParent(o.AllowOtherOwner)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.checkExisting(parent, pst, o.AllowOtherOwner); err != nil {
+		parent.Close()
+		return nil, err
+	}
+	s, err := d.newStage(o, parent, parent, pst, "image")
+	if err != nil {
+		parent.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkExisting refuses a DEST that cannot be replaced: not a directory, a
+// mount point (a rename cannot replace it), or a non-empty directory that
+// is not a dir: image (no version file).
+func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther bool) error {
+	st, exists, err := d.existing(parent, allowOther)
+	if err != nil || !exists {
+		return err
+	}
+	if !isDir(st) {
+		return d.destErr("%s exists and is not a directory", d.spec.Path)
+	}
+	if st.Dev != pst.Dev {
+		return d.destErr("%s is a mount point; dir: replaces DEST with one rename, which cannot replace a mount point: use a directory inside it", d.spec.Path)
+	}
+	fd, err := openDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
+	if err != nil {
+		return d.destErr("%v", errnoText(err))
+	}
+	defer unix.Close(fd)
+	names, err := readDirNames(fd)
+	if err != nil {
+		return d.destErr("%v", err)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if vst, err := fstatAt(fd, "version"); err != nil || !isReg(vst) {
+		return d.destErr("%s exists, is not empty and is not a dir: image; refusing to replace it", d.spec.Path)
+	}
+	return nil
+}
+
+func (d *dirDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
+	return directory.NewReference(filepath.Join(dir, "image"))
+}
+
+var (
+	dirBlobRE      = regexp.MustCompile(`^(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})$`)
+	dirSignatureRE = regexp.MustCompile(`^(?:(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})\.)?signature-[0-9]+$`)
+)
+
+func dirName(alg, hx string) string {
+	if alg == "sha256" {
+		return hx
+	}
+	return alg + "-" + hx
+}
+
+func (d *dirDest) Verify(s *Stage, e Expect) error {
+	if err := checkExpect(e); err != nil {
+		return err
+	}
+	t, err := takeBack(s)
+	if err != nil {
+		return verr(err)
+	}
+	if err := d.verifyTree(s, t, e); err != nil {
+		t.close()
+		return verr(err)
+	}
+	s.verified = &verified{tree: t}
+	return nil
+}
+
+func (d *dirDest) verifyTree(s *Stage, t *tree, e Expect) error {
+	v, err := t.load("version", 64)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(string(v), "Directory Transport Version: 1.") {
+		return badStaged("version is not a dir: transport version file")
+	}
+	g := &graph{st: t, blobs: map[string]descriptor{}, path: func(alg, hx string, manifest bool) string {
+		if manifest {
+			return dirName(alg, hx) + ".manifest.json"
+		}
+		return dirName(alg, hx)
+	}}
+	want := e.want()
+	if _, err := g.manifest(descriptor{Digest: want, Size: -1}, want == e.Digest, "manifest.json"); err != nil {
+		return err
+	}
+	if err := g.check(e.MaxBytes); err != nil {
+		return err
+	}
+	// Signatures are not content-addressed and the parent cannot verify
+	// them: they are not committed (the child's signature policy already
+	// judged them).
+	for _, r := range t.unused() {
+		if dirSignatureRE.MatchString(r) {
+			discard(s.opts.Log).Warn("not committing a signature the parent cannot verify", "file", r)
+			if err := t.drop(r); err != nil {
+				return err
+			}
+		}
+	}
+	if err := refuseUnused(t); err != nil {
+		return err
+	}
+	return t.syncDirs()
+}
+
+// Commit puts the staged image at DEST under an flock on DEST's parent
+// (bounded by LockTimeout): renameat2(RENAME_NOREPLACE) when DEST does not
+// exist; otherwise one renameat2(RENAME_EXCHANGE), so DEST is the old or
+// the new image at every instant, then the old tree is removed from
+// staging. Two pulls into one new DEST both succeed (the second exchanges).
+func (d *dirDest) Commit(s *Stage) error {
+	if s.verified == nil || s.verified.tree == nil {
+		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	pfd := int(s.parent.Fd())
+	if err := flockWait(pfd, LockTimeout); err != nil {
+		return d.destErr("locking %s: %v", filepath.Dir(d.spec.Path), err)
+	}
+	defer func() { _ = unix.Flock(pfd, unix.LOCK_UN) }()
+	name, wfd := filepath.Base(d.spec.Path), int(s.Work.Fd())
+	err := unix.Renameat2(wfd, s.Name, pfd, name, unix.RENAME_NOREPLACE)
+	if err == nil {
+		return d.commitErr(unix.Fsync(pfd))
+	}
+	if err != unix.EEXIST {
+		return d.commitErr(&os.PathError{Op: "rename", Path: d.spec.Path, Err: err})
+	}
+	pst, err := fstat(pfd)
+	if err != nil {
+		return d.commitErr(err)
+	}
+	if err := d.checkExisting(s.parent, pst, s.opts.AllowOtherOwner); err != nil {
+		return err
+	}
+	if err := unix.Renameat2(wfd, s.Name, pfd, name, unix.RENAME_EXCHANGE); err != nil {
+		return d.commitErr(&os.PathError{Op: "exchange", Path: d.spec.Path, Err: err})
+	}
+	if commitHook != nil {
+		commitHook("exchanged")
+	}
+	if err := unix.Fsync(pfd); err != nil {
+		return d.commitErr(err)
+	}
+	// The old image is now work/image: drop it (a failure here leaves it
+	// to Stage.Remove; DEST is already the new image).
+	if err := removeAllAt(wfd, s.Name); err != nil && !errors.Is(err, unix.ENOENT) {
+		discard(s.opts.Log).Warn("removing the replaced dir: image", "error", err.Error())
+	}
+	if commitHook != nil {
+		commitHook("removed")
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package dest_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
+)
+
+func dirManifest(t *testing.T, d string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d, "manifest.json"))
+	must(t, err)
+	return sha(b)
+}
+
+// Replacing a dir: image is one RENAME_EXCHANGE: DEST is a complete image
+// at every step (the old code renamed DEST away first: a SIGKILL there
+// lost it).
+func TestDirReplaceIsOneExchange(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "img")
+	a, b := newImg("a"), newImg("b")
+	must(t, fullPull(t, "dir:"+d, a, dest.StageOptions{}))
+	if dirManifest(t, d) != a.digest {
+		t.Fatal("first pull did not commit a")
+	}
+	var steps []string
+	dest.SetCommitHook(func(step string) {
+		steps = append(steps, step)
+		if got := dirManifest(t, d); got != b.digest {
+			t.Errorf("after %s DEST holds %s, want the new image", step, got)
+		}
+		if _, err := os.Stat(filepath.Join(d, "version")); err != nil {
+			t.Errorf("after %s: %v", step, err)
+		}
+	})
+	defer dest.SetCommitHook(nil)
+	must(t, fullPull(t, "dir:"+d, b, dest.StageOptions{}))
+	if strings.Join(steps, ",") != "exchanged,removed" {
+		t.Fatalf("steps = %v", steps)
+	}
+	ents, _ := os.ReadDir(filepath.Dir(d))
+	if len(ents) != 1 {
+		t.Fatalf("left behind: %v", ents)
+	}
+}
+
+// 20 pulls commit into one new DEST at once: every one succeeds (the old
+// code failed 1 in 5: rename onto a non-empty directory).
+func TestDirConcurrentCommitsIntoNewDest(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "img")
+	const n = 20
+	type pulled struct {
+		d  dest.Destination
+		st *dest.Stage
+	}
+	var ps []pulled
+	for i := range n {
+		dd := parse(t, "dir:"+d)
+		st, err := dd.Stage(dest.StageOptions{})
+		must(t, err)
+		defer st.Remove()
+		e := pull(t, dd, st, source(t, newImg(strings.Repeat("x", i+1))), nil)
+		must(t, dd.Verify(st, e))
+		ps = append(ps, pulled{dd, st})
+	}
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs <- p.d.Commit(p.st)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d, "version")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDirEmptyDestAndMountPoint(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "empty")
+	must(t, os.Mkdir(d, 0o755))
+	a := newImg("a")
+	must(t, fullPull(t, "dir:"+d, a, dest.StageOptions{}))
+	if dirManifest(t, d) != a.digest {
+		t.Fatal("empty DEST did not get the image")
+	}
+	m := filepath.Join(t.TempDir(), "mnt")
+	must(t, os.Mkdir(m, 0o755))
+	if err := unix.Mount("tmpfs", m, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(m, unix.MNT_DETACH) })
+	_, err := parse(t, "dir:"+m).Stage(dest.StageOptions{})
+	wantCode(t, err, failure.Destination, "is a mount point")
+}
+
+func TestDirRefusesANonImageDir(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "data")
+	must(t, os.MkdirAll(d, 0o755))
+	must(t, os.WriteFile(filepath.Join(d, "precious"), nil, 0o644))
+	_, err := parse(t, "dir:"+d).Stage(dest.StageOptions{})
+	wantCode(t, err, failure.Destination, "is not a dir: image")
+}

@@ -1,0 +1,14 @@
+// Package dest holds the destinations of a pull (oci:, dir:, oci-archive:,
+// docker-archive:) behind one interface, and the staging area a pull writes
+// into before the root parent verifies and commits it.
+//
+// Invariant: the parent touches staging and DEST only through directory file
+// descriptors it holds, resolving every name beneath them without following
+// symbolic links (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+// RESOLVE_NO_MAGICLINKS, O_NOFOLLOW, O_EXCL temporary names, fchown/fchmod on
+// descriptors it opened itself). The copy (the unprivileged child) is handed
+// only the descriptor of the work directory, never a host path, never DEST's
+// bytes: the digests DEST already has travel as a list (Known). Verify commits
+// nothing and Commit moves exactly the files the verified manifest graph
+// names, so DEST is either as it was or holds the complete new image.
+package dest

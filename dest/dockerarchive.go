@@ -1,0 +1,172 @@
+package dest
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"go.podman.io/image/v5/docker/archive"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/types"
+)
+
+func init() {
+	register("docker-archive", kind{split: true, new: func(s Spec) (Destination, error) {
+		d := &dockerArchiveDest{archiveBase: archiveBase{base{s}}}
+		if s.Ref != "" {
+			t, err := dockerTag(s.Ref)
+			if err != nil {
+				return nil, err
+			}
+			d.tag = t
+		}
+		return d, nil
+	}})
+}
+
+// dockerArchiveDest is docker-archive:PATH[:REF], a `docker save` tar
+// holding one image; a commit replaces the file.
+type dockerArchiveDest struct {
+	archiveBase
+	tag reference.NamedTagged
+}
+
+func dockerTag(ref string) (reference.NamedTagged, error) {
+	n, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("parsing docker-archive reference %q: %w", ref, err)
+	}
+	n = reference.TagNameOnly(n)
+	t, ok := n.(reference.NamedTagged)
+	if !ok {
+		return nil, fmt.Errorf("docker-archive reference %q must be NAME[:TAG], not a digest", ref)
+	}
+	return t, nil
+}
+
+func (d *dockerArchiveDest) Stage(o StageOptions) (*Stage, error) { return d.stage(o) }
+
+func (d *dockerArchiveDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
+	return archive.NewReference(filepath.Join(dir, "image.tar"), d.tag)
+}
+
+var (
+	dockerBlobRE   = regexp.MustCompile(`^([0-9a-f]{64})\.(json|tar)$`)
+	dockerLegacyRE = regexp.MustCompile(`^[0-9a-f]{64}/(VERSION|json|layer\.tar)$`)
+)
+
+// Verify checks the archive's manifest.json (exactly one image, tagged with
+// REF or untagged) against the stored manifest the copy reported, whose
+// digest must be the expected one: its config and layers are the
+// archive's, each hashing to its name. The legacy per-layer entries and
+// repositories file that `docker save` also writes are accepted unverified
+// (they carry no image content: symlinks to the layers and small JSON).
+func (d *dockerArchiveDest) Verify(s *Stage, e Expect) error {
+	if err := checkExpect(e); err != nil {
+		return err
+	}
+	if e.Manifest == nil {
+		return verr(badStaged("no stored manifest to check the docker-archive against"))
+	}
+	want := e.want()
+	alg, _, _ := splitDigest(want)
+	if got := digestOf(alg, e.Manifest); got != want {
+		return verr(badStaged("the stored manifest is %s, not the reported %s", got, want))
+	}
+	m, err := parseManifest("the stored manifest", e.Manifest)
+	if err != nil {
+		return verr(err)
+	}
+	if m.isIndex() {
+		return verr(badStaged("a docker-archive holds one image, not an index"))
+	}
+	f, err := takeBackFile(s)
+	if err != nil {
+		return verr(err)
+	}
+	defer f.Close()
+	ts, err := readTar(f, func(n string) string {
+		if dockerBlobRE.MatchString(n) {
+			return "sha256"
+		}
+		return ""
+	}, e.MaxBytes)
+	if err != nil {
+		return verr(err)
+	}
+	for n := range ts.symlinks {
+		if !dockerLegacyRE.MatchString(n) {
+			return verr(badStaged("archive member %s is a symbolic link", n))
+		}
+	}
+	b, err := ts.load("manifest.json", maxJSON)
+	if err != nil {
+		return verr(err)
+	}
+	var items []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	if err := json.Unmarshal(b, &items); err != nil {
+		return verr(badStaged("parsing manifest.json: %v", err))
+	}
+	if len(items) != 1 {
+		return verr(badStaged("manifest.json holds %d images; exactly one is accepted", len(items)))
+	}
+	it := items[0]
+	var wantTags []string
+	if d.tag != nil {
+		wantTags = []string{reference.FamiliarString(d.tag)}
+	}
+	if strings.Join(it.RepoTags, ",") != strings.Join(wantTags, ",") {
+		return verr(badStaged("manifest.json tags the image %q, not %q", it.RepoTags, wantTags))
+	}
+	want2 := append([]descriptor{*m.Config}, m.Layers...)
+	names := append([]string{it.Config}, it.Layers...)
+	if len(names) != len(want2) {
+		return verr(badStaged("manifest.json names %d layers, the stored manifest %d", len(it.Layers), len(m.Layers)))
+	}
+	var total int64
+	for i, dsc := range want2 {
+		dalg, hx, err := splitDigest(dsc.Digest)
+		if err != nil || dalg != "sha256" {
+			return verr(badStaged("the stored manifest names %q, not a sha256 digest", dsc.Digest))
+		}
+		ext := ".tar"
+		if i == 0 {
+			ext = ".json"
+		}
+		if names[i] != hx+ext {
+			return verr(badStaged("manifest.json names %s where the stored manifest has %s", names[i], dsc.Digest))
+		}
+		size, ok := ts.has(names[i])
+		if !ok {
+			return verr(badStaged("the archive has no %s", names[i]))
+		}
+		if size != dsc.Size {
+			return verr(badStaged("%s is %d bytes, its descriptor says %d", names[i], size, dsc.Size))
+		}
+		got, err := ts.sum(names[i], "sha256")
+		if err != nil {
+			return verr(err)
+		}
+		if got != hx {
+			return verr(badStaged("digest mismatch: %s hashes to sha256:%s", names[i], got))
+		}
+		total += size
+	}
+	if e.MaxBytes > 0 && total > e.MaxBytes {
+		return verr(badStaged("the image is %d bytes, more than the %d allowed", total, e.MaxBytes))
+	}
+	err = ts.unused(func(n string) bool { return n == "repositories" || dockerLegacyRE.MatchString(n) })
+	if err != nil {
+		return verr(err)
+	}
+	s.verified = &verified{}
+	return nil
+}
+
+func (d *dockerArchiveDest) Commit(s *Stage) error { return d.commitFile(s) }

@@ -1,0 +1,299 @@
+package dest
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// The media types of indexes (an index inside an index is refused).
+const (
+	mtOCIIndex    = "application/vnd.oci.image.index.v1+json"
+	mtDockerList  = "application/vnd.docker.distribution.manifest.list.v2+json"
+	refNameAnnot  = "org.opencontainers.image.ref.name"
+	ociLayoutBody = "1.0.0"
+)
+
+var hexRE = map[string]*regexp.Regexp{
+	"sha256": regexp.MustCompile(`^[0-9a-f]{64}$`),
+	"sha512": regexp.MustCompile(`^[0-9a-f]{128}$`),
+}
+
+// splitDigest validates "sha256:<64 hex>" or "sha512:<128 hex>".
+func splitDigest(d string) (alg, hx string, err error) {
+	alg, hx, ok := strings.Cut(d, ":")
+	re := hexRE[alg]
+	if !ok || re == nil || !re.MatchString(hx) {
+		return "", "", fmt.Errorf("%q is not a sha256 or sha512 digest", d)
+	}
+	return alg, hx, nil
+}
+
+func digestOf(alg string, b []byte) string {
+	h := hasher(alg)
+	h.Write(b)
+	return alg + ":" + hex.EncodeToString(h.Sum(nil))
+}
+
+type descriptor struct {
+	MediaType   string            `json:"mediaType,omitempty"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	URLs        []string          `json:"urls,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type manifestDoc struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType,omitempty"`
+	Config        *descriptor  `json:"config,omitempty"`
+	Layers        []descriptor `json:"layers,omitempty"`
+	Manifests     []descriptor `json:"manifests,omitempty"`
+	FSLayers      []struct {
+		BlobSum string `json:"blobSum"`
+	} `json:"fsLayers,omitempty"`
+}
+
+func (m *manifestDoc) isIndex() bool {
+	return m.MediaType == mtOCIIndex || m.MediaType == mtDockerList || m.Manifests != nil
+}
+
+func parseManifest(what string, b []byte) (*manifestDoc, error) {
+	var m manifestDoc
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, badStaged("parsing %s: %v", what, err)
+	}
+	if m.FSLayers != nil {
+		return nil, badStaged("%s is a Docker schema 1 manifest, which pullhelper does not verify", what)
+	}
+	if !m.isIndex() && m.Config == nil {
+		return nil, badStaged("%s is neither an image manifest nor an index", what)
+	}
+	return &m, nil
+}
+
+// checkExpect checks what the copy reported against what the parent knows
+// independently (the pinned digest, the raw index it resolved).
+func checkExpect(e Expect) error {
+	for _, d := range []string{e.Digest, e.Pinned, e.Instance, e.DestDigest} {
+		if d == "" {
+			continue
+		}
+		if _, _, err := splitDigest(d); err != nil {
+			return badStaged("the reported digest %v", err)
+		}
+	}
+	if e.Digest == "" {
+		return badStaged("the copy reported no manifest digest")
+	}
+	if e.Pinned != "" && e.Pinned != e.Digest {
+		return badStaged("the copy reported manifest %s, but the pull is pinned to %s", e.Digest, e.Pinned)
+	}
+	if e.IndexRaw != nil {
+		alg, _, _ := splitDigest(e.Digest)
+		if got := digestOf(alg, e.IndexRaw); got != e.Digest {
+			return badStaged("the resolved index is %s, not the reported %s", got, e.Digest)
+		}
+		if e.Instance != "" {
+			m, err := parseManifest("the resolved index", e.IndexRaw)
+			if err != nil {
+				return err
+			}
+			found := false
+			for _, d := range m.Manifests {
+				found = found || d.Digest == e.Instance
+			}
+			if !found {
+				return badStaged("instance %s is not one of the manifests of index %s", e.Instance, e.Digest)
+			}
+		}
+	}
+	return nil
+}
+
+// want is the manifest the destination must store.
+func (e Expect) want() string {
+	switch {
+	case e.DestDigest != "":
+		return e.DestDigest
+	case e.Instance != "":
+		return e.Instance
+	}
+	return e.Digest
+}
+
+// store is a staged image as the graph check sees it: a taken-back tree
+// or the members of a staged archive.
+type store interface {
+	has(rel string) (int64, bool)
+	load(rel string, max int64) ([]byte, error)
+	sum(rel, alg string) (string, error)
+}
+
+// graph collects the blobs a manifest graph names.
+type graph struct {
+	st      store
+	path    func(alg, hex string, manifest bool) string
+	known   map[string]int64
+	blobs   map[string]descriptor
+	usedOld []KnownBlob // DEST's blobs the image uses
+	total   int64
+}
+
+// manifest loads, checks and parses the manifest named by d; top allows
+// an index (its children may not be indexes).
+func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, error) {
+	alg, _, err := splitDigest(d.Digest)
+	if err != nil {
+		return nil, badStaged("manifest %v", err)
+	}
+	if _, ok := g.st.has(rel); !ok {
+		return nil, badStaged("manifest %s is not staged (%s)", d.Digest, rel)
+	}
+	b, err := g.st.load(rel, maxJSON)
+	if err != nil {
+		return nil, err
+	}
+	if got := digestOf(alg, b); got != d.Digest {
+		return nil, badStaged("digest mismatch: %s hashes to %s, not %s", rel, got, d.Digest)
+	}
+	if d.Size >= 0 && d.Size != int64(len(b)) {
+		return nil, badStaged("%s is %d bytes, its descriptor says %d", rel, len(b), d.Size)
+	}
+	g.total += int64(len(b))
+	m, err := parseManifest(rel, b)
+	if err != nil {
+		return nil, err
+	}
+	if m.isIndex() {
+		if !top {
+			return nil, badStaged("%s is an index inside an index (nested indexes are refused)", rel)
+		}
+		for _, c := range m.Manifests {
+			calg, chx, err := splitDigest(c.Digest)
+			if err != nil {
+				return nil, badStaged("index %s names a manifest %v", d.Digest, err)
+			}
+			if _, err := g.manifest(c, false, g.path(calg, chx, true)); err != nil {
+				return nil, err
+			}
+		}
+		return m, nil
+	}
+	for _, b := range append([]descriptor{*m.Config}, m.Layers...) {
+		if _, _, err := splitDigest(b.Digest); err != nil {
+			return nil, badStaged("manifest %s names a blob %v", d.Digest, err)
+		}
+		if b.Size < 0 {
+			return nil, badStaged("manifest %s gives blob %s a negative size", d.Digest, b.Digest)
+		}
+		if old, ok := g.blobs[b.Digest]; ok && old.Size != b.Size {
+			return nil, badStaged("blob %s is given two sizes (%d, %d)", b.Digest, old.Size, b.Size)
+		}
+		g.blobs[b.Digest] = b
+	}
+	return m, nil
+}
+
+// check verifies every collected blob: staged and hashing to its name with
+// the descriptor's size, or one of DEST's own (Known, same size).
+func (g *graph) check(max int64) error {
+	var ds []string
+	for d, b := range g.blobs {
+		ds = append(ds, d)
+		g.total += b.Size
+	}
+	sort.Strings(ds)
+	if max > 0 && g.total > max {
+		return badStaged("the image is %d bytes, more than the %d allowed", g.total, max)
+	}
+	for _, d := range ds {
+		b := g.blobs[d]
+		alg, hx, _ := splitDigest(d)
+		rel := g.path(alg, hx, false)
+		size, staged := g.st.has(rel)
+		if !staged {
+			if ks, ok := g.known[d]; ok && ks == b.Size {
+				g.usedOld = append(g.usedOld, KnownBlob{Digest: d, Size: ks})
+				continue
+			}
+			return badStaged("the manifest names blob %s, which is neither staged nor already in the destination", d)
+		}
+		if size != b.Size {
+			return badStaged("%s is %d bytes, its descriptor says %d", rel, size, b.Size)
+		}
+		got, err := g.st.sum(rel, alg)
+		if err != nil {
+			return err
+		}
+		if got != hx {
+			return badStaged("digest mismatch: %s hashes to %s:%s", rel, alg, got)
+		}
+	}
+	return nil
+}
+
+// ociResult is a verified OCI layout (staged directory or archive).
+type ociResult struct {
+	entry json.RawMessage // the single descriptor of the staged index.json
+	used  []KnownBlob
+}
+
+// verifyOCI checks a staged OCI layout: oci-layout, an index.json with
+// exactly the one entry for the expected manifest carrying the requested
+// tag (none without one), then the graph below it.
+func verifyOCI(st store, e Expect, tag string, known map[string]int64) (*ociResult, error) {
+	b, err := st.load("oci-layout", 4096)
+	if err != nil {
+		return nil, err
+	}
+	var lay struct {
+		Version string `json:"imageLayoutVersion"`
+	}
+	if err := json.Unmarshal(b, &lay); err != nil || lay.Version != ociLayoutBody {
+		return nil, badStaged("oci-layout is not an OCI image layout %s marker", ociLayoutBody)
+	}
+	b, err = st.load("index.json", maxJSON)
+	if err != nil {
+		return nil, err
+	}
+	var idx struct {
+		SchemaVersion int               `json:"schemaVersion"`
+		Manifests     []json.RawMessage `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, badStaged("parsing index.json: %v", err)
+	}
+	if len(idx.Manifests) != 1 {
+		return nil, badStaged("index.json has %d entries; exactly one (the pulled image) is accepted", len(idx.Manifests))
+	}
+	var d descriptor
+	if err := json.Unmarshal(idx.Manifests[0], &d); err != nil {
+		return nil, badStaged("parsing index.json: %v", err)
+	}
+	want := e.want()
+	if d.Digest != want {
+		return nil, badStaged("index.json names %s, not the reported manifest %s", d.Digest, want)
+	}
+	if name := d.Annotations[refNameAnnot]; name != tag {
+		if tag == "" {
+			return nil, badStaged("index.json tags the image %q, but the destination has no tag", name)
+		}
+		return nil, badStaged("index.json tags the image %q, not the requested %q", name, tag)
+	}
+	g := &graph{st: st, known: known, blobs: map[string]descriptor{}, path: func(alg, hx string, _ bool) string {
+		return "blobs/" + alg + "/" + hx
+	}}
+	alg, hx, _ := splitDigest(d.Digest)
+	if _, err := g.manifest(d, d.Digest == e.Digest, g.path(alg, hx, true)); err != nil {
+		return nil, err
+	}
+	if err := g.check(e.MaxBytes); err != nil {
+		return nil, err
+	}
+	return &ociResult{entry: bytes.Clone(idx.Manifests[0]), used: g.usedOld}, nil
+}

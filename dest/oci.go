@@ -1,0 +1,405 @@
+package dest
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	ocilayout "go.podman.io/image/v5/oci/layout"
+	"go.podman.io/image/v5/types"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	register("oci", kind{split: true, new: func(s Spec) (Destination, error) {
+		d := &ociDest{base{s}}
+		if s.Ref != "" {
+			if _, err := d.StagedReference("/", nil); err != nil {
+				return nil, err
+			}
+		}
+		return d, nil
+	}})
+}
+
+// ociDest is oci:PATH[:TAG], an OCI image layout that may hold other
+// images: a commit adds blobs and moves (or adds) one index entry.
+type ociDest struct{ base }
+
+// verified is what Verify proved, consumed by Commit.
+type verified struct {
+	tree *tree
+	oci  *ociResult
+}
+
+func (d *ociDest) Stage(o StageOptions) (*Stage, error) {
+	parent, pst, err := d.openParent(o.AllowOtherOwner)
+	if err != nil {
+		return nil, err
+	}
+	st, exists, err := d.existing(parent, o.AllowOtherOwner)
+	if err != nil {
+		parent.Close()
+		return nil, err
+	}
+	at := parent
+	var destF *os.File
+	var known []KnownBlob
+	if exists {
+		if !isDir(st) {
+			parent.Close()
+			return nil, d.destErr("%s exists and is not a directory", d.spec.Path)
+		}
+		destF, known, err = d.openExisting(parent)
+		if err != nil {
+			parent.Close()
+			return nil, err
+		}
+		if st.Dev != pst.Dev {
+			at = destF // a mount point: stage inside it, renames stay on its filesystem
+		}
+	}
+	s, err := d.newStage(o, parent, at, pst, "image")
+	if err != nil {
+		if destF != nil {
+			destF.Close() // *os.File: closing twice (newStage's cleanup) is harmless
+		}
+		parent.Close()
+		return nil, err
+	}
+	s.dest, s.Known = destF, known
+	return s, nil
+}
+
+// openExisting opens an existing DEST beneath its parent and lists the
+// blobs it has. It must be empty or an OCI layout.
+func (d *ociDest) openExisting(parent *os.File) (*os.File, []KnownBlob, error) {
+	fd, err := openDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
+	if err != nil {
+		return nil, nil, d.destErr("%v", errnoText(err))
+	}
+	f := os.NewFile(uintptr(fd), d.spec.Path)
+	names, err := readDirNames(fd)
+	if err != nil {
+		f.Close()
+		return nil, nil, d.destErr("%v", err)
+	}
+	empty := true
+	for _, n := range names {
+		empty = empty && strings.HasPrefix(n, stagingPrefix)
+	}
+	if empty {
+		return f, nil, nil
+	}
+	if st, err := fstatAt(fd, "oci-layout"); err != nil || !isReg(st) {
+		f.Close()
+		return nil, nil, d.destErr("%s exists and is not an OCI layout (no oci-layout file)", d.spec.Path)
+	}
+	known, err := listBlobs(fd)
+	if err != nil {
+		f.Close()
+		return nil, nil, d.destErr("%s: %v", d.spec.Path, errnoText(err))
+	}
+	return f, known, nil
+}
+
+// listBlobs lists the regular files under blobs/<alg>/ whose names are
+// valid digests. Manifests are listed too: with no hard link into staging,
+// nothing the copy does can touch DEST's files, and containers/image only
+// asks about config and layer blobs.
+func listBlobs(destFd int) ([]KnownBlob, error) {
+	bfd, err := openDirAt(destFd, "blobs")
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: "blobs", Err: err}
+	}
+	defer unix.Close(bfd)
+	var out []KnownBlob
+	for _, alg := range []string{"sha256", "sha512"} {
+		afd, err := openDirAt(bfd, alg)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: "blobs/" + alg, Err: err}
+		}
+		names, err := readDirNames(afd)
+		if err != nil {
+			unix.Close(afd)
+			return nil, err
+		}
+		for _, n := range names {
+			if !hexRE[alg].MatchString(n) {
+				continue
+			}
+			if st, err := fstatAt(afd, n); err == nil && isReg(st) {
+				out = append(out, KnownBlob{Digest: alg + ":" + n, Size: st.Size})
+			}
+		}
+		unix.Close(afd)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Digest < out[j].Digest })
+	return out, nil
+}
+
+func (d *ociDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
+	ref, err := ocilayout.NewReference(filepath.Join(dir, "image"), d.spec.Ref)
+	if err != nil {
+		return nil, err
+	}
+	if len(known) == 0 {
+		return ref, nil
+	}
+	return withKnown(ref, known), nil
+}
+
+func knownMap(k []KnownBlob) map[string]int64 {
+	m := make(map[string]int64, len(k))
+	for _, b := range k {
+		m[b.Digest] = b.Size
+	}
+	return m
+}
+
+func (d *ociDest) Verify(s *Stage, e Expect) error {
+	if err := checkExpect(e); err != nil {
+		return err
+	}
+	t, err := takeBack(s)
+	if err != nil {
+		return verr(err)
+	}
+	res, err := verifyOCI(t, e, d.spec.Ref, knownMap(s.Known))
+	if err == nil {
+		err = refuseUnused(t)
+	}
+	if err == nil {
+		err = t.syncDirs()
+	}
+	if err != nil {
+		t.close()
+		return verr(err)
+	}
+	s.verified = &verified{tree: t, oci: res}
+	return nil
+}
+
+// refuseUnused: a staged file the manifest graph does not name is never
+// committed, and its presence fails the pull. containers/image leaves no
+// such file after a successful copy (its temporary files are renamed or
+// removed), so one means the copy wrote what it should not have.
+func refuseUnused(t *tree) error {
+	u := t.unused()
+	if len(u) == 0 {
+		return nil
+	}
+	more := ""
+	if len(u) > 3 {
+		u, more = u[:3], " …"
+	}
+	return badStaged("%s not named by the image's manifests%s", strings.Join(u, ", "), more)
+}
+
+// verr classifies an error of Verify: I/O errors are verification
+// failures too (the staged image could not be checked).
+func verr(err error) error {
+	if failure.CodeOf(err) != failure.Internal {
+		return err
+	}
+	return failure.Wrap(failure.Verification, err, "checking the staged image")
+}
+
+func (d *ociDest) Commit(s *Stage) error {
+	v := s.verified
+	if v == nil || v.oci == nil {
+		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	name := filepath.Base(d.spec.Path)
+	pfd := int(s.parent.Fd())
+	if s.dest == nil {
+		err := unix.Renameat2(int(s.Work.Fd()), s.Name, pfd, name, unix.RENAME_NOREPLACE)
+		if err == nil {
+			return d.commitErr(unix.Fsync(pfd))
+		}
+		if err != unix.EEXIST && err != unix.ENOTEMPTY {
+			return d.commitErr(&os.PathError{Op: "rename", Path: d.spec.Path, Err: err})
+		}
+		// A concurrent pull created DEST meanwhile: merge into it.
+		st, _, err := d.existing(s.parent, s.opts.AllowOtherOwner)
+		if err != nil {
+			return err
+		}
+		if !isDir(st) {
+			return d.destErr("%s exists and is not a directory", d.spec.Path)
+		}
+		fd, err := openDirAt(pfd, name)
+		if err != nil {
+			return d.destErr("%v", errnoText(err))
+		}
+		s.dest = os.NewFile(uintptr(fd), d.spec.Path)
+	}
+	return d.merge(s, v)
+}
+
+// merge adds the staged image to the existing layout s.dest under an
+// exclusive flock on it: blobs first (content-addressed; an existing one
+// is kept), oci-layout when missing, index.json last (an O_EXCL random
+// temporary name renamed over it). Every name is resolved beneath DEST
+// without following symlinks: a planted symlink is refused, naming it.
+func (d *ociDest) merge(s *Stage, v *verified) error {
+	dfd := int(s.dest.Fd())
+	if err := flockWait(dfd, LockTimeout); err != nil {
+		return d.destErr("locking %s: %v", d.spec.Path, err)
+	}
+	defer func() { _ = unix.Flock(dfd, unix.LOCK_UN) }()
+	// The held fd must still be DEST (not a directory someone renamed
+	// away or removed during the pull).
+	now, err := fstatAt(int(s.parent.Fd()), filepath.Base(d.spec.Path))
+	held, herr := fstat(dfd)
+	if err != nil || herr != nil || now.Dev != held.Dev || now.Ino != held.Ino {
+		return d.destErr("%s was removed or replaced during the pull; retry", d.spec.Path)
+	}
+	refuse := func(entry string, err error) error {
+		return d.destErr("%s/%s: %v", d.spec.Path, entry, errnoText(err))
+	}
+	bfd, err := mkdirAt(dfd, "blobs", s.owner)
+	if err != nil {
+		return refuse("blobs", err)
+	}
+	defer unix.Close(bfd)
+	t := v.tree
+	var rels []string
+	for r := range t.files {
+		if strings.HasPrefix(r, "blobs/") {
+			rels = append(rels, r)
+		}
+	}
+	sort.Strings(rels)
+	algFds := map[string]int{}
+	defer func() {
+		for _, fd := range algFds {
+			unix.Close(fd)
+		}
+	}()
+	for _, r := range rels {
+		alg, hx := path.Base(path.Dir(r)), path.Base(r)
+		afd, ok := algFds[alg]
+		if !ok {
+			if afd, err = mkdirAt(bfd, alg, s.owner); err != nil {
+				return refuse("blobs/"+alg, err)
+			}
+			algFds[alg] = afd
+		}
+		err := unix.Renameat2(t.dirs[dirOf(r)], hx, afd, hx, unix.RENAME_NOREPLACE)
+		if err == unix.EEXIST {
+			st, serr := fstatAt(afd, hx)
+			if serr != nil || !isReg(st) || st.Size != t.files[r].size {
+				return d.destErr("%s/%s exists and is not the regular file of that digest; refusing", d.spec.Path, r)
+			}
+			continue // the same content, by its name
+		}
+		if err != nil {
+			return refuse(r, err)
+		}
+	}
+	for _, k := range v.oci.used {
+		alg, hx, _ := splitDigest(k.Digest)
+		st, err := statBeneath(dfd, "blobs/"+alg+"/"+hx)
+		if err != nil || !isReg(st) || st.Size != k.Size {
+			return d.destErr("blob %s, which the pull reused from %s, is gone or changed; retry the pull", k.Digest, d.spec.Path)
+		}
+	}
+	for _, fd := range append(mapValues(algFds), bfd) {
+		if err := unix.Fsync(fd); err != nil {
+			return d.commitErr(err)
+		}
+	}
+	switch st, err := fstatAt(dfd, "oci-layout"); {
+	case errors.Is(err, unix.ENOENT):
+		if err := writeFileAt(dfd, "oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`), s.owner, true); err != nil && !errors.Is(err, unix.EEXIST) {
+			return refuse("oci-layout", err)
+		}
+	case err != nil:
+		return refuse("oci-layout", err)
+	case !isReg(st):
+		return d.destErr("%s/oci-layout is not a regular file; refusing", d.spec.Path)
+	}
+	old, err := readAtMost(dfd, "index.json", maxJSON)
+	if errors.Is(err, unix.ENOENT) {
+		old, err = nil, nil
+	}
+	if err != nil {
+		return refuse("index.json", err)
+	}
+	data, err := mergeIndex(old, v.oci.entry)
+	if err != nil {
+		return d.destErr("%s/index.json: %v", d.spec.Path, err)
+	}
+	if err := writeFileAt(dfd, "index.json", data, s.owner, false); err != nil {
+		return refuse("index.json", err)
+	}
+	return d.commitErr(unix.Fsync(dfd))
+}
+
+func mapValues(m map[string]int) []int {
+	var out []int
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+type ociIndex struct {
+	SchemaVersion int               `json:"schemaVersion"`
+	MediaType     string            `json:"mediaType,omitempty"`
+	Manifests     []json.RawMessage `json:"manifests"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+}
+
+// mergeIndex adds entry to DEST's index.json: a tag moves to the new image
+// (older entries with that ref.name go); an untagged entry is added once.
+func mergeIndex(old []byte, entry json.RawMessage) ([]byte, error) {
+	var idx ociIndex
+	if len(old) > 0 {
+		if err := json.Unmarshal(old, &idx); err != nil {
+			return nil, err
+		}
+	}
+	var nd descriptor
+	if err := json.Unmarshal(entry, &nd); err != nil {
+		return nil, err
+	}
+	name := nd.Annotations[refNameAnnot]
+	kept := idx.Manifests[:0]
+	dup := false
+	for _, om := range idx.Manifests {
+		var od descriptor
+		_ = json.Unmarshal(om, &od)
+		on := od.Annotations[refNameAnnot]
+		if name != "" && on == name {
+			continue
+		}
+		if name == "" && on == "" && od.Digest == nd.Digest {
+			dup = true
+		}
+		kept = append(kept, om)
+	}
+	idx.Manifests = kept
+	if !dup {
+		idx.Manifests = append(idx.Manifests, entry)
+	}
+	if idx.SchemaVersion == 0 {
+		idx.SchemaVersion = 2
+	}
+	if idx.Manifests == nil {
+		idx.Manifests = []json.RawMessage{}
+	}
+	return json.Marshal(idx)
+}

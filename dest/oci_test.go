@@ -1,0 +1,220 @@
+package dest_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/types"
+	"golang.org/x/sys/unix"
+)
+
+func TestOCINewThenMergeReusesKnownBlobs(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "layout")
+	a, b := newImg("a"), newImg("b")
+	must(t, fullPull(t, "oci:"+d+":a", a, dest.StageOptions{}))
+
+	// b shares a's config? no: b has its own layer and config; pull a
+	// again under tag c to see every blob reused.
+	dd := parse(t, "oci:"+d+":c")
+	st, err := dd.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	if len(st.Known) != 3 {
+		t.Fatalf("Known = %v, want a's 3 blobs", st.Known)
+	}
+	progress := make(chan types.ProgressProperties, 64)
+	e := pull(t, dd, st, source(t, a), progress)
+	skipped := 0
+	for p := range progress {
+		if p.Event == types.ProgressEventSkipped {
+			skipped++
+		}
+	}
+	if skipped != 1 {
+		t.Fatalf("%d blobs reported skipped, want the layer", skipped)
+	}
+	if _, err := os.Lstat(filepath.Join(st.WorkPath, "image", "blobs", "sha256", sha(a.layer)[7:])); !os.IsNotExist(err) {
+		t.Fatalf("the known layer was written into staging: %v", err)
+	}
+	must(t, dd.Verify(st, e))
+	must(t, dd.Commit(st))
+	must(t, fullPull(t, "oci:"+d+":b", b, dest.StageOptions{}))
+	idx := readIndex(t, d)
+	if idx["a"] != a.digest || idx["c"] != a.digest || idx["b"] != b.digest || len(idx) != 3 {
+		t.Fatalf("index = %v", idx)
+	}
+}
+
+func TestOCIEmptyDestDirGetsCompleteLayout(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "empty")
+	must(t, os.Mkdir(d, 0o755))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	if readIndex(t, d)["a"] == "" {
+		t.Fatal("no index entry for a")
+	}
+	if _, err := os.Stat(filepath.Join(d, "oci-layout")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOCIMountPoint(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "mnt")
+	must(t, os.Mkdir(d, 0o755))
+	if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=16m"); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(d, unix.MNT_DETACH) })
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":b", newImg("b"), dest.StageOptions{}))
+	if idx := readIndex(t, d); len(idx) != 2 {
+		t.Fatalf("index = %v", idx)
+	}
+	ents, _ := os.ReadDir(d)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".pullhelper-staging-") {
+			t.Fatalf("staging %s left in DEST", e.Name())
+		}
+	}
+}
+
+// An unprivileged user pre-creates DEST and plants symlinks; root must
+// never write through them.
+func TestOCIPlantedSymlinksInDest(t *testing.T) {
+	needRoot(t)
+	for _, entry := range []string{"blobs", "blobs/sha256", "index.json", "oci-layout"} {
+		t.Run(entry, func(t *testing.T) {
+			top := t.TempDir()
+			d := filepath.Join(top, "layout")
+			writeLayout(t, d, newImg("old"), "old")
+			outside := filepath.Join(top, "outside")
+			must(t, os.MkdirAll(filepath.Join(outside, "sha256"), 0o755))
+			must(t, os.WriteFile(filepath.Join(outside, "victim"), []byte("precious"), 0o600))
+			must(t, filepath.Walk(d, func(p string, _ os.FileInfo, err error) error { return os.Lchown(p, 65534, 65534) }))
+
+			// Without the policy opt-in, another user's DEST is refused.
+			_, err := parse(t, "oci:"+d+":a").Stage(dest.StageOptions{})
+			wantCode(t, err, failure.Destination, "owned by uid 65534")
+
+			dd := parse(t, "oci:"+d+":a")
+			st, err := dd.Stage(dest.StageOptions{AllowOtherOwner: true})
+			must(t, err)
+			defer st.Remove()
+			e := pull(t, dd, st, source(t, newImg("a")), nil)
+			must(t, dd.Verify(st, e))
+			// Planted after Stage, before Commit.
+			p := filepath.Join(d, entry)
+			must(t, os.RemoveAll(p))
+			target := outside
+			if entry == "index.json" || entry == "oci-layout" {
+				target = filepath.Join(outside, "victim")
+			}
+			must(t, os.Symlink(target, p))
+			err = dd.Commit(st)
+			wantCode(t, err, failure.Destination, entry)
+			if b, _ := os.ReadFile(filepath.Join(outside, "victim")); string(b) != "precious" {
+				t.Fatalf("root wrote through the symlink: %q", b)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(outside, "sha256")); len(ents) != 0 {
+				t.Fatalf("root moved blobs outside DEST: %v", ents)
+			}
+		})
+	}
+}
+
+// Today's fixed temporary name is a target: a symlink there must not be
+// followed (the names are random and O_EXCL now).
+func TestOCIPlantedTempName(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	d := filepath.Join(top, "layout")
+	writeLayout(t, d, newImg("old"), "old")
+	victim := filepath.Join(top, "victim")
+	must(t, os.WriteFile(victim, []byte("precious"), 0o600))
+	must(t, os.Symlink(victim, filepath.Join(d, ".index.json.pullhelper-tmp")))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("root wrote through the planted temporary name: %q", b)
+	}
+	if idx := readIndex(t, d); idx["a"] == "" || idx["old"] == "" {
+		t.Fatalf("index = %v", idx)
+	}
+}
+
+func TestDestOwnedByAnotherUser(t *testing.T) {
+	needRoot(t)
+	for _, raw := range []string{"oci:%s", "dir:%s", "oci-archive:%s", "docker-archive:%s"} {
+		d := filepath.Join(t.TempDir(), "d")
+		if strings.HasPrefix(raw, "oci:") || strings.HasPrefix(raw, "dir:") {
+			must(t, os.Mkdir(d, 0o755))
+		} else {
+			must(t, os.WriteFile(d, nil, 0o644))
+		}
+		must(t, os.Chown(d, 1000, 1000))
+		_, err := parse(t, strings.Replace(raw, "%s", d, 1)).Stage(dest.StageOptions{})
+		wantCode(t, err, failure.Destination, "owned by uid 1000")
+		if failure.CodeOf(err).Exit() != 9 {
+			t.Fatal("not exit 9")
+		}
+	}
+	// The parent owned by another user, and a parent anyone can write.
+	p := filepath.Join(t.TempDir(), "p")
+	must(t, os.Mkdir(p, 0o755))
+	must(t, os.Chown(p, 1000, 1000))
+	_, err := parse(t, "oci:"+p+"/d").Stage(dest.StageOptions{})
+	wantCode(t, err, failure.Destination, "owned by uid 1000")
+	w := filepath.Join(t.TempDir(), "w")
+	must(t, os.Mkdir(w, 0o777))
+	must(t, os.Chmod(w, 0o777))
+	_, err = parse(t, "oci:"+w+"/d").Stage(dest.StageOptions{})
+	wantCode(t, err, failure.Destination, "not sticky")
+	must(t, os.Chmod(w, os.ModeSticky|0o777))
+	must(t, fullPull(t, "oci:"+w+"/d", newImg("a"), dest.StageOptions{}))
+}
+
+func TestParse(t *testing.T) {
+	for raw, want := range map[string]string{
+		"foo:/x":                  `unknown transport "foo"`,
+		"oci:":                    "the path is empty",
+		"docker-archive:/x:a@sha": "docker-archive reference",
+		"oci:/x:BAD TAG":          "",
+	} {
+		_, err := dest.Parse(raw)
+		if err == nil || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want a usage error with %q", raw, err, want)
+		}
+	}
+	d, err := dest.Parse("dir:rel:x")
+	must(t, err)
+	if !filepath.IsAbs(d.Spec().Path) || !strings.HasSuffix(d.Spec().Path, "rel:x") || d.String() != "dir:"+d.Spec().Path {
+		t.Fatalf("spec %+v %s", d.Spec(), d)
+	}
+	d, err = dest.Parse("oci:/x:tag")
+	must(t, err)
+	if d.Spec().Ref != "tag" || d.String() != "oci:/x:tag" {
+		t.Fatalf("spec %+v", d.Spec())
+	}
+}
+
+// DEST removed between Stage and Commit: the held fd is a deleted
+// directory, and committing into it would report success for nothing.
+func TestOCIDestRemovedDuringPull(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, newImg("old"), "old")
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, newImg("a")), nil)
+	must(t, dd.Verify(st, e))
+	must(t, os.Rename(d, d+".moved"))
+	must(t, os.Mkdir(d, 0o755))
+	wantCode(t, dd.Commit(st), failure.Destination, "removed or replaced during the pull")
+}

@@ -1,0 +1,67 @@
+package dest
+
+import (
+	"path/filepath"
+	"strings"
+
+	ociarchive "go.podman.io/image/v5/oci/archive"
+	"go.podman.io/image/v5/types"
+)
+
+func init() {
+	register("oci-archive", kind{split: true, new: func(s Spec) (Destination, error) {
+		d := &ociArchiveDest{archiveBase{base{s}}}
+		if s.Ref != "" {
+			if _, err := d.StagedReference("/", nil); err != nil {
+				return nil, err
+			}
+		}
+		return d, nil
+	}})
+}
+
+// ociArchiveDest is oci-archive:PATH[:TAG], a tar of an OCI layout holding
+// one image; a commit replaces the file.
+type ociArchiveDest struct{ archiveBase }
+
+func (d *ociArchiveDest) Stage(o StageOptions) (*Stage, error) { return d.stage(o) }
+
+func (d *ociArchiveDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
+	return ociarchive.NewReference(filepath.Join(dir, "image.tar"), d.spec.Ref)
+}
+
+func (d *ociArchiveDest) Verify(s *Stage, e Expect) error {
+	if err := checkExpect(e); err != nil {
+		return err
+	}
+	f, err := takeBackFile(s)
+	if err != nil {
+		return verr(err)
+	}
+	defer f.Close()
+	ts, err := readTar(f, func(n string) string {
+		if a, _, ok := strings.Cut(strings.TrimPrefix(n, "blobs/"), "/"); ok && strings.HasPrefix(n, "blobs/") {
+			return a
+		}
+		return ""
+	}, e.MaxBytes)
+	if err != nil {
+		return verr(err)
+	}
+	if len(ts.symlinks) > 0 {
+		for n := range ts.symlinks {
+			return verr(badStaged("archive member %s is a symbolic link", n))
+		}
+	}
+	res, err := verifyOCI(ts, e, d.spec.Ref, nil)
+	if err == nil {
+		err = ts.unused(func(string) bool { return false })
+	}
+	if err != nil {
+		return verr(err)
+	}
+	s.verified = &verified{oci: res}
+	return nil
+}
+
+func (d *ociArchiveDest) Commit(s *Stage) error { return d.commitFile(s) }

@@ -1,0 +1,237 @@
+package dest
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pullhelper/pullhelper/internal/proc"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	stagingPrefix = ".pullhelper-staging-"
+	ownerFile     = "owner"
+	workDir       = "work"
+	// LockTimeout bounds the wait for a concurrent commit into the same
+	// DEST (the flock on DEST for oci:, on DEST's parent for dir:).
+	LockTimeout = 2 * time.Minute
+	// maxJSON bounds every JSON document the parent reads from staging or
+	// DEST (index.json, manifests, configs are not read).
+	maxJSON = 4 << 20
+)
+
+// Stage is the staging area of one pull:
+//
+//	<at>/.pullhelper-staging-<name>-<rand>/   root 0700, never handed out
+//	    owner                                  tag of this process (reclaim)
+//	    work/                                  handed to the copy (HandTo, 0700)
+//	        image | image.tar                  what the copy writes (Name)
+//
+// where <at> is DEST's parent, or DEST itself when DEST is a mount point
+// (renames must stay on one filesystem).
+type Stage struct {
+	// Work is the O_DIRECTORY descriptor of work/. The pipeline passes it
+	// to the child, which bind-mounts /proc/self/fd/N over /tmp: the child
+	// never learns a host path.
+	Work *os.File
+	// WorkPath is the host path of Work, only for the in-process copy
+	// (--no-isolation).
+	WorkPath string
+	// Name is what the copy writes inside Work: "image" or "image.tar".
+	Name string
+	// Known are the blobs DEST already has (oci:), handed to the copy.
+	Known []KnownBlob
+	// Reclaimed lists stale staging directories (host paths) removed
+	// because the pullhelper that made them is gone.
+	Reclaimed []string
+
+	parent   *os.File // DEST's parent directory
+	at       *os.File // where the staging root is: parent, or dest for a mount point
+	root     *os.File // the staging root
+	rootName string   // its name in at
+	dest     *os.File // DEST when it existed at Stage (directories only)
+	owner    Identity // owner of committed files: DEST's parent's owner
+	opts     StageOptions
+	verified *verified // set by Verify, consumed by Commit
+}
+
+// Remove deletes the staging area and closes every descriptor it holds.
+func (s *Stage) Remove() {
+	if s == nil {
+		return
+	}
+	if s.verified != nil && s.verified.tree != nil {
+		s.verified.tree.close()
+	}
+	if s.at != nil && s.rootName != "" {
+		_ = removeAllAt(int(s.at.Fd()), s.rootName)
+	}
+	for _, f := range []*os.File{s.Work, s.root, s.dest, s.parent} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if s.at != nil && s.at != s.parent && s.at != s.dest {
+		s.at.Close()
+	}
+	s.Work, s.root, s.dest, s.parent, s.at = nil, nil, nil, nil, nil
+}
+
+// Reset empties the work directory between attempts (the copy runs in
+// this process: the in-process path only).
+func (s *Stage) Reset() error {
+	return removeAllAt(int(s.Work.Fd()), s.Name)
+}
+
+// allowedOwner: root or the caller.
+func allowedOwner(uid uint32) bool { return uid == 0 || int(uid) == os.Geteuid() }
+
+// openParent opens and checks DEST's parent: a directory, owned by root or
+// the caller (unless allowOther), and not writable by group or others
+// unless sticky (like /tmp, /var/tmp).
+func (b base) openParent(allowOther bool) (*os.File, unix.Stat_t, error) {
+	dir := filepath.Dir(b.spec.Path)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, unix.Stat_t{}, b.destErr("parent directory %s: %v", dir, err)
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	st, err := fstat(fd)
+	if err != nil {
+		f.Close()
+		return nil, st, b.destErr("parent directory %s: %v", dir, err)
+	}
+	if !allowedOwner(st.Uid) && !allowOther {
+		f.Close()
+		return nil, st, b.destErr("parent directory %s is owned by uid %d, not root; refusing to write there as root (the policy can allow other owners)", dir, st.Uid)
+	}
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		f.Close()
+		return nil, st, b.destErr("parent directory %s is writable by group or others and not sticky (mode %o); refusing (anyone could replace DEST)", dir, st.Mode&0o7777)
+	}
+	return f, st, nil
+}
+
+// existing looks DEST up beneath its parent without following a symlink.
+// It returns (nil stat, false) when DEST does not exist.
+func (b base) existing(parent *os.File, allowOther bool) (unix.Stat_t, bool, error) {
+	name := filepath.Base(b.spec.Path)
+	st, err := fstatAt(int(parent.Fd()), name)
+	if errors.Is(err, unix.ENOENT) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, b.destErr("%v", err)
+	}
+	if isLink(st) {
+		return st, true, b.destErr("%s is a symbolic link; refusing to write through it (name the real path)", b.spec.Path)
+	}
+	if !allowedOwner(st.Uid) && !allowOther {
+		return st, true, b.destErr("%s exists and is owned by uid %d, not root; refusing (remove it, or let the policy allow other owners)", b.spec.Path, st.Uid)
+	}
+	return st, true, nil
+}
+
+// newStage creates the staging root in at (DEST's parent, or DEST), its
+// owner tag and the work directory, reclaiming stale staging first.
+func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, name string) (*Stage, error) {
+	s := &Stage{parent: parent, at: at, Name: name, opts: o, owner: Identity{UID: int(pst.Uid), GID: int(pst.Gid)}}
+	s.Reclaimed = reclaim(at)
+	for _, r := range s.Reclaimed {
+		discard(o.Log).Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
+	afd := int(at.Fd())
+	var err error
+	for range 16 {
+		s.rootName = stagingPrefix + shortName(filepath.Base(b.spec.Path)) + "-" + randSuffix()
+		if err = unix.Mkdirat(afd, s.rootName, 0o700); err != unix.EEXIST {
+			break
+		}
+	}
+	if err != nil {
+		s.rootName = ""
+		return nil, b.destErr("cannot write in %s: %v", at.Name(), err)
+	}
+	fail := func(err error) (*Stage, error) {
+		s.Remove()
+		return nil, b.destErr("creating the staging directory in %s: %v", at.Name(), errnoText(err))
+	}
+	rfd, err := openDirAt(afd, s.rootName)
+	if err != nil {
+		return fail(err)
+	}
+	s.root = os.NewFile(uintptr(rfd), filepath.Join(at.Name(), s.rootName))
+	if err := setOwner(rfd, Identity{}, 0o700); err != nil {
+		return fail(err)
+	}
+	if tag, err := proc.SelfTag(); err == nil {
+		f, err := fileAt(rfd, ownerFile, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err != nil {
+			return fail(err)
+		}
+		_, err = f.WriteString(tag)
+		f.Close()
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if err := unix.Mkdirat(rfd, workDir, 0o700); err != nil {
+		return fail(err)
+	}
+	wfd, err := openDirAt(rfd, workDir)
+	if err != nil {
+		return fail(err)
+	}
+	s.WorkPath = filepath.Join(s.root.Name(), workDir)
+	s.Work = os.NewFile(uintptr(wfd), s.WorkPath)
+	if o.HandTo != nil {
+		if err := setOwner(wfd, *o.HandTo, 0o700); err != nil {
+			return fail(err)
+		}
+	}
+	return s, nil
+}
+
+// reclaim removes staging directories in at whose owner process is gone
+// (a pullhelper that was SIGKILLed) and returns their paths. Only root-owned
+// directories (never symlinks) with a readable owner tag are touched.
+func reclaim(at *os.File) []string {
+	names, err := readDirNames(int(at.Fd()))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range names {
+		if !strings.HasPrefix(n, stagingPrefix) {
+			continue
+		}
+		st, err := fstatAt(int(at.Fd()), n)
+		if err != nil || !isDir(st) || st.Uid != 0 {
+			continue
+		}
+		fd, err := openDirAt(int(at.Fd()), n)
+		if err != nil {
+			continue
+		}
+		tag, err := readAtMost(fd, ownerFile, 64)
+		unix.Close(fd)
+		if err != nil || !proc.Gone(strings.TrimSpace(string(tag))) {
+			continue
+		}
+		if removeAllAt(int(at.Fd()), n) == nil {
+			out = append(out, filepath.Join(at.Name(), n))
+		}
+	}
+	return out
+}
+
+// shortName keeps staging names under NAME_MAX whatever DEST is called.
+func shortName(n string) string {
+	if len(n) > 128 {
+		return n[:128]
+	}
+	return n
+}

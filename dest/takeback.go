@@ -1,0 +1,349 @@
+package dest
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxEntries and maxDepth bound the staged tree the parent walks.
+const (
+	maxEntries = 100000
+	maxDepth   = 8
+)
+
+type entry struct {
+	size int64
+	ino  uint64
+	used bool   // named by the verified graph: committed
+	sum  string // hex digest once hashed
+	alg  string
+}
+
+// tree is a staged directory the parent has taken back: every directory is
+// held open (root- or owner-owned 0755, so nobody else can change its
+// entries), every file was a regular file with one link.
+type tree struct {
+	dirs  map[string]int // "" is the image directory itself
+	files map[string]*entry
+	owner Identity
+	fresh bool
+}
+
+func (t *tree) close() {
+	for _, fd := range t.dirs {
+		unix.Close(fd)
+	}
+	t.dirs = nil
+}
+
+// takeBack makes work/ root's again (0700) through the held fd, then walks
+// work/NAME beneath it: directories first get owner 0755 (from then on no
+// other process can add or rename entries), files are checked to be
+// regular with nlink 1 and get owner 0644 through a descriptor opened with
+// O_NOFOLLOW. Anything else is refused (failure.Verification).
+func takeBack(s *Stage) (*tree, error) {
+	wfd := int(s.Work.Fd())
+	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
+		return nil, fmt.Errorf("taking back the work directory: %w", err)
+	}
+	st, err := fstatAt(wfd, s.Name)
+	if err != nil {
+		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+	}
+	if !isDir(st) {
+		return nil, badStaged("%s is not a directory (mode %o)", s.Name, st.Mode)
+	}
+	fd, err := openDirAt(wfd, s.Name)
+	if err != nil {
+		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+	}
+	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy}
+	if err := t.walk(fd, "", 0); err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *tree) walk(dfd int, rel string, depth int) error {
+	if err := setOwner(dfd, t.owner, 0o755); err != nil {
+		return err
+	}
+	names, err := readDirNames(dfd)
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		r := path.Join(rel, n)
+		if len(t.files)+len(t.dirs) > maxEntries {
+			return badStaged("more than %d entries", maxEntries)
+		}
+		st, err := fstatAt(dfd, n)
+		if err != nil {
+			return err
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if depth >= maxDepth {
+				return badStaged("%s is nested too deep", r)
+			}
+			fd, err := openDirAt(dfd, n)
+			if err != nil {
+				return badStaged("%s: %v", r, errnoText(err))
+			}
+			t.dirs[r] = fd
+			if got, err := fstat(fd); err != nil || got.Ino != st.Ino {
+				return badStaged("%s changed while it was taken back", r)
+			}
+			if err := t.walk(fd, r, depth+1); err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			if st.Nlink != 1 {
+				return badStaged("%s has %d hard links", r, st.Nlink)
+			}
+			fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+			if err != nil {
+				return badStaged("%s: %v", r, errnoText(err))
+			}
+			got, err := fstat(fd)
+			if err == nil && (got.Ino != st.Ino || !isReg(got) || got.Nlink != 1) {
+				err = badStaged("%s changed while it was taken back", r)
+			}
+			if err == nil {
+				mode := uint32(0o644)
+				if t.fresh {
+					mode = 0o600 // the shared uid's inode is never committed
+				}
+				err = setOwner(fd, t.owner, mode)
+			}
+			unix.Close(fd)
+			if err != nil {
+				return err
+			}
+			t.files[r] = &entry{size: got.Size, ino: got.Ino}
+		case unix.S_IFLNK:
+			return badStaged("%s is a symbolic link", r)
+		default:
+			return badStaged("%s is a special file (mode %o)", r, st.Mode)
+		}
+	}
+	return nil
+}
+
+func hasher(alg string) hash.Hash {
+	switch alg {
+	case "sha256":
+		return sha256.New()
+	case "sha512":
+		return sha512.New()
+	}
+	return nil
+}
+
+// open opens a staged file and checks it is the inode taken back.
+func (t *tree) open(rel string) (*os.File, *entry, error) {
+	e, ok := t.files[rel]
+	if !ok {
+		return nil, nil, badStaged("%s is missing", rel)
+	}
+	dfd, ok := t.dirs[dirOf(rel)]
+	if !ok {
+		return nil, nil, badStaged("%s is missing", rel)
+	}
+	f, err := fileAt(dfd, path.Base(rel), unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, nil, badStaged("%s: %v", rel, errnoText(err))
+	}
+	if st, err := fstat(int(f.Fd())); err != nil || st.Ino != e.ino {
+		f.Close()
+		return nil, nil, badStaged("%s changed after it was taken back", rel)
+	}
+	return f, e, nil
+}
+
+func dirOf(rel string) string {
+	d := path.Dir(rel)
+	if d == "." {
+		return ""
+	}
+	return d
+}
+
+// has reports whether a file is staged, and its size.
+func (t *tree) has(rel string) (int64, bool) {
+	e, ok := t.files[rel]
+	if !ok {
+		return 0, false
+	}
+	return e.size, true
+}
+
+// load reads a staged file (at most max bytes) and marks it committed;
+// with fresh, the committed file is a new root-created inode holding
+// exactly the bytes returned.
+func (t *tree) load(rel string, max int64) ([]byte, error) {
+	f, e, err := t.open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if e.size > max {
+		return nil, badStaged("%s is %d bytes, more than the %d allowed", rel, e.size, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != e.size {
+		return nil, badStaged("%s changed size after it was taken back", rel)
+	}
+	if err := t.commitContent(rel, e, f, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// sum hashes a staged file with alg, marks it committed and returns the hex
+// digest. With fresh, the hash is computed while copying into the new
+// inode, so the digest is the committed bytes' digest.
+func (t *tree) sum(rel, alg string) (string, error) {
+	f, e, err := t.open(rel)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if e.sum != "" && e.alg == alg {
+		return e.sum, nil
+	}
+	h := hasher(alg)
+	if h == nil {
+		return "", badStaged("%s: unsupported digest algorithm %q", rel, alg)
+	}
+	if t.fresh {
+		n, err := t.freshCopy(rel, f, h)
+		if err != nil {
+			return "", err
+		}
+		if n != e.size {
+			return "", badStaged("%s changed size after it was taken back", rel)
+		}
+	} else {
+		n, err := io.Copy(h, f)
+		if err != nil {
+			return "", err
+		}
+		if n != e.size {
+			return "", badStaged("%s changed size after it was taken back", rel)
+		}
+		if err := f.Sync(); err != nil {
+			return "", err
+		}
+	}
+	e.used, e.sum, e.alg = true, hex.EncodeToString(h.Sum(nil)), alg
+	return e.sum, nil
+}
+
+func (t *tree) commitContent(rel string, e *entry, f *os.File, b []byte) error {
+	e.used = true
+	if !t.fresh {
+		return f.Sync()
+	}
+	_, err := t.freshCopy(rel, newBytesReader(b), nil)
+	return err
+}
+
+// freshCopy replaces rel by a new root-created file with the content of r
+// (an O_EXCL random temporary name in the same root-owned directory, then
+// renameat over rel), hashing what it writes into h.
+func (t *tree) freshCopy(rel string, r io.Reader, h hash.Hash) (int64, error) {
+	dfd := t.dirs[dirOf(rel)]
+	out, tmp, err := createTemp(dfd, ".fresh-")
+	if err != nil {
+		return 0, err
+	}
+	ok := false
+	defer func() {
+		out.Close()
+		if !ok {
+			_ = unix.Unlinkat(dfd, tmp, 0)
+		}
+	}()
+	w := io.Writer(out)
+	if h != nil {
+		w = io.MultiWriter(out, h)
+	}
+	n, err := io.CopyBuffer(w, r, make([]byte, 1<<20))
+	if err != nil {
+		return n, err
+	}
+	if err := setOwner(int(out.Fd()), t.owner, 0o644); err != nil {
+		return n, err
+	}
+	if err := out.Sync(); err != nil {
+		return n, err
+	}
+	st, err := fstat(int(out.Fd()))
+	if err != nil {
+		return n, err
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, path.Base(rel)); err != nil {
+		return n, err
+	}
+	ok = true
+	t.files[rel].ino = st.Ino
+	return n, nil
+}
+
+// unused returns the staged files the graph did not name.
+func (t *tree) unused() []string {
+	var out []string
+	for r, e := range t.files {
+		if !e.used {
+			out = append(out, r)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// drop removes a staged file (never committed).
+func (t *tree) drop(rel string) error {
+	delete(t.files, rel)
+	return unix.Unlinkat(t.dirs[dirOf(rel)], path.Base(rel), 0)
+}
+
+// syncDirs fsyncs every staged directory (before the final rename).
+func (t *tree) syncDirs() error {
+	for _, fd := range t.dirs {
+		if err := unix.Fsync(fd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type bytesReader struct {
+	b []byte
+}
+
+func newBytesReader(b []byte) *bytesReader { return &bytesReader{b: b} }
+
+func (r *bytesReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
