@@ -8,6 +8,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/netns"
@@ -45,6 +46,12 @@ type Plan struct {
 	// Sources says whose rules chose the endpoints and credentials:
 	// "containerd" (auth.containerd_config is set) or "registries.conf".
 	Sources string `json:"endpoint_rules"`
+	// MaxImageBytes caps the sum of the image's blob sizes (0: none).
+	MaxImageBytes int64 `json:"max_image_bytes,omitempty"`
+	// AllowOtherOwner accepts a DEST owned by another user (dest).
+	AllowOtherOwner bool `json:"allow_other_owner,omitempty"`
+
+	dst dest.Destination // the parsed DEST (nil for explain without one)
 }
 
 // Network is where the child's network traffic goes.
@@ -109,9 +116,10 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	p.Reference, p.ShortName = named.String(), how
 	p.Registry = reference.Domain(named)
 	if in.Dest != "" {
-		if p.Destination, err = pull.ParseDestination(in.Dest); err != nil {
+		if p.dst, err = dest.Parse(in.Dest); err != nil {
 			return nil, err
 		}
+		p.Destination = p.dst.Spec()
 	}
 	if err := p.resolveEndpoints(l, in, named); err != nil {
 		return nil, err

@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
@@ -56,24 +57,19 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if p.dst == nil {
+		return nil, failure.New(failure.Usage, "no destination: pull takes IMAGE DEST")
+	}
 	o.emit(api.Event{Type: api.EventStart, Image: p.Reference, Destination: p.Destination.Raw})
 	m, err := p.LoadMaterial()
 	if err != nil {
 		return nil, err
 	}
-	st, err := pull.Prepare(p.Destination)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Remove()
-	for _, r := range st.Reclaimed {
-		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
-	}
 	var res *api.Result
 	if p.Isolation.Enabled {
-		res, err = isolated(ctx, p, m, st, &o)
+		res, err = isolated(ctx, p, m, &o)
 	} else {
-		res, err = inProcess(ctx, p, m, st, &o)
+		res, err = inProcess(ctx, p, m, &o)
 	}
 	if err != nil {
 		return nil, err
@@ -83,13 +79,59 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	return res, nil
 }
 
-// inProcess is --no-isolation: the copy runs here, as the caller.
-func inProcess(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o *Options) (*api.Result, error) {
-	res, err := pull.Copy(ctx, &p.Request, m, st, pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log})
+// stage creates the staging area beside DEST (handed to id when the copy
+// runs as another uid) and logs what it reclaimed.
+func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
+	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Commit(p.Destination); err != nil {
+	for _, r := range st.Reclaimed {
+		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
+	return st, nil
+}
+
+// verifyAndCommit checks the staged image against what the copy reported
+// and what the plan pinned, then commits exactly the verified files.
+func (p *Plan) verifyAndCommit(st *dest.Stage, res *api.Result, copied *pull.Copied) error {
+	e := dest.Expect{Digest: res.Digest, Instance: res.InstanceDigest, DestDigest: res.DestinationDigest,
+		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes}
+	if copied != nil {
+		e.IndexRaw, e.Manifest = copied.IndexRaw, copied.Manifest
+	}
+	if err := p.dst.Verify(st, e); err != nil {
+		return err
+	}
+	return p.dst.Commit(st)
+}
+
+// pinned is the digest of IMAGE@sha256:… ("" for a tag).
+func (p *Plan) pinned() string {
+	if _, d, ok := strings.Cut(p.Reference, "@"); ok {
+		return d
+	}
+	return ""
+}
+
+// inProcess is --no-isolation: the copy runs here, as the caller.
+func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
+	st, err := p.stage(o, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Remove()
+	config, err := os.MkdirTemp("", "pullhelper-config-")
+	if err != nil {
+		return nil, failure.Wrap(failure.Internal, err, "creating a private configuration directory")
+	}
+	defer os.RemoveAll(config)
+	res, copied, err := pull.Copy(ctx, &p.Request, m, &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config},
+		pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.verifyAndCommit(st, res, copied); err != nil {
 		return nil, err
 	}
 	res.Isolation = p.Isolation
@@ -99,7 +141,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o
 // isolated runs the copy in the child: an unprivileged uid, its own
 // cgroup, namespaces; then takes the staging area back, verifies and
 // commits it here.
-func isolated(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o *Options) (*api.Result, error) {
+func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
 	lockDir := o.LockDir
 	if lockDir == "" {
 		lockDir = privdrop.DefaultLockDir
@@ -109,9 +151,13 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o 
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
 	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
-	if err := st.Handover(lease.UID, lease.GID); err != nil {
+	// A uid shared with other processes (--user NAME|UID) may have
+	// descriptors on staged files: commit fresh copies only.
+	st, err := p.stage(o, &dest.Identity{UID: lease.UID, GID: lease.GID}, lease.Source != "dynamic")
+	if err != nil {
 		return nil, err
 	}
+	defer st.Remove()
 
 	reclaimed, err := cgroup.Reclaim(o.Cgroup)
 	for _, r := range reclaimed {
@@ -121,7 +167,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o 
 		o.Log.Warn("reclaiming stale pull cgroups", "error", err.Error())
 	}
 	cfg := o.Cgroup
-	cfg.AccountPaths = append(cfg.AccountPaths, st.Root)
+	cfg.AccountPaths = append(cfg.AccountPaths, filepath.Dir(p.Destination.Path))
 	g, err := cgroup.Create(cfg)
 	if err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
@@ -143,19 +189,14 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o 
 		iso.Limits = apiLimits(cfg.Limits)
 	}
 
-	stageDir, err := os.OpenFile(st.Root, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, failure.Wrap(failure.Destination, err, "opening the staging directory")
-	}
-	defer stageDir.Close()
-	c, err := reexec.Start(g, reexec.StartOptions{Netns: p.Network.Netns, Stage: stageDir, Debug: o.Debug, Terminal: o.Report != nil})
+	c, err := reexec.Start(g, reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil})
 	if err != nil {
 		return nil, err
 	}
 	iso.ChildPID = c.PID()
 	// From here on the child exists: Run kills and reaps it on every path.
-	res, err := c.Run(ctx, g, reexec.Request{
-		Copy: &p.Request, Material: m, Stage: reexec.StageInChild(st), Cgroup: g.Expected(),
+	res, copied, err := c.Run(ctx, g, reexec.Request{
+		Copy: &p.Request, Material: m, Stage: reexec.StageInChild(st.Name, st.Known), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 	}, progressOnly(o.Events), o.Log)
@@ -168,11 +209,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, st *pull.Stage, o 
 	if err := g.Kill(c.PID()); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
-	owner := ownerOf(p.Destination.Path)
-	if err := st.TakeBack(p.Destination, res, owner.UID, owner.GID); err != nil {
-		return nil, err
-	}
-	if err := st.Commit(p.Destination); err != nil {
+	if err := p.verifyAndCommit(st, res, copied); err != nil {
 		return nil, err
 	}
 	res.Isolation = iso
@@ -209,14 +246,4 @@ func apiLimits(l cgroup.Limits) *api.Limits {
 func apiUsage(u cgroup.Usage) *api.Usage {
 	return &api.Usage{CPUUsageNS: u.CPUUsageNS, MemoryPeakBytes: u.MemoryPeakBytes, IOReadBytes: u.IOReadBytes,
 		IOWriteBytes: u.IOWriteBytes, PidsPeak: u.PidsPeak, OOMKills: u.OOMKills, PidsMaxHits: u.PidsMaxHits}
-}
-
-// ownerOf is the owner of DEST's parent directory: committed files become
-// its, as if its owner had written them (root for the usual /var paths).
-func ownerOf(path string) privdrop.Identity {
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
-		return privdrop.Identity{}
-	}
-	return privdrop.Identity{UID: int(st.Uid), GID: int(st.Gid)}
 }

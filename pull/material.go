@@ -79,7 +79,7 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 		DockerRegistryUserAgent:     p.UserAgent,
 		// Large temporary files (docker-archive) go to the staging area
 		// on DEST's filesystem, never to the host's /var/tmp.
-		BigFilesTemporaryDir: st.Root,
+		BigFilesTemporaryDir: st.Work,
 		// Keep containers/image's blob-info cache with the configuration:
 		// a pull leaves nothing behind.
 		BlobInfoCacheDir: config,

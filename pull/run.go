@@ -14,6 +14,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker"
@@ -37,6 +38,15 @@ type (
 	Event  = api.Event
 )
 
+// Copied is what the copy stored, beside the result, for the parent's
+// verification: the manifest bytes it wrote and, when the reference is an
+// index, the index the registry served (whose digest the parent checks
+// against the reported one).
+type Copied struct {
+	Manifest []byte `json:"manifest,omitempty"`
+	IndexRaw []byte `json:"index_raw,omitempty"`
+}
+
 // Options are the caller's hooks; all may be nil.
 type Options struct {
 	// Events receives progress events in order, from one goroutine.
@@ -58,7 +68,7 @@ func (o Options) emit(e Event) {
 // Copy is the network-facing part: it resolves the tag, copies the image
 // into st.Path with retries, and syncs it to disk. It reads no file outside
 // st.Root: the credential, certificates and signature policy come in m.
-func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*Result, error) {
+func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*Result, *Copied, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -69,12 +79,12 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	}
 	pc, err := m.policyContext(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { _ = pc.Destroy() }()
 	sys, err := m.systemContext(p, st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Every candidate in order, until the registry accepts one (the
 	// kubelet's rule: whatever the refusal looks like); each round gives
@@ -84,16 +94,17 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	// credentials.
 	var (
 		res      *Result
+		copied   *Copied
 		attempts int
 		refused  bool
 	)
 	n := p.candidates()
 	for i := 0; i < n; i++ {
 		if err = m.writeAuth(p, sys.AuthFilePath, i); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var k int
-		res, k, err = p.retrying(ctx, pc, sys, st, o)
+		res, copied, k, err = p.retrying(ctx, pc, sys, st, o)
 		attempts += k
 		if err == nil {
 			res.Credential = p.credentialView(i)
@@ -108,35 +119,35 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 			o.Log.Warn("the registry refused a credential; trying the next", "source", c.Source, "file", c.File, "key", c.Key, "username", c.Username, "error", rootCause(err))
 		}
 		if rerr := st.reset(); rerr != nil {
-			return nil, rerr
+			return nil, nil, rerr
 		}
 	}
 	if err != nil {
 		if refused || failure.CodeOf(err) == failure.Unauthorized {
-			return nil, p.refusedAll(err)
+			return nil, nil, p.refusedAll(err)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	if err := syncTree(st.Path); err != nil {
-		return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
+	if err := syncTree(st.path()); err != nil {
+		return nil, nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
 	}
 	res.Attempts = attempts
-	return res, nil
+	return res, copied, nil
 }
 
 // retrying runs attempts with one credential, retrying network failures
 // with a doubling back-off.
-func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options) (*Result, int, error) {
+func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options) (*Result, *Copied, int, error) {
 	delay := p.RetryDelay
 	for attempt := 1; ; attempt++ {
-		res, err := p.attempt(ctx, pc, sys, st, o, attempt)
+		res, copied, err := p.attempt(ctx, pc, sys, st, o, attempt)
 		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
 			if err != nil {
 				if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
 					err = failure.Wrap(failure.Network, err, "%v", cause)
 				}
 			}
-			return res, attempt, err
+			return res, copied, attempt, err
 		}
 		o.Log.Warn("pull attempt failed; retrying", "attempt", attempt, "of", p.Retries+1, "in", delay, "error", err.Error())
 		select {
@@ -145,7 +156,7 @@ func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys
 		}
 		delay *= 2
 		if rerr := st.reset(); rerr != nil {
-			return nil, attempt, rerr
+			return nil, nil, attempt, rerr
 		}
 	}
 }
@@ -197,7 +208,7 @@ func (p *Request) refusedAll(err error) error {
 
 // attempt resolves the tag to a digest, then copies exactly that digest into
 // the staging area.
-func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, error) {
+func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, *Copied, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	var last atomic.Int64
@@ -223,23 +234,27 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	}
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
+		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
 	top, raw, mime, err := p.resolveDigest(ctx, sys, named)
 	if err != nil {
-		return nil, p.classify(stallCause(ctx, err))
+		return nil, nil, p.classify(stallCause(ctx, err))
 	}
 	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
 	if err != nil {
-		return nil, failure.Wrap(failure.Internal, err, "")
+		return nil, nil, failure.Wrap(failure.Internal, err, "")
 	}
 	srcRef, err := docker.NewReference(pinned)
 	if err != nil {
-		return nil, failure.Wrap(failure.Internal, err, "")
+		return nil, nil, failure.Wrap(failure.Internal, err, "")
 	}
-	destRef, err := p.Destination.reference(st.Path)
+	d, err := dest.FromSpec(p.Destination)
 	if err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
+		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
+	}
+	destRef, err := d.StagedReference(st.Work, st.Known)
+	if err != nil {
+		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
 	progress := make(chan types.ProgressProperties, 64)
 	var (
@@ -275,7 +290,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	close(progress)
 	wg.Wait()
 	if err != nil {
-		return nil, p.classify(stallCause(ctx, err))
+		return nil, nil, p.classify(stallCause(ctx, err))
 	}
 	res := &Result{
 		Image:       p.Image,
@@ -291,10 +306,10 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if manifest.MIMETypeIsMultiImage(mime) && !p.AllArchitectures {
 		list, err := manifest.ListFromBlob(raw, mime)
 		if err != nil {
-			return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
+			return nil, nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
 		}
 		if want, err = list.ChooseInstance(sys); err != nil {
-			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", pinned)
+			return nil, nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", pinned)
 		}
 		res.InstanceDigest = want.String()
 	}
@@ -303,7 +318,11 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if d, err := manifest.Digest(copied); err == nil && d != want {
 		res.DestinationDigest = d.String()
 	}
-	return res, nil
+	out := &Copied{Manifest: copied}
+	if manifest.MIMETypeIsMultiImage(mime) {
+		out.IndexRaw = raw
+	}
+	return res, out, nil
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference

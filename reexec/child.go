@@ -114,14 +114,14 @@ func child() int {
 	if req.Bars {
 		opts.Report = os.Stderr
 	}
-	res, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
+	res, copied, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
 	if err != nil {
 		return fail(err)
 	}
 	if handled, code := hostile("after-copy", henv); handled {
 		return code
 	}
-	send(message{Result: res})
+	send(message{Result: res, Copied: copied})
 	return 0
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/netns"
+	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,7 +93,7 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 // exits with its result. On cancellation or when the copy's timeout has
 // long passed, it kills every process in g. On every path out the child
 // has been reaped.
-func (c *Child) Run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, error) {
+func (c *Child) Run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -215,7 +216,7 @@ func (c *childProc) kill(g *cgroup.Group) {
 
 // run sends the request, relays events and returns the child's result. On
 // cancellation it kills the cgroup and waits for the child.
-func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, error) {
+func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
 	msgs := make(chan message)
 	readErr := make(chan error, 1)
 	go func() {
@@ -235,7 +236,7 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, event
 	}()
 	if err := json.NewEncoder(c.planW).Encode(req); err != nil {
 		c.kill(g)
-		return nil, failure.Wrap(failure.Internal, err, "sending the plan to the child")
+		return nil, nil, failure.Wrap(failure.Internal, err, "sending the plan to the child")
 	}
 	c.planW.Close()
 
@@ -249,6 +250,7 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, event
 	}
 	var (
 		res     *api.Result
+		copied  *pull.Copied
 		childE  error
 		stopErr error
 		done    = ctx.Done()
@@ -268,7 +270,7 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, event
 					events(*m.Event)
 				}
 			case m.Result != nil:
-				res = m.Result
+				res, copied = m.Result, m.Copied
 			case m.Error != nil:
 				childE = m.Error.err()
 			}
@@ -296,15 +298,15 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, event
 	c.events.Close()
 	switch {
 	case stopErr != nil:
-		return nil, stopErr
+		return nil, nil, stopErr
 	case childE != nil:
-		return nil, childE
+		return nil, nil, childE
 	case res != nil && werr == nil:
-		return res, nil
+		return res, copied, nil
 	case rerr != nil:
-		return nil, failure.Wrap(failure.Internal, rerr, "reading the child's messages")
+		return nil, nil, failure.Wrap(failure.Internal, rerr, "reading the child's messages")
 	}
-	return nil, &childDied{status: werr}
+	return nil, nil, &childDied{status: werr}
 }
 
 // childDied is a child that exited without a result.

@@ -1,9 +1,8 @@
 package reexec
 
 import (
-	"path/filepath"
-
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
@@ -32,10 +31,10 @@ const (
 	childTmpSize = 16 << 20
 )
 
-// StageInChild is the staging area as the child sees it.
-func StageInChild(st *pull.Stage) *pull.Stage {
-	stage := childTmp + "/stage"
-	return &pull.Stage{Root: stage, Path: stage + "/" + filepath.Base(st.Path), Config: childTmp + "/config"}
+// StageInChild is the staging area as the child sees it: the work
+// directory at /tmp/stage, the configuration in /tmp/config.
+func StageInChild(name string, known []dest.KnownBlob) *pull.Stage {
+	return &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
 }
 
 // Request is what the parent sends on fd 3: the copy and everything the
@@ -62,7 +61,9 @@ type LogConfig struct {
 type message struct {
 	Event  *api.Event  `json:"event,omitempty"`
 	Result *api.Result `json:"result,omitempty"`
-	Error  *wireError  `json:"error,omitempty"`
+	// Copied travels with Result: what the parent verifies against.
+	Copied *pull.Copied `json:"copied,omitempty"`
+	Error  *wireError   `json:"error,omitempty"`
 }
 
 // wireError is an error crossing the pipe; the parent rebuilds it.

@@ -1,5 +1,0 @@
-package pull_test
-
-import "golang.org/x/sys/unix"
-
-func mkfifo(p string) error { return unix.Mkfifo(p, 0o600) }

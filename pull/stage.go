@@ -1,0 +1,36 @@
+package pull
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+// Stage is the staging area as the copy sees it. It must be
+// JSON-representable (it crosses the pipe to the child).
+type Stage struct {
+	// Work is the work directory: containers/image writes Name inside it,
+	// and large temporary files go there (DEST's filesystem). In the child
+	// it is /tmp/stage, a mount of the directory the parent holds.
+	Work string `json:"work"`
+	// Name is what the copy writes inside Work ("image" or "image.tar").
+	Name string `json:"name"`
+	// Known are the blobs DEST already has: reported as present, not read.
+	Known []dest.KnownBlob `json:"known,omitempty"`
+	// Config is where the copy writes its configuration and key material
+	// (certificates, auth file, registries.conf): the child's private
+	// tmpfs; in process, a private temporary directory.
+	Config string `json:"config"`
+}
+
+func (s *Stage) path() string { return filepath.Join(s.Work, s.Name) }
+
+// reset empties the staged image between attempts.
+func (s *Stage) reset() error {
+	if err := os.RemoveAll(s.path()); err != nil {
+		return failure.Wrap(failure.Destination, err, "clearing the staged image")
+	}
+	return nil
+}
