@@ -1,0 +1,235 @@
+#!/usr/bin/env bats
+#
+# Per-host endpoints, credentials and trust (the restructure issue): a pull
+# talks to several hosts (a containerd hosts.toml server, registries.conf
+# mirrors) and each gets its own credential and certificates. Two real
+# registries on loopback, each with its own CA and its own htpasswd user:
+# "img" is the image's registry, "other" serves the same image as a
+# hosts.toml server or a registries.conf mirror. Also: the child reads no
+# host configuration (every file root-only, under /tmp), and the isolated
+# child sends the real version in its User-Agent.
+
+load helpers
+
+setup_file() {
+    start_registry
+    push_fixture tiny
+    registry_save img
+    registry_clear
+    start_registry
+    push_fixture tiny
+    registry_save other
+    registry_restore img
+}
+
+teardown_file() {
+    registry_restore other
+    stop_registry
+    registry_restore img
+    stop_registry
+}
+
+setup() {
+    ph_test_setup
+    T=$BATS_TEST_TMPDIR
+    registry_restore other
+    OTHER_HOST=$REGISTRY_HOST OTHER_DIR=$REGISTRY_DIR OTHER_USER=$REGISTRY_USER OTHER_CA=$REGISTRY_CA
+    registry_restore img
+    TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
+}
+
+cred() {
+    "$PH_PYTHON" "$PH_TESTS_DIR/cred-files.py" "$@" || fail "cred-files.py $* failed"
+}
+
+# manifest_gets img|other: how many manifest GETs that registry has logged,
+# after a barrier request (so everything before it is in the log).
+manifest_gets() {
+    registry_restore "$1"
+    registry_log_barrier >/dev/null
+    grep -c 'http.request.method=GET http.request.remoteaddr=[^ ]* http.request.uri=/v2/fixtures/tiny/manifests/' "$REGISTRY_LOG" || true
+    registry_restore img
+}
+
+# no_secrets TEXT...: neither registry's password (or auth field) is in TEXT.
+no_secrets() {
+    registry_restore other
+    assert_secret_absent "$@"
+    registry_restore img
+    assert_secret_absent "$@"
+}
+
+# json_len PATH: the length of the JSON array at PATH of $output.
+json_len() {
+    json_get "$1" <<<"$output" | "$PH_PYTHON" -c 'import json, sys; print(len(json.load(sys.stdin)))'
+}
+
+# containerd_hosts_server: $T/config.toml whose config_path directory gives
+# the image's registry a hosts.toml with server = the other registry (its CA
+# in hosts.toml), and CRI configs for both hosts: the other registry's
+# right credential and a wrong one for the image's registry.
+containerd_hosts_server() {
+    mkdir -p "$T/hosts/$REGISTRY_HOST"
+    cat >"$T/hosts/$REGISTRY_HOST/hosts.toml" <<EOF
+server = "https://$OTHER_HOST"
+ca = "$OTHER_CA"
+EOF
+    cred containerd "$T/other.toml" --key "$OTHER_HOST" --user "$OTHER_USER" --password-file "$OTHER_DIR/password"
+    cred containerd "$T/img.toml" --wrong
+    {
+        cat "$T/other.toml"
+        echo
+        grep -v '^version' "$T/img.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+}
+
+@test "hosts.toml server: explain lists the server endpoint with its own credential and CA; the image's registry is not an endpoint" {
+    containerd_hosts_server
+    run_pullhelper explain --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny"
+    no_secrets "$output" "$stderr"
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" containerd
+    assert_equal "$(json_len .plan.endpoints)" 1
+    assert_equal "$(json_get .plan.endpoints[0].host <<<"$output")" "$OTHER_HOST"
+    assert_equal "$(json_get .plan.endpoints[0].source <<<"$output")" "containerd hosts.toml server"
+    assert_equal "$(json_get .plan.endpoints[0].credentials[0].key <<<"$output")" "configs.\"$OTHER_HOST\".auth"
+    assert_equal "$(json_get .plan.endpoints[0].credentials[0].username <<<"$output")" "$OTHER_USER"
+    assert_equal "$(json_get .plan.endpoints[0].trust.ca_files <<<"$output")" "[\"$OTHER_CA\"]"
+}
+
+@test "hosts.toml server: the pull goes to the server with the server's credential and CA; the image's registry sees nothing" {
+    containerd_hosts_server
+    local before_img before_other
+    before_img=$(manifest_gets img)
+    before_other=$(manifest_gets other)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    assert_equal "$(json_get .credential.key <<<"$output")" "configs.\"$OTHER_HOST\".auth"
+    no_secrets "$output" "$stderr"
+    (($(manifest_gets other) > before_other)) || fail "the server registry served no manifest"
+    assert_equal "$(manifest_gets img)" "$before_img"
+}
+
+@test "hosts.toml server: the image registry's credential is never offered to the server (a server without its own credential refuses: exit 3)" {
+    containerd_hosts_server
+    # Only the image's registry has a (right) credential now.
+    cred containerd "$T/img-right.toml"
+    {
+        cat "$T/img-right.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    run_pullhelper 3 pull --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_error unauthorized
+    [[ ! -e $OUT/tiny ]] || fail "DEST was written"
+}
+
+# mirror_conf: a registries.conf (0600, under /tmp) whose mirror for the
+# image's registry is the other registry; an auth file with each host's own
+# credential (the mirror's is wrong with --wrong-mirror); per-host
+# certificate directories with each registry's own CA (0700).
+mirror_conf() {
+    cat >"$T/registries.conf" <<EOF
+[[registry]]
+prefix = "$REGISTRY_HOST"
+location = "$REGISTRY_HOST"
+[[registry.mirror]]
+location = "$OTHER_HOST"
+EOF
+    local wrong=()
+    [[ ${1:-} == --wrong-mirror ]] && wrong=(--wrong)
+    cred authjson "$T/img-auth.json"
+    cred authjson "$T/other-auth.json" --key "$OTHER_HOST" --user "$OTHER_USER" --password-file "$OTHER_DIR/password" "${wrong[@]}"
+    "$PH_PYTHON" -c '
+import json, sys
+a, b, out = sys.argv[1:4]
+auths = {}
+for f in (a, b):
+    auths.update(json.load(open(f))["auths"])
+json.dump({"auths": auths}, open(out, "w"))' "$T/img-auth.json" "$T/other-auth.json" "$T/auth.json"
+    mkdir -p "$T/certs.d/$REGISTRY_HOST" "$T/certs.d/$OTHER_HOST"
+    cp "$REGISTRY_CA" "$T/certs.d/$REGISTRY_HOST/ca.crt"
+    cp "$OTHER_CA" "$T/certs.d/$OTHER_HOST/ca.crt"
+    chmod 600 "$T/registries.conf" "$T/auth.json" "$T"/certs.d/*/ca.crt
+    chmod 700 "$T/certs.d" "$T"/certs.d/*
+    cat >"$T/policy.toml" <<EOF
+version = 1
+[pull]
+registries_conf = "$T/registries.conf"
+[auth]
+authfile = "$T/auth.json"
+[trust]
+certs_d = ["$T/certs.d"]
+EOF
+    chmod 600 "$T/policy.toml"
+}
+
+@test "registries.conf mirror: explain lists the mirror first with its own credential and certificate directory, then the registry" {
+    mirror_conf
+    run_pullhelper explain --policy "$T/policy.toml" "$REGISTRY_HOST/fixtures/tiny"
+    no_secrets "$output" "$stderr"
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" registries.conf
+    assert_equal "$(json_get .plan.endpoints[0].host <<<"$output")" "$OTHER_HOST"
+    assert_equal "$(json_get .plan.endpoints[0].mirror <<<"$output")" true
+    assert_equal "$(json_get .plan.endpoints[0].credentials[0].username <<<"$output")" "$OTHER_USER"
+    assert_equal "$(json_get .plan.endpoints[0].trust.cert_dir <<<"$output")" "$T/certs.d/$OTHER_HOST"
+    assert_equal "$(json_get .plan.endpoints[1].host <<<"$output")" "$REGISTRY_HOST"
+    assert_equal "$(json_get .plan.endpoints[1].credentials[0].username <<<"$output")" "$REGISTRY_USER"
+    assert_equal "$(json_get .plan.endpoints[1].trust.cert_dir <<<"$output")" "$T/certs.d/$REGISTRY_HOST"
+}
+
+@test "registries.conf mirror: the mirror serves the pull with its own credential and CA (files root-only under /tmp); the registry sees nothing" {
+    mirror_conf
+    local before_img before_other
+    before_img=$(manifest_gets img)
+    before_other=$(manifest_gets other)
+    run_pullhelper pull --policy "$T/policy.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    no_secrets "$output" "$stderr"
+    (($(manifest_gets other) > before_other)) || fail "the mirror served no manifest"
+    assert_equal "$(manifest_gets img)" "$before_img"
+}
+
+@test "registries.conf mirror: a mirror that refuses its (wrong) credential falls back to the registry with the registry's own" {
+    mirror_conf --wrong-mirror
+    local before_img
+    before_img=$(manifest_gets img)
+    run_pullhelper pull --policy "$T/policy.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    (($(manifest_gets img) > before_img)) || fail "the registry was not asked after the mirror refused"
+}
+
+@test "the child reads no host configuration: a signature policy that only this run's root-only file allows, under /tmp" {
+    mirror_conf
+    cat >"$T/sig.json" <<EOF
+{"default": [{"type": "reject"}],
+ "transports": {"docker": {"$REGISTRY_HOST": [{"type": "insecureAcceptAnything"}]}}}
+EOF
+    chmod 600 "$T/sig.json"
+    run_pullhelper pull --policy "$T/policy.toml" --signature-policy "$T/sig.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    # The same file rejecting this registry is honoured too.
+    sed -i "s|\"$REGISTRY_HOST\": \[{\"type\": \"insecureAcceptAnything\"}\]|\"$REGISTRY_HOST\": [{\"type\": \"reject\"}]|" "$T/sig.json"
+    run_pullhelper 8 pull --policy "$T/policy.toml" --signature-policy "$T/sig.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny2"
+    assert_json_error verification
+}
+
+@test "User-Agent: the isolated child sends pullhelper/VERSION, the version the binary reports" {
+    local version
+    version=$("$PULLHELPER" version | json_get .version)
+    [[ -n $version && $version != null ]] || fail "no version"
+    registry_log_barrier >/dev/null
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    registry_log_barrier >/dev/null
+    grep -q "http.request.uri=/v2/fixtures/tiny/manifests/[^ ]* http.request.useragent=\"\\?pullhelper/$version" "$REGISTRY_LOG" ||
+        fail "no manifest request with User-Agent pullhelper/$version in $REGISTRY_LOG: $(grep -o 'useragent=[^ ]*' "$REGISTRY_LOG" | sort | uniq -c)"
+    ! grep -q 'useragent="\?pullhelper/dev' "$REGISTRY_LOG" || fail "a request sent pullhelper/dev"
+}
