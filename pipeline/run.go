@@ -93,14 +93,18 @@ func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, e
 }
 
 // verifyAndCommit checks the staged image against what the copy reported
-// and what the plan pinned, then commits exactly the verified files.
-func (p *Plan) verifyAndCommit(st *dest.Stage, res *api.Result, copied *pull.Copied) error {
+// and what the plan pinned, judges it again with the signature policy, then
+// commits exactly the verified files.
+func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material, st *dest.Stage, res *api.Result, copied *pull.Copied) error {
 	e := dest.Expect{Digest: res.Digest, Instance: res.InstanceDigest, DestDigest: res.DestinationDigest,
 		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes}
 	if copied != nil {
 		e.IndexRaw, e.Manifest = copied.IndexRaw, copied.Manifest
 	}
 	if err := p.dst.Verify(st, e); err != nil {
+		return err
+	}
+	if err := p.recheckSignature(ctx, m, res, copied, func(w string) { o.Log.Warn(w) }); err != nil {
 		return err
 	}
 	return p.dst.Commit(st)
@@ -131,7 +135,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if err != nil {
 		return nil, err
 	}
-	if err := p.verifyAndCommit(st, res, copied); err != nil {
+	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
 	res.Isolation = p.Isolation
@@ -209,7 +213,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := g.Kill(c.PID()); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
-	if err := p.verifyAndCommit(st, res, copied); err != nil {
+	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
 	res.Isolation = iso

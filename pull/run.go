@@ -45,6 +45,11 @@ type (
 type Copied struct {
 	Manifest []byte `json:"manifest,omitempty"`
 	IndexRaw []byte `json:"index_raw,omitempty"`
+	// Served and Signatures, with a signature policy file: the manifest
+	// the policy judged (the instance's, as the registry served it) and
+	// its signatures, so that the parent can judge it again.
+	Served     []byte   `json:"served,omitempty"`
+	Signatures [][]byte `json:"signatures,omitempty"`
 }
 
 // Options are the caller's hooks; all may be nil.
@@ -322,7 +327,35 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if manifest.MIMETypeIsMultiImage(mime) {
 		out.IndexRaw = raw
 	}
+	if p.Signature.File != "" {
+		// The parent re-checks the signature policy: hand it the
+		// manifest as served and its signatures.
+		if err := served(ctx, sys, srcRef, top, want, raw, out); err != nil {
+			return nil, nil, p.classify(stallCause(ctx, err))
+		}
+	}
 	return res, out, nil
+}
+
+// served fills in the manifest the registry served for want (the instance,
+// or top itself) and its signatures, for the parent's re-check of the
+// signature policy.
+func served(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, top, want digest.Digest, topRaw []byte, out *Copied) error {
+	src, err := ref.NewImageSource(ctx, sys)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var instance *digest.Digest
+	out.Served = topRaw
+	if want != top {
+		instance = &want
+		if out.Served, _, err = src.GetManifest(ctx, instance); err != nil {
+			return err
+		}
+	}
+	out.Signatures, err = src.GetSignatures(ctx, instance)
+	return err
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference

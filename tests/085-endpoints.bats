@@ -233,3 +233,17 @@ EOF
         fail "no manifest request with User-Agent pullhelper/$version in $REGISTRY_LOG: $(grep -o 'useragent=[^ ]*' "$REGISTRY_LOG" | sort | uniq -c)"
     ! grep -q 'useragent="\?pullhelper/dev' "$REGISTRY_LOG" || fail "a request sent pullhelper/dev"
 }
+
+@test "signature policy: the parent judges the image again — a child that ignored a rejecting policy commits nothing (exit 8)" {
+    cat >"$T/sig.json" <<EOF2
+{"default": [{"type": "insecureAcceptAnything"}],
+ "transports": {"docker": {"$REGISTRY_HOST": [{"type": "reject"}]}}}
+EOF2
+    PULLHELPER_HOSTILE=after-drop:ignore-signature-policy PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" --signature-policy "$T/sig.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_error verification
+    [[ $stderr == *"hostile: running ignore-signature-policy"* ]] || fail "the hostile action did not run"
+    [[ $(json_get .error.message <<<"$output") == *"rejects"* ]] || fail "message: $output"
+    [[ ! -e $OUT/tiny ]] || fail "DEST was committed"
+    assert_no_staging "$OUT"
+}

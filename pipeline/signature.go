@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/image"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/signature"
+	"go.podman.io/image/v5/types"
+)
+
+// recheckSignature judges the image again, in the parent, with the
+// signature policy the copy was given: the copy (the child, which talked to
+// the registry) might have skipped its check. The manifest must be the one
+// whose digest the copy reported, so the child cannot swap it; signatures
+// are verified here, cryptographically. What the parent cannot re-check: a
+// requirement needing signatures the child did not hand over (sigstore
+// attachments); then the child's check stands and a warning says so.
+func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *api.Result, c *pull.Copied, warn func(string)) error {
+	if m.SignaturePolicy == nil {
+		return nil // the built-in policy accepts anything
+	}
+	if c == nil || c.Served == nil {
+		return failure.New(failure.Verification, "the copy did not hand over the manifest the signature policy %s judged", p.Signature.File)
+	}
+	want := res.Digest
+	if res.InstanceDigest != "" {
+		want = res.InstanceDigest
+	}
+	got, err := manifest.Digest(c.Served)
+	if err != nil || got.String() != want {
+		return failure.New(failure.Verification, "the manifest handed over for the signature check is %s, the copy reported %s", got, want)
+	}
+	pol, err := signature.NewPolicyFromBytes(m.SignaturePolicy)
+	if err != nil {
+		return failure.New(failure.Usage, "signature policy %s: %v", p.Signature.File, err)
+	}
+	pc, err := signature.NewPolicyContext(pol)
+	if err != nil {
+		return failure.Wrap(failure.Usage, err, "signature policy %s", p.Signature.File)
+	}
+	defer func() { _ = pc.Destroy() }()
+	named, err := reference.ParseNormalizedNamed(res.Reference)
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	ref, err := docker.NewReference(named)
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	src := &servedSource{ref: ref, raw: c.Served, sigs: c.Signatures}
+	var instance *digest.Digest
+	if res.InstanceDigest != "" {
+		d := digest.Digest(res.InstanceDigest)
+		instance = &d
+		src.instance = d
+	}
+	allowed, err := pc.IsRunningImageAllowed(ctx, image.UnparsedInstance(src, instance))
+	if allowed {
+		return nil
+	}
+	if bytes.Contains(m.SignaturePolicy, []byte("sigstoreSigned")) {
+		warn("the parent could not re-check the signature policy (sigstore signatures are checked by the pull child only): " + errString(err))
+		return nil
+	}
+	return failure.New(failure.Verification, "signature policy %s rejects %s: %s", p.Signature.File, res.Reference, errString(err))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "not allowed"
+	}
+	return err.Error()
+}
+
+// servedSource is the image as the copy reported it: the served manifest
+// and its signatures, nothing else (no blob is read by a policy check).
+type servedSource struct {
+	ref      types.ImageReference
+	raw      []byte
+	instance digest.Digest
+	sigs     [][]byte
+}
+
+var errNoBlobs = errors.New("the signature re-check reads no blob")
+
+func (s *servedSource) Reference() types.ImageReference { return s.ref }
+func (s *servedSource) Close() error                    { return nil }
+func (s *servedSource) GetManifest(_ context.Context, d *digest.Digest) ([]byte, string, error) {
+	if d != nil && *d != s.instance {
+		return nil, "", errors.New("the signature re-check has only the pulled instance's manifest")
+	}
+	return s.raw, manifest.GuessMIMEType(s.raw), nil
+}
+func (s *servedSource) HasThreadSafeGetBlob() bool { return false }
+func (s *servedSource) GetBlob(context.Context, types.BlobInfo, types.BlobInfoCache) (io.ReadCloser, int64, error) {
+	return nil, 0, errNoBlobs
+}
+func (s *servedSource) GetSignatures(context.Context, *digest.Digest) ([][]byte, error) {
+	return s.sigs, nil
+}
+func (s *servedSource) LayerInfosForCopy(context.Context, *digest.Digest) ([]types.BlobInfo, error) {
+	return nil, nil
+}
