@@ -220,7 +220,11 @@ type guardedRef struct {
 }
 
 func (r guardedRef) NewImageSource(ctx context.Context, sys *types.SystemContext) (types.ImageSource, error) {
+	// docker:// pings the registry and loads the manifest here, to choose
+	// among mirrors.
+	done := r.g.begin("the manifest")
 	src, err := r.ImageReference.NewImageSource(ctx, sys)
+	done()
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +284,11 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 	if err := checkDigest(info.Digest, "blob"); err != nil {
 		return nil, 0, err
 	}
-	done := s.g.begin("blob " + info.Digest.String())
+	what := "blob " + info.Digest.String()
+	if isConfigMediaType(info.MediaType) {
+		what = "the config " + info.Digest.String()
+	}
+	done := s.g.begin(what)
 	rc, size, err := s.ImageSource.GetBlob(ctx, info, cache)
 	if err != nil {
 		done()
