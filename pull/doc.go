@@ -10,6 +10,12 @@
 //     staging directory on DEST's filesystem; only a verified image is moved
 //     into place, by rename, and every staging path is removed on every path
 //     out of Run.
+//   - Nothing a registry sends is trusted (source.go, realm.go): every read
+//     is capped at its declared size, an image at Plan.MaxImageBytes (read
+//     and written), manifests at 4 MiB; descriptors must be valid sha256;
+//     credentials go only to the registry's endpoints and the realm its
+//     /v2/ names, never over plain http while the registry is verified, and
+//     never to its host on another port through a redirect.
 //   - Every error leaving Run carries a failure.Code; messages name
 //     registries, files and directories, never a secret.
 package pull

@@ -166,7 +166,8 @@ func (p *Plan) checkRequest(u *url.URL, hosts []string, verified bool, ep *endpo
 // allows the bearer realm it names (when the guard accepts it). It never
 // sends a credential. Failures other than a refused realm are left to
 // the copy, which reports them as before.
-func (p *Plan) checkRealm(ctx context.Context, sys *types.SystemContext, ep *endpoints) error {
+func (p *Plan) checkRealm(ctx context.Context, sys *types.SystemContext, ep *endpoints, g *guard) error {
+	defer g.begin("the registry's /v2/ challenge")()
 	tr := tlsclientconfig.NewTransport()
 	tlsc := &tls.Config{}
 	if sys.DockerCertPath != "" {
@@ -194,6 +195,7 @@ func (p *Plan) checkRealm(ctx context.Context, sys *types.SystemContext, ep *end
 			continue
 		}
 		_ = res.Body.Close()
+		g.touch()
 		for _, h := range res.Header.Values("WWW-Authenticate") {
 			realm, ok := bearerRealm(h)
 			if !ok {

@@ -278,7 +278,7 @@ func (p *Plan) attempt(parent context.Context, pc *signature.PolicyContext, sys 
 	if err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
-	if err := p.checkRealm(ctx, sys, ep); err != nil {
+	if err := p.checkRealm(ctx, sys, ep, g); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g)
