@@ -45,15 +45,16 @@ type Plan struct {
 	StallTimeout     time.Duration `json:"stall_timeout_ns"`
 	ParallelLayers   int           `json:"parallel_layers"`
 	AllArchitectures bool          `json:"all_architectures"`
-	// MaxImageBytes bounds one image: its declared sizes, the bytes read
-	// and the bytes written into staging (0: DefaultMaxImageBytes).
-	MaxImageBytes int64        `json:"max_image_bytes,omitempty"`
-	Network       Network      `json:"network"`
-	Isolation     Isolation    `json:"isolation"`
-	Policy        PolicySource `json:"policy"`
-	Warnings      []string     `json:"warnings,omitempty"`
+	Network          Network       `json:"network"`
+	Isolation        Isolation     `json:"isolation"`
+	Policy           PolicySource  `json:"policy"`
+	Warnings         []string      `json:"warnings,omitempty"`
 	// Reclaimed lists stale staging directories removed by Prepare.
 	Reclaimed []string `json:"-"`
+
+	// MaxImageBytes bounds one image: its declared sizes, the bytes read
+	// and the bytes written into staging (0: DefaultMaxImageBytes).
+	MaxImageBytes int64 `json:"max_image_bytes,omitempty"`
 }
 
 // Destination is DEST split into its transport and path.

@@ -185,7 +185,11 @@ func (p *Plan) checkRealm(ctx context.Context, sys *types.SystemContext, ep *end
 		schemes = append(schemes, "http")
 	}
 	for _, scheme := range schemes {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+p.Registry+"/v2/", nil)
+		host := p.Registry
+		if host == "docker.io" {
+			host = "registry-1.docker.io" // as containers/image does
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+"/v2/", nil)
 		if err != nil {
 			return nil
 		}
