@@ -86,11 +86,14 @@ assert_refused() {
     start_hostile endless-layer
     pull_hostile 8
     assert_refused verification "is larger than its declared size 1024"
-    stop_hostile
-    # The server logs how much it managed to send before the client hung
-    # up: socket buffers, not a disk's worth (the server would send 1 GiB).
-    local sent
-    sent=$(awk '/^sent /{print $3}' "$HOSTILE_LOG")
+    # The server logs how much it managed to send once its write fails
+    # (the client hung up): socket buffers, not a disk's worth (the server
+    # would send 1 GiB).
+    local sent="" deadline=$((SECONDS + 30))
+    until sent=$(awk '/^sent /{print $3}' "$HOSTILE_LOG") && [[ -n $sent ]]; do
+        ((SECONDS < deadline)) || break
+        sleep 0.1
+    done
     [[ -n $sent ]] || fail "the layer was never requested: $(cat "$HOSTILE_LOG")"
     ((sent < 16 * 1024 * 1024)) || fail "the registry sent $sent bytes for a 1024-byte layer"
 }
