@@ -46,8 +46,6 @@ type Plan struct {
 	// Sources says whose rules chose the endpoints and credentials:
 	// "containerd" (auth.containerd_config is set) or "registries.conf".
 	Sources string `json:"endpoint_rules"`
-	// MaxImageBytes caps the sum of the image's blob sizes (0: none).
-	MaxImageBytes int64 `json:"max_image_bytes,omitempty"`
 	// AllowOtherOwner accepts a DEST owned by another user (dest).
 	AllowOtherOwner bool `json:"allow_other_owner,omitempty"`
 
@@ -92,6 +90,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			AllArchitectures: l.Pull.AllArchitectures,
 			UserAgent:        "pullhelper/" + Version,
 			TLSVerify:        l.Trust.TLSVerify,
+			MaxImageBytes:    pull.DefaultMaxImageBytes,
 		},
 		Policy:    PolicySource{File: l.File, Profile: l.Profile},
 		Isolation: api.Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp},

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"syscall"
 
 	"github.com/docker/distribution/registry/api/errcode"
 	v2 "github.com/docker/distribution/registry/api/v2"
+	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/signature"
@@ -27,9 +29,20 @@ func (p *Request) classify(err error) error {
 	}
 	var fe *failure.Error
 	if errors.As(err, &fe) {
-		return err
+		if err == error(fe) {
+			return err
+		}
+		// Raised inside containers/image (the guarded source, the request
+		// guard) and wrapped there: keep the code, one line of message.
+		return &failure.Error{Code: fe.Code, Message: rootCause(err), Err: err}
 	}
 	code := codeOf(err)
+	var errs errcode.Errors
+	if code == failure.Internal && errors.As(err, &errs) && len(errs) > 0 {
+		// A list of registry errors: the first is the primary one (as
+		// containers/image's registryHTTPResponseToError chooses).
+		code = codeOf(errs[0])
+	}
 	msg := err.Error()
 	switch code {
 	case failure.TLS:
@@ -70,6 +83,7 @@ func codeOf(err error) failure.Code {
 		recordErr  tls.RecordHeaderError
 		unauth     docker.ErrUnauthorizedForCredentials
 		ec         errcode.Error
+		bare       errcode.ErrorCode
 		httpErr    docker.UnexpectedHTTPStatusError
 		polErr     signature.PolicyRequirementError
 		dnsErr     *net.DNSError
@@ -88,7 +102,12 @@ func codeOf(err error) failure.Code {
 		return failure.Verification
 	case errors.As(err, &unauth):
 		return failure.Unauthorized
-	case errors.As(err, &ec):
+	case errors.As(err, &ec) || errors.As(err, &bare):
+		// A registry error without message or detail is decoded as a
+		// bare errcode.ErrorCode ({"errors":[{"code":"UNAUTHORIZED"}]}).
+		if ec.Code == 0 {
+			ec.Code = bare
+		}
 		switch ec.Code {
 		case errcode.ErrorCodeUnauthorized, errcode.ErrorCodeDenied:
 			return failure.Unauthorized
@@ -108,6 +127,22 @@ func codeOf(err error) failure.Code {
 		}
 	case errors.Is(err, docker.ErrTooManyRequests):
 		return failure.Network
+	case errors.Is(err, digest.ErrDigestInvalidFormat), errors.Is(err, digest.ErrDigestInvalidLength),
+		errors.Is(err, digest.ErrDigestUnsupported), isOversized(err):
+		return failure.Verification
+	}
+	if status, body, ok := unparsedErrorBody(err); ok {
+		if c, ok := bareCode(body); ok {
+			return c
+		}
+		switch {
+		case status == 401 || status == 403:
+			return failure.Unauthorized
+		case status == 404:
+			return failure.NotFound
+		case status == 429:
+			return failure.Network
+		}
 	}
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EROFS):
@@ -121,6 +156,60 @@ func codeOf(err error) failure.Code {
 		return failure.Network
 	}
 	return failure.Internal
+}
+
+// isOversized recognises containers/image's size limits
+// (internal/iolimits.ReadAtMost: manifests, configs, tokens, error bodies).
+func isOversized(err error) bool {
+	return strings.Contains(err.Error(), "exceeded maximum allowed size of")
+}
+
+// unparsedErrorBody finds containers/image's unexported
+// *docker.unexpectedHTTPResponseError (an error body that is not the
+// registry's JSON error format) in err's chain and returns its status and
+// body. containers/image wraps it without a type callers can name, so its
+// fields are read by reflection; a change of the type only loses this
+// refinement (the code falls back to the message).
+func unparsedErrorBody(err error) (int, string, bool) {
+	for e := err; e != nil; {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct &&
+			v.Type().String() == "*docker.unexpectedHTTPResponseError" {
+			st, body := v.Elem().FieldByName("StatusCode"), v.Elem().FieldByName("Response")
+			if st.IsValid() && st.Kind() == reflect.Int && body.IsValid() && body.Kind() == reflect.Slice && body.Type().Elem().Kind() == reflect.Uint8 {
+				return int(st.Int()), string(body.Bytes()), true
+			}
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			e = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				if st, body, ok := unparsedErrorBody(x); ok {
+					return st, body, true
+				}
+			}
+			return 0, "", false
+		default:
+			return 0, "", false
+		}
+	}
+	return 0, "", false
+}
+
+// bareCode maps an error body that is only a registry error code
+// ("UNAUTHORIZED", "MANIFEST_UNKNOWN", optionally quoted) to its code.
+func bareCode(body string) (failure.Code, bool) {
+	b := strings.Trim(strings.TrimSpace(body), `"`)
+	switch strings.ToUpper(b) {
+	case "UNAUTHORIZED", "DENIED":
+		return failure.Unauthorized, true
+	case "MANIFEST_UNKNOWN", "NAME_UNKNOWN", "BLOB_UNKNOWN":
+		return failure.NotFound, true
+	case "TOOMANYREQUESTS", "UNAVAILABLE":
+		return failure.Network, true
+	}
+	return "", false
 }
 
 // isDigestMismatch recognises containers/image's digest verification

@@ -12,6 +12,12 @@
 //   - The copy reads no file outside its staging area: credentials,
 //     certificates, registries.conf, registries.d and the signature policy
 //     come in Material.
+//   - Nothing a registry sends is trusted (source.go, realm.go): every read
+//     is capped at its declared size, an image at Request.MaxImageBytes
+//     (read and written), manifests at 4 MiB; descriptors must be valid
+//     sha256; credentials go only to the registry's endpoints and the realm
+//     its /v2/ names, never over plain http while the registry is verified,
+//     and never to its host on another port through a redirect.
 //   - Every error leaving Copy carries a failure.Code; messages name
 //     registries, files and directories, never a secret.
 package pull

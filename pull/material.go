@@ -38,7 +38,7 @@ type Secret struct {
 	IdentityToken string `json:"identity_token,omitempty"`
 }
 
-// systemContext is the one place a Plan and its Material become
+// systemContext is the one place a Request and its Material become
 // containers/image settings. Certificates are written into a private
 // directory inside the staging area, so nothing outside it is read.
 func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, error) {

@@ -37,4 +37,7 @@ type Request struct {
 	AllArchitectures bool                `json:"all_architectures"`
 	// UserAgent is sent on every registry request ("pullhelper/VERSION").
 	UserAgent string `json:"user_agent"`
+	// MaxImageBytes bounds one image: its declared sizes, the bytes read
+	// and the bytes written into staging (0: DefaultMaxImageBytes).
+	MaxImageBytes int64 `json:"max_image_bytes,omitempty"`
 }

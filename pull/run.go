@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -212,12 +211,13 @@ func (p *Request) refusedAll(err error) error {
 }
 
 // attempt resolves the tag to a digest, then copies exactly that digest into
-// the staging area.
+// the staging area. Every read from the registry and every write into
+// staging goes through one guard (source.go): sizes are capped and the
+// stall watchdog sees every byte, of manifests, configs and layers alike.
 func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, *Copied, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	var last atomic.Int64
-	last.Store(time.Now().UnixNano())
+	g := newGuard(p.Registry, p.maxImageBytes())
 	if p.StallTimeout > 0 {
 		done := make(chan struct{})
 		defer close(done)
@@ -229,19 +229,24 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 				case <-done:
 					return
 				case <-t.C:
-					if time.Since(time.Unix(0, last.Load())) > p.StallTimeout {
-						cancel(errStalled)
+					if g.idle() > p.StallTimeout {
+						cancel(g.stalled(p.StallTimeout))
 						return
 					}
 				}
 			}
 		}()
 	}
+	ep := &endpoints{allowed: map[string]bool{}}
+	sys = p.guardedSystemContext(sys, ep)
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
-	top, raw, mime, err := p.resolveDigest(ctx, sys, named)
+	if err := p.checkRealm(ctx, sys, ep, g); err != nil {
+		return nil, nil, p.classify(stallCause(ctx, err))
+	}
+	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g)
 	if err != nil {
 		return nil, nil, p.classify(stallCause(ctx, err))
 	}
@@ -249,18 +254,20 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")
 	}
-	srcRef, err := docker.NewReference(pinned)
+	dockerRef, err := docker.NewReference(pinned)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")
 	}
+	srcRef := guardedRef{ImageReference: dockerRef, g: g}
 	d, err := dest.FromSpec(p.Destination)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
-	destRef, err := d.StagedReference(st.Work, st.Known)
+	stageRef, err := d.StagedReference(st.Work, st.Known)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
+	destRef := guardedRef{ImageReference: stageRef, g: g}
 	progress := make(chan types.ProgressProperties, 64)
 	var (
 		wg    sync.WaitGroup
@@ -270,7 +277,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	go func() {
 		defer wg.Done()
 		for pp := range progress {
-			last.Store(time.Now().UnixNano())
+			g.touch()
 			if e, ok := tally.event(pp); ok {
 				o.emit(e)
 			}
@@ -359,17 +366,21 @@ func served(ctx context.Context, sys *types.SystemContext, ref types.ImageRefere
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference
-// and returns its digest, so the copy pins exactly what was resolved.
-func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named) (digest.Digest, []byte, string, error) {
+// (through the guard: size-capped, checked, seen by the stall watchdog) and
+// returns its digest, so the copy pins exactly what was resolved.
+func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named, g *guard) (digest.Digest, []byte, string, error) {
 	ref := named
 	if d, ok := named.(reference.Digested); ok {
+		if err := checkDigest(d.Digest(), "the pinned reference"); err != nil {
+			return "", nil, "", err
+		}
 		ref, _ = reference.WithDigest(reference.TrimNamed(named), d.Digest())
 	}
-	srcRef, err := docker.NewReference(ref)
+	dockerRef, err := docker.NewReference(ref)
 	if err != nil {
 		return "", nil, "", err
 	}
-	src, err := srcRef.NewImageSource(ctx, sys)
+	src, err := guardedRef{ImageReference: dockerRef, g: g}.NewImageSource(ctx, sys)
 	if err != nil {
 		return "", nil, "", err
 	}
@@ -389,10 +400,11 @@ func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, n
 }
 
 // stallCause turns the cancellation caused by the stall watchdog into a
-// network error that says so.
+// network error that names what stalled and where.
 func stallCause(ctx context.Context, err error) error {
-	if errors.Is(context.Cause(ctx), errStalled) {
-		return failure.Wrap(failure.Network, errStalled, "")
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errStalled) {
+		return &failure.Error{Code: failure.Network, Message: cause.Error(), Err: cause}
 	}
 	return err
 }

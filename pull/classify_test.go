@@ -1,0 +1,120 @@
+package pull
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docker/distribution/registry/api/errcode"
+	v2 "github.com/docker/distribution/registry/api/v2"
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/types"
+)
+
+// manifestError makes containers/image fetch a manifest from a loopback
+// server that answers with status and body, and returns the error the
+// library really produces.
+func manifestError(t *testing.T, status int, body string) error {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	named, err := reference.ParseNormalizedNamed(strings.TrimPrefix(srv.URL, "http://") + "/x:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := docker.NewReference(named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "registries.conf")
+	if err := os.WriteFile(conf, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sys := &types.SystemContext{DockerInsecureSkipTLSVerify: types.OptionalBoolTrue, DockerCertPath: noCertDir,
+		SystemRegistriesConfPath: conf, SystemRegistriesConfDirPath: "/nonexistent", DockerAuthConfig: &types.DockerAuthConfig{}}
+	src, err := ref.NewImageSource(context.Background(), sys)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	_, _, err = src.GetManifest(context.Background(), nil)
+	if err == nil {
+		t.Fatalf("status %d %q: no error", status, body)
+	}
+	return err
+}
+
+func TestClassifyRegistryBodies(t *testing.T) {
+	p := &Request{Registry: "r", Reference: "r/x:latest"}
+	huge := `{"schemaVersion":2,"pad":"` + strings.Repeat("a", 5<<20) + `"}`
+	for _, tc := range []struct {
+		status int
+		body   string
+		want   failure.Code
+	}{
+		{401, `UNAUTHORIZED`, failure.Unauthorized},
+		{401, `{"errors":[{"code":"UNAUTHORIZED"}]}`, failure.Unauthorized},
+		{403, `DENIED`, failure.Unauthorized},
+		{404, `MANIFEST_UNKNOWN`, failure.NotFound},
+		{404, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, failure.NotFound},
+		{404, `NAME_UNKNOWN`, failure.NotFound},
+		{400, `NAME_UNKNOWN`, failure.NotFound},
+		{400, `BLOB_UNKNOWN`, failure.NotFound},
+		{404, `{"errors":[{"code":"NAME_UNKNOWN"}]}`, failure.NotFound},
+		{404, `not json at all`, failure.NotFound},
+		{200, huge, failure.Verification},
+	} {
+		err := manifestError(t, tc.status, tc.body)
+		short := tc.body
+		if len(short) > 40 {
+			short = short[:40]
+		}
+		if got := failure.CodeOf(p.classify(err)); got != tc.want {
+			t.Errorf("%d %q: %v classified %s, want %s", tc.status, short, err, got, tc.want)
+		}
+	}
+}
+
+func TestClassifyLibraryErrors(t *testing.T) {
+	p := &Request{Registry: "r", Reference: "r/x:latest"}
+	for _, tc := range []struct {
+		err  error
+		want failure.Code
+	}{
+		{docker.ErrUnauthorizedForCredentials{Err: errcode.ErrorCodeUnauthorized.WithMessage("")}, failure.Unauthorized},
+		{fmt.Errorf("reading manifest: %w", errcode.ErrorCodeUnauthorized.WithDetail(nil)), failure.Unauthorized},
+		{fmt.Errorf("reading manifest: %w", errcode.Errors{v2.ErrorCodeManifestUnknown.WithMessage("")}), failure.NotFound},
+		{fmt.Errorf("reading blob: %w", v2.ErrorCodeBlobUnknown.WithMessage("")), failure.NotFound},
+		{fmt.Errorf("x: %w", v2.ErrorCodeNameUnknown.WithMessage("")), failure.NotFound},
+		{fmt.Errorf("parsing: %w", digest.ErrDigestInvalidFormat), failure.Verification},
+		{fmt.Errorf("parsing: %w", digest.ErrDigestUnsupported), failure.Verification},
+		{fmt.Errorf("reading manifest: %w", errors.New("exceeded maximum allowed size of 4194304 bytes")), failure.Verification},
+		{fmt.Errorf("copying: %w", verification(errBlobTooLarge, "blob x is larger")), failure.Verification},
+		{fmt.Errorf("pinging: %w", &failure.Error{Code: failure.TLS, Message: "refused", Err: errRefusedRequest}), failure.TLS},
+	} {
+		got := p.classify(tc.err)
+		if failure.CodeOf(got) != tc.want {
+			t.Errorf("%v: classified %s, want %s", tc.err, failure.CodeOf(got), tc.want)
+		}
+		if strings.Contains(got.Error(), "\n") {
+			t.Errorf("%v: message has a newline", tc.err)
+		}
+	}
+}
