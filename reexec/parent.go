@@ -63,6 +63,9 @@ func Pull(ctx context.Context, p *pull.Plan, o Options) (*pull.Result, error) {
 	if !dispatched {
 		panic("reexec: main did not call reexec.Dispatch; the child would run the CLI")
 	}
+	if err := cgroup.CheckLimits(o.Cgroup.Limits); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	log := o.Log
 	if log == nil {

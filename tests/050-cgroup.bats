@@ -101,17 +101,35 @@ wait_gone() {
     wait "$BG_PID" || true
 }
 
-@test "no registry request before the limits apply: a child killed by pids_max=1 never reaches the registry" {
+@test "no registry request before the limits apply: pids_max=1 is refused as a usage error before any child or cgroup exists" {
     local before
     before=$(registry_request_count)
-    run_pullhelper 7 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max 1 \
+    run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max 1 \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
-    assert_json_error isolation
+    assert_json_error usage
     assert_equal "$(registry_request_count)" "$before"
-    [[ $ph_error_message == *"pids_max=1 is too low"* ]] || fail "message: $ph_error_message"
+    [[ $ph_error_message == *"pids_max=1 (--pids-max) is too low: the pull child needs at least "*" on this host"* ]] ||
+        fail "message: $ph_error_message"
     [[ ! -e $OUT/dest ]] || fail "DEST was created"
     assert_no_staging "$OUT"
-    [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
+    [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "a cgroup was created"
+}
+
+@test "pids_max is a ceiling with the same outcome every time: below the minimum always exit 2, at the minimum the pull always succeeds within it" {
+    local min=$((16 + 2 * $(nproc))) i
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max $((min - 1)) \
+            "$REGISTRY_HOST/fixtures/big" "oci:$OUT/low$i"
+        [[ $ph_error_message == *"needs at least $min on this host"* ]] || fail "run $i: $ph_error_message"
+    done
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max "$min" \
+            "$REGISTRY_HOST/fixtures/big" "oci:$OUT/min$i"
+        local peak
+        peak=$(json_get .usage.pids_peak <<<"$output")
+        ((peak > 0 && peak <= min)) || fail "run $i: pids_peak $peak outside (0, $min]"
+        assert_equal "$(json_get .usage.pids_max_hits <<<"$output")" 0
+    done
 }
 
 @test "limit files hold the configured values (v1 names)" {
