@@ -97,9 +97,25 @@ func allocateDynamic(lockDir string) (*Lease, error) {
 		if f == nil {
 			continue // another pull holds it
 		}
+		sweep(lockDir, path)
 		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", lock: f, lockPath: path}, nil
 	}
 	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)
+}
+
+// sweep removes lock files nobody holds (left by a pullhelper that was
+// killed before its Release), each under its own flock like Release.
+func sweep(lockDir, keep string) {
+	names, _ := filepath.Glob(filepath.Join(lockDir, "*.lock"))
+	for _, p := range names {
+		if p == keep {
+			continue
+		}
+		if f, err := lockUID(p); err == nil && f != nil {
+			_ = os.Remove(p)
+			f.Close()
+		}
+	}
 }
 
 // lockUID takes the flock of the lock file at path: the open file, or nil

@@ -286,3 +286,29 @@ func TestAllocateExclusiveUnderUnlink(t *testing.T) {
 		t.Fatalf("lock files left: %d", len(ents))
 	}
 }
+
+// A lock file left by a killed pull (present, not held) is removed by the
+// next allocation, even when that allocation takes another uid.
+func TestAllocateSweepsStaleLockFiles(t *testing.T) {
+	dir := t.TempDir()
+	held, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	stale := fmt.Sprintf("%s/%d.lock", dir, privdrop.DynamicMax)
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale lock file %s not swept: %v", stale, err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("%s/%d.lock", dir, held.UID)); err != nil {
+		t.Fatalf("the held lock file was removed: %v", err)
+	}
+}

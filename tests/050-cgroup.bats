@@ -120,6 +120,7 @@ wait_gone() {
     for i in 1 2 3 4 5 6 7 8 9 10; do
         run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max $((min - 1)) \
             "$REGISTRY_HOST/fixtures/big" "oci:$OUT/low$i"
+        assert_json_error usage
         [[ $ph_error_message == *"needs at least $min on this host"* ]] || fail "run $i: $ph_error_message"
     done
     for i in 1 2 3 4 5 6 7 8 9 10; do
@@ -364,4 +365,37 @@ assert_blobs_intact() {
     [[ ! -e $OUT/dest ]] || fail "DEST was created"
     [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
     assert_no_staging "$OUT"
+}
+
+@test "after concurrent pulls, a killed one and the next pull's reclaim, no lock file, pull cgroup or cgroup parent is left" {
+    local uids=() i pids=()
+    for i in 1 2 3 4; do
+        "$PULLHELPER" pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c$i" \
+            >"$BATS_TEST_TMPDIR/c$i.out" 2>"$BATS_TEST_TMPDIR/c$i.err" &
+        pids+=($!)
+    done
+    for i in 1 2 3 4; do
+        wait "${pids[i - 1]}" || fail "concurrent pull $i failed: $(cat "$BATS_TEST_TMPDIR/c$i.out" "$BATS_TEST_TMPDIR/c$i.err")"
+        uids+=("$(json_get .isolation.uid <"$BATS_TEST_TMPDIR/c$i.out")")
+    done
+    start_stalled_pull
+    local child=$CHILD_PID
+    uids+=("$(stat -c %u "/proc/$child")")
+    kill -KILL "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    wait_gone "$child" 10
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/next"
+    [[ $stderr == *"reclaimed a stale pull cgroup"* ]] || fail "no reclaim logged: $stderr"
+    uids+=("$(json_get .isolation.uid <<<"$output")")
+    local d u f
+    for d in /sys/fs/cgroup/*/; do
+        [[ ! -e $d${CG_PARENT#/} ]] || fail "cgroup parent left: $d${CG_PARENT#/} ($(ls "$d${CG_PARENT#/}"))"
+    done
+    # Other pulls on this machine may hold a uid by now: a lock file that
+    # exists must be held (flock -n fails), never a leftover.
+    for u in "${uids[@]}"; do
+        f=/run/pullhelper/uids/$u.lock
+        [[ ! -e $f ]] || ! flock -n "$f" true || fail "lock file $f left for uid $u (uids: ${uids[*]})"
+    done
 }
