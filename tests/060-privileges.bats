@@ -187,3 +187,27 @@ plant_and_finish() {
         [[ $ph_error_message == --user:* ]] || fail "message does not name --user: $ph_error_message"
     done
 }
+
+@test "the child inherits no fd of the caller (--progress-fd, a root-only log on fd 7) and cannot forge start, done or error events" {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    local log=$BATS_TEST_TMPDIR/agent.log events=$BATS_TEST_TMPDIR/events.jsonl rc=0
+    echo "root-only agent log" >"$log"
+    chmod 0600 "$log"
+    : >"$events"
+    # shellcheck disable=SC2046
+    PULLHELPER_HOSTILE=after-drop:inherited-fds,after-copy:forge-events timeout --kill-after=10 120 \
+        "$PULLHELPER_HOSTILE_BIN" pull --progress-fd 5 $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" \
+        >"$BATS_TEST_TMPDIR/stdout" 2>"$BATS_TEST_TMPDIR/stderr" 5>"$events" 7>>"$log" || rc=$?
+    cat "$BATS_TEST_TMPDIR/stderr"
+    assert_equal "$rc" 0
+    grep -q "hostile: no inherited fd" "$BATS_TEST_TMPDIR/stderr" || fail "the child saw inherited fds: $(grep hostile "$BATS_TEST_TMPDIR/stderr")"
+    assert_equal "$(cat "$log")" "root-only agent log"
+    # Exactly the parent's start and done; nothing forged.
+    cat "$events"
+    assert_equal "$(grep -c '"type":"start"' "$events")" 1
+    assert_equal "$(grep -c '"type":"done"' "$events")" 1
+    assert_equal "$(grep -c '"type":"error"' "$events")" 0
+    ! grep -q forged "$events" || fail "a forged event reached the progress fd"
+    assert_equal "$(grep '"type":"done"' "$events" | json_get .digest)" "$(json_get .digest <"$BATS_TEST_TMPDIR/stdout")"
+    grep -q "dropped an event of the pull child" "$BATS_TEST_TMPDIR/stderr" || fail "the forged events were not reported"
+}
