@@ -3,7 +3,9 @@ package reexec
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -138,6 +140,12 @@ func child() int {
 		}
 	}
 
+	if req.MaterialDir != "" {
+		if err := mountPrivateTmpfs(req.MaterialDir, req.Identity); err != nil {
+			return fail(err)
+		}
+	}
+
 	// 4. Drop every privilege, on every thread, and prove it.
 	if err := privdrop.Drop(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: dropping privileges"))
@@ -176,6 +184,22 @@ func child() int {
 	}
 	send(message{Result: res})
 	return 0
+}
+
+// mountPrivateTmpfs mounts a small tmpfs (1 MiB, mode 0700, owned by the
+// pull's identity) at dir, creating dir (root-owned, 0700) if needed. It is
+// called while still root, in the child's private mount namespace: nothing
+// written there touches a disk, other processes of the host cannot see it,
+// and it is gone when the child and its descendants are.
+func mountPrivateTmpfs(dir string, id privdrop.Identity) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return failure.Wrap(failure.Isolation, err, "child: creating the key material directory %s", dir)
+	}
+	opts := fmt.Sprintf("size=1m,nr_inodes=64,mode=0700,uid=%d,gid=%d", id.UID, id.GID)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: mounting a private tmpfs on %s", dir)
+	}
+	return nil
 }
 
 // bindFile writes content to a root-owned file in the (private) staging

@@ -30,6 +30,10 @@ const (
 // the child never learns DEST's path.
 const childStageDir = "/tmp"
 
+// childMaterialDir is the MaterialDir the parent is meant to send: a
+// directory in the child's view of the staging root, hidden under a tmpfs.
+const childMaterialDir = childStageDir + "/.pullhelper-material"
+
 func stageInChild(st *pull.Stage) *pull.Stage {
 	return &pull.Stage{Root: childStageDir, Path: childStageDir + "/" + filepath.Base(st.Path)}
 }
@@ -44,6 +48,11 @@ type request struct {
 	Identity privdrop.Identity `json:"identity"`
 	DNS      *dnsconf.Config   `json:"dns,omitempty"` // files to bind over /etc/resolv.conf and /etc/hosts
 	Seccomp  bool              `json:"seccomp"`
+	// MaterialDir, when set, is where the child keeps key material (the
+	// --cert-dir client key and certificates): a private tmpfs the child
+	// mounts there (mountPrivateTmpfs), so no key reaches DEST's
+	// filesystem and none survives the child. Empty: the staging area.
+	MaterialDir string    `json:"material_dir,omitempty"`
 	Log      logConfig         `json:"log"`
 	Bars     bool              `json:"bars"`
 }
