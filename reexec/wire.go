@@ -53,8 +53,8 @@ type request struct {
 	// mounts there (mountPrivateTmpfs), so no key reaches DEST's
 	// filesystem and none survives the child. Empty: the staging area.
 	MaterialDir string    `json:"material_dir,omitempty"`
-	Log      logConfig         `json:"log"`
-	Bars     bool              `json:"bars"`
+	Log         logConfig `json:"log"`
+	Bars        bool      `json:"bars"`
 }
 
 type logConfig struct {
