@@ -48,13 +48,14 @@ type request struct {
 	Identity privdrop.Identity `json:"identity"`
 	DNS      *dnsconf.Config   `json:"dns,omitempty"` // files to bind over /etc/resolv.conf and /etc/hosts
 	Seccomp  bool              `json:"seccomp"`
+	Log      logConfig         `json:"log"`
+	Bars     bool              `json:"bars"`
+
 	// MaterialDir, when set, is where the child keeps key material (the
 	// --cert-dir client key and certificates): a private tmpfs the child
 	// mounts there (mountPrivateTmpfs), so no key reaches DEST's
 	// filesystem and none survives the child. Empty: the staging area.
-	MaterialDir string    `json:"material_dir,omitempty"`
-	Log         logConfig `json:"log"`
-	Bars        bool      `json:"bars"`
+	MaterialDir string `json:"material_dir,omitempty"`
 }
 
 type logConfig struct {
