@@ -9,10 +9,20 @@
 //     policy's limits, created before the child exists and removed after it
 //     is gone. The name records the owning parent process, so a later run can
 //     tell a stale cgroup (its owner died, e.g. SIGKILL) from a live one and
-//     reclaim it.
-//   - joined: an existing cgroup (e.g. a pod's) used as it is: no limits are
-//     written, only the child is killed, and the cgroup is never removed.
+//     reclaim it. A PARENT that pullhelper created is marked (StateDir) and
+//     removed by the last pull to leave it; one that existed before is
+//     never removed.
+//   - joined: an existing cgroup (e.g. a pod's) is joined through a
+//     sub-cgroup of the pull's own, JOINED/pull-<…>, in exactly the
+//     hierarchies the joined cgroup exists in, with no controller enabled
+//     and no limit written: the joined cgroup's limits and accounting cover
+//     the pull, the joined cgroup itself is never changed or removed, and
+//     the pull can still be killed as a whole and measured on its own.
 //
-// Invariant: every process of a per-pull cgroup is dead and the cgroup is
-// removed on every path out of a pull (Kill, then Remove).
+// Invariant: every process of the pull's cgroup (the per-pull one or the
+// sub-cgroup) is dead and that cgroup is removed on every path out of a
+// pull (Kill, then Remove). On v1 the child is born inside (EnterThread: the
+// forking thread is in the cgroup for the fork), so pids.max is a ceiling
+// from its first instruction; CheckLimits refuses a pids_max below what the
+// child needs (MinPidsMax), so the same input gives the same exit code.
 package cgroup

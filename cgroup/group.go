@@ -33,7 +33,9 @@ type Group struct {
 	v2      bool
 	systemd bool
 	created bool
-	// ownsParent: the parent did not exist before this pull created it.
+	removed bool
+	// ownsParent: pullhelper created the parent (a marker says so, see
+	// parents.go), so the last pull to leave it removes it.
 	ownsParent bool
 }
 
@@ -82,56 +84,114 @@ func Create(cfg Config) (*Group, error) {
 	}
 	g := &Group{cfg: cfg, v2: cg.IsCgroup2UnifiedMode(), systemd: sd}
 	c := &cg.Cgroup{Systemd: sd}
-	if cfg.Joined() {
-		g.path = cfg.Path
-		c.Path = cfg.Path
-		c.Resources = &cg.Resources{SkipDevices: true}
-	} else {
-		// The name records the owner, so a later run can tell a stale one.
-		tag, err := proc.SelfTag()
-		if err != nil {
-			return nil, err
-		}
-		var rnd [4]byte
-		_, _ = rand.Read(rnd[:])
-		name := namePrefix + tag + "-" + hex.EncodeToString(rnd[:])
-		if sd {
-			// A transient scope pullhelper-NAME.scope under the parent slice.
-			c.Parent, c.ScopePrefix, c.Name = systemdSlice(cfg.Parent), "pullhelper", name
-		} else {
-			c.Path = filepath.Join(cfg.Parent, name)
-		}
-		lim := cfg.Limits
-		if !g.v2 {
-			lim = accounting(lim, cfg.AccountPaths)
-		}
-		c.Resources = resources(lim, g.v2)
-		g.path = c.Path
+	// The name records the owner, so a later run can tell a stale one.
+	name, err := pullName()
+	if err != nil {
+		return nil, err
 	}
+	if cfg.Joined() {
+		return createJoined(g, name)
+	}
+	if sd {
+		// A transient scope pullhelper-NAME.scope under the parent slice.
+		c.Parent, c.ScopePrefix, c.Name = systemdSlice(cfg.Parent), "pullhelper", name
+	} else {
+		c.Path = filepath.Join(cfg.Parent, name)
+	}
+	lim := cfg.Limits
+	if !g.v2 {
+		lim = accounting(lim, cfg.AccountPaths)
+	}
+	c.Resources = resources(lim, g.v2)
+	g.path = c.Path
 	m, err := manager.New(c)
 	if err != nil {
 		return nil, fmt.Errorf("setting up cgroup %s: %w", g.describe(), err)
 	}
 	g.mgr = m
-	if cfg.Joined() {
-		if len(g.joinedPaths()) == 0 {
-			return nil, fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
-		}
-		return g, nil
-	}
 	if !sd {
-		g.ownsParent = !parentExists(cfg.Parent)
-		// Create without joining (pid -1), then write the limits.
-		if err := m.Apply(-1); err != nil {
-			_ = m.Destroy()
-			return nil, fmt.Errorf("creating cgroup %s: %w", g.path, err)
+		// Create without joining (pid -1), then write the limits. The
+		// parents lock keeps a concurrent pull from removing the parent
+		// between its check and the mkdir.
+		err := withParentsLock(func() error {
+			owned, err := claimParent(cfg.Parent)
+			if err != nil {
+				return err
+			}
+			g.ownsParent = owned
+			if err := m.Apply(-1); err != nil {
+				_ = m.Destroy()
+				return fmt.Errorf("creating cgroup %s: %w", g.path, err)
+			}
+			return nil
+		})
+		if err != nil {
+			g.releaseParent()
+			return nil, err
 		}
 		g.created = true
 		if err := m.Set(c.Resources); err != nil {
 			_ = m.Destroy()
+			g.releaseParent()
 			return nil, fmt.Errorf("setting limits on cgroup %s: %w", g.path, err)
 		}
 	}
+	return g, nil
+}
+
+// pullName is pull-<pid>-<starttime>-<rand>.
+func pullName() (string, error) {
+	tag, err := proc.SelfTag()
+	if err != nil {
+		return "", err
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	return namePrefix + tag + "-" + hex.EncodeToString(rnd[:]), nil
+}
+
+// createJoined makes the pull's own sub-cgroup NAME inside the joined cgroup,
+// in every hierarchy the joined cgroup exists in and in no other: the pull's
+// processes are charged to the joined cgroup (its limits apply to them), yet
+// the pull can be killed as a whole and measured on its own. No controller
+// is enabled and no limit written, so the joined cgroup is left as it was;
+// on v2 a child without controllers is allowed next to the joined cgroup's
+// own processes.
+func createJoined(g *Group, name string) (*Group, error) {
+	cfg := g.cfg
+	m, err := manager.New(&cg.Cgroup{Path: cfg.Path, Resources: &cg.Resources{SkipDevices: true}})
+	if err != nil {
+		return nil, fmt.Errorf("setting up cgroup %s: %w", cfg.Path, err)
+	}
+	g.mgr = m
+	joined := g.joinedPaths()
+	if len(joined) == 0 {
+		return nil, fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
+	}
+	sub := map[string]string{}
+	var made []string
+	undo := func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			_ = os.Remove(made[i])
+		}
+	}
+	for ctl, dir := range joined {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			made = append(made, d)
+		} else if !errors.Is(err, fs.ErrExist) { // co-mounted controllers share a directory
+			undo()
+			return nil, fmt.Errorf("creating the pull's sub-cgroup in %s: %w", dir, err)
+		}
+		sub[ctl] = d
+	}
+	g.path = filepath.Join(cfg.Path, name)
+	m, err = manager.NewWithPaths(&cg.Cgroup{Path: g.path, Resources: &cg.Resources{SkipDevices: true}}, sub)
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("setting up cgroup %s: %w", g.path, err)
+	}
+	g.mgr, g.created = m, true
 	return g, nil
 }
 
@@ -142,8 +202,18 @@ func (g *Group) describe() string {
 	return g.cfg.Parent
 }
 
-// Path is the cgroup path (relative to the hierarchy root).
+// Path is the cgroup path (relative to the hierarchy root). For a joined
+// cgroup it is the joined path as given; the pull itself runs in SubPath.
 func (g *Group) Path() string {
+	if g.cfg.Joined() {
+		return g.cfg.Path
+	}
+	return g.SubPath()
+}
+
+// SubPath is the cgroup the pull's processes are in: the per-pull cgroup,
+// or the pull's own sub-cgroup of a joined one.
+func (g *Group) SubPath() string {
 	if g.v2 {
 		if p := g.mgr.Path(""); p != "" {
 			return strings.TrimPrefix(p, unifiedMountpoint)
@@ -155,7 +225,8 @@ func (g *Group) Path() string {
 // Paths maps each controller to its directory (v1), or "" to the unified one.
 func (g *Group) Paths() map[string]string { return g.mgr.GetPaths() }
 
-// Joined reports whether this is an existing cgroup joined as is.
+// Joined reports whether this is an existing cgroup joined (the pull runs
+// in a sub-cgroup of its own inside it).
 func (g *Group) Joined() bool { return g.cfg.Joined() }
 
 // OpenDir opens the unified cgroup directory for CLONE_INTO_CGROUP (v2 and
@@ -167,8 +238,8 @@ func (g *Group) OpenDir() (*os.File, error) {
 	return os.OpenFile(g.mgr.Path(""), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 }
 
-// joinedPaths are the hierarchies in which a joined cgroup exists; pullhelper
-// creates nothing in a cgroup it does not own.
+// joinedPaths are the hierarchies in which a joined cgroup exists; the
+// pull's sub-cgroup is created in those and in no other.
 func (g *Group) joinedPaths() map[string]string {
 	out := map[string]string{}
 	for sub, dir := range g.mgr.GetPaths() {
@@ -184,9 +255,6 @@ func (g *Group) joinedPaths() map[string]string {
 
 // paths are the hierarchies a member process must be in.
 func (g *Group) paths() map[string]string {
-	if g.cfg.Joined() {
-		return g.joinedPaths()
-	}
 	out := maps.Clone(g.mgr.GetPaths())
 	delete(out, "devices") // not joined: SkipDevices (a pull needs no device rules)
 	return out
@@ -195,7 +263,7 @@ func (g *Group) paths() map[string]string {
 // Place moves pid into the cgroup, in every controller.
 func (g *Group) Place(pid int) error {
 	if g.cfg.Joined() {
-		for _, dir := range g.joinedPaths() {
+		for _, dir := range g.paths() {
 			if err := cg.WriteCgroupProc(dir, pid); err != nil {
 				return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, dir, err)
 			}
@@ -302,18 +370,17 @@ func readKeyed(dir, file, key string) (uint64, error) {
 	return 0, fmt.Errorf("%s has no %q", file, key)
 }
 
-// Kill kills every process in a per-pull cgroup and waits until none is
-// left: cgroup.kill where the kernel has it, otherwise freeze, SIGKILL each
-// process, thaw. In a joined cgroup only the given pids are killed.
+// Kill kills every process in the pull's cgroup (the per-pull one, or the
+// pull's sub-cgroup of a joined one) and the given pids, and waits until
+// none is left: cgroup.kill where the kernel has it, otherwise freeze,
+// SIGKILL each process, thaw (or, without a freezer hierarchy, SIGKILL
+// until empty). The calling process is never signalled, should one of its
+// threads be inside (see EnterThread).
 func (g *Group) Kill(only ...int) error {
-	if g.cfg.Joined() {
-		for _, pid := range only {
+	for _, pid := range only {
+		if pid > 0 && pid != os.Getpid() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		return nil
-	}
-	for _, pid := range only {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if g.v2 {
 		if err := cg.WriteFile(g.mgr.Path(""), "cgroup.kill", "1"); err == nil {
@@ -322,11 +389,18 @@ func (g *Group) Kill(only ...int) error {
 	}
 	_ = g.mgr.Freeze(cg.Frozen)
 	pids, _ := g.allPids()
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	killAll(pids)
 	_ = g.mgr.Freeze(cg.Thawed)
 	return g.waitEmpty()
+}
+
+func killAll(pids []int) {
+	self := os.Getpid()
+	for _, pid := range pids {
+		if pid != self {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // allPids lists every process in the cgroup. On v1 the library reads the
@@ -337,7 +411,7 @@ func (g *Group) allPids() ([]int, error) {
 		return g.mgr.GetAllPids()
 	}
 	paths := g.mgr.GetPaths()
-	for _, sub := range []string{"pids", "freezer", "memory", "cpu"} {
+	for _, sub := range []string{"pids", "freezer", "memory", "cpu", "cpuacct", "blkio", "name=systemd"} {
 		if dir, ok := paths[sub]; ok {
 			return cg.GetAllPids(dir)
 		}
@@ -358,16 +432,16 @@ func (g *Group) waitEmpty() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cgroup %s still has processes %v after SIGKILL", g.Path(), pids)
 		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		killAll(pids)
 		time.Sleep(delay)
 	}
 }
 
-// Remove deletes a per-pull cgroup (never a joined one).
+// Remove kills and deletes the pull's cgroup: the per-pull one, or the
+// pull's sub-cgroup of a joined one (never the joined cgroup itself). The
+// last pull to leave a parent that pullhelper created removes it too.
 func (g *Group) Remove() error {
-	if g.cfg.Joined() || g.mgr == nil {
+	if g.mgr == nil || g.removed {
 		return nil
 	}
 	if err := g.Kill(); err != nil {
@@ -376,14 +450,11 @@ func (g *Group) Remove() error {
 	// Copy: Destroy deletes entries from the library's own map.
 	paths := maps.Clone(g.mgr.GetPaths())
 	if err := g.mgr.Destroy(); err != nil {
-		return fmt.Errorf("removing cgroup %s: %w", g.Path(), err)
+		return fmt.Errorf("removing cgroup %s: %w", g.SubPath(), err)
 	}
+	g.removed = true
 	if g.ownsParent {
-		// Drop the parent this pull created when it was its last pull; a
-		// concurrent pull keeps it busy and rmdir fails harmlessly.
-		for _, dir := range paths {
-			_ = os.Remove(filepath.Dir(dir))
-		}
+		g.removeParent(paths)
 	}
 	return nil
 }
@@ -403,33 +474,22 @@ func systemdSlice(parent string) string {
 	return strings.ReplaceAll(p, "/", "-") + ".slice"
 }
 
-func parentExists(parent string) bool {
-	dir := filepath.Join(unifiedMountpoint, parent)
-	if !cg.IsCgroup2UnifiedMode() {
-		m, err := cg.FindCgroupMountpoint("", "pids")
-		if err != nil {
-			return true // cannot tell: never remove it
-		}
-		dir = filepath.Join(m, parent)
-	}
-	_, err := os.Stat(dir)
-	return err == nil
-}
-
 // Reclaim removes per-pull cgroups under cfg.Parent whose owner process is
 // gone (e.g. a parent that was SIGKILLed), killing what is left in them. It
 // returns the cgroup paths it removed.
 func Reclaim(cfg Config) ([]string, error) {
+	parent := cfg.Parent
 	if cfg.Joined() {
-		return nil, nil
-	}
-	sd, err := useSystemd(cfg.Driver)
-	if err != nil || sd {
-		return nil, err // systemd collects scopes whose processes are gone
+		parent = cfg.Path // stale sub-cgroups of earlier pulls in the joined one
+	} else {
+		sd, err := useSystemd(cfg.Driver)
+		if err != nil || sd {
+			return nil, err // systemd collects scopes whose processes are gone
+		}
 	}
 	var dir string
 	if cg.IsCgroup2UnifiedMode() {
-		dir = filepath.Join(unifiedMountpoint, cfg.Parent)
+		dir = filepath.Join(unifiedMountpoint, parent)
 	} else {
 		m, err := cg.FindCgroupMountpoint("", "pids")
 		if err != nil {
@@ -437,7 +497,7 @@ func Reclaim(cfg Config) ([]string, error) {
 				return nil, nil
 			}
 		}
-		dir = filepath.Join(m, cfg.Parent)
+		dir = filepath.Join(m, parent)
 	}
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -451,12 +511,12 @@ func Reclaim(cfg Config) ([]string, error) {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), namePrefix) || !stale(e.Name()) {
 			continue
 		}
-		p := filepath.Join(cfg.Parent, e.Name())
+		p := filepath.Join(parent, e.Name())
 		m, err := manager.New(&cg.Cgroup{Path: p, Resources: &cg.Resources{SkipDevices: true}})
 		if err != nil {
 			continue
 		}
-		g := &Group{cfg: Config{Parent: cfg.Parent}, mgr: m, path: p, v2: cg.IsCgroup2UnifiedMode(), created: true}
+		g := &Group{cfg: Config{Parent: parent}, mgr: m, path: p, v2: cg.IsCgroup2UnifiedMode(), created: true}
 		if err := g.Remove(); err != nil {
 			return removed, err
 		}

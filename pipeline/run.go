@@ -146,6 +146,11 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 // cgroup, namespaces; then takes the staging area back, verifies and
 // commits it here.
 func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
+	// A limit the child cannot live with (pids_max below what the Go
+	// runtime needs) is a usage error, before anything is created.
+	if err := cgroup.CheckLimits(o.Cgroup.Limits); err != nil {
+		return nil, err
+	}
 	lockDir := o.LockDir
 	if lockDir == "" {
 		lockDir = privdrop.DefaultLockDir
@@ -208,19 +213,20 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err != nil {
 		return nil, reexec.ExplainDeath(err, usage, cfg.Limits)
 	}
-	// Nothing running as the pull uid may outlive the child: kill what is
-	// left in the cgroup before the staging area is taken back.
-	if err := g.Kill(c.PID()); err != nil {
+	// Nothing running as the pull uid may outlive the child: Run killed
+	// what was left in the cgroup after reaping the child; make sure it is
+	// empty before the staging area is taken back (no pid: it may be
+	// another process's by now).
+	if err := g.Kill(); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
 	res.Isolation = iso
-	if !g.Joined() {
-		// A joined cgroup's counters are its other members' too.
-		res.Usage = apiUsage(usage)
-	}
+	// In a joined cgroup the pull runs in a sub-cgroup of its own: the
+	// usage is the pull's alone either way.
+	res.Usage = apiUsage(usage)
 	return res, nil
 }
 

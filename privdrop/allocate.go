@@ -24,13 +24,18 @@ const DefaultLockDir = "/run/pullhelper/uids"
 // Lease is an identity held for one pull. Release frees a dynamic uid.
 type Lease struct {
 	Identity
-	Source string `json:"source"` // "dynamic", "user NAME", "uid N"
-	lock   *os.File
+	Source   string `json:"source"` // "dynamic", "user NAME", "uid N"
+	lock     *os.File
+	lockPath string
 }
 
-// Release frees the uid's lock (idempotent).
+// Release frees the uid: it removes the lock file while still holding its
+// flock, then drops the flock (idempotent). Lock files do not accumulate;
+// an allocation that opened the file just before the unlink notices that
+// its file is no longer the one at the path and tries again (lockUID).
 func (l *Lease) Release() {
 	if l != nil && l.lock != nil {
+		_ = os.Remove(l.lockPath)
 		_ = l.lock.Close() // closing drops the flock
 		l.lock = nil
 	}
@@ -84,20 +89,62 @@ func allocateDynamic(lockDir string) (*Lease, error) {
 		if _, err := os.Lstat(fmt.Sprintf("/run/systemd/dynamic-uid/direct:%d", uid)); err == nil {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(uid)+".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		path := filepath.Join(lockDir, strconv.Itoa(uid)+".lock")
+		f, err := lockUID(path)
 		if err != nil {
 			return nil, fmt.Errorf("locking uid %d in %s: %w", uid, lockDir, err)
+		}
+		if f == nil {
+			continue // another pull holds it
+		}
+		sweep(lockDir, path)
+		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", lock: f, lockPath: path}, nil
+	}
+	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)
+}
+
+// sweep removes lock files nobody holds (left by a pullhelper that was
+// killed before its Release), each under its own flock like Release.
+func sweep(lockDir, keep string) {
+	names, _ := filepath.Glob(filepath.Join(lockDir, "*.lock"))
+	for _, p := range names {
+		if p == keep {
+			continue
+		}
+		if f, err := lockUID(p); err == nil && f != nil {
+			_ = os.Remove(p)
+			f.Close()
+		}
+	}
+}
+
+// lockUID takes the flock of the lock file at path: the open file, or nil
+// when another pull holds it. A holder's Release unlinks the file before
+// dropping its flock, so a flock taken on a file that is no longer the one
+// at path (unlinked, maybe replaced) locks nothing: retry on the new file.
+func lockUID(path string) (*os.File, error) {
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, err
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				continue // another pull holds it
+				return nil, nil
 			}
-			return nil, fmt.Errorf("locking uid %d: %w", uid, err)
+			return nil, err
 		}
-		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", lock: f}, nil
+		var held, named unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := unix.Lstat(path, &named); err == nil && held.Dev == named.Dev && held.Ino == named.Ino {
+			return f, nil
+		}
+		f.Close() // released and unlinked under us: take the new file
 	}
-	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)
 }
 
 // usedIDs collects uids and gids that are named in /etc/passwd or /etc/group

@@ -2,9 +2,12 @@ package privdrop_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -212,5 +215,100 @@ func TestFilterDeniesTheIssueList(t *testing.T) {
 	f := privdrop.Filter()
 	if _, err := f.Policy.Assemble(); err != nil {
 		t.Fatalf("the filter does not assemble: %v", err)
+	}
+}
+
+// Released dynamic uids leave no lock file behind (issue 10 item 19).
+func TestReleaseRemovesLockFile(t *testing.T) {
+	dir := t.TempDir()
+	var leases []*privdrop.Lease
+	for range 3 {
+		l, err := privdrop.Allocate("dynamic", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Fatalf("want 3 lock files while held, got %d", len(ents))
+	}
+	for _, l := range leases {
+		l.Release()
+		l.Release() // idempotent
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("lock files left after release: %v", ents)
+	}
+}
+
+// Concurrent allocations and releases (each release unlinks its file) never
+// hand one uid to two holders at once.
+func TestAllocateExclusiveUnderUnlink(t *testing.T) {
+	dir := t.TempDir()
+	var (
+		mu     sync.Mutex
+		holder = map[int]int{}
+		wg     sync.WaitGroup
+		errs   = make(chan error, 64)
+	)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				l, err := privdrop.Allocate("dynamic", dir)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				if h, ok := holder[l.UID]; ok {
+					errs <- fmt.Errorf("uid %d held by workers %d and %d", l.UID, h, w)
+				}
+				holder[l.UID] = w
+				mu.Unlock()
+				for range 20 {
+					runtime.Gosched() // hold it a while
+				}
+				mu.Lock()
+				delete(holder, l.UID)
+				mu.Unlock()
+				l.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("lock files left: %d", len(ents))
+	}
+}
+
+// A lock file left by a killed pull (present, not held) is removed by the
+// next allocation, even when that allocation takes another uid.
+func TestAllocateSweepsStaleLockFiles(t *testing.T) {
+	dir := t.TempDir()
+	held, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	stale := fmt.Sprintf("%s/%d.lock", dir, privdrop.DynamicMax)
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale lock file %s not swept: %v", stale, err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("%s/%d.lock", dir, held.UID)); err != nil {
+		t.Fatalf("the held lock file was removed: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -24,12 +25,63 @@ var dispatched bool
 
 // Dispatch must be the first call in main. In the child it runs the child's
 // life and returns (true, exit status); in the parent it returns (false, 0).
+//
+// In both it first makes sure no file descriptor the caller let this
+// process inherit reaches the child: the parent marks every fd from 3 up
+// close-on-exec (it keeps using them; only exec drops them), and the child
+// closes any inherited fd above its protocol pipes that it finds anyway.
 func Dispatch() (bool, int) {
 	dispatched = true
 	if filepath.Base(os.Args[0]) != ChildName {
+		markInheritedCloexec()
 		return false, 0
 	}
+	closeInherited()
 	return true, child()
+}
+
+// markInheritedCloexec sets FD_CLOEXEC on every fd from 3 up (the caller's
+// --progress-fd, whatever a node agent leaked): the child gets its
+// protocol pipes and stdio, nothing else.
+func markInheritedCloexec() {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return
+	}
+	for _, fd := range openFDs() { // kernels before 5.11
+		if fd >= 3 {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
+}
+
+// closeInherited closes, in the child, every fd above the protocol pipes
+// and the staging mount (fds 3–5) that came through exec: those are the ones without FD_CLOEXEC (the Go
+// runtime opens all of its own with O_CLOEXEC).
+func closeInherited() {
+	for _, fd := range openFDs() {
+		if fd <= stageFD {
+			continue
+		}
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
+			_ = unix.Close(fd)
+		}
+	}
+}
+
+func openFDs() []int {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	var fds []int
+	for _, n := range names {
+		if fd, err := strconv.Atoi(n); err == nil && fd != int(d.Fd()) {
+			fds = append(fds, fd)
+		}
+	}
+	return fds
 }
 
 // child is the whole life of the network-facing process, top to bottom:
@@ -110,7 +162,13 @@ func child() int {
 	log := newLogger(req.Log)
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
-	opts := pull.Options{Log: log, Events: func(e api.Event) { send(message{Event: &e}) }}
+	// Only progress crosses the pipe: the parent emits start, done and
+	// error itself (and drops any other type).
+	opts := pull.Options{Log: log, Events: func(e api.Event) {
+		if api.IsProgress(e.Type) {
+			send(message{Event: &e})
+		}
+	}}
 	if req.Bars {
 		opts.Report = os.Stderr
 	}

@@ -9,19 +9,31 @@
 // travels in argv or the environment; the child reads no policy or secret
 // file itself.
 //
+// Trust. The child is untrusted once it touched the network. Every line
+// on fd 4 is bounded (maxMessage; longer is exit 7); only progress events
+// are accepted from it (the parent emits start, done and error itself);
+// its stderr is relayed with long lines truncated, never stopping reading.
+// It inherits no fd but the protocol pipes and stdio: the parent marks
+// every fd from 3 up close-on-exec at Dispatch, and the child closes any
+// inherited one it still finds.
+//
 // Placement before work. On cgroup v2 the child is born in its cgroup
-// (CLONE_INTO_CGROUP). On v1 the child blocks reading fd 3 until the parent
-// has written its pid into every controller and checked /proc/PID/cgroup;
-// only then is the request sent. The child verifies its own
-// /proc/self/cgroup again before any network I/O and aborts (exit 7) if it
-// is not where the parent said.
+// (CLONE_INTO_CGROUP). On v1 it is born there too: the forking thread is
+// moved into the cgroup for the fork and back right after. Only the systemd
+// driver places the child after fork, before it is sent the request. The
+// child verifies its own /proc/self/cgroup again before any network I/O
+// and aborts (exit 7) if it is not where the parent said.
 //
 // Lifetime. The child gets Pdeathsig SIGKILL. Pdeathsig fires when the
 // *thread* that forked the child exits (go.dev/issue/27505), so the fork
 // happens on a goroutine locked to its OS thread that stays alive until the
-// child has been reaped. On SIGINT, SIGTERM or the timeout the parent kills
-// every process in the cgroup, waits for them, removes the staging area and
-// the cgroup, and leaves DEST untouched.
+// child has been reaped. The parent's loop waits only on the child and on
+// cancellation; events reach the caller's sink through a queue that never
+// blocks it. When the child has been reaped, the parent kills everything
+// left in the cgroup (a grandchild cannot outlive the pull or keep its
+// pipes open) and then drains the pipes within a bound. On SIGINT, SIGTERM
+// or the timeout the parent kills every process in the cgroup, waits for
+// them, removes the staging area and the cgroup, and leaves DEST untouched.
 //
 // main must call Dispatch before anything else; Pull panics if it did not,
 // because the child would otherwise run the CLI again.

@@ -2,6 +2,7 @@ package reexec
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,9 +33,9 @@ var envAllow = []string{"PATH", "LANG", "LC_ALL", "TZ",
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
 
 func childEnv(home string) []string {
-	// HOME is the private staging root: per-user containers configuration
-	// of the caller (registries.d, …) is not the child's to read; the plan
-	// pins the files that matter.
+	// HOME is the private /tmp: per-user containers configuration of the
+	// caller (registries.d, …) is not the child's to read; the request
+	// carries the configuration that matters.
 	env := append([]string{"HOME=" + home}, hostileChildEnv()...)
 	for _, k := range envAllow {
 		if v, ok := os.LookupEnv(k); ok {
@@ -48,7 +49,7 @@ func childEnv(home string) []string {
 // namespace), waiting for its request.
 type Child struct{ c *childProc }
 
-// PID is the child's process id.
+// PID is the child's process id (until Run has reaped it).
 func (c *Child) PID() int { return c.c.pid }
 
 // StartOptions say how the child is born.
@@ -56,16 +57,17 @@ type StartOptions struct {
 	// Netns is the network namespace to fork in ("" = this one).
 	Netns string
 	// Stage is the staging directory the copy writes into, opened by the
-	// parent (O_DIRECTORY); the child gets it as fd 5, never its path.
+	// parent (O_DIRECTORY); the child gets a detached mount of it as fd 5,
+	// never its path.
 	Stage *os.File
 	Debug bool
 	// Terminal: the child draws progress bars on stderr.
 	Terminal bool
 }
 
-// Start spawns the pull child in g (born in it on cgroup v2; placed before
-// it gets its request on v1), from a thread in the network namespace when
-// one is given. main must have called Dispatch.
+// Start spawns the pull child in g (born in it: CLONE_INTO_CGROUP on v2, a
+// forking thread inside the cgroup on v1), from a thread in the network
+// namespace when one is given. main must have called Dispatch.
 func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 	if !dispatched {
 		panic("reexec: main did not call reexec.Dispatch; the child would run the CLI")
@@ -90,9 +92,9 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 }
 
 // Run sends the request and relays the child's progress events until it
-// exits with its result. On cancellation or when the copy's timeout has
+// exits with its result. On cancellation, or when the copy's timeout has
 // long passed, it kills every process in g. On every path out the child
-// has been reaped.
+// has been reaped and everything else in g killed.
 func (c *Child) Run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -104,13 +106,27 @@ type childProc struct {
 	pid    int
 	planW  *os.File
 	events *os.File
-	waited chan error
+	// stderr is the read end of the relayed stderr and relayDone is closed
+	// when the relay has stopped (both nil on a terminal).
+	stderr    *os.File
+	relayDone chan struct{}
+	waited    chan error // the child's wait status, once it is reaped
 }
 
+// drainTimeout bounds how long the parent reads the pipes after the child
+// was reaped and its cgroup killed. Nothing of the pull can hold them then
+// (every process of the cgroup is dead), so EOF comes at once; the bound is
+// for what should not happen.
+const drainTimeout = 5 * time.Second
+
 // spawn starts the child from a goroutine locked to its OS thread, which
-// stays alive until the child is reaped (Pdeathsig is per thread). On
-// cgroup v2 the child is born in the cgroup; on v1 it is placed before it
-// gets its request.
+// stays alive until the child is reaped (Pdeathsig is per thread). The child
+// is born in the cgroup: on v2 with CLONE_INTO_CGROUP, on v1 because it is
+// forked by a thread that was moved into the cgroup for the fork (and moved
+// back right after), so it never runs outside its limits; only the systemd
+// driver places it after fork, before it gets its request.
+//
+// The caller must then call run (or kill), which reaps the child.
 func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.File) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
@@ -121,6 +137,13 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 		planR.Close()
 		planW.Close()
 		return nil, failure.Wrap(failure.Internal, err, "creating the event pipe")
+	}
+	closeAll := func(fs ...*os.File) {
+		for _, f := range fs {
+			if f != nil {
+				f.Close()
+			}
+		}
 	}
 	cmd := &exec.Cmd{
 		Dir:        "/",
@@ -135,26 +158,23 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 			Unshareflags: syscall.CLONE_NEWNS,
 		},
 	}
+	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1)}
 	// On a terminal the child draws progress bars on it directly;
 	// otherwise its stderr is relayed, without runtime stack dumps.
 	cmd.Stderr = os.Stderr
-	var relayDone chan struct{}
+	var stderrW *os.File
 	if !terminal {
 		r, w, err := os.Pipe()
 		if err != nil {
+			closeAll(planR, planW, evR, evW)
 			return nil, failure.Wrap(failure.Internal, err, "creating the stderr pipe")
 		}
-		cmd.Stderr = w
-		relayDone = make(chan struct{})
-		go func() {
-			defer close(relayDone)
-			relayStderr(r, os.Stderr, debug)
-		}()
-		defer w.Close() // the child holds its own copy
+		cmd.Stderr, stderrW, c.stderr = w, w, r
 	}
 	dir, err := g.OpenDir()
 	if err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "opening cgroup %s", g.Path())
+		closeAll(planR, planW, evR, evW, stderrW, c.stderr)
+		return nil, failure.Wrap(failure.Isolation, err, "opening cgroup %s", g.SubPath())
 	}
 	if dir != nil {
 		defer dir.Close()
@@ -162,7 +182,6 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
 	}
 	started := make(chan error, 1)
-	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 		if netnsPath != "" {
@@ -173,27 +192,55 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 				return
 			}
 		}
-		if err := cmd.Start(); err != nil {
-			started <- err
+		var leave func() error
+		if g.BornInside() {
+			var err error
+			if leave, err = g.EnterThread(); err != nil {
+				started <- failure.Wrap(failure.Isolation, err, "")
+				return // the thread exits: it may be half inside
+			}
+		}
+		err := cmd.Start()
+		if leave != nil {
+			if lerr := leave(); lerr != nil {
+				// This thread must not stay in the pull cgroup: end it
+				// (and with it, by Pdeathsig, the child).
+				if err == nil {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+				}
+				started <- failure.Wrap(failure.Isolation, lerr, "")
+				return
+			}
+		}
+		if err != nil {
+			started <- pidsTooLow(err, g)
 			return
 		}
 		started <- nil
-		werr := cmd.Wait()
-		if relayDone != nil {
-			<-relayDone
-		}
-		c.waited <- werr
+		// cmd.Stderr is an *os.File: Wait returns when the child is reaped,
+		// whoever else still holds its pipes.
+		c.waited <- cmd.Wait()
 	}()
 	err = <-started
-	planR.Close()
-	evW.Close()
+	// The child has its own copies; the parent keeps only its ends, so EOF
+	// means every holder is gone.
+	closeAll(planR, evW, stderrW)
 	if err != nil {
-		planW.Close()
-		evR.Close()
-		return nil, failure.Wrap(failure.Isolation, err, "starting the pull child")
+		closeAll(planW, evR, c.stderr)
+		return nil, failure.Wrap(failure.CodeOf(err), err, "starting the pull child")
 	}
 	c.pid = cmd.Process.Pid
+	if c.stderr != nil {
+		c.relayDone = make(chan struct{})
+		go func() {
+			defer close(c.relayDone)
+			relayStderr(c.stderr, os.Stderr, debug)
+		}()
+	}
 	if dir == nil {
+		// systemd, or v1's unified hierarchy in hybrid mode (a no-op move
+		// for the v1 hierarchies the child was born in).
 		if err := g.Place(c.pid); err != nil {
 			c.kill(g)
 			return nil, failure.Wrap(failure.Isolation, err, "")
@@ -206,39 +253,92 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 	return c, nil
 }
 
+// pidsTooLow explains a fork refused by the pull cgroup's pids.max (the
+// forking thread counts while it is inside).
+func pidsTooLow(err error, g *cgroup.Group) error {
+	if errors.Is(err, syscall.EAGAIN) && g.BornInside() {
+		return failure.Wrap(failure.Isolation, err, "cgroup.pids_max is too low: the pull cgroup refused to fork the pull child")
+	}
+	return failure.Wrap(failure.Isolation, err, "")
+}
+
+// kill ends a child that run will not reap: the cgroup and the child are
+// killed, the pipes closed and the child reaped. It never waits for a pipe.
 func (c *childProc) kill(g *cgroup.Group) {
 	_ = g.Kill(c.pid)
-	_ = syscall.Kill(c.pid, syscall.SIGKILL)
 	c.planW.Close()
 	c.events.Close()
 	<-c.waited
+	c.drainStderr(time.Now().Add(drainTimeout))
 }
 
-// run sends the request, relays events and returns the child's result. On
-// cancellation it kills the cgroup and waits for the child.
-func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
+// drainStderr waits, until the deadline, for the relay to reach EOF, then
+// stops it.
+func (c *childProc) drainStderr(deadline time.Time) {
+	if c.relayDone == nil {
+		return
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.relayDone:
+	case <-t.C:
+		c.stderr.Close() // unblocks the relay's read
+		<-c.relayDone
+	}
+}
+
+// read decodes the child's messages, each line bounded by maxMessage, until
+// EOF or an error (then sent on errc, nil at EOF); it closes msgs last.
+func (c *childProc) read(msgs chan<- message, errc chan<- error) {
+	defer close(msgs)
+	br := bufio.NewReaderSize(c.events, 64<<10)
+	for {
+		line, err := readLine(br, maxMessage)
+		if err != nil {
+			// EOF, a last line cut short by the child's death, or the
+			// read end closed by the drain bound: the end of messages.
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrClosed) {
+				err = nil
+			}
+			errc <- err
+			return
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var m message
+		if err := json.Unmarshal(line, &m); err != nil {
+			errc <- fmt.Errorf("the pull child sent a malformed message: %w", err)
+			return
+		}
+		msgs <- m
+	}
+}
+
+// run sends the request, relays progress events and returns the child's
+// result. Its loop waits only on the child (its messages, its exit) and on
+// cancellation (ctx, the timeout): events go to sink through a queue that
+// never blocks the loop. After the child is reaped it kills whatever is
+// left in the cgroup, then drains the pipes within drainTimeout: a
+// grandchild holding them can neither hang the parent nor outlive the pull.
+// The pipeline, not the child, says that the pull started and is done.
+func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
+	events := newEventQueue(sink, log)
+	defer events.close(time.Second)
+
 	msgs := make(chan message)
 	readErr := make(chan error, 1)
+	go c.read(msgs, readErr)
+	sent := make(chan error, 1)
 	go func() {
-		dec := json.NewDecoder(c.events)
-		for {
-			var m message
-			if err := dec.Decode(&m); err != nil {
-				if errors.Is(err, io.EOF) {
-					err = nil
-				}
-				readErr <- err
-				close(msgs)
-				return
-			}
-			msgs <- m
+		b, err := json.Marshal(req)
+		if err == nil {
+			_, err = c.planW.Write(append(b, '\n'))
 		}
+		c.planW.Close()
+		sent <- err
 	}()
-	if err := json.NewEncoder(c.planW).Encode(req); err != nil {
-		c.kill(g)
-		return nil, nil, failure.Wrap(failure.Internal, err, "sending the plan to the child")
-	}
-	c.planW.Close()
 
 	// The parent's own deadline, a little after the child's, in case the
 	// child stops responding.
@@ -253,49 +353,92 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, event
 		copied  *pull.Copied
 		childE  error
 		stopErr error
+		werr    error
+		exited  bool
+		forged  bool
 		done    = ctx.Done()
 	)
+	stop := func(err error, why string) {
+		if stopErr != nil {
+			return
+		}
+		stopErr = err
+		log.Warn(why+": killing every process in the pull cgroup", "cgroup", g.SubPath())
+		if err := g.Kill(c.pid); err != nil {
+			log.Error("killing the pull cgroup", "error", err.Error())
+		}
+	}
+	handle := func(m message) {
+		switch {
+		case m.Event != nil:
+			if e, ok := progressOnly(*m.Event); ok {
+				events.emit(e)
+			} else if !forged {
+				forged = true
+				log.Warn("dropped an event of the pull child: only progress events are accepted from it", "type", m.Event.Type)
+			}
+		case m.Result != nil:
+			if res == nil {
+				res, copied = m.Result, m.Copied
+			}
+		case m.Error != nil:
+			if childE == nil {
+				childE = m.Error.err()
+			}
+		}
+	}
+	readEnd := func() {
+		msgs = nil
+		if err := <-readErr; err != nil {
+			stop(failure.Wrap(failure.Isolation, err, ""), "the pull child broke the protocol")
+		}
+	}
+	for !exited {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				readEnd()
+				continue
+			}
+			handle(m)
+		case err := <-sent:
+			sent = nil
+			if err != nil {
+				log.Debug("sending the request to the child", "error", err.Error()) // it died; its status says why
+			}
+		case werr = <-c.waited:
+			exited = true
+		case <-done:
+			done = nil // once
+			stop(failure.Wrap(failure.Interrupted, context.Cause(ctx), ""), "stopping")
+		case <-deadline:
+			deadline = nil
+			stop(failure.New(failure.Network, "pull timed out after %s (--timeout); the child did not stop by itself", req.Copy.Timeout), "timed out")
+		}
+	}
+	// The child is reaped. Nothing of the pull may outlive it or hold its
+	// pipes: kill the rest of the cgroup, then drain with a bound.
+	if err := g.Kill(); err != nil && stopErr == nil {
+		stopErr = failure.Wrap(failure.Isolation, err, "")
+	}
+	bound := time.Now().Add(drainTimeout)
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
 	for msgs != nil {
 		select {
 		case m, ok := <-msgs:
 			if !ok {
-				msgs = nil
+				readEnd()
 				continue
 			}
-			switch {
-			case m.Event != nil:
-				// Only progress: start, done and error are the
-				// pipeline's to say, never the child's.
-				if events != nil && api.IsProgress(m.Event.Type) {
-					events(*m.Event)
-				}
-			case m.Result != nil:
-				res, copied = m.Result, m.Copied
-			case m.Error != nil:
-				childE = m.Error.err()
-			}
-		case <-done:
-			done = nil // once: the loop now only drains until the child is gone
-			if stopErr == nil {
-				stopErr = failure.Wrap(failure.Interrupted, context.Cause(ctx), "")
-				log.Warn("stopping: killing every process in the pull cgroup", "cgroup", g.Path())
-				if err := g.Kill(c.pid); err != nil {
-					log.Error("killing the pull cgroup", "error", err.Error())
-				}
-			}
-		case <-deadline:
-			deadline = nil
-			if stopErr == nil {
-				stopErr = failure.New(failure.Network, "pull timed out after %s (--timeout); the child did not stop by itself", req.Copy.Timeout)
-				if err := g.Kill(c.pid); err != nil {
-					log.Error("killing the pull cgroup", "error", err.Error())
-				}
-			}
+			handle(m)
+		case <-t.C:
+			log.Warn("the pull child's event pipe is still open after every process of the pull is dead; closing it")
+			c.events.Close() // the reader returns at its next read
 		}
 	}
-	rerr := <-readErr
-	werr := <-c.waited
 	c.events.Close()
+	c.drainStderr(bound)
 	switch {
 	case stopErr != nil:
 		return nil, nil, stopErr
@@ -303,8 +446,6 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, event
 		return nil, nil, childE
 	case res != nil && werr == nil:
 		return res, copied, nil
-	case rerr != nil:
-		return nil, nil, failure.Wrap(failure.Internal, rerr, "reading the child's messages")
 	}
 	return nil, nil, &childDied{status: werr}
 }
@@ -335,22 +476,89 @@ func ExplainDeath(err error, u cgroup.Usage, l cgroup.Limits) error {
 	return failure.New(failure.Internal, "%s", strings.TrimSpace(cd.Error()))
 }
 
-// relayStderr copies the child's stderr line by line. Unless debug, it
-// drops a Go runtime stack dump (a child killed by pids_max cannot create a
-// thread and dumps every goroutine); the parent explains such deaths.
+// maxStderrLine bounds one relayed line of the child's stderr; the rest of
+// a longer line (a registry's error body, say) is dropped, and reading goes
+// on, so the child never blocks on, or dies writing to, its stderr.
+const maxStderrLine = 64 << 10
+
+// relayStderr copies the child's stderr line by line until EOF (or until r
+// is closed), truncating lines over maxStderrLine. Unless debug, it drops a
+// Go runtime stack dump (a child killed by pids_max cannot create a thread
+// and dumps every goroutine); the parent explains such deaths.
 func relayStderr(r io.ReadCloser, w io.Writer, debug bool) {
 	defer r.Close()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	br := bufio.NewReaderSize(r, maxStderrLine)
 	dropping := false
-	for sc.Scan() {
-		line := sc.Text()
-		if !debug && !dropping && (line == "runtime stack:" || strings.HasPrefix(line, "goroutine ")) {
-			dropping = true
-			fmt.Fprintln(w, "pullhelper-child: (Go stack trace omitted; --debug shows it)")
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line := string(bytes.TrimSuffix(chunk, []byte("\n")))
+		if errors.Is(err, bufio.ErrBufferFull) {
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n') // the rest of the line
+			}
+			line += fmt.Sprintf(" [line truncated: over %d KiB]", maxStderrLine>>10)
 		}
-		if !dropping {
-			fmt.Fprintln(w, line)
+		if line != "" || err == nil {
+			if !debug && !dropping && (line == "runtime stack:" || strings.HasPrefix(line, "goroutine ")) {
+				dropping = true
+				fmt.Fprintln(w, "pullhelper-child: (Go stack trace omitted; --debug shows it)")
+			}
+			if !dropping {
+				fmt.Fprintln(w, line)
+			}
 		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// eventQueue hands events to the caller's sink from a goroutine of its own,
+// so a sink that blocks (a progress reader that never reads) never holds up
+// the parent's loop, and so SIGTERM and --timeout. When the queue is full
+// events are dropped (and counted) rather than waited for.
+type eventQueue struct {
+	q       chan api.Event
+	done    chan struct{}
+	dropped int
+	log     *slog.Logger
+}
+
+const eventQueueLen = 4096
+
+func newEventQueue(sink func(api.Event), log *slog.Logger) *eventQueue {
+	e := &eventQueue{q: make(chan api.Event, eventQueueLen), done: make(chan struct{}), log: log}
+	go func() {
+		defer close(e.done)
+		for ev := range e.q {
+			if sink != nil {
+				sink(ev)
+			}
+		}
+	}()
+	return e
+}
+
+func (e *eventQueue) emit(ev api.Event) {
+	select {
+	case e.q <- ev:
+	default:
+		e.dropped++
+	}
+}
+
+// close lets the queue deliver what it holds, waiting at most wait, so the
+// caller's next event (done or error) comes after these.
+func (e *eventQueue) close(wait time.Duration) {
+	close(e.q)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-e.done:
+	case <-t.C:
+		e.log.Warn("the progress sink is not taking events; not waiting for it")
+	}
+	if e.dropped > 0 {
+		e.log.Warn("dropped progress events: the progress sink did not keep up", "dropped", e.dropped)
 	}
 }

@@ -1,6 +1,12 @@
 package reexec
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/dnsconf"
@@ -77,3 +83,48 @@ func toWire(err error) *wireError {
 }
 
 func (w *wireError) err() error { return &failure.Error{Code: w.Code, Message: w.Message} }
+
+// maxMessage bounds one line on fd 4. The largest legitimate message is the
+// result, which can carry a raw index manifest (containers/image caps
+// manifests at 4 MiB; JSON escaping can double it). A longer line is a
+// compromised child trying to exhaust the root parent's memory.
+const maxMessage = 16 << 20
+
+// errOversized is a line on fd 4 longer than maxMessage.
+var errOversized = fmt.Errorf("the pull child sent an oversized message (a line over %d MiB on its event pipe)", maxMessage>>20)
+
+// readLine returns the next '\n'-terminated line of r without the newline,
+// never holding more than max bytes: a longer line is errOversized. An
+// unterminated last line (a child that died mid-message) is
+// io.ErrUnexpectedEOF.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > max+1 { // +1: the newline itself
+			return nil, errOversized
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+}
+
+// progressOnly returns the child's event reduced to what a progress event
+// carries, stamped with the parent's clock, or false for any other type.
+// The parent emits start, done and error itself, so a compromised child
+// cannot tell the caller that a pull finished.
+func progressOnly(e api.Event) (api.Event, bool) {
+	if !api.IsProgress(e.Type) {
+		return api.Event{}, false
+	}
+	return api.Event{Type: e.Type, TS: time.Now().UTC(), Digest: e.Digest, MediaType: e.MediaType,
+		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped}, true
+}

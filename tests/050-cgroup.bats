@@ -101,17 +101,36 @@ wait_gone() {
     wait "$BG_PID" || true
 }
 
-@test "no registry request before the limits apply: a child killed by pids_max=1 never reaches the registry" {
+@test "no registry request before the limits apply: pids_max=1 is refused as a usage error before any child or cgroup exists" {
     local before
     before=$(registry_request_count)
-    run_pullhelper 7 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max 1 \
+    run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max 1 \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
-    assert_json_error isolation
+    assert_json_error usage
     assert_equal "$(registry_request_count)" "$before"
-    [[ $ph_error_message == *"pids_max=1 is too low"* ]] || fail "message: $ph_error_message"
+    [[ $ph_error_message == *"pids_max=1 (--pids-max) is too low: the pull child needs at least "*" on this host"* ]] ||
+        fail "message: $ph_error_message"
     [[ ! -e $OUT/dest ]] || fail "DEST was created"
     assert_no_staging "$OUT"
-    [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
+    [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "a cgroup was created"
+}
+
+@test "pids_max is a ceiling with the same outcome every time: below the minimum always exit 2, at the minimum the pull always succeeds within it" {
+    local min=$((16 + 2 * $(nproc))) i
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max $((min - 1)) \
+            "$REGISTRY_HOST/fixtures/big" "oci:$OUT/low$i"
+        assert_json_error usage
+        [[ $ph_error_message == *"needs at least $min on this host"* ]] || fail "run $i: $ph_error_message"
+    done
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max "$min" \
+            "$REGISTRY_HOST/fixtures/big" "oci:$OUT/min$i"
+        local peak
+        peak=$(json_get .usage.pids_peak <<<"$output")
+        ((peak > 0 && peak <= min)) || fail "run $i: pids_peak $peak outside (0, $min]"
+        assert_equal "$(json_get .usage.pids_max_hits <<<"$output")" 0
+    done
 }
 
 @test "limit files hold the configured values (v1 names)" {
@@ -268,4 +287,115 @@ EOF
     assert_equal "$(json_get '.cgroup.limits.io[0].write_bps' <<<"$output")" 5000000
     assert_equal "$(registry_request_count)" "$before"
     [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "explain created a cgroup"
+}
+
+# --- issue 10: the whole pull dies with it (items 4, 7, 10, 11, 19) ---------
+
+# hostile_pull [EXPECTED_RC] ACTIONS ARGS...: run_pullhelper with the
+# compromised-child build, its child running ACTIONS ($PULLHELPER_HOSTILE).
+hostile_pull() {
+    local rc=0
+    [[ $1 == [0-9]* ]] && { rc=$1; shift; }
+    local actions=$1
+    shift
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=$actions run_pullhelper "$rc" "$@"
+}
+
+# assert_uid_gone UID: no live process runs as UID (a zombie is dead; it
+# waits for a reaper outside the pull).
+assert_uid_gone() {
+    local left
+    left=$(ps -u "$1" -o pid=,stat=,args= | awk '$2 !~ /^Z/' || true)
+    [[ -z $left ]] || fail "processes of the pull uid $1 outlived the pull: $left"
+}
+
+# assert_blobs_intact DIR: every blob of the oci: layout at DIR hashes to its name.
+assert_blobs_intact() {
+    local f
+    for f in "$1"/blobs/sha256/*; do
+        [[ $(sha256sum <"$f" | cut -d' ' -f1) == "${f##*/}" ]] || fail "blob $f does not match its digest"
+    done
+}
+
+@test "--cgroup: a grandchild left by the child dies with the pull, in the pull's own sub-cgroup, which is removed; the joined cgroup stays" {
+    local ctl
+    for ctl in cpu cpuacct memory pids blkio freezer; do
+        mkdir -p "/sys/fs/cgroup/$ctl/bats-pod-$$"
+    done
+    hostile_pull after-copy:grandchild pull $(auth_opts) --cgroup "/bats-pod-$$" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    [[ $stderr == *"hostile: grandchild pid"* ]] || fail "the hostile action did not run: $stderr"
+    assert_uid_gone "$(json_get .isolation.uid <<<"$output")"
+    assert_equal "$(json_get .isolation.cgroup <<<"$output")" "/bats-pod-$$"
+    for ctl in cpu cpuacct memory pids blkio freezer; do
+        [[ -d /sys/fs/cgroup/$ctl/bats-pod-$$ ]] || fail "the joined cgroup was removed ($ctl)"
+        [[ -z $(ls -d /sys/fs/cgroup/$ctl/bats-pod-$$/pull-* 2>/dev/null) ]] || fail "a pull sub-cgroup is left ($ctl)"
+        [[ -z $(cat "/sys/fs/cgroup/$ctl/bats-pod-$$/cgroup.procs") ]] || fail "processes left in the joined cgroup ($ctl)"
+    done
+    assert_blobs_intact "$OUT/dest"
+    assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/tiny)"
+}
+
+@test "a grandchild holding the child's pipes neither hangs the pull nor outlives it" {
+    # No --timeout: before the fix the parent waited for EOF from the
+    # grandchild's copies of the pipes forever.
+    hostile_pull after-copy:grandchild pull $(auth_opts) --cgroup-parent "$CG_PARENT" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    [[ $stderr == *"hostile: grandchild pid"* ]] || fail "the hostile action did not run: $stderr"
+    assert_json_result
+    assert_uid_gone "$(json_get .isolation.uid <<<"$output")"
+    [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
+    assert_blobs_intact "$OUT/dest"
+}
+
+@test "a 2 MiB line on the child's stderr is truncated, and the pull still succeeds" {
+    hostile_pull after-drop:long-stderr pull $(auth_opts) --cgroup-parent "$CG_PARENT" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_result
+    [[ $stderr == *"hostile: long line follows"*"[line truncated: over 64 KiB]"* ]] || fail "no truncated line: ${stderr:0:300}"
+    ((${#stderr} < 256 * 1024)) || fail "the relayed stderr is ${#stderr} bytes"
+}
+
+@test "an oversized message from the child is an isolation error (exit 7); nothing is committed" {
+    hostile_pull 7 after-copy:huge-line pull $(auth_opts) --cgroup-parent "$CG_PARENT" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_error isolation
+    [[ $ph_error_message == *"oversized message"* ]] || fail "message: $ph_error_message"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+    [[ -z $(pull_cgroups) ]] || fail "cgroup left: $(pull_cgroups)"
+    assert_no_staging "$OUT"
+}
+
+@test "after concurrent pulls, a killed one and the next pull's reclaim, no lock file, pull cgroup or cgroup parent is left" {
+    local uids=() i pids=()
+    for i in 1 2 3 4; do
+        "$PULLHELPER" pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c$i" \
+            >"$BATS_TEST_TMPDIR/c$i.out" 2>"$BATS_TEST_TMPDIR/c$i.err" &
+        pids+=($!)
+    done
+    for i in 1 2 3 4; do
+        wait "${pids[i - 1]}" || fail "concurrent pull $i failed: $(cat "$BATS_TEST_TMPDIR/c$i.out" "$BATS_TEST_TMPDIR/c$i.err")"
+        uids+=("$(json_get .isolation.uid <"$BATS_TEST_TMPDIR/c$i.out")")
+    done
+    start_stalled_pull
+    local child=$CHILD_PID
+    uids+=("$(stat -c %u "/proc/$child")")
+    kill -KILL "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    wait_gone "$child" 10
+    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/next"
+    [[ $stderr == *"reclaimed a stale pull cgroup"* ]] || fail "no reclaim logged: $stderr"
+    uids+=("$(json_get .isolation.uid <<<"$output")")
+    local d u f
+    for d in /sys/fs/cgroup/*/; do
+        [[ ! -e $d${CG_PARENT#/} ]] || fail "cgroup parent left: $d${CG_PARENT#/} ($(ls "$d${CG_PARENT#/}"))"
+    done
+    # Other pulls on this machine may hold a uid by now: a lock file that
+    # exists must be held (flock -n fails), never a leftover.
+    for u in "${uids[@]}"; do
+        f=/run/pullhelper/uids/$u.lock
+        [[ ! -e $f ]] || ! flock -n "$f" true || fail "lock file $f left for uid $u (uids: ${uids[*]})"
+    done
 }

@@ -151,10 +151,12 @@ plant_and_finish() {
     local stage
     stage=$(find "$OUT" -maxdepth 1 -name '.pullhelper-staging-*' | head -1)
     [[ -n $stage ]] || fail "no staging directory"
-    mkdir -p "$stage/image/blobs/sha256"
+    # The staging root is root's (0700); work/ is what the child writes.
+    mkdir -p "$stage/work/image/blobs/sha256"
+    chown -R "$(stat -c %u:%g "$stage/work")" "$stage/work/image/blobs"
     case $1 in
-    symlink) ln -s /etc/shadow "$stage/image/blobs/sha256/$(printf 'a%.0s' {1..64})" ;;
-    device) mknod "$stage/image/blobs/sha256/$(printf 'b%.0s' {1..64})" c 1 3 ;;
+    symlink) ln -s /etc/shadow "$stage/work/image/blobs/sha256/$(printf 'a%.0s' {1..64})" ;;
+    device) mknod "$stage/work/image/blobs/sha256/$(printf 'b%.0s' {1..64})" c 1 3 ;;
     esac
     local rc=0
     wait "${BG_PIDS[0]}" || rc=$?
@@ -186,4 +188,28 @@ plant_and_finish() {
         assert_json_error usage
         [[ $ph_error_message == --user:* ]] || fail "message does not name --user: $ph_error_message"
     done
+}
+
+@test "the child inherits no fd of the caller (--progress-fd, a root-only log on fd 7) and cannot forge start, done or error events" {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    local log=$BATS_TEST_TMPDIR/agent.log events=$BATS_TEST_TMPDIR/events.jsonl rc=0
+    echo "root-only agent log" >"$log"
+    chmod 0600 "$log"
+    : >"$events"
+    # shellcheck disable=SC2046
+    PULLHELPER_HOSTILE=after-drop:inherited-fds,after-copy:forge-events timeout --kill-after=10 120 \
+        "$PULLHELPER_HOSTILE_BIN" pull --progress-fd 5 $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" \
+        >"$BATS_TEST_TMPDIR/stdout" 2>"$BATS_TEST_TMPDIR/stderr" 5>"$events" 7>>"$log" || rc=$?
+    cat "$BATS_TEST_TMPDIR/stderr"
+    assert_equal "$rc" 0
+    grep -q "hostile: no inherited fd" "$BATS_TEST_TMPDIR/stderr" || fail "the child saw inherited fds: $(grep hostile "$BATS_TEST_TMPDIR/stderr")"
+    assert_equal "$(cat "$log")" "root-only agent log"
+    # Exactly the parent's start and done; nothing forged.
+    cat "$events"
+    assert_equal "$(grep -c '"type":"start"' "$events")" 1
+    assert_equal "$(grep -c '"type":"done"' "$events")" 1
+    assert_equal "$(grep -c '"type":"error"' "$events")" 0
+    ! grep -q forged "$events" || fail "a forged event reached the progress fd"
+    assert_equal "$(grep '"type":"done"' "$events" | json_get .digest)" "$(json_get .digest <"$BATS_TEST_TMPDIR/stdout")"
+    grep -q "dropped an event of the pull child" "$BATS_TEST_TMPDIR/stderr" || fail "the forged events were not reported"
 }

@@ -1,0 +1,199 @@
+package cgroup_test
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/cgroup"
+)
+
+func needCgroupfs(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is PID 1: the cgroupfs driver is proven on hosts without it")
+	}
+	cgroup.StateDir = t.TempDir()
+}
+
+// v1: a process forked by a thread inside the cgroup is born inside (it
+// reads its own /proc/self/cgroup as its first act), and the thread goes
+// back where it was.
+func TestEnterThreadForksInside(t *testing.T) {
+	needCgroupfs(t)
+	if cgroup.Version() == "v2" {
+		t.Skip("cgroup v2 forks into the cgroup with CLONE_INTO_CGROUP; EnterThread is v1's")
+	}
+	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), Limits: cgroup.Limits{PidsMax: 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	if !g.BornInside() {
+		t.Fatal("BornInside is false on v1 with cgroupfs")
+	}
+	type out struct {
+		child, before, after string
+		err                  error
+	}
+	res := make(chan out, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		var o out
+		b, _ := os.ReadFile("/proc/thread-self/cgroup")
+		o.before = string(b)
+		leave, err := g.EnterThread()
+		if err != nil {
+			o.err = err
+			res <- o
+			return
+		}
+		c, err := exec.Command("cat", "/proc/self/cgroup").Output()
+		if lerr := leave(); lerr != nil {
+			o.err = lerr
+			res <- o
+			return
+		}
+		o.child, o.err = string(c), err
+		b, _ = os.ReadFile("/proc/thread-self/cgroup")
+		o.after = string(b)
+		res <- o
+	}()
+	o := <-res
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	rel := strings.TrimPrefix(g.Paths()["pids"], "/sys/fs/cgroup/pids")
+	if !strings.Contains(o.child, ":pids:"+rel+"\n") {
+		t.Fatalf("the child was not born in %s:\n%s", rel, o.child)
+	}
+	if o.after != o.before {
+		t.Fatalf("the thread did not go back:\nbefore %s\nafter %s", o.before, o.after)
+	}
+}
+
+// A joined cgroup gets the pull's own sub-cgroup: Kill kills a grandchild
+// too, Remove removes the sub-cgroup and leaves the joined one.
+func TestJoinedSubCgroup(t *testing.T) {
+	needCgroupfs(t)
+	pod := fmt.Sprintf("/pullhelper-unittest-pod-%d", os.Getpid())
+	var made []string
+	for _, ctl := range []string{"pids", "memory", "cpu", "freezer"} {
+		d := filepath.Join("/sys/fs/cgroup", ctl, pod)
+		if cgroup.Version() == "v2" {
+			d = filepath.Join("/sys/fs/cgroup", pod)
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Skipf("cannot create the pod cgroup %s: %v", d, err)
+		}
+		made = append(made, d)
+	}
+	defer func() {
+		for _, d := range made {
+			_ = os.Remove(d)
+		}
+	}()
+	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Path: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	if g.Path() != pod || !strings.HasPrefix(g.SubPath(), pod+"/pull-") {
+		t.Fatalf("Path %s SubPath %s", g.Path(), g.SubPath())
+	}
+	// sh forks its grandchild only once it is placed (the line on stdin).
+	cmd := exec.Command("sh", "-c", "read x; sleep 1000 & echo $!; wait")
+	stdout, _ := cmd.StdoutPipe()
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := g.Place(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, "placed")
+	var grandchild int
+	if _, err := fmt.Fscan(stdout, &grandchild); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Kill(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", grandchild)); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Fatalf("the grandchild %d survived Kill", grandchild)
+	}
+	paths := g.Paths()
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range paths {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("sub-cgroup %s left", d)
+		}
+	}
+	for _, d := range made {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("the joined cgroup %s was removed", d)
+		}
+	}
+}
+
+// A parent pullhelper created goes with the last pull to leave it, even
+// when another pull created it; a parent that existed before stays.
+func TestParentRemovedByLastPull(t *testing.T) {
+	needCgroupfs(t)
+	parent := fmt.Sprintf("/pullhelper-unittest-parent-%d", os.Getpid())
+	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent}
+	a, err := cgroup.Create(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cgroup.Create(cfg) // the parent exists now: b did not create it
+	if err != nil {
+		t.Fatal(err)
+	}
+	apaths := maps.Clone(a.Paths()) // Remove empties the library's map
+	pdir := filepath.Dir(a.Paths()["pids"])
+	if cgroup.Version() == "v2" {
+		pdir = filepath.Dir(a.Paths()[""])
+	}
+	if err := a.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pdir); err != nil {
+		t.Fatalf("the parent went while a pull was still in it: %v", err)
+	}
+	if err := b.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pdir); err == nil {
+		t.Fatalf("the parent %s pullhelper created is left", pdir)
+	}
+	// An existing parent is the administrator's.
+	for _, d := range apaths {
+		if err := os.Mkdir(filepath.Dir(d), 0o755); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+		defer os.Remove(filepath.Dir(d))
+	}
+	c, err := cgroup.Create(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pdir); err != nil {
+		t.Fatalf("a parent that existed before was removed: %v", err)
+	}
+}

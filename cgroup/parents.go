@@ -1,0 +1,102 @@
+package cgroup
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	cg "github.com/opencontainers/cgroups"
+	"golang.org/x/sys/unix"
+)
+
+// StateDir holds what pullhelper remembers across runs about cgroup
+// parents: parents/<hex of the path> marks a parent pullhelper created (so
+// the last pull to leave it removes it, whichever pull created it), and
+// parents/.lock serialises creating pull cgroups against removing parents.
+// Tests point it elsewhere.
+var StateDir = "/run/pullhelper"
+
+func parentsDir() string { return filepath.Join(StateDir, "parents") }
+
+func parentMarker(parent string) string {
+	return filepath.Join(parentsDir(), hex.EncodeToString([]byte(filepath.Clean(parent))))
+}
+
+// withParentsLock runs f holding an exclusive flock on parents/.lock.
+func withParentsLock(f func() error) error {
+	if err := os.MkdirAll(parentsDir(), 0o700); err != nil {
+		return fmt.Errorf("creating the cgroup state directory %s: %w", parentsDir(), err)
+	}
+	l, err := os.OpenFile(filepath.Join(parentsDir(), ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening the cgroup parents lock: %w", err)
+	}
+	defer l.Close() // drops the flock
+	if err := unix.Flock(int(l.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("locking the cgroup parents lock: %w", err)
+	}
+	return f()
+}
+
+// claimParent, called under the lock, reports whether the parent is
+// pullhelper's: it does not exist yet (it is marked, then created by the
+// caller) or an earlier pull created and marked it.
+func claimParent(parent string) (bool, error) {
+	if _, err := os.Lstat(parentMarker(parent)); err == nil {
+		return true, nil
+	}
+	if parentExists(parent) {
+		return false, nil // the administrator's: never removed
+	}
+	if err := os.WriteFile(parentMarker(parent), []byte(parent+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("marking cgroup parent %s as pullhelper's: %w", parent, err)
+	}
+	return true, nil
+}
+
+// releaseParent removes a parent pullhelper created when no pull cgroup is
+// left in it (after a failed Create).
+func (g *Group) releaseParent() {
+	if g.ownsParent && g.mgr != nil {
+		g.removeParent(g.mgr.GetPaths())
+	}
+}
+
+// removeParent removes the parent of the given pull cgroup directories in
+// every hierarchy, under the lock, when it is empty; a concurrent pull keeps
+// it busy and rmdir fails harmlessly (that pull removes it when it leaves).
+// The marker goes when the parent is gone from every hierarchy.
+func (g *Group) removeParent(paths map[string]string) {
+	_ = withParentsLock(func() error {
+		if _, err := os.Lstat(parentMarker(g.cfg.Parent)); err != nil {
+			return nil // another pull removed it already
+		}
+		gone := true
+		for _, dir := range paths {
+			p := filepath.Dir(dir)
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				gone = false
+			}
+		}
+		if gone {
+			_ = os.Remove(parentMarker(g.cfg.Parent))
+		}
+		return nil
+	})
+}
+
+func parentExists(parent string) bool {
+	dir := filepath.Join(unifiedMountpoint, parent)
+	if !cg.IsCgroup2UnifiedMode() {
+		m, err := cg.FindCgroupMountpoint("", "pids")
+		if err != nil {
+			return true // cannot tell: never remove it
+		}
+		dir = filepath.Join(m, parent)
+	}
+	_, err := os.Stat(dir)
+	return err == nil
+}
