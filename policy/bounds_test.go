@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,45 @@ func TestOverflowIsRejected(t *testing.T) {
 		if _, err := policy.Parse("p.toml", []byte(doc)); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%q: err = %v, want prefix %q", doc, err, want)
 		}
+	}
+}
+
+func TestHostileDocumentsAreRefusedBeforeDecoding(t *testing.T) {
+	deep := func(open, close string, n int) []byte {
+		return []byte("version = 1\na = " + strings.Repeat(open, n) + strings.Repeat(close, n) + "\n")
+	}
+	for name, tc := range map[string]struct {
+		doc  []byte
+		want string
+	}{
+		// 80 KB of nesting: this took the decoder 16 GB.
+		"arrays":        {deep("[", "]", 40000), "p.toml:2: arrays or inline tables nested deeper than 16 levels"},
+		"inline tables": {deep("{b=", "}", 20000), "p.toml:2: arrays or inline tables nested deeper than 16 levels"},
+		"mixed, later line": {[]byte("version = 1\n# [[[[[[[[[[[[[[[[[[[[\ns = \"[[[[[[[[[[[[[[[[[[[[[[\"\nm = '''\n[[[[[[[[[[[[[[[[[[[[[[[[[\n'''\nx = " + strings.Repeat("[{a=", 9) + "1" + strings.Repeat("}]", 9)),
+			"p.toml:7: arrays or inline tables nested deeper than 16 levels"},
+		"too big": {append([]byte("version = 1\n"), bytes.Repeat([]byte("# padding\n"), policy.MaxFileSize/10)...), "p.toml: policy file larger than 1048576 bytes (1 MiB), the limit"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := policy.Parse("p.toml", tc.doc)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
+	// Brackets in strings and comments do not count, and the schema's own
+	// deepest nesting is well within the limit.
+	ok := "version = 1\n# [[[[[[[[[[[[[[[[[[[[[[\n[pull]\nsignature_policy = \"/x/[[[[[[[[[[[[[[[[[[[[[[\"\nregistries_conf = '/y/{{{{{{{{{{{{{{{{{{{{{'\n" +
+		"[auth]\npull_secrets = [\"\"\"/a\\\"[[[[[[[[[[[[[[[[[[[\"\"\"]\n" +
+		"[profiles]\np = { trust = { ca_files = [ { registry = \"r:5000\", file = \"/ca.pem\" } ] } }\n"
+	if _, err := policy.Parse("p.toml", []byte(ok)); err != nil {
+		t.Fatalf("valid document refused: %v", err)
+	}
+}
+
+func TestLoadFileReadsAtMostTheLimit(t *testing.T) {
+	// /dev/zero never ends: LoadFile must stop after the limit and say so.
+	_, err := policy.LoadFile("/dev/zero")
+	if err == nil || !strings.Contains(err.Error(), "/dev/zero: policy file larger than 1048576 bytes") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -71,16 +71,22 @@ type document struct {
 }
 
 // LoadFile parses and validates the policy file at path, profiles included.
+// It reads at most MaxFileSize bytes.
 func LoadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
-		return nil, &Error{File: path, Msg: "reading policy: " + unwrapPath(err)}
+		return nil, err
 	}
 	return Parse(path, data)
 }
 
-// Parse parses and validates a policy document; name is used in errors.
+// Parse parses and validates a policy document; name is used in errors. A
+// document over MaxFileSize or nested deeper than MaxDepth is refused before
+// it is decoded.
 func Parse(name string, data []byte) (*File, error) {
+	if err := checkBounds(name, data); err != nil {
+		return nil, err
+	}
 	doc := document{Policy: *Default()}
 	doc.Version = 0
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&doc)
