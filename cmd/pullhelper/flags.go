@@ -53,6 +53,14 @@ var settingFlags = []settingFlag{
 	{"user", "privileges.user", policy.String, "dynamic|NAME|UID", "user the network-facing child runs as: dynamic (a free uid from 61184-65519, the default), a name or a uid; never root", false},
 }
 
+// Policy errors about a key a flag also sets name the flag:
+// "FILE:LINE: pull.timeout (--timeout): problem".
+func init() {
+	for _, f := range settingFlags {
+		policy.NameFlag(f.key, "--"+f.name)
+	}
+}
+
 // textFlag is a string flag whose help shows its argument's name (Type) and
 // that collects every occurrence, for repeatable flags.
 type textFlag struct {

@@ -311,7 +311,14 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pull.Plan, *po
 func writeError(stdout, stderr io.Writer, err error) int {
 	code := failure.CodeOf(err)
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
-	fmt.Fprintf(stderr, "pullhelper: %s\n", msg)
+	// Several policy problems: one line each on stderr, "; " in the JSON.
+	if ps := policy.Problems(err); len(ps) > 1 {
+		for _, p := range ps {
+			fmt.Fprintf(stderr, "pullhelper: %s\n", strings.ReplaceAll(p, "\n", " "))
+		}
+	} else {
+		fmt.Fprintf(stderr, "pullhelper: %s\n", msg)
+	}
 	out := map[string]map[string]string{"error": {"code": string(code), "message": msg}}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
