@@ -137,3 +137,31 @@ func TestInjectionIsRefused(t *testing.T) {
 		t.Fatalf("resolv.conf = %q", c.ResolvConf)
 	}
 }
+
+// FuzzBuild: whatever the settings, the rendered resolv.conf has exactly the
+// directives pullhelper chose, one a line, and hosts one entry a line.
+func FuzzBuild(f *testing.F) {
+	f.Add("10.0.0.1", "a.example", "ndots:2", "10.0.0.2 reg")
+	f.Add("fe80::1%eth0\nnameserver 6.6.6.6", "a\nb", "ndots:1\nnameserver 6.6.6.6", "10.0.0.2 a\n6.6.6.6 b")
+	none := filepath.Join(f.TempDir(), "none")
+	f.Fuzz(func(t *testing.T, ns, search, opt, host string) {
+		c, err := dnsconf.Build(dnsconf.Input{Nameservers: []string{ns}, Search: []string{search}, Options: []string{opt}, Hosts: []string{host}, HostResolvConf: none})
+		if err != nil {
+			return
+		}
+		lines := strings.Split(strings.TrimSuffix(c.ResolvConf, "\n"), "\n")
+		if want := 1 + len(c.Nameservers) + 1; len(lines) != want {
+			t.Fatalf("resolv.conf has %d lines, want %d: %q", len(lines), want, c.ResolvConf)
+		}
+		if h := strings.Split(strings.TrimSuffix(c.Hosts, "\n"), "\n"); len(h) != 3 {
+			t.Fatalf("hosts has %d lines, want 3: %q", len(h), c.Hosts)
+		}
+		for _, s := range []string{c.ResolvConf, c.Hosts} {
+			for _, r := range s {
+				if r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f) {
+					t.Fatalf("control character %q in %q", r, s)
+				}
+			}
+		}
+	})
+}
