@@ -277,17 +277,20 @@ failure_events() {
 # A progress reader that never reads: the pipe (shrunk to one page) is full
 # before pullhelper starts, so every event write would block. The pull goes
 # through the tarpit, which stalls it after 1 MB (--stall-timeout 0: it never
-# ends by itself); once the tarpit has logged the stall, SIGTERM must end the
-# run with 143 (interrupted) within the flush bound, not hang until SIGKILL.
-@test "progress: a reader that never reads does not block SIGTERM (exit 143, not a hang)" {
-    start_tarpit 1000000
-    run "$PH_PYTHON" - "$PULLHELPER" "$TARPIT_LOG" "$OUT" \
-        --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" --stall-timeout 0 --retries 0 \
-        "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest" <<'EOF'
+# ends by itself). SIGTERM or --timeout must end the run with its own exit
+# code within the flush bound, not hang until SIGKILL.
+#
+# stuck_reader_pull MODE PULLHELPER_ARGS...: run such a pull (start_tarpit
+# first) and print its exit code, or "hung". MODE sigterm: once the tarpit
+# logged the stall, SIGTERM it. MODE wait: just wait (the pull must end by
+# itself, e.g. --timeout). Its stdout and stderr are in $OUT/stdout and
+# $OUT/stderr.
+stuck_reader_pull() {
+    "$PH_PYTHON" - "$PULLHELPER" "$TARPIT_LOG" "$OUT" "$@" <<'EOF'
 import array, fcntl, os, signal, subprocess, sys, termios, time
 
-ph, log, out = sys.argv[1:4]
-args = sys.argv[4:]
+ph, log, out, mode = sys.argv[1:5]
+args = sys.argv[5:]
 F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
 r, w = os.pipe()
 fcntl.fcntl(w, F_SETPIPE_SZ, 4096)
@@ -313,7 +316,7 @@ with open(os.path.join(out, "stdout"), "wb") as so, open(os.path.join(out, "stde
                          stdin=subprocess.DEVNULL)
 os.close(w)
 deadline = time.monotonic() + 120
-while "stalled" not in open(log).read():
+while mode == "sigterm" and "stalled" not in open(log).read():
     if p.poll() is not None:
         print("pullhelper exited with %s before the stall" % p.returncode)
         sys.exit(1)
@@ -323,17 +326,24 @@ while "stalled" not in open(log).read():
         print("the pull never reached the tarpit's stall (blocked on the progress pipe?)")
         sys.exit(1)
     time.sleep(0.05)
-if queued() != size:
+if mode == "sigterm" and queued() != size:
     print("someone read the pipe: %d bytes left of %d" % (queued(), size))
     sys.exit(1)
-p.send_signal(signal.SIGTERM)
+if mode == "sigterm":
+    p.send_signal(signal.SIGTERM)
 try:
-    print(p.wait(timeout=60))
+    print(p.wait(timeout=60 if mode == "sigterm" else 180))
 except subprocess.TimeoutExpired:
     p.kill()
     p.wait()
-    print("hung: still running 60 s after SIGTERM")
+    print("hung: still running (%s)" % mode)
 EOF
+}
+
+@test "progress: a reader that never reads does not block SIGTERM (exit 143, not a hang)" {
+    start_tarpit 1000000
+    run stuck_reader_pull sigterm --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --stall-timeout 0 --retries 0 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
     echo "$output"
     echo "[stderr] $(cat "$OUT/stderr")"
     assert_success
@@ -342,4 +352,18 @@ EOF
     assert_output interrupted
     grep -q -- "--progress-fd [0-9]*: the reader took no events" "$OUT/stderr" ||
         fail "no warning that the progress events were given up"
+}
+
+@test "progress: a reader that never reads does not block --timeout (exit 6, not a hang)" {
+    start_tarpit 1000000
+    # The tarpit stalls the 100 MB pull after 1 MB, so --timeout ends it
+    # whenever the stall comes.
+    run stuck_reader_pull wait --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --stall-timeout 0 --retries 0 --timeout 5s "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    echo "$output"
+    echo "[stderr] $(cat "$OUT/stderr")"
+    assert_success
+    assert_output 6
+    run json_get .error.message <"$OUT/stdout"
+    assert_output --partial "timed out after 5s"
 }
