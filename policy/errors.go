@@ -18,6 +18,15 @@ func (es Errors) Error() string {
 	return strings.Join(es.Lines(), "; ")
 }
 
+// Unwrap gives errors.Is and errors.As every problem.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
 // Lines renders each problem on its own.
 func (es Errors) Lines() []string {
 	out := make([]string, len(es))
