@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,13 @@ import (
 // once, like the kubelet's config validation; syntax errors still stop the
 // decoder at the first one.
 type Errors []*Error
+
+// MaxErrors is how many problems one document reports at most; after that
+// checking stops (a hostile file must not make it slow) and a last line says
+// that more may follow.
+const MaxErrors = 20
+
+func (es Errors) full() bool { return len(es) >= MaxErrors }
 
 // Error joins the problems with "; " so that it stays one line.
 func (es Errors) Error() string {
@@ -82,6 +90,10 @@ func (es Errors) result() error {
 			seen[s] = true
 			out = append(out, e)
 		}
+	}
+	if len(out) >= MaxErrors {
+		file := out[0].File
+		out = append(out[:MaxErrors:MaxErrors], &Error{File: file, Msg: fmt.Sprintf("stopped after %d problems; fix these first", MaxErrors)})
 	}
 	if len(out) == 1 {
 		return out[0]

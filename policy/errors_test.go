@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -120,5 +121,20 @@ func TestDNSInjectionIsRefused(t *testing.T) {
 		"options = [\"ndots:2\", \"single-request-reopen\", \"timeout:1\", \"edns0\"]\nhosts = [\"10.0.0.2\\treg.local  reg\"]\nnamespace = \"openshift-image-registry\"\ncluster_domain = \"cluster.local\"\n"
 	if _, err := policy.Parse("p.toml", []byte(ok)); err != nil {
 		t.Fatalf("valid DNS settings refused: %v", err)
+	}
+}
+
+// A file with thousands of problems reports the first MaxErrors and stops
+// checking (each problem costs a scan for its line).
+func TestProblemsAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("version = 1\n")
+	for i := 0; i < 5000; i++ {
+		fmt.Fprintf(&b, "[profiles.p%d.pull]\nretries = -1\nparallel_layers = 99\nbogus%d = 1\n", i, i)
+	}
+	_, err := policy.Parse("p.toml", []byte(b.String()))
+	got := policy.Problems(err)
+	if len(got) != policy.MaxErrors+1 || got[len(got)-1] != "p.toml: stopped after 20 problems; fix these first" {
+		t.Fatalf("%d problems, last %q", len(got), got[len(got)-1])
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 )
@@ -144,9 +146,16 @@ func parse(name string, data, source []byte) (*File, error) {
 		f.profiles[n] = profile{pol: p}
 	}
 	var errs Errors
+	undecoded := map[string]bool{}
 	for _, k := range md.Undecoded() {
+		undecoded[k.String()] = true
+	}
+	for _, k := range md.Undecoded() {
+		if errs.full() {
+			break
+		}
 		// Only the outermost unknown key: its sub-keys are unknown too.
-		if len(k) > 1 && isUndecoded(md, k[:len(k)-1]) {
+		if len(k) > 1 && undecoded[k[:len(k)-1].String()] {
 			continue
 		}
 		ks := k.String()
@@ -185,6 +194,9 @@ func parse(name string, data, source []byte) (*File, error) {
 	// errors in profiles nobody selected yet.
 	errs = errs.add(f.validate("", f.base, defined, ""))
 	for _, n := range names {
+		if errs.full() {
+			break
+		}
 		pd := map[string]bool{}
 		for k := range defined {
 			pd[k] = true
@@ -202,15 +214,6 @@ func parse(name string, data, source []byte) (*File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-func isUndecoded(md toml.MetaData, k toml.Key) bool {
-	for _, u := range md.Undecoded() {
-		if u.String() == k.String() {
-			return true
-		}
-	}
-	return false
 }
 
 // validate checks one profile (prof "" for the base) and points each
@@ -256,6 +259,9 @@ func valueErrors(name string, data []byte) (Errors, []byte) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
+			if bad.full() {
+				return
+			}
 			p := append(append([]string(nil), path...), k)
 			if sub, ok := m[k].(map[string]any); ok && (len(p) != 1 || k != "version") {
 				walk(sub, p)
@@ -286,6 +292,9 @@ func decodeOne(path []string, v any) *Error {
 		if len(path) == 0 {
 			return nil
 		}
+	}
+	if !knownKeys()[strings.Join(path, ".")] {
+		return nil // an unknown key: reported as such, nothing to decode
 	}
 	var m any = v
 	for i := len(path) - 1; i >= 0; i-- {
@@ -511,3 +520,26 @@ func clonePolicy(p Policy) Policy {
 	p.Network.DNS.Hosts = cl(p.Network.DNS.Hosts)
 	return p
 }
+
+// knownKeys is every dotted key of the schema (from Policy's toml tags).
+var knownKeys = sync.OnceValue(func() map[string]bool {
+	keys := map[string]bool{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := strings.Split(f.Tag.Get("toml"), ",")[0]
+			if name == "" || name == "-" {
+				continue
+			}
+			keys[prefix+name] = true
+			if f.Type.Kind() == reflect.Struct && !reflect.PointerTo(f.Type).Implements(unmarshalerType) {
+				walk(f.Type, prefix+name+".")
+			}
+		}
+	}
+	walk(reflect.TypeOf(Policy{}), "")
+	return keys
+})
+
+var unmarshalerType = reflect.TypeOf((*toml.Unmarshaler)(nil)).Elem()
