@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -75,8 +77,13 @@ func Build(in Input) (*Config, error) {
 			hostResolv = kc.ResolvConf
 		}
 		for _, ns := range kc.ClusterDNS {
-			if _, err := netip.ParseAddr(ns); err != nil {
-				return nil, fmt.Errorf("kubelet config %s: clusterDNS %q is not an IP address", in.KubeletConfig, ns)
+			if err := CheckNameserver(ns); err != nil {
+				return nil, fmt.Errorf("kubelet config %s: clusterDNS %v", in.KubeletConfig, err)
+			}
+		}
+		if kc.ClusterDomain != "" {
+			if err := CheckDomain(kc.ClusterDomain); err != nil {
+				return nil, fmt.Errorf("kubelet config %s: clusterDomain: %v", in.KubeletConfig, err)
 			}
 		}
 	}
@@ -84,8 +91,33 @@ func Build(in Input) (*Config, error) {
 		return nil, fmt.Errorf("the cluster-DNS override needs a nameserver: --dns IP, [network.dns] nameservers, or a kubelet_config with clusterDNS")
 	}
 	for _, ns := range nameservers {
-		if _, err := netip.ParseAddr(ns); err != nil {
-			return nil, fmt.Errorf("nameserver %q is not an IP address", ns)
+		if err := CheckNameserver(ns); err != nil {
+			return nil, fmt.Errorf("nameserver: %v", err)
+		}
+	}
+	// Every string below ends up in a generated file: one that could break
+	// its line syntax (a newline injects a nameserver) is refused.
+	for _, d := range in.Search {
+		if err := CheckDomain(d); err != nil {
+			return nil, fmt.Errorf("search domain: %v", err)
+		}
+	}
+	if in.ClusterDomain != "" {
+		if err := CheckDomain(in.ClusterDomain); err != nil {
+			return nil, fmt.Errorf("cluster domain: %v", err)
+		}
+	}
+	if in.Namespace != "" && !dnsLabel.MatchString(in.Namespace) {
+		return nil, fmt.Errorf("namespace %q is not a Kubernetes namespace (a DNS label: a-z, 0-9 and '-')", in.Namespace)
+	}
+	for _, o := range in.Options {
+		if err := CheckOption(o); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range in.Hosts {
+		if err := CheckHostsEntry(h); err != nil {
+			return nil, err
 		}
 	}
 	if len(nameservers) > MaxNameservers {
@@ -136,13 +168,7 @@ func Build(in Input) (*Config, error) {
 		var h strings.Builder
 		h.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 		for _, line := range in.Hosts {
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				return nil, fmt.Errorf("hosts entry %q: want \"IP NAME [NAME…]\"", line)
-			}
-			if _, err := netip.ParseAddr(f[0]); err != nil {
-				return nil, fmt.Errorf("hosts entry %q: %q is not an IP address", line, f[0])
-			}
+			f := strings.Fields(line) // checked above
 			h.WriteString(f[0] + "\t" + strings.Join(f[1:], " ") + "\n")
 		}
 		c.Hosts = h.String()
@@ -205,4 +231,73 @@ func mergeOptions(opts []string) []string {
 		out = append(out, o)
 	}
 	return out
+}
+
+// The syntax of what goes into resolv.conf and hosts. Each value is one
+// whitespace-separated word of a line there, so whitespace, control
+// characters (a newline starts a new directive) and comment characters are
+// refused. Checked again here (the policy checks them first, naming the key)
+// because this package writes the files.
+var (
+	dnsLabel   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	domainRE   = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+	optionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+	optionVal  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	zoneRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+)
+
+// CheckNameserver accepts an IP address; an IPv6 zone must be an interface
+// name or number (netip accepts any text after '%', a newline included).
+func CheckNameserver(s string) error {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an IP address", s)
+	}
+	if z := a.Zone(); z != "" && !zoneRE.MatchString(z) {
+		return fmt.Errorf("%q: the zone %q is not an interface name", s, z)
+	}
+	return nil
+}
+
+// CheckDomain accepts a DNS name: dot-separated labels of letters, digits,
+// '-' and '_', an optional trailing dot (the kubelet's IsDNS1123Subdomain
+// syntax, with upper case and '_' also allowed). Length is left to the
+// kubelet's search-list limits applied in Build.
+func CheckDomain(s string) error {
+	if !domainRE.MatchString(s) {
+		return fmt.Errorf("%q is not a domain name (letters, digits, '-', '_' and dots; no spaces or control characters)", s)
+	}
+	return nil
+}
+
+// CheckOption accepts a resolv.conf option as the kubelet writes one: NAME
+// or NAME:VALUE ("ndots:2", "rotate", "single-request-reopen").
+func CheckOption(s string) error {
+	name, val, hasVal := strings.Cut(s, ":")
+	if !optionName.MatchString(name) || (hasVal && !optionVal.MatchString(val)) {
+		return fmt.Errorf("option %q: want NAME or NAME:VALUE such as ndots:2 (letters, digits, '-', '_'; no spaces or control characters)", s)
+	}
+	return nil
+}
+
+// CheckHostsEntry accepts "IP NAME [NAME…]" separated by spaces or tabs.
+func CheckHostsEntry(s string) error {
+	for _, r := range s {
+		if r != ' ' && r != '\t' && (r < 0x20 || r == 0x7f || unicode.IsSpace(r) || r == '#') {
+			return fmt.Errorf("hosts entry %q: only spaces or tabs may separate \"IP NAME [NAME…]\" (no newlines, control characters or '#')", s)
+		}
+	}
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return fmt.Errorf("hosts entry %q: want \"IP NAME [NAME…]\"", s)
+	}
+	if err := CheckNameserver(f[0]); err != nil {
+		return fmt.Errorf("hosts entry %q: %v", s, err)
+	}
+	for _, n := range f[1:] {
+		if err := CheckDomain(n); err != nil {
+			return fmt.Errorf("hosts entry %q: %v", s, err)
+		}
+	}
+	return nil
 }

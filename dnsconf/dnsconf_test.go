@@ -89,3 +89,79 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("hosts = %q, %v", c.Hosts, err)
 	}
 }
+
+// Every value is one word of a resolv.conf or hosts line: a newline, NUL,
+// other control characters or whitespace would inject a directive.
+func TestInjectionIsRefused(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none")
+	ns := []string{"10.0.0.1"}
+	for _, tc := range []struct {
+		in   dnsconf.Input
+		want string
+	}{
+		{dnsconf.Input{Nameservers: ns, Options: []string{"ndots:1\nnameserver 6.6.6.6"}}, `option "ndots:1\nnameserver 6.6.6.6": want NAME or NAME:VALUE`},
+		{dnsconf.Input{Nameservers: ns, Options: []string{"ndots:1 rotate"}}, "want NAME or NAME:VALUE"},
+		{dnsconf.Input{Nameservers: ns, Options: []string{"ndots\x00"}}, "want NAME or NAME:VALUE"},
+		{dnsconf.Input{Nameservers: ns, Options: []string{"ndots:"}}, "want NAME or NAME:VALUE"},
+		{dnsconf.Input{Nameservers: ns, Options: []string{""}}, "want NAME or NAME:VALUE"},
+		{dnsconf.Input{Nameservers: []string{"fe80::1%eth0\nnameserver 6.6.6.6"}}, `the zone "eth0\nnameserver 6.6.6.6" is not an interface name`},
+		{dnsconf.Input{Nameservers: ns, Search: []string{"a.example\nnameserver 6.6.6.6"}}, "search domain: \"a.example\\nnameserver 6.6.6.6\" is not a domain name"},
+		{dnsconf.Input{Nameservers: ns, Search: []string{"a\tb"}}, "is not a domain name"},
+		{dnsconf.Input{Nameservers: ns, Search: []string{"#x"}}, "is not a domain name"},
+		{dnsconf.Input{Nameservers: ns, ClusterDomain: "cluster.local\noptions debug", Namespace: "ns"}, "cluster domain:"},
+		{dnsconf.Input{Nameservers: ns, ClusterDomain: "cluster.local", Namespace: "ns\nnameserver 6.6.6.6"}, "is not a Kubernetes namespace"},
+		{dnsconf.Input{Nameservers: ns, Hosts: []string{"10.0.0.2 reg\n6.6.6.6 other"}}, "no newlines, control characters or '#'"},
+		{dnsconf.Input{Nameservers: ns, Hosts: []string{"10.0.0.2 reg\x00"}}, "no newlines"},
+		{dnsconf.Input{Nameservers: ns, Hosts: []string{"10.0.0.2 reg #comment"}}, "no newlines"},
+		{dnsconf.Input{Nameservers: ns, Hosts: []string{"10.0.0.2 re/g"}}, "is not a domain name"},
+		{dnsconf.Input{KubeletConfig: write(t, "k.yaml", "clusterDNS: [10.0.0.1]\nclusterDomain: \"x\\nnameserver 6.6.6.6\"\n")}, "clusterDomain:"},
+	} {
+		tc.in.HostResolvConf = none
+		c, err := dnsconf.Build(tc.in)
+		if err == nil {
+			t.Errorf("%+v accepted:\n%s%s", tc.in, c.ResolvConf, c.Hosts)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	// What the kubelet writes still passes.
+	c, err := dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.1", "fe80::1%eth0"}, Search: []string{"Corp.Example.", "_svc.local"},
+		Options: []string{"ndots:2", "rotate", "single-request-reopen", "timeout:1", "edns0", "trust-ad"},
+		Hosts:   []string{"10.0.0.2\tregistry.local  reg"}, HostResolvConf: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "options ndots:2 rotate single-request-reopen timeout:1 edns0 trust-ad\n"; !strings.HasSuffix(c.ResolvConf, want) {
+		t.Fatalf("resolv.conf = %q", c.ResolvConf)
+	}
+}
+
+// FuzzBuild: whatever the settings, the rendered resolv.conf has exactly the
+// directives pullhelper chose, one a line, and hosts one entry a line.
+func FuzzBuild(f *testing.F) {
+	f.Add("10.0.0.1", "a.example", "ndots:2", "10.0.0.2 reg")
+	f.Add("fe80::1%eth0\nnameserver 6.6.6.6", "a\nb", "ndots:1\nnameserver 6.6.6.6", "10.0.0.2 a\n6.6.6.6 b")
+	none := filepath.Join(f.TempDir(), "none")
+	f.Fuzz(func(t *testing.T, ns, search, opt, host string) {
+		c, err := dnsconf.Build(dnsconf.Input{Nameservers: []string{ns}, Search: []string{search}, Options: []string{opt}, Hosts: []string{host}, HostResolvConf: none})
+		if err != nil {
+			return
+		}
+		lines := strings.Split(strings.TrimSuffix(c.ResolvConf, "\n"), "\n")
+		if want := 1 + len(c.Nameservers) + 1; len(lines) != want {
+			t.Fatalf("resolv.conf has %d lines, want %d: %q", len(lines), want, c.ResolvConf)
+		}
+		if h := strings.Split(strings.TrimSuffix(c.Hosts, "\n"), "\n"); len(h) != 3 {
+			t.Fatalf("hosts has %d lines, want 3: %q", len(h), c.Hosts)
+		}
+		for _, s := range []string{c.ResolvConf, c.Hosts} {
+			for _, r := range s {
+				if r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f) {
+					t.Fatalf("control character %q in %q", r, s)
+				}
+			}
+		}
+	})
+}

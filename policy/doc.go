@@ -5,8 +5,18 @@
 // Precedence is flags > selected profile > file > built-in defaults. A policy
 // fails closed: an unknown key, a wrong type or an impossible value is an
 // error that names the file, the line (where the TOML parser knows it) and the
-// key. A setting that is accepted takes effect; one this version cannot honour
-// yet is rejected with "not supported yet" instead of being ignored.
+// key (and the flag that sets the same key, once the CLI has named it with
+// NameFlag). Every such problem of a document is reported at once, as Errors;
+// only a syntax error stops at the first. A setting that is accepted takes
+// effect; one this version cannot honour yet is rejected with "not supported
+// yet" instead of being ignored.
+//
+// Hostile input costs bounded time and memory: a file over MaxFileSize
+// (1 MiB) or nested deeper than MaxDepth is refused before the TOML decoder
+// sees it; a duration, size or count that does not fit its Go type is an
+// error naming the maximum, never a wrapped-around value; strings that end
+// up in resolv.conf or hosts cannot carry whitespace, control characters or
+// resolv.conf syntax.
 //
 // Policy is plain data: this package imports nothing from containers/image,
 // the cgroup library or the network code (a depcheck test keeps it so).

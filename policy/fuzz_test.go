@@ -14,6 +14,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("version = 1\n[cgroup]\nmemory_max = \"12 apples\"\n"))
 	f.Add([]byte("version = 1\n[profiles.a.pull]\nretries = -1\n"))
 	f.Add([]byte("version = 1\n[pull\n"))
+	f.Add([]byte("version = 1\na = [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]\n"))
+	f.Add([]byte("version = 1\n[pull]\ntimeout = 9223372037\nretries = 101\n[cgroup]\ndriver = \"x\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pf, err := policy.Parse("fuzz.toml", data)
 		if err != nil {
@@ -31,6 +33,25 @@ func FuzzParse(f *testing.F) {
 			if err := l.Validate(); err != nil {
 				t.Fatalf("profile %q parsed but does not validate: %v", name, err)
 			}
+		}
+	})
+}
+
+// FuzzUnits: a duration, size or rate either parses to a non-negative value
+// or fails; it never wraps around.
+func FuzzUnits(f *testing.F) {
+	for _, s := range []string{"90s", "9223372037", "2562047h", "1.5Gi", "20MB/s", "8Ei", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if d, err := policy.ParseDuration(s); err == nil && d < 0 {
+			t.Fatalf("ParseDuration(%q) = %d", s, d)
+		}
+		if z, err := policy.ParseSize(s); err == nil && z < 0 {
+			t.Fatalf("ParseSize(%q) = %d", s, z)
+		}
+		if r, err := policy.ParseRate(s); err == nil && r < 0 {
+			t.Fatalf("ParseRate(%q) = %d", s, r)
 		}
 	})
 }

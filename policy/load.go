@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 )
@@ -35,6 +37,9 @@ func (e *Error) Error() string {
 	}
 	if e.Key != "" {
 		b.WriteString(e.Key)
+		if fl := flagFor(e.Key); fl != "" && !strings.HasPrefix(e.Key, "-") {
+			b.WriteString(" (" + fl + ")")
+		}
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Msg)
@@ -71,40 +76,90 @@ type document struct {
 }
 
 // LoadFile parses and validates the policy file at path, profiles included.
+// It reads at most MaxFileSize bytes.
 func LoadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
-		return nil, &Error{File: path, Msg: "reading policy: " + unwrapPath(err)}
+		return nil, err
 	}
 	return Parse(path, data)
 }
 
-// Parse parses and validates a policy document; name is used in errors.
+// Parse parses and validates a policy document; name is used in errors. A
+// document over MaxFileSize or nested deeper than MaxDepth is refused before
+// it is decoded. A syntax error stops at the first one; every other problem
+// (unknown keys, wrong types, bad values, bad combinations) is reported, all
+// of them at once, as Errors.
 func Parse(name string, data []byte) (*File, error) {
+	if err := checkBounds(name, data); err != nil {
+		return nil, err
+	}
+	f, err := parse(name, data, data)
+	var df *decodeFailure
+	if !errors.As(err, &df) {
+		return f, err
+	}
+	// A value the decoder refused stops it at the first one: find each bad
+	// value on its own, then check the rest of the document without them.
+	bad, cleaned := valueErrors(name, data)
+	if len(bad) == 0 || cleaned == nil {
+		return nil, df.err
+	}
+	_, err = parse(name, cleaned, data)
+	if errors.As(err, &df) {
+		return nil, bad.result()
+	}
+	return nil, bad.add(err).result()
+}
+
+// decodeFailure is a decode error other than a syntax error: a wrong type
+// or a value the key's type refused.
+type decodeFailure struct{ err error }
+
+func (d *decodeFailure) Error() string { return d.err.Error() }
+
+// parse decodes data (source is the original text, for line numbers) and
+// validates the base and every profile.
+func parse(name string, data, source []byte) (*File, error) {
 	doc := document{Policy: *Default()}
 	doc.Version = 0
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&doc)
 	if err != nil {
-		return nil, tomlError(name, err)
+		var raw map[string]any
+		if _, serr := toml.Decode(string(data), &raw); serr != nil {
+			return nil, tomlError(name, serr) // syntax: the decoder cannot go on
+		}
+		return nil, &decodeFailure{tomlError(name, err)}
 	}
-	f := &File{Path: name, base: doc.Policy, profiles: map[string]profile{}, source: data}
+	f := &File{Path: name, base: doc.Policy, profiles: map[string]profile{}, source: source}
 	names := make([]string, 0, len(doc.Profiles))
 	for n := range doc.Profiles {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		p := doc.Policy
 		// Copy slices so a profile never aliases the base.
-		p = clonePolicy(p)
+		p := clonePolicy(doc.Policy)
 		if err := md.PrimitiveDecode(doc.Profiles[n], &p); err != nil {
-			return nil, tomlError(name, err)
+			return nil, &decodeFailure{tomlError(name, err)}
 		}
 		f.profiles[n] = profile{pol: p}
 	}
-	if und := md.Undecoded(); len(und) > 0 {
-		k := und[0].String()
-		return nil, &Error{File: name, Line: keyLine(data, k), Key: k, Msg: "unknown key" + hint(k)}
+	var errs Errors
+	undecoded := map[string]bool{}
+	for _, k := range md.Undecoded() {
+		undecoded[k.String()] = true
+	}
+	for _, k := range md.Undecoded() {
+		if errs.full() {
+			break
+		}
+		// Only the outermost unknown key: its sub-keys are unknown too.
+		if len(k) > 1 && undecoded[k[:len(k)-1].String()] {
+			continue
+		}
+		ks := k.String()
+		errs = append(errs, &Error{File: name, Line: keyLine(source, ks), Key: ks, Msg: "unknown key" + hint(ks)})
 	}
 	defined := map[string]bool{}
 	profDefined := map[string]map[string]bool{}
@@ -124,24 +179,24 @@ func Parse(name string, data []byte) (*File, error) {
 		defined[k.String()] = true
 	}
 	if !defined["version"] {
-		return nil, &Error{File: name, Line: 1, Key: "version", Msg: "missing; this pullhelper reads version = 1"}
-	}
-	if doc.Version != 1 {
-		return nil, &Error{File: name, Line: keyLine(data, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d; this pullhelper reads version = 1", doc.Version)}
+		errs = append(errs, &Error{File: name, Line: 1, Key: "version", Msg: "missing; this pullhelper reads version = 1"})
+	} else if doc.Version != 1 {
+		errs = append(errs, &Error{File: name, Line: keyLine(source, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d; this pullhelper reads version = 1", doc.Version)})
 	}
 	for _, n := range names {
 		if pd := profDefined[n]; pd["version"] {
-			return nil, &Error{File: name, Line: keyLine(data, "profiles."+n+".version"), Key: "profiles." + n + ".version", Msg: "a profile cannot set version"}
+			errs = append(errs, &Error{File: name, Line: keyLine(source, "profiles."+n+".version"), Key: "profiles." + n + ".version", Msg: "a profile cannot set version"})
 		}
 	}
 	f.base.Version = 1
 	f.baseDefined = defined
 	// Validate the base and every profile now, so that `policy check` finds
 	// errors in profiles nobody selected yet.
-	if err := f.validate("", f.base, defined, ""); err != nil {
-		return nil, err
-	}
+	errs = errs.add(f.validate("", f.base, defined, ""))
 	for _, n := range names {
+		if errs.full() {
+			break
+		}
 		pd := map[string]bool{}
 		for k := range defined {
 			pd[k] = true
@@ -153,30 +208,108 @@ func Parse(name string, data []byte) (*File, error) {
 		p.pol.Version = 1
 		p.defined = pd
 		f.profiles[n] = p
-		if err := f.validate(n, p.pol, pd, "profiles."+n+"."); err != nil {
-			return nil, err
-		}
+		errs = errs.add(f.validate(n, p.pol, pd, "profiles."+n+"."))
+	}
+	if err := errs.result(); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
 
+// validate checks one profile (prof "" for the base) and points each
+// problem at the line that set it: the profile's when the profile set the
+// key, else the base's.
 func (f *File) validate(prof string, p Policy, defined map[string]bool, prefix string) error {
 	l := &Loaded{Policy: p, File: f.Path, Profile: prof, defined: map[string]string{}}
 	for k := range defined {
 		l.defined[k] = "file"
 	}
-	if err := l.Validate(); err != nil {
-		var pe *Error
-		if errors.As(err, &pe) && pe.File == "" && pe.Key != "" && !strings.HasPrefix(pe.Key, "-") {
-			// Point at the profile's line when the profile set the key.
+	err := l.Validate()
+	if err == nil {
+		return nil
+	}
+	var out Errors
+	for _, pe := range Errors(nil).add(err) {
+		if pe.File == "" && pe.Key != "" && !strings.HasPrefix(pe.Key, "-") {
 			k := prefix + pe.Key
 			line := keyLine(f.source, k)
 			if line == 0 {
 				k, line = pe.Key, keyLine(f.source, pe.Key)
 			}
-			return &Error{File: f.Path, Line: line, Key: k, Msg: pe.Msg}
+			pe = &Error{File: f.Path, Line: line, Key: k, Msg: pe.Msg}
 		}
-		return err
+		out = append(out, pe)
+	}
+	return out
+}
+
+// valueErrors decodes every value of data on its own, so that each one the
+// decoder refuses is reported, and returns data re-encoded without them.
+func valueErrors(name string, data []byte) (Errors, []byte) {
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		return nil, nil
+	}
+	var bad Errors
+	var walk func(m map[string]any, path []string)
+	walk = func(m map[string]any, path []string) {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if bad.full() {
+				return
+			}
+			p := append(append([]string(nil), path...), k)
+			if sub, ok := m[k].(map[string]any); ok && (len(p) != 1 || k != "version") {
+				walk(sub, p)
+				continue
+			}
+			if err := decodeOne(p, m[k]); err != nil {
+				key := strings.Join(p, ".")
+				e := &Error{File: name, Line: keyLine(data, key), Key: key, Msg: err.Msg}
+				bad = append(bad, e)
+				delete(m, k)
+			}
+		}
+	}
+	walk(raw, nil)
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(raw); err != nil {
+		return bad, nil
+	}
+	return bad, buf.Bytes()
+}
+
+// decodeOne decodes the single value v at path into a fresh policy (a
+// profile's keys into a policy of their own) and returns the decoder's
+// complaint, if any.
+func decodeOne(path []string, v any) *Error {
+	if len(path) >= 2 && path[0] == "profiles" {
+		path = path[2:]
+		if len(path) == 0 {
+			return nil
+		}
+	}
+	if !knownKeys()[strings.Join(path, ".")] {
+		return nil // an unknown key: reported as such, nothing to decode
+	}
+	var m any = v
+	for i := len(path) - 1; i >= 0; i-- {
+		m = map[string]any{path[i]: m}
+	}
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(m); err != nil {
+		return nil
+	}
+	p := *Default()
+	if _, err := toml.Decode(buf.String(), &p); err != nil {
+		var pe *Error
+		if errors.As(tomlError("", err), &pe) {
+			return pe
+		}
 	}
 	return nil
 }
@@ -387,3 +520,26 @@ func clonePolicy(p Policy) Policy {
 	p.Network.DNS.Hosts = cl(p.Network.DNS.Hosts)
 	return p
 }
+
+// knownKeys is every dotted key of the schema (from Policy's toml tags).
+var knownKeys = sync.OnceValue(func() map[string]bool {
+	keys := map[string]bool{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := strings.Split(f.Tag.Get("toml"), ",")[0]
+			if name == "" || name == "-" {
+				continue
+			}
+			keys[prefix+name] = true
+			if f.Type.Kind() == reflect.Struct && !reflect.PointerTo(f.Type).Implements(unmarshalerType) {
+				walk(f.Type, prefix+name+".")
+			}
+		}
+	}
+	walk(reflect.TypeOf(Policy{}), "")
+	return keys
+})
+
+var unmarshalerType = reflect.TypeOf((*toml.Unmarshaler)(nil)).Elem()

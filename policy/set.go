@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -30,6 +31,9 @@ func (l *Loaded) Set(flag, key string, kind Kind, values ...string) error {
 	case Int:
 		v := values[len(values)-1]
 		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				return &Error{Key: flag, Msg: fmt.Sprintf("invalid value %q: too large; the maximum is %d", v, math.MaxInt32)}
+			}
 			return &Error{Key: flag, Msg: fmt.Sprintf("invalid value %q: want an integer", v)}
 		}
 		lit = v

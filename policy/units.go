@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -54,11 +55,12 @@ func ParseSize(s string) (Size, error) {
 	if err != nil {
 		return 0, fmt.Errorf("invalid size %q: %v", s, err)
 	}
-	v := f * mult
-	if v > math.MaxInt64/2 {
-		return 0, fmt.Errorf("invalid size %q: too large", s)
+	v := math.Round(f * mult)
+	// float64(math.MaxInt64) is 2^63: anything at or above it overflows.
+	if v >= float64(math.MaxInt64) || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("invalid size %q: too large; the maximum is %d bytes (8Ei)", s, int64(math.MaxInt64))
 	}
-	return Size(math.Round(v)), nil
+	return Size(v), nil
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
@@ -88,6 +90,9 @@ func ParseRate(s string) (Rate, error) {
 	t := strings.TrimSuffix(strings.TrimSpace(s), "/s")
 	v, err := ParseSize(t)
 	if err != nil {
+		if strings.Contains(err.Error(), "too large") {
+			return 0, fmt.Errorf("invalid rate %q: too large; the maximum is %d bytes per second", s, int64(math.MaxInt64))
+		}
 		return 0, fmt.Errorf("invalid rate %q: want bytes per second such as 20MB/s or 10Mi", s)
 	}
 	return Rate(v), nil
@@ -163,23 +168,59 @@ func (c *Cores) UnmarshalTOML(v any) error {
 	return err
 }
 
-// ParseDuration parses a duration as described at Duration.
+// MaxDuration is the longest duration a setting accepts: time.Duration's
+// maximum, about 292 years.
+const MaxDuration = Duration(math.MaxInt64)
+
+// maxSeconds is the largest whole number of seconds that fits MaxDuration.
+const maxSeconds = int64(math.MaxInt64 / int64(time.Second))
+
+func tooLong(s string) error {
+	return fmt.Errorf("invalid duration %q: too large; the maximum is %s (%d seconds)", s, time.Duration(MaxDuration), maxSeconds)
+}
+
+// ParseDuration parses a duration as described at Duration. A value that
+// does not fit time.Duration is an error, never a wrapped-around one.
 func ParseDuration(s string) (Duration, error) {
 	t := strings.TrimSpace(s)
-	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
-		if n < 0 {
-			return 0, fmt.Errorf("invalid duration %q: must not be negative", s)
+	if isDigits(t) {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || n > maxSeconds {
+			return 0, tooLong(s)
 		}
 		return Duration(time.Duration(n) * time.Second), nil
 	}
+	if strings.HasPrefix(t, "-") && isDigits(t[1:]) {
+		return 0, fmt.Errorf("invalid duration %q: must not be negative", s)
+	}
 	d, err := time.ParseDuration(t)
 	if err != nil {
+		if durationSyntax.MatchString(t) {
+			// Well-formed but rejected: time.ParseDuration overflowed.
+			return 0, tooLong(s)
+		}
 		return 0, fmt.Errorf("invalid duration %q: want a value such as 90s, 5m or 1h", s)
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("invalid duration %q: must not be negative", s)
 	}
 	return Duration(d), nil
+}
+
+// durationSyntax is time.ParseDuration's grammar (without a sign); a string
+// that matches it and still fails to parse overflowed.
+var durationSyntax = regexp.MustCompile(`^\+?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
@@ -193,6 +234,9 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d *Duration) UnmarshalTOML(v any) error {
 	switch x := v.(type) {
 	case int64:
+		if x < 0 {
+			return fmt.Errorf("invalid duration %d: must not be negative", x)
+		}
 		return d.UnmarshalText([]byte(strconv.FormatInt(x, 10)))
 	case string:
 		return d.UnmarshalText([]byte(x))
@@ -209,8 +253,11 @@ func (c *Count) UnmarshalTOML(v any) error {
 	if !ok {
 		return fmt.Errorf("invalid value %v: want a non-negative integer", v)
 	}
-	if x < 0 || x > math.MaxInt32 {
+	if x < 0 {
 		return fmt.Errorf("invalid value %d: want a non-negative integer", x)
+	}
+	if x > math.MaxInt32 {
+		return fmt.Errorf("invalid value %d: too large; the maximum is %d", x, math.MaxInt32)
 	}
 	*c = Count(x)
 	return nil

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"unicode"
 
 	"github.com/pullhelper/pullhelper/internal/regpattern"
 )
@@ -16,17 +18,19 @@ var notYet = []struct{ prefix, issue string }{
 }
 
 // Validate checks values and combinations that the decoder cannot check on
-// its own, and rejects settings this version does not support yet.
+// its own, and rejects settings this version does not support yet. It
+// reports every problem: one *Error, or Errors when there are several.
 func (l *Loaded) Validate() error {
 	p := &l.Policy
-	bad := func(key, format string, args ...any) error {
-		return l.keyError(key, fmt.Sprintf(format, args...))
+	var errs Errors
+	bad := func(key, format string, args ...any) {
+		errs = errs.add(l.keyError(key, fmt.Sprintf(format, args...)))
 	}
 	if p.Pull.ParallelLayers < 1 || p.Pull.ParallelLayers > 64 {
-		return bad("pull.parallel_layers", "must be between 1 and 64, not %d", p.Pull.ParallelLayers)
+		bad("pull.parallel_layers", "must be between 1 and 64, not %d", p.Pull.ParallelLayers)
 	}
 	if p.Pull.Retries > 100 {
-		return bad("pull.retries", "must be between 0 and 100, not %d", p.Pull.Retries)
+		bad("pull.retries", "must be between 0 and 100, not %d", p.Pull.Retries)
 	}
 	for _, k := range []struct {
 		key, val string
@@ -35,54 +39,54 @@ func (l *Loaded) Validate() error {
 		{"auth.containerd_config", p.Auth.ContainerdConfig}, {"auth.credential_provider_config", p.Auth.CredentialProviderConfig},
 		{"auth.credential_provider_bin_dir", p.Auth.CredentialProviderBinDir}, {"auth.service_account_token", p.Auth.ServiceAccountToken}} {
 		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
-			return bad(k.key, "must be an absolute path, not %q", k.val)
+			bad(k.key, "must be an absolute path, not %q", k.val)
 		}
 	}
 	if k := p.Auth.KubeletDockerConfig; k != "" && k != "auto" && !filepath.IsAbs(k) && l.source("auth.kubelet_docker_config") == "file" {
-		return bad("auth.kubelet_docker_config", "must be \"auto\" or the kubelet's root directory (absolute), not %q", k)
+		bad("auth.kubelet_docker_config", "must be \"auto\" or the kubelet's root directory (absolute), not %q", k)
 	}
 	for i, f := range p.Auth.PullSecrets {
 		if !filepath.IsAbs(f) && l.source("auth.pull_secrets") == "file" {
-			return bad("auth.pull_secrets", "entry %d: must be an absolute path, not %q", i+1, f)
+			bad("auth.pull_secrets", "entry %d: must be an absolute path, not %q", i+1, f)
 		}
 	}
 	if p.Auth.ServiceAccountToken != "" && len(p.Auth.ServiceAccountRegistries) == 0 {
-		return bad("auth.service_account_token", "needs auth.service_account_registries (the registries to offer the token to)")
+		bad("auth.service_account_token", "needs auth.service_account_registries (the registries to offer the token to)")
 	}
 	for i, r := range p.Auth.ServiceAccountRegistries {
 		if err := checkRegistryPattern(r); err != nil {
-			return bad("auth.service_account_registries", "entry %d: %v", i+1, err)
+			bad("auth.service_account_registries", "entry %d: %v", i+1, err)
 		}
 	}
 	for i, cf := range p.Trust.CAFiles {
 		if err := checkRegistryPattern(cf.Registry); err != nil {
-			return bad("trust.ca_files", "entry %d: registry: %v", i+1, err)
+			bad("trust.ca_files", "entry %d: registry: %v", i+1, err)
 		}
 		if !filepath.IsAbs(cf.File) {
-			return bad("trust.ca_files", "entry %d: file must be an absolute path, not %q", i+1, cf.File)
+			bad("trust.ca_files", "entry %d: file must be an absolute path, not %q", i+1, cf.File)
 		}
 	}
 	for i, r := range p.Trust.InsecureRegistries {
 		if err := checkRegistryPattern(r); err != nil {
-			return bad("trust.insecure_registries", "entry %d: %v", i+1, err)
+			bad("trust.insecure_registries", "entry %d: %v", i+1, err)
 		}
 	}
 	switch p.Cgroup.Driver {
 	case "auto", "cgroupfs", "systemd":
 	default:
-		return bad("cgroup.driver", "must be \"auto\", \"cgroupfs\" or \"systemd\", not %q", p.Cgroup.Driver)
+		bad("cgroup.driver", "must be \"auto\", \"cgroupfs\" or \"systemd\", not %q", p.Cgroup.Driver)
 	}
 	if p.Cgroup.MemoryHigh > 0 && p.Cgroup.MemoryMax > 0 && p.Cgroup.MemoryHigh > p.Cgroup.MemoryMax {
-		return bad("cgroup.memory_high", "(%d bytes) must not exceed memory_max (%d bytes)", p.Cgroup.MemoryHigh, p.Cgroup.MemoryMax)
+		bad("cgroup.memory_high", "(%d bytes) must not exceed memory_max (%d bytes)", p.Cgroup.MemoryHigh, p.Cgroup.MemoryMax)
 	}
 	if p.Cgroup.MemoryMax > 0 && p.Cgroup.MemoryMax < 4<<20 {
-		return bad("cgroup.memory_max", "%d bytes is too small to pull anything; use at least 4Mi", p.Cgroup.MemoryMax)
+		bad("cgroup.memory_max", "%d bytes is too small to pull anything; use at least 4Mi", p.Cgroup.MemoryMax)
 	}
 	if p.Cgroup.CPUWeight > 10000 {
-		return bad("cgroup.cpu_weight", "must be between 1 and 10000, not %d", p.Cgroup.CPUWeight)
+		bad("cgroup.cpu_weight", "must be between 1 and 10000, not %d", p.Cgroup.CPUWeight)
 	}
 	if p.Cgroup.IOWeight > 10000 {
-		return bad("cgroup.io_weight", "must be between 1 and 10000, not %d", p.Cgroup.IOWeight)
+		bad("cgroup.io_weight", "must be between 1 and 10000, not %d", p.Cgroup.IOWeight)
 	}
 	for _, io := range []struct {
 		key  string
@@ -92,58 +96,74 @@ func (l *Loaded) Validate() error {
 		{"cgroup.io_read_iops", p.Cgroup.IOReadIOPS, true}, {"cgroup.io_write_iops", p.Cgroup.IOWriteIOPS, true}} {
 		for _, v := range io.vals {
 			if _, _, err := ParseIOLimit(v, io.iops); err != nil {
-				return bad(io.key, "%v", err)
+				bad(io.key, "%v", err)
 			}
 		}
 	}
 	if p.Cgroup.Path != "" && !strings.HasPrefix(p.Cgroup.Path, "/") {
-		return bad("cgroup.path", "must be an absolute cgroup path such as /kubepods/pod1234, not %q", p.Cgroup.Path)
+		bad("cgroup.path", "must be an absolute cgroup path such as /kubepods/pod1234, not %q", p.Cgroup.Path)
 	}
 	for i, ns := range p.Network.DNS.Nameservers {
-		if _, err := netip.ParseAddr(ns); err != nil {
-			return bad("network.dns.nameservers", "entry %d: %q is not an IP address", i+1, ns)
+		if err := checkIP(ns); err != nil {
+			bad("network.dns.nameservers", "entry %d: %v", i+1, err)
 		}
 	}
+	for i, o := range p.Network.DNS.Options {
+		if err := checkDNSOption(o); err != nil {
+			bad("network.dns.options", "entry %d: %v", i+1, err)
+		}
+	}
+	for i, h := range p.Network.DNS.Hosts {
+		if err := checkHostsEntry(h); err != nil {
+			bad("network.dns.hosts", "entry %d: %v", i+1, err)
+		}
+	}
+	if d := p.Network.DNS.ClusterDomain; d != "" && !domainRE.MatchString(d) {
+		bad("network.dns.cluster_domain", "%q is not a domain name (letters, digits, '-', '_' and dots)", d)
+	}
+	if ns := p.Network.DNS.Namespace; ns != "" && !dnsLabel.MatchString(ns) {
+		bad("network.dns.namespace", "%q is not a Kubernetes namespace (a DNS label: a-z, 0-9 and '-')", ns)
+	}
 	if f := p.Network.DNS.KubeletConfig; f != "" && !filepath.IsAbs(f) && l.source("network.dns.kubelet_config") == "file" {
-		return bad("network.dns.kubelet_config", "must be an absolute path, not %q", f)
+		bad("network.dns.kubelet_config", "must be an absolute path, not %q", f)
 	}
 	dnsKeys := l.DefinedUnder("network.dns.")
 	switch p.Network.Mode {
 	case "host":
 		if p.Network.Netns != "" {
-			return bad("network.netns", "needs network.mode = \"netns\" or \"cluster-dns\" (mode is \"host\")")
+			bad("network.netns", "needs network.mode = \"netns\" or \"cluster-dns\" (mode is \"host\")")
 		}
 		if len(dnsKeys) > 0 {
-			return bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"host\")")
+			bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"host\")")
 		}
 	case "netns":
 		if p.Network.Netns == "" {
-			return bad("network.mode", "\"netns\" needs network.netns (a path, an ip-netns name or pid:PID)")
+			bad("network.mode", "\"netns\" needs network.netns (a path, an ip-netns name or pid:PID)")
 		}
 		if len(dnsKeys) > 0 {
-			return bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"netns\")")
+			bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"netns\")")
 		}
 	case "cluster-dns":
 		if len(p.Network.DNS.Nameservers) == 0 && p.Network.DNS.KubeletConfig == "" {
-			return bad("network.mode", "\"cluster-dns\" needs network.dns.nameservers or network.dns.kubelet_config")
+			bad("network.mode", "\"cluster-dns\" needs network.dns.nameservers or network.dns.kubelet_config")
 		}
 	default:
-		return bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)
+		bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)
 	}
-	for _, d := range p.Network.DNS.Search {
-		if d == "" || strings.ContainsAny(d, " \t") {
-			return bad("network.dns.search", "%q is not a domain", d)
+	for i, d := range p.Network.DNS.Search {
+		if !domainRE.MatchString(d) {
+			bad("network.dns.search", "entry %d: %q is not a domain name (letters, digits, '-', '_' and dots; no spaces or control characters)", i+1, d)
 		}
 	}
 	if u := p.Privileges.User; u == "" || u == "0" || u == "root" {
-		return bad("privileges.user", "must be \"dynamic\", a user name or a uid other than 0, not %q", u)
+		bad("privileges.user", "must be \"dynamic\", a user name or a uid other than 0, not %q", u)
 	}
 	for _, ny := range notYet {
 		if keys := l.DefinedUnder(ny.prefix); len(keys) > 0 {
-			return bad(keys[0], "not supported yet (%s: a later version); remove this setting", ny.issue)
+			bad(keys[0], "not supported yet (%s: a later version); remove this setting", ny.issue)
 		}
 	}
-	return nil
+	return errs.result()
 }
 
 // source says who set key: "file", a flag name, or "" for the default.
@@ -185,16 +205,69 @@ func ParseIOLimit(s string, iops bool) (target string, value int64, err error) {
 }
 
 func checkRegistryPattern(r string) error {
-	if r == "" || strings.ContainsAny(r, "/@ ") || strings.Contains(r, "://") {
-		return fmt.Errorf("%q is not a registry host[:port] or *.domain pattern", r)
-	}
-	if strings.Contains(r[1:], "*") || (strings.HasPrefix(r, "*") && !strings.HasPrefix(r, "*.")) {
-		return fmt.Errorf("%q: a wildcard is allowed only as a leading \"*.\"", r)
-	}
-	return nil
+	// The same parser the keyring matches with, so that a pattern the
+	// policy accepts is one that can match.
+	_, err := regpattern.Parse(r)
+	return err
 }
 
 // MatchRegistry reports whether host ("host[:port]") matches pattern
 // ("host[:port]" or "*.domain[:port]"). The one rule (ports equal, no port
 // matches no port only) is internal/regpattern's.
 func MatchRegistry(pattern, host string) bool { return regpattern.Match(pattern, host) }
+
+// The resolv.conf and hosts syntax (dnsconf checks the same again where it
+// writes the files): each value is one word of a line there, so whitespace,
+// control characters (a newline starts a new directive) and '#' are refused.
+var (
+	dnsLabel   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	domainRE   = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+	optionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+	optionVal  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	zoneRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+)
+
+// checkIP accepts an IP address whose IPv6 zone, if any, is an interface
+// name (netip accepts any text after '%', a newline included).
+func checkIP(s string) error {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an IP address", s)
+	}
+	if z := a.Zone(); z != "" && !zoneRE.MatchString(z) {
+		return fmt.Errorf("%q: the zone %q is not an interface name", s, z)
+	}
+	return nil
+}
+
+// checkDNSOption accepts NAME or NAME:VALUE, as the kubelet writes a pod's
+// dnsConfig options into resolv.conf.
+func checkDNSOption(s string) error {
+	name, val, hasVal := strings.Cut(s, ":")
+	if !optionName.MatchString(name) || (hasVal && !optionVal.MatchString(val)) {
+		return fmt.Errorf("%q: want NAME or NAME:VALUE such as ndots:2 (letters, digits, '-', '_'; no spaces or control characters)", s)
+	}
+	return nil
+}
+
+// checkHostsEntry accepts "IP NAME [NAME…]" separated by spaces or tabs.
+func checkHostsEntry(s string) error {
+	for _, r := range s {
+		if r != ' ' && r != '\t' && (r < 0x20 || r == 0x7f || unicode.IsSpace(r) || r == '#') {
+			return fmt.Errorf("%q: only spaces or tabs may separate \"IP NAME [NAME…]\" (no newlines, control characters or '#')", s)
+		}
+	}
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return fmt.Errorf("%q: want \"IP NAME [NAME…]\"", s)
+	}
+	if err := checkIP(f[0]); err != nil {
+		return err
+	}
+	for _, n := range f[1:] {
+		if !domainRE.MatchString(n) {
+			return fmt.Errorf("%q: %q is not a host name", s, n)
+		}
+	}
+	return nil
+}

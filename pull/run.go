@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -158,7 +159,9 @@ func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys
 		case <-time.After(delay):
 		case <-ctx.Done():
 		}
-		delay *= 2
+		if delay < math.MaxInt64/2 { // a huge retry_delay must not wrap around
+			delay *= 2
+		}
 		if rerr := st.reset(); rerr != nil {
 			return nil, nil, attempt, rerr
 		}

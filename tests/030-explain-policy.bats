@@ -398,3 +398,81 @@ assert_policy_error() {
     v=$(json_get .version <<<"$output")
     [[ -n $v && $v != null ]] || fail "no version in $output"
 }
+
+###############################################################################
+# hostile or odd local input: every error at once, bounds, overflow, injection
+
+@test "policy check: three bad values → three FILE:LINE: key (--flag): problem lines on stderr, joined with '; ' in JSON, exit 2" {
+    local f
+    f=$(policy_file three 'version = 1\n[pull]\ntimeout = "soon"\nparallel_layers = 100\n[cgroup]\ndriver = "lxc"\n')
+    run_pullhelper 2 policy check "$f"
+    assert_json_error usage
+    local want1="$f:3: pull.timeout (--timeout): invalid duration \"soon\""
+    local want2="$f:4: pull.parallel_layers (--parallel-layers): must be between 1 and 64, not 100"
+    local want3="$f:6: cgroup.driver: must be \"auto\", \"cgroupfs\" or \"systemd\", not \"lxc\""
+    assert_equal "${#stderr_lines[@]}" 3
+    [[ ${stderr_lines[0]} == "pullhelper: $want1"* ]] || fail "line 1 is '${stderr_lines[0]}'"
+    [[ ${stderr_lines[1]} == "pullhelper: $want2"* ]] || fail "line 2 is '${stderr_lines[1]}'"
+    [[ ${stderr_lines[2]} == "pullhelper: $want3"* ]] || fail "line 3 is '${stderr_lines[2]}'"
+    [[ $ph_error_message == "$want1"*"; $want2; $want3" ]] ||
+        fail "JSON message '$ph_error_message' does not join the three problems with '; '"
+    # A pull with that policy fails the same way, before any network.
+    run_pullhelper 2 explain --policy "$f" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "${#stderr_lines[@]}" 3
+}
+
+@test "policy check: 80 KB of nested arrays is refused before decoding (exit 2, bounded memory), as is a file over 1 MiB" {
+    local f="$OUT/deep.toml"
+    "$PH_PYTHON" -c 'import sys; sys.stdout.write("version = 1\na = " + "[" * 40000 + "]" * 40000 + "\n")' >"$f"
+    # 2 GiB of address space (the Go runtime reserves a few hundred MiB at
+    # start): the decoder took 16 GB on this file.
+    run bash -c 'ulimit -v 2097152 && exec timeout --kill-after=10 120 "$1" policy check "$2"' _ "$PULLHELPER" "$f"
+    echo "$output"
+    assert_equal "$status" 2
+    assert_output --partial "$f:2: arrays or inline tables nested deeper than 16 levels, the limit"
+    f="$OUT/big.toml"
+    "$PH_PYTHON" -c 'import sys; sys.stdout.write("version = 1\n" + "# padding\n" * 110000)' >"$f"
+    run_pullhelper 2 policy check "$f"
+    assert_json_error usage
+    assert_equal "$ph_error_message" "$f: policy file larger than 1048576 bytes (1 MiB), the limit; a policy is a few KiB"
+}
+
+@test "flags: a duration that overflows is a usage error naming the flag and the maximum (it was no timeout)" {
+    run_pullhelper 2 explain --timeout 9223372037 "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == '--timeout: invalid duration "9223372037": too large; the maximum is 2562047h47m16.854775807s (9223372036 seconds)' ]] ||
+        fail "message is '$ph_error_message'"
+    run_pullhelper 2 explain --stall-timeout 3000000h "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == "--stall-timeout: "*"too large; the maximum is"* ]] || fail "message is '$ph_error_message'"
+    run_pullhelper 2 explain --memory-max 9000000000000Mi "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == "--memory-max: "*"too large; the maximum is 9223372036854775807 bytes"* ]] || fail "message is '$ph_error_message'"
+    # The largest whole-second value still works.
+    run_pullhelper explain --timeout 9223372036 "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.timeout_ns <<<"$output")" 9223372036000000000
+}
+
+@test "flags: --dns-option, --dns and --dns-search with a newline cannot inject a nameserver (exit 2 naming the flag)" {
+    local nl=$'\n'
+    run_pullhelper 2 explain --dns 10.0.0.10 --dns-option "ndots:1${nl}nameserver 192.0.2.66" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == "--dns-option: entry 1: "*"want NAME or NAME:VALUE"* ]] || fail "message is '$ph_error_message'"
+    run_pullhelper 2 explain --dns "fe80::1%lo${nl}nameserver 192.0.2.66" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == "--dns: entry 1: "*"is not an interface name"* ]] || fail "message is '$ph_error_message'"
+    run_pullhelper 2 explain --dns 10.0.0.10 --dns-search "svc.local${nl}nameserver 192.0.2.66" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == "--dns-search: entry 1: "*"is not a domain name"* ]] || fail "message is '$ph_error_message'"
+    run_pullhelper 2 explain --dns 10.0.0.10 --dns-option "rotate x" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    # The policy file's hosts entries likewise.
+    local f
+    f=$(policy_file hosts 'version = 1\n[network]\nmode = "cluster-dns"\n[network.dns]\nnameservers = ["10.0.0.10"]\nhosts = ["10.0.0.2 reg\\n192.0.2.66 other"]\n')
+    run_pullhelper 2 policy check "$f"
+    assert_policy_error "$f" 6 "network.dns.hosts: entry 1"
+    # What the kubelet writes is still accepted.
+    run_pullhelper explain --dns 10.0.0.10 --dns-option ndots:2 --dns-option single-request-reopen "$REGISTRY_HOST/fixtures/tiny"
+    [[ $(json_get .plan.network.dns.resolv_conf <<<"$output") == *"options ndots:2 single-request-reopen"* ]] ||
+        fail "resolv.conf: $(json_get .plan.network.dns.resolv_conf <<<"$output")"
+}

@@ -262,3 +262,108 @@ failure_events() {
     run check_events "$OUT/progress.jsonl" "$output" "$t0" "$t1" wellformed
     assert_success
 }
+
+@test "progress: a read-only --progress-fd is refused with exit 2 naming the flag (events would be lost)" {
+    # fd 7, not 3: bats reports on fd 3, and a failure inside run_pullhelper
+    # must still be reported.
+    : >"$OUT/progress.jsonl"
+    run_pullhelper 2 pull --progress-fd 7 "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" \
+        7<"$OUT/progress.jsonl"
+    assert_json_error usage
+    assert_output --partial "--progress-fd 7: open read-only"
+    [[ ! -e $OUT/dest ]] || fail "DEST was written although the flag was refused"
+}
+
+# A progress reader that never reads: the pipe (shrunk to one page) is full
+# before pullhelper starts, so every event write would block. The pull goes
+# through the tarpit, which stalls it after 1 MB (--stall-timeout 0: it never
+# ends by itself). SIGTERM or --timeout must end the run with its own exit
+# code within the flush bound, not hang until SIGKILL.
+#
+# stuck_reader_pull MODE PULLHELPER_ARGS...: run such a pull (start_tarpit
+# first) and print its exit code, or "hung". MODE sigterm: once the tarpit
+# logged the stall, SIGTERM it. MODE wait: just wait (the pull must end by
+# itself, e.g. --timeout). Its stdout and stderr are in $OUT/stdout and
+# $OUT/stderr.
+stuck_reader_pull() {
+    "$PH_PYTHON" - "$PULLHELPER" "$TARPIT_LOG" "$OUT" "$@" <<'EOF'
+import array, fcntl, os, signal, subprocess, sys, termios, time
+
+ph, log, out, mode = sys.argv[1:5]
+args = sys.argv[5:]
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
+r, w = os.pipe()
+fcntl.fcntl(w, F_SETPIPE_SZ, 4096)
+size = fcntl.fcntl(w, F_GETPIPE_SZ)
+os.set_blocking(w, False)
+try:
+    while True:
+        os.write(w, b"x" * size)
+except BlockingIOError:
+    pass
+os.set_blocking(w, True)  # the worst case: a blocking descriptor
+
+def queued():
+    n = array.array("i", [0])
+    fcntl.ioctl(r, termios.FIONREAD, n)
+    return n[0]
+
+if queued() != size:
+    print("setup: pipe holds %d bytes, not its capacity %d" % (queued(), size))
+    sys.exit(1)
+with open(os.path.join(out, "stdout"), "wb") as so, open(os.path.join(out, "stderr"), "wb") as se:
+    p = subprocess.Popen([ph, "pull", "--progress-fd", str(w)] + args, pass_fds=(w,), stdout=so, stderr=se,
+                         stdin=subprocess.DEVNULL)
+os.close(w)
+deadline = time.monotonic() + 120
+while mode == "sigterm" and "stalled" not in open(log).read():
+    if p.poll() is not None:
+        print("pullhelper exited with %s before the stall" % p.returncode)
+        sys.exit(1)
+    if time.monotonic() > deadline:
+        p.kill()
+        p.wait()
+        print("the pull never reached the tarpit's stall (blocked on the progress pipe?)")
+        sys.exit(1)
+    time.sleep(0.05)
+if mode == "sigterm" and queued() != size:
+    print("someone read the pipe: %d bytes left of %d" % (queued(), size))
+    sys.exit(1)
+if mode == "sigterm":
+    p.send_signal(signal.SIGTERM)
+try:
+    print(p.wait(timeout=60 if mode == "sigterm" else 180))
+except subprocess.TimeoutExpired:
+    p.kill()
+    p.wait()
+    print("hung: still running (%s)" % mode)
+EOF
+}
+
+@test "progress: a reader that never reads does not block SIGTERM (exit 143, not a hang)" {
+    start_tarpit 1000000
+    run stuck_reader_pull sigterm --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --stall-timeout 0 --retries 0 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    echo "$output"
+    echo "[stderr] $(cat "$OUT/stderr")"
+    assert_success
+    assert_output 143
+    run json_get .error.code <"$OUT/stdout"
+    assert_output interrupted
+    grep -q -- "--progress-fd [0-9]*: the reader took no events" "$OUT/stderr" ||
+        fail "no warning that the progress events were given up"
+}
+
+@test "progress: a reader that never reads does not block --timeout (exit 6, not a hang)" {
+    start_tarpit 1000000
+    # The tarpit stalls the 100 MB pull after 1 MB, so --timeout ends it
+    # whenever the stall comes.
+    run stuck_reader_pull wait --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --stall-timeout 0 --retries 0 --timeout 5s "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    echo "$output"
+    echo "[stderr] $(cat "$OUT/stderr")"
+    assert_success
+    assert_output 6
+    run json_get .error.message <"$OUT/stdout"
+    assert_output --partial "timed out after 5s"
+}

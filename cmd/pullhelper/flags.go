@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"path/filepath"
 
 	"github.com/pullhelper/pullhelper/policy"
@@ -53,6 +54,14 @@ var settingFlags = []settingFlag{
 	{"user", "privileges.user", policy.String, "dynamic|NAME|UID", "user the network-facing child runs as: dynamic (a free uid from 61184-65519, the default), a name or a uid; never root", false},
 }
 
+// Policy errors about a key a flag also sets name the flag:
+// "FILE:LINE: pull.timeout (--timeout): problem".
+func init() {
+	for _, f := range settingFlags {
+		policy.NameFlag(f.key, "--"+f.name)
+	}
+}
+
 // textFlag is a string flag whose help shows its argument's name (Type) and
 // that collects every occurrence, for repeatable flags.
 type textFlag struct {
@@ -80,7 +89,9 @@ func addSettingFlags(fs *pflag.FlagSet) {
 }
 
 // applySettingFlags overrides the loaded policy with every flag the user set.
+// A bad flag does not hide the next one: every bad flag is reported.
 func applySettingFlags(fs *pflag.FlagSet, l *policy.Loaded) error {
+	var errs policy.Errors
 	for _, f := range settingFlags {
 		fl := fs.Lookup(f.name)
 		if fl == nil || !fl.Changed {
@@ -100,10 +111,20 @@ func applySettingFlags(fs *pflag.FlagSet, l *policy.Loaded) error {
 			}
 		}
 		if err := l.Set("--"+f.name, f.key, f.kind, vals...); err != nil {
-			return err
+			var pe *policy.Error
+			if !errors.As(err, &pe) {
+				return err
+			}
+			errs = append(errs, pe)
 		}
 	}
-	return implyNetworkMode(fs, l)
+	switch len(errs) {
+	case 0:
+		return implyNetworkMode(fs, l)
+	case 1:
+		return errs[0]
+	}
+	return errs
 }
 
 // implyNetworkMode: --netns alone means mode "netns", any DNS flag means

@@ -98,7 +98,7 @@ written into a staging directory beside DEST and moved into place only when comp
 DEST is either untouched or fully committed.`,
 		Args: exactArgs(2, "IMAGE DEST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			events, closeEvents, err := progressSink(c.progressFD)
+			events, closeEvents, err := progressSink(c.progressFD, stderr)
 			if err != nil {
 				return err
 			}
@@ -309,7 +309,14 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 func writeError(stdout, stderr io.Writer, err error) int {
 	code := failure.CodeOf(err)
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
-	fmt.Fprintf(stderr, "pullhelper: %s\n", msg)
+	// Several policy problems: one line each on stderr, "; " in the JSON.
+	if ps := policy.Problems(err); len(ps) > 1 {
+		for _, p := range ps {
+			fmt.Fprintf(stderr, "pullhelper: %s\n", strings.ReplaceAll(p, "\n", " "))
+		}
+	} else {
+		fmt.Fprintf(stderr, "pullhelper: %s\n", msg)
+	}
 	out := map[string]map[string]string{"error": {"code": string(code), "message": msg}}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
@@ -333,24 +340,18 @@ func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
 	return nil, failure.New(failure.Usage, "--log-format: want text or json, not %q", format)
 }
 
-// progressSink returns a function writing JSON Lines to fd, or nil for -1.
-func progressSink(fd int) (func(api.Event), func(), error) {
+// progressSink returns a function queueing JSON Lines events for fd, or nil
+// for -1, and the function that flushes them (for at most a few seconds) at
+// the end. Writing never stalls the pull; see progress.go.
+func progressSink(fd int, warn io.Writer) (func(api.Event), func(), error) {
 	if fd < 0 {
 		return nil, func() {}, nil
 	}
-	var st unix.Stat_t
-	if fd <= 2 || unix.Fstat(fd, &st) != nil {
-		return nil, nil, failure.New(failure.Usage, "--progress-fd %d: not an open file descriptor other than stdin, stdout or stderr", fd)
+	w, err := newProgressWriter(fd, warn)
+	if err != nil {
+		return nil, nil, err
 	}
-	f := os.NewFile(uintptr(fd), "progress-fd")
-	var mu sync.Mutex
-	enc := json.NewEncoder(f)
-	enc.SetEscapeHTML(false)
-	return func(e api.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		_ = enc.Encode(e)
-	}, func() { _ = f.Close() }, nil
+	return w.emit, w.close, nil
 }
 
 // firstSignal records the first terminating signal received.

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pullhelper/pullhelper/pull"
+	"golang.org/x/sys/unix"
+)
+
+// safety bounds a call that must not block; exceeding it is a hang, not a
+// slow machine (the code under test waits at most progressFlush).
+const safety = 60 * time.Second
+
+func TestProgressFDReadOnlyIsRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "events")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	fd := int(ro.Fd())
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"pull", "--progress-fd", strconv.Itoa(fd), "--no-isolation", "127.0.0.1:1/x", "oci:" + filepath.Join(t.TempDir(), "d")}, &stdout, &stderr)
+	want := "--progress-fd " + strconv.Itoa(fd) + ": open read-only"
+	if code != 2 || !strings.Contains(stdout.String(), want) || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 naming %q", code, stdout.String(), stderr.String(), want)
+	}
+	// Write-only and read-write descriptors are fine.
+	for _, flag := range []int{os.O_WRONLY, os.O_RDWR} {
+		f, err := os.OpenFile(p, flag, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkProgressFD(int(f.Fd())); err != nil {
+			t.Errorf("flag %#x: %v", flag, err)
+		}
+		f.Close()
+	}
+}
+
+// fullPipe returns a pipe whose buffer is full (a reader that never reads):
+// its read end and its write end's descriptor, which the sink owns.
+func fullPipe(t *testing.T) (r *os.File, wfd int) {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := unix.Write(p[1], chunk); err != nil {
+			break // EAGAIN: full
+		}
+	}
+	// Back to blocking, the worst case: a write blocks in the kernel.
+	if err := unix.SetNonblock(p[1], false); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetNonblock(p[0], false); err != nil {
+		t.Fatal(err)
+	}
+	r = os.NewFile(uintptr(p[0]), "r")
+	t.Cleanup(func() { r.Close() })
+	return r, p[1]
+}
+
+func TestProgressNeverStallsOnAReaderThatDoesNotRead(t *testing.T) {
+	_, wfd := fullPipe(t)
+	var warn bytes.Buffer
+	emit, closeEvents, err := progressSink(wfd, &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan struct{})
+	go func() {
+		emit(pull.Event{Type: "start"})
+		for i := 0; i < 5*progressQueue; i++ {
+			emit(pull.Event{Type: "layer_progress", Bytes: int64(i)})
+		}
+		emit(pull.Event{Type: "error", Code: "interrupted"})
+		closeEvents()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(safety):
+		t.Fatal("emitting and closing blocked on a reader that never reads")
+	}
+	if !strings.Contains(warn.String(), "gave up on the last ones") || !strings.Contains(warn.String(), "dropped") {
+		t.Fatalf("warnings = %q", warn.String())
+	}
+}
+
+func TestProgressFinalEventSurvivesDrops(t *testing.T) {
+	r, wfd := fullPipe(t)
+	var warn bytes.Buffer
+	emit, closeEvents, err := progressSink(wfd, &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted := make(chan struct{})
+	go func() {
+		for i := 0; i < 3*progressQueue; i++ {
+			emit(pull.Event{Type: "layer_progress", Bytes: int64(i)})
+		}
+		emit(pull.Event{Type: "done", Digest: "sha256:x"})
+		close(emitted)
+	}()
+	select {
+	case <-emitted:
+	case <-time.After(safety):
+		t.Fatal("emit blocked")
+	}
+	// Now the reader reads everything.
+	var last string
+	read := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(strings.TrimLeft(line, "\x00"), "{") {
+				last = strings.TrimLeft(line, "\x00")
+			}
+		}
+		read <- sc.Err()
+	}()
+	closeEvents()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(safety):
+		t.Fatal("the pipe was not closed after the flush")
+	}
+	var e pull.Event
+	if err := json.Unmarshal([]byte(last), &e); err != nil || e.Type != "done" {
+		t.Fatalf("last event %q (%v); want done", last, err)
+	}
+	if !strings.Contains(warn.String(), "dropped") {
+		t.Fatalf("drops not reported: %q", warn.String())
+	}
+}
