@@ -29,6 +29,21 @@ func (s Spec) String() string {
 	return out
 }
 
+// HiddenPath stands for DEST's path in a Spec sent to the copy, which needs
+// only the transport and the reference (Anonymous).
+const HiddenPath = "/(dest)"
+
+// Anonymous is s without DEST's path: what the isolated copy is told, so
+// that it never learns a host path. The parent reports the real one.
+func (s Spec) Anonymous() Spec {
+	a := Spec{Transport: s.Transport, Path: HiddenPath, Ref: s.Ref}
+	a.Raw = s.Transport + ":DEST"
+	if s.Ref != "" {
+		a.Raw += ":" + s.Ref
+	}
+	return a
+}
+
 // Destination is one kind of DEST. Stage, Verify and Commit run in the root
 // parent; StagedReference runs where the copy runs (the child, or the
 // parent itself with --no-isolation).

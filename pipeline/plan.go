@@ -98,6 +98,10 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	if in.NoIsolation {
 		p.Isolation = api.Isolation{Enabled: false, Mode: "in-process", Reason: "--no-isolation"}
 	}
+	if l.Pull.MaxImageSize > 0 {
+		p.MaxImageBytes = int64(l.Pull.MaxImageSize)
+	}
+	p.AllowOtherOwner = l.Dest.AllowOtherOwner
 	if l.Pull.RegistriesConf != "" {
 		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
 			return nil, err

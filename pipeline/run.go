@@ -204,8 +204,12 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	}
 	iso.ChildPID = c.PID()
 	// From here on the child exists: Run kills and reaps it on every path.
+	// The child is told no host path: DEST stands anonymous in its copy of
+	// the request, and the staging area is a mount it gets by fd.
+	copyReq := p.Request
+	copyReq.Destination = p.Destination.Anonymous()
 	res, copied, err := c.Run(ctx, g, reexec.Request{
-		Copy: &p.Request, Material: m, Stage: reexec.StageInChild(st.Name, st.Known), Cgroup: g.Expected(),
+		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 	}, progressOnly(o.Events), o.Log)
@@ -220,6 +224,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := g.Kill(); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
+	res.Destination = p.Destination.String()
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}

@@ -482,7 +482,7 @@ func normKey(s string) string {
 	return strings.Join(parts, ".")
 }
 
-var knownSections = []string{"pull", "auth", "trust", "cgroup", "network", "network.dns", "privileges", "profiles"}
+var knownSections = []string{"pull", "auth", "trust", "cgroup", "network", "network.dns", "privileges", "dest", "profiles"}
 
 func hint(k string) string {
 	for _, s := range knownSections {
@@ -496,7 +496,7 @@ func hint(k string) string {
 			return " (see the policy reference in the README for the keys of [" + s + "])"
 		}
 	}
-	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [profiles.NAME])"
+	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [dest], [profiles.NAME])"
 }
 
 func clonePolicy(p Policy) Policy {

@@ -21,6 +21,7 @@ type Policy struct {
 	Cgroup     Cgroup     `toml:"cgroup" json:"cgroup"`
 	Network    Network    `toml:"network" json:"network"`
 	Privileges Privileges `toml:"privileges" json:"privileges"`
+	Dest       Dest       `toml:"dest" json:"dest"`
 }
 
 // Pull is the [pull] section: how the copy itself behaves.
@@ -43,6 +44,10 @@ type Pull struct {
 	StallTimeout Duration `toml:"stall_timeout" json:"stall_timeout"`
 	// ParallelLayers is how many layers download at once (default 6).
 	ParallelLayers Count `toml:"parallel_layers" json:"parallel_layers"`
+	// MaxImageSize bounds one image: the sum of its declared blob sizes,
+	// the bytes read and the bytes written into staging (default 64Gi);
+	// a registry that declares or sends more is refused (exit 8).
+	MaxImageSize Size `toml:"max_image_size" json:"max_image_size,omitempty"`
 	// MaxBandwidth caps the download rate (not supported yet).
 	MaxBandwidth Rate `toml:"max_bandwidth" json:"max_bandwidth,omitempty"`
 	// AllArchitectures copies every instance of a multi-arch index instead of
@@ -131,6 +136,15 @@ type DNS struct {
 	KubeletConfig string   `toml:"kubelet_config" json:"kubelet_config,omitempty"`
 	Namespace     string   `toml:"namespace" json:"namespace,omitempty"`
 	ClusterDomain string   `toml:"cluster_domain" json:"cluster_domain,omitempty"`
+}
+
+// Dest is the [dest] section: how DEST is treated.
+type Dest struct {
+	// AllowOtherOwner accepts an existing DEST (or DEST's parent) owned by
+	// a user other than root and the caller. Default false: such a DEST is
+	// refused (exit 9), because its owner could swap its entries under the
+	// root parent.
+	AllowOtherOwner bool `toml:"allow_other_owner" json:"allow_other_owner"`
 }
 
 // Privileges is the [privileges] section.

@@ -64,9 +64,15 @@ func hostile(point string, env *hostileEnv) (bool, int) {
 	return false, 0
 }
 
+// hostileArgVar gives actions an argument (a victim path, say).
+const hostileArgVar = "PULLHELPER_HOSTILE_ARG"
+
 func hostileChildEnv() []string {
-	if v, ok := os.LookupEnv(hostileVar); ok {
-		return []string{hostileVar + "=" + v}
+	var env []string
+	for _, k := range []string{hostileVar, hostileArgVar} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
 	}
-	return nil
+	return env
 }

@@ -28,6 +28,7 @@ var settingFlags = []settingFlag{
 	{"stall-timeout", "pull.stall_timeout", policy.String, "DURATION", "fail an attempt when no byte arrives for DURATION (default 2m; 0 disables)", false},
 	{"parallel-layers", "pull.parallel_layers", policy.Int, "N", "download up to N layers at once (default 6)", false},
 	{"all-architectures", "pull.all_architectures", policy.Bool, "", "copy every instance of a multi-arch index, not only this platform's", false},
+	{"max-image-size", "pull.max_image_size", policy.String, "SIZE", "refuse an image declaring, sending or writing more than SIZE (default 64Gi)", false},
 	{"authfile", "auth.authfile", policy.String, "FILE", "containers-auth.json(5) file; the only one read (also REGISTRY_AUTH_FILE)", true},
 	{"pull-secret", "auth.pull_secrets", policy.Strings, "FILE", "Kubernetes pull secret: .dockerconfigjson/.dockercfg file or Secret manifest (repeatable; kubelet semantics)", true},
 	{"kubelet-docker-config", "auth.kubelet_docker_config", policy.String, "auto|DIR", "search the node's docker config like the kubelet (auto: root dir /var/lib/kubelet)", false},
