@@ -92,7 +92,8 @@ type Trust struct {
 	// InsecureRegistries lists registries ("host[:port]" or "*.domain")
 	// whose certificates are not verified.
 	InsecureRegistries []string `toml:"insecure_registries" json:"insecure_registries,omitempty"`
-	// CAFiles scopes CA files to registry patterns (not supported yet).
+	// CAFiles scopes CA files to registry patterns (e.g. the service CA for
+	// "*.svc:5000").
 	CAFiles []CAFile `toml:"ca_files" json:"ca_files,omitempty"`
 }
 

@@ -225,8 +225,8 @@ func isDigestMismatch(err error) bool {
 	return false
 }
 
-// rootCause strips containers/image's stacked context down to the part a
-// user acts on, keeping it on one line.
+// rootCause is the error on one line (containers/image's messages may span
+// several), for messages that add their own context in front.
 func rootCause(err error) string {
 	s := err.Error()
 	return strings.ReplaceAll(s, "\n", " ")

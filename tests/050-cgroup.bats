@@ -20,8 +20,7 @@ teardown_file() {
 setup() {
     [[ $(id -u) == 0 ]] || skip "needs root to create cgroups"
     CG_PARENT="/pullhelper-bats-$$-${BATS_TEST_NUMBER}"
-    OUT="$BATS_TEST_TMPDIR/out"
-    mkdir -p "$OUT"
+    ph_test_setup
     BG_PID=""
 }
 
@@ -41,7 +40,6 @@ teardown() {
     return 0
 }
 
-auth_opts() { echo --authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR"; }
 
 # pull_cgroups: the per-pull cgroup directories under this test's parent, in
 # the pids hierarchy.
@@ -104,7 +102,7 @@ wait_gone() {
 @test "no registry request before the limits apply: pids_max=1 is refused as a usage error before any child or cgroup exists" {
     local before
     before=$(registry_request_count)
-    run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max 1 \
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --pids-max 1 \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_json_error usage
     assert_equal "$(registry_request_count)" "$before"
@@ -118,13 +116,13 @@ wait_gone() {
 @test "pids_max is a ceiling with the same outcome every time: below the minimum always exit 2, at the minimum the pull always succeeds within it" {
     local min=$((16 + 2 * $(nproc))) i
     for i in 1 2 3 4 5 6 7 8 9 10; do
-        run_pullhelper 2 pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max $((min - 1)) \
+        run_pullhelper 2 pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --pids-max $((min - 1)) \
             "$REGISTRY_HOST/fixtures/big" "oci:$OUT/low$i"
         assert_json_error usage
         [[ $ph_error_message == *"needs at least $min on this host"* ]] || fail "run $i: $ph_error_message"
     done
     for i in 1 2 3 4 5 6 7 8 9 10; do
-        run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --pids-max "$min" \
+        run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --pids-max "$min" \
             "$REGISTRY_HOST/fixtures/big" "oci:$OUT/min$i"
         local peak
         peak=$(json_get .usage.pids_peak <<<"$output")
@@ -171,9 +169,9 @@ EOF
 @test "cpu_quota = 0.1 makes the ~100 MB pull measurably slower than unlimited" {
     local t0 t1 t2 free limited
     t0=$(date +%s%N)
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/a"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/a"
     t1=$(date +%s%N)
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --cpu-quota 0.1 "$REGISTRY_HOST/fixtures/big" "oci:$OUT/b"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --cpu-quota 0.1 "$REGISTRY_HOST/fixtures/big" "oci:$OUT/b"
     t2=$(date +%s%N)
     free=$(((t1 - t0) / 1000000))
     limited=$(((t2 - t1) / 1000000))
@@ -184,7 +182,7 @@ EOF
 }
 
 @test "memory_max = 64Mi: the ~100 MB image still pulls and the peak stays within the limit" {
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --memory-max 64Mi \
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --memory-max 64Mi \
         "$REGISTRY_HOST/fixtures/big" "oci:$OUT/dest"
     assert_json_result
     local peak
@@ -195,7 +193,7 @@ EOF
 }
 
 @test "usage numbers are present and non-zero for a real pull" {
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/dest"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/dest"
     local k v
     for k in cpu_usage_ns memory_peak_bytes pids_peak io_write_bytes; do
         v=$(json_get ".usage.$k" <<<"$output")
@@ -210,7 +208,7 @@ EOF
 }
 
 @test "SIGTERM mid-pull: nothing left in the cgroup, cgroup gone, DEST as before, exit 143" {
-    run_pullhelper pull $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest:old"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest:old"
     local before
     before=$(cd "$OUT/dest" && find . -type f -exec sha256sum {} + | sort)
     start_stalled_pull
@@ -239,7 +237,7 @@ EOF
     # Leftovers: the cgroup and the staging directory.
     [[ -d $cg ]] || fail "expected the killed parent to leave $cg"
     [[ -n $(find "$OUT" -maxdepth 1 -name '.pullhelper-staging-*') ]] || fail "expected a staging leftover"
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/other"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/other"
     assert_json_result
     [[ $stderr == *"reclaimed a stale pull cgroup"*"${cg##*/}"* ]] || fail "no reclaim logged: $stderr"
     [[ $stderr == *"reclaimed a stale staging directory"* ]] || fail "staging reclaim not logged: $stderr"
@@ -253,7 +251,7 @@ EOF
     for ctl in cpu cpuacct memory pids blkio freezer; do
         mkdir -p "/sys/fs/cgroup/$ctl/bats-pod-$$"
     done
-    run_pullhelper pull $(auth_opts) --cgroup "/bats-pod-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup "/bats-pod-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_equal "$(json_get .isolation.cgroup <<<"$output")" "/bats-pod-$$"
     assert_equal "$(json_get .isolation.cgroup_joined <<<"$output")" true
     [[ -d /sys/fs/cgroup/pids/bats-pod-$$ ]] || fail "the joined cgroup was removed"
@@ -261,17 +259,17 @@ EOF
     peak=$(cat "/sys/fs/cgroup/memory/bats-pod-$$/memory.max_usage_in_bytes")
     ((peak > 0)) || fail "the pull was not charged to the joined cgroup"
     # Joining as is: limits are refused.
-    run_pullhelper 2 pull $(auth_opts) --cgroup "/bats-pod-$$" --memory-max 64Mi "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --cgroup "/bats-pod-$$" --memory-max 64Mi "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
     assert_json_error usage
     [[ $ph_error_message == *"joins an existing cgroup as it is"* ]] || fail "$ph_error_message"
     # A cgroup that does not exist is an isolation error.
-    run_pullhelper 7 pull $(auth_opts) --cgroup "/bats-nonexistent-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest3"
+    run_pullhelper 7 pull "${PH_OPTS[@]}" --cgroup "/bats-nonexistent-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest3"
     assert_json_error isolation
     [[ ! -d /sys/fs/cgroup/pids/bats-nonexistent-$$ ]] || fail "a joined cgroup was created"
 }
 
 @test "--no-isolation pulls in-process and creates no cgroup" {
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" --no-isolation "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --no-isolation "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_equal "$(json_get .isolation.enabled <<<"$output")" false
     assert_equal "$(json_get .usage <<<"$output")" null
     [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "--no-isolation created a cgroup"
@@ -280,7 +278,7 @@ EOF
 @test "explain shows the cgroup plan and touches nothing" {
     local before
     before=$(registry_request_count)
-    run_pullhelper explain $(auth_opts) --cgroup-parent "$CG_PARENT" --memory-max 64Mi --io-write-bps "$OUT=5MB/s" \
+    run_pullhelper explain "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --memory-max 64Mi --io-write-bps "$OUT=5MB/s" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_equal "$(json_get .cgroup.parent <<<"$output")" "$CG_PARENT"
     assert_equal "$(json_get .cgroup.limits.memory_max <<<"$output")" $((64 << 20))
@@ -323,7 +321,7 @@ assert_blobs_intact() {
     for ctl in cpu cpuacct memory pids blkio freezer; do
         mkdir -p "/sys/fs/cgroup/$ctl/bats-pod-$$"
     done
-    hostile_pull after-copy:grandchild pull $(auth_opts) --cgroup "/bats-pod-$$" \
+    hostile_pull after-copy:grandchild pull "${PH_OPTS[@]}" --cgroup "/bats-pod-$$" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     [[ $stderr == *"hostile: grandchild pid"* ]] || fail "the hostile action did not run: $stderr"
     assert_uid_gone "$(json_get .isolation.uid <<<"$output")"
@@ -340,7 +338,7 @@ assert_blobs_intact() {
 @test "a grandchild holding the child's pipes neither hangs the pull nor outlives it" {
     # No --timeout: before the fix the parent waited for EOF from the
     # grandchild's copies of the pipes forever.
-    hostile_pull after-copy:grandchild pull $(auth_opts) --cgroup-parent "$CG_PARENT" \
+    hostile_pull after-copy:grandchild pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     [[ $stderr == *"hostile: grandchild pid"* ]] || fail "the hostile action did not run: $stderr"
     assert_json_result
@@ -350,7 +348,7 @@ assert_blobs_intact() {
 }
 
 @test "a 2 MiB line on the child's stderr is truncated, and the pull still succeeds" {
-    hostile_pull after-drop:long-stderr pull $(auth_opts) --cgroup-parent "$CG_PARENT" \
+    hostile_pull after-drop:long-stderr pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_json_result
     [[ $stderr == *"hostile: long line follows"*"[line truncated: over 64 KiB]"* ]] || fail "no truncated line: ${stderr:0:300}"
@@ -358,7 +356,7 @@ assert_blobs_intact() {
 }
 
 @test "an oversized message from the child is an isolation error (exit 7); nothing is committed" {
-    hostile_pull 7 after-copy:huge-line pull $(auth_opts) --cgroup-parent "$CG_PARENT" \
+    hostile_pull 7 after-copy:huge-line pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_json_error isolation
     [[ $ph_error_message == *"oversized message"* ]] || fail "message: $ph_error_message"
@@ -370,7 +368,7 @@ assert_blobs_intact() {
 @test "after concurrent pulls, a killed one and the next pull's reclaim, no lock file, pull cgroup or cgroup parent is left" {
     local uids=() i pids=()
     for i in 1 2 3 4; do
-        "$PULLHELPER" pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c$i" \
+        "$PULLHELPER" pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c$i" \
             >"$BATS_TEST_TMPDIR/c$i.out" 2>"$BATS_TEST_TMPDIR/c$i.err" &
         pids+=($!)
     done
@@ -385,7 +383,7 @@ assert_blobs_intact() {
     wait "$BG_PID" || true
     BG_PID=""
     wait_gone "$child" 10
-    run_pullhelper pull $(auth_opts) --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/next"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/next"
     [[ $stderr == *"reclaimed a stale pull cgroup"* ]] || fail "no reclaim logged: $stderr"
     uids+=("$(json_get .isolation.uid <<<"$output")")
     local d u f

@@ -19,8 +19,7 @@ teardown_file() {
 
 setup() {
     [[ $(id -u) == 0 ]] || skip "needs root: the privilege drop starts from root"
-    OUT="$BATS_TEST_TMPDIR/out"
-    mkdir -p "$OUT"
+    ph_test_setup
     BG_PIDS=()
 }
 
@@ -32,7 +31,6 @@ teardown() {
     return 0
 }
 
-auth_opts() { echo --authfile "$REGISTRY_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR"; }
 
 # bg_pull N ARGS...: a pull of big through the tarpit in the background;
 # events in $BATS_TEST_TMPDIR/events.N, stdout/stderr beside them.
@@ -119,7 +117,7 @@ child_of() {
 @test "eight concurrent pulls into one oci: layout with different tags all land" {
     local i pids=()
     for i in 1 2 3 4 5 6 7 8; do
-        "$PULLHELPER" pull $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:t$i" \
+        "$PULLHELPER" pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:t$i" \
             >"$BATS_TEST_TMPDIR/r$i" 2>&1 3>&- &
         pids+=($!)
     done
@@ -142,7 +140,7 @@ print(" ".join(sorted(m["annotations"]["org.opencontainers.image.ref.name"] for 
 # downloading, plant WHAT in the staging area (as an attacker owning the
 # child would); the pull must then be refused with exit 8 and DEST unchanged.
 plant_and_finish() {
-    run_pullhelper pull $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest:old"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest:old"
     local before
     before=$(cd "$OUT/dest" && find . -type f -exec sha256sum {} + | sort)
     start_tarpit -1 --rate 8000000
@@ -179,12 +177,12 @@ plant_and_finish() {
 }
 
 @test "--user takes a named user; root is refused" {
-    run_pullhelper pull $(auth_opts) --user nobody "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    run_pullhelper pull "${PH_OPTS[@]}" --user nobody "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_equal "$(json_get .isolation.uid <<<"$output")" "$(id -u nobody)"
     assert_equal "$(json_get .isolation.user <<<"$output")" "user nobody"
     local u
     for u in root 0; do
-        run_pullhelper 2 pull $(auth_opts) --user "$u" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
+        run_pullhelper 2 pull "${PH_OPTS[@]}" --user "$u" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
         assert_json_error usage
         [[ $ph_error_message == --user:* ]] || fail "message does not name --user: $ph_error_message"
     done
@@ -198,7 +196,7 @@ plant_and_finish() {
     : >"$events"
     # shellcheck disable=SC2046
     PULLHELPER_HOSTILE=after-drop:inherited-fds,after-copy:forge-events timeout --kill-after=10 120 \
-        "$PULLHELPER_HOSTILE_BIN" pull --progress-fd 5 $(auth_opts) "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" \
+        "$PULLHELPER_HOSTILE_BIN" pull --progress-fd 5 "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" \
         >"$BATS_TEST_TMPDIR/stdout" 2>"$BATS_TEST_TMPDIR/stderr" 5>"$events" 7>>"$log" || rc=$?
     cat "$BATS_TEST_TMPDIR/stderr"
     assert_equal "$rc" 0
