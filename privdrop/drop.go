@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,52 +62,218 @@ func Drop(id Identity, withSeccomp bool) error {
 	}
 	// 5. seccomp, synchronised to every thread.
 	if withSeccomp {
-		if err := seccomp.LoadFilter(Filter()); err != nil {
+		if err := loadFilter(); err != nil {
 			return fmt.Errorf("installing the seccomp filter: %w", err)
 		}
 	}
 	return nil
 }
 
-// Denied lists the system calls the child may never make: nothing a
-// registry client needs, everything an attacker who owns the parser wants.
+// Denied lists the system calls the child may never make (EPERM): nothing
+// a registry client needs, everything an attacker who owns the parser wants.
+//
+// It holds every call Docker's default seccomp profile refuses a container
+// without capabilities (moby/profiles seccomp/default.json, checked at
+// moby/moby b985e2313a86), plus ptrace, process_vm_readv/writev, adjtimex,
+// clock_adjtime and name_to_handle_at, which Docker allows and a pull never
+// makes. Docker's conditional rules are below: clone (namespace flags),
+// socket (AF_ALG, AF_VSOCK, and AF_UNIX here) and personality. Nothing
+// Docker refuses is allowed here: the Go runtime (threads are clone without
+// namespace flags, the netpoller is epoll and eventfd) and containers/image
+// (HTTP over TCP, files, gzip/zstd in Go) need none of them.
 var Denied = []string{
-	"mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
-	"fspick", "mount_setattr", "setns", "unshare", "ptrace", "process_vm_readv", "process_vm_writev",
-	"bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load",
-	"kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff",
-	"open_by_handle_at", "name_to_handle_at", "acct", "settimeofday", "clock_settime", "adjtimex",
-	"clock_adjtime", "iopl", "ioperm", "quotactl", "lookup_dcookie", "syslog", "vhangup", "kcmp",
-	"setdomainname", "sethostname",
+	// mounts and namespaces
+	"mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "open_tree_attr", "fsopen",
+	"fsconfig", "fsmount", "fspick", "mount_setattr", "setns", "unshare", "listns",
+	// other processes' memory, file descriptors and kernel objects
+	"ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
+	// kernel attack surface a pull never touches
+	"bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+	"keyctl", "add_key", "request_key", "fanotify_init", "rseq_slice_yield",
+	// uprobe: listed for Docker parity; kernels that have it exempt it from
+	// seccomp (only the kernel's own trampolines may call it)
+	"uprobe",
+	"lsm_get_self_attr", "lsm_set_self_attr", "lsm_list_modules",
+	// NUMA placement (Docker needs CAP_SYS_NICE for these)
+	"mbind", "get_mempolicy", "set_mempolicy", "set_mempolicy_home_node", "migrate_pages", "move_pages",
+	// the machine: modules, kexec, reboot, swap, clocks, quotas, I/O ports, names
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
+	"swapoff", "acct", "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "iopl", "ioperm",
+	"quotactl", "quotactl_fd", "lookup_dcookie", "syslog", "vhangup", "setdomainname", "sethostname",
+	// files by handle, and inode attributes nobody in a pull sets
+	"open_by_handle_at", "name_to_handle_at", "file_getattr", "file_setattr",
+	// obsolete or never implemented (ENOSYS already; refused so a kernel
+	// that brings one back gets no new surface)
+	"_sysctl", "sysfs", "ustat", "uselib", "create_module", "get_kernel_syms", "query_module",
+	"nfsservctl", "afs_syscall", "getpmsg", "putpmsg", "security", "tuxcall", "vserver",
 }
 
 // namespaceFlags are the clone flags that create namespaces; clone with any
-// of them is refused (unshare and setns are refused outright).
-var namespaceFlags = []uint64{unix.CLONE_NEWNS, unix.CLONE_NEWUSER, unix.CLONE_NEWPID, unix.CLONE_NEWNET,
-	unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWCGROUP, unix.CLONE_NEWTIME}
+// of them is refused (unshare and setns are refused outright, clone3 gets
+// ENOSYS). Docker's mask is the same without CLONE_NEWTIME.
+const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+	unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
-// Filter is the child's seccomp filter: allow by default, refuse Denied with
-// EPERM, refuse clone with namespace flags, and answer clone3 with ENOSYS
-// (its flags live in memory a filter cannot read; callers fall back to
-// clone, which the filter can check).
-func Filter() seccomp.Filter {
-	var clone []seccomp.NameWithConditions
-	for _, f := range namespaceFlags {
-		clone = append(clone, seccomp.NameWithConditions{Name: "clone",
-			Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: f}}})
+// deniedSocketDomains: socket and socketpair with these domains get EPERM.
+// AF_UNIX because a Unix socket is how a process hands file descriptors to
+// another (SCM_RIGHTS) or talks to a local daemon, and the pull needs none:
+// containers/image speaks HTTP over TCP, Go's resolver (CGO_ENABLED=0)
+// speaks UDP/TCP to the nameservers, and the protocol fds are pipes.
+// AF_ALG (kernel crypto) and AF_VSOCK as in Docker's profile. AF_NETLINK
+// stays allowed: Go's net package reads interfaces over it (net.Interfaces,
+// IPv6 zones), Docker allows it, and unprivileged netlink changes nothing.
+var deniedSocketDomains = []uint32{unix.AF_UNIX, unix.AF_ALG, unix.AF_VSOCK}
+
+// allowedPersonalities: personality is allowed with these values only
+// (Docker's list: PER_LINUX, PER_LINUX32, UNAME26 variants and the query
+// 0xffffffff); anything else, e.g. ADDR_NO_RANDOMIZE or READ_IMPLIES_EXEC,
+// gets EPERM.
+var allowedPersonalities = []uint32{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
+
+// Offsets in struct seccomp_data: nr, arch, then args[6] of 64 bits. The
+// low 32 bits of an argument are at its offset on both little-endian
+// architectures; every argument checked here is an int or unsigned int
+// (clone's flags: the kernel uses their low 32 bits), so the high half an
+// attacker could set is ignored by the kernel too.
+const (
+	offNr   = 0
+	offArch = 4
+	offArg0 = 16
+)
+
+const retKill = unix.SECCOMP_RET_KILL_PROCESS
+
+func retErrno(e syscall.Errno) bpf.RetConstant {
+	return bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(e)&unix.SECCOMP_RET_DATA}
+}
+
+// Filter assembles the child's seccomp program for the native architecture:
+//
+//   - a system call of any other ABI kills the process (SIGSYS): on amd64
+//     the i386 entry (`int $0x80`, AUDIT_ARCH_I386) and x32 (numbers with
+//     __X32_SYSCALL_BIT), on arm64 the 32-bit compat entry. A filter that
+//     only lists native numbers would let them through unchecked;
+//   - Denied gets EPERM; clone with a namespace flag gets EPERM; clone3 gets
+//     ENOSYS (its flags live in memory a filter cannot read, so glibc and Go
+//     fall back to clone, which the filter checks);
+//   - socket and socketpair in deniedSocketDomains get EPERM; personality
+//     outside allowedPersonalities gets EPERM;
+//   - everything else is allowed.
+//
+// Every jump is local (at most a few instructions), so the program needs no
+// long jumps whatever the lists hold.
+func Filter() ([]bpf.Instruction, error) {
+	if nativeArch == 0 {
+		return nil, fmt.Errorf("no seccomp filter for GOARCH %s: run with seccomp disabled in the policy or add the architecture", runtime.GOARCH)
 	}
-	return seccomp.Filter{
-		NoNewPrivs: true,
-		Flag:       seccomp.FilterFlagTSync,
-		Policy: seccomp.Policy{
-			DefaultAction: seccomp.ActionAllow,
-			Syscalls: []seccomp.SyscallGroup{
-				{Action: seccomp.ActionErrno, Names: Denied},
-				{Action: seccomp.ActionErrno, NamesWithCondtions: clone},
-				{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"}},
-			},
-		},
+	need := func(name string) (uint32, error) {
+		n, ok := sysnum[name]
+		if !ok {
+			return 0, fmt.Errorf("seccomp filter: %s has no number on %s", name, runtime.GOARCH)
+		}
+		return n, nil
 	}
+	loadNr := bpf.LoadAbsolute{Off: offNr, Size: 4}
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: offArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: nativeArch, SkipTrue: 1},
+		bpf.RetConstant{Val: retKill},
+		loadNr,
+	}
+	if rejectX32 {
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallBit, SkipFalse: 1},
+			bpf.RetConstant{Val: retKill})
+	}
+	deny := func(n uint32, e syscall.Errno) {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 1}, retErrno(e))
+	}
+	for _, name := range Denied {
+		if notOnThisArch[name] {
+			continue
+		}
+		n, err := need(name)
+		if err != nil {
+			return nil, err // a name nobody listed as absent: fail closed
+		}
+		deny(n, unix.EPERM)
+	}
+	n, err := need("clone3")
+	if err != nil {
+		return nil, err
+	}
+	deny(n, unix.ENOSYS)
+	// clone: EPERM if arg0 has a namespace flag.
+	if n, err = need("clone"); err != nil {
+		return nil, err
+	}
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 4},
+		bpf.LoadAbsolute{Off: offArg0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: namespaceFlags, SkipFalse: 1},
+		retErrno(unix.EPERM),
+		loadNr)
+	// socket, socketpair: EPERM if arg0 (the domain) is denied.
+	for _, name := range []string{"socket", "socketpair"} {
+		if n, err = need(name); err != nil {
+			return nil, err
+		}
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(2 + 2*len(deniedSocketDomains))},
+			bpf.LoadAbsolute{Off: offArg0, Size: 4})
+		for _, d := range deniedSocketDomains {
+			p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: d, SkipTrue: 1}, retErrno(unix.EPERM))
+		}
+		p = append(p, loadNr)
+	}
+	// personality: EPERM unless arg0 is allowed.
+	if n, err = need("personality"); err != nil {
+		return nil, err
+	}
+	k := len(allowedPersonalities)
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(k + 3)},
+		bpf.LoadAbsolute{Off: offArg0, Size: 4})
+	for i, v := range allowedPersonalities {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(k - i)})
+	}
+	p = append(p, retErrno(unix.EPERM), loadNr)
+	p = append(p, bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	return p, nil
+}
+
+// x32SyscallBit is __X32_SYSCALL_BIT: an x32 call is the native `syscall`
+// instruction with this bit in the number, and the same AUDIT_ARCH.
+const x32SyscallBit = 0x40000000
+
+// loadFilter installs Filter on every thread (SECCOMP_FILTER_FLAG_TSYNC).
+// no_new_privs must already be set (Drop sets it on every thread first).
+func loadFilter() error {
+	insts, err := Filter()
+	if err != nil {
+		return err
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return fmt.Errorf("assembling the seccomp filter: %w", err)
+	}
+	sf := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		sf[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(sf)), Filter: &sf[0]}
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC,
+		uintptr(unsafe.Pointer(&prog)))
+	runtime.KeepAlive(sf)
+	if e != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): %w", e)
+	}
+	if r != 0 {
+		// With TSYNC the kernel returns the id of a thread it could not
+		// synchronise (one with a diverging filter); nothing was installed.
+		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
+	}
+	return nil
 }
 
 func lastCap() (int, error) {

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(childHelper())
 	}
+	if name := os.Getenv(probeEnv); name != "" {
+		os.Exit(probeHelper(name))
+	}
 	os.Exit(m.Run())
 }
 
@@ -56,6 +59,13 @@ func childHelper() int {
 	}
 	ts, _ := privdrop.ReadThreads("self")
 	r.Threads = len(ts)
+	if r.DropErr != "" || r.VerifyErr != "" {
+		// Still root: trying ptrace on the parent or mount now would stop
+		// the test runner or touch the host (a cgo build, where
+		// AllThreadsSyscall is not supported, ends here).
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return 0
+	}
 	try := func(name string, err error) {
 		if err == nil {
 			r.Attempts[name] = ""
@@ -212,8 +222,7 @@ func TestFilterDeniesTheIssueList(t *testing.T) {
 			t.Errorf("%s is not denied", n)
 		}
 	}
-	f := privdrop.Filter()
-	if _, err := f.Policy.Assemble(); err != nil {
+	if _, err := privdrop.Filter(); err != nil {
 		t.Fatalf("the filter does not assemble: %v", err)
 	}
 }

@@ -211,3 +211,38 @@ plant_and_finish() {
     assert_equal "$(grep '"type":"done"' "$events" | json_get .digest)" "$(json_get .digest <"$BATS_TEST_TMPDIR/stdout")"
     grep -q "dropped an event of the pull child" "$BATS_TEST_TMPDIR/stderr" || fail "the forged events were not reported"
 }
+
+# The hostile build (bin/pullhelper-hostile, tag pullhelper_hostile) plays a
+# child that runs attacker code after the drop; the registry is unreachable
+# on purpose, the actions run before any network I/O.
+hostile_bin() {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build not found: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+}
+
+@test "a compromised child cannot unshare(CLONE_NEWUSER|CLONE_NEWNS) through the 32-bit entry (int 0x80)" {
+    hostile_bin || return
+    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=after-drop:unshare32 \
+        run_pullhelper '?' pull --retries 0 127.0.0.1:1/hostile/unshare32:latest "oci:$OUT/dest"
+    echo "$stderr"
+    ((status != 0)) || fail "the pull succeeded"
+    assert_json_error internal
+    [[ $stderr == *"hostile: running unshare32 at after-drop"* ]] || fail "the hostile action did not run"
+    [[ $stderr != *"unshare32 succeeded"* ]] || fail "the 32-bit unshare succeeded: the filter does not check the architecture"
+    [[ $stderr == *"unshare32 refused (killed by bad system call)"* ]] ||
+        fail "want the probe killed by SIGSYS (the filter kills every non-native ABI)"
+    [[ $stderr == *"exit status 42"* ]] || fail "the child did not end with the action's status 42"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+}
+
+@test "the release binary has no hostile hooks: PULLHELPER_HOSTILE does nothing" {
+    PULLHELPER_HOSTILE=after-drop:exit42 run_pullhelper 6 pull --retries 0 127.0.0.1:1/probe/none:latest "oci:$OUT/dest"
+    assert_json_error network
+    [[ $stderr != *"hostile:"* ]] || fail "the release child ran a hostile action: $stderr"
+    # The same environment does reach the hostile build's child, so the
+    # check above is not vacuous.
+    hostile_bin || return
+    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=after-drop:exit42 \
+        run_pullhelper 1 pull --retries 0 127.0.0.1:1/probe/none:latest "oci:$OUT/dest"
+    [[ $stderr == *"hostile: running exit42 at after-drop"* && $stderr == *"exit status 42"* ]] ||
+        fail "the hostile build did not run exit42: $stderr"
+}

@@ -252,10 +252,14 @@ t_mount_namespace() {
     cns=$(readlink "/proc/$CHILD/ns/mnt")
     pns=$(readlink "/proc/$BG/ns/mnt")
     [ "$cns" != "$pns" ] || bad "the child shares the parent's mount namespace $pns"
-    m=$(awk '$5 == "/tmp" { print $3, $4 }' "/proc/$CHILD/mountinfo" | tail -1)
+    # /tmp is a private tmpfs; the staging work directory is mounted at
+    # /tmp/stage (a detached mount the parent made with open_tree).
+    t=$(awk '$5 == "/tmp" { for (i = 6; i <= NF; i++) if ($i == "-") { print $(i + 1); break } }' "/proc/$CHILD/mountinfo" | tail -1)
+    [ "$t" = tmpfs ] || bad "the child's /tmp is '$t', want a private tmpfs"
+    m=$(awk '$5 == "/tmp/stage" { print $3, $4 }' "/proc/$CHILD/mountinfo" | tail -1)
     case "$m" in
-        "$DEV /sig/.pullhelper-staging-"*) ev "child $cns, parent $pns; the child's /tmp is $m" ;;
-        *) bad "the child's /tmp is '$m', want the staging directory on $DEV" ;;
+        "$DEV /sig/.pullhelper-staging-"*"/work") ev "child $cns, parent $pns; the child's /tmp is a tmpfs, /tmp/stage is $m" ;;
+        *) bad "the child's /tmp/stage is '$m', want the staging work directory on $DEV" ;;
     esac
     ! grep -q pullhelper-staging "/proc/$BG/mountinfo" "/proc/1/mountinfo" ||
         bad "a staging mount is visible outside the child: $(grep pullhelper-staging "/proc/$BG/mountinfo" | oneline)"
@@ -331,15 +335,23 @@ t_usage() {
 t_pids_max() {
     d=$DISK/pids
     mkdir -p "$d"
+    # Below what the Go child needs: a usage error before anything exists.
     pull pids --pids-max 1 "$REG/fixtures/tiny" "oci:$d/dest"
     ev "exit=$RC"
-    [ "$RC" = 7 ] || { bad "exit $RC, want 7"; show_err pids; }
+    [ "$RC" = 2 ] || { bad "exit $RC, want 2"; show_err pids; }
     code=$(jget code "$W/pids.out")
-    [ "$code" = isolation ] || bad "error code '$code', want isolation"
+    [ "$code" = usage ] || bad "error code '$code', want usage"
     msg=$(jget message "$W/pids.out")
-    case "$msg" in *"pids_max=1 is too low"*) ev "message: ${msg%%:*}" ;; *) bad "message: $msg" ;; esac
+    case "$msg" in *"pids_max=1 (--pids-max) is too low"*"needs at least"*) ev "message: ${msg%%;*}" ;; *) bad "message: $msg" ;; esac
     [ ! -e "$d/dest" ] || bad "DEST was created"
     [ -z "$(staging_left "$d")" ] || bad "staging left"
+    [ -z "$(pull_cgroups)" ] || bad "cgroup left: $(pull_cgroups)"
+    # At the minimum the pull succeeds and stays within pids.max.
+    min=$((16 + 2 * $(nproc)))
+    pull pidsmin --pids-max "$min" "$REG/fixtures/tiny" "oci:$d/dest"
+    [ "$RC" = 0 ] || { bad "exit $RC at pids_max=$min, want 0"; show_err pidsmin; }
+    peak=$(jget pids_peak "$W/pidsmin.out")
+    if isnum "$peak" && [ "$peak" -le "$min" ]; then ev "pids_max=$min: pids_peak=$peak"; else bad "pids_peak '$peak' at pids_max=$min"; fi
     [ -z "$(pull_cgroups)" ] || bad "cgroup left: $(pull_cgroups)"
 }
 

@@ -1,0 +1,280 @@
+package privdrop_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/pullhelper/pullhelper/internal/rawsys"
+	"github.com/pullhelper/pullhelper/privdrop"
+	"golang.org/x/sys/unix"
+)
+
+// probeEnv names one probe: the test binary, re-executed with it, makes the
+// probe's system call once before the filter and once after, and prints
+// both outcomes as JSON. Each probe runs in its own process; the raw ones
+// (other ABIs, namespaces) in a forked single-threaded copy of it, so
+// SIGSYS kills the copy, not the report.
+const probeEnv = "PULLHELPER_PRIVDROP_PROBE"
+
+type probeReport struct {
+	Before, After string
+	Setup         string // how the filter was installed, or why it was not
+}
+
+// outcome texts: "ok", "errno N (text)", "signal NAME".
+func fromErrno(e syscall.Errno) string {
+	if e == 0 {
+		return "ok"
+	}
+	return fmt.Sprintf("errno %d (%v)", int(e), e)
+}
+
+func fromErr(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	if e, ok := err.(syscall.Errno); ok {
+		return fromErrno(e)
+	}
+	return "error " + err.Error()
+}
+
+func inFork(abi rawsys.ABI, trap, a1, a2, a3 uintptr) string {
+	o, err := rawsys.InFork(abi, trap, a1, a2, a3)
+	switch {
+	case err != nil:
+		return "error " + err.Error()
+	case o.Signal != 0:
+		return "signal " + unix.SignalName(o.Signal)
+	}
+	return fromErrno(o.Errno)
+}
+
+func raw(trap, a1, a2, a3 uintptr) string {
+	r, _, e := unix.RawSyscall(trap, a1, a2, a3)
+	if e == 0 && int(r) > 2 && trap != unix.SYS_PERSONALITY {
+		unix.Close(int(r)) // a new fd (socket, io_uring)
+	}
+	return fromErrno(e)
+}
+
+const (
+	i386SchedYield  = 158
+	x32SchedYield   = rawsys.X32Bit | 24
+	sigsys          = "signal SIGSYS"
+	addrNoRandomize = 0x0040000
+	eperm           = "errno 1 (operation not permitted)"
+	enosys          = "errno 38 (function not implemented)"
+)
+
+// probes: what each one does, and what it must give under the filter.
+var probes = map[string]struct {
+	run         func() string
+	want        string
+	needsI386   bool // only amd64 has the i386 and x32 entries
+	wantControl bool // must succeed before the filter, or the probe proves nothing
+}{
+	// Still works.
+	"native-sched_yield": {run: func() string { return inFork(rawsys.Native, unix.SYS_SCHED_YIELD, 0, 0, 0) }, want: "ok", wantControl: true},
+	"socket-inet":        {run: func() string { return raw(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0) }, want: "ok", wantControl: true},
+	"socket-netlink": {run: func() string {
+		return raw(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)
+	}, want: "ok", wantControl: true},
+	"personality-query": {run: func() string { return raw(unix.SYS_PERSONALITY, 0xffffffff, 0, 0) }, want: "ok", wantControl: true},
+	// Other ABIs: the whole process dies.
+	"i386-sched_yield": {run: func() string { return inFork(rawsys.I386, i386SchedYield, 0, 0, 0) }, want: sigsys, needsI386: true, wantControl: true},
+	"i386-unshare-newuser-newns": {run: func() string {
+		return inFork(rawsys.I386, rawsys.I386Unshare, unix.CLONE_NEWUSER|unix.CLONE_NEWNS, 0, 0)
+	}, want: sigsys, needsI386: true},
+	"x32-sched_yield": {run: func() string { return inFork(rawsys.Native, x32SchedYield, 0, 0, 0) }, want: sigsys, needsI386: true},
+	// User namespaces in any native form.
+	"unshare-newuser": {run: func() string { return inFork(rawsys.Native, unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0) }, want: eperm},
+	"clone-newuser": {run: func() string {
+		return inFork(rawsys.Native, unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0)
+	}, want: eperm},
+	"clone3": {run: func() string { return raw(unix.SYS_CLONE3, 0, 0, 0) }, want: enosys},
+	// io_uring.
+	"io_uring_setup": {run: func() string {
+		var params [120]byte // struct io_uring_params
+		return raw(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	}, want: eperm},
+	// Unix sockets (fd passing), AF_ALG; high bits of the int do not help.
+	"socket-unix":     {run: func() string { return raw(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0) }, want: eperm, wantControl: true},
+	"socket-unix-hi":  {run: func() string { return raw(unix.SYS_SOCKET, unix.AF_UNIX|1<<32, unix.SOCK_STREAM, 0) }, want: eperm},
+	"socketpair-unix": {run: func() string { return socketpair(unix.AF_UNIX) }, want: eperm, wantControl: true},
+	"socket-alg":      {run: func() string { return raw(unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET, 0) }, want: eperm},
+	"personality-noaslr": {run: func() string {
+		return inFork(rawsys.Native, unix.SYS_PERSONALITY, addrNoRandomize, 0, 0)
+	}, want: eperm},
+	// Every name of Denied, with zero arguments.
+	"denied-sweep": {run: sweepDenied, want: "ok"},
+}
+
+func socketpair(domain uintptr) string {
+	var fds [2]int32
+	_, _, e := unix.RawSyscall6(unix.SYS_SOCKETPAIR, domain, unix.SOCK_STREAM, 0, uintptr(unsafe.Pointer(&fds[0])), 0, 0)
+	if e == 0 {
+		unix.Close(int(fds[0]))
+		unix.Close(int(fds[1]))
+	}
+	return fromErrno(e)
+}
+
+// sweepDenied calls every Denied system call with zero arguments (after
+// the drop, so even an unfiltered one could do nothing) and says "ok" only
+// if every one got EPERM.
+func sweepDenied() string {
+	var bad []string
+	for _, name := range privdrop.Denied {
+		n, ok := privdrop.SyscallNumber(name)
+		if !ok || name == "uprobe" {
+			// uprobe: the kernel runs it before seccomp (it is called by
+			// its own uprobe trampolines, and fails with ENXIO or SIGILL
+			// anywhere else), so no filter can answer it.
+			continue
+		}
+		r := inFork(rawsys.Native, uintptr(n), 0, 0, 0)
+		if runtime.GOARCH != "amd64" {
+			_, _, e := unix.RawSyscall(uintptr(n), 0, 0, 0)
+			r = fromErrno(e)
+		}
+		if r != eperm {
+			bad = append(bad, name+": "+r)
+		}
+	}
+	if len(bad) > 0 {
+		return strings.Join(bad, "; ")
+	}
+	return "ok"
+}
+
+// probeHelper runs in the re-executed test binary.
+func probeHelper(name string) int {
+	p, ok := probes[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "no probe %q\n", name)
+		return 2
+	}
+	var r probeReport
+	if name != "denied-sweep" {
+		r.Before = p.run()
+	}
+	if os.Geteuid() == 0 {
+		// The real thing: the whole drop, as the child does it.
+		id := privdrop.Identity{UID: 61999, GID: 61999}
+		if err := privdrop.Drop(id, true); err != nil {
+			r.Setup = "drop: " + err.Error()
+		} else if err := privdrop.Verify(id, true); err != nil {
+			r.Setup = "verify: " + err.Error()
+		} else {
+			r.Setup = "drop"
+		}
+	} else {
+		// Unprivileged: no_new_privs and the filter are all it takes.
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+			r.Setup = "no_new_privs: " + e.Error()
+		} else if err := privdrop.LoadFilter(); err != nil {
+			r.Setup = "filter: " + err.Error()
+		} else {
+			r.Setup = "filter"
+		}
+	}
+	if r.Setup == "drop" || r.Setup == "filter" {
+		r.After = p.run()
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+	return 0
+}
+
+// TestSeccompProbes runs every probe in its own process and checks what the
+// filter answered. With the filter of go-seccomp-bpf (before issue 10) the
+// i386 calls succeeded, x32 got ENOSYS, io_uring_setup and Unix sockets
+// worked: those probes fail there.
+func TestSeccompProbes(t *testing.T) {
+	for name, p := range probes {
+		t.Run(name, func(t *testing.T) {
+			if p.needsI386 && runtime.GOARCH != "amd64" {
+				t.Skipf("the i386 and x32 entries exist on amd64 only (GOARCH=%s)", runtime.GOARCH)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), probeEnv+"="+name)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("probe process: %v\n%s", err, out)
+			}
+			var r probeReport
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("probe output %q: %v", out, err)
+			}
+			t.Logf("%s: before the filter %q, after %q (%s)", name, r.Before, r.After, r.Setup)
+			if r.Setup != "drop" && r.Setup != "filter" {
+				t.Fatalf("installing the filter: %s", r.Setup)
+			}
+			if p.wantControl && r.Before != "ok" {
+				t.Fatalf("before the filter the probe gave %q, want ok: it would prove nothing", r.Before)
+			}
+			if r.After != p.want {
+				t.Errorf("under the filter: %s, want %s", r.After, p.want)
+			}
+		})
+	}
+}
+
+// TestFilterCoversDockerDefault: every system call Docker's default profile
+// refuses an unprivileged amd64 container (moby/moby b985e2313a86,
+// vendor/github.com/moby/profiles/seccomp/default.json: not in the allow
+// list, or allowed only with a capability) is refused by ours too; the
+// conditional ones (clone, clone3, socket, personality) have their own
+// rules and probes above.
+func TestFilterCoversDockerDefault(t *testing.T) {
+	docker := strings.Fields(`_sysctl acct add_key afs_syscall bpf chroot clock_adjtime clock_settime
+		create_module delete_module fanotify_init file_getattr file_setattr finit_module fsconfig fsmount
+		fsopen fspick get_kernel_syms get_mempolicy getpmsg init_module io_uring_enter io_uring_register
+		io_uring_setup ioperm iopl kcmp kexec_file_load kexec_load keyctl listns lookup_dcookie
+		lsm_get_self_attr lsm_list_modules lsm_set_self_attr mbind migrate_pages mount mount_setattr
+		move_mount move_pages nfsservctl open_by_handle_at open_tree open_tree_attr perf_event_open
+		pidfd_getfd pivot_root process_madvise putpmsg query_module quotactl quotactl_fd reboot request_key
+		rseq_slice_yield security set_mempolicy set_mempolicy_home_node setdomainname sethostname setns
+		settimeofday swapoff swapon syslog sysfs tuxcall umount2 unshare uprobe uselib userfaultfd ustat
+		vhangup vserver`)
+	have := map[string]bool{}
+	for _, n := range privdrop.Denied {
+		if have[n] {
+			t.Errorf("%s is listed twice", n)
+		}
+		have[n] = true
+	}
+	for _, n := range docker {
+		if !have[n] {
+			t.Errorf("Docker's default profile refuses %s; ours allows it", n)
+		}
+	}
+	// Every name resolves on this architecture, or is known to be absent:
+	// a typo must not silently leave a call allowed.
+	for _, n := range privdrop.Denied {
+		if _, ok := privdrop.SyscallNumber(n); !ok && !privdrop.NotOnThisArch[n] {
+			t.Errorf("%s has no number on %s", n, runtime.GOARCH)
+		}
+	}
+}
+
+// TestRawsysNotInTheReleaseBinary: the hostile helpers never reach the
+// release build.
+func TestRawsysNotInTheReleaseBinary(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/pullhelper/pullhelper/cmd/pullhelper").CombinedOutput()
+	if err != nil {
+		t.Skipf("go list is not available here (%v): %s", err, out)
+	}
+	for _, bad := range []string{"github.com/pullhelper/pullhelper/internal/rawsys", "github.com/elastic/go-seccomp-bpf"} {
+		if strings.Contains(string(out), bad+"\n") {
+			t.Errorf("the release binary imports %s", bad)
+		}
+	}
+}
