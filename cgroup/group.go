@@ -17,6 +17,7 @@ import (
 	cg "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/cgroups/systemd"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/proc"
 )
 
@@ -40,16 +41,8 @@ type Group struct {
 }
 
 // Usage is what the cgroup reports after the pull; a field the kernel does
-// not report is omitted (nil).
-type Usage struct {
-	CPUUsageNS      *uint64 `json:"cpu_usage_ns,omitempty"`
-	MemoryPeakBytes *uint64 `json:"memory_peak_bytes,omitempty"`
-	IOReadBytes     *uint64 `json:"io_read_bytes,omitempty"`
-	IOWriteBytes    *uint64 `json:"io_write_bytes,omitempty"`
-	PidsPeak        *uint64 `json:"pids_peak,omitempty"`
-	OOMKills        *uint64 `json:"oom_kills,omitempty"`
-	PidsMaxHits     *uint64 `json:"pids_max_hits,omitempty"`
-}
+// not report is omitted (nil). It is the output contract's type.
+type Usage = api.Usage
 
 // Version is "v1", "hybrid" or "v2" for this host.
 func Version() string {

@@ -107,17 +107,19 @@ func Build(in Input) (*Config, error) {
 			return nil, fmt.Errorf("cluster domain: %v", err)
 		}
 	}
-	if in.Namespace != "" && !dnsLabel.MatchString(in.Namespace) {
-		return nil, fmt.Errorf("namespace %q is not a Kubernetes namespace (a DNS label: a-z, 0-9 and '-')", in.Namespace)
+	if in.Namespace != "" {
+		if err := CheckNamespace(in.Namespace); err != nil {
+			return nil, err
+		}
 	}
 	for _, o := range in.Options {
 		if err := CheckOption(o); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("option %w", err)
 		}
 	}
 	for _, h := range in.Hosts {
 		if err := CheckHostsEntry(h); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("hosts entry %w", err)
 		}
 	}
 	if len(nameservers) > MaxNameservers {
@@ -270,12 +272,21 @@ func CheckDomain(s string) error {
 	return nil
 }
 
+// CheckNamespace accepts a Kubernetes namespace: a DNS label (a-z, 0-9
+// and '-', at most 63 characters), as it stands in "<ns>.svc.<domain>".
+func CheckNamespace(s string) error {
+	if !dnsLabel.MatchString(s) {
+		return fmt.Errorf("%q is not a Kubernetes namespace (a DNS label: a-z, 0-9 and '-')", s)
+	}
+	return nil
+}
+
 // CheckOption accepts a resolv.conf option as the kubelet writes one: NAME
 // or NAME:VALUE ("ndots:2", "rotate", "single-request-reopen").
 func CheckOption(s string) error {
 	name, val, hasVal := strings.Cut(s, ":")
 	if !optionName.MatchString(name) || (hasVal && !optionVal.MatchString(val)) {
-		return fmt.Errorf("option %q: want NAME or NAME:VALUE such as ndots:2 (letters, digits, '-', '_'; no spaces or control characters)", s)
+		return fmt.Errorf("%q: want NAME or NAME:VALUE such as ndots:2 (letters, digits, '-', '_'; no spaces or control characters)", s)
 	}
 	return nil
 }
@@ -284,19 +295,19 @@ func CheckOption(s string) error {
 func CheckHostsEntry(s string) error {
 	for _, r := range s {
 		if r != ' ' && r != '\t' && (r < 0x20 || r == 0x7f || unicode.IsSpace(r) || r == '#') {
-			return fmt.Errorf("hosts entry %q: only spaces or tabs may separate \"IP NAME [NAME…]\" (no newlines, control characters or '#')", s)
+			return fmt.Errorf("%q: only spaces or tabs may separate \"IP NAME [NAME…]\" (no newlines, control characters or '#')", s)
 		}
 	}
 	f := strings.Fields(s)
 	if len(f) < 2 {
-		return fmt.Errorf("hosts entry %q: want \"IP NAME [NAME…]\"", s)
+		return fmt.Errorf("%q: want \"IP NAME [NAME…]\"", s)
 	}
 	if err := CheckNameserver(f[0]); err != nil {
-		return fmt.Errorf("hosts entry %q: %v", s, err)
+		return fmt.Errorf("%q: %v", s, err)
 	}
 	for _, n := range f[1:] {
 		if err := CheckDomain(n); err != nil {
-			return fmt.Errorf("hosts entry %q: %v", s, err)
+			return fmt.Errorf("%q: %v", s, err)
 		}
 	}
 	return nil

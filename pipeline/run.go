@@ -231,7 +231,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	res.Isolation = iso
 	// In a joined cgroup the pull runs in a sub-cgroup of its own: the
 	// usage is the pull's alone either way.
-	res.Usage = apiUsage(usage)
+	res.Usage = &usage
 	return res, nil
 }
 
@@ -256,9 +256,4 @@ func apiLimits(l cgroup.Limits) *api.Limits {
 			ReadBPS: d.ReadBPS, WriteBPS: d.WriteBPS, ReadIOPS: d.ReadIOPS, WriteIOPS: d.WriteIOPS})
 	}
 	return out
-}
-
-func apiUsage(u cgroup.Usage) *api.Usage {
-	return &api.Usage{CPUUsageNS: u.CPUUsageNS, MemoryPeakBytes: u.MemoryPeakBytes, IOReadBytes: u.IOReadBytes,
-		IOWriteBytes: u.IOWriteBytes, PidsPeak: u.PidsPeak, OOMKills: u.OOMKills, PidsMaxHits: u.PidsMaxHits}
 }

@@ -2,12 +2,10 @@ package policy
 
 import (
 	"fmt"
-	"net/netip"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"unicode"
 
+	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/regpattern"
 )
 
@@ -104,25 +102,29 @@ func (l *Loaded) Validate() error {
 		bad("cgroup.path", "must be an absolute cgroup path such as /kubepods/pod1234, not %q", p.Cgroup.Path)
 	}
 	for i, ns := range p.Network.DNS.Nameservers {
-		if err := checkIP(ns); err != nil {
+		if err := dnsconf.CheckNameserver(ns); err != nil {
 			bad("network.dns.nameservers", "entry %d: %v", i+1, err)
 		}
 	}
 	for i, o := range p.Network.DNS.Options {
-		if err := checkDNSOption(o); err != nil {
+		if err := dnsconf.CheckOption(o); err != nil {
 			bad("network.dns.options", "entry %d: %v", i+1, err)
 		}
 	}
 	for i, h := range p.Network.DNS.Hosts {
-		if err := checkHostsEntry(h); err != nil {
+		if err := dnsconf.CheckHostsEntry(h); err != nil {
 			bad("network.dns.hosts", "entry %d: %v", i+1, err)
 		}
 	}
-	if d := p.Network.DNS.ClusterDomain; d != "" && !domainRE.MatchString(d) {
-		bad("network.dns.cluster_domain", "%q is not a domain name (letters, digits, '-', '_' and dots)", d)
+	if d := p.Network.DNS.ClusterDomain; d != "" {
+		if err := dnsconf.CheckDomain(d); err != nil {
+			bad("network.dns.cluster_domain", "%v", err)
+		}
 	}
-	if ns := p.Network.DNS.Namespace; ns != "" && !dnsLabel.MatchString(ns) {
-		bad("network.dns.namespace", "%q is not a Kubernetes namespace (a DNS label: a-z, 0-9 and '-')", ns)
+	if ns := p.Network.DNS.Namespace; ns != "" {
+		if err := dnsconf.CheckNamespace(ns); err != nil {
+			bad("network.dns.namespace", "%v", err)
+		}
 	}
 	if f := p.Network.DNS.KubeletConfig; f != "" && !filepath.IsAbs(f) && l.source("network.dns.kubelet_config") == "file" {
 		bad("network.dns.kubelet_config", "must be an absolute path, not %q", f)
@@ -151,8 +153,8 @@ func (l *Loaded) Validate() error {
 		bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)
 	}
 	for i, d := range p.Network.DNS.Search {
-		if !domainRE.MatchString(d) {
-			bad("network.dns.search", "entry %d: %q is not a domain name (letters, digits, '-', '_' and dots; no spaces or control characters)", i+1, d)
+		if err := dnsconf.CheckDomain(d); err != nil {
+			bad("network.dns.search", "entry %d: %v", i+1, err)
 		}
 	}
 	if u := p.Privileges.User; u == "" || u == "0" || u == "root" {
@@ -215,59 +217,3 @@ func checkRegistryPattern(r string) error {
 // ("host[:port]" or "*.domain[:port]"). The one rule (ports equal, no port
 // matches no port only) is internal/regpattern's.
 func MatchRegistry(pattern, host string) bool { return regpattern.Match(pattern, host) }
-
-// The resolv.conf and hosts syntax (dnsconf checks the same again where it
-// writes the files): each value is one word of a line there, so whitespace,
-// control characters (a newline starts a new directive) and '#' are refused.
-var (
-	dnsLabel   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	domainRE   = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
-	optionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
-	optionVal  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-	zoneRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-)
-
-// checkIP accepts an IP address whose IPv6 zone, if any, is an interface
-// name (netip accepts any text after '%', a newline included).
-func checkIP(s string) error {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return fmt.Errorf("%q is not an IP address", s)
-	}
-	if z := a.Zone(); z != "" && !zoneRE.MatchString(z) {
-		return fmt.Errorf("%q: the zone %q is not an interface name", s, z)
-	}
-	return nil
-}
-
-// checkDNSOption accepts NAME or NAME:VALUE, as the kubelet writes a pod's
-// dnsConfig options into resolv.conf.
-func checkDNSOption(s string) error {
-	name, val, hasVal := strings.Cut(s, ":")
-	if !optionName.MatchString(name) || (hasVal && !optionVal.MatchString(val)) {
-		return fmt.Errorf("%q: want NAME or NAME:VALUE such as ndots:2 (letters, digits, '-', '_'; no spaces or control characters)", s)
-	}
-	return nil
-}
-
-// checkHostsEntry accepts "IP NAME [NAME…]" separated by spaces or tabs.
-func checkHostsEntry(s string) error {
-	for _, r := range s {
-		if r != ' ' && r != '\t' && (r < 0x20 || r == 0x7f || unicode.IsSpace(r) || r == '#') {
-			return fmt.Errorf("%q: only spaces or tabs may separate \"IP NAME [NAME…]\" (no newlines, control characters or '#')", s)
-		}
-	}
-	f := strings.Fields(s)
-	if len(f) < 2 {
-		return fmt.Errorf("%q: want \"IP NAME [NAME…]\"", s)
-	}
-	if err := checkIP(f[0]); err != nil {
-		return err
-	}
-	for _, n := range f[1:] {
-		if !domainRE.MatchString(n) {
-			return fmt.Errorf("%q: %q is not a host name", s, n)
-		}
-	}
-	return nil
-}
