@@ -24,17 +24,16 @@ package auth
 //     over it; callers order sources accordingly.
 //   - Legacy mode (config_path == ""): endpoints are mirrors[host] (or
 //     mirrors["*"]) followed by the default endpoint, unless a mirror endpoint
-//     already has the reference host itself. pullhelper does NOT follow
-//     mirrors yet: it reports the default endpoint (or the mirror endpoint
-//     whose host is the reference host, which containerd uses instead of the
-//     default). Every endpoint's TLS config is still validated, because
-//     containerd fails the whole pull when any of them is invalid.
+//     already has the reference host itself, each with configs[HOST].tls
+//     (endpoints.go containerdLegacyList). Every endpoint's TLS config is
+//     validated, because containerd fails the whole pull when any of them is
+//     invalid.
 //   - config_path mode: hosts directory lookup per root, hosts.toml (or the
 //     Docker certs.d layout), the default host, localhost defaults (1.6.20+
-//     and 1.7). TLS is reported for the default endpoint: the `server` entry
-//     (or the default host) plus any [host."URL"] entry with the same
-//     host[:port], which containerd tries first. All entries' CA and client
-//     files are validated, as containerd loads them all.
+//     and 1.7); every [host."URL"] entry and the server (or default host) is
+//     an endpoint with its own TLS (endpoints.go containerdEndpointList). All
+//     entries' CA and client files are validated, as containerd loads them
+//     all.
 //
 // Version differences: a hosts.toml without any [host] table (server and
 // root keys only) is valid from 1.7.32 (commit 24007441d) and is what this
@@ -60,22 +59,9 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// ContainerdRegistry is what containerd would use for one reference host.
-type ContainerdRegistry struct {
-	// Credentials in the order containerd would use them (normally 0 or 1).
-	Credentials []Credential `json:"credentials"`
-	// Endpoint is the host[:port] actually contacted for the default
-	// endpoint (docker.io → registry-1.docker.io).
-	Endpoint string `json:"endpoint"`
-	// TLS is the material for that endpoint.
-	TLS ContainerdTLS `json:"tls"`
-	// HostsDir is the hosts directory used (config_path mode), "" otherwise.
-	HostsDir string `json:"hosts_dir,omitempty"`
-}
-
-// ContainerdTLS is the TLS material containerd uses for one endpoint, on top
-// of the system pool.
-type ContainerdTLS struct {
+// ctrdTLS is the TLS material containerd uses for one endpoint, on top of
+// the system pool.
+type ctrdTLS struct {
 	CAFiles     []string    `json:"ca_files,omitempty"`     // absolute paths
 	ClientPairs [][2]string `json:"client_pairs,omitempty"` // [cert, key]; key == cert when the PEM has both
 	SkipVerify  bool        `json:"skip_verify"`
@@ -116,47 +102,6 @@ type ctrdRegistry struct {
 
 	// authKey names where configs[HOST].auth came from in the file.
 	authKey map[string]string
-}
-
-// LoadContainerd reads config.toml and resolves the registry for refHost
-// (the host as written in the image reference, e.g. "docker.io",
-// "myreg:5000", "localhost:5000"). Errors never quote a secret.
-func LoadContainerd(configPath, refHost string) (*ContainerdRegistry, error) {
-	reg, err := loadContainerdConfig(configPath)
-	if err != nil {
-		return nil, err
-	}
-	host := refHost
-	if host == "" || host == "index.docker.io" {
-		// The reference parser normalises both to docker.io.
-		host = "docker.io"
-	}
-	var out *ContainerdRegistry
-	if reg.ConfigPath != "" {
-		out, err = resolveContainerdHosts(reg, host)
-	} else {
-		out, err = resolveContainerdLegacy(reg, host)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if a := reg.Configs[out.Endpoint].Auth; a != nil {
-		key := reg.authKey[out.Endpoint]
-		user, secret, err := ParseContainerdAuth(a.Username, a.Password, a.Auth, a.IdentityToken)
-		if err != nil {
-			return nil, fmt.Errorf("containerd config %s: %s: %w", configPath, key, err)
-		}
-		if user != "" || secret != "" {
-			c := Credential{Source: containerdSource, File: configPath, Key: key, Username: user, Password: secret}
-			if user == "" {
-				// containerd sends a secret without a username as an
-				// identity (refresh) token.
-				c.Password, c.IdentityToken = "", secret
-			}
-			out.Credentials = append(out.Credentials, c)
-		}
-	}
-	return out, nil
 }
 
 // ParseContainerdAuth is containerd's ParseAuth for a configs.*.auth table
@@ -270,32 +215,6 @@ func validateContainerdRegistry(reg *ctrdRegistry) error {
 	return nil
 }
 
-// resolveContainerdLegacy follows registryHosts without config_path.
-func resolveContainerdLegacy(reg *ctrdRegistry, host string) (*ContainerdRegistry, error) {
-	endpoints, err := ctrdLegacyEndpoints(reg, host)
-	if err != nil {
-		return nil, err
-	}
-	var chosen *url.URL
-	var chosenTLS ContainerdTLS
-	for i, e := range endpoints {
-		u, err := url.Parse(e)
-		if err != nil {
-			return nil, fmt.Errorf("parse registry endpoint %q from mirrors: %w", e, err)
-		}
-		t, err := ctrdLegacyTLS(reg.Configs[u.Host].TLS, host, u)
-		if err != nil {
-			return nil, fmt.Errorf("get TLSConfig for registry %q: %w", e, err)
-		}
-		// The default endpoint is the last one, unless an endpoint already
-		// has the reference host (then no default was appended).
-		if chosen == nil && (u.Host == host || i == len(endpoints)-1) {
-			chosen, chosenTLS = u, t
-		}
-	}
-	return &ContainerdRegistry{Endpoint: chosen.Host, TLS: chosenTLS}, nil
-}
-
 // ctrdLegacyEndpoints is registryEndpoints: mirrors[host] or mirrors["*"], then
 // the default endpoint unless an endpoint's host equals host.
 func ctrdLegacyEndpoints(reg *ctrdRegistry, host string) ([]string, error) {
@@ -359,8 +278,8 @@ func containerdIsLocalhost(host string) bool {
 
 // ctrdLegacyTLS is getTLSConfig for configs[u.Host].tls, or the localhost
 // default when there is none.
-func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ContainerdTLS, error) {
-	var t ContainerdTLS
+func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ctrdTLS, error) {
+	var t ctrdTLS
 	if c == nil {
 		t.SkipVerify = containerdIsLocalhost(host) && u.Scheme == "http"
 		return t, nil
@@ -414,61 +333,7 @@ type ctrdHostConfig struct {
 	skipVerify   *bool
 }
 
-// resolveContainerdHosts follows ConfigureHosts with HostDir from the
-// config_path roots.
-func resolveContainerdHosts(reg *ctrdRegistry, host string) (*ContainerdRegistry, error) {
-	dir, err := containerdHostDir(filepath.SplitList(reg.ConfigPath), host)
-	if err != nil {
-		return nil, fmt.Errorf("containerd hosts directory for %s: %w", host, err)
-	}
-	var hosts []ctrdHostConfig
-	if dir != "" {
-		if hosts, err = loadContainerdHostDir(dir); err != nil {
-			return nil, fmt.Errorf("containerd hosts directory %s: %w", dir, err)
-		}
-	}
-	if hosts == nil {
-		hosts = make([]ctrdHostConfig, 1)
-	}
-	last := &hosts[len(hosts)-1]
-	if last.host == "" {
-		applyContainerdDefaultHost(last, host)
-	}
-	// containerd loads every entry's files and fails the resolve on any error.
-	for _, h := range hosts {
-		if err := checkContainerdTLSFiles(h); err != nil {
-			return nil, err
-		}
-	}
-	out := &ContainerdRegistry{Endpoint: last.host, HostsDir: dir}
-	seen := map[string]bool{}
-	for i, h := range hosts {
-		if i < len(hosts)-1 && h.host != last.host {
-			continue
-		}
-		for _, ca := range h.caCerts {
-			if !seen["ca\x00"+ca] {
-				seen["ca\x00"+ca] = true
-				out.TLS.CAFiles = append(out.TLS.CAFiles, ca)
-			}
-		}
-		for _, p := range h.clientPairs {
-			if p[1] == "" {
-				p[1] = p[0]
-			}
-			if k := "pair\x00" + p[0] + "\x00" + p[1]; !seen[k] {
-				seen[k] = true
-				out.TLS.ClientPairs = append(out.TLS.ClientPairs, p)
-			}
-		}
-		if h.skipVerify != nil && *h.skipVerify {
-			out.TLS.SkipVerify = true
-		}
-	}
-	return out, nil
-}
-
-func checkContainerdTLSFiles(h ctrdHostConfig) error {
+func checkctrdTLSFiles(h ctrdHostConfig) error {
 	for _, f := range h.caCerts {
 		data, err := os.ReadFile(f)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -97,122 +98,173 @@ func TestParseContainerdAuth(t *testing.T) {
 	}
 }
 
+// The cases below were written against the pre-keyring LoadContainerd; they
+// now ask the per-pull Keyring (NewKeyring with Config.ContainerdConfig,
+// then Endpoints, Lookup), with the same containerd files.
+
 type ctrdWantCred struct {
 	key, user, pass, token string
 }
 
-func TestLoadContainerdCredentials(t *testing.T) {
+// ctrdKeyring is a hermetic keyring (no other source) whose endpoints are
+// containerd's, read from cfg.
+func ctrdKeyring(t *testing.T, cfg string) (*auth.Keyring, error) {
+	t.Helper()
+	c := hermetic(t, t.TempDir())
+	c.ContainerdConfig = cfg
+	return auth.NewKeyring(c)
+}
+
+// ctrdImage is an image on the reference host ref ("" = docker.io).
+func ctrdImage(ref string) string {
+	if ref == "" {
+		return "ns/app"
+	}
+	return ref + "/ns/app"
+}
+
+// ctrdTLS is the TLS material an endpoint gets from containerd's files.
+type ctrdTLS struct {
+	CAFiles     []string
+	ClientPairs [][2]string
+	SkipVerify  bool
+}
+
+func ctrdTLSOf(t *testing.T, e auth.Endpoint) ctrdTLS {
+	t.Helper()
+	if !e.Trust.Verify && !strings.HasPrefix(e.Trust.InsecureBy, "containerd skip_verify") {
+		t.Errorf("%s: verification off by %q, want containerd skip_verify", e.Host, e.Trust.InsecureBy)
+	}
+	return ctrdTLS{CAFiles: e.Trust.CAFiles, ClientPairs: e.Trust.ClientPairs, SkipVerify: !e.Trust.Verify}
+}
+
+func ctrdHosts(eps []auth.Endpoint) []string {
+	var out []string
+	for _, e := range eps {
+		out = append(out, e.Host)
+	}
+	return out
+}
+
+func TestKeyringContainerdCredentials(t *testing.T) {
 	for _, tc := range []struct {
 		name, config, ref string
-		endpoint          string
-		want              []ctrdWantCred
-		wantErr           string
+		// endpoints are the hosts contacted in order (legacy mirrors, then
+		// the default endpoint); want the default (last) endpoint's
+		// containerd candidates.
+		endpoints []string
+		want      []ctrdWantCred
+		// wantErr: NewKeyring or Endpoints fails; wantWarn: the pull goes
+		// on without that candidate and warns.
+		wantErr, wantWarn string
 	}{
 		{
-			name:     "docker.io uses registry-1.docker.io",
-			config:   `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
-			ref:      "docker.io",
-			endpoint: "registry-1.docker.io",
-			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+			name:      "docker.io uses registry-1.docker.io",
+			config:    `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:       "docker.io",
+			endpoints: []string{"registry-1.docker.io"},
+			want:      []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
 		},
 		{
-			name:     "configs.docker.io is never read for docker.io",
-			config:   `[` + ctrdCRI + `.configs."docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
-			ref:      "docker.io",
-			endpoint: "registry-1.docker.io",
+			name:      "configs.docker.io is never read for docker.io",
+			config:    `[` + ctrdCRI + `.configs."docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:       "docker.io",
+			endpoints: []string{"registry-1.docker.io"},
 		},
 		{
-			name:     "index.docker.io is docker.io",
-			config:   `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
-			ref:      "index.docker.io",
-			endpoint: "registry-1.docker.io",
-			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+			name:      "index.docker.io is docker.io",
+			config:    `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:       "index.docker.io",
+			endpoints: []string{"registry-1.docker.io"},
+			want:      []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
 		},
 		{
-			name:     "empty reference host is docker.io",
-			config:   `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
-			ref:      "",
-			endpoint: "registry-1.docker.io",
-			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+			name:      "no reference host is docker.io",
+			config:    `[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:       "",
+			endpoints: []string{"registry-1.docker.io"},
+			want:      []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
 		},
 		{
-			name:     "port is significant: host key does not match host:port",
-			config:   `[` + ctrdCRI + `.configs."myreg".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
-			ref:      "myreg:5000",
-			endpoint: "myreg:5000",
+			name:      "port is significant: host key does not match host:port",
+			config:    `[` + ctrdCRI + `.configs."myreg".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
+			ref:       "myreg:5000",
+			endpoints: []string{"myreg:5000"},
 		},
 		{
-			name:     "port is significant: host:port key does not match host",
-			config:   `[` + ctrdCRI + `.configs."myreg:443".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
-			ref:      "myreg",
-			endpoint: "myreg",
+			name:      "port is significant: host:port key does not match host",
+			config:    `[` + ctrdCRI + `.configs."myreg.io:443".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
+			ref:       "myreg.io",
+			endpoints: []string{"myreg.io"},
 		},
 		{
-			name:     "exact host:port",
-			config:   `[` + ctrdCRI + `.configs."myreg:5000".auth]` + "\nauth = \"" + b64("u:p") + "\"\n",
-			ref:      "myreg:5000",
-			endpoint: "myreg:5000",
-			want:     []ctrdWantCred{{key: `configs."myreg:5000".auth`, user: "u", pass: "p"}},
+			name:      "exact host:port",
+			config:    `[` + ctrdCRI + `.configs."myreg:5000".auth]` + "\nauth = \"" + b64("u:p") + "\"\n",
+			ref:       "myreg:5000",
+			endpoints: []string{"myreg:5000"},
+			want:      []ctrdWantCred{{key: `configs."myreg:5000".auth`, user: "u", pass: "p"}},
 		},
 		{
-			name:     "identity token",
-			config:   `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nidentitytoken = \"tok\"\n",
-			ref:      "quay.io",
-			endpoint: "quay.io",
-			want:     []ctrdWantCred{{key: `configs."quay.io".auth`, token: "tok"}},
+			name:      "identity token",
+			config:    `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nidentitytoken = \"tok\"\n",
+			ref:       "quay.io",
+			endpoints: []string{"quay.io"},
+			want:      []ctrdWantCred{{key: `configs."quay.io".auth`, token: "tok"}},
 		},
 		{
-			name:     "empty auth table is anonymous",
-			config:   `[` + ctrdCRI + `.configs."quay.io".auth]` + "\n",
-			ref:      "quay.io",
-			endpoint: "quay.io",
+			name:      "empty auth table is anonymous",
+			config:    `[` + ctrdCRI + `.configs."quay.io".auth]` + "\n",
+			ref:       "quay.io",
+			endpoints: []string{"quay.io"},
 		},
 		{
-			name:    "unpadded auth is an error",
-			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(b64("u:secretpw"), "=") + "\"\n",
-			ref:     "quay.io",
-			wantErr: `configs."quay.io".auth`,
+			name:      "unpadded auth is skipped with a warning",
+			config:    `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(b64("u:secretpw"), "=") + "\"\n",
+			ref:       "quay.io",
+			endpoints: []string{"quay.io"},
+			wantWarn:  `configs."quay.io".auth: illegal base64`,
 		},
 		{
-			name:    "auth without colon is an error",
-			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
-			ref:     "quay.io",
-			wantErr: "invalid decoded auth",
+			name:      "auth without colon is skipped with a warning",
+			config:    `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
+			ref:       "quay.io",
+			endpoints: []string{"quay.io"},
+			wantWarn:  "invalid decoded auth",
 		},
 		{
-			name:     "auths https URL is mapped to configs[host]",
-			config:   `[` + ctrdCRI + `.auths."https://myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
-			ref:      "myreg.io",
-			endpoint: "myreg.io",
-			want:     []ctrdWantCred{{key: `auths."https://myreg.io"`, user: "a", pass: "ap"}},
+			name:      "auths https URL is mapped to configs[host]",
+			config:    `[` + ctrdCRI + `.auths."https://myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:       "myreg.io",
+			endpoints: []string{"myreg.io"},
+			want:      []ctrdWantCred{{key: `auths."https://myreg.io"`, user: "a", pass: "ap"}},
 		},
 		{
-			name:     "auths with path and port maps to host:port",
-			config:   `[` + ctrdCRI + `.auths."https://myreg.io:5000/v2/"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
-			ref:      "myreg.io:5000",
-			endpoint: "myreg.io:5000",
-			want:     []ctrdWantCred{{key: `auths."https://myreg.io:5000/v2/"`, user: "a", pass: "ap"}},
+			name:      "auths with path and port maps to host:port",
+			config:    `[` + ctrdCRI + `.auths."https://myreg.io:5000/v2/"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:       "myreg.io:5000",
+			endpoints: []string{"myreg.io:5000"},
+			want:      []ctrdWantCred{{key: `auths."https://myreg.io:5000/v2/"`, user: "a", pass: "ap"}},
 		},
 		{
 			name: "auths replaces configs auth of the same host",
 			config: `[` + ctrdCRI + `.configs."myreg.io".auth]` + "\nusername = \"c\"\npassword = \"cp\"\n" +
 				`[` + ctrdCRI + `.auths."https://myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
-			ref:      "myreg.io",
-			endpoint: "myreg.io",
-			want:     []ctrdWantCred{{key: `auths."https://myreg.io"`, user: "a", pass: "ap"}},
+			ref:       "myreg.io",
+			endpoints: []string{"myreg.io"},
+			want:      []ctrdWantCred{{key: `auths."https://myreg.io"`, user: "a", pass: "ap"}},
 		},
 		{
-			name:     "auths without scheme is used verbatim",
-			config:   `[` + ctrdCRI + `.auths."myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
-			ref:      "myreg.io",
-			endpoint: "myreg.io",
-			want:     []ctrdWantCred{{key: `auths."myreg.io"`, user: "a", pass: "ap"}},
+			name:      "auths without scheme is used verbatim",
+			config:    `[` + ctrdCRI + `.auths."myreg.io"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:       "myreg.io",
+			endpoints: []string{"myreg.io"},
+			want:      []ctrdWantCred{{key: `auths."myreg.io"`, user: "a", pass: "ap"}},
 		},
 		{
-			name:     "auths host:port without scheme parses as a scheme and never matches",
-			config:   `[` + ctrdCRI + `.auths."myreg:5000"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
-			ref:      "myreg:5000",
-			endpoint: "myreg:5000",
+			name:      "auths host:port without scheme parses as a scheme and never matches",
+			config:    `[` + ctrdCRI + `.auths."myreg:5000"]` + "\nusername = \"a\"\npassword = \"ap\"\n",
+			ref:       "myreg:5000",
+			endpoints: []string{"myreg:5000"},
 		},
 		{
 			name:    "auths unparsable URL is an error",
@@ -221,29 +273,39 @@ func TestLoadContainerdCredentials(t *testing.T) {
 			wantErr: "failed to parse registry url",
 		},
 		{
-			name: "legacy mirrors are not followed: default endpoint reported",
+			// registryHosts: the first endpoint with a configs auth keeps it
+			// for the later ones, so the default endpoint gets the mirror's.
+			name: "legacy mirror before the default endpoint, whose auth is the mirror's",
 			config: `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://mirror.example.com\"]\n" +
 				`[` + ctrdCRI + `.configs."mirror.example.com".auth]` + "\nusername = \"m\"\npassword = \"mp\"\n" +
 				`[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
-			ref:      "docker.io",
-			endpoint: "registry-1.docker.io",
-			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+			ref:       "docker.io",
+			endpoints: []string{"mirror.example.com", "registry-1.docker.io"},
+			want:      []ctrdWantCred{{key: `configs."mirror.example.com".auth`, user: "m", pass: "mp"}},
+		},
+		{
+			name: "legacy mirror without auth: the default endpoint's own",
+			config: `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://mirror.example.com\"]\n" +
+				`[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
+			ref:       "docker.io",
+			endpoints: []string{"mirror.example.com", "registry-1.docker.io"},
+			want:      []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
 		},
 		{
 			name: "legacy wildcard mirror",
 			config: `[` + ctrdCRI + `.mirrors."*"]` + "\nendpoint = [\"mirror.example.com\"]\n" +
 				`[` + ctrdCRI + `.configs."myreg.io".auth]` + "\nusername = \"u\"\npassword = \"p\"\n",
-			ref:      "myreg.io",
-			endpoint: "myreg.io",
-			want:     []ctrdWantCred{{key: `configs."myreg.io".auth`, user: "u", pass: "p"}},
+			ref:       "myreg.io",
+			endpoints: []string{"mirror.example.com", "myreg.io"},
+			want:      []ctrdWantCred{{key: `configs."myreg.io".auth`, user: "u", pass: "p"}},
 		},
 		{
 			name: "legacy mirror with the reference host replaces the default endpoint",
 			config: `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://docker.io\"]\n" +
 				`[` + ctrdCRI + `.configs."docker.io".auth]` + "\nusername = \"d\"\npassword = \"dp\"\n",
-			ref:      "docker.io",
-			endpoint: "docker.io",
-			want:     []ctrdWantCred{{key: `configs."docker.io".auth`, user: "d", pass: "dp"}},
+			ref:       "docker.io",
+			endpoints: []string{"docker.io"},
+			want:      []ctrdWantCred{{key: `configs."docker.io".auth`, user: "d", pass: "dp"}},
 		},
 		{
 			name:    "legacy mirror endpoint that does not parse",
@@ -255,31 +317,38 @@ func TestLoadContainerdCredentials(t *testing.T) {
 			name: "configs auth honoured in config_path mode",
 			config: `[` + ctrdCRI + `]` + "\nconfig_path = \"/nonexistent/certs.d\"\n" +
 				`[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
-			ref:      "docker.io",
-			endpoint: "registry-1.docker.io",
-			want:     []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
+			ref:       "docker.io",
+			endpoints: []string{"registry-1.docker.io"},
+			want:      []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := write(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
-			r, err := auth.LoadContainerd(cfg, tc.ref)
+			noSecret := func(what, s string) {
+				if strings.Contains(s, "secretpw") || strings.Contains(s, strings.TrimRight(b64("u:secretpw"), "=")) || strings.Contains(s, b64("secretpw")) {
+					t.Errorf("%s leaks the secret: %s", what, s)
+				}
+			}
+			k, err := ctrdKeyring(t, cfg)
+			var eps []auth.Endpoint
+			if err == nil {
+				eps, err = k.Endpoints(ctrdImage(tc.ref))
+			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
 				}
-				if strings.Contains(err.Error(), "secretpw") || strings.Contains(err.Error(), b64("secretpw")) {
-					t.Errorf("error leaks the secret: %v", err)
-				}
+				noSecret("error", err.Error())
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Endpoint != tc.endpoint {
-				t.Errorf("endpoint %q, want %q", r.Endpoint, tc.endpoint)
+			if got := ctrdHosts(eps); !reflect.DeepEqual(got, tc.endpoints) {
+				t.Fatalf("endpoints %q, want %q", got, tc.endpoints)
 			}
 			var got []ctrdWantCred
-			for _, c := range r.Credentials {
+			for _, c := range eps[len(eps)-1].Credentials {
 				if c.Source != "containerd-config" || c.File != cfg {
 					t.Errorf("credential source/file %q %q", c.Source, c.File)
 				}
@@ -288,11 +357,19 @@ func TestLoadContainerdCredentials(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("credentials %+v, want %+v", got, tc.want)
 			}
+			warnings := strings.Join(k.Warnings, "\n")
+			noSecret("warnings", warnings)
+			if tc.wantWarn == "" && warnings != "" {
+				t.Errorf("unexpected warnings %q", k.Warnings)
+			}
+			if tc.wantWarn != "" && !strings.Contains(warnings, tc.wantWarn) {
+				t.Errorf("warnings %q, want one containing %q", k.Warnings, tc.wantWarn)
+			}
 		})
 	}
 }
 
-func TestLoadContainerdValidation(t *testing.T) {
+func TestKeyringContainerdValidation(t *testing.T) {
 	for _, tc := range []struct{ name, config, wantErr string }{
 		{
 			name: "mirrors with config_path",
@@ -336,15 +413,19 @@ func TestLoadContainerdValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := write(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
-			_, err := auth.LoadContainerd(cfg, "myreg:5000")
+			k, err := ctrdKeyring(t, cfg)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if _, err := k.Endpoints("myreg:5000/ns/app"); err != nil {
+					t.Fatal(err)
+				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+			var ce *auth.ConfigError
+			if !errors.As(err, &ce) || ce.Setting != "auth.containerd_config" || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("want an auth.containerd_config error containing %q, got %v", tc.wantErr, err)
 			}
 			if strings.Contains(err.Error(), "secretpw") {
 				t.Errorf("error leaks the secret: %v", err)
@@ -353,7 +434,7 @@ func TestLoadContainerdValidation(t *testing.T) {
 	}
 }
 
-func TestLoadContainerdConfigVersions(t *testing.T) {
+func TestKeyringContainerdConfigVersions(t *testing.T) {
 	v2 := `[plugins."io.containerd.grpc.v1.cri".registry.configs."r.io".auth]` + "\nusername = \"v2\"\n"
 	v1 := `[plugins.cri.registry.configs."r.io".auth]` + "\nusername = \"v1\"\n"
 	for _, tc := range []struct{ name, config, wantUser string }{
@@ -368,49 +449,56 @@ func TestLoadContainerdConfigVersions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := write(t, t.TempDir(), "config.toml", tc.config)
-			r, err := auth.LoadContainerd(cfg, "r.io")
+			k, err := ctrdKeyring(t, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
+			creds := k.Lookup("r.io", "r.io/app")
 			var got string
-			if len(r.Credentials) > 0 {
-				got = r.Credentials[0].Username
+			if len(creds) > 0 {
+				got = creds[0].Username
 			}
-			if got != tc.wantUser || len(r.Credentials) > 1 {
-				t.Errorf("credentials %+v, want user %q", r.Credentials, tc.wantUser)
+			if got != tc.wantUser || len(creds) > 1 {
+				t.Errorf("credentials %+v, want user %q", creds, tc.wantUser)
 			}
 		})
 	}
 }
 
-func TestLoadContainerdMissingConfig(t *testing.T) {
+func TestKeyringContainerdMissingConfig(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		ref, endpoint string
-		skip          bool
+		skip          bool // http endpoint, skip_verify
 	}{
-		{"docker.io", "registry-1.docker.io", false},
-		{"quay.io", "quay.io", false},
-		{"localhost:5000", "localhost:5000", true}, // http endpoint, skip_verify
-		{"127.0.0.1:5000", "127.0.0.1:5000", true},
-		{"[::1]:5000", "[::1]:5000", true},
-		{"localhost", "localhost", true},
+		{"docker.io", "https://registry-1.docker.io/v2 containerd default", false},
+		{"quay.io", "https://quay.io/v2 containerd default", false},
+		{"localhost:5000", "http://localhost:5000/v2 containerd default", true},
+		{"127.0.0.1:5000", "http://127.0.0.1:5000/v2 containerd default", true},
+		{"localhost", "http://localhost/v2 containerd default", true},
 	} {
-		r, err := auth.LoadContainerd(filepath.Join(dir, "absent.toml"), tc.ref)
+		k, err := ctrdKeyring(t, filepath.Join(dir, "absent.toml"))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.ref, err)
 		}
-		want := &auth.ContainerdRegistry{Endpoint: tc.endpoint, TLS: auth.ContainerdTLS{SkipVerify: tc.skip}}
-		if !reflect.DeepEqual(r, want) {
-			t.Errorf("%s: got %+v, want %+v", tc.ref, r, want)
+		eps, err := k.Endpoints(ctrdImage(tc.ref))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.ref, err)
+		}
+		if got := hostsOf(eps); !reflect.DeepEqual(got, []string{tc.endpoint}) {
+			t.Errorf("%s: endpoints %q, want %q", tc.ref, got, tc.endpoint)
+			continue
+		}
+		if got := ctrdTLSOf(t, eps[0]); !reflect.DeepEqual(got, ctrdTLS{SkipVerify: tc.skip}) || len(eps[0].Credentials) != 0 {
+			t.Errorf("%s: TLS %+v credentials %+v, want skip_verify %v and none", tc.ref, got, eps[0].Credentials, tc.skip)
 		}
 	}
-	if _, err := auth.LoadContainerd(dir, "docker.io"); err == nil {
+	if _, err := ctrdKeyring(t, dir); err == nil {
 		t.Error("a directory as config.toml must be an error")
 	}
 }
 
-func TestLoadContainerdLegacyTLS(t *testing.T) {
+func TestKeyringContainerdLegacyTLS(t *testing.T) {
 	dir := t.TempDir()
 	certPEM, keyPEM := ctrdPEM(t)
 	ca := write(t, dir, "ca.pem", certPEM)
@@ -422,14 +510,15 @@ func TestLoadContainerdLegacyTLS(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, config, ref string
-		want              auth.ContainerdTLS
+		endpoint          string // hostsOf form; "" = https://REF/v2 containerd default
+		want              ctrdTLS
 		wantErr           string
 	}{
 		{
 			name:   "ca, client pair, skip_verify",
 			config: tlsFor("myreg:5000", `ca_file = "`+ca+`"`+"\n"+`cert_file = "`+cert+`"`+"\n"+`key_file = "`+key+`"`+"\ninsecure_skip_verify = true\n"),
 			ref:    "myreg:5000",
-			want:   auth.ContainerdTLS{CAFiles: []string{ca}, ClientPairs: [][2]string{{cert, key}}, SkipVerify: true},
+			want:   ctrdTLS{CAFiles: []string{ca}, ClientPairs: [][2]string{{cert, key}}, SkipVerify: true},
 		},
 		{
 			name:   "exact host: host without port is another registry",
@@ -437,10 +526,11 @@ func TestLoadContainerdLegacyTLS(t *testing.T) {
 			ref:    "myreg:5000",
 		},
 		{
-			name:   "docker.io TLS is keyed registry-1.docker.io",
-			config: tlsFor("registry-1.docker.io", `ca_file = "`+ca+`"`+"\n") + tlsFor("docker.io", "insecure_skip_verify = true\n"),
-			ref:    "docker.io",
-			want:   auth.ContainerdTLS{CAFiles: []string{ca}},
+			name:     "docker.io TLS is keyed registry-1.docker.io",
+			config:   tlsFor("registry-1.docker.io", `ca_file = "`+ca+`"`+"\n") + tlsFor("docker.io", "insecure_skip_verify = true\n"),
+			ref:      "docker.io",
+			endpoint: "https://registry-1.docker.io/v2 containerd default",
+			want:     ctrdTLS{CAFiles: []string{ca}},
 		},
 		{
 			name:    "cert without key",
@@ -466,22 +556,24 @@ func TestLoadContainerdLegacyTLS(t *testing.T) {
 			ref:    "myreg:5000",
 		},
 		{
-			name:    "a broken mirror TLS config fails even though mirrors are not followed",
+			name:    "a broken mirror TLS config fails the pull",
 			config:  `[` + ctrdCRI + `.mirrors."myreg:5000"]` + "\nendpoint = [\"https://m.example.com\"]\n" + tlsFor("m.example.com", `cert_file = "`+cert+`"`+"\n"),
 			ref:     "myreg:5000",
 			wantErr: "no corresponding key file",
 		},
 		{
-			name:   "localhost without TLS config skips verification",
-			ref:    "localhost:5000",
-			config: "",
-			want:   auth.ContainerdTLS{SkipVerify: true},
+			name:     "localhost without TLS config skips verification",
+			ref:      "localhost:5000",
+			config:   "",
+			endpoint: "http://localhost:5000/v2 containerd default",
+			want:     ctrdTLS{SkipVerify: true},
 		},
 		{
-			name:   "localhost with a TLS config uses it",
-			config: tlsFor("localhost:5000", `ca_file = "`+ca+`"`+"\n"),
-			ref:    "localhost:5000",
-			want:   auth.ContainerdTLS{CAFiles: []string{ca}},
+			name:     "localhost with a TLS config uses it",
+			config:   tlsFor("localhost:5000", `ca_file = "`+ca+`"`+"\n"),
+			ref:      "localhost:5000",
+			endpoint: "http://localhost:5000/v2 containerd default",
+			want:     ctrdTLS{CAFiles: []string{ca}},
 		},
 		{
 			name:   "localhost https mirror of itself is not skipped",
@@ -491,7 +583,11 @@ func TestLoadContainerdLegacyTLS(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := write(t, t.TempDir(), "config.toml", "version = 2\n"+tc.config)
-			r, err := auth.LoadContainerd(cfg, tc.ref)
+			k, err := ctrdKeyring(t, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps, err := k.Endpoints(ctrdImage(tc.ref))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
@@ -501,17 +597,24 @@ func TestLoadContainerdLegacyTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(r.TLS, tc.want) {
-				t.Errorf("TLS %+v, want %+v", r.TLS, tc.want)
+			endpoint := tc.endpoint
+			if endpoint == "" {
+				endpoint = "https://" + tc.ref + "/v2 containerd default"
 			}
-			if r.HostsDir != "" {
-				t.Errorf("HostsDir %q in legacy mode", r.HostsDir)
+			if got := hostsOf(eps); !reflect.DeepEqual(got, []string{endpoint}) {
+				t.Fatalf("endpoints %q, want %q", got, endpoint)
+			}
+			if got := ctrdTLSOf(t, eps[0]); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("TLS %+v, want %+v", got, tc.want)
+			}
+			if eps[0].File != "" {
+				t.Errorf("hosts directory %q in legacy mode", eps[0].File)
 			}
 		})
 	}
 }
 
-func TestLoadContainerdHostDirLookup(t *testing.T) {
+func TestKeyringContainerdHostDirLookup(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		dirs  []string // created under root1/ and root2/
@@ -523,15 +626,14 @@ func TestLoadContainerdHostDirLookup(t *testing.T) {
 		{"then host:port", []string{"r1/myreg:5000", "r1/_default"}, "R1", "myreg:5000", "r1/myreg:5000"},
 		{"then _default", []string{"r1/_default", "r1/myreg"}, "R1", "myreg:5000", "r1/_default"},
 		{"port-less dir is not used for host:port", []string{"r1/myreg"}, "R1", "myreg:5000", ""},
-		{"no port: host", []string{"r1/myreg", "r1/_default", "r1/myreg_443_"}, "R1", "myreg", "r1/myreg"},
-		{"no port: _default", []string{"r1/_default", "r1/myreg_443_"}, "R1", "myreg", "r1/_default"},
-		{"last colon only", []string{"r1/[::1]_5000_"}, "R1", "[::1]:5000", "r1/[::1]_5000_"},
+		{"no port: host", []string{"r1/myreg.io", "r1/_default", "r1/myreg.io_443_"}, "R1", "myreg.io", "r1/myreg.io"},
+		{"no port: _default", []string{"r1/_default", "r1/myreg.io_443_"}, "R1", "myreg.io", "r1/_default"},
 		{"docker.io directory", []string{"r1/docker.io", "r1/registry-1.docker.io"}, "R1", "docker.io", "r1/docker.io"},
 		{"index.docker.io normalised", []string{"r1/docker.io"}, "R1", "index.docker.io", "r1/docker.io"},
 		{"first root with any match wins", []string{"r1/_default", "r2/myreg:5000"}, "R1:R2", "myreg:5000", "r1/_default"},
 		{"second root when the first has nothing", []string{"r2/myreg_5000_"}, "R1:R2", "myreg:5000", "r2/myreg_5000_"},
-		{"missing root skipped", []string{"r2/myreg"}, "R1/absent:R2", "myreg", "r2/myreg"},
-		{"nothing", nil, "R1:R2", "myreg", ""},
+		{"missing root skipped", []string{"r2/myreg.io"}, "R1/absent:R2", "myreg.io", "r2/myreg.io"},
+		{"nothing", nil, "R1:R2", "myreg.io", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
@@ -542,7 +644,11 @@ func TestLoadContainerdHostDirLookup(t *testing.T) {
 			}
 			roots := strings.NewReplacer("R1", filepath.Join(base, "r1"), "R2", filepath.Join(base, "r2")).Replace(tc.roots)
 			cfg := write(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+roots+"\"\n")
-			r, err := auth.LoadContainerd(cfg, tc.ref)
+			k, err := ctrdKeyring(t, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps, err := k.Endpoints(ctrdImage(tc.ref))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -550,86 +656,97 @@ func TestLoadContainerdHostDirLookup(t *testing.T) {
 			if tc.want != "" {
 				want = filepath.Join(base, tc.want)
 			}
-			if r.HostsDir != want {
-				t.Errorf("HostsDir %q, want %q", r.HostsDir, want)
+			if len(eps) != 1 || eps[0].File != want {
+				t.Errorf("endpoints %q from %q, want one from %q", hostsOf(eps), eps[0].File, want)
 			}
 		})
 	}
 }
 
-func TestLoadContainerdHostsToml(t *testing.T) {
+func TestKeyringContainerdHostsToml(t *testing.T) {
 	certPEM, keyPEM := ctrdPEM(t)
 	for _, tc := range []struct {
-		name     string
-		ref      string
-		hosts    string            // hosts.toml content ("-" for none)
-		files    map[string]string // extra files in the host dir; "CERT"/"KEY"/"BOTH" expand
-		endpoint string
-		want     auth.ContainerdTLS // paths relative to the host dir
-		wantErr  string
+		name  string
+		ref   string
+		hosts string            // hosts.toml content ("-" for none)
+		files map[string]string // extra files in the host dir; "CERT"/"KEY"/"BOTH" expand
+		// endpoints in hostsOf form, want their TLS (paths relative to the
+		// host dir; nil: none for every endpoint).
+		endpoints []string
+		want      []ctrdTLS
+		wantErr   string
 	}{
 		{
-			name:     "server only with relative ca string (1.7.32+)",
-			ref:      "myreg:5000",
-			hosts:    "server = \"https://myreg:5000\"\nca = \"ca.pem\"\n",
-			files:    map[string]string{"ca.pem": "CERT"},
-			endpoint: "myreg:5000",
-			want:     auth.ContainerdTLS{CAFiles: []string{"ca.pem"}},
+			name:      "server only with relative ca string (1.7.32+)",
+			ref:       "myreg:5000",
+			hosts:     "server = \"https://myreg:5000\"\nca = \"ca.pem\"\n",
+			files:     map[string]string{"ca.pem": "CERT"},
+			endpoints: []string{"https://myreg:5000/v2 containerd hosts.toml server"},
+			want:      []ctrdTLS{{CAFiles: []string{"ca.pem"}}},
 		},
 		{
-			name:     "root keys only, no server: default host",
-			ref:      "docker.io",
-			hosts:    "ca = [\"a.pem\", \"/ABS/b.pem\"]\nskip_verify = true\n",
-			files:    map[string]string{"a.pem": "CERT", "b.pem": "CERT", "other.crt": "CERT"},
-			endpoint: "registry-1.docker.io",
-			want:     auth.ContainerdTLS{CAFiles: []string{"a.pem", "b.pem"}, SkipVerify: true},
+			name:      "root keys only, no server: default host",
+			ref:       "docker.io",
+			hosts:     "ca = [\"a.pem\", \"/ABS/b.pem\"]\nskip_verify = true\n",
+			files:     map[string]string{"a.pem": "CERT", "b.pem": "CERT", "other.crt": "CERT"},
+			endpoints: []string{"https://registry-1.docker.io/v2 containerd default"},
+			want:      []ctrdTLS{{CAFiles: []string{"a.pem", "b.pem"}, SkipVerify: true}},
 		},
 		{
-			name:     "server changes the endpoint",
-			ref:      "docker.io",
-			hosts:    "server = \"mirror.example.com:8443\"\n",
-			endpoint: "mirror.example.com:8443",
+			name:      "server changes the endpoint",
+			ref:       "docker.io",
+			hosts:     "server = \"mirror.example.com:8443\"\n",
+			endpoints: []string{"https://mirror.example.com:8443/v2 containerd hosts.toml server"},
 		},
 		{
-			name:     "client string holds cert and key",
-			ref:      "myreg",
-			hosts:    "client = \"both.pem\"\n",
-			files:    map[string]string{"both.pem": "BOTH"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{ClientPairs: [][2]string{{"both.pem", "both.pem"}}},
+			name:      "client string holds cert and key",
+			ref:       "myreg.io",
+			hosts:     "client = \"both.pem\"\n",
+			files:     map[string]string{"both.pem": "BOTH"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{ClientPairs: [][2]string{{"both.pem", "both.pem"}}}},
 		},
 		{
-			name:     "client list of strings and list of pairs",
-			ref:      "myreg",
-			hosts:    "client = [\"both.pem\", [\"c.pem\", \"k.pem\"]]\n",
-			files:    map[string]string{"both.pem": "BOTH", "c.pem": "CERT", "k.pem": "KEY"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{ClientPairs: [][2]string{{"both.pem", "both.pem"}, {"c.pem", "k.pem"}}},
+			name:      "client list of strings and list of pairs",
+			ref:       "myreg.io",
+			hosts:     "client = [\"both.pem\", [\"c.pem\", \"k.pem\"]]\n",
+			files:     map[string]string{"both.pem": "BOTH", "c.pem": "CERT", "k.pem": "KEY"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{ClientPairs: [][2]string{{"both.pem", "both.pem"}, {"c.pem", "k.pem"}}}},
 		},
 		{
-			name:     "client list of pairs",
-			ref:      "myreg",
-			hosts:    "client = [[\"c.pem\", \"k.pem\"]]\n",
-			files:    map[string]string{"c.pem": "CERT", "k.pem": "KEY"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{ClientPairs: [][2]string{{"c.pem", "k.pem"}}},
+			name:      "client list of pairs",
+			ref:       "myreg.io",
+			hosts:     "client = [[\"c.pem\", \"k.pem\"]]\n",
+			files:     map[string]string{"c.pem": "CERT", "k.pem": "KEY"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{ClientPairs: [][2]string{{"c.pem", "k.pem"}}}},
 		},
 		{
-			name: "host entry for the default endpoint is added before the server entry",
+			// LoadContainerd merged the two registry-1.docker.io entries
+			// (hub.pem, root.pem); each endpoint now has its own.
+			name: "host entry for the default endpoint is tried before the default",
 			ref:  "docker.io",
 			hosts: "ca = \"root.pem\"\n" +
 				"[host.\"https://mirror.example.com\"]\nca = \"mirror.pem\"\nskip_verify = true\n" +
 				"[host.\"https://registry-1.docker.io\"]\nca = \"hub.pem\"\ncapabilities = [\"pull\", \"Resolve\"]\n",
-			files:    map[string]string{"root.pem": "CERT", "mirror.pem": "CERT", "hub.pem": "CERT"},
-			endpoint: "registry-1.docker.io",
-			want:     auth.ContainerdTLS{CAFiles: []string{"hub.pem", "root.pem"}},
+			files: map[string]string{"root.pem": "CERT", "mirror.pem": "CERT", "hub.pem": "CERT"},
+			endpoints: []string{
+				"https://mirror.example.com/v2 containerd hosts.toml host",
+				"https://registry-1.docker.io/v2 containerd hosts.toml host",
+				"https://registry-1.docker.io/v2 containerd default",
+			},
+			want: []ctrdTLS{{CAFiles: []string{"mirror.pem"}, SkipVerify: true}, {CAFiles: []string{"hub.pem"}}, {CAFiles: []string{"root.pem"}}},
 		},
 		{
-			name:     "host entry without scheme and skip_verify",
-			ref:      "myreg:5000",
-			hosts:    "server = \"https://myreg:5000\"\n[host.\"myreg:5000\"]\nskip_verify = true\n",
-			endpoint: "myreg:5000",
-			want:     auth.ContainerdTLS{SkipVerify: true},
+			name:  "host entry without scheme and skip_verify",
+			ref:   "myreg:5000",
+			hosts: "server = \"https://myreg:5000\"\n[host.\"myreg:5000\"]\nskip_verify = true\n",
+			endpoints: []string{
+				"https://myreg:5000/v2 containerd hosts.toml host",
+				"https://myreg:5000/v2 containerd hosts.toml server",
+			},
+			want: []ctrdTLS{{SkipVerify: true}, {}},
 		},
 		{
 			name:    "unparsable CA in a mirror entry fails the resolve",
@@ -640,63 +757,63 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 		},
 		{
 			name:    "missing CA is an error",
-			ref:     "myreg",
+			ref:     "myreg.io",
 			hosts:   "ca = \"absent.pem\"\n",
 			wantErr: "unable to read CA cert",
 		},
 		{
 			name:    "bad client pair is an error",
-			ref:     "myreg",
+			ref:     "myreg.io",
 			hosts:   "client = \"c.pem\"\n",
 			files:   map[string]string{"c.pem": "CERT"},
 			wantErr: "failed to load X509 key pair",
 		},
 		{
-			name:     "unknown capability: hosts.toml rejected, Docker layout used",
-			ref:      "myreg",
-			hosts:    "server = \"https://elsewhere.example.com\"\ncapabilities = [\"pull\", \"fly\"]\n",
-			files:    map[string]string{"ca.crt": "CERT"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+			name:      "unknown capability: hosts.toml rejected, Docker layout used",
+			ref:       "myreg.io",
+			hosts:     "server = \"https://elsewhere.example.com\"\ncapabilities = [\"pull\", \"fly\"]\n",
+			files:     map[string]string{"ca.crt": "CERT"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{CAFiles: []string{"ca.crt"}}},
 		},
 		{
-			name:     "invalid client pair length: Docker layout used",
-			ref:      "myreg",
-			hosts:    "client = [[\"a\", \"b\", \"c\"]]\n",
-			files:    map[string]string{"ca.crt": "CERT"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+			name:      "invalid client pair length: Docker layout used",
+			ref:       "myreg.io",
+			hosts:     "client = [[\"a\", \"b\", \"c\"]]\n",
+			files:     map[string]string{"ca.crt": "CERT"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{CAFiles: []string{"ca.crt"}}},
 		},
 		{
-			name:     "invalid ca type: Docker layout used",
-			ref:      "myreg",
-			hosts:    "ca = 5\n",
-			files:    map[string]string{"ca.crt": "CERT"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+			name:      "invalid ca type: Docker layout used",
+			ref:       "myreg.io",
+			hosts:     "ca = 5\n",
+			files:     map[string]string{"ca.crt": "CERT"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{CAFiles: []string{"ca.crt"}}},
 		},
 		{
-			name:     "unparsable hosts.toml: Docker layout used",
-			ref:      "myreg",
-			hosts:    "server = \n[[[\n",
-			files:    map[string]string{"ca.crt": "CERT"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+			name:      "unparsable hosts.toml: Docker layout used",
+			ref:       "myreg.io",
+			hosts:     "server = \n[[[\n",
+			files:     map[string]string{"ca.crt": "CERT"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{CAFiles: []string{"ca.crt"}}},
 		},
 		{
-			name:     "empty hosts.toml: Docker layout used",
-			ref:      "myreg",
-			hosts:    "",
-			files:    map[string]string{"ca.crt": "CERT"},
-			endpoint: "myreg",
-			want:     auth.ContainerdTLS{CAFiles: []string{"ca.crt"}},
+			name:      "empty hosts.toml: Docker layout used",
+			ref:       "myreg.io",
+			hosts:     "",
+			files:     map[string]string{"ca.crt": "CERT"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
+			want:      []ctrdTLS{{CAFiles: []string{"ca.crt"}}},
 		},
 		{
-			name:     "comment-only hosts.toml is valid (1.7.32+): no Docker layout",
-			ref:      "myreg",
-			hosts:    "# nothing\n",
-			files:    map[string]string{"ca.crt": "CERT"},
-			endpoint: "myreg",
+			name:      "comment-only hosts.toml is valid (1.7.32+): no Docker layout",
+			ref:       "myreg.io",
+			hosts:     "# nothing\n",
+			files:     map[string]string{"ca.crt": "CERT"},
+			endpoints: []string{"https://myreg.io/v2 containerd default"},
 		},
 		{
 			name:  "Docker layout: crt, cert with key, cert without key, dirs skipped",
@@ -706,44 +823,44 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 				"ca.crt": "CERT", "b.crt": "CERT", "client.cert": "CERT", "client.key": "KEY",
 				"both.cert": "BOTH", "notes.txt": "x", "sub.crt/x": "x",
 			},
-			endpoint: "myreg:5000",
-			want: auth.ContainerdTLS{
+			endpoints: []string{"https://myreg:5000/v2 containerd default"},
+			want: []ctrdTLS{{
 				CAFiles:     []string{"b.crt", "ca.crt"},
 				ClientPairs: [][2]string{{"both.cert", "both.cert"}, {"client.cert", "client.key"}},
-			},
+			}},
 		},
 		{
 			name:    "Docker layout: unparsable .crt is an error",
-			ref:     "myreg",
+			ref:     "myreg.io",
 			hosts:   "-",
 			files:   map[string]string{"ca.crt": "junk"},
 			wantErr: "unable to load CA cert",
 		},
 		{
-			name:     "localhost default skips verification",
-			ref:      "localhost:5000",
-			hosts:    "-",
-			endpoint: "localhost:5000",
-			want:     auth.ContainerdTLS{SkipVerify: true},
+			name:      "localhost default skips verification",
+			ref:       "localhost:5000",
+			hosts:     "-",
+			endpoints: []string{"http://localhost:5000/v2 containerd default"},
+			want:      []ctrdTLS{{SkipVerify: true}},
 		},
 		{
-			name:     "localhost default overrides skip_verify = false without server",
-			ref:      "localhost:5000",
-			hosts:    "skip_verify = false\n",
-			endpoint: "localhost:5000",
-			want:     auth.ContainerdTLS{SkipVerify: true},
+			name:      "localhost default overrides skip_verify = false without server",
+			ref:       "localhost:5000",
+			hosts:     "skip_verify = false\n",
+			endpoints: []string{"http://localhost:5000/v2 containerd default"},
+			want:      []ctrdTLS{{SkipVerify: true}},
 		},
 		{
-			name:     "localhost:80 verifies",
-			ref:      "localhost:80",
-			hosts:    "-",
-			endpoint: "localhost:80",
+			name:      "localhost:80 verifies",
+			ref:       "localhost:80",
+			hosts:     "-",
+			endpoints: []string{"http://localhost:80/v2 containerd default"},
 		},
 		{
-			name:     "localhost with a server entry gets no default",
-			ref:      "localhost:5000",
-			hosts:    "server = \"https://localhost:5000\"\n",
-			endpoint: "localhost:5000",
+			name:      "localhost with a server entry gets no default",
+			ref:       "localhost:5000",
+			hosts:     "server = \"https://localhost:5000\"\n",
+			endpoints: []string{"https://localhost:5000/v2 containerd hosts.toml server"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -771,7 +888,11 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 				write(t, hostDir, name, content)
 			}
 			cfg := write(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n")
-			r, err := auth.LoadContainerd(cfg, tc.ref)
+			k, err := ctrdKeyring(t, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps, err := k.Endpoints(ctrdImage(tc.ref))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
@@ -781,48 +902,53 @@ func TestLoadContainerdHostsToml(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.HostsDir != hostDir {
-				t.Errorf("HostsDir %q, want %q", r.HostsDir, hostDir)
+			if got := hostsOf(eps); !reflect.DeepEqual(got, tc.endpoints) {
+				t.Fatalf("endpoints %q, want %q", got, tc.endpoints)
 			}
-			if r.Endpoint != tc.endpoint {
-				t.Errorf("endpoint %q, want %q", r.Endpoint, tc.endpoint)
-			}
-			want := tc.want
-			for i, f := range want.CAFiles {
-				want.CAFiles[i] = filepath.Join(hostDir, f)
-			}
-			for i, p := range want.ClientPairs {
-				want.ClientPairs[i] = [2]string{filepath.Join(hostDir, p[0]), filepath.Join(hostDir, p[1])}
-			}
-			if !reflect.DeepEqual(r.TLS, want) {
-				t.Errorf("TLS %+v, want %+v", r.TLS, want)
+			for i, e := range eps {
+				if e.File != hostDir && e.File != filepath.Join(hostDir, "hosts.toml") {
+					t.Errorf("%s: from %q, want the hosts directory %q", e.Host, e.File, hostDir)
+				}
+				var want ctrdTLS
+				if tc.want != nil {
+					want = tc.want[i]
+				}
+				for j, f := range want.CAFiles {
+					want.CAFiles[j] = filepath.Join(hostDir, f)
+				}
+				for j, p := range want.ClientPairs {
+					want.ClientPairs[j] = [2]string{filepath.Join(hostDir, p[0]), filepath.Join(hostDir, p[1])}
+				}
+				if got := ctrdTLSOf(t, e); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: TLS %+v, want %+v", e.Host, got, want)
+				}
 			}
 		})
 	}
 }
 
-func TestLoadContainerdHostsCredentials(t *testing.T) {
+func TestKeyringContainerdHostsCredentials(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "certs.d")
 	write(t, root, "docker.io/hosts.toml", "server = \"https://mirror.example.com\"\n")
 	cfg := write(t, base, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
 		"["+ctrdCRI+".configs.\"registry-1.docker.io\".auth]\nusername = \"hub\"\npassword = \"hp\"\n"+
 		"["+ctrdCRI+".configs.\"mirror.example.com\".auth]\nusername = \"m\"\npassword = \"mp\"\n")
-	// The server entry is the default endpoint, so its host's auth is used.
-	r, err := auth.LoadContainerd(cfg, "docker.io")
+	k, err := ctrdKeyring(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Endpoint != "mirror.example.com" || len(r.Credentials) != 1 || r.Credentials[0].Username != "m" ||
-		r.Credentials[0].Key != `configs."mirror.example.com".auth` {
-		t.Errorf("got %+v", r)
+	// The server entry is the only endpoint, so its host's auth is used.
+	eps := endpoints(t, k, "docker.io/library/app")
+	if got := hostsOf(eps); !reflect.DeepEqual(got, []string{"https://mirror.example.com/v2 containerd hosts.toml server"}) {
+		t.Fatalf("endpoints %q", got)
+	}
+	if got := who(eps[0].Credentials); !reflect.DeepEqual(got, []string{`containerd-config:configs."mirror.example.com".auth:m`}) {
+		t.Errorf("credentials %q", got)
 	}
 	// quay.io has no directory: default endpoint, exact-host auth (none).
-	r, err = auth.LoadContainerd(cfg, "quay.io")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Endpoint != "quay.io" || len(r.Credentials) != 0 || r.HostsDir != "" {
-		t.Errorf("got %+v", r)
+	eps = endpoints(t, k, "quay.io/ns/app")
+	if got := hostsOf(eps); !reflect.DeepEqual(got, []string{"https://quay.io/v2 containerd default"}) || len(eps[0].Credentials) != 0 || eps[0].File != "" {
+		t.Errorf("quay.io: endpoints %q credentials %q from %q", got, who(eps[0].Credentials), eps[0].File)
 	}
 }

@@ -260,7 +260,7 @@ func appendNew(list []string, add ...string) []string {
 type ctrdEndpoint struct {
 	scheme, host, path, source, file string
 	capabilities, headers            []string
-	tls                              ContainerdTLS
+	tls                              ctrdTLS
 }
 
 // containerdEndpointList lists containerd's hosts for refHost in order.
@@ -291,7 +291,7 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, 
 	}
 	var out []ctrdEndpoint
 	for i, h := range hosts {
-		if err := checkContainerdTLSFiles(h); err != nil {
+		if err := checkctrdTLSFiles(h); err != nil {
 			return nil, err
 		}
 		e := ctrdEndpoint{scheme: h.scheme, host: h.host, path: h.path, file: dir,

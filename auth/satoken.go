@@ -37,25 +37,16 @@ const (
 	satMaxTokenSize = 1 << 20
 )
 
-// ServiceAccountToken returns the token in tokenFile as the password for
-// imageRegistry (a registry host[:port]; anything from the first "/" on is
-// ignored, so a repository name also works) when it matches one of the
-// registries patterns, or nil when it matches none (the file is then not
-// read). Patterns follow internal/regpattern (the same rule as
-// trust.ca_files and trust.insecure_registries): "host[:port]" or
+// serviceAccountToken returns the token in tokenFile as the password for
+// imageRegistry (the endpoint host[:port]; anything from the first "/" on
+// is ignored) when it matches one of pats, or nil when it matches none (the
+// file is then not read). Patterns follow internal/regpattern (the same
+// rule as trust.ca_files and trust.insecure_registries): "host[:port]" or
 // "*.domain[:port]", hosts case-insensitive, ports equal -- so the
-// in-cluster registry needs "*.svc:5000", not "*.svc". username ""
-// means DefaultServiceAccountUsername. Surrounding whitespace (the trailing
+// in-cluster registry needs "*.svc:5000", not "*.svc". username "" means
+// DefaultServiceAccountUsername. Surrounding whitespace (the trailing
 // newline) is trimmed from the token; an empty token is an error. Errors
 // name the file or the pattern, never the token.
-func ServiceAccountToken(tokenFile, username string, registries []string, imageRegistry string) (*Credential, error) {
-	pats, err := regpattern.ParseAll(registries)
-	if err != nil {
-		return nil, fmt.Errorf("service account token registries: %v", err)
-	}
-	return serviceAccountToken(tokenFile, username, pats, imageRegistry)
-}
-
 func serviceAccountToken(tokenFile, username string, pats []regpattern.Pattern, imageRegistry string) (*Credential, error) {
 	registry, _, _ := strings.Cut(imageRegistry, "/")
 	if registry == "" {

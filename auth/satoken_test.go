@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,30 @@ import (
 
 const satInternal = "image-registry.openshift-image-registry.svc:5000"
 
+// satKeyring is a hermetic keyring whose only source is the token file
+// offered to patterns.
+func satKeyring(t *testing.T, tokenFile, username string, patterns []string) (*auth.Keyring, error) {
+	t.Helper()
+	c := hermetic(t, t.TempDir())
+	c.ServiceAccountToken, c.ServiceAccountUsername, c.ServiceAccountRegistries = tokenFile, username, patterns
+	return auth.NewKeyring(c)
+}
+
+// satLookup is the one candidate (or nil) the keyring offers host.
+func satLookup(t *testing.T, k *auth.Keyring, host, repository string) *auth.Credential {
+	t.Helper()
+	cs := k.Lookup(host, repository)
+	if len(cs) > 1 {
+		t.Fatalf("%s: %d candidates %q, want at most the token", host, len(cs), who(cs))
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	c := cs[0]
+	c.ID = ""
+	return &c
+}
+
 func TestServiceAccountTokenMatching(t *testing.T) {
 	dir := t.TempDir()
 	token := filepath.Join(dir, "token")
@@ -21,11 +46,10 @@ func TestServiceAccountTokenMatching(t *testing.T) {
 	}
 	tests := []struct {
 		patterns []string
-		registry string
+		host     string // the endpoint host asked about
 		key      string // matched pattern; "" = no credential
 	}{
 		{[]string{satInternal}, satInternal, satInternal},
-		{[]string{satInternal}, satInternal + "/ns/app", satInternal}, // a repository name works too
 		{[]string{satInternal}, "image-registry.openshift-image-registry.svc", ""},
 		{[]string{satInternal}, "image-registry.openshift-image-registry.svc:5001", ""},
 		{[]string{"image-registry.openshift-image-registry.svc"}, satInternal, ""}, // no port matches no port only
@@ -37,26 +61,33 @@ func TestServiceAccountTokenMatching(t *testing.T) {
 		{[]string{"*.svc"}, "registry.svc", "*.svc"},
 		{[]string{"*.cluster.local:5000"}, "image-registry.openshift-image-registry.svc.cluster.local:5000", "*.cluster.local:5000"},
 		{[]string{"Registry.Example.COM"}, "registry.example.com", "Registry.Example.COM"},
-		{[]string{"registry.example.com"}, "REGISTRY.example.com/a", "registry.example.com"},
+		{[]string{"registry.example.com"}, "REGISTRY.example.com", "registry.example.com"},
 		{[]string{"quay.io", "*.svc:5000", satInternal}, satInternal, "*.svc:5000"}, // the first matching pattern
 		{nil, satInternal, ""},
 		{[]string{"[::1]:5000"}, "[::1]:5000", "[::1]:5000"},
 	}
 	for _, tt := range tests {
-		c, err := auth.ServiceAccountToken(token, "", tt.patterns, tt.registry)
+		k, err := satKeyring(t, token, "", tt.patterns)
 		if err != nil {
-			t.Errorf("%q vs %s: %v", tt.patterns, tt.registry, err)
+			t.Errorf("%q: %v", tt.patterns, err)
 			continue
 		}
-		if tt.key == "" {
-			if c != nil {
-				t.Errorf("%q vs %s: got %+v, want nil", tt.patterns, tt.registry, c)
+		// The token goes by the endpoint host, whatever the repository.
+		for _, repo := range []string{tt.host + "/ns/app", "elsewhere.example.com/ns/app"} {
+			c := satLookup(t, k, tt.host, repo)
+			if tt.key == "" {
+				if c != nil {
+					t.Errorf("%q vs %s (%s): got %+v, want nil", tt.patterns, tt.host, repo, c)
+				}
+				continue
 			}
-			continue
+			want := &auth.Credential{Source: "service-account-token", File: token, Key: tt.key, Username: "serviceaccount", Password: "tok-1"}
+			if !reflect.DeepEqual(c, want) {
+				t.Errorf("%q vs %s (%s): got %+v, want %+v", tt.patterns, tt.host, repo, c, want)
+			}
 		}
-		want := &auth.Credential{Source: "service-account-token", File: token, Key: tt.key, Username: "serviceaccount", Password: "tok-1"}
-		if !reflect.DeepEqual(c, want) {
-			t.Errorf("%q vs %s: got %+v, want %+v", tt.patterns, tt.registry, c, want)
+		if len(k.Warnings) != 0 {
+			t.Errorf("%q vs %s: warnings %q", tt.patterns, tt.host, k.Warnings)
 		}
 	}
 }
@@ -85,11 +116,16 @@ func TestServiceAccountTokenRotation(t *testing.T) {
 	if err := os.Symlink("..data/token", token); err != nil {
 		t.Fatal(err)
 	}
+	// One keyring across the rotation: the token is read per lookup.
+	k, err := satKeyring(t, token, "builder", []string{"*.svc:5000"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	get := func() string {
 		t.Helper()
-		c, err := auth.ServiceAccountToken(token, "builder", []string{"*.svc:5000"}, satInternal)
-		if err != nil || c == nil {
-			t.Fatalf("got %+v, %v", c, err)
+		c := satLookup(t, k, satInternal, satInternal+"/ns/app")
+		if c == nil {
+			t.Fatalf("no candidate; warnings %q", k.Warnings)
 		}
 		if c.Username != "builder" {
 			t.Errorf("username %q", c.Username)
@@ -105,13 +141,19 @@ func TestServiceAccountTokenRotation(t *testing.T) {
 	}
 	// A plain file rewritten in place is re-read too.
 	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("a-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err = satKeyring(t, plain, "", []string{satInternal})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tok := range []string{"a-token", "b-token"} {
 		if err := os.WriteFile(plain, []byte(tok+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := auth.ServiceAccountToken(plain, "", []string{satInternal}, satInternal)
-		if err != nil || c == nil || c.Password != tok {
-			t.Errorf("got %+v, %v; want %s", c, err, tok)
+		if c := satLookup(t, k, satInternal, satInternal+"/ns/app"); c == nil || c.Password != tok {
+			t.Errorf("got %+v (warnings %q); want %s", c, k.Warnings, tok)
 		}
 	}
 }
@@ -132,33 +174,57 @@ func TestServiceAccountTokenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "missing")
-	tests := []struct {
-		name, file string
-		patterns   []string
-		registry   string
-		want       string
+
+	// A token file that cannot be used: no candidate, and a warning naming
+	// the file (the pull goes on with the other sources).
+	for _, tt := range []struct {
+		name, file, host, want string
 	}{
-		{"missing file", missing, []string{satInternal}, satInternal, "reading service account token " + missing + ": no such file or directory"},
-		{"empty file", empty, []string{satInternal}, satInternal, "service account token " + empty + " is empty"},
-		{"several lines", multi, []string{satInternal}, satInternal, "holds more than one line"},
-		{"directory", dir, []string{satInternal}, satInternal, "reading service account token " + dir},
-		{"no file configured", "", []string{satInternal}, satInternal, "no token file configured"},
-		{"scheme", good, []string{"https://" + satInternal}, satInternal, "without a scheme"},
-		{"path", good, []string{satInternal + "/ns"}, satInternal, "without a path"},
-		{"bare star", good, []string{"*"}, satInternal, "only as a leading"},
-		{"inner star", good, []string{"registry.*.svc"}, satInternal, "only as a leading"},
-		{"empty pattern", good, []string{""}, satInternal, "empty pattern"},
-		{"bad port", good, []string{"registry.svc:http"}, satInternal, "port must be a number"},
-		{"empty label", good, []string{"registry..svc"}, satInternal, "empty host label"},
-		{"no host", good, []string{":5000"}, satInternal, "no host"},
-		{"later bad pattern", good, []string{satInternal, "*"}, satInternal, `pattern "*"`},
-		{"empty registry", good, []string{satInternal}, "", "the image registry is empty"},
-	}
-	for _, tt := range tests {
+		{"missing file", missing, satInternal, "reading service account token " + missing + ": no such file or directory"},
+		{"empty file", empty, satInternal, "service account token " + empty + " is empty"},
+		{"several lines", multi, satInternal, "holds more than one line"},
+		{"directory", dir, satInternal, "reading service account token " + dir},
+		{"empty registry", good, "", "the image registry is empty"},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := auth.ServiceAccountToken(tt.file, "", tt.patterns, tt.registry)
-			if err == nil {
-				t.Fatalf("no error; got %+v", c)
+			k, err := satKeyring(t, tt.file, "", []string{satInternal})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := satLookup(t, k, tt.host, satInternal+"/ns/app"); c != nil {
+				t.Fatalf("got %+v, want no candidate", c)
+			}
+			w := strings.Join(k.Warnings, "\n")
+			if !strings.Contains(w, tt.want) {
+				t.Errorf("warnings %q do not contain %q", k.Warnings, tt.want)
+			}
+			if strings.Contains(w, "secret-payload") {
+				t.Errorf("a warning shows the token: %q", w)
+			}
+		})
+	}
+
+	// A bad pattern: NewKeyring fails, naming the setting and the pattern.
+	for _, tt := range []struct {
+		name     string
+		patterns []string
+		want     string
+	}{
+		{"scheme", []string{"https://" + satInternal}, "without a scheme"},
+		{"path", []string{satInternal + "/ns"}, "without a path"},
+		{"bare star", []string{"*"}, "only as a leading"},
+		{"inner star", []string{"registry.*.svc"}, "only as a leading"},
+		{"empty pattern", []string{""}, "empty pattern"},
+		{"bad port", []string{"registry.svc:http"}, "port must be a number"},
+		{"empty label", []string{"registry..svc"}, "empty host label"},
+		{"no host", []string{":5000"}, "no host"},
+		{"later bad pattern", []string{satInternal, "*"}, `pattern "*"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := satKeyring(t, good, "", tt.patterns)
+			var ce *auth.ConfigError
+			if !errors.As(err, &ce) || ce.Setting != "auth.service_account_registries" {
+				t.Fatalf("err %v, want an auth.service_account_registries ConfigError", err)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
@@ -169,18 +235,30 @@ func TestServiceAccountTokenErrors(t *testing.T) {
 		})
 	}
 
-	// No matching pattern: nil, and the file is not even read.
-	c, err := auth.ServiceAccountToken(missing, "", []string{"*.svc:5000"}, "quay.io")
-	if c != nil || err != nil {
-		t.Errorf("no match: got %+v, %v", c, err)
-	}
-
-	// The token never marshals.
-	c, err = auth.ServiceAccountToken(good, "", []string{satInternal}, satInternal)
+	// No token file configured: the source is off, whatever the patterns.
+	k, err := satKeyring(t, "", "", []string{satInternal})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, _ := json.Marshal(c)
+	if c := satLookup(t, k, satInternal, satInternal+"/ns/app"); c != nil || len(k.Warnings) != 0 {
+		t.Errorf("no token file: got %+v, warnings %q", c, k.Warnings)
+	}
+
+	// No matching pattern: nothing, and the file is not even read.
+	k, err = satKeyring(t, missing, "", []string{"*.svc:5000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := satLookup(t, k, "quay.io", "quay.io/ns/app"); c != nil || len(k.Warnings) != 0 {
+		t.Errorf("no match: got %+v, warnings %q", c, k.Warnings)
+	}
+
+	// The token never marshals.
+	k, err = satKeyring(t, good, "", []string{satInternal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := json.Marshal(k.Lookup(satInternal, satInternal+"/ns/app"))
 	if strings.Contains(string(j), "secret-payload") || !strings.Contains(string(j), `"username":"serviceaccount"`) {
 		t.Errorf("JSON form: %s", j)
 	}
