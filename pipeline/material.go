@@ -198,11 +198,20 @@ type childRegistriesConf struct {
 func (p *Plan) registriesConf() (*childRegistriesConf, error) {
 	out := &childRegistriesConf{CredentialHelpers: []string{sysregistriesv2.AuthenticationFileHelper}}
 	if p.Sources == "containerd" {
+		// containerd asks every host other than the image's registry with
+		// ?ns=<registry> (the distribution spec's registry proxying; Spegel
+		// refuses a tag request without it).
+		ns := func(e auth.Endpoint) string {
+			if e.Host != p.Registry {
+				return p.Registry
+			}
+			return ""
+		}
 		primary := p.Endpoints[len(p.Endpoints)-1]
 		reg := sysregistriesv2.Registry{Prefix: p.Registry, Endpoint: sysregistriesv2.Endpoint{
-			Location: endpointLocation(primary), Insecure: insecure(primary)}}
+			Location: endpointLocation(primary), Insecure: insecure(primary), NamespaceProxy: ns(primary)}}
 		for _, e := range p.Endpoints[:len(p.Endpoints)-1] {
-			mirror := sysregistriesv2.Endpoint{Location: endpointLocation(e), Insecure: insecure(e)}
+			mirror := sysregistriesv2.Endpoint{Location: endpointLocation(e), Insecure: insecure(e), NamespaceProxy: ns(e)}
 			if !hasCapability(e, "resolve") {
 				mirror.PullFromMirror = sysregistriesv2.MirrorByDigestOnly
 			}

@@ -35,6 +35,7 @@ setup() {
     registry_restore other
     OTHER_HOST=$REGISTRY_HOST OTHER_DIR=$REGISTRY_DIR OTHER_USER=$REGISTRY_USER OTHER_CA=$REGISTRY_CA
     registry_restore img
+    REGISTRY_HOST_IMG=$REGISTRY_HOST
     TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
 }
 
@@ -47,7 +48,7 @@ cred() {
 manifest_gets() {
     registry_restore "$1"
     registry_log_barrier >/dev/null
-    grep -c 'http.request.method=GET http.request.remoteaddr=[^ ]* http.request.uri=/v2/fixtures/tiny/manifests/' "$REGISTRY_LOG" || true
+    grep -c 'http.request.method=GET http.request.remoteaddr=[^ ]* http.request.uri="\?/v2/fixtures/tiny/manifests/' "$REGISTRY_LOG" || true
     registry_restore img
 }
 
@@ -112,6 +113,12 @@ EOF
     no_secrets "$output" "$stderr"
     (($(manifest_gets other) > before_other)) || fail "the server registry served no manifest"
     assert_equal "$(manifest_gets img)" "$before_img"
+    # As containerd does, every request to a host other than the image's
+    # registry names it: ?ns=<registry> (URL-encoded).
+    registry_restore other
+    grep -q "http.request.uri=\"\?/v2/fixtures/tiny/manifests/[^ ]*?ns=${REGISTRY_HOST_IMG//:/%3A}" "$REGISTRY_LOG" ||
+        fail "no manifest request with ns=$REGISTRY_HOST_IMG: $(grep -o 'http.request.uri=[^ ]*manifests[^ ]*' "$REGISTRY_LOG" | sort -u | head -5)"
+    registry_restore img
 }
 
 @test "hosts.toml server: the image registry's credential is never offered to the server (a server without its own credential refuses: exit 3)" {
