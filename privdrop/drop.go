@@ -130,6 +130,12 @@ var deniedSocketDomains = []uint32{unix.AF_UNIX, unix.AF_ALG, unix.AF_VSOCK}
 // gets EPERM.
 var allowedPersonalities = []uint32{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
+// deniedIoctls: ioctl with these requests gets EPERM. TIOCSTI pushes input
+// into a terminal (a child that still held the caller's terminal could type
+// commands into the root shell that ran pullhelper) and TIOCLINUX has
+// subcommands that do the same on a virtual console; a pull needs neither.
+var deniedIoctls = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
+
 // Offsets in struct seccomp_data: nr, arch, then args[6] of 64 bits. The
 // low 32 bits of an argument are at its offset on both little-endian
 // architectures; every argument checked here is an int or unsigned int
@@ -139,6 +145,7 @@ const (
 	offNr   = 0
 	offArch = 4
 	offArg0 = 16
+	offArg1 = 24
 )
 
 const retKill = unix.SECCOMP_RET_KILL_PROCESS
@@ -157,7 +164,8 @@ func retErrno(e syscall.Errno) bpf.RetConstant {
 //     ENOSYS (its flags live in memory a filter cannot read, so glibc and Go
 //     fall back to clone, which the filter checks);
 //   - socket and socketpair in deniedSocketDomains get EPERM; personality
-//     outside allowedPersonalities gets EPERM;
+//     outside allowedPersonalities gets EPERM; ioctl with deniedIoctls
+//     (TIOCSTI, TIOCLINUX) gets EPERM;
 //   - everything else is allowed.
 //
 // Every jump is local (at most a few instructions), so the program needs no
@@ -238,6 +246,18 @@ func Filter() ([]bpf.Instruction, error) {
 		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(k - i)})
 	}
 	p = append(p, retErrno(unix.EPERM), loadNr)
+	// ioctl: EPERM for deniedIoctls (arg1, the request; the kernel reads
+	// its low 32 bits).
+	if n, err = need("ioctl"); err != nil {
+		return nil, err
+	}
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(2 + 2*len(deniedIoctls))},
+		bpf.LoadAbsolute{Off: offArg1, Size: 4})
+	for _, r := range deniedIoctls {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: r, SkipTrue: 1}, retErrno(unix.EPERM))
+	}
+	p = append(p, loadNr)
 	p = append(p, bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
 	return p, nil
 }

@@ -99,6 +99,7 @@ var sysnum = map[string]uint32{
 	"socket":                  unix.SYS_SOCKET,
 	"socketpair":              unix.SYS_SOCKETPAIR,
 	"personality":             unix.SYS_PERSONALITY,
+	"ioctl":                   unix.SYS_IOCTL,
 }
 
 // notOnThisArch: names of Denied this architecture does not have.

@@ -83,6 +83,7 @@ var sysnum = map[string]uint32{
 	"socket":                  unix.SYS_SOCKET,
 	"socketpair":              unix.SYS_SOCKETPAIR,
 	"personality":             unix.SYS_PERSONALITY,
+	"ioctl":                   unix.SYS_IOCTL,
 }
 
 // notOnThisArch: names of Denied that arm64 never had (x86 I/O ports,

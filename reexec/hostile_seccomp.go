@@ -5,6 +5,8 @@ package reexec
 import (
 	"fmt"
 	"os"
+	"strings"
+	"unsafe"
 
 	"github.com/pullhelper/pullhelper/internal/rawsys"
 	"golang.org/x/sys/unix"
@@ -32,5 +34,30 @@ func init() {
 		}
 		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: unshare32 refused (%v)\n", o)
 		return true, 42
+	})
+}
+
+func init() {
+	// tiocsti: try to push a command into the caller's terminal, through
+	// /dev/tty and through the inherited stderr.
+	registerHostile("tiocsti", func(*hostileEnv) (bool, int) {
+		try := func(fd int) error {
+			for _, c := range []byte("echo PULLHELPER-INJECTED\n") {
+				b := c
+				if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&b))); e != 0 {
+					return e
+				}
+			}
+			return nil
+		}
+		var results []string
+		if tty, err := unix.Open("/dev/tty", unix.O_RDWR, 0); err != nil {
+			results = append(results, "/dev/tty: "+err.Error())
+		} else {
+			results = append(results, fmt.Sprintf("/dev/tty: %v", try(tty)))
+		}
+		results = append(results, fmt.Sprintf("stderr: %v", try(2)))
+		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: tiocsti %s\n", strings.Join(results, "; "))
+		return false, 0
 	})
 }

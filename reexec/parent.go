@@ -153,6 +153,11 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 		ExtraFiles: []*os.File{planR, evW, stage}, // fds 3, 4 and 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
+			// A session of its own: the child has no controlling
+			// terminal, so it can neither open /dev/tty nor push input
+			// into the caller's terminal (TIOCSTI needs it to be the
+			// controlling one; seccomp refuses TIOCSTI too).
+			Setsid: true,
 			// A private mount namespace (Go makes / private in it, so
 			// nothing the child mounts propagates to the host).
 			Unshareflags: syscall.CLONE_NEWNS,

@@ -246,3 +246,17 @@ hostile_bin() {
     [[ $stderr == *"hostile: running exit42 at after-drop"* && $stderr == *"exit status 42"* ]] ||
         fail "the hostile build did not run exit42: $stderr"
 }
+
+@test "a compromised child cannot type into the caller's terminal (TIOCSTI through /dev/tty or its stderr)" {
+    hostile_bin || return
+    skip_unless_cmd script "util-linux script gives the pull a controlling terminal"
+    local out=$BATS_TEST_TMPDIR/typescript
+    # script runs the pull on a new pty that is its controlling terminal,
+    # like an admin's shell; stderr is that terminal, as it would be.
+    PULLHELPER_HOSTILE=after-drop:tiocsti timeout 120 script -qec \
+        "$PULLHELPER_HOSTILE_BIN pull --retries 0 127.0.0.1:1/hostile/tiocsti:latest oci:$OUT/dest; echo PULL-DONE" "$out" </dev/null >/dev/null 2>&1 || true
+    cat "$out"
+    grep -q "hostile: tiocsti /dev/tty: no such device or address; stderr: operation not permitted" "$out" ||
+        fail "want /dev/tty unavailable (no controlling terminal) and TIOCSTI refused: $(grep -a 'hostile: tiocsti' "$out")"
+    grep -q PULL-DONE "$out" || fail "the pull did not finish"
+}
