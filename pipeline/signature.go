@@ -1,8 +1,8 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 
@@ -49,11 +49,17 @@ func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *api.
 		return failure.Wrap(failure.Usage, err, "signature policy %s", p.Signature.File)
 	}
 	defer func() { _ = pc.Destroy() }()
-	named, err := reference.ParseNormalizedNamed(res.Reference)
+	// The reference is the plan's, with the digest the parent verified:
+	// the child does not choose the scope the policy is looked up for.
+	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
 	}
-	ref, err := docker.NewReference(named)
+	pinned, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(res.Digest))
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	ref, err := docker.NewReference(pinned)
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
 	}
@@ -64,15 +70,57 @@ func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *api.
 		instance = &d
 		src.instance = d
 	}
+	// What the parent cannot verify: sigstore signatures (the child hands
+	// over simple signing ones only). When this image's own requirements
+	// ask for them, the child's check stands and a warning says so; any
+	// other requirement is judged here and fails closed.
+	if needsSigstore(pol, ref) {
+		warn("the parent cannot re-check sigstore signatures for " + ref.PolicyConfigurationIdentity() + ": the pull child's signature check stands")
+		return nil
+	}
 	allowed, err := pc.IsRunningImageAllowed(ctx, image.UnparsedInstance(src, instance))
 	if allowed {
 		return nil
 	}
-	if bytes.Contains(m.SignaturePolicy, []byte("sigstoreSigned")) {
-		warn("the parent could not re-check the signature policy (sigstore signatures are checked by the pull child only): " + errString(err))
-		return nil
+	return failure.New(failure.Verification, "signature policy %s rejects %s: %s", p.Signature.File, pinned, errString(err))
+}
+
+// needsSigstore reports whether the requirements that apply to ref (the
+// lookup containers/image's PolicyContext does: the transport's scopes by
+// identity, then by namespace, then "", then the default) include a
+// sigstoreSigned one.
+func needsSigstore(pol *signature.Policy, ref types.ImageReference) bool {
+	reqs := pol.Default
+	if scopes, ok := pol.Transports[ref.Transport().Name()]; ok {
+		found := false
+		if r, ok := scopes[ref.PolicyConfigurationIdentity()]; ok {
+			reqs, found = r, true
+		}
+		for _, ns := range ref.PolicyConfigurationNamespaces() {
+			if found {
+				break
+			}
+			if r, ok := scopes[ns]; ok {
+				reqs, found = r, true
+			}
+		}
+		if r, ok := scopes[""]; ok && !found {
+			reqs = r
+		}
 	}
-	return failure.New(failure.Verification, "signature policy %s rejects %s: %s", p.Signature.File, res.Reference, errString(err))
+	for _, r := range reqs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return false
+		}
+		var t struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(b, &t) == nil && t.Type == "sigstoreSigned" {
+			return true
+		}
+	}
+	return false
 }
 
 func errString(err error) string {

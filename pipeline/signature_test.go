@@ -1,0 +1,51 @@
+package pipeline
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
+)
+
+// The parent's re-check of the signature policy: the scope is the plan's
+// reference (never the child's), a sigstore requirement elsewhere in the
+// policy does not disarm it, and the manifest must be the reported one.
+func TestRecheckSignature(t *testing.T) {
+	served := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",` +
+		`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:` + strings.Repeat("a", 64) + `","size":2},"layers":[]}`)
+	d := digest.FromBytes(served).String()
+	const rejectButBusybox = `{"default":[{"type":"reject"}],"transports":{"docker":{"docker.io/library/busybox":[{"type":"insecureAcceptAnything"}]}}}`
+	const sigstoreElsewhere = `{"default":[{"type":"reject"}],"transports":{"docker":{"quay.io/other":[{"type":"sigstoreSigned","keyPath":"/k.pub"}]}}}`
+	const sigstoreHere = `{"default":[{"type":"reject"}],"transports":{"docker":{"reg.example:5000/secure":[{"type":"sigstoreSigned","keyPath":"/k.pub"}]}}}`
+	const acceptHere = `{"default":[{"type":"reject"}],"transports":{"docker":{"reg.example:5000/secure/app":[{"type":"insecureAcceptAnything"}]}}}`
+	for _, tc := range []struct {
+		name, policy, childRef string
+		served                 []byte
+		wantErr                bool
+		wantWarn               bool
+	}{
+		{"the child names another image to reach an accepting scope", rejectButBusybox, "docker.io/library/busybox@" + d, served, true, false},
+		{"a sigstore requirement for another scope does not disarm the check", sigstoreElsewhere, "reg.example:5000/secure/app@" + d, served, true, false},
+		{"a sigstore requirement for this image: the child's check stands", sigstoreHere, "reg.example:5000/secure/app@" + d, served, false, true},
+		{"this image's scope accepts", acceptHere, "reg.example:5000/secure/app@" + d, served, false, false},
+		{"a manifest other than the reported one", acceptHere, "reg.example:5000/secure/app@" + d, append([]byte(" "), served...), true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Plan{}
+			p.Reference = "reg.example:5000/secure/app:1"
+			p.Signature = api.SignaturePolicy{Source: "flag", File: "/policy.json"}
+			warned := false
+			err := p.recheckSignature(t.Context(), &pull.Material{SignaturePolicy: []byte(tc.policy)},
+				&api.Result{Reference: tc.childRef, Digest: d}, &pull.Copied{Served: tc.served}, func(string) { warned = true })
+			if (err != nil) != tc.wantErr || warned != tc.wantWarn {
+				t.Fatalf("err = %v, warned = %v; want error %v, warning %v", err, warned, tc.wantErr, tc.wantWarn)
+			}
+			if err != nil && failure.CodeOf(err) != failure.Verification {
+				t.Fatalf("code %s, want verification: %v", failure.CodeOf(err), err)
+			}
+		})
+	}
+}
