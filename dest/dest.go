@@ -34,7 +34,7 @@ func (s Spec) String() string {
 const HiddenPath = "/(dest)"
 
 // Anonymous is s without DEST's path: what the isolated copy is told, so
-// that it never learns a host path. The parent reports the real one.
+// that its request names no host path. The parent reports the real one.
 func (s Spec) Anonymous() Spec {
 	a := Spec{Transport: s.Transport, Path: HiddenPath, Ref: s.Ref}
 	a.Raw = s.Transport + ":DEST"
@@ -124,6 +124,13 @@ type Expect struct {
 	// the parent ties the archive's config and layers to the digest
 	// through these bytes.
 	Manifest []byte `json:"manifest,omitempty"`
+	// Served is the manifest the registry served for the reported digest
+	// (Instance when set, else Digest): it must hash to that digest, and
+	// a stored manifest that differs (DestDigest: a converted one) must
+	// keep its config and its layers (the same blobs, or their
+	// uncompressed forms named by the config's diff_ids). Without it the
+	// stored manifest is tied to nothing the parent can check.
+	Served []byte `json:"served,omitempty"`
 	// MaxBytes caps the sum of the image's blob sizes (0: no cap).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }

@@ -121,10 +121,17 @@ func (d *dirDest) verifyTree(s *Stage, t *tree, e Expect) error {
 		return dirName(alg, hx)
 	}}
 	want := e.want()
-	if _, err := g.manifest(descriptor{Digest: want, Size: -1}, want == e.Digest, "manifest.json"); err != nil {
+	m, err := g.manifest(descriptor{Digest: want, Size: -1}, want == e.Digest, "manifest.json")
+	if err != nil {
 		return err
 	}
 	if err := g.check(e.MaxBytes); err != nil {
+		return err
+	}
+	if err := tieToServed(e, m, func(c descriptor) ([]byte, error) {
+		calg, chx, _ := splitDigest(c.Digest)
+		return t.load(g.path(calg, chx, false), maxJSON)
+	}); err != nil {
 		return err
 	}
 	// Signatures are not content-addressed and the parent cannot verify

@@ -161,6 +161,9 @@ func (d *dockerArchiveDest) Verify(s *Stage, e Expect) error {
 	if e.MaxBytes > 0 && total > e.MaxBytes {
 		return verr(badStaged("the image is %d bytes, more than the %d allowed", total, e.MaxBytes))
 	}
+	if err := tieToServed(e, m, func(descriptor) ([]byte, error) { return ts.load(it.Config, maxJSON) }); err != nil {
+		return verr(err)
+	}
 	err = ts.unused(func(n string) bool { return n == "repositories" || dockerLegacyRE.MatchString(n) })
 	if err != nil {
 		return verr(err)

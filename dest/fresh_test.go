@@ -73,7 +73,7 @@ func BenchmarkVerify(b *testing.B) {
 				must(b, err)
 				writeLayout(b, filepath.Join(st.WorkPath, "image"), im, "")
 				b.StartTimer()
-				must(b, dd.Verify(st, dest.Expect{Digest: im.digest}))
+				must(b, dd.Verify(st, dest.Expect{Digest: im.digest, Served: im.manifest}))
 				b.StopTimer()
 				st.Remove()
 				b.StartTimer()

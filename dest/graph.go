@@ -1,7 +1,6 @@
 package dest
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -93,6 +92,17 @@ func checkExpect(e Expect) error {
 	if e.Pinned != "" && e.Pinned != e.Digest {
 		return badStaged("the copy reported manifest %s, but the pull is pinned to %s", e.Digest, e.Pinned)
 	}
+	if e.Instance != "" && e.IndexRaw == nil {
+		return badStaged("the copy reported instance %s of %s without the index it belongs to", e.Instance, e.Digest)
+	}
+	src := e.source()
+	if e.Served == nil {
+		return badStaged("the copy did not hand over the manifest it was served for %s", src)
+	}
+	salg, _, _ := splitDigest(src)
+	if got := digestOf(salg, e.Served); got != src {
+		return badStaged("the manifest handed over as served is %s, not the reported %s", got, src)
+	}
 	if e.IndexRaw != nil {
 		alg, _, _ := splitDigest(e.Digest)
 		if got := digestOf(alg, e.IndexRaw); got != e.Digest {
@@ -110,6 +120,65 @@ func checkExpect(e Expect) error {
 			if !found {
 				return badStaged("instance %s is not one of the manifests of index %s", e.Instance, e.Digest)
 			}
+		}
+	}
+	return nil
+}
+
+// source is the digest of the manifest the registry served for what is
+// stored: the instance of an index, or the reported manifest itself.
+func (e Expect) source() string {
+	if e.Instance != "" {
+		return e.Instance
+	}
+	return e.Digest
+}
+
+// tieToServed checks that a stored manifest that is not the served one (a
+// converted manifest: DestDigest) describes the same image: the same
+// config, and each layer either the served blob or its uncompressed form,
+// which the config names (rootfs.diff_ids). config loads the config blob
+// (already verified by its digest) when a layer needs it. With no
+// conversion the stored digest is the served one, checked by the caller.
+func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte, error)) error {
+	if e.DestDigest == "" {
+		return nil
+	}
+	served, err := parseManifest("the served manifest", e.Served)
+	if err != nil {
+		return err
+	}
+	if served.isIndex() || stored.isIndex() {
+		return badStaged("a converted manifest must be an image manifest, not an index")
+	}
+	if stored.Config.Digest != served.Config.Digest {
+		return badStaged("the stored manifest names config %s, the served one %s", stored.Config.Digest, served.Config.Digest)
+	}
+	if len(stored.Layers) != len(served.Layers) {
+		return badStaged("the stored manifest has %d layers, the served one %d", len(stored.Layers), len(served.Layers))
+	}
+	var diffIDs []string
+	for i, l := range stored.Layers {
+		if l.Digest == served.Layers[i].Digest {
+			continue
+		}
+		if diffIDs == nil {
+			b, err := config(*stored.Config)
+			if err != nil {
+				return err
+			}
+			var c struct {
+				RootFS struct {
+					DiffIDs []string `json:"diff_ids"`
+				} `json:"rootfs"`
+			}
+			if err := json.Unmarshal(b, &c); err != nil {
+				return badStaged("parsing config %s: %v", stored.Config.Digest, err)
+			}
+			diffIDs = append(c.RootFS.DiffIDs, "")
+		}
+		if i >= len(diffIDs)-1 || l.Digest != diffIDs[i] {
+			return badStaged("stored layer %d is %s: neither the served layer %s nor its uncompressed form", i+1, l.Digest, served.Layers[i].Digest)
 		}
 	}
 	return nil
@@ -289,11 +358,49 @@ func verifyOCI(st store, e Expect, tag string, known map[string]int64) (*ociResu
 		return "blobs/" + alg + "/" + hx
 	}}
 	alg, hx, _ := splitDigest(d.Digest)
-	if _, err := g.manifest(d, d.Digest == e.Digest, g.path(alg, hx, true)); err != nil {
+	mrel := g.path(alg, hx, true)
+	if d.Size < 0 {
+		return nil, badStaged("index.json gives the manifest a negative size")
+	}
+	m, err := g.manifest(d, d.Digest == e.Digest, mrel)
+	if err != nil {
 		return nil, err
 	}
 	if err := g.check(e.MaxBytes); err != nil {
 		return nil, err
 	}
-	return &ociResult{entry: bytes.Clone(idx.Manifests[0]), used: g.usedOld}, nil
+	if err := tieToServed(e, m, func(c descriptor) ([]byte, error) {
+		calg, chx, _ := splitDigest(c.Digest)
+		return st.load(g.path(calg, chx, false), maxJSON)
+	}); err != nil {
+		return nil, err
+	}
+	// The entry committed is the parent's own, built from what it
+	// verified: never the child's bytes (a JSON document can say one
+	// thing to Go and another to other readers).
+	raw, err := st.load(mrel, maxJSON)
+	if err != nil {
+		return nil, err
+	}
+	entry := map[string]any{"mediaType": manifestMediaType(m, raw), "digest": d.Digest, "size": len(raw)}
+	if tag != "" {
+		entry["annotations"] = map[string]string{refNameAnnot: tag}
+	}
+	b, err = json.Marshal(entry)
+	if err != nil {
+		return nil, badStaged("%v", err)
+	}
+	return &ociResult{entry: b, used: g.usedOld}, nil
+}
+
+// manifestMediaType is the media type of a verified manifest: its own
+// mediaType field, else what its shape says.
+func manifestMediaType(m *manifestDoc, raw []byte) string {
+	if m.MediaType != "" {
+		return m.MediaType
+	}
+	if m.isIndex() {
+		return mtOCIIndex
+	}
+	return "application/vnd.oci.image.manifest.v1+json"
 }

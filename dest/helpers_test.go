@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
@@ -126,6 +127,10 @@ func pull(t testing.TB, d dest.Destination, st *dest.Stage, src string, progress
 	must(t, err)
 	must(t, json.Unmarshal(b, &idx))
 	e := dest.Expect{Digest: idx.Manifests[0].Digest, Manifest: copied}
+	// What the registry served: the source layout's manifest.
+	alg, hx, _ := strings.Cut(e.Digest, ":")
+	e.Served, err = os.ReadFile(filepath.Join(src, "blobs", alg, hx))
+	must(t, err)
 	if srcDigest.String() != e.Digest {
 		e.DestDigest = srcDigest.String()
 	}

@@ -2,6 +2,7 @@ package dest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +36,7 @@ const (
 type Stage struct {
 	// Work is the O_DIRECTORY descriptor of work/. The pipeline passes it
 	// to the child, which bind-mounts /proc/self/fd/N over /tmp: the child
-	// never learns a host path.
+	// is told no host path (its mountinfo still shows the mount's source).
 	Work *os.File
 	// WorkPath is the host path of Work, only for the in-process copy
 	// (--no-isolation).
@@ -94,7 +95,7 @@ func allowedOwner(uid uint32) bool { return uid == 0 || int(uid) == os.Geteuid()
 // unless sticky (like /tmp, /var/tmp).
 func (b base) openParent(allowOther bool) (*os.File, unix.Stat_t, error) {
 	dir := filepath.Dir(b.spec.Path)
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openAncestors(dir, allowOther)
 	if err != nil {
 		return nil, unix.Stat_t{}, b.destErr("parent directory %s: %v", dir, err)
 	}
@@ -113,6 +114,103 @@ func (b base) openParent(allowOther bool) (*os.File, unix.Stat_t, error) {
 		return nil, st, b.destErr("parent directory %s is writable by group or others and not sticky (mode %o); refusing (anyone could replace DEST)", dir, st.Mode&0o7777)
 	}
 	return f, st, nil
+}
+
+// openAncestors opens dir by resolving it one component at a time from /
+// (a chase, like systemd's): every directory crossed before dir itself
+// must be one nobody but root or the caller can change (owned by one of
+// them unless allowOther, and not writable by group or others without the
+// sticky bit), and a symlink is followed only when root or the caller owns
+// it (the caller's /var/run → /run works; a link planted by another user,
+// or a directory of theirs on the way, is refused). Every step opens with
+// O_NOFOLLOW relative to the directory before it, so nothing can be
+// swapped between a check and the next step.
+func openAncestors(dir string, allowOther bool) (int, error) {
+	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	at := "/"
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(dir), "/"), "/")
+	trusted := func(st unix.Stat_t, what string) error {
+		if !allowedOwner(st.Uid) && !allowOther {
+			return fmt.Errorf("%s is owned by uid %d, not root; refusing (its owner could swap the path under the root parent)", what, st.Uid)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+			return fmt.Errorf("%s is writable by group or others and not sticky (mode %o); refusing", what, st.Mode&0o7777)
+		}
+		return nil
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(fd)
+		return -1, err
+	}
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			// Only from a symlink's target: go back up by path, from /.
+			parent := filepath.Dir(at)
+			unix.Close(fd)
+			return openAncestors(filepath.Join(append([]string{parent}, rest...)...), allowOther)
+		}
+		next := filepath.Join(at, c)
+		st, err := fstatAt(fd, c)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %s", next, errnoText(err)))
+		}
+		if isLink(st) {
+			if links++; links > 40 {
+				return fail(fmt.Errorf("%s: too many symbolic links", dir))
+			}
+			if !allowedOwner(st.Uid) && !allowOther {
+				return fail(fmt.Errorf("%s is a symbolic link owned by uid %d; refusing to follow it as root", next, st.Uid))
+			}
+			target, err := readlinkAt(fd, c)
+			if err != nil {
+				return fail(fmt.Errorf("%s: %s", next, errnoText(err)))
+			}
+			more := strings.Split(target, "/")
+			if filepath.IsAbs(target) {
+				unix.Close(fd)
+				if fd, err = unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+					return -1, err
+				}
+				at = "/"
+			}
+			rest = append(more, rest...)
+			continue
+		}
+		nfd, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %s", next, errnoText(err))
+		}
+		fd, at = nfd, next
+		if len(rest) == 0 {
+			break // DEST's parent itself: openParent checks it, naming it
+		}
+		if st, err = fstat(fd); err != nil {
+			return fail(err)
+		}
+		if err := trusted(st, "its ancestor "+at); err != nil {
+			return fail(err)
+		}
+	}
+	return fd, nil
+}
+
+// readlinkAt reads the symlink name in dirfd.
+func readlinkAt(dirfd int, name string) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
 
 // existing looks DEST up beneath its parent without following a symlink.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
@@ -16,6 +17,7 @@ import (
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 	"github.com/pullhelper/pullhelper/reexec"
+	"go.podman.io/image/v5/docker/reference"
 )
 
 // Options are the caller's hooks and the isolation settings of a pull.
@@ -99,7 +101,7 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	e := dest.Expect{Digest: res.Digest, Instance: res.InstanceDigest, DestDigest: res.DestinationDigest,
 		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes}
 	if copied != nil {
-		e.IndexRaw, e.Manifest = copied.IndexRaw, copied.Manifest
+		e.IndexRaw, e.Manifest, e.Served = copied.IndexRaw, copied.Manifest, copied.Served
 	}
 	if err := p.dst.Verify(st, e); err != nil {
 		return err
@@ -108,6 +110,23 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 		return err
 	}
 	return p.dst.Commit(st)
+}
+
+// byDigest is the plan's repository pinned to d.
+func (p *Plan) byDigest(d string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(p.Reference)
+	if err != nil {
+		return "", failure.Wrap(failure.Internal, err, "")
+	}
+	dg, err := digest.Parse(d)
+	if err != nil {
+		return "", failure.New(failure.Verification, "the copy reported an invalid digest %q", d)
+	}
+	pinned, err := reference.WithDigest(reference.TrimNamed(named), dg)
+	if err != nil {
+		return "", failure.Wrap(failure.Internal, err, "")
+	}
+	return pinned.String(), nil
 }
 
 // pinned is the digest of IMAGE@sha256:… ("" for a tag).
@@ -224,7 +243,14 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := g.Kill(); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
-	res.Destination = p.Destination.String()
+	// What the parent knows itself is never taken from the child: the
+	// image, the destination, the signature policy in force, and the
+	// reference (the plan's name with the digest Verify ties the stored
+	// image to).
+	res.Image, res.Destination, res.SignaturePolicy = p.Image, p.Destination.String(), p.Signature
+	if res.Reference, err = p.byDigest(res.Digest); err != nil {
+		return nil, err
+	}
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}

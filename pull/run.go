@@ -45,8 +45,9 @@ type (
 type Copied struct {
 	Manifest []byte `json:"manifest,omitempty"`
 	IndexRaw []byte `json:"index_raw,omitempty"`
-	// Served and Signatures, with a signature policy file: the manifest
-	// the policy judged (the instance's, as the registry served it) and
+	// Served is the manifest as the registry served it for the digest the
+	// copy reports (the instance's, for an index): the parent ties the
+	// stored manifest to it. Signatures, with a signature policy file, are
 	// its signatures, so that the parent can judge it again.
 	Served     []byte   `json:"served,omitempty"`
 	Signatures [][]byte `json:"signatures,omitempty"`
@@ -337,34 +338,38 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if manifest.MIMETypeIsMultiImage(mime) {
 		out.IndexRaw = raw
 	}
-	if p.Signature.File != "" {
-		// The parent re-checks the signature policy: hand it the
-		// manifest as served and its signatures.
-		if err := served(ctx, sys, srcRef, top, want, raw, out); err != nil {
-			return nil, nil, p.classify(stallCause(ctx, err))
-		}
+	// The parent ties what was stored to the manifest as served (and
+	// re-checks the signature policy on it): hand that over, with its
+	// signatures when a policy file judges them.
+	if err := served(ctx, sys, srcRef, top, want, raw, p.Signature.File != "", out); err != nil {
+		return nil, nil, p.classify(stallCause(ctx, err))
 	}
 	return res, out, nil
 }
 
 // served fills in the manifest the registry served for want (the instance,
-// or top itself) and its signatures, for the parent's re-check of the
-// signature policy.
-func served(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, top, want digest.Digest, topRaw []byte, out *Copied) error {
+// or top itself) and, with sigs, its signatures: the parent ties the stored
+// image to it and re-checks the signature policy on it.
+func served(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, top, want digest.Digest, topRaw []byte, sigs bool, out *Copied) error {
+	out.Served = topRaw
+	if want == top && !sigs {
+		return nil
+	}
 	src, err := ref.NewImageSource(ctx, sys)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
 	var instance *digest.Digest
-	out.Served = topRaw
 	if want != top {
 		instance = &want
 		if out.Served, _, err = src.GetManifest(ctx, instance); err != nil {
 			return err
 		}
 	}
-	out.Signatures, err = src.GetSignatures(ctx, instance)
+	if sigs {
+		out.Signatures, err = src.GetSignatures(ctx, instance)
+	}
 	return err
 }
 

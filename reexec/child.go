@@ -128,7 +128,7 @@ func child() int {
 	// this process's mount namespace): a small tmpfs over /tmp for the
 	// copy's configuration and key material, which so never touches a disk
 	// and vanishes with the child; the staging directory, handed over as
-	// an fd (the child never learns a host path), at /tmp/stage.
+	// an fd (its request names no host path), at /tmp/stage.
 	if err := privateTmp(stageFD, req.Identity); err != nil {
 		return fail(err)
 	}

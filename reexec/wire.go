@@ -30,8 +30,8 @@ const (
 // bind-mounted while still root, which may traverse DEST's ancestors) at
 // /tmp/stage and the copy's configuration and keys in /tmp/config. So DEST's
 // ancestors (often root-only, 0700) need not be searchable by the pull uid,
-// key material never reaches a disk, and the child never learns a host
-// path.
+// key material never reaches a disk, and the request names no host path
+// (the child's mountinfo still shows its mounts' sources).
 const (
 	childTmp     = "/tmp"
 	childTmpSize = 16 << 20

@@ -1,0 +1,125 @@
+package dest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+// A compromised child pulls IMAGE@GOOD, stages EVIL and reports EVIL as the
+// converted manifest (DestDigest) or as an instance of GOOD without the
+// index: nothing ties EVIL to GOOD, so the parent must refuse it.
+func TestVerifyTiesTheStoredImageToThePinnedOne(t *testing.T) {
+	needRoot(t)
+	good, evil := newImg("good"), newImg("evil")
+	for name, lie := range map[string]func(*dest.Expect){
+		"a converted manifest that is another image": func(e *dest.Expect) { e.DestDigest = evil.digest },
+		"an instance without its index":              func(e *dest.Expect) { e.Instance = evil.digest },
+		"an instance with the evil manifest as served": func(e *dest.Expect) {
+			e.Instance, e.Served = evil.digest, evil.manifest
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "layout")
+			dd := parse(t, "oci:"+d+":a")
+			st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+			must(t, err)
+			defer st.Remove()
+			_ = pull(t, dd, st, source(t, evil), nil) // what the child staged
+			e := dest.Expect{Digest: good.digest, Pinned: good.digest, Served: good.manifest}
+			lie(&e)
+			err = dd.Verify(st, e)
+			if err == nil || failure.CodeOf(err) != failure.Verification {
+				t.Fatalf("Verify = %v, want a verification error", err)
+			}
+			if _, err := os.Stat(d); err == nil {
+				t.Fatal("DEST exists")
+			}
+		})
+	}
+}
+
+// The committed index.json entry is the parent's own: a staged entry that
+// says one thing to Go (keys match case-insensitively, the last wins) and
+// another to exact readers never reaches DEST, nor a negative size.
+func TestCommitWritesItsOwnIndexEntry(t *testing.T) {
+	needRoot(t)
+	old, good := newImg("old-prod"), newImg("good")
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, old, "prod")
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, good), nil)
+	p := filepath.Join(st.WorkPath, "image", "index.json")
+	must(t, os.WriteFile(p, fmt.Appendf(nil,
+		`{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,`+
+			`"annotations":{"org.opencontainers.image.ref.name":"prod"},"DIGEST":%q,"Annotations":{"org.opencontainers.image.ref.name":"a"}}]}`,
+		old.digest, len(old.manifest), good.digest), 0o644))
+	must(t, dd.Verify(st, e))
+	must(t, dd.Commit(st))
+	b, err := os.ReadFile(filepath.Join(d, "index.json"))
+	must(t, err)
+	// Read it the exact way (no case folding): exactly prod→old, a→good.
+	var idx struct {
+		Manifests []map[string]json.RawMessage `json:"manifests"`
+	}
+	must(t, json.Unmarshal(b, &idx))
+	tags := map[string]string{}
+	for _, m := range idx.Manifests {
+		for k := range m {
+			if k != "mediaType" && k != "digest" && k != "size" && k != "annotations" {
+				t.Fatalf("committed entry has key %q: %s", k, b)
+			}
+		}
+		var ann map[string]string
+		var dg string
+		must(t, json.Unmarshal(m["annotations"], &ann))
+		must(t, json.Unmarshal(m["digest"], &dg))
+		tags[ann["org.opencontainers.image.ref.name"]] = dg
+	}
+	if len(tags) != 2 || tags["prod"] != old.digest || tags["a"] != good.digest {
+		t.Fatalf("committed tags %v, want prod=%s a=%s: %s", tags, old.digest, good.digest, b)
+	}
+	if strings.Contains(string(b), "DIGEST") {
+		t.Fatalf("the child's bytes were committed: %s", b)
+	}
+}
+
+// DEST's path is resolved from / one component at a time: an ancestor of
+// another user, or a symlink another user planted, is refused; root's own
+// symlinks are followed.
+func TestStageChecksEveryAncestor(t *testing.T) {
+	needRoot(t)
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	must(t, os.Mkdir(victim, 0o755))
+	// 1. An ancestor owned by another user, DEST's parent root's.
+	must(t, os.MkdirAll(filepath.Join(base, "anc", "images"), 0o755))
+	must(t, os.Chown(filepath.Join(base, "anc"), 65534, 65534))
+	_, err := parse(t, "oci-archive:"+filepath.Join(base, "anc", "images", "app.tar")).Stage(dest.StageOptions{})
+	wantCode(t, err, failure.Destination, "ancestor")
+	// 2. A symlink owned by another user on the way.
+	must(t, os.Mkdir(filepath.Join(base, "r"), 0o755))
+	must(t, os.Symlink(victim, filepath.Join(base, "r", "link")))
+	must(t, os.Lchown(filepath.Join(base, "r", "link"), 65534, 65534))
+	_, err = parse(t, "oci-archive:"+filepath.Join(base, "r", "link", "app.tar")).Stage(dest.StageOptions{})
+	wantCode(t, err, failure.Destination, "symbolic link owned by uid 65534")
+	// 3. Root's symlink is followed (as /var/run → /run is).
+	must(t, os.Symlink(victim, filepath.Join(base, "r", "rootlink")))
+	st, err := parse(t, "oci-archive:"+filepath.Join(base, "r", "rootlink", "app.tar")).Stage(dest.StageOptions{})
+	must(t, err)
+	st.Remove()
+	entries, err := os.ReadDir(victim)
+	must(t, err)
+	if len(entries) != 0 {
+		t.Fatalf("staging left in %s: %v", victim, entries)
+	}
+}
