@@ -19,6 +19,24 @@ type Result struct {
 	SignaturePolicy   SignaturePolicy `json:"signature_policy"`
 	Isolation         Isolation       `json:"isolation"`
 	Usage             *Usage          `json:"usage,omitempty"`
+	// Endpoints are the hosts that served this pull (its successful
+	// attempt): a registries.conf mirror, a containerd hosts.toml host or
+	// the registry itself. Informational only: in the isolated child it is
+	// the child's own account (bounded by the parent, never checked), and
+	// nothing may rely on it for a security decision.
+	Endpoints []EndpointUse `json:"endpoints,omitempty"`
+}
+
+// EndpointUse is what one host served in a pull: the manifests (one per
+// tag or digest asked) and blobs that were last requested from it (a
+// fallback or retry may ask several hosts for the same one), and the blob
+// bytes read from it (manifests are not counted). Like every view the
+// child reports, it is informational, not a verified fact.
+type EndpointUse struct {
+	Host      string `json:"host"`
+	Manifests int    `json:"manifests"`
+	Blobs     int    `json:"blobs"`
+	Bytes     int64  `json:"bytes"`
 }
 
 // Event is one JSON Lines progress event (--progress-fd).
@@ -36,6 +54,10 @@ type Event struct {
 	Attempt     int       `json:"attempt,omitempty"`
 	Code        string    `json:"code,omitempty"`
 	Message     string    `json:"message,omitempty"`
+	// Host is the host a layer_* or config_* event's blob is being fetched
+	// from, when known at the time of the event (layer_start often has
+	// none). Informational, as the child reports it.
+	Host string `json:"host,omitempty"`
 }
 
 // Event types. The pipeline emits start, done and error itself; only the

@@ -242,7 +242,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		}()
 	}
 	ep := &endpoints{allowed: map[string]bool{}}
-	sys = p.guardedSystemContext(sys, ep)
+	sys = g.hosts.wrap(p.guardedSystemContext(sys, ep))
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
@@ -283,6 +283,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		for pp := range progress {
 			g.touch()
 			if e, ok := tally.event(pp); ok {
+				e.Host = g.hosts.blobHost(pp.Artifact.Digest)
 				o.emit(e)
 			}
 		}
@@ -344,6 +345,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err := served(ctx, sys, srcRef, top, want, raw, p.Signature.File != "", out); err != nil {
 		return nil, nil, p.classify(stallCause(ctx, err))
 	}
+	res.Endpoints = g.hosts.endpoints()
 	return res, out, nil
 }
 

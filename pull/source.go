@@ -57,6 +57,8 @@ type guard struct {
 	mu       sync.Mutex
 	seq      int
 	inflight map[int]fetch
+
+	hosts *hostLog // which host served each manifest and blob, with blob bytes
 }
 
 type fetch struct {
@@ -65,7 +67,7 @@ type fetch struct {
 }
 
 func newGuard(host string, maxImage int64) *guard {
-	g := &guard{host: host, maxImage: maxImage, inflight: map[int]fetch{}}
+	g := &guard{host: host, maxImage: maxImage, inflight: map[int]fetch{}, hosts: newHostLog()}
 	g.touch()
 	return g
 }
@@ -289,6 +291,7 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 		what = "the config " + info.Digest.String()
 	}
 	done := s.g.begin(what)
+	s.g.hosts.startBlob(info.Digest)
 	rc, size, err := s.ImageSource.GetBlob(ctx, info, cache)
 	if err != nil {
 		done()
@@ -322,6 +325,7 @@ func (r *cappedReader) Read(b []byte) (int, error) {
 	if n > 0 {
 		r.g.touch()
 		r.n += int64(n)
+		r.g.hosts.addBytes(r.d, int64(n))
 		if r.limit >= 0 && r.n > r.limit {
 			return 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d", r.d, r.limit)
 		}

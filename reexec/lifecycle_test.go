@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/pull"
 )
 
@@ -99,9 +101,36 @@ func TestProgressOnly(t *testing.T) {
 			t.Errorf("a %q event from the child was accepted", typ)
 		}
 	}
-	e, ok := progressOnly(pull.Event{Type: "layer_done", Digest: "sha256:a", Bytes: 3, Message: "forged", Image: "x"})
-	if !ok || e.Digest != "sha256:a" || e.Bytes != 3 || e.Message != "" || e.Image != "" || e.TS.IsZero() {
+	e, ok := progressOnly(pull.Event{Type: "layer_done", Digest: "sha256:a", Bytes: 3, Message: "forged", Image: "x", Host: "mirror.example:5000"})
+	if !ok || e.Digest != "sha256:a" || e.Bytes != 3 || e.Message != "" || e.Image != "" || e.TS.IsZero() || e.Host != "mirror.example:5000" {
 		t.Fatalf("got %+v, %v", e, ok)
+	}
+	// A host longer than a DNS name may be is dropped.
+	if e, _ := progressOnly(pull.Event{Type: "layer_progress", Host: strings.Repeat("h", 256)}); e.Host != "" {
+		t.Fatalf("an oversized host passed: %d bytes", len(e.Host))
+	}
+}
+
+// The child's endpoints block is bounded: sane entries pass, oversized or
+// negative ones are dropped, and at most maxEndpoints remain.
+func TestBoundEndpoints(t *testing.T) {
+	res := &api.Result{Endpoints: []api.EndpointUse{
+		{Host: "mirror.example", Manifests: 2, Blobs: 3, Bytes: 100},
+		{Host: strings.Repeat("h", 256), Blobs: 1},
+		{Host: "", Blobs: 1},
+		{Host: "neg.example", Bytes: -1},
+	}}
+	boundEndpoints(res)
+	if len(res.Endpoints) != 1 || res.Endpoints[0] != (api.EndpointUse{Host: "mirror.example", Manifests: 2, Blobs: 3, Bytes: 100}) {
+		t.Fatalf("got %+v", res.Endpoints)
+	}
+	res.Endpoints = nil
+	for i := 0; i < 1000; i++ {
+		res.Endpoints = append(res.Endpoints, api.EndpointUse{Host: fmt.Sprintf("h%d.example", i), Blobs: 1})
+	}
+	boundEndpoints(res)
+	if len(res.Endpoints) != maxEndpoints || res.Endpoints[0].Host != "h0.example" {
+		t.Fatalf("got %d endpoints, first %+v", len(res.Endpoints), res.Endpoints[0])
 	}
 }
 

@@ -385,6 +385,7 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink 
 		case m.Result != nil:
 			if res == nil {
 				res, copied = m.Result, m.Copied
+				boundEndpoints(res)
 			}
 		case m.Error != nil:
 			if childE == nil {

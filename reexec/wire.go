@@ -126,5 +126,38 @@ func progressOnly(e api.Event) (api.Event, bool) {
 		return api.Event{}, false
 	}
 	return api.Event{Type: e.Type, TS: time.Now().UTC(), Digest: e.Digest, MediaType: e.MediaType,
-		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped}, true
+		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: boundHost(e.Host)}, true
+}
+
+// The child's account of which hosts served the pull is informational (see
+// api.Result.Endpoints): the parent only bounds it, to hosts of at most
+// maxHost bytes (a DNS name's limit) and at most maxEndpoints entries.
+const (
+	maxHost      = 255
+	maxEndpoints = 64
+)
+
+// boundHost is h, or "" when it is longer than maxHost.
+func boundHost(h string) string {
+	if len(h) > maxHost {
+		return ""
+	}
+	return h
+}
+
+// boundEndpoints bounds the child's endpoints block in place: an entry with
+// an empty or oversized host or a negative count is dropped, and at most
+// maxEndpoints remain.
+func boundEndpoints(res *api.Result) {
+	var out []api.EndpointUse
+	for _, e := range res.Endpoints {
+		if len(out) == maxEndpoints {
+			break
+		}
+		if e.Host == "" || boundHost(e.Host) == "" || e.Manifests < 0 || e.Blobs < 0 || e.Bytes < 0 {
+			continue
+		}
+		out = append(out, e)
+	}
+	res.Endpoints = out
 }

@@ -254,3 +254,54 @@ EOF2
     [[ ! -e $OUT/tiny ]] || fail "DEST was committed"
     assert_no_staging "$OUT"
 }
+
+# endpoint_of HOST: the result's ($output) endpoints entry for HOST as
+# compact JSON, or null.
+endpoint_of() {
+    "$PH_PYTHON" -c '
+import json, sys
+r = json.loads(sys.argv[2])
+m = [e for e in r.get("endpoints") or [] if e.get("host") == sys.argv[1]]
+print(json.dumps(m[0], separators=(",", ":")) if m else "null")' "$1" "$output"
+}
+
+# blob_event_hosts FILE: the distinct hosts of the non-skipped layer_done
+# and config_done events in the progress file FILE, one a line ("-" for none).
+blob_event_hosts() {
+    "$PH_PYTHON" -c '
+import json, sys
+hosts = set()
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e["type"] in ("layer_done", "config_done") and not e.get("skipped"):
+        hosts.add(e.get("host") or "-")
+print("\n".join(sorted(hosts)))' "$1"
+}
+
+@test "registries.conf mirror: the result's endpoints name the mirror as serving the manifest and every blob (bytes > 0), and the progress events name it" {
+    mirror_conf
+    run_pullhelper pull --policy "$T/policy.toml" --progress-fd 3 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny" 3>"$T/progress.jsonl"
+    assert_json_result
+    assert_equal "$(json_get .endpoints[0].host <<<"$output")" "$OTHER_HOST"
+    (($(json_get .endpoints[0].manifests <<<"$output") >= 1)) || fail "the mirror served no manifest: $(json_get .endpoints <<<"$output")"
+    (($(json_get .endpoints[0].blobs <<<"$output") >= 2)) || fail "the mirror served fewer than config + layer: $(json_get .endpoints <<<"$output")"
+    (($(json_get .endpoints[0].bytes <<<"$output") > 0)) || fail "no bytes from the mirror: $(json_get .endpoints <<<"$output")"
+    assert_equal "$(endpoint_of "$REGISTRY_HOST")" null
+    assert_equal "$(json_len .endpoints)" 1
+    # Every blob fetched shows its host in its done event.
+    assert_equal "$(blob_event_hosts "$T/progress.jsonl")" "$OTHER_HOST"
+}
+
+@test "registries.conf mirror: after a refused mirror credential, the endpoints name the registry as serving the blobs and not the mirror" {
+    mirror_conf --wrong-mirror
+    run_pullhelper pull --policy "$T/policy.toml" --progress-fd 3 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny" 3>"$T/progress.jsonl"
+    assert_json_result
+    local reg
+    reg=$(endpoint_of "$REGISTRY_HOST")
+    [[ $reg != null ]] || fail "the registry is not an endpoint: $(json_get .endpoints <<<"$output")"
+    (($(json_get .blobs <<<"$reg") >= 2)) || fail "the registry served fewer than config + layer: $reg"
+    (($(json_get .bytes <<<"$reg") > 0)) || fail "no bytes from the registry: $reg"
+    (($(json_get .manifests <<<"$reg") >= 1)) || fail "the registry served no manifest: $reg"
+    assert_equal "$(endpoint_of "$OTHER_HOST")" null
+    assert_equal "$(blob_event_hosts "$T/progress.jsonl")" "$REGISTRY_HOST"
+}
