@@ -328,8 +328,12 @@ EOF
     nonet_pullhelper explain --containerd-config "$T/config.toml" docker.io/library/nginx:1.27
     assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" containerd
     assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" 127.0.0.1:30020
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" http
+    assert_equal "$(json_get '.plan.endpoints[0].mirror' <<<"$output")" true
     assert_equal "$(json_get '.plan.endpoints[0].capabilities' <<<"$output")" '["pull","resolve"]'
     assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" registry-1.docker.io
+    assert_equal "$(json_get '.plan.endpoints[1].scheme' <<<"$output")" https
+    assert_equal "$(json_get '.plan.endpoints[1].source' <<<"$output")" "containerd hosts.toml server"
     assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
 }
 
@@ -364,7 +368,9 @@ server = "https://registry-1.docker.io"
 EOF
     printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' "$T/certs.d" >"$T/config.toml"
     nonet_pullhelper explain --containerd-config "$T/config.toml" docker.io/library/nginx:1.27
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" containerd
     assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" 127.0.0.1:65001
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" http
     assert_equal "$(json_get '.plan.endpoints[0].headers' <<<"$output")" '["X-Dragonfly-Registry"]'
     assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" registry-1.docker.io
     assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
