@@ -49,6 +49,7 @@ setup_file() {
 }
 
 teardown_file() {
+    ctrd_stop_all
     registry_restore mirror
     stop_registry
     registry_restore img
@@ -67,6 +68,7 @@ setup() {
 }
 
 teardown() {
+    [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     if [[ -n ${FAKE_PID:-} ]] && kill -0 "$FAKE_PID" 2>/dev/null; then
         _ph_stop_pid "$FAKE_PID" fake-mirror
     fi
@@ -374,4 +376,151 @@ EOF
     assert_equal "$(json_get '.plan.endpoints[0].headers' <<<"$output")" '["X-Dragonfly-Registry"]'
     assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" registry-1.docker.io
     assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
+}
+
+###############################################################################
+# crictl through Debian's containerd 1.6 with the same hosts directory takes
+# the same endpoints (the two registries' access logs, by User-Agent)
+
+# ctrd_require: skip unless containerd and crictl are available; sets CRICTL
+# (as in 080-credentials.bats).
+ctrd_require() {
+    [[ $(id -u) == 0 ]] || skip "containerd needs root"
+    command -v containerd >/dev/null ||
+        skip "containerd not installed (Debian 12: apt-get install containerd, 1.6.20)"
+    CRICTL=$(command -v crictl || true)
+    [[ -n $CRICTL ]] || CRICTL="$PH_CACHE/bin/crictl"
+    [[ -x $CRICTL ]] ||
+        skip "crictl not found in PATH or $PH_CACHE/bin (GOBIN=$PH_CACHE/bin GOFLAGS= CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@v1.34.0)"
+}
+
+# _ctrd_is_ours PID DIR: PID is the timeout wrapper ctrd_start started for DIR.
+_ctrd_is_ours() {
+    [[ $1 =~ ^[0-9]+$ ]] && _ph_pid_alive "$1" &&
+        tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "containerd --config $2/config.toml"
+}
+
+# ctrd_start DIR: start containerd with DIR/config.toml (written by
+# `cred containerd DIR/config.toml --state-dir DIR ...`: root, state and
+# socket below DIR) and wait, at most 30 s, until the CRI image service
+# answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl).
+ctrd_start() {
+    local d=$1
+    [[ -f $d/config.toml ]] || fail "ctrd_start: no $d/config.toml"
+    printf 'runtime-endpoint: unix://%s/c.sock\nimage-endpoint: unix://%s/c.sock\ntimeout: 10\n' "$d" "$d" >"$d/crictl.yaml"
+    : >>"$d/containerd.log"
+    echo "--- start ---" >>"$d/containerd.log"
+    (
+        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" containerd --config "$d/config.toml" \
+            </dev/null >>"$d/containerd.log" 2>&1 3>&- &
+        echo $! >"$d/containerd.pid"
+    )
+    echo "$d" >>"$BATS_FILE_TMPDIR/containerd.dirs"
+    local pid deadline=$((SECONDS + 30))
+    pid=$(<"$d/containerd.pid")
+    until [[ -S $d/c.sock ]] && ctrd_crictl images >/dev/null 2>&1; do
+        if ! _ph_pid_alive "$pid"; then
+            fail "containerd exited during startup; log tail:
+$(tail -n 30 "$d/containerd.log")"
+            return
+        fi
+        if ((SECONDS >= deadline)); then
+            ctrd_stop "$d"
+            fail "containerd did not answer on $d/c.sock within 30 s; log tail:
+$(tail -n 30 "$d/containerd.log")"
+            return
+        fi
+        sleep 0.1
+    done
+}
+
+# ctrd_stop DIR: stop the containerd of DIR (TERM, then KILL after 10 s).
+ctrd_stop() {
+    local d=$1 pid
+    [[ -f $d/containerd.pid ]] || return 0
+    pid=$(<"$d/containerd.pid")
+    if _ctrd_is_ours "$pid" "$d"; then
+        _ph_stop_pid "$pid" containerd
+    fi
+    rm -f "$d/containerd.pid"
+}
+
+# ctrd_stop_all: stop every containerd this file started (teardown_file).
+ctrd_stop_all() {
+    local d
+    [[ -f $BATS_FILE_TMPDIR/containerd.dirs ]] || return 0
+    while read -r d; do
+        ctrd_stop "$d"
+    done <"$BATS_FILE_TMPDIR/containerd.dirs"
+}
+
+# ctrd_crictl ARGS...: crictl against the containerd of $CTRD_DIR.
+ctrd_crictl() {
+    timeout --kill-after=5 120 "$CRICTL" --config "$CTRD_DIR/crictl.yaml" "$@"
+}
+
+# ctrd_hosts_start: a containerd below $T/ctrd whose CRI registry is the
+# hosts_conf configuration ($T/hosts, each host's auth), then started.
+ctrd_hosts_start() {
+    CTRD_DIR="$T/ctrd"
+    mkdir -p "$CTRD_DIR"
+    # The daemon settings, without their legacy mirrors table (containerd
+    # refuses it next to config_path) and without an auth table.
+    cred containerd "$T/daemon.toml" --state-dir "$CTRD_DIR" --no-auth
+    {
+        grep -v -e '\.registry\.mirrors\.' -e '^  endpoint = ' "$T/daemon.toml"
+        echo
+        grep -v '^version' "$T/config.toml"
+    } >"$CTRD_DIR/config.toml"
+    chmod 600 "$CTRD_DIR/config.toml"
+    ctrd_start "$CTRD_DIR"
+}
+
+# kinds_by UA_PREFIX LINES: "blob manifest ", "blob ", "manifest " or "":
+# the kinds of fixtures/tiny requests in the access-log LINES sent with a
+# User-Agent starting with UA_PREFIX.
+kinds_by() {
+    grep -E "\"$1[^\"]*\"\$" <<<"$2" | grep -oE '/v2/fixtures/tiny/(manifests|blobs)/' |
+        sed -e 's|.*/manifests/|manifest|' -e 's|.*/blobs/|blob|' | sort -u | tr '\n' ' '
+}
+
+@test "crictl agrees (mirror up): containerd 1.6 and pullhelper both take the manifest and blobs from the cache, nothing from the registry" {
+    ctrd_require
+    hosts_conf "https://$MIRROR_HOST" '"pull", "resolve"' "$MIRROR_CA"
+    ctrd_hosts_start
+    local before_m before_u m u
+    before_m=$(log_barrier mirror)
+    before_u=$(log_barrier img)
+    run ctrd_crictl pull "$UP_HOST/fixtures/tiny:latest"
+    assert_success
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    m=$(new_requests mirror "$before_m")
+    u=$(new_requests img "$before_u")
+    assert_equal "$(kinds_by containerd/ "$m")" "blob manifest "
+    assert_equal "$(kinds_by pullhelper/ "$m")" "blob manifest "
+    assert_equal "$(kinds_by containerd/ "$u")" ""
+    assert_equal "$(kinds_by pullhelper/ "$u")" ""
+    # Both name the registry with ?ns= at the cache.
+    grep -E '"containerd/[^"]*"$' <<<"$m" | grep -q "?ns=$UP_NS " || fail "containerd sent no ns=: $m"
+    grep -E '"pullhelper/[^"]*"$' <<<"$m" | grep -q "?ns=$UP_NS " || fail "pullhelper sent no ns=: $m"
+}
+
+@test "crictl agrees (mirror down): containerd 1.6 and pullhelper both fall back to the registry for the manifest and blobs" {
+    ctrd_require
+    local port
+    port=$(_ph_free_port) || fail "no free port"
+    hosts_conf "https://127.0.0.1:$port" '"pull", "resolve"'
+    ctrd_hosts_start
+    local before_u u
+    before_u=$(log_barrier img)
+    run ctrd_crictl pull "$UP_HOST/fixtures/tiny:latest"
+    assert_success
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    u=$(new_requests img "$before_u")
+    assert_equal "$(kinds_by containerd/ "$u")" "blob manifest "
+    assert_equal "$(kinds_by pullhelper/ "$u")" "blob manifest "
 }
