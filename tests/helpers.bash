@@ -480,6 +480,12 @@ auth:
     path: $d/htpasswd
 EOF
         fi
+        if [[ -n ${PH_REGISTRY_PROXY_URL:-} ]]; then
+            cat <<EOF
+proxy:
+  remoteurl: $PH_REGISTRY_PROXY_URL
+EOF
+        fi
         cat <<EOF
 health:
   storagedriver:
@@ -550,6 +556,16 @@ _ph_pid_is_ours() {
 #                           pairs: NAME's password is the first line of FILE
 #                           (read by htpasswd -i on stdin, never in argv),
 #                           e.g. serviceaccount=$BATS_FILE_TMPDIR/sa-token
+#   PH_REGISTRY_PROXY_URL   make it a pull-through cache of this upstream
+#                           (distribution's proxy.remoteurl, e.g.
+#                           https://127.0.0.1:PORT); it then refuses pushes.
+#                           Start the upstream with --no-auth: distribution
+#                           2.8's proxy sends its proxy.username/password
+#                           only to token-auth (Bearer realm) upstreams,
+#                           never to an htpasswd (Basic) one
+#   PH_REGISTRY_PROXY_CA    CA file the cache trusts for the upstream
+#                           (SSL_CERT_FILE of docker-registry: its proxy
+#                           uses the system pool, which this replaces)
 # Exports:
 #   REGISTRY_HOST        127.0.0.1:PORT (IP:PORT) REGISTRY_PORT  PORT
 #   REGISTRY_URL         https://127.0.0.1:PORT (http:// with --no-tls)
@@ -683,6 +699,7 @@ start_registry() {
             cd "$REGISTRY_DIR" || exit 1
             timeout --kill-after=10 "$PH_REGISTRY_LIFETIME" "${nsx[@]}" \
                 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME="$REGISTRY_DIR" \
+                ${PH_REGISTRY_PROXY_CA:+SSL_CERT_FILE="$PH_REGISTRY_PROXY_CA"} \
                 docker-registry serve "$REGISTRY_DIR/config.yml" \
                 </dev/null >>"$REGISTRY_LOG" 2>&1 3>&- &
             echo $! >"$REGISTRY_DIR/registry.pid"

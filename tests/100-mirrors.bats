@@ -1,0 +1,526 @@
+#!/usr/bin/env bats
+#
+# Registry mirrors (issue 12) with real servers on loopback: "img" is the
+# image's registry (the upstream); "mirror" is a second docker-registry
+# configured as a pull-through cache of it (distribution's proxy.remoteurl,
+# its own CA and htpasswd user; the upstream, TLS with its own CA, checks no
+# credential: distribution 2.8's proxy can only log in to a token-auth one).
+# The cache is followed through containerd hosts.toml (with `?ns=`) and
+# through a registries.conf mirror; a mirror that is down, one that answers
+# 500 and one without the `resolve` capability fall back as containerd does.
+# The README's fleet configurations (Spegel, Dragonfly) are checked with
+# `explain`, which is run in an empty network namespace (it makes no network
+# contact; there it could not).
+
+load helpers
+
+setup_file() {
+    # The upstream checks no credential: distribution 2.8's proxy cannot
+    # log in to an htpasswd registry (see PH_REGISTRY_PROXY_URL).
+    start_registry --no-auth
+    push_fixture tiny
+    registry_save img
+    local up_url=$REGISTRY_URL up_ca=$REGISTRY_CA
+    registry_clear
+    PH_REGISTRY_PROXY_URL=$up_url PH_REGISTRY_PROXY_CA=$up_ca start_registry
+    registry_save mirror
+
+    # Warm the cache with skopeo (not pullhelper): the blobs the default
+    # platform needs, stored by the cache (it stores asynchronously: wait,
+    # bounded, for each blob's repository link).
+    local before_up
+    before_up=$(log_barrier img)
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet $(registry_skopeo_opts src) \
+        "docker://$REGISTRY_HOST/fixtures/tiny:latest" "dir:$BATS_FILE_TMPDIR/warm" ||
+        fail "warming the cache failed: $(registry_log_tail 20)"
+    local f hex n=0
+    for f in "$BATS_FILE_TMPDIR"/warm/*; do
+        hex=${f##*/}
+        [[ $hex =~ ^[0-9a-f]{64}$ ]] || continue
+        wait_for_file_match "$REGISTRY_DATA/docker/registry/v2/repositories/fixtures/tiny/_layers/sha256/$hex/link" "sha256:$hex" 30
+        n=$((n + 1))
+    done
+    ((n > 0)) || fail "the warm-up copied no blob"
+    # It is a real cache: the upstream served it those blobs.
+    new_requests img "$before_up" | grep -q '"GET /v2/fixtures/tiny/blobs/sha256:' ||
+        fail "the cache fetched no blob from the upstream"
+    registry_restore img
+}
+
+teardown_file() {
+    ctrd_stop_all
+    registry_restore mirror
+    stop_registry
+    registry_restore img
+    stop_registry
+}
+
+setup() {
+    registry_restore mirror
+    MIRROR_HOST=$REGISTRY_HOST MIRROR_URL=$REGISTRY_URL MIRROR_DIR=$REGISTRY_DIR MIRROR_USER=$REGISTRY_USER MIRROR_CA=$REGISTRY_CA
+    registry_restore img
+    ph_test_setup
+    T=$BATS_TEST_TMPDIR
+    UP_HOST=$REGISTRY_HOST
+    UP_NS=${UP_HOST//:/%3A}
+    TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
+}
+
+teardown() {
+    [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
+    if [[ -n ${FAKE_PID:-} ]] && kill -0 "$FAKE_PID" 2>/dev/null; then
+        _ph_stop_pid "$FAKE_PID" fake-mirror
+    fi
+}
+
+cred() {
+    "$PH_PYTHON" "$PH_TESTS_DIR/cred-files.py" "$@" || fail "cred-files.py $* failed"
+}
+
+# log_barrier SLOT: registry_log_barrier on that registry (its log's line
+# count, every earlier request in it).
+log_barrier() {
+    registry_restore "$1"
+    registry_log_barrier
+}
+
+# new_requests SLOT BEFORE: the access-log lines of SLOT's requests for
+# fixtures/ after line BEFORE (a barrier first, so all finished ones are in).
+new_requests() {
+    registry_restore "$1"
+    registry_log_barrier >/dev/null
+    tail -n "+$(($2 + 1))" "$REGISTRY_LOG" | grep -E '"(GET|HEAD) /v2/fixtures/' || true
+}
+
+# assert_dest_complete LAYOUT: the pull's digest is the registry's and every
+# blob of the OCI layout is there and hashes right (skopeo reads it all).
+assert_dest_complete() {
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    ph_skopeo copy --quiet "oci:$1" "dir:$T/check-${1##*/}" || fail "skopeo could not read $1 completely"
+}
+
+# hosts_conf HOST_URL CAPABILITIES [CA]: $T/config.toml (0600) whose
+# config_path gives the upstream a hosts.toml: [host."HOST_URL"] with the
+# capabilities (a TOML array body) and CA, then server = the upstream (its
+# CA); the CRI configs give each host its own credential.
+hosts_conf() {
+    mkdir -p "$T/hosts/$UP_HOST"
+    {
+        echo "server = \"https://$UP_HOST\""
+        echo "ca = \"$REGISTRY_CA\""
+        echo
+        echo "[host.\"$1\"]"
+        echo "  capabilities = [$2]"
+        [[ -z ${3:-} ]] || echo "  ca = \"$3\""
+    } >"$T/hosts/$UP_HOST/hosts.toml"
+    cred containerd "$T/mirror.toml" --key "$MIRROR_HOST" --user "$MIRROR_USER" --password-file "$MIRROR_DIR/password"
+    cred containerd "$T/up.toml"
+    {
+        cat "$T/mirror.toml"
+        echo
+        grep -v '^version' "$T/up.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+}
+
+# start_fake_mirror: a plain-http server on loopback answering 500 to every
+# request, logging each request line to $T/fake.log; sets FAKE_HOST.
+start_fake_mirror() {
+    : >"$T/fake.log"
+    timeout 300 "$PH_PYTHON" -c '
+import http.server, sys
+log = open(sys.argv[1], "a", buffering=1)
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        log.write("req %s %s\n" % (self.command, self.path))
+        body = b"{\"errors\":[{\"code\":\"UNKNOWN\",\"message\":\"broken mirror\"}]}"
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+    do_GET = do_HEAD = answer
+    def log_message(self, *a):
+        log.write("msg " + (a[0] % a[1:]) + "\n")
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(s.server_address[1]))
+import os
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+s.serve_forever()
+' "$T/fake.log" "$T/fake.port" </dev/null 2>>"$T/fake.log" 3>&- &
+    FAKE_PID=$!
+    local deadline=$((SECONDS + 10))
+    until [[ -s $T/fake.port ]]; do
+        ((SECONDS < deadline)) || fail "the fake mirror did not start: $(cat "$T/fake.log")"
+        sleep 0.05
+    done
+    FAKE_HOST=127.0.0.1:$(<"$T/fake.port")
+}
+
+# nonet_pullhelper ARGS...: run_pullhelper in a new, empty network
+# namespace (explain must make no network contact).
+nonet_pullhelper() {
+    command -v unshare >/dev/null || skip "unshare not installed (util-linux)"
+    printf '#!/bin/sh\nexec unshare --net "%s" "$@"\n' "$PULLHELPER" >"$T/ph-nonet"
+    chmod 755 "$T/ph-nonet"
+    PULLHELPER=$T/ph-nonet run_pullhelper "$@"
+}
+
+###############################################################################
+# A pull-through cache
+
+@test "cache via hosts.toml: explain lists the cache (pull, resolve; its CA and credential), then the server" {
+    hosts_conf "https://$MIRROR_HOST" '"pull", "resolve"' "$MIRROR_CA"
+    run_pullhelper explain --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" containerd
+    assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" "$MIRROR_HOST"
+    assert_equal "$(json_get '.plan.endpoints[0].capabilities' <<<"$output")" '["pull","resolve"]'
+    assert_equal "$(json_get '.plan.endpoints[0].credentials[0].username' <<<"$output")" "$MIRROR_USER"
+    assert_equal "$(json_get '.plan.endpoints[0].trust.ca_files' <<<"$output")" "[\"$MIRROR_CA\"]"
+    assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" "$UP_HOST"
+    assert_equal "$(json_get '.plan.endpoints[1].credentials[0].username' <<<"$output")" "$REGISTRY_USER"
+    assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
+}
+
+@test "cache via hosts.toml: the cache serves the pull (every request with ?ns=<registry>); the upstream serves no blob" {
+    hosts_conf "https://$MIRROR_HOST" '"pull", "resolve"' "$MIRROR_CA"
+    local before_m before_u
+    before_m=$(log_barrier mirror)
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_secret_absent "$output" "$stderr"
+    local m u
+    m=$(new_requests mirror "$before_m")
+    u=$(new_requests img "$before_u")
+    grep -q "\"GET /v2/fixtures/tiny/manifests/[^ ]*?ns=$UP_NS " <<<"$m" ||
+        fail "no manifest GET with ns=$UP_HOST at the cache: $m"
+    grep -q "\"GET /v2/fixtures/tiny/blobs/sha256:[0-9a-f]*?ns=$UP_NS " <<<"$m" ||
+        fail "no blob GET with ns=$UP_HOST at the cache: $m"
+    ! grep -v "ns=$UP_NS " <<<"$m" | grep -q . || fail "a request to the cache without ns=: $m"
+    ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the upstream served blobs the cache had: $u"
+}
+
+# mirror_conf: registries.conf (under /tmp, 0600) whose mirror for the
+# upstream is the cache; each host's credential in one auth file, each
+# host's CA in its certs.d directory; $T/policy.toml naming them.
+mirror_conf() {
+    cat >"$T/registries.conf" <<EOF
+[[registry]]
+prefix = "$UP_HOST"
+location = "$UP_HOST"
+[[registry.mirror]]
+location = "$MIRROR_HOST"
+EOF
+    cred authjson "$T/up-auth.json"
+    cred authjson "$T/mirror-auth.json" --key "$MIRROR_HOST" --user "$MIRROR_USER" --password-file "$MIRROR_DIR/password"
+    "$PH_PYTHON" -c '
+import json, sys
+auths = {}
+for f in sys.argv[1:3]:
+    auths.update(json.load(open(f))["auths"])
+json.dump({"auths": auths}, open(sys.argv[3], "w"))' "$T/up-auth.json" "$T/mirror-auth.json" "$T/auth.json"
+    mkdir -p "$T/certs.d/$UP_HOST" "$T/certs.d/$MIRROR_HOST"
+    cp "$REGISTRY_CA" "$T/certs.d/$UP_HOST/ca.crt"
+    cp "$MIRROR_CA" "$T/certs.d/$MIRROR_HOST/ca.crt"
+    chmod 600 "$T/registries.conf" "$T/auth.json" "$T"/certs.d/*/ca.crt
+    chmod 700 "$T/certs.d" "$T"/certs.d/*
+    cat >"$T/policy.toml" <<EOF
+version = 1
+[pull]
+registries_conf = "$T/registries.conf"
+[auth]
+authfile = "$T/auth.json"
+[trust]
+certs_d = ["$T/certs.d"]
+EOF
+    chmod 600 "$T/policy.toml"
+}
+
+@test "cache via registries.conf: the cache serves the manifest and every blob; the upstream serves no blob" {
+    mirror_conf
+    local before_m before_u
+    before_m=$(log_barrier mirror)
+    before_u=$(log_barrier img)
+    run_pullhelper pull --policy "$T/policy.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_secret_absent "$output" "$stderr"
+    local m u
+    m=$(new_requests mirror "$before_m")
+    u=$(new_requests img "$before_u")
+    grep -q '"GET /v2/fixtures/tiny/manifests/' <<<"$m" || fail "no manifest GET at the cache: $m"
+    grep -q '"GET /v2/fixtures/tiny/blobs/sha256:' <<<"$m" || fail "no blob GET at the cache: $m"
+    ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the upstream served blobs the cache had: $u"
+}
+
+###############################################################################
+# Fallback
+
+@test "fallback: a mirror that is down (closed port) — the registry serves the pull" {
+    local port
+    port=$(_ph_free_port) || fail "no free port"
+    hosts_conf "https://127.0.0.1:$port" '"pull", "resolve"'
+    local before_u
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    local u
+    u=$(new_requests img "$before_u")
+    grep -q '"GET /v2/fixtures/tiny/manifests/' <<<"$u" || fail "the registry served no manifest: $u"
+    grep -q '"GET /v2/fixtures/tiny/blobs/sha256:' <<<"$u" || fail "the registry served no blob: $u"
+}
+
+@test "fallback: a mirror that answers 500 is asked, then the registry serves the pull" {
+    start_fake_mirror
+    hosts_conf "http://$FAKE_HOST" '"pull", "resolve"'
+    local before_u
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    grep -q '^req GET /v2/' "$T/fake.log" || fail "the 500 mirror was never asked: $(cat "$T/fake.log")"
+    local u
+    u=$(new_requests img "$before_u")
+    grep -q '"GET /v2/fixtures/tiny/manifests/' <<<"$u" || fail "the registry served no manifest: $u"
+    grep -q '"GET /v2/fixtures/tiny/blobs/sha256:' <<<"$u" || fail "the registry served no blob: $u"
+}
+
+@test "capabilities: a mirror without resolve is never asked for the tag (the registry resolves it); the digest and blobs come from the mirror" {
+    hosts_conf "https://$MIRROR_HOST" '"pull"' "$MIRROR_CA"
+    local before_m before_u
+    before_m=$(log_barrier mirror)
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    local m u
+    m=$(new_requests mirror "$before_m")
+    u=$(new_requests img "$before_u")
+    ! grep -q '/manifests/latest' <<<"$m" || fail "the mirror without resolve was asked for the tag: $m"
+    grep -qE '"(GET|HEAD) /v2/fixtures/tiny/manifests/latest ' <<<"$u" || fail "the registry did not resolve the tag: $u"
+    # The pinned digest then goes to the mirror: the manifest by digest and
+    # every blob (with ?ns=), none from the registry.
+    grep -q "\"GET /v2/fixtures/tiny/manifests/$TINY_DIGEST?ns=$UP_NS " <<<"$m" ||
+        fail "the mirror served no manifest by digest: $m"
+    grep -q "\"GET /v2/fixtures/tiny/blobs/sha256:[0-9a-f]*?ns=$UP_NS " <<<"$m" || fail "the mirror served no blob: $m"
+    ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the registry served blobs: $u"
+}
+
+###############################################################################
+# The README's fleet configurations, checked by explain (no network)
+
+@test "README Spegel: hosts.toml as Spegel writes it — the node-local mirror (pull, resolve), then registry-1.docker.io" {
+    mkdir -p "$T/certs.d/docker.io"
+    cat >"$T/certs.d/docker.io/hosts.toml" <<'EOF'
+server = 'https://registry-1.docker.io'
+
+[host.'http://127.0.0.1:30020']
+capabilities = ['pull', 'resolve']
+EOF
+    printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' "$T/certs.d" >"$T/config.toml"
+    nonet_pullhelper explain --containerd-config "$T/config.toml" docker.io/library/nginx:1.27
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" containerd
+    assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" 127.0.0.1:30020
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" http
+    assert_equal "$(json_get '.plan.endpoints[0].mirror' <<<"$output")" true
+    assert_equal "$(json_get '.plan.endpoints[0].capabilities' <<<"$output")" '["pull","resolve"]'
+    assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" registry-1.docker.io
+    assert_equal "$(json_get '.plan.endpoints[1].scheme' <<<"$output")" https
+    assert_equal "$(json_get '.plan.endpoints[1].source' <<<"$output")" "containerd hosts.toml server"
+    assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
+}
+
+@test "README Dragonfly: registries.conf mirror on loopback 127.0.0.1:65001 (insecure), then docker.io" {
+    cat >"$T/registries.conf" <<'EOF'
+[[registry]]
+prefix = "docker.io"
+location = "docker.io"
+
+[[registry.mirror]]
+location = "127.0.0.1:65001"
+insecure = true
+EOF
+    chmod 600 "$T/registries.conf"
+    nonet_pullhelper explain --registries-conf "$T/registries.conf" docker.io/library/nginx:1.27
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" registries.conf
+    assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" 127.0.0.1:65001
+    assert_equal "$(json_get '.plan.endpoints[0].mirror' <<<"$output")" true
+    assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" docker.io
+    assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
+}
+
+@test "README Dragonfly: hosts.toml with its X-Dragonfly-Registry header — explain names the header (not sent yet)" {
+    mkdir -p "$T/certs.d/docker.io"
+    cat >"$T/certs.d/docker.io/hosts.toml" <<'EOF'
+server = "https://registry-1.docker.io"
+
+[host."http://127.0.0.1:65001"]
+  capabilities = ["pull", "resolve"]
+  [host."http://127.0.0.1:65001".header]
+    X-Dragonfly-Registry = ["https://registry-1.docker.io"]
+EOF
+    printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' "$T/certs.d" >"$T/config.toml"
+    nonet_pullhelper explain --containerd-config "$T/config.toml" docker.io/library/nginx:1.27
+    assert_equal "$(json_get .plan.endpoint_rules <<<"$output")" containerd
+    assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" 127.0.0.1:65001
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" http
+    assert_equal "$(json_get '.plan.endpoints[0].headers' <<<"$output")" '["X-Dragonfly-Registry"]'
+    assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" registry-1.docker.io
+    assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
+}
+
+###############################################################################
+# crictl through Debian's containerd 1.6 with the same hosts directory takes
+# the same endpoints (the two registries' access logs, by User-Agent)
+
+# ctrd_require: skip unless containerd and crictl are available; sets CRICTL
+# (as in 080-credentials.bats).
+ctrd_require() {
+    [[ $(id -u) == 0 ]] || skip "containerd needs root"
+    command -v containerd >/dev/null ||
+        skip "containerd not installed (Debian 12: apt-get install containerd, 1.6.20)"
+    CRICTL=$(command -v crictl || true)
+    [[ -n $CRICTL ]] || CRICTL="$PH_CACHE/bin/crictl"
+    [[ -x $CRICTL ]] ||
+        skip "crictl not found in PATH or $PH_CACHE/bin (GOBIN=$PH_CACHE/bin GOFLAGS= CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@v1.34.0)"
+}
+
+# _ctrd_is_ours PID DIR: PID is the timeout wrapper ctrd_start started for DIR.
+_ctrd_is_ours() {
+    [[ $1 =~ ^[0-9]+$ ]] && _ph_pid_alive "$1" &&
+        tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "containerd --config $2/config.toml"
+}
+
+# ctrd_start DIR: start containerd with DIR/config.toml (written by
+# `cred containerd DIR/config.toml --state-dir DIR ...`: root, state and
+# socket below DIR) and wait, at most 30 s, until the CRI image service
+# answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl).
+ctrd_start() {
+    local d=$1
+    [[ -f $d/config.toml ]] || fail "ctrd_start: no $d/config.toml"
+    printf 'runtime-endpoint: unix://%s/c.sock\nimage-endpoint: unix://%s/c.sock\ntimeout: 10\n' "$d" "$d" >"$d/crictl.yaml"
+    : >>"$d/containerd.log"
+    echo "--- start ---" >>"$d/containerd.log"
+    (
+        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" containerd --config "$d/config.toml" \
+            </dev/null >>"$d/containerd.log" 2>&1 3>&- &
+        echo $! >"$d/containerd.pid"
+    )
+    echo "$d" >>"$BATS_FILE_TMPDIR/containerd.dirs"
+    local pid deadline=$((SECONDS + 30))
+    pid=$(<"$d/containerd.pid")
+    until [[ -S $d/c.sock ]] && ctrd_crictl images >/dev/null 2>&1; do
+        if ! _ph_pid_alive "$pid"; then
+            fail "containerd exited during startup; log tail:
+$(tail -n 30 "$d/containerd.log")"
+            return
+        fi
+        if ((SECONDS >= deadline)); then
+            ctrd_stop "$d"
+            fail "containerd did not answer on $d/c.sock within 30 s; log tail:
+$(tail -n 30 "$d/containerd.log")"
+            return
+        fi
+        sleep 0.1
+    done
+}
+
+# ctrd_stop DIR: stop the containerd of DIR (TERM, then KILL after 10 s).
+ctrd_stop() {
+    local d=$1 pid
+    [[ -f $d/containerd.pid ]] || return 0
+    pid=$(<"$d/containerd.pid")
+    if _ctrd_is_ours "$pid" "$d"; then
+        _ph_stop_pid "$pid" containerd
+    fi
+    rm -f "$d/containerd.pid"
+}
+
+# ctrd_stop_all: stop every containerd this file started (teardown_file).
+ctrd_stop_all() {
+    local d
+    [[ -f $BATS_FILE_TMPDIR/containerd.dirs ]] || return 0
+    while read -r d; do
+        ctrd_stop "$d"
+    done <"$BATS_FILE_TMPDIR/containerd.dirs"
+}
+
+# ctrd_crictl ARGS...: crictl against the containerd of $CTRD_DIR.
+ctrd_crictl() {
+    timeout --kill-after=5 120 "$CRICTL" --config "$CTRD_DIR/crictl.yaml" "$@"
+}
+
+# ctrd_hosts_start: a containerd below $T/ctrd whose CRI registry is the
+# hosts_conf configuration ($T/hosts, each host's auth), then started.
+ctrd_hosts_start() {
+    CTRD_DIR="$T/ctrd"
+    mkdir -p "$CTRD_DIR"
+    # The daemon settings, without their legacy mirrors table (containerd
+    # refuses it next to config_path) and without an auth table.
+    cred containerd "$T/daemon.toml" --state-dir "$CTRD_DIR" --no-auth
+    {
+        grep -v -e '\.registry\.mirrors\.' -e '^  endpoint = ' "$T/daemon.toml"
+        echo
+        grep -v '^version' "$T/config.toml"
+    } >"$CTRD_DIR/config.toml"
+    chmod 600 "$CTRD_DIR/config.toml"
+    ctrd_start "$CTRD_DIR"
+}
+
+# kinds_by UA_PREFIX LINES: "blob manifest ", "blob ", "manifest " or "":
+# the kinds of fixtures/tiny requests in the access-log LINES sent with a
+# User-Agent starting with UA_PREFIX.
+kinds_by() {
+    grep -E "\"$1[^\"]*\"\$" <<<"$2" | grep -oE '/v2/fixtures/tiny/(manifests|blobs)/' |
+        sed -e 's|.*/manifests/|manifest|' -e 's|.*/blobs/|blob|' | sort -u | tr '\n' ' '
+}
+
+@test "crictl agrees (mirror up): containerd 1.6 and pullhelper both take the manifest and blobs from the cache, nothing from the registry" {
+    ctrd_require
+    hosts_conf "https://$MIRROR_HOST" '"pull", "resolve"' "$MIRROR_CA"
+    ctrd_hosts_start
+    local before_m before_u m u
+    before_m=$(log_barrier mirror)
+    before_u=$(log_barrier img)
+    run ctrd_crictl pull "$UP_HOST/fixtures/tiny:latest"
+    assert_success
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    m=$(new_requests mirror "$before_m")
+    u=$(new_requests img "$before_u")
+    assert_equal "$(kinds_by containerd/ "$m")" "blob manifest "
+    assert_equal "$(kinds_by pullhelper/ "$m")" "blob manifest "
+    assert_equal "$(kinds_by containerd/ "$u")" ""
+    assert_equal "$(kinds_by pullhelper/ "$u")" ""
+    # Both name the registry with ?ns= at the cache.
+    grep -E '"containerd/[^"]*"$' <<<"$m" | grep -q "?ns=$UP_NS " || fail "containerd sent no ns=: $m"
+    grep -E '"pullhelper/[^"]*"$' <<<"$m" | grep -q "?ns=$UP_NS " || fail "pullhelper sent no ns=: $m"
+}
+
+@test "crictl agrees (mirror down): containerd 1.6 and pullhelper both fall back to the registry for the manifest and blobs" {
+    ctrd_require
+    local port
+    port=$(_ph_free_port) || fail "no free port"
+    hosts_conf "https://127.0.0.1:$port" '"pull", "resolve"'
+    ctrd_hosts_start
+    local before_u u
+    before_u=$(log_barrier img)
+    run ctrd_crictl pull "$UP_HOST/fixtures/tiny:latest"
+    assert_success
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    u=$(new_requests img "$before_u")
+    assert_equal "$(kinds_by containerd/ "$u")" "blob manifest "
+    assert_equal "$(kinds_by pullhelper/ "$u")" "blob manifest "
+}
