@@ -151,8 +151,8 @@ func (d *dirDest) verifyTree(s *Stage, t *tree, e Expect) error {
 	return t.syncDirs()
 }
 
-// Commit puts the staged image at DEST under an flock on DEST's parent
-// (bounded by LockTimeout): renameat2(RENAME_NOREPLACE) when DEST does not
+// Commit puts the staged image at DEST under the commit lock of DEST's
+// parent (lockInode, bounded by LockTimeout): renameat2(RENAME_NOREPLACE) when DEST does not
 // exist; otherwise one renameat2(RENAME_EXCHANGE), so DEST is the old or
 // the new image at every instant, then the old tree is removed from
 // staging. Two pulls into one new DEST both succeed (the second exchanges).
@@ -161,12 +161,13 @@ func (d *dirDest) Commit(s *Stage) error {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
 	}
 	pfd := int(s.parent.Fd())
-	if err := flockWait(pfd, LockTimeout); err != nil {
+	unlock, err := lockInode(pfd, LockTimeout)
+	if err != nil {
 		return d.destErr("locking %s: %v", filepath.Dir(d.spec.Path), err)
 	}
-	defer func() { _ = unix.Flock(pfd, unix.LOCK_UN) }()
+	defer unlock()
 	name, wfd := filepath.Base(d.spec.Path), int(s.Work.Fd())
-	err := unix.Renameat2(wfd, s.Name, pfd, name, unix.RENAME_NOREPLACE)
+	err = unix.Renameat2(wfd, s.Name, pfd, name, unix.RENAME_NOREPLACE)
 	if err == nil {
 		return d.commitErr(unix.Fsync(pfd))
 	}

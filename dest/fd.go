@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -58,17 +59,18 @@ func walkOpen(dirfd int, name string, flags int, mode uint32) (int, error) {
 			return fd, err
 		}
 		next, err := unix.Openat(cur, p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOTDIR {
+			// A symlink opened O_NOFOLLOW|O_DIRECTORY reports ENOTDIR
+			// (checked before cur is closed: its number may be reused).
+			var st unix.Stat_t
+			if unix.Fstatat(cur, p, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				err = unix.ELOOP
+			}
+		}
 		if cur != dirfd {
 			unix.Close(cur)
 		}
 		if err != nil {
-			if err == unix.ENOTDIR {
-				// A symlink opened O_NOFOLLOW|O_DIRECTORY reports ENOTDIR.
-				var st unix.Stat_t
-				if unix.Fstatat(cur, p, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-					return -1, unix.ELOOP
-				}
-			}
 			return -1, err
 		}
 		cur = next
@@ -275,6 +277,49 @@ func removeAllAt(dirfd int, name string) error {
 		return err
 	}
 	return nil
+}
+
+// LockDir holds the commit locks: one root-only file per locked directory
+// (named by its device and inode), so that no other user can hold a
+// pull's lock (any user may flock a directory it can open, and so could
+// stall every commit into a shared parent until LockTimeout).
+var LockDir = "/run/pullhelper/locks"
+
+// lockInode takes the commit lock of the directory held as fd, waiting at
+// most d, and returns the function that releases it. The lock file is
+// removed on release, under the lock; a waiter that then holds a removed
+// file notices (its inode is no longer the path's) and tries again.
+func lockInode(fd int, d time.Duration) (func(), error) {
+	st, err := fstat(fd)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(LockDir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino))
+	deadline := time.Now().Add(d)
+	for {
+		lfd, err := unix.Open(path, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := flockWait(lfd, time.Until(deadline)); err != nil {
+			unix.Close(lfd)
+			return nil, err
+		}
+		held, err1 := fstat(lfd)
+		var now unix.Stat_t
+		err2 := unix.Stat(path, &now)
+		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+			return func() {
+				_ = unix.Unlink(path)
+				_ = unix.Flock(lfd, unix.LOCK_UN)
+				unix.Close(lfd)
+			}, nil
+		}
+		unix.Close(lfd) // removed by the holder we waited for: again
+	}
 }
 
 // flockWait takes an exclusive flock on fd, waiting at most d.

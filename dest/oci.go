@@ -248,17 +248,18 @@ func (d *ociDest) Commit(s *Stage) error {
 	return d.merge(s, v)
 }
 
-// merge adds the staged image to the existing layout s.dest under an
-// exclusive flock on it: blobs first (content-addressed; an existing one
+// merge adds the staged image to the existing layout s.dest under its
+// commit lock (lockInode): blobs first (content-addressed; an existing one
 // is kept), oci-layout when missing, index.json last (an O_EXCL random
 // temporary name renamed over it). Every name is resolved beneath DEST
 // without following symlinks: a planted symlink is refused, naming it.
 func (d *ociDest) merge(s *Stage, v *verified) error {
 	dfd := int(s.dest.Fd())
-	if err := flockWait(dfd, LockTimeout); err != nil {
+	unlock, err := lockInode(dfd, LockTimeout)
+	if err != nil {
 		return d.destErr("locking %s: %v", d.spec.Path, err)
 	}
-	defer func() { _ = unix.Flock(dfd, unix.LOCK_UN) }()
+	defer unlock()
 	// The held fd must still be DEST (not a directory someone renamed
 	// away or removed during the pull).
 	now, err := fstatAt(int(s.parent.Fd()), filepath.Base(d.spec.Path))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
 )
 
 // A compromised child pulls IMAGE@GOOD, stages EVIL and reports EVIL as the
@@ -121,5 +122,32 @@ func TestStageChecksEveryAncestor(t *testing.T) {
 	must(t, err)
 	if len(entries) != 0 {
 		t.Fatalf("staging left in %s: %v", victim, entries)
+	}
+}
+
+// Another user holding an flock on DEST (any user can open a directory and
+// lock it) does not hold up a commit: the commit lock is a root-only file.
+func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
+	needRoot(t)
+	old, im := newImg("old"), newImg("new")
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, old, "prod")
+	f, err := os.Open(d)
+	must(t, err)
+	defer f.Close()
+	must(t, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB))
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, im), nil)
+	must(t, dd.Verify(st, e))
+	must(t, dd.Commit(st))
+	if got := readIndex(t, d); got["a"] != im.digest || got["prod"] != old.digest {
+		t.Fatalf("index after commit: %v", got)
+	}
+	left, _ := os.ReadDir(dest.LockDir)
+	for _, l := range left {
+		t.Errorf("lock file left: %s", l.Name())
 	}
 }
