@@ -107,7 +107,7 @@ func (b base) openParent(allowOther bool) (*os.File, unix.Stat_t, error) {
 	}
 	if !allowedOwner(st.Uid) && !allowOther {
 		f.Close()
-		return nil, st, b.destErr("parent directory %s is owned by uid %d, not root; refusing to write there as root (the policy can allow other owners)", dir, st.Uid)
+		return nil, st, b.destErr("parent directory %s is owned by uid %d, not root; refusing to write there as root (the policy key dest.allow_other_owner = true allows it)", dir, st.Uid)
 	}
 	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
 		f.Close()
@@ -228,7 +228,7 @@ func (b base) existing(parent *os.File, allowOther bool) (unix.Stat_t, bool, err
 		return st, true, b.destErr("%s is a symbolic link; refusing to write through it (name the real path)", b.spec.Path)
 	}
 	if !allowedOwner(st.Uid) && !allowOther {
-		return st, true, b.destErr("%s exists and is owned by uid %d, not root; refusing (remove it, or let the policy allow other owners)", b.spec.Path, st.Uid)
+		return st, true, b.destErr("%s exists and is owned by uid %d, not root; refusing (remove it, or set the policy key dest.allow_other_owner = true)", b.spec.Path, st.Uid)
 	}
 	return st, true, nil
 }
