@@ -152,28 +152,7 @@ EOF
     [[ ${1:-} == --wrong-mirror ]] && wrong=(--wrong)
     cred authjson "$T/img-auth.json"
     cred authjson "$T/other-auth.json" --key "$OTHER_HOST" --user "$OTHER_USER" --password-file "$OTHER_DIR/password" "${wrong[@]}"
-    "$PH_PYTHON" -c '
-import json, sys
-a, b, out = sys.argv[1:4]
-auths = {}
-for f in (a, b):
-    auths.update(json.load(open(f))["auths"])
-json.dump({"auths": auths}, open(out, "w"))' "$T/img-auth.json" "$T/other-auth.json" "$T/auth.json"
-    mkdir -p "$T/certs.d/$REGISTRY_HOST" "$T/certs.d/$OTHER_HOST"
-    cp "$REGISTRY_CA" "$T/certs.d/$REGISTRY_HOST/ca.crt"
-    cp "$OTHER_CA" "$T/certs.d/$OTHER_HOST/ca.crt"
-    chmod 600 "$T/registries.conf" "$T/auth.json" "$T"/certs.d/*/ca.crt
-    chmod 700 "$T/certs.d" "$T"/certs.d/*
-    cat >"$T/policy.toml" <<EOF
-version = 1
-[pull]
-registries_conf = "$T/registries.conf"
-[auth]
-authfile = "$T/auth.json"
-[trust]
-certs_d = ["$T/certs.d"]
-EOF
-    chmod 600 "$T/policy.toml"
+    mirror_policy "$T" "$REGISTRY_HOST" "$REGISTRY_CA" "$T/img-auth.json" "$OTHER_HOST" "$OTHER_CA" "$T/other-auth.json"
 }
 
 @test "registries.conf mirror: explain lists the mirror first with its own credential and certificate directory, then the registry" {

@@ -221,27 +221,7 @@ location = "$MIRROR_HOST"
 EOF
     cred authjson "$T/up-auth.json"
     cred authjson "$T/mirror-auth.json" --key "$MIRROR_HOST" --user "$MIRROR_USER" --password-file "$MIRROR_DIR/password"
-    "$PH_PYTHON" -c '
-import json, sys
-auths = {}
-for f in sys.argv[1:3]:
-    auths.update(json.load(open(f))["auths"])
-json.dump({"auths": auths}, open(sys.argv[3], "w"))' "$T/up-auth.json" "$T/mirror-auth.json" "$T/auth.json"
-    mkdir -p "$T/certs.d/$UP_HOST" "$T/certs.d/$MIRROR_HOST"
-    cp "$REGISTRY_CA" "$T/certs.d/$UP_HOST/ca.crt"
-    cp "$MIRROR_CA" "$T/certs.d/$MIRROR_HOST/ca.crt"
-    chmod 600 "$T/registries.conf" "$T/auth.json" "$T"/certs.d/*/ca.crt
-    chmod 700 "$T/certs.d" "$T"/certs.d/*
-    cat >"$T/policy.toml" <<EOF
-version = 1
-[pull]
-registries_conf = "$T/registries.conf"
-[auth]
-authfile = "$T/auth.json"
-[trust]
-certs_d = ["$T/certs.d"]
-EOF
-    chmod 600 "$T/policy.toml"
+    mirror_policy "$T" "$UP_HOST" "$REGISTRY_CA" "$T/up-auth.json" "$MIRROR_HOST" "$MIRROR_CA" "$T/mirror-auth.json"
 }
 
 @test "cache via registries.conf: the cache serves the manifest and every blob; the upstream serves no blob" {
@@ -382,82 +362,7 @@ EOF
 # crictl through Debian's containerd 1.6 with the same hosts directory takes
 # the same endpoints (the two registries' access logs, by User-Agent)
 
-# ctrd_require: skip unless containerd and crictl are available; sets CRICTL
-# (as in 080-credentials.bats).
-ctrd_require() {
-    [[ $(id -u) == 0 ]] || skip "containerd needs root"
-    command -v containerd >/dev/null ||
-        skip "containerd not installed (Debian 12: apt-get install containerd, 1.6.20)"
-    CRICTL=$(command -v crictl || true)
-    [[ -n $CRICTL ]] || CRICTL="$PH_CACHE/bin/crictl"
-    [[ -x $CRICTL ]] ||
-        skip "crictl not found in PATH or $PH_CACHE/bin (GOBIN=$PH_CACHE/bin GOFLAGS= CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@v1.34.0)"
-}
-
-# _ctrd_is_ours PID DIR: PID is the timeout wrapper ctrd_start started for DIR.
-_ctrd_is_ours() {
-    [[ $1 =~ ^[0-9]+$ ]] && _ph_pid_alive "$1" &&
-        tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "containerd --config $2/config.toml"
-}
-
-# ctrd_start DIR: start containerd with DIR/config.toml (written by
-# `cred containerd DIR/config.toml --state-dir DIR ...`: root, state and
-# socket below DIR) and wait, at most 30 s, until the CRI image service
-# answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl).
-ctrd_start() {
-    local d=$1
-    [[ -f $d/config.toml ]] || fail "ctrd_start: no $d/config.toml"
-    printf 'runtime-endpoint: unix://%s/c.sock\nimage-endpoint: unix://%s/c.sock\ntimeout: 10\n' "$d" "$d" >"$d/crictl.yaml"
-    : >>"$d/containerd.log"
-    echo "--- start ---" >>"$d/containerd.log"
-    (
-        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" containerd --config "$d/config.toml" \
-            </dev/null >>"$d/containerd.log" 2>&1 3>&- &
-        echo $! >"$d/containerd.pid"
-    )
-    echo "$d" >>"$BATS_FILE_TMPDIR/containerd.dirs"
-    local pid deadline=$((SECONDS + 30))
-    pid=$(<"$d/containerd.pid")
-    until [[ -S $d/c.sock ]] && ctrd_crictl images >/dev/null 2>&1; do
-        if ! _ph_pid_alive "$pid"; then
-            fail "containerd exited during startup; log tail:
-$(tail -n 30 "$d/containerd.log")"
-            return
-        fi
-        if ((SECONDS >= deadline)); then
-            ctrd_stop "$d"
-            fail "containerd did not answer on $d/c.sock within 30 s; log tail:
-$(tail -n 30 "$d/containerd.log")"
-            return
-        fi
-        sleep 0.1
-    done
-}
-
-# ctrd_stop DIR: stop the containerd of DIR (TERM, then KILL after 10 s).
-ctrd_stop() {
-    local d=$1 pid
-    [[ -f $d/containerd.pid ]] || return 0
-    pid=$(<"$d/containerd.pid")
-    if _ctrd_is_ours "$pid" "$d"; then
-        _ph_stop_pid "$pid" containerd
-    fi
-    rm -f "$d/containerd.pid"
-}
-
-# ctrd_stop_all: stop every containerd this file started (teardown_file).
-ctrd_stop_all() {
-    local d
-    [[ -f $BATS_FILE_TMPDIR/containerd.dirs ]] || return 0
-    while read -r d; do
-        ctrd_stop "$d"
-    done <"$BATS_FILE_TMPDIR/containerd.dirs"
-}
-
-# ctrd_crictl ARGS...: crictl against the containerd of $CTRD_DIR.
-ctrd_crictl() {
-    timeout --kill-after=5 120 "$CRICTL" --config "$CTRD_DIR/crictl.yaml" "$@"
-}
+# ctrd_require, ctrd_start, ctrd_stop, ctrd_crictl: helpers.bash.
 
 # ctrd_hosts_start: a containerd below $T/ctrd whose CRI registry is the
 # hosts_conf configuration ($T/hosts, each host's auth), then started.
