@@ -247,8 +247,12 @@ func mkdirAt(dirfd int, name string, owner Identity) (int, error) {
 	return fd, nil
 }
 
-// removeAllAt removes name beneath dirfd and everything under it, never
-// following a symlink.
+// removeAllAt removes name beneath dirfd and everything below it, without
+// following symlinks, holding one directory fd at a time (depth-first, up
+// again through ".."), so that no depth of tree a child built can exhaust
+// the parent's descriptors and leave staging behind. It runs only on trees
+// nobody else can change: the staging root is root's 0700 and every
+// process of the pull is dead.
 func removeAllAt(dirfd int, name string) error {
 	err := unix.Unlinkat(dirfd, name, 0)
 	if err == nil || err == unix.ENOENT {
@@ -261,22 +265,56 @@ func removeAllAt(dirfd int, name string) error {
 	if err != nil {
 		return err
 	}
-	names, err := readDirNames(fd)
-	if err == nil {
+	var path []string // the names from name's directory down to fd's
+	for {
+		names, err := readDirNames(fd)
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		descended := false
 		for _, n := range names {
-			if e := removeAllAt(fd, n); e != nil && err == nil {
-				err = e
+			err := unix.Unlinkat(fd, n, 0)
+			if err == nil || err == unix.ENOENT {
+				continue
 			}
+			if err != unix.EISDIR && err != unix.EPERM {
+				unix.Close(fd)
+				return err
+			}
+			child, err := openDirAt(fd, n)
+			if err != nil {
+				unix.Close(fd)
+				return err
+			}
+			unix.Close(fd)
+			fd, path, descended = child, append(path, n), true
+			break
+		}
+		if descended {
+			continue
+		}
+		// fd is empty: remove it from its parent.
+		if len(path) == 0 {
+			unix.Close(fd)
+			if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+				return err
+			}
+			return nil
+		}
+		parent, err := unix.Openat(fd, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		fd = parent
+		last := path[len(path)-1]
+		path = path[:len(path)-1]
+		if err := unix.Unlinkat(fd, last, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+			unix.Close(fd)
+			return err
 		}
 	}
-	unix.Close(fd)
-	if err != nil {
-		return err
-	}
-	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-		return err
-	}
-	return nil
 }
 
 // LockDir holds the commit locks: one root-only file per locked directory

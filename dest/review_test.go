@@ -151,3 +151,36 @@ func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
 		t.Errorf("lock file left: %s", l.Name())
 	}
 }
+
+// A staging tree deeper than the descriptor limit (a child can build one)
+// is still removed: removal holds one directory fd at a time.
+func TestRemoveDeepTree(t *testing.T) {
+	needRoot(t)
+	dd := parse(t, "oci:"+filepath.Join(t.TempDir(), "layout"))
+	st, err := dd.Stage(dest.StageOptions{})
+	must(t, err)
+	// 400 levels below work/, built relative to fds (paths would grow
+	// past PATH_MAX).
+	fd, err := unix.Dup(int(st.Work.Fd()))
+	must(t, err)
+	for range 400 {
+		must(t, unix.Mkdirat(fd, "d", 0o755))
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		must(t, err)
+		unix.Close(fd)
+		fd = next
+	}
+	unix.Close(fd)
+	var lim unix.Rlimit
+	must(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
+	low := lim
+	low.Cur = 128 // far fewer than the tree's depth
+	must(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &low))
+	st.Remove()
+	must(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &lim))
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(dd.Spec().Path), ".pullhelper-staging-*"))
+	must(t, err)
+	if len(left) != 0 {
+		t.Fatalf("staging left after Remove: %v", left)
+	}
+}
