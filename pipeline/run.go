@@ -112,6 +112,21 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	return p.dst.Commit(st)
 }
 
+// checkCredentialView refuses a result naming a credential the parent never
+// handed to the child (only the primary endpoint's candidates, or
+// anonymous, can be reported).
+func (p *Plan) checkCredentialView(c *api.Credential) error {
+	if c == nil || (c.Source == "anonymous" && c.File == "" && c.Key == "" && c.Username == "") {
+		return nil
+	}
+	for _, k := range p.Credentials {
+		if k.Source == c.Source && k.File == c.File && k.Key == c.Key && k.Username == c.Username {
+			return nil
+		}
+	}
+	return failure.New(failure.Isolation, "the pull child reported a credential (%s %s) it was never given", c.Source, c.File)
+}
+
 // byDigest is the plan's repository pinned to d.
 func (p *Plan) byDigest(d string) (string, error) {
 	named, err := reference.ParseNormalizedNamed(p.Reference)
@@ -248,6 +263,9 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	// reference (the plan's name with the digest Verify ties the stored
 	// image to).
 	res.Image, res.Destination, res.SignaturePolicy = p.Image, p.Destination.String(), p.Signature
+	if err := p.checkCredentialView(res.Credential); err != nil {
+		return nil, err
+	}
 	if res.Reference, err = p.byDigest(res.Digest); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
 )
@@ -47,5 +48,22 @@ func TestRecheckSignature(t *testing.T) {
 				t.Fatalf("code %s, want verification: %v", failure.CodeOf(err), err)
 			}
 		})
+	}
+}
+
+// The result's credential must be one the parent handed over (or
+// anonymous): a child cannot name another.
+func TestCheckCredentialView(t *testing.T) {
+	p := &Plan{}
+	p.Credentials = []auth.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}}
+	for _, ok := range []*api.Credential{nil, {Source: "anonymous"}, {Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}} {
+		if err := p.checkCredentialView(ok); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
+	}
+	for _, bad := range []*api.Credential{{Source: "pull-secret", File: "/other.json", Key: "reg", Username: "u"}, {Source: "anonymous", Username: "x"}} {
+		if err := p.checkCredentialView(bad); err == nil || failure.CodeOf(err) != failure.Isolation {
+			t.Errorf("%+v: err = %v, want an isolation error", bad, err)
+		}
 	}
 }
