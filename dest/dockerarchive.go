@@ -164,6 +164,9 @@ func (d *dockerArchiveDest) Verify(s *Stage, e Expect) error {
 	if err := tieToServed(e, m, func(descriptor) ([]byte, error) { return ts.load(it.Config, maxJSON) }); err != nil {
 		return verr(err)
 	}
+	if err := checkDockerLegacy(ts, it.Layers); err != nil {
+		return verr(err)
+	}
 	err = ts.unused(func(n string) bool { return n == "repositories" || dockerLegacyRE.MatchString(n) })
 	if err != nil {
 		return verr(err)
@@ -173,3 +176,42 @@ func (d *dockerArchiveDest) Verify(s *Stage, e Expect) error {
 }
 
 func (d *dockerArchiveDest) Commit(s *Stage) error { return d.commitFile(s) }
+
+// checkDockerLegacy bounds the legacy members containers/image writes
+// beside manifest.json (for old loaders): HEX/layer.tar must be a symlink
+// to one of the verified layers ("../HEX.tar"), HEX/VERSION a few bytes,
+// HEX/json and repositories small JSON documents. They carry no image
+// content, so nothing else may hide there.
+func checkDockerLegacy(ts *tarStore, layers []string) error {
+	verified := map[string]bool{}
+	for _, l := range layers {
+		verified["../"+l] = true
+	}
+	for n, target := range ts.symlinks {
+		if !strings.HasSuffix(n, "/layer.tar") || !verified[target] {
+			return badStaged("archive member %s is a symbolic link to %q, not to a verified layer", n, target)
+		}
+	}
+	for n := range ts.members {
+		limit := int64(-1)
+		switch {
+		case n == "repositories" || strings.HasSuffix(n, "/json") && dockerLegacyRE.MatchString(n):
+			limit = 1 << 20
+		case strings.HasSuffix(n, "/VERSION") && dockerLegacyRE.MatchString(n):
+			limit = 16
+		case strings.HasSuffix(n, "/layer.tar") && dockerLegacyRE.MatchString(n):
+			return badStaged("archive member %s is a file, not a symlink to a verified layer", n)
+		}
+		if limit < 0 {
+			continue
+		}
+		b, err := ts.load(n, limit)
+		if err != nil {
+			return err
+		}
+		if !strings.HasSuffix(n, "/VERSION") && !json.Valid(b) {
+			return badStaged("archive member %s is not JSON", n)
+		}
+	}
+	return nil
+}
