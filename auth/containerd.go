@@ -55,6 +55,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 )
@@ -328,6 +329,8 @@ type ctrdHostConfig struct {
 	path         string   // "/v2" unless override_path or a path prefix
 	capabilities []string // nil: pull, resolve, push
 	headers      []string // header names, sorted
+	header       map[string][]string
+	dialTimeout  string // as written; validated
 	caCerts      []string
 	clientPairs  [][2]string
 	skipVerify   *bool
@@ -417,6 +420,7 @@ type ctrdHostFileConfig struct {
 	SkipVerify   *bool          `toml:"skip_verify"`
 	Header       map[string]any `toml:"header"`
 	OverridePath bool           `toml:"override_path"`
+	DialTimeout  string         `toml:"dial_timeout"`
 }
 
 func parseContainerdHostsFile(baseDir string, b []byte) ([]ctrdHostConfig, error) {
@@ -429,6 +433,7 @@ func parseContainerdHostsFile(baseDir string, b []byte) ([]ctrdHostConfig, error
 		SkipVerify   *bool                         `toml:"skip_verify"`
 		Header       map[string]any                `toml:"header"`
 		OverridePath bool                          `toml:"override_path"`
+		DialTimeout  string                        `toml:"dial_timeout"`
 	}
 	md, err := toml.Decode(string(b), &c)
 	if err != nil {
@@ -455,6 +460,7 @@ func parseContainerdHostsFile(baseDir string, b []byte) ([]ctrdHostConfig, error
 	root := ctrdHostFileConfig{
 		Capabilities: c.Capabilities, CACert: c.CACert, Client: c.Client,
 		SkipVerify: c.SkipVerify, Header: c.Header, OverridePath: c.OverridePath,
+		DialTimeout: c.DialTimeout,
 	}
 	parsed, err := parseContainerdHostConfig(c.Server, baseDir, root)
 	if err != nil {
@@ -542,17 +548,40 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 	for key, ty := range config.Header {
 		switch v := ty.(type) {
 		case string:
+			result.addHeader(key, v)
 		case []any:
-			if _, err := containerdStringSlice(v, nil); err != nil {
+			vs, err := containerdStringSlice(v, nil)
+			if err != nil {
 				return result, err
 			}
+			result.addHeader(key, vs...)
 		default:
 			return result, fmt.Errorf("invalid type %T for header %q", ty, key)
 		}
 		result.headers = append(result.headers, key)
 	}
 	sort.Strings(result.headers)
+	// hosts.go parseHostConfig (containerd 2.x): time.ParseDuration.
+	if config.DialTimeout != "" {
+		d, err := time.ParseDuration(config.DialTimeout)
+		if err != nil {
+			return result, err
+		}
+		if d < 0 {
+			return result, fmt.Errorf("negative dial_timeout %q", config.DialTimeout)
+		}
+		result.dialTimeout = config.DialTimeout
+	}
 	return result, nil
+}
+
+// addHeader records a header's values as containerd sends them
+// (http.Header: the name canonicalised on the wire).
+func (h *ctrdHostConfig) addHeader(key string, values ...string) {
+	if h.header == nil {
+		h.header = map[string][]string{}
+	}
+	h.header[key] = append(h.header[key], values...)
 }
 
 func containerdStringSlice(slice []any, cb func(string) string) ([]string, error) {

@@ -40,8 +40,15 @@ type Endpoint struct {
 	// Capabilities are containerd's (pull, resolve, push); a host without
 	// "resolve" is never asked for a tag. Empty: all.
 	Capabilities []string `json:"capabilities,omitempty"`
-	// Headers are the header names hosts.toml sends to this host.
-	Headers []string `json:"headers,omitempty"`
+	// Headers are the header names hosts.toml sends to this host;
+	// HeaderValues the headers themselves, which may hold secrets: they
+	// never appear in JSON (explain), and travel to the copy in its
+	// Material.
+	Headers      []string            `json:"headers,omitempty"`
+	HeaderValues map[string][]string `json:"-"`
+	// DialTimeout is hosts.toml dial_timeout as written ("" for the
+	// default, 30 s).
+	DialTimeout string `json:"dial_timeout,omitempty"`
 	// Source says where the endpoint came from (Endpoint* constants); File
 	// names the file (hosts directory, registries.conf).
 	Source string `json:"source"`
@@ -54,7 +61,8 @@ type Endpoint struct {
 	Insecure bool `json:"insecure,omitempty"`
 	// Blocked: registries.conf blocks this host; it is never contacted.
 	Blocked bool `json:"blocked,omitempty"`
-	// NamespaceProxy is registries.conf namespace-proxy: the "ns" query
+	// NamespaceProxy is registries.conf namespace-proxy, or containerd's
+	// rule (every host but the image's registry): the "ns" query
 	// parameter sent to this mirror.
 	NamespaceProxy string `json:"namespace_proxy,omitempty"`
 }
@@ -229,8 +237,14 @@ func (k *Keyring) containerdEndpoints(named reference.Named) ([]Endpoint, error)
 		}
 		ep := k.endpoint(q)
 		ep.Scheme, ep.Path, ep.Source, ep.File = ce.scheme, ce.path, ce.source, ce.file
-		ep.Capabilities, ep.Headers = ce.capabilities, ce.headers
+		ep.Capabilities, ep.Headers, ep.HeaderValues, ep.DialTimeout = ce.capabilities, ce.headers, ce.header, ce.dialTimeout
 		ep.Mirror = i < len(list)-1
+		// resolver.go addNamespace / registry.go isProxy: every host but
+		// the image's registry (registry-1.docker.io counts as docker.io)
+		// is asked with ?ns=<registry>.
+		if ce.host != refHost && (refHost != "docker.io" || ce.host != "registry-1.docker.io") {
+			ep.NamespaceProxy = refHost
+		}
 		ep.Trust.CAFiles = appendNew(ep.Trust.CAFiles, ce.tls.CAFiles...)
 		for _, p := range ce.tls.ClientPairs {
 			ep.Trust.ClientPairs = append(ep.Trust.ClientPairs, p)
@@ -260,6 +274,8 @@ func appendNew(list []string, add ...string) []string {
 type ctrdEndpoint struct {
 	scheme, host, path, source, file string
 	capabilities, headers            []string
+	header                           map[string][]string
+	dialTimeout                      string
 	tls                              ctrdTLS
 }
 
@@ -295,7 +311,8 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, 
 			return nil, err
 		}
 		e := ctrdEndpoint{scheme: h.scheme, host: h.host, path: h.path, file: dir,
-			capabilities: h.capabilities, headers: h.headers, source: EndpointContainerdHost}
+			capabilities: h.capabilities, headers: h.headers, header: h.header, dialTimeout: h.dialTimeout,
+			source: EndpointContainerdHost}
 		if i == len(hosts)-1 {
 			e.source = lastSource
 		}

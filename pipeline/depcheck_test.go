@@ -26,6 +26,9 @@ func TestDependencyRules(t *testing.T) {
 		{"reexec", []string{"pipeline", "policy", "cmd/pullhelper"}},
 		{"privdrop", []string{"pull", "pipeline", "reexec", "policy", "cmd/pullhelper"}},
 		{"pipeline", []string{"cmd/pullhelper"}},
+		// The registry client knows no credential source, policy,
+		// destination or isolation.
+		{"registry", []string{"auth", "policy", "pull", "dest", "pipeline", "reexec", "cgroup", "privdrop", "netns", "dnsconf", "cmd/pullhelper"}},
 	}
 	for _, r := range rules {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+r.pkg).CombinedOutput()

@@ -32,6 +32,15 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 			}
 		}
 	}
+	// hosts.toml headers may carry tokens: they travel here, per endpoint.
+	for i, e := range p.Endpoints {
+		if len(e.HeaderValues) > 0 {
+			if m.Headers == nil {
+				m.Headers = make([]map[string][]string, len(p.Endpoints))
+			}
+			m.Headers[i] = e.HeaderValues
+		}
+	}
 	if f := p.Signature.File; f != "" {
 		b, err := readBounded(f)
 		if err != nil {
@@ -199,14 +208,9 @@ func (p *Plan) registriesConf() (*childRegistriesConf, error) {
 	out := &childRegistriesConf{CredentialHelpers: []string{sysregistriesv2.AuthenticationFileHelper}}
 	if p.Sources == "containerd" {
 		// containerd asks every host other than the image's registry with
-		// ?ns=<registry> (the distribution spec's registry proxying; Spegel
-		// refuses a tag request without it).
-		ns := func(e auth.Endpoint) string {
-			if e.Host != p.Registry {
-				return p.Registry
-			}
-			return ""
-		}
+		// ?ns=<registry> (the keyring sets NamespaceProxy by containerd's
+		// isProxy rule).
+		ns := func(e auth.Endpoint) string { return e.NamespaceProxy }
 		primary := p.Endpoints[len(p.Endpoints)-1]
 		reg := sysregistriesv2.Registry{Prefix: p.Registry, Endpoint: sysregistriesv2.Endpoint{
 			Location: endpointLocation(primary), Insecure: insecure(primary), NamespaceProxy: ns(primary)}}

@@ -16,6 +16,7 @@ import (
 	v2 "github.com/docker/distribution/registry/api/v2"
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/signature"
 )
@@ -86,6 +87,8 @@ func codeOf(err error) failure.Code {
 		bare       errcode.ErrorCode
 		httpErr    docker.UnexpectedHTTPStatusError
 		polErr     signature.PolicyRequirementError
+		statusErr  *registry.StatusError
+		largeErr   *registry.TooLargeError
 		dnsErr     *net.DNSError
 		opErr      *net.OpError
 		netErr     net.Error
@@ -98,6 +101,12 @@ func codeOf(err error) failure.Code {
 		return failure.TLS
 	case errors.As(err, &polErr):
 		return failure.Verification
+	case errors.As(err, &largeErr):
+		return failure.Verification
+	case errors.Is(err, registry.ErrNoEndpoint):
+		return failure.NotFound
+	case errors.As(err, &statusErr):
+		return statusCode(statusErr)
 	case isDigestMismatch(err):
 		return failure.Verification
 	case errors.As(err, &unauth):
@@ -153,6 +162,28 @@ func codeOf(err error) failure.Code {
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errStalled):
 		return failure.Network
 	case errors.As(err, &netErr) && netErr.Timeout():
+		return failure.Network
+	}
+	return failure.Internal
+}
+
+// statusCode is the code of a registry's answer: its error code first
+// (as registryHTTPResponseToError prefers it), then its HTTP status.
+func statusCode(e *registry.StatusError) failure.Code {
+	switch e.Code {
+	case "UNAUTHORIZED", "DENIED":
+		return failure.Unauthorized
+	case "MANIFEST_UNKNOWN", "NAME_UNKNOWN", "BLOB_UNKNOWN":
+		return failure.NotFound
+	case "TOOMANYREQUESTS", "UNAVAILABLE":
+		return failure.Network
+	}
+	switch {
+	case e.StatusCode == 401 || e.StatusCode == 403:
+		return failure.Unauthorized
+	case e.StatusCode == 404:
+		return failure.NotFound
+	case e.StatusCode == 429 || e.StatusCode >= 500:
 		return failure.Network
 	}
 	return failure.Internal

@@ -1,6 +1,10 @@
 // Package pull is the copy: it resolves the tag to a digest and copies
 // exactly that digest with go.podman.io/image/v5 into a staging area,
-// with retries, progress events and typed errors. It is the network-facing
+// with retries, progress events and typed errors. Manifests and blobs come
+// through pullhelper's own registry client (package registry: per-endpoint
+// credentials, trust, headers, paths, connect timeouts, per-request
+// fallback, Range resume); containers/image does the copy itself and
+// reads signatures when a signature policy file needs them. It is the network-facing
 // code, run in the isolated child (or in-process with --no-isolation).
 //
 // Invariants:
@@ -15,8 +19,8 @@
 //   - Nothing a registry sends is trusted (source.go, realm.go): every read
 //     is capped at its declared size, an image at Request.MaxImageBytes
 //     (read and written), manifests at 4 MiB; descriptors must be valid
-//     sha256; credentials go only to the registry's endpoints and the realm
-//     its /v2/ names, never over plain http while the registry is verified,
+//     sha256; credentials go only to each endpoint and the realm its
+//     challenge names, never over plain http while the registry is verified,
 //     and never to its host on another port through a redirect.
 //   - Every error leaving Copy carries a failure.Code; messages name
 //     registries, files and directories, never a secret.

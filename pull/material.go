@@ -26,6 +26,9 @@ type Material struct {
 	// RegistriesConf is the registries.conf in effect (drop-ins merged),
 	// rendered by the pipeline; the copy reads no host configuration.
 	RegistriesConf []byte `json:"registries_conf,omitempty"`
+	// Headers are the extra headers of each endpoint (hosts.toml header),
+	// by the endpoint's index in Request.Endpoints; nil when none has any.
+	Headers []map[string][]string `json:"headers,omitempty"`
 	// RegistriesD are the files of registries.d (signature lookaside
 	// configuration), name → content.
 	RegistriesD map[string][]byte `json:"registries_d,omitempty"`

@@ -1,42 +1,40 @@
 package pull
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
-	"go.podman.io/image/v5/pkg/tlsclientconfig"
 	"go.podman.io/image/v5/types"
 )
 
 // Where credentials may go.
 //
-// containers/image sends the registry's basic credentials to whatever
-// bearer realm the registry's /v2/ challenge names (docker_client.go
-// getBearerToken: SetBasicAuth on a GET to the realm, any scheme, any
-// host), and follows redirects with Go's net/http client, which copies the
-// Authorization header to a redirect target whose host name equals (or is
-// a subdomain of) the original one, ignoring port and scheme
-// (net/http shouldCopyHeaderOnRedirect). containers/image has no hook on
-// either; the one hook that sees every request URL before a connection is
-// made is SystemContext.DockerProxy. requestGuard uses it to refuse:
+// Manifests and blobs come through the registry client (package registry),
+// which sends a credential only to its endpoint and to the token realm that
+// endpoint's challenge names, and drops Authorization on a redirect to
+// another origin. Signatures, when a policy file needs them, come through
+// containers/image, which sends the registry's basic credentials to
+// whatever realm the /v2/ challenge names and follows redirects with Go's
+// rule (Authorization kept for the same host name on any port or scheme).
+// Every request of both goes through one hook before a connection is made
+// (SystemContext.DockerProxy, and the client's Proxy hook is the same
+// function): requestGuard refuses
 //
 //   - any plain-http request to a host other than the registry while the
 //     registry is verified over https (a realm or redirect that would carry
 //     credentials or tokens in clear text);
 //   - any request to the registry's host name on another port or scheme
-//     than the registry's own endpoints and the realm its /v2/ challenge
-//     named before the copy (checkRealm): that is where Go would forward the
-//     Authorization header of a redirect.
+//     than the registry's own endpoints and the realms their challenges
+//     named (realmHook, asked before any token request): that is where Go
+//     would forward the Authorization header of a redirect.
 //
 // Both are refused as failure.TLS (exit 4): the transport would lose the
 // protection the operator's TLS configuration promises.
@@ -172,104 +170,20 @@ func (p *Request) checkRequest(u *url.URL, hosts []string, verified bool, ep *en
 	return nil
 }
 
-// checkRealm asks the registry's /v2/ for its challenge, with the same
-// certificates, verification setting and request guard as the copy, and
-// allows the bearer realm it names (when the guard accepts it). It never
-// sends a credential. Failures other than a refused realm are left to
-// the copy, which reports them as before.
-func (p *Request) checkRealm(ctx context.Context, sys *types.SystemContext, ep *endpoints, g *guard) error {
-	defer g.begin("the registry's /v2/ challenge")()
-	tr := tlsclientconfig.NewTransport()
-	tlsc := &tls.Config{}
-	// The primary endpoint: the registry, or the host that serves it (a
-	// containerd hosts.toml server), with exactly its own trust.
-	host, insecure := p.Registry, false
-	if n := len(p.Endpoints); n > 0 {
-		host, insecure = p.Endpoints[n-1].Host, p.Endpoints[n-1].Insecure || !p.Endpoints[n-1].Trust.Verify || p.Endpoints[n-1].Scheme == "http"
-	}
-	certDir := sys.DockerCertPath
-	if certDir == "" && sys.DockerPerHostCertDirPath != "" {
-		certDir = filepath.Join(sys.DockerPerHostCertDirPath, host)
-	}
-	if certDir != "" {
-		if err := tlsclientconfig.SetupCertificates(certDir, tlsc); err != nil {
-			return nil
+// realmHook is the registry client's Realm hook: before a token is
+// requested from the realm an endpoint's challenge names (and so before
+// any credential goes there), it refuses a plain-http realm of an endpoint
+// verified over https, and otherwise allows the realm through the request
+// guard (which would refuse the registry's host name on another port).
+func (p *Request) realmHook(ep *endpoints) func(*registry.Endpoint, *url.URL) error {
+	return func(e *registry.Endpoint, u *url.URL) error {
+		verified := strings.EqualFold(e.Scheme, "https") && (e.TLS == nil || !e.TLS.InsecureSkipVerify)
+		if verified && !strings.EqualFold(u.Scheme, "https") {
+			return &failure.Error{Code: failure.TLS, Err: errRefusedRequest, Message: fmt.Sprintf(
+				"registry %s (endpoint %s) is verified over https but names a plain-http token realm %s; refusing to send credentials there (serve the realm over https)",
+				p.Registry, e.Host, u.Redacted())}
 		}
-	}
-	tlsc.InsecureSkipVerify = sys.DockerInsecureSkipTLSVerify == types.OptionalBoolTrue || insecure
-	tr.TLSClientConfig = tlsc
-	tr.Proxy = func(r *http.Request) (*url.URL, error) { return sys.DockerProxy(r.URL) }
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	schemes := []string{"https"}
-	if tlsc.InsecureSkipVerify {
-		schemes = append(schemes, "http")
-	}
-	for _, scheme := range schemes {
-		if host == "docker.io" {
-			host = "registry-1.docker.io" // as containers/image does
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+"/v2/", nil)
-		if err != nil {
-			return nil
-		}
-		req.Header.Set("User-Agent", sys.DockerRegistryUserAgent)
-		res, err := c.Do(req)
-		if err != nil {
-			continue
-		}
-		_ = res.Body.Close()
-		g.touch()
-		for _, h := range res.Header.Values("WWW-Authenticate") {
-			realm, ok := bearerRealm(h)
-			if !ok {
-				continue
-			}
-			u, err := url.Parse(realm)
-			if err != nil || u.Host == "" {
-				continue
-			}
-			if err := p.checkRequest(u, p.registryHosts(sys), sys.DockerInsecureSkipTLSVerify != types.OptionalBoolTrue, &endpoints{allowed: map[string]bool{}}); err != nil {
-				var fe *failure.Error
-				// A plain-http realm while verified is refused now, with the
-				// realm named, before any credential goes anywhere.
-				if errors.As(err, &fe) && strings.HasPrefix(fe.Message, "refusing a plain-http") {
-					return &failure.Error{Code: failure.TLS, Err: errRefusedRequest, Message: fmt.Sprintf(
-						"registry %s is verified over https but names a plain-http token realm %s; refusing to send credentials there (serve the realm over https)",
-						p.Registry, u.Redacted())}
-				}
-			}
-			ep.add(u)
-		}
+		ep.add(u)
 		return nil
-	}
-	return nil
-}
-
-// bearerRealm extracts realm="..." from a Bearer challenge.
-func bearerRealm(h string) (string, bool) {
-	scheme, params, _ := strings.Cut(strings.TrimSpace(h), " ")
-	if !strings.EqualFold(scheme, "bearer") {
-		return "", false
-	}
-	for {
-		params = strings.TrimLeft(params, " ,")
-		key, rest, ok := strings.Cut(params, "=")
-		if !ok {
-			return "", false
-		}
-		var val string
-		if strings.HasPrefix(rest, `"`) {
-			end := strings.Index(rest[1:], `"`)
-			if end < 0 {
-				return "", false
-			}
-			val, params = rest[1:1+end], rest[2+end:]
-		} else {
-			val, params, _ = strings.Cut(rest, ",")
-		}
-		if strings.EqualFold(strings.TrimSpace(key), "realm") {
-			return val, true
-		}
 	}
 }

@@ -8,22 +8,6 @@ import (
 	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
-func TestBearerRealm(t *testing.T) {
-	for h, want := range map[string]string{
-		`Bearer realm="https://auth.example/token",service="registry"`: "https://auth.example/token",
-		`Bearer service="registry", realm="http://a:1/t"`:              "http://a:1/t",
-		`bearer realm=https://x/t,service=y`:                           "https://x/t",
-		`Basic realm="pullhelper-tests"`:                               "",
-		`Bearer service="x"`:                                           "",
-		`Bearer realm="unterminated`:                                   "",
-	} {
-		got, ok := bearerRealm(h)
-		if got != want || ok != (want != "") {
-			t.Errorf("%s: %q %v, want %q", h, got, ok, want)
-		}
-	}
-}
-
 func TestCheckRequest(t *testing.T) {
 	p := &Request{Registry: "reg.example:5000"}
 	hosts := []string{"reg.example:5000"}

@@ -110,7 +110,7 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 			return nil, nil, err
 		}
 		var k int
-		res, copied, k, err = p.retrying(ctx, pc, sys, st, o)
+		res, copied, k, err = p.retrying(ctx, pc, sys, m, i, st, o)
 		attempts += k
 		if err == nil {
 			res.Credential = p.credentialView(i)
@@ -143,10 +143,10 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 
 // retrying runs attempts with one credential, retrying network failures
 // with a doubling back-off.
-func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options) (*Result, *Copied, int, error) {
+func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, m *Material, round int, st *Stage, o Options) (*Result, *Copied, int, error) {
 	delay := p.RetryDelay
 	for attempt := 1; ; attempt++ {
-		res, copied, err := p.attempt(ctx, pc, sys, st, o, attempt)
+		res, copied, err := p.attempt(ctx, pc, sys, m, round, st, o, attempt)
 		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
 			if err != nil {
 				if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
@@ -218,7 +218,7 @@ func (p *Request) refusedAll(err error) error {
 // the staging area. Every read from the registry and every write into
 // staging goes through one guard (source.go): sizes are capped and the
 // stall watchdog sees every byte, of manifests, configs and layers alike.
-func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, st *Stage, o Options, n int) (*Result, *Copied, error) {
+func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, m *Material, round int, st *Stage, o Options, n int) (*Result, *Copied, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	g := newGuard(p.Registry, p.maxImageBytes())
@@ -247,13 +247,23 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
-	if err := p.checkRealm(ctx, sys, ep, g); err != nil {
-		return nil, nil, p.classify(stallCause(ctx, err))
+	rc, err := p.remoteClient(m, sys, round, sys.DockerProxy, p.realmHook(ep), o.Log)
+	if err != nil {
+		return nil, nil, err
 	}
-	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g)
+	defer rc.Close()
+	cache := &manifestCache{}
+	// Signatures matter only to a signature policy file (the built-in
+	// policy accepts anything): only then are they read.
+	signatures := p.Signature.File != ""
+	remote := func(ref types.ImageReference) types.ImageSource {
+		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures}
+	}
+	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g, remote)
 	if err != nil {
 		return nil, nil, p.classify(stallCause(ctx, err))
 	}
+	cache.put(top, raw, mime)
 	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")
@@ -262,7 +272,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")
 	}
-	srcRef := guardedRef{ImageReference: dockerRef, g: g}
+	srcRef := guardedRef{ImageReference: dockerRef, g: g, remote: remote}
 	d, err := dest.FromSpec(p.Destination)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
@@ -378,7 +388,7 @@ func served(ctx context.Context, sys *types.SystemContext, ref types.ImageRefere
 // resolveDigest fetches the manifest the registry serves for the reference
 // (through the guard: size-capped, checked, seen by the stall watchdog) and
 // returns its digest, so the copy pins exactly what was resolved.
-func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named, g *guard) (digest.Digest, []byte, string, error) {
+func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, named reference.Named, g *guard, remote func(types.ImageReference) types.ImageSource) (digest.Digest, []byte, string, error) {
 	ref := named
 	if d, ok := named.(reference.Digested); ok {
 		if err := checkDigest(d.Digest(), "the pinned reference"); err != nil {
@@ -390,7 +400,7 @@ func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, n
 	if err != nil {
 		return "", nil, "", err
 	}
-	src, err := guardedRef{ImageReference: dockerRef, g: g}.NewImageSource(ctx, sys)
+	src, err := guardedRef{ImageReference: dockerRef, g: g, remote: remote}.NewImageSource(ctx, sys)
 	if err != nil {
 		return "", nil, "", err
 	}

@@ -219,11 +219,15 @@ func checkManifest(raw []byte, mime string, instance bool, max int64) error {
 type guardedRef struct {
 	types.ImageReference
 	g *guard
+	// remote, when set, opens the image source (the registry client's,
+	// remote.go) instead of the reference's own.
+	remote func(types.ImageReference) types.ImageSource
 }
 
 func (r guardedRef) NewImageSource(ctx context.Context, sys *types.SystemContext) (types.ImageSource, error) {
-	// docker:// pings the registry and loads the manifest here, to choose
-	// among mirrors.
+	if r.remote != nil {
+		return &guardedSource{ImageSource: r.remote(r.ImageReference), ref: r, g: r.g}, nil
+	}
 	done := r.g.begin("the manifest")
 	src, err := r.ImageReference.NewImageSource(ctx, sys)
 	done()

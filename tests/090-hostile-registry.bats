@@ -110,7 +110,7 @@ assert_refused() {
 @test "exit 8: a manifest over 4 MiB" {
     start_hostile big-manifest
     pull_hostile 8
-    assert_refused verification "maximum allowed size"
+    assert_refused verification "more than the maximum of 4194304"
 }
 
 @test "exit 8: an index whose entry is another index" {

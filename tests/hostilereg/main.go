@@ -191,6 +191,18 @@ func registry(im *image, side string) http.Handler {
 			w.WriteHeader(http.StatusOK)
 		case strings.HasPrefix(p, "/v2/hostile/img/manifests/"):
 			ref := strings.TrimPrefix(p, "/v2/hostile/img/manifests/")
+			// A client that learns the challenge from the request itself
+			// (containerd's way, and pullhelper's) must meet it here too.
+			switch {
+			case *mode == "http-realm" && !auth:
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://127.0.0.2:%s/token",service="hostile"`, side))
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			case *mode == "redirect-port" && !auth:
+				w.Header().Set("WWW-Authenticate", `Basic realm="hostile"`)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
 			switch *mode {
 			case "unauthorized-bare":
 				http.Error(w, "UNAUTHORIZED", http.StatusUnauthorized)

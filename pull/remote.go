@@ -1,0 +1,249 @@
+package pull
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/pkg/tlsclientconfig"
+	"go.podman.io/image/v5/types"
+)
+
+// The image source of the copy.
+//
+// Manifests and blobs come through pullhelper's own registry client
+// (package registry), which walks the endpoints as containerd does: each
+// with its own credential, trust, headers, API path, ns= parameter and
+// connect timeout, a fallback per request, and a Range resume of a body that
+// breaks off. containers/image keeps the copy itself (conversion, layout
+// writing, digest verification as the bytes stream) and, when a signature
+// policy file or registries.d is in use, the signatures: those are read
+// through its own docker source, opened on first use.
+
+// remoteClient builds the registry client of one attempt in credential
+// round `round`: every endpoint that is not blocked, in order, with its
+// round-th candidate (its last when it has fewer).
+func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int, proxy func(*url.URL) (*url.URL, error), realm func(*registry.Endpoint, *url.URL) error, log *slog.Logger) (*registry.Client, error) {
+	var eps []registry.Endpoint
+	for i, e := range p.Endpoints {
+		if e.Blocked || e.Host == "" {
+			continue
+		}
+		ep, err := p.registryEndpoint(m, sys, i, e, round)
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, ep)
+	}
+	if len(eps) == 0 {
+		return nil, failure.New(failure.Usage, "no endpoint of %s may be contacted (every one is blocked)", p.Registry)
+	}
+	return registry.New(eps, registry.Hooks{Proxy: proxy, Realm: realm, UserAgent: p.UserAgent, Log: log}), nil
+}
+
+func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int, e auth.Endpoint, round int) (registry.Endpoint, error) {
+	ep := registry.Endpoint{Scheme: e.Scheme, Host: e.Host, Path: e.Path, Namespace: e.NamespaceProxy}
+	if ep.Scheme == "" {
+		ep.Scheme = "https"
+	}
+	containerd := strings.HasPrefix(e.Source, "containerd")
+	if !containerd {
+		// containers/image: the API root is /v2, and docker.io is served
+		// by registry-1.docker.io.
+		ep.Path = "/v2"
+		if ep.Host == "docker.io" {
+			ep.Host = "registry-1.docker.io"
+		}
+	}
+	_, repo, ok := strings.Cut(e.Repository, "/")
+	if !ok || repo == "" {
+		return ep, failure.New(failure.Internal, "endpoint %s has no repository path in %q", e.Host, e.Repository)
+	}
+	ep.Repository = repo
+	ep.Resolve = len(e.Capabilities) == 0 || hasString(e.Capabilities, "resolve")
+	if i < len(m.Headers) && len(m.Headers[i]) > 0 {
+		ep.Header = map[string][]string{}
+		for k, v := range m.Headers[i] {
+			ep.Header[k] = append([]string(nil), v...)
+		}
+	}
+	if e.DialTimeout != "" {
+		d, err := time.ParseDuration(e.DialTimeout)
+		if err != nil || d < 0 {
+			return ep, failure.New(failure.Usage, "endpoint %s: invalid dial_timeout %q", e.Host, e.DialTimeout)
+		}
+		ep.DialTimeout = d
+	}
+	// Trust: the endpoint's own certificate files (written by
+	// systemContext under certs.d/HOST, as containers/image lays them
+	// out), verification off when the endpoint or --tls-verify=false says
+	// so; an insecure endpoint may fall back to plain http.
+	tlsc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if sys.DockerPerHostCertDirPath != "" {
+		if err := tlsclientconfig.SetupCertificates(filepath.Join(sys.DockerPerHostCertDirPath, filepath.Base(e.Host)), tlsc); err != nil {
+			return ep, failure.Wrap(failure.TLS, err, "loading the certificates of %s", e.Host)
+		}
+	}
+	insecure := !p.TLSVerify || e.Insecure || !e.Trust.Verify
+	tlsc.InsecureSkipVerify = insecure
+	ep.TLS = tlsc
+	ep.HTTPFallback = insecure && !containerd && ep.Scheme == "https"
+	if len(e.Credentials) > 0 {
+		c := e.Credentials[min(round, len(e.Credentials)-1)]
+		if s, ok := m.Secrets[c.ID]; ok {
+			ep.Credential = &registry.Credential{Username: s.Username, Password: s.Password, IdentityToken: s.IdentityToken}
+		}
+	}
+	return ep, nil
+}
+
+func hasString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// manifestCache keeps the manifests of one attempt by digest, so that the
+// manifest the tag resolved to is not fetched again for the copy.
+type manifestCache struct {
+	mu sync.Mutex
+	m  map[digest.Digest]cachedManifest
+}
+
+type cachedManifest struct {
+	raw  []byte
+	mime string
+}
+
+func (c *manifestCache) get(d digest.Digest) (cachedManifest, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.m[d]
+	return m, ok
+}
+
+func (c *manifestCache) put(d digest.Digest, raw []byte, mime string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[digest.Digest]cachedManifest{}
+	}
+	c.m[d] = cachedManifest{raw: raw, mime: mime}
+}
+
+// remoteSource is a types.ImageSource over the registry client. Its
+// reference is the docker:// reference (tagged while the tag is resolved,
+// pinned for the copy).
+type remoteSource struct {
+	ref       types.ImageReference
+	named     reference.Named
+	sys       *types.SystemContext
+	rc        *registry.Client
+	cache     *manifestCache
+	signature bool // signatures may exist: read them through containers/image
+
+	mu  sync.Mutex
+	sig types.ImageSource
+}
+
+func (s *remoteSource) Reference() types.ImageReference { return s.ref }
+
+func (s *remoteSource) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sig != nil {
+		return s.sig.Close()
+	}
+	return nil
+}
+
+func (s *remoteSource) GetManifest(ctx context.Context, instance *digest.Digest) ([]byte, string, error) {
+	ref := "latest"
+	var want digest.Digest
+	switch {
+	case instance != nil:
+		want = *instance
+	case s.digested() != "":
+		want = s.digested()
+	default:
+		if t, ok := s.named.(reference.Tagged); ok {
+			ref = t.Tag()
+		}
+	}
+	if want != "" {
+		if m, ok := s.cache.get(want); ok {
+			return m.raw, m.mime, nil
+		}
+		ref = want.String()
+	}
+	raw, mime, host, err := s.rc.Manifest(ctx, ref, manifest.DefaultRequestedManifestMIMETypes, MaxManifestBytes)
+	if err != nil {
+		var tl *registry.TooLargeError
+		if errors.As(err, &tl) {
+			return nil, "", verification(errImageTooLarge, "%v", tl)
+		}
+		return nil, "", err
+	}
+	if mime == "" || mime == "text/plain" || mime == "application/json" {
+		mime = manifest.GuessMIMEType(raw)
+	}
+	if want != "" {
+		ok, err := manifest.MatchesDigest(raw, want)
+		if err != nil || !ok {
+			got, _ := manifest.Digest(raw)
+			return nil, "", failure.New(failure.Verification, "manifest digest mismatch: %s serves %s for %s", host, got, want)
+		}
+		s.cache.put(want, raw, mime)
+	}
+	return raw, mime, nil
+}
+
+func (s *remoteSource) digested() digest.Digest {
+	if d, ok := s.named.(reference.Digested); ok {
+		return d.Digest()
+	}
+	return ""
+}
+
+func (s *remoteSource) HasThreadSafeGetBlob() bool { return true }
+
+func (s *remoteSource) GetBlob(ctx context.Context, info types.BlobInfo, _ types.BlobInfoCache) (io.ReadCloser, int64, error) {
+	return s.rc.Blob(ctx, info.Digest, info.Size)
+}
+
+func (s *remoteSource) GetSignatures(ctx context.Context, instance *digest.Digest) ([][]byte, error) {
+	if !s.signature {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sig == nil {
+		src, err := s.ref.NewImageSource(ctx, s.sys)
+		if err != nil {
+			return nil, fmt.Errorf("reading the signatures: %w", err)
+		}
+		s.sig = src
+	}
+	return s.sig.GetSignatures(ctx, instance)
+}
+
+func (s *remoteSource) LayerInfosForCopy(context.Context, *digest.Digest) ([]types.BlobInfo, error) {
+	return nil, nil
+}

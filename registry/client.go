@@ -1,0 +1,338 @@
+package registry
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultDialTimeout is the connect timeout of an endpoint that sets none
+// (containerd's default dialer: 30 s).
+const DefaultDialTimeout = 30 * time.Second
+
+// Credential is one endpoint's secret. An IdentityToken is exchanged for a
+// bearer token with an OAuth2 refresh-token grant; otherwise Username and
+// Password go to the realm (or to the endpoint, for a Basic challenge).
+type Credential struct {
+	Username      string
+	Password      string
+	IdentityToken string
+}
+
+func (c *Credential) empty() bool {
+	return c == nil || (c.Username == "" && c.Password == "" && c.IdentityToken == "")
+}
+
+// Endpoint is one host the client may ask, as it must be asked.
+type Endpoint struct {
+	// Scheme is "https" or "http"; Host is host[:port].
+	Scheme string
+	Host   string
+	// Path is the API root on the host: "/v2" when empty, a path prefix
+	// + "/v2", or (containerd override_path) exactly the path, possibly "".
+	Path string
+	// Repository is the repository's path on this host ("library/nginx").
+	Repository string
+	// Resolve: the endpoint may be asked for a tag. Without it only
+	// digests (manifests by digest, blobs) are asked of it.
+	Resolve bool
+	// Namespace is the value of the "ns" query parameter sent on every
+	// request to the endpoint ("" sends none).
+	Namespace string
+	// Header is sent on every request to the host and to its token realm.
+	Header http.Header
+	// TLS is the endpoint's TLS configuration (nil: the system roots,
+	// verified).
+	TLS *tls.Config
+	// HTTPFallback: when an https request cannot be made at all (the
+	// server does not speak TLS), use http for this endpoint from then on
+	// (containers/image's rule for an insecure registry).
+	HTTPFallback bool
+	// DialTimeout bounds each connect (0: DefaultDialTimeout).
+	DialTimeout time.Duration
+	// Credential is nil for anonymous access.
+	Credential *Credential
+}
+
+// Hooks are the caller's controls; all may be nil.
+type Hooks struct {
+	// Proxy sees every request URL before a connection is made (the
+	// endpoint, its token realm, a redirect target): an error refuses the
+	// request; a URL sends it through that proxy. nil: the environment's
+	// proxy settings.
+	Proxy func(*url.URL) (*url.URL, error)
+	// Realm is asked before a token is requested from the realm an
+	// endpoint's challenge names (before any credential goes there).
+	Realm func(ep *Endpoint, realm *url.URL) error
+	// UserAgent is sent on every request.
+	UserAgent string
+	// Log receives a record for each fallback and resume.
+	Log *slog.Logger
+}
+
+// Client asks its endpoints, in order. It is safe for concurrent use.
+type Client struct {
+	hosts []*host
+	hooks Hooks
+}
+
+// New returns a client for eps (in the order they are tried).
+func New(eps []Endpoint, hooks Hooks) *Client {
+	if hooks.Log == nil {
+		hooks.Log = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{hooks: hooks}
+	for _, ep := range eps {
+		if ep.Scheme == "" {
+			ep.Scheme = "https"
+		}
+		c.hosts = append(c.hosts, newHost(c, ep))
+	}
+	return c
+}
+
+// Close drops idle connections.
+func (c *Client) Close() {
+	for _, h := range c.hosts {
+		h.client.CloseIdleConnections()
+	}
+}
+
+// Endpoints returns the endpoints in order.
+func (c *Client) Endpoints() []Endpoint {
+	out := make([]Endpoint, len(c.hosts))
+	for i, h := range c.hosts {
+		out[i] = h.ep
+	}
+	return out
+}
+
+// host is one endpoint's connection state: its HTTP client, the scheme in
+// use, the challenges it sent and the tokens it granted.
+type host struct {
+	c      *Client
+	ep     Endpoint
+	client *http.Client
+
+	mu         sync.Mutex
+	scheme     string
+	challenges []challenge
+	tokens     map[string]*token // by realm, service and scope
+}
+
+type token struct {
+	mu      sync.Mutex
+	value   string
+	expires time.Time
+}
+
+func newHost(c *Client, ep Endpoint) *host {
+	timeout := ep.DialTimeout
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
+	}
+	tlsc := ep.TLS
+	if tlsc == nil {
+		tlsc = &tls.Config{}
+	}
+	tr := &http.Transport{
+		Proxy: func(r *http.Request) (*url.URL, error) {
+			if c.hooks.Proxy != nil {
+				return c.hooks.Proxy(r.URL)
+			}
+			return http.ProxyFromEnvironment(r)
+		},
+		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:       tlsc,
+		TLSHandshakeTimeout:   10 * time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   16,
+		ExpectContinueTimeout: time.Second,
+	}
+	h := &host{c: c, ep: ep, scheme: ep.Scheme, tokens: map[string]*token{}}
+	h.client = &http.Client{Transport: tr, CheckRedirect: checkRedirect}
+	return h
+}
+
+// checkRedirect follows at most 10 redirects and drops the credential on a
+// redirect to another origin (Go keeps it for a subdomain, or the same
+// name on another port or scheme).
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if origin(req.URL) != origin(via[0].URL) {
+		req.Header.Del("Authorization")
+		req.Header.Del("Cookie")
+	}
+	return nil
+}
+
+// origin is scheme://host:port, the port explicit.
+func origin(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if strings.EqualFold(u.Scheme, "http") {
+			port = "80"
+		}
+	}
+	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// Name is how errors and logs name the endpoint.
+func (h *host) name() string { return h.ep.Host }
+
+func (h *host) currentScheme() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.scheme
+}
+
+// url is the request URL for the API path p ("/<repo>/blobs/<digest>").
+func (h *host) url(scheme, p string) *url.URL {
+	u := &url.URL{Scheme: scheme, Host: h.ep.Host, Path: h.ep.Path + p}
+	if h.ep.Namespace != "" {
+		u.RawQuery = url.Values{"ns": {h.ep.Namespace}}.Encode()
+	}
+	return u
+}
+
+func (h *host) newRequest(ctx context.Context, method string, u *url.URL, hdr http.Header) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range h.ep.Header {
+		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Docker-Distribution-API-Version", "registry/2.0")
+	if h.c.hooks.UserAgent != "" {
+		req.Header.Set("User-Agent", h.c.hooks.UserAgent)
+	}
+	return req, nil
+}
+
+// do sends one API request with the endpoint's authorization. A 401
+// teaches the challenge (from /v2/ when the 401 names none: gcr.io) and the
+// request is asked again with the credential or a token; a credential or a
+// token obtained for this request that is refused is final, a cached token
+// that is refused is dropped and fetched again once.
+func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http.Response, error) {
+	for try := 0; ; try++ {
+		scheme := h.currentScheme()
+		req, err := h.newRequest(ctx, method, h.url(scheme, p), hdr)
+		if err != nil {
+			return nil, err
+		}
+		sent, fresh, err := h.authorize(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		res, err := h.client.Do(req)
+		if err != nil {
+			if try == 0 && scheme == "https" && h.ep.HTTPFallback && ctx.Err() == nil && notTLS(err) {
+				h.mu.Lock()
+				h.scheme = "http"
+				h.mu.Unlock()
+				h.c.hooks.Log.Info("endpoint does not speak TLS; using http (insecure)", "host", h.name())
+				continue
+			}
+			return nil, err
+		}
+		if res.StatusCode != http.StatusUnauthorized || try >= 2 {
+			return res, nil
+		}
+		chs := parseChallenges(res.Header)
+		if len(chs) == 0 {
+			if chs, err = h.ping(ctx); err != nil {
+				return res, nil
+			}
+		}
+		ch, ok := supported(chs)
+		switch {
+		case !ok, sent && fresh, sent && ch.scheme == "basic", !sent && ch.scheme == "basic" && h.ep.Credential.empty():
+			return res, nil
+		}
+		h.mu.Lock()
+		h.challenges, h.tokens = chs, map[string]*token{}
+		h.mu.Unlock()
+		drain(res)
+	}
+}
+
+// ping asks the API root for its challenges (the Docker way of learning
+// them) without any credential.
+func (h *host) ping(ctx context.Context) ([]challenge, error) {
+	req, err := h.newRequest(ctx, http.MethodGet, h.url(h.currentScheme(), "/"), nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	drain(res)
+	return parseChallenges(res.Header), nil
+}
+
+// authorize sets req's Authorization from the challenge learned so far:
+// sent says whether it did, fresh whether the token was obtained now.
+func (h *host) authorize(ctx context.Context, req *http.Request) (sent, fresh bool, err error) {
+	h.mu.Lock()
+	chs := h.challenges
+	h.mu.Unlock()
+	ch, ok := supported(chs)
+	if !ok {
+		return false, false, nil
+	}
+	switch ch.scheme {
+	case "basic":
+		if cr := h.ep.Credential; !cr.empty() {
+			req.SetBasicAuth(cr.Username, cr.Password)
+			return true, false, nil
+		}
+	case "bearer":
+		t, fresh, err := h.token(ctx, ch)
+		if err != nil {
+			return false, false, err
+		}
+		if t != "" {
+			req.Header.Set("Authorization", "Bearer "+t)
+			return true, fresh, nil
+		}
+	}
+	return false, false, nil
+}
+
+// drain reads a little of a body that is not used and closes it, so the
+// connection can be reused.
+func drain(res *http.Response) {
+	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
+	_ = res.Body.Close()
+}
+
+// notTLS: the https request failed because the server does not speak TLS
+// (a plain-http server answers the ClientHello with HTTP).
+func notTLS(err error) bool {
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) {
+		return true
+	}
+	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
+func (h *host) String() string { return fmt.Sprintf("%s://%s%s", h.ep.Scheme, h.ep.Host, h.ep.Path) }

@@ -1,0 +1,35 @@
+// Package registry is pullhelper's own client of the OCI distribution API:
+// it fetches manifests and blobs from an ordered list of endpoints (the
+// mirrors a runtime would try, then the registry), the way containerd's
+// resolver and fetcher walk their hosts.
+//
+// What it does, per endpoint: its own TLS configuration and connect timeout
+// (containerd dial_timeout, 30 s by default), its own extra headers
+// (hosts.toml header, sent on every request to the host and to its token
+// realm, as containerd's authorizer does), its API root (a path prefix or
+// override_path), the "ns" query parameter of registry proxying, and its own
+// credential: Basic, or a bearer token fetched from the realm its challenge
+// names (a GET with Basic credentials, or an OAuth2 refresh-token POST with
+// an identity token, as containers/image does).
+//
+// Fallback, as containerd does it: a tag is asked only of endpoints that
+// may resolve; a manifest by digest and every blob are asked of each
+// endpoint in order until one serves it; any failure to open (connect
+// error, timeout, 401/403, 404, 429, 5xx) moves to the next endpoint. A blob
+// whose body breaks off mid-way is resumed with a Range request, on the same
+// endpoint first.
+//
+// Invariants:
+//   - A credential or token is sent only to the endpoint it belongs to and
+//     to the token realm that endpoint's challenge names, after the caller's
+//     Realm hook accepted that realm; on a redirect to another origin the
+//     Authorization header is dropped.
+//   - Every request URL (to the endpoint, its realm, a redirect target)
+//     passes the caller's Proxy hook before a connection is made, so the
+//     caller can refuse it and record which host served what.
+//   - Everything a server sends is bounded: manifests by the caller's limit,
+//     error bodies to 64 KiB, token responses to 1 MiB, redirects to 10.
+//     Blob bodies are not bounded here; the caller caps them.
+//   - The package imports nothing of pullhelper but internal packages: it
+//     knows no policy, credential source or isolation.
+package registry

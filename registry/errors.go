@@ -1,0 +1,161 @@
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxErrorBody bounds the part of an error response that is read.
+const maxErrorBody = 64 << 10
+
+// StatusError is an answer other than the one asked for: the HTTP status
+// and, when the body is the distribution spec's error format (or a bare
+// code such as UNAUTHORIZED), the first error code and its message.
+type StatusError struct {
+	Host       string
+	Op         string // "fetching the manifest latest", "fetching blob sha256:…"
+	StatusCode int
+	Code       string // upper case, "" when the body names none
+	Message    string // the registry's message, sanitized, at most 200 bytes
+	RetryAfter time.Duration
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("%s: %s: %d %s", e.Host, e.Op, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Code != "" {
+		s += ": " + e.Code
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// TokenError is a failure to obtain a token from a realm.
+type TokenError struct {
+	Host, Realm string
+	Err         error
+}
+
+func (e *TokenError) Error() string {
+	return fmt.Sprintf("%s: obtaining a token from %s: %v", e.Host, e.Realm, e.Err)
+}
+
+func (e *TokenError) Unwrap() error { return e.Err }
+
+// HostError is a failure to reach an endpoint at all, or a body that broke
+// off: the host named.
+type HostError struct {
+	Host string
+	Op   string
+	Err  error
+}
+
+func (e *HostError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Host, e.Op, e.Err) }
+func (e *HostError) Unwrap() error { return e.Err }
+
+// FallbackError is every endpoint's failure, in the order they were asked.
+// It unwraps to the last one: the registry's (or the last endpoint's), the
+// answer a runtime reports after its mirrors failed.
+type FallbackError struct {
+	What string
+	Errs []error
+}
+
+func (e *FallbackError) Error() string {
+	if len(e.Errs) == 1 {
+		return e.Errs[0].Error()
+	}
+	var also []string
+	for _, err := range e.Errs[:len(e.Errs)-1] {
+		also = append(also, err.Error())
+	}
+	return fmt.Sprintf("%v (earlier endpoints also failed: %s)", e.Errs[len(e.Errs)-1], strings.Join(also, "; "))
+}
+
+func (e *FallbackError) Unwrap() error { return e.Errs[len(e.Errs)-1] }
+
+// ErrNoEndpoint: no endpoint may be asked (a tag, and no endpoint may
+// resolve).
+var ErrNoEndpoint = errors.New("no endpoint may be asked")
+
+// responseError reads (a bounded part of) res's body into a StatusError and
+// closes it.
+func responseError(res *http.Response, host, op string) error {
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	e := &StatusError{Host: host, Op: op, StatusCode: res.StatusCode, RetryAfter: retryAfter(res.Header.Get("Retry-After"))}
+	var body struct {
+		Errors []struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(b, &body) == nil && len(body.Errors) > 0 {
+		e.Code, e.Message = strings.ToUpper(sanitize(body.Errors[0].Code, 64)), sanitize(body.Errors[0].Message, 200)
+		return e
+	}
+	t := strings.Trim(strings.TrimSpace(string(b)), `"`)
+	if isCode(t) {
+		e.Code = strings.ToUpper(t)
+		return e
+	}
+	e.Message = sanitize(strings.TrimSpace(string(b)), 200)
+	return e
+}
+
+// isCode: a bare registry error code (MANIFEST_UNKNOWN, toomanyrequests).
+func isCode(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// sanitize keeps printable ASCII of s, at most n bytes: a registry's text
+// goes into one-line error messages and terminals.
+func sanitize(s string, n int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= n {
+			b.WriteString("…")
+			break
+		}
+		if r < 0x20 || r > 0x7e {
+			r = ' '
+		}
+		b.WriteRune(r)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date); 0 when
+// absent or unparsable.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+		if s < 0 {
+			return 0
+		}
+		return time.Duration(min(s, 3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return min(d, time.Hour)
+		}
+	}
+	return 0
+}

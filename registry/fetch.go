@@ -1,0 +1,236 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// maxResumes is how often one blob's body may break off and be resumed.
+const maxResumes = 5
+
+// Manifest fetches the manifest ref (a tag, or a digest "sha256:…") of
+// at most max bytes, asking for the media types in accept. A tag is asked
+// only of endpoints that may resolve; a digest of every endpoint in order.
+// It returns the bytes, the media type and the host that served them. The
+// caller verifies a digest.
+func (c *Client) Manifest(ctx context.Context, ref string, accept []string, max int64) ([]byte, string, string, error) {
+	_, isDigest := parseDigest(ref)
+	op := "fetching the manifest " + ref
+	var errs []error
+	asked := false
+	for _, h := range c.hosts {
+		if !isDigest && !h.ep.Resolve {
+			continue
+		}
+		asked = true
+		raw, mt, err := h.manifest(ctx, ref, accept, max, op)
+		if err == nil {
+			return raw, mt, h.name(), nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+		c.hooks.Log.Info("endpoint failed; trying the next", "host", h.name(), "what", "manifest "+ref, "error", err.Error())
+	}
+	if !asked {
+		return nil, "", "", fmt.Errorf("%w for the tag %s: none may resolve (containerd capabilities)", ErrNoEndpoint, ref)
+	}
+	return nil, "", "", &FallbackError{What: op, Errs: errs}
+}
+
+func (h *host) manifest(ctx context.Context, ref string, accept []string, max int64, op string) ([]byte, string, error) {
+	hdr := http.Header{"Accept": {strings.Join(accept, ", ")}}
+	res, err := h.do(ctx, http.MethodGet, "/"+h.ep.Repository+"/manifests/"+ref, hdr)
+	if err != nil {
+		return nil, "", &HostError{Host: h.name(), Op: op, Err: err}
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, "", responseError(res, h.name(), op)
+	}
+	defer res.Body.Close()
+	if res.ContentLength > max {
+		return nil, "", &TooLargeError{Host: h.name(), What: "the manifest " + ref, Limit: max, Size: res.ContentLength}
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, max+1))
+	if err != nil {
+		return nil, "", &HostError{Host: h.name(), Op: op, Err: err}
+	}
+	if int64(len(b)) > max {
+		return nil, "", &TooLargeError{Host: h.name(), What: "the manifest " + ref, Limit: max, Size: -1}
+	}
+	mt := res.Header.Get("Content-Type")
+	if parsed, _, err := mime.ParseMediaType(mt); err == nil {
+		mt = parsed
+	}
+	return b, mt, nil
+}
+
+// TooLargeError: a server sent (or announced) more than the limit.
+type TooLargeError struct {
+	Host, What  string
+	Limit, Size int64 // Size -1: not announced
+}
+
+func (e *TooLargeError) Error() string {
+	if e.Size >= 0 {
+		return fmt.Sprintf("%s: %s is %d bytes, more than the maximum of %d", e.Host, e.What, e.Size, e.Limit)
+	}
+	return fmt.Sprintf("%s: %s is more than the maximum of %d bytes", e.Host, e.What, e.Limit)
+}
+
+// Blob opens blob d (size bytes, -1 when unknown), asking every endpoint in
+// order until one serves it. The reader resumes a body that breaks off
+// with a Range request, on the same endpoint first, then on the later
+// ones. It returns the size the server announced (-1 when it did not).
+func (c *Client) Blob(ctx context.Context, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	op := "fetching blob " + d.String()
+	var errs []error
+	for i, h := range c.hosts {
+		body, n, err := h.blob(ctx, d, 0, op)
+		if err == nil {
+			if size < 0 {
+				size = n
+			}
+			return &blobReader{c: c, ctx: ctx, d: d, size: size, at: i, body: body, op: op}, n, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+		if i < len(c.hosts)-1 {
+			c.hooks.Log.Info("endpoint failed; trying the next", "host", h.name(), "what", "blob "+d.String(), "error", err.Error())
+		}
+	}
+	return nil, 0, &FallbackError{What: op, Errs: errs}
+}
+
+// blob opens d's body from offset on.
+func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op string) (io.ReadCloser, int64, error) {
+	var hdr http.Header
+	if offset > 0 {
+		hdr = http.Header{"Range": {"bytes=" + strconv.FormatInt(offset, 10) + "-"}}
+	}
+	res, err := h.do(ctx, http.MethodGet, "/"+h.ep.Repository+"/blobs/"+d.String(), hdr)
+	if err != nil {
+		return nil, 0, &HostError{Host: h.name(), Op: op, Err: err}
+	}
+	switch {
+	case res.StatusCode == http.StatusOK:
+		if offset > 0 {
+			// The server ignored the Range: skip what is already read.
+			if _, err := io.CopyN(io.Discard, res.Body, offset); err != nil {
+				_ = res.Body.Close()
+				return nil, 0, &HostError{Host: h.name(), Op: op, Err: fmt.Errorf("skipping to offset %d of a full answer to a Range request: %w", offset, err)}
+			}
+		}
+		return res.Body, res.ContentLength, nil
+	case res.StatusCode == http.StatusPartialContent && offset > 0:
+		start, ok := contentRangeStart(res.Header.Get("Content-Range"))
+		if !ok || start != offset {
+			_ = res.Body.Close()
+			return nil, 0, &HostError{Host: h.name(), Op: op, Err: fmt.Errorf("asked for bytes from %d, got Content-Range %q", offset, res.Header.Get("Content-Range"))}
+		}
+		return res.Body, -1, nil
+	}
+	return nil, 0, responseError(res, h.name(), op)
+}
+
+// contentRangeStart parses "bytes START-END/TOTAL".
+func contentRangeStart(v string) (int64, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(v), "bytes ")
+	if !ok {
+		return 0, false
+	}
+	s, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// blobReader reads one blob, resuming a body that breaks off.
+type blobReader struct {
+	c       *Client
+	ctx     context.Context
+	d       digest.Digest
+	size    int64 // -1: unknown
+	read    int64
+	at      int // the endpoint serving the body
+	body    io.ReadCloser
+	resumes int
+	op      string
+	err     error
+}
+
+func (r *blobReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	for {
+		n, err := r.body.Read(p)
+		r.read += int64(n)
+		if err == io.EOF && r.size >= 0 && r.read < r.size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil || err == io.EOF {
+			return n, err
+		}
+		if rerr := r.resume(err); rerr != nil {
+			r.err = rerr
+			if n > 0 {
+				return n, nil
+			}
+			return 0, rerr
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// resume replaces a broken body with one from the offset reached, asking
+// the endpoint that served it, then the later ones.
+func (r *blobReader) resume(cause error) error {
+	_ = r.body.Close()
+	h := r.c.hosts[r.at]
+	broken := &HostError{Host: h.name(), Op: r.op, Err: fmt.Errorf("the body broke off after %d bytes: %w", r.read, cause)}
+	if r.ctx.Err() != nil || r.resumes >= maxResumes || errors.Is(cause, context.Canceled) {
+		return broken
+	}
+	r.resumes++
+	errs := []error{broken}
+	for i := r.at; i < len(r.c.hosts); i++ {
+		h := r.c.hosts[i]
+		r.c.hooks.Log.Info("resuming a blob", "host", h.name(), "blob", r.d.String(), "offset", r.read, "error", cause.Error())
+		body, _, err := h.blob(r.ctx, r.d, r.read, r.op)
+		if err == nil {
+			r.at, r.body = i, body
+			return nil
+		}
+		errs = append(errs, err)
+		if r.ctx.Err() != nil {
+			break
+		}
+	}
+	return &FallbackError{What: r.op, Errs: errs}
+}
+
+func (r *blobReader) Close() error { return r.body.Close() }
+
+// Host is the endpoint serving the body now.
+func (r *blobReader) Host() string { return r.c.hosts[r.at].name() }
+
+func parseDigest(ref string) (digest.Digest, bool) {
+	d, err := digest.Parse(ref)
+	return d, err == nil
+}
