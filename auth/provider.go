@@ -105,6 +105,15 @@ var (
 		"credentialprovider.kubelet.k8s.io/v1beta1",
 	}
 	cpConfigVersions = []string{"v1", "v1alpha1", "v1beta1"}
+	// cpCacheTypes is config.go validCacheTypes, sorted as sets.List
+	// prints it.
+	cpCacheTypes = []string{cpCacheServiceAccount, cpCacheToken}
+)
+
+// tokenAttributes.cacheType values (kubeletconfig ServiceAccountTokenCacheType).
+const (
+	cpCacheServiceAccount = "ServiceAccount"
+	cpCacheToken          = "Token"
 )
 
 // ProviderConfig is a parsed kubelet.config.k8s.io CredentialProviderConfig.
