@@ -389,12 +389,12 @@ func (k *Keyring) ctrdCredential(host string) (*Credential, error) {
 	key := k.ctrd.authKey[host]
 	user, secret, err := ParseContainerdAuth(a.Username, a.Password, a.Auth, a.IdentityToken)
 	if err != nil {
-		return nil, fmt.Errorf("containerd config %s: %s: %v", k.c.ContainerdConfig, key, err)
+		return nil, fmt.Errorf("containerd config %s: %s: %v", k.ctrd.file, key, err)
 	}
 	if user == "" && secret == "" {
 		return nil, nil
 	}
-	c := &Credential{Source: containerdSource, File: k.c.ContainerdConfig, Key: key, Username: user, Password: secret}
+	c := &Credential{Source: containerdSource, File: k.ctrd.file, Key: key, Username: user, Password: secret}
 	if user == "" {
 		c.Password, c.IdentityToken = "", secret
 	}
