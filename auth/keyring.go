@@ -18,7 +18,10 @@ package auth
 //         the image's (go.podman.io/image/v5 docker/docker_image_src.go
 //         newPullClient: "we must not blindly send the credentials intended
 //         for the primary endpoint to mirrors").
-//   - containerd's configs."HOST".auth is looked up by the endpoint host
+//   - containerd's configs."HOST".auth is offered only when the kubelet sent
+//     no credential for the host (none of the above matched and no
+//     service-account token applies): registryHosts uses a non-nil CRI auth
+//     and consults the config otherwise. It is looked up by the endpoint host
 //     actually contacted (image_pull.go registryHosts: Credentials(host) →
 //     Configs[host]); in legacy mode (no config_path) the first endpoint's
 //     auth sticks for the later ones, because registryHosts assigns the
