@@ -5,12 +5,16 @@ package auth
 // remotes/docker/config/hosts.go).
 //
 // What is modelled:
-//   - config.toml: version 2 (and later) reads
-//     [plugins."io.containerd.grpc.v1.cri".registry]; version 1 -- which is
-//     also what a file WITHOUT a `version` key is in containerd 1.x -- reads
-//     [plugins.cri.registry]. The other section is ignored, as containerd
-//     ignores it. `imports` are not followed. A missing config.toml means
-//     containerd's defaults (no mirrors, config_path = "").
+//   - config.toml: version 3 (containerd 2.x) reads
+//     [plugins."io.containerd.cri.v1.images".registry]; version 2
+//     [plugins."io.containerd.grpc.v1.cri".registry] (containerd 2.x
+//     migrates it there); version 1 -- which is also what a file WITHOUT a
+//     `version` key is in containerd 1.x -- [plugins.cri.registry]. The
+//     other sections are ignored, as containerd ignores them. `imports` are
+//     followed as containerd's LoadConfig does (loadContainerdConfig). A
+//     missing config.toml means containerd's defaults (no mirrors,
+//     config_path = ""); a version above 3, a missing import or a file that
+//     does not parse is an error naming the file.
 //   - ValidatePluginConfig: `mirrors` or any `configs.*.tls` together with
 //     config_path are errors; `auths."https://HOST"` is mapped into
 //     configs[HOST].auth (a key without a scheme is used verbatim; note that
@@ -103,6 +107,9 @@ type ctrdRegistry struct {
 
 	// authKey names where configs[HOST].auth came from in the file.
 	authKey map[string]string
+	// file is the config file whose plugin table this registry is (the
+	// root or an import).
+	file string
 }
 
 // ParseContainerdAuth is containerd's ParseAuth for a configs.*.auth table
@@ -134,41 +141,116 @@ func ParseContainerdAuth(username, password, auth, identityToken string) (string
 	return "", "", nil
 }
 
+// ctrdRegistryPlugin is the plugin whose table holds `registry`, per
+// config version: 1 (and no version) containerd 1.x's "cri"; 2 the CRI
+// plugin of 1.x (and of 2.x, which migrates it); 3 containerd 2.x's image
+// service (its v2→v3 migration moves registry there).
+var ctrdRegistryPlugin = map[int]string{
+	0: "cri",
+	1: "cri",
+	2: "io.containerd.grpc.v1.cri",
+	3: "io.containerd.cri.v1.images",
+}
+
+// ctrdMaxVersion is containerd 2.x's CurrentConfigVersion.
+const ctrdMaxVersion = 3
+
+// loadContainerdConfig is containerd's LoadConfig (2.x
+// cmd/containerd/server/config/config.go; 1.x services/server/config) as
+// far as the registry goes: the file, then its `imports` breadth-first
+// (resolveImports: relative to the importing file's directory, globbed
+// when they contain '*'; a file already loaded is skipped), a drop-in's
+// version must not be higher than the root's, and the merge replaces a
+// plugin's table as a whole (mergeConfig: "Maps merged by keys, but values
+// are replaced entirely") -- so the last file that has the registry's
+// plugin table decides the registry. A missing root file means
+// containerd's defaults; a missing import, an unparsable file or a version
+// this does not know is an error naming the file.
 func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
-	reg := &ctrdRegistry{authKey: map[string]string{}}
-	data, err := os.ReadFile(configPath)
-	if os.IsNotExist(err) {
+	reg := &ctrdRegistry{authKey: map[string]string{}, file: configPath}
+	if _, err := os.Stat(configPath); os.IsNotExist(err) {
 		return reg, nil // containerd runs with its defaults
 	}
-	if err != nil {
-		return nil, fmt.Errorf("reading containerd config %s: %w", configPath, pathErr(err))
-	}
-	var top struct {
-		Version int                       `toml:"version"`
-		Plugins map[string]toml.Primitive `toml:"plugins"`
-	}
-	md, err := toml.Decode(string(data), &top)
-	if err != nil {
-		return nil, fmt.Errorf("parsing containerd config %s: %s", configPath, ctrdTOMLErrorNoData(err))
-	}
-	id := "io.containerd.grpc.v1.cri"
-	if top.Version <= 1 { // containerd 1.x: a missing version is version 1
-		id = "cri"
-	}
-	if prim, ok := top.Plugins[id]; ok {
-		var cri struct {
-			Registry ctrdRegistry `toml:"registry"`
+	loaded := map[string]bool{}
+	pending := []string{configPath}
+	rootVersion := -1
+	for len(pending) > 0 {
+		path := pending[0]
+		pending = pending[1:]
+		if loaded[path] {
+			continue
 		}
-		if err := md.PrimitiveDecode(prim, &cri); err != nil {
-			return nil, fmt.Errorf("parsing containerd config %s: %s", configPath, ctrdTOMLErrorNoData(err))
+		loaded[path] = true
+		data, err := os.ReadFile(path)
+		if err != nil {
+			if path == configPath {
+				return nil, fmt.Errorf("reading containerd config %s: %w", path, pathErr(err))
+			}
+			return nil, fmt.Errorf("reading containerd config %s (imported): %w", path, pathErr(err))
 		}
-		cri.Registry.authKey = reg.authKey
-		reg = &cri.Registry
+		var top struct {
+			Version int                       `toml:"version"`
+			Imports []string                  `toml:"imports"`
+			Plugins map[string]toml.Primitive `toml:"plugins"`
+		}
+		md, err := toml.Decode(string(data), &top)
+		if err != nil {
+			return nil, fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+		}
+		id, ok := ctrdRegistryPlugin[top.Version]
+		if !ok {
+			return nil, fmt.Errorf("containerd config %s: unsupported version %d (containerd reads versions 1 to %d)", path, top.Version, ctrdMaxVersion)
+		}
+		if rootVersion < 0 {
+			rootVersion = top.Version
+		} else if top.Version > rootVersion {
+			return nil, fmt.Errorf("containerd config %s: drop-in config version %d higher than root config version %d", path, top.Version, rootVersion)
+		}
+		if prim, ok := top.Plugins[id]; ok {
+			var cri struct {
+				Registry ctrdRegistry `toml:"registry"`
+			}
+			if err := md.PrimitiveDecode(prim, &cri); err != nil {
+				return nil, fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+			}
+			cri.Registry.authKey = map[string]string{}
+			cri.Registry.file = path
+			reg = &cri.Registry
+		}
+		imports, err := ctrdResolveImports(path, top.Imports)
+		if err != nil {
+			return nil, fmt.Errorf("containerd config %s: imports: %w", path, err)
+		}
+		pending = append(pending, imports...)
 	}
 	if err := validateContainerdRegistry(reg); err != nil {
-		return nil, fmt.Errorf("containerd config %s: invalid plugin config: %w", configPath, err)
+		return nil, fmt.Errorf("containerd config %s: invalid plugin config: %w", reg.file, err)
 	}
 	return reg, nil
+}
+
+// ctrdResolveImports is containerd 2.x resolveImports: each path cleaned and
+// made absolute against the parent's directory, then globbed if it has a
+// '*' (no match: nothing), otherwise used as is. (1.x globbed a relative
+// pattern against the working directory; 2.x fixed that.)
+func ctrdResolveImports(parent string, imports []string) ([]string, error) {
+	var out []string
+	for _, p := range imports {
+		p = filepath.Clean(p)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(parent), p)
+		}
+		if strings.Contains(p, "*") {
+			matches, err := filepath.Glob(p)
+			if err != nil {
+				return nil, fmt.Errorf("pattern %q: %v", p, err)
+			}
+			out = append(out, matches...)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // validateContainerdRegistry is the registry part of ValidatePluginConfig.

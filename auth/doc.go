@@ -8,10 +8,12 @@
 //     key contributing, index.docker.io as the default-registry fallback;
 //   - kubelet credential-provider plugins (provider.go types and matching,
 //     provider_config.go strict decoding and validation, provider_exec.go the
-//     exec protocol, provider_cache.go the per-node cache), whose responses
-//     go into the same kubelet keyring;
+//     exec protocol, provider_cache.go the per-node cache, provider_sa.go
+//     the service-account token mode of KEP-4412), whose responses go into
+//     the same kubelet keyring;
 //   - containerd (containerd.go): the CRI registry section of config.toml
-//     (configs.HOST.auth and .tls, exact endpoint host, docker.io →
+//     (versions 1-3 and imports as containerd's LoadConfig reads them;
+//     configs.HOST.auth and .tls, exact endpoint host, docker.io →
 //     registry-1.docker.io) and config_path hosts directories (hosts.toml or
 //     the Docker layout);
 //   - containers/image (containers.go): auth.json search order, path-aware key

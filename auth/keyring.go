@@ -18,7 +18,10 @@ package auth
 //         the image's (go.podman.io/image/v5 docker/docker_image_src.go
 //         newPullClient: "we must not blindly send the credentials intended
 //         for the primary endpoint to mirrors").
-//   - containerd's configs."HOST".auth is looked up by the endpoint host
+//   - containerd's configs."HOST".auth is offered only when the kubelet sent
+//     no credential for the host (none of the above matched and no
+//     service-account token applies): registryHosts uses a non-nil CRI auth
+//     and consults the config otherwise. It is looked up by the endpoint host
 //     actually contacted (image_pull.go registryHosts: Credentials(host) →
 //     Configs[host]); in legacy mode (no config_path) the first endpoint's
 //     auth sticks for the later ones, because registryHosts assigns the
@@ -70,6 +73,11 @@ type Config struct {
 	// RunProviders runs the provider plugins and registries.conf
 	// credential-helpers (false for explain: they may use the network).
 	RunProviders bool
+	// ProviderServiceAccountToken is the pod service account's token file
+	// and ProviderServiceAccountAnnotations its annotations, for the
+	// credential providers with tokenAttributes ("" = no service account).
+	ProviderServiceAccountToken       string
+	ProviderServiceAccountAnnotations map[string]string
 	// ContainerdConfig is containerd's config.toml; when set, containerd
 	// decides the endpoints.
 	ContainerdConfig string
@@ -268,6 +276,12 @@ func (k *Keyring) lookup(q query) []Credential {
 			out = append(out, k.withID(c))
 		}
 	}
+	// What the kubelet sends over CRI: pull secrets, node config, provider
+	// plugins, and the service-account token (a pull secret by another
+	// name). containerd reads configs."HOST".auth only when the kubelet sent
+	// none (pkg/cri/server/image_pull.go registryHosts: the CRI auth is
+	// used when non-nil, Credentials(host) consults the config otherwise).
+	kubeletSide := 0
 	if q.kubelet {
 		if k.secrets != nil {
 			add(k.secrets.Lookup(q.logical)...)
@@ -279,16 +293,17 @@ func (k *Keyring) lookup(q query) []Credential {
 			add(k.providerCredentials(q.logical)...)
 		}
 	}
-	if k.ctrd != nil && q.ctrdKey != "" {
-		c, err := k.ctrdCredential(q.ctrdKey)
+	if k.c.ServiceAccountToken != "" {
+		c, err := serviceAccountToken(k.c.ServiceAccountToken, k.c.ServiceAccountUsername, k.saPatterns, q.host)
 		if err != nil {
 			k.warn(err.Error())
 		} else if c != nil {
 			add(*c)
 		}
 	}
-	if k.c.ServiceAccountToken != "" {
-		c, err := serviceAccountToken(k.c.ServiceAccountToken, k.c.ServiceAccountUsername, k.saPatterns, q.host)
+	kubeletSide = len(out)
+	if k.ctrd != nil && q.ctrdKey != "" && kubeletSide == 0 {
+		c, err := k.ctrdCredential(q.ctrdKey)
 		if err != nil {
 			k.warn(err.Error())
 		} else if c != nil {
@@ -324,19 +339,45 @@ func (k *Keyring) warn(msg string) {
 }
 
 // providerCredentials runs the plugins matching repository once per
-// repository (never when RunProviders is false).
+// repository (never when RunProviders is false: explain only says which
+// would run and why the others are skipped).
 func (k *Keyring) providerCredentials(repository string) []Credential {
-	if !k.c.RunProviders {
-		return []Credential{{Source: "credential-provider", File: k.c.CredentialProviderConfig,
-			Key: "(plugins run at pull time; not run by explain)"}}
-	}
 	if cs, ok := k.provCache[repository]; ok {
 		return cs
 	}
-	creds, err := Providers(k.providers, k.providerBin, repository, k.c.ProviderCacheDir, ProviderOptions{})
-	if err != nil {
-		// The kubelet logs a failing provider and pulls with the rest.
-		k.warn("credential provider: " + err.Error())
+	var sa *ProviderServiceAccount
+	if k.c.ProviderServiceAccountToken != "" {
+		sa = &ProviderServiceAccount{TokenFile: k.c.ProviderServiceAccountToken, Annotations: k.c.ProviderServiceAccountAnnotations}
+	}
+	var creds []Credential
+	var skipped []string
+	if !k.c.RunProviders {
+		plan, err := PlanProviders(k.providers, repository, sa)
+		if err != nil {
+			k.warn("credential provider: " + err.Error())
+		}
+		run := 0
+		for _, d := range plan {
+			if d.Skipped != "" {
+				skipped = append(skipped, fmt.Sprintf("%q: %s", d.Name, d.Skipped))
+			} else {
+				run++
+			}
+		}
+		if run > 0 {
+			creds = []Credential{{Source: "credential-provider", File: k.c.CredentialProviderConfig,
+				Key: "(plugins run at pull time; not run by explain)"}}
+		}
+	} else {
+		var err error
+		creds, skipped, err = cpProviders(k.providers, k.providerBin, repository, k.c.ProviderCacheDir, ProviderOptions{ServiceAccount: sa})
+		if err != nil {
+			// The kubelet logs a failing provider and pulls with the rest.
+			k.warn("credential provider: " + err.Error())
+		}
+	}
+	for _, s := range skipped {
+		k.warn("credential provider " + s + " (skipped for " + repository + ", as the kubelet skips it)")
 	}
 	k.provCache[repository] = creds
 	return creds
@@ -351,12 +392,12 @@ func (k *Keyring) ctrdCredential(host string) (*Credential, error) {
 	key := k.ctrd.authKey[host]
 	user, secret, err := ParseContainerdAuth(a.Username, a.Password, a.Auth, a.IdentityToken)
 	if err != nil {
-		return nil, fmt.Errorf("containerd config %s: %s: %v", k.c.ContainerdConfig, key, err)
+		return nil, fmt.Errorf("containerd config %s: %s: %v", k.ctrd.file, key, err)
 	}
 	if user == "" && secret == "" {
 		return nil, nil
 	}
-	c := &Credential{Source: containerdSource, File: k.c.ContainerdConfig, Key: key, Username: user, Password: secret}
+	c := &Credential{Source: containerdSource, File: k.ctrd.file, Key: key, Username: user, Password: secret}
 	if user == "" {
 		c.Password, c.IdentityToken = "", secret
 	}

@@ -141,9 +141,10 @@ ca = "ca.crt"
 // The kubelet's credentials reach containerd without a ServerAddress, so
 // ParseAuth (image_pull.go) hands them to every host, mirrors included; the
 // kubelet matches them against the IMAGE name (kuberuntime_image.go
-// PullImage → keyring Lookup(repoToPull)). Then configs."host".auth of the
-// endpoint, the service-account token by endpoint host, auth files by the
-// repository on that host.
+// PullImage → keyring Lookup(repoToPull)). The service-account token by
+// endpoint host; configs."host".auth of the endpoint only when the kubelet
+// sent nothing (TestContainerdAuthPrecedence), so not here; auth files by
+// the repository on that host.
 func TestEndpointsContainerdKubeletCredentialsEverywhere(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "hosts")
@@ -162,7 +163,6 @@ func TestEndpointsContainerdKubeletCredentialsEverywhere(t *testing.T) {
 	}
 	want := []string{
 		"pull-secret:image.example.com:sec",
-		`containerd-config:configs."other.example.com".auth:other-user`,
 		"service-account-token:other.example.com:serviceaccount",
 		"containers-auth.json:other.example.com/ns:af",
 	}
@@ -395,5 +395,65 @@ func TestNewKeyringConfigErrors(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Setting != tc.setting {
 			t.Errorf("%s: err %v, want a ConfigError for it", tc.setting, err)
 		}
+	}
+}
+
+// TestContainerdAuthPrecedence: containerd reads configs."HOST".auth only
+// when the kubelet sent no credential (containerd pkg/cri/server/image_pull.go
+// registryHosts: a non-nil PullImageRequest.Auth is used for every host;
+// Credentials(host) falls back to the config otherwise). The kubelet sends
+// what its keyring matched for the image (kuberuntime_image.go PullImage):
+// pull secrets, node docker config, provider plugins; the service-account
+// token is sent the same way. Auth files are not the kubelet's and stay last.
+func TestContainerdAuthPrecedence(t *testing.T) {
+	const ctrdWho = `containerd-config:configs."reg.example.com".auth:ctrd-user`
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string, c *auth.Config)
+		want  []string
+	}{
+		{"nothing from the kubelet: configs auth", func(t *testing.T, dir string, c *auth.Config) {}, []string{ctrdWho}},
+		{"pull secret matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+			c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"reg.example.com":{"auth":"`+b64("sec:p")+`"}}}`)}
+		}, []string{"pull-secret:reg.example.com:sec"}},
+		{"pull secret for another registry: offered", func(t *testing.T, dir string, c *auth.Config) {
+			c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"other.example.com":{"auth":"`+b64("sec:p")+`"}}}`)}
+		}, []string{ctrdWho}},
+		{"node docker config matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+			root := filepath.Join(dir, "kubelet")
+			write(t, root, "config.json", `{"auths":{"reg.example.com":{"auth":"`+b64("node:p")+`"}}}`)
+			c.KubeletDockerConfig = root
+		}, []string{"kubelet-node-config:reg.example.com:node"}},
+		{"credential provider runs: not offered", func(t *testing.T, dir string, c *auth.Config) {
+			write(t, dir, "bin/p", "#!/bin/sh\nexit 1\n")
+			c.CredentialProviderConfig = write(t, dir, "cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"+
+				"providers:\n  - name: p\n    matchImages: [reg.example.com]\n    defaultCacheDuration: 1m\n    apiVersion: "+provV1+"\n")
+			c.CredentialProviderBinDir = filepath.Join(dir, "bin")
+		}, []string{"credential-provider:(plugins run at pull time; not run by explain):"}},
+		{"credential provider skipped (needs a service account): offered", func(t *testing.T, dir string, c *auth.Config) {
+			write(t, dir, "bin/p", "#!/bin/sh\nexit 1\n")
+			c.CredentialProviderConfig = write(t, dir, "cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"+
+				"providers:\n  - name: p\n    matchImages: [reg.example.com]\n    defaultCacheDuration: 1m\n    apiVersion: "+provV1+"\n"+
+				"    tokenAttributes: {serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true}\n")
+			c.CredentialProviderBinDir = filepath.Join(dir, "bin")
+		}, []string{ctrdWho}},
+		{"service-account token matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+			c.ServiceAccountToken, c.ServiceAccountRegistries = write(t, dir, "token", "tok\n"), []string{"reg.example.com"}
+		}, []string{"service-account-token:reg.example.com:serviceaccount"}},
+		{"auth file: after configs auth", func(t *testing.T, dir string, c *auth.Config) {
+			c.Authfile = write(t, dir, "a.json", `{"auths":{"reg.example.com":{"auth":"`+b64("af:p")+`"}}}`)
+		}, []string{ctrdWho, "containers-auth.json:reg.example.com:af"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := hermetic(t, dir)
+			c.ContainerdConfig = write(t, dir, "config.toml", "version = 2\n["+ctrdCRI+".configs.\"reg.example.com\".auth]\nusername = \"ctrd-user\"\npassword = \"cp\"\n")
+			tt.setup(t, dir, &c)
+			k := newKeyring(t, c)
+			if got := who(k.Lookup("reg.example.com", "reg.example.com/ns/app")); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("candidates %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -59,10 +59,11 @@ package auth
 //     killed on timeout, so a helper it forked cannot keep the pull waiting;
 //     the kubelet kills only the plugin process.
 //   - The kubelet passes a pod's service-account token to providers with
-//     tokenAttributes. pullhelper pulls for no pod, so it behaves as the
-//     kubelet does for a pod without a service account: a provider with
-//     requireServiceAccount: true is skipped, one with false runs without a
-//     token.
+//     tokenAttributes. pullhelper pulls for no pod: the agent supplies the
+//     token and the annotations (ProviderOptions.ServiceAccount), and
+//     without them it behaves as the kubelet does for a pod without a
+//     service account: a provider with requireServiceAccount: true is
+//     skipped, one with false runs without a token (provider_sa.go).
 //   - The kubelet refuses to start when a configured plugin binary is
 //     missing; Providers fails the same way (no credentials, an error).
 //   - An empty provider name is rejected explicitly; the kubelet rejects it
@@ -105,6 +106,15 @@ var (
 		"credentialprovider.kubelet.k8s.io/v1beta1",
 	}
 	cpConfigVersions = []string{"v1", "v1alpha1", "v1beta1"}
+	// cpCacheTypes is config.go validCacheTypes, sorted as sets.List
+	// prints it.
+	cpCacheTypes = []string{cpCacheServiceAccount, cpCacheToken}
+)
+
+// tokenAttributes.cacheType values (kubeletconfig ServiceAccountTokenCacheType).
+const (
+	cpCacheServiceAccount = "ServiceAccount"
+	cpCacheToken          = "Token"
 )
 
 // ProviderConfig is a parsed kubelet.config.k8s.io CredentialProviderConfig.
@@ -152,6 +162,10 @@ type ProviderOptions struct {
 	Timeout time.Duration
 	// Now is the clock used for the cache; nil means time.Now.
 	Now func() time.Time
+	// ServiceAccount is the pod's service account for providers with
+	// tokenAttributes (provider_sa.go); nil means none, as for a pod
+	// without one.
+	ServiceAccount *ProviderServiceAccount
 }
 
 // ---- matching and the keyring ----

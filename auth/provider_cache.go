@@ -41,7 +41,8 @@ func cpFingerprint(p *CredentialProvider, binDir string) string {
 		Env                  []ProviderEnvVar
 		MatchImages          []string
 		DefaultCacheDuration *time.Duration
-	}{filepath.Join(binDir, p.Name), p.APIVersion, p.Args, p.Env, p.MatchImages, p.DefaultCacheDuration})
+		TokenAttributes      *ProviderTokenAttributes
+	}{filepath.Join(binDir, p.Name), p.APIVersion, p.Args, p.Env, p.MatchImages, p.DefaultCacheDuration, p.TokenAttributes})
 	sum := sha256.Sum256(data)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -72,10 +73,11 @@ func cpLoadCache(dir string, p *CredentialProvider, binDir string) (*cpCache, er
 	return c, nil
 }
 
-// get is getCachedCredentials: image, then registry, then global.
-func (c *cpCache) get(image string, now time.Time) (map[string]cpAuthConfig, bool) {
+// get is getCachedCredentials: image, then registry, then global, each
+// joined with the service account's key (generateCacheKey).
+func (c *cpCache) get(image, saKey string, now time.Time) (map[string]cpAuthConfig, bool) {
 	for _, key := range []string{image, strings.Split(image, "/")[0], cpGlobalKey} {
-		if e, ok := c.Entries[key]; ok && !now.After(e.ExpiresAt) {
+		if e, ok := c.Entries[cpCacheKey(key, saKey)]; ok && !now.After(e.ExpiresAt) {
 			if e.Auth == nil {
 				e.Auth = map[string]cpAuthConfig{}
 			}

@@ -432,29 +432,43 @@ func (c *ProviderConfig) Validate() error {
 			if ta.RequireServiceAccount != nil && !*ta.RequireServiceAccount && len(ta.RequiredServiceAccountAnnotationKeys) > 0 {
 				add(i, p, "providers.tokenAttributes.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set")
 			}
-			required := map[string]bool{}
+			required, optional := map[string]bool{}, map[string]bool{}
 			for _, list := range []struct {
 				field string
 				keys  []string
+				set   map[string]bool
 			}{
-				{"requiredServiceAccountAnnotationKeys", ta.RequiredServiceAccountAnnotationKeys},
-				{"optionalServiceAccountAnnotationKeys", ta.OptionalServiceAccountAnnotationKeys},
+				{"requiredServiceAccountAnnotationKeys", ta.RequiredServiceAccountAnnotationKeys, required},
+				{"optionalServiceAccountAnnotationKeys", ta.OptionalServiceAccountAnnotationKeys, optional},
 			} {
-				dup := map[string]bool{}
+				// validateServiceAccountAnnotationKeys: IsQualifiedName of the
+				// lower-cased key (annotation keys are case-insensitive there).
 				for _, k := range list.keys {
 					if msg := cpQualifiedNameError(strings.ToLower(k)); msg != "" {
 						add(i, p, "providers.tokenAttributes.%s: Invalid value: %q: %s", list.field, k, msg)
 					}
-					if dup[k] {
+					if list.set[k] {
 						add(i, p, "providers.tokenAttributes.%s: Duplicate value: %q", list.field, k)
 					}
-					dup[k] = true
-					if list.field == "requiredServiceAccountAnnotationKeys" {
-						required[k] = true
-					} else if required[k] {
-						add(i, p, "providers.tokenAttributes: Invalid value: %q: annotation keys cannot be both required and optional", k)
-					}
+					list.set[k] = true
 				}
+			}
+			var both []string
+			for k := range required {
+				if optional[k] {
+					both = append(both, k)
+				}
+			}
+			if len(both) > 0 {
+				sort.Strings(both)
+				add(i, p, "providers.tokenAttributes: Invalid value: %s: annotation keys cannot be both required and optional", cpQuoteList(both))
+			}
+			switch ta.CacheType {
+			case "":
+				add(i, p, "providers.tokenAttributes.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: %s", strings.Join(cpCacheTypes, ", "))
+			case cpCacheTypes[0], cpCacheTypes[1]:
+			default:
+				add(i, p, "providers.tokenAttributes.cacheType: Unsupported value: %q: supported values: %s", ta.CacheType, cpQuoteList(cpCacheTypes))
 			}
 		}
 	}

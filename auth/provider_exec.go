@@ -38,19 +38,25 @@ import (
 // before any provider ran (invalid config or image, missing binaries) come
 // with no credentials.
 func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, error) {
+	creds, _, err := cpProviders(cfg, binDir, image, cacheDir, opts)
+	return creds, err
+}
+
+// cpProviders is Providers, also returning why each skipped provider was
+// skipped ("NAME: reason").
+func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, []string, error) {
 	if cfg == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	named, err := reference.ParseNormalizedNamed(image)
+	repo, err := cpRepository(image)
 	if err != nil {
-		return nil, fmt.Errorf("credential providers: couldn't parse image name %q: %v", image, err)
+		return nil, nil, err
 	}
-	repo := named.Name()
 	if err := cpCheckBinaries(cfg, binDir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultProviderTimeout
@@ -58,17 +64,20 @@ func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts Provide
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	byName := map[string]*CredentialProvider{}
+	for i := range cfg.Providers {
+		byName[cfg.Providers[i].Name] = &cfg.Providers[i]
+	}
 	kr := &KubeletKeyring{}
 	var errs []error
-	for i := range cfg.Providers {
-		p := &cfg.Providers[i]
-		if !cpImageAllowed(p.MatchImages, repo) {
+	var skipped []string
+	for _, d := range cpPlan(cfg, repo, opts.ServiceAccount) {
+		if d.Skipped != "" {
+			skipped = append(skipped, fmt.Sprintf("%q: %s", d.Name, d.Skipped))
 			continue
 		}
-		if ta := p.TokenAttributes; ta != nil && ta.RequireServiceAccount != nil && *ta.RequireServiceAccount {
-			continue // no pod, so no service account: the kubelet skips it
-		}
-		auth, err := cpProvide(p, binDir, repo, cacheDir, opts)
+		p := byName[d.Name]
+		auth, err := cpProvide(p, &d, binDir, repo, cacheDir, opts)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -76,7 +85,16 @@ func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts Provide
 			cpAddToKeyring(kr, p.Name, auth)
 		}
 	}
-	return kr.Lookup(repo), errors.Join(errs...)
+	return kr.Lookup(repo), skipped, errors.Join(errs...)
+}
+
+// cpRepository is the kubelet's parsers.ParseImageName(image) name.
+func cpRepository(image string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", fmt.Errorf("credential providers: couldn't parse image name %q: %v", image, err)
+	}
+	return named.Name(), nil
 }
 
 // cpCheckBinaries is RegisterCredentialProviderPlugins' check.
@@ -118,23 +136,31 @@ type cpResponse struct {
 	CacheKeyType  string                  `json:"cacheKeyType"`
 	CacheDuration *cpDuration             `json:"cacheDuration"`
 	Auth          map[string]cpAuthConfig `json:"auth"`
-	// serviceAccountTokenCacheType is accepted and unused (no token is sent).
+	// serviceAccountTokenCacheType is accepted and unused, as by the kubelet
+	// (the config's tokenAttributes.cacheType decides).
 	ServiceAccountTokenCacheType string `json:"serviceAccountTokenCacheType"`
 }
 
 // cpProvide is pluginProvider.provide: the cache, else the plugin.
-func cpProvide(p *CredentialProvider, binDir, image, cacheDir string, opts ProviderOptions) (map[string]cpAuthConfig, error) {
+func cpProvide(p *CredentialProvider, d *ProviderDecision, binDir, image, cacheDir string, opts ProviderOptions) (map[string]cpAuthConfig, error) {
 	var cache *cpCache
 	var cacheErr error
 	if cacheDir != "" {
 		cache, cacheErr = cpLoadCache(cacheDir, p, binDir)
-		if auth, ok := cache.get(image, opts.Now()); ok {
+		if auth, ok := cache.get(image, d.saKey, opts.Now()); ok {
 			return auth, cacheErr
 		}
 	}
-	resp, err := cpExec(p, binDir, image, opts.Timeout)
+	resp, err := cpExec(p, d, binDir, image, opts.Timeout)
 	if err != nil {
 		return nil, errors.Join(err, cacheErr)
+	}
+	if d.token != "" && d.cacheType != cpCacheToken {
+		for _, a := range resp.Auth {
+			if a.Password == d.token {
+				return nil, errors.Join(fmt.Errorf("credential provider %q (image %s): plugin returned the service account token as the password, which is not allowed when tokenAttributes.cacheType is not Token", p.Name, image), cacheErr)
+			}
+		}
 	}
 	var key string
 	switch resp.CacheKeyType {
@@ -152,14 +178,14 @@ func cpProvide(p *CredentialProvider, binDir, image, cacheDir string, opts Provi
 	if auth == nil {
 		auth = map[string]cpAuthConfig{}
 	}
-	d := *p.DefaultCacheDuration
+	dur := *p.DefaultCacheDuration
 	if resp.CacheDuration != nil {
-		d = resp.CacheDuration.Duration
+		dur = resp.CacheDuration.Duration
 	}
-	if cache != nil && d > 0 {
+	if cache != nil && dur > 0 {
 		now := opts.Now()
 		cache.purge(now)
-		cache.Entries[key] = cpCacheEntry{ExpiresAt: now.Add(d), Auth: auth}
+		cache.Entries[cpCacheKey(key, d.saKey)] = cpCacheEntry{ExpiresAt: now.Add(dur), Auth: auth}
 		if err := cache.save(); err != nil {
 			cacheErr = errors.Join(cacheErr, err)
 		}
@@ -168,15 +194,23 @@ func cpProvide(p *CredentialProvider, binDir, image, cacheDir string, opts Provi
 }
 
 // cpExec is execPlugin.ExecPlugin.
-func cpExec(p *CredentialProvider, binDir, image string, timeout time.Duration) (*cpResponse, error) {
+func cpExec(p *CredentialProvider, d *ProviderDecision, binDir, image string, timeout time.Duration) (*cpResponse, error) {
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("credential provider %q (image %s): "+format, append([]any{p.Name, image}, a...)...)
 	}
+	var annotations map[string]string
+	if len(d.annotations) > 0 {
+		annotations = d.annotations
+	}
+	// credentialprovider/v1 CredentialProviderRequest: both service-account
+	// fields are omitempty.
 	req, err := json.Marshal(struct {
-		Kind       string `json:"kind"`
-		APIVersion string `json:"apiVersion"`
-		Image      string `json:"image"`
-	}{cpRequestKind, p.APIVersion, image})
+		Kind                      string            `json:"kind"`
+		APIVersion                string            `json:"apiVersion"`
+		Image                     string            `json:"image"`
+		ServiceAccountToken       string            `json:"serviceAccountToken,omitempty"`
+		ServiceAccountAnnotations map[string]string `json:"serviceAccountAnnotations,omitempty"`
+	}{cpRequestKind, p.APIVersion, image, d.token, annotations})
 	if err != nil {
 		return nil, fail("encoding the request: %v", err)
 	}
@@ -207,7 +241,7 @@ func cpExec(p *CredentialProvider, binDir, image string, timeout time.Duration) 
 		if stdout.overflow {
 			return nil, fail("plugin wrote more than %d bytes to stdout", cpMaxStdout)
 		}
-		msg := cpRedact(stderr.String(), cpPasswordsFromOutput(stdout.Bytes()))
+		msg := cpRedact(stderr.String(), append(cpPasswordsFromOutput(stdout.Bytes()), d.token))
 		msg = strings.TrimSpace(cpTruncate(msg, cpStderrInError))
 		if msg == "" {
 			return nil, fail("error execing credential provider plugin: %v", runErr)
@@ -216,7 +250,7 @@ func cpExec(p *CredentialProvider, binDir, image string, timeout time.Duration) 
 	}
 
 	out := stdout.Bytes()
-	secrets := cpPasswordsFromOutput(out)
+	secrets := append(cpPasswordsFromOutput(out), d.token)
 	var gvk struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`

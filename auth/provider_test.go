@@ -229,6 +229,7 @@ providers:
     apiVersion: credentialprovider.kubelet.k8s.io/v1
     tokenAttributes:
       serviceAccountTokenAudience: registry.example.com
+      cacheType: ServiceAccount
       requireServiceAccount: false
       optionalServiceAccountAnnotationKeys: ["example.com/role"]
 `
@@ -252,7 +253,7 @@ func TestLoadProviderConfig(t *testing.T) {
 		Name: "token-provider", MatchImages: []string{"registry.example.com:5000/team"},
 		DefaultCacheDuration: &zero, APIVersion: provV1,
 		TokenAttributes: &auth.ProviderTokenAttributes{
-			ServiceAccountTokenAudience: "registry.example.com", RequireServiceAccount: &no,
+			ServiceAccountTokenAudience: "registry.example.com", CacheType: "ServiceAccount", RequireServiceAccount: &no,
 			OptionalServiceAccountAnnotationKeys: []string{"example.com/role"},
 		},
 		File: path,
@@ -368,6 +369,14 @@ func TestLoadProviderConfigErrors(t *testing.T) {
 			[]string{`"-bad": name part`, `"a/b/c": a qualified name`}},
 		{"token key both", prov("name: p\n" + ok + "\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  requireServiceAccount: true\n  requiredServiceAccountAnnotationKeys: [example.com/a]\n  optionalServiceAccountAnnotationKeys: [example.com/a, example.com/a]"),
 			[]string{"annotation keys cannot be both required and optional", `optionalServiceAccountAnnotationKeys: Duplicate value: "example.com/a"`}},
+		// config.go validateCredentialProviderConfig: the intersection is one
+		// error listing the keys (sets.List, sorted).
+		{"token keys both listed", prov("name: p\n" + ok + "\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  cacheType: Token\n  requireServiceAccount: true\n  requiredServiceAccountAnnotationKeys: [z.io/b, a.io/a]\n  optionalServiceAccountAnnotationKeys: [a.io/a, z.io/b]"),
+			[]string{`providers.tokenAttributes: Invalid value: "a.io/a", "z.io/b": annotation keys cannot be both required and optional`}},
+		{"token cacheType missing", prov("name: p\n" + ok + "\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  requireServiceAccount: true"),
+			[]string{"providers.tokenAttributes.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token"}},
+		{"token cacheType unsupported", prov("name: p\n" + ok + "\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  cacheType: token\n  requireServiceAccount: true"),
+			[]string{`providers.tokenAttributes.cacheType: Unsupported value: "token": supported values: "ServiceAccount", "Token"`}},
 	}
 	dir := t.TempDir()
 	for i, tt := range tests {
@@ -388,7 +397,7 @@ func TestLoadProviderConfigErrors(t *testing.T) {
 		})
 	}
 	t.Run("valid token attributes", func(t *testing.T) {
-		path := write(t, dir, "ok.yaml", prov("name: p\n"+ok+"\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  requireServiceAccount: true\n  requiredServiceAccountAnnotationKeys: [example.com/a, Example.COM/B]\n  optionalServiceAccountAnnotationKeys: [c]"))
+		path := write(t, dir, "ok.yaml", prov("name: p\n"+ok+"\ntokenAttributes:\n  serviceAccountTokenAudience: a\n  cacheType: ServiceAccount\n  requireServiceAccount: true\n  requiredServiceAccountAnnotationKeys: [example.com/a, Example.COM/B]\n  optionalServiceAccountAnnotationKeys: [c]"))
 		if _, err := auth.LoadProviderConfig(path); err != nil {
 			t.Fatal(err)
 		}
@@ -695,7 +704,7 @@ func TestProvidersTokenAttributes(t *testing.T) {
 	s := newProvSetup(t)
 	resp := provResponse(provV1, "Image", "", map[string]string{"registry.example.com": "u:p"})
 	attrs := func(require bool) map[string]any {
-		return map[string]any{"tokenAttributes": map[string]any{"serviceAccountTokenAudience": "aud", "requireServiceAccount": require}}
+		return map[string]any{"tokenAttributes": map[string]any{"serviceAccountTokenAudience": "aud", "cacheType": "Token", "requireServiceAccount": require}}
 	}
 	cfg := s.config(
 		provSpec{Name: "needs-sa", Match: []string{"registry.example.com"}, Response: resp, Extra: attrs(true)},

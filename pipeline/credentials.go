@@ -25,8 +25,9 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 		RunProviders:        !in.Explain,
 		ContainerdConfig:    a.ContainerdConfig,
 		ServiceAccountToken: a.ServiceAccountToken, ServiceAccountUsername: a.ServiceAccountUsername,
-		ServiceAccountRegistries: a.ServiceAccountRegistries,
-		Authfile:                 a.Authfile, Env: in.Env,
+		ServiceAccountRegistries:    a.ServiceAccountRegistries,
+		ProviderServiceAccountToken: a.ProviderServiceAccountToken,
+		Authfile:                    a.Authfile, Env: in.Env,
 		RegistriesConf: registriesConf,
 		CertDir:        t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
 		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",
@@ -34,6 +35,8 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 	if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
 		c.TLSVerifySetting = src
 	}
+	// Validate checked the entries.
+	c.ProviderServiceAccountAnnotations, _ = policy.ParseAnnotations(a.ProviderServiceAccountAnnotations)
 	for _, f := range t.CAFiles {
 		c.CAFiles = append(c.CAFiles, auth.ScopedFile{Pattern: f.Registry, File: f.File})
 	}

@@ -77,6 +77,13 @@ type Auth struct {
 	ServiceAccountToken      string   `toml:"service_account_token" json:"service_account_token,omitempty"`
 	ServiceAccountRegistries []string `toml:"service_account_registries" json:"service_account_registries,omitempty"`
 	ServiceAccountUsername   string   `toml:"service_account_username" json:"service_account_username,omitempty"`
+	// ProviderServiceAccountToken is the pod service account's token file
+	// (read at pull time) sent to the credential providers with
+	// tokenAttributes (KEP-4412); ProviderServiceAccountAnnotations are the
+	// service account's annotations, "KEY=VALUE", of which each provider
+	// gets the keys its tokenAttributes list.
+	ProviderServiceAccountToken       string   `toml:"provider_service_account_token" json:"provider_service_account_token,omitempty"`
+	ProviderServiceAccountAnnotations []string `toml:"provider_service_account_annotations" json:"provider_service_account_annotations,omitempty"`
 }
 
 // Trust is the [trust] section: TLS material.

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/dnsconf"
@@ -35,7 +36,8 @@ func (l *Loaded) Validate() error {
 	}{{"pull.signature_policy", p.Pull.SignaturePolicy}, {"pull.registries_conf", p.Pull.RegistriesConf},
 		{"auth.authfile", p.Auth.Authfile}, {"trust.cert_dir", p.Trust.CertDir},
 		{"auth.containerd_config", p.Auth.ContainerdConfig}, {"auth.credential_provider_config", p.Auth.CredentialProviderConfig},
-		{"auth.credential_provider_bin_dir", p.Auth.CredentialProviderBinDir}, {"auth.service_account_token", p.Auth.ServiceAccountToken}} {
+		{"auth.credential_provider_bin_dir", p.Auth.CredentialProviderBinDir}, {"auth.service_account_token", p.Auth.ServiceAccountToken},
+		{"auth.provider_service_account_token", p.Auth.ProviderServiceAccountToken}} {
 		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
 			bad(k.key, "must be an absolute path, not %q", k.val)
 		}
@@ -55,6 +57,12 @@ func (l *Loaded) Validate() error {
 		if err := checkRegistryPattern(r); err != nil {
 			bad("auth.service_account_registries", "entry %d: %v", i+1, err)
 		}
+	}
+	if len(p.Auth.ProviderServiceAccountAnnotations) > 0 && p.Auth.ProviderServiceAccountToken == "" {
+		bad("auth.provider_service_account_annotations", "needs auth.provider_service_account_token (annotations belong to a service account, which the token names)")
+	}
+	if _, err := ParseAnnotations(p.Auth.ProviderServiceAccountAnnotations); err != nil {
+		bad("auth.provider_service_account_annotations", "%v", err)
 	}
 	for i, cf := range p.Trust.CAFiles {
 		if err := checkRegistryPattern(cf.Registry); err != nil {
@@ -217,3 +225,50 @@ func checkRegistryPattern(r string) error {
 // ("host[:port]" or "*.domain[:port]"). The one rule (ports equal, no port
 // matches no port only) is internal/regpattern's.
 func MatchRegistry(pattern, host string) bool { return regpattern.Match(pattern, host) }
+
+// ParseAnnotations parses service-account annotations given as "KEY=VALUE"
+// (auth.provider_service_account_annotations). KEY is an annotation key:
+// an optional DNS-subdomain prefix and "/", then a name of at most 63
+// alphanumerics, '-', '_' or '.' (apimachinery IsQualifiedName of the
+// lower-cased key, as ValidateAnnotations checks it). A key may appear once.
+func ParseAnnotations(entries []string) (map[string]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(entries))
+	for i, e := range entries {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			return nil, fmt.Errorf("entry %d: %q must be KEY=VALUE", i+1, e)
+		}
+		if msg := annotationKeyError(strings.ToLower(k)); msg != "" {
+			return nil, fmt.Errorf("entry %d: invalid annotation key %q: %s", i+1, k, msg)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("entry %d: annotation key %q given twice", i+1, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+var (
+	annotationNameRE   = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	annotationPrefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+func annotationKeyError(k string) string {
+	prefix, name, hasPrefix := strings.Cut(k, "/")
+	if !hasPrefix {
+		name, prefix = prefix, ""
+	} else if strings.Contains(name, "/") {
+		return "an optional DNS subdomain prefix and '/' and a name"
+	}
+	if hasPrefix && (prefix == "" || len(prefix) > 253 || !annotationPrefixRE.MatchString(prefix)) {
+		return "the prefix must be a lowercase RFC 1123 subdomain"
+	}
+	if name == "" || len(name) > 63 || !annotationNameRE.MatchString(name) {
+		return "the name must be at most 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character"
+	}
+	return ""
+}

@@ -280,15 +280,31 @@ containerd_key() {
     assert_no_secrets "$output" "$stderr"
 }
 
-@test "credentials: wrong containerd config, then right service-account token — the result names the token" {
+@test "credentials: right service-account token and wrong containerd config — containerd's configs auth is not tried (the kubelet sent a credential)" {
     cred containerd "$T/config.toml" --https-endpoint --wrong --ca "$REGISTRY_CA"
     cred token "$T/token" --password-file "$SA_SECRET"
     run_pullhelper pull --containerd-config "$T/config.toml" \
         --service-account-token "$T/token" --service-account-registry "$REGISTRY_HOST" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
     assert_credential service-account-token "$T/token" "$REGISTRY_HOST" serviceaccount
-    [[ $stderr == *"refused a credential"*"$T/config.toml"* ]] ||
-        fail "stderr does not log the refused containerd credential: $stderr"
+    [[ $stderr != *"refused a credential"* ]] || fail "a credential was refused: $stderr"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credentials: wrong pull secret and right containerd configs auth — exit 3, containerd's is never offered (registryHosts reads it only without a CRI credential)" {
+    cred dockerconfigjson "$T/bad-secret.json" --wrong
+    cred containerd "$T/config.toml" --https-endpoint --ca "$REGISTRY_CA"
+    run_pullhelper 3 pull --containerd-config "$T/config.toml" --pull-secret "$T/bad-secret.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error unauthorized
+    local want="registry $REGISTRY_HOST refused every matching credential for $REGISTRY_HOST/fixtures/tiny:latest: "
+    want+="[1] pull-secret $T/bad-secret.json key \"$REGISTRY_HOST\" user \"$REGISTRY_USER\""
+    [[ $ph_error_message == "$want"* && $ph_error_message != *"[2]"* ]] || fail "error message
+  got:  $ph_error_message
+  want: $want"
+    # Without the pull secret, the same config pulls.
+    run_pullhelper pull --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_credential containerd-config "$T/config.toml" "$(containerd_key)" "$REGISTRY_USER"
     assert_no_secrets "$output" "$stderr"
 }
 
@@ -335,13 +351,14 @@ containerd_key() {
     want+="[1] pull-secret $T/bad-secret.json key \"$h\" user \"$u\"; "
     want+="[2] kubelet-node-config $T/kubelet/config.json key \"$h\" user \"$u\"; "
     want+="[3] credential-provider fake-provider key \"$h\" user \"$u\"; "
-    want+="[4] containerd-config $T/config.toml key \"configs.\\\"$h\\\".auth\" user \"$u\"; "
-    want+="[5] service-account-token $T/token key \"$h\" user \"serviceaccount\"; "
-    want+="[6] containers-auth.json $REGISTRY_BADAUTHFILE key \"$h\" user \"$u\""
+    want+="[4] service-account-token $T/token key \"$h\" user \"serviceaccount\"; "
+    want+="[5] containers-auth.json $REGISTRY_BADAUTHFILE key \"$h\" user \"$u\""
     [[ $ph_error_message == "$want"* ]] || fail "error message
   got:  $ph_error_message
   want: $want..."
-    [[ $ph_error_message != *"[7]"* ]] || fail "more than six credentials tried: $ph_error_message"
+    # containerd's configs auth is not among them: the kubelet sent credentials.
+    [[ $ph_error_message != *"[6]"* && $ph_error_message != *containerd-config* ]] ||
+        fail "more than five credentials tried: $ph_error_message"
     assert_no_secrets "$output" "$stderr"
     [[ ! -e $OUT/a ]] || fail "DEST was created"
     assert_no_staging "$OUT"
@@ -389,7 +406,7 @@ print(json.dumps([dict(id="cred-%d" % (i + 1), **c) for i, c in enumerate([
     {"source": "pull-secret", "file": t + "/secret.json", "key": h, "username": u},
     {"source": "kubelet-node-config", "file": t + "/kubelet/.dockercfg", "key": h, "username": u},
     {"source": "credential-provider", "file": t + "/provider.yaml", "key": "(plugins run at pull time; not run by explain)"},
-    {"source": "containerd-config", "file": t + "/config.toml", "key": "configs.\"%s\".auth" % h, "username": u},
+    # containerd-config is not offered: the kubelet sends credentials.
     {"source": "service-account-token", "file": t + "/token", "key": h, "username": "serviceaccount"},
     {"source": "containers-auth.json", "file": t + "/auth.json", "key": h, "username": u},
 ])], separators=(",", ":")))' "$h" "$u" "$T" "$REGISTRY_DIR")
@@ -453,7 +470,7 @@ EOF
     run_pullhelper explain --policy "$T/policy.toml" "$REGISTRY_HOST/fixtures/tiny"
     local from_policy
     from_policy=$(json_get .plan.credentials <<<"$output")
-    assert_equal "$(json_get '.plan.credentials[4].source' <<<"$output")" service-account-token
+    assert_equal "$(json_get '.plan.credentials[3].source' <<<"$output")" service-account-token
 
     run_pullhelper explain "${PH_OPTS[@]}" --pull-secret "$T/secret.json" --kubelet-docker-config "$T/kubelet" \
         "${PROVIDER_OPTS[@]}" --containerd-config "$T/config.toml" \
@@ -496,6 +513,153 @@ EOF
     [[ ! -e $OUT/b ]] || fail "DEST was created"
     run_pullhelper explain --policy "$T/other.toml" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny"
     assert_equal "$(json_get .plan.trust.ca_files <<<"$output")" null
+}
+
+###############################################################################
+# Issue 16: provider service-account tokens (KEP-4412), provider config
+# directories, containerd 2.x configuration
+
+# provider_token_attrs REQUIRE [REQUIRED_KEYS [OPTIONAL_KEYS]]: append
+# tokenAttributes (audience "pullhelper-test", cacheType ServiceAccount) to
+# $T/provider.yaml's provider.
+provider_token_attrs() {
+    {
+        echo "    tokenAttributes:"
+        echo "      serviceAccountTokenAudience: pullhelper-test"
+        echo "      cacheType: ServiceAccount"
+        echo "      requireServiceAccount: $1"
+        [[ -z ${2:-} ]] || echo "      requiredServiceAccountAnnotationKeys: [$2]"
+        [[ -z ${3:-} ]] || echo "      optionalServiceAccountAnnotationKeys: [$3]"
+    } >>"$T/provider.yaml"
+}
+
+@test "provider service-account token: the token (from a file) and the listed annotations reach the plugin, whose credential the registry accepts; never in output" {
+    local pat="$T/pod-token"
+    (
+        umask 077
+        printf 'pod-token-%s\n' "$(openssl rand -hex 16)" >"$pat"
+    )
+    provider_setup FAKE_PROVIDER_EXPECT_TOKEN_FILE="$pat"
+    provider_token_attrs true '"example.com/role"' '"example.com/opt", "example.com/absent"'
+    local -a sa=(--provider-service-account-token "$pat"
+        --provider-service-account-annotation example.com/role=puller
+        --provider-service-account-annotation example.com/opt=yes
+        --provider-service-account-annotation example.com/unlisted=not-sent)
+    run_pullhelper pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" "${sa[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+    local tok
+    tok=$(tr -d '\n' <"$pat")
+    [[ $output != *"$tok"* && $stderr != *"$tok"* ]] || fail "the pod token appears in the output"
+    assert_equal "$(provider_runs)" 1
+    assert_equal "$(json_get .request.serviceAccountTokenSha256 <"$PROVIDER_RECORD")" "$(printf %s "$tok" | sha256sum | cut -d' ' -f1)"
+    assert_equal "$(json_get .request.serviceAccountAnnotations <"$PROVIDER_RECORD")" '{"example.com/opt":"yes","example.com/role":"puller"}'
+    ! grep -qF -- "$tok" "$PROVIDER_CACHE/fake-provider.json" || fail "the pod token is in the provider cache"
+
+    # Cached per service account: the same token and annotations do not run
+    # the plugin again; another annotation value is another cache entry.
+    run_pullhelper pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" "${sa[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_equal "$(provider_runs)" 1
+    run_pullhelper pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" --provider-service-account-token "$pat" \
+        --provider-service-account-annotation example.com/role=admin "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_equal "$(provider_runs)" 2
+
+    # Another token file: the plugin refuses it (it checks the token), so no
+    # credential and the pull is anonymous -- the token is what the plugin got.
+    echo "pod-token-other" >"$T/other-token"
+    rm -rf "$PROVIDER_CACHE"
+    run_pullhelper 3 pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" --provider-service-account-token "$T/other-token" \
+        --provider-service-account-annotation example.com/role=puller "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/d"
+    assert_json_error unauthorized
+    [[ $stderr != *pod-token-other* && $output != *pod-token-other* ]] || fail "the other token appears in the output"
+}
+
+@test "provider service-account token: a provider that requires a service account gets none — skipped as the kubelet skips it, explain says why, the pull is anonymous" {
+    provider_setup
+    provider_token_attrs true
+    run_pullhelper explain "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.credentials <<<"$output")" "[]"
+    [[ $(json_get .plan.warnings <<<"$output") == *'credential provider \"fake-provider\": it requires a service account (tokenAttributes.requireServiceAccount: true) and none was given (--provider-service-account-token)'* ]] ||
+        fail "explain does not say why: $output"
+    run_pullhelper 3 pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error unauthorized
+    [[ $ph_error_message == *"refused anonymous access"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(provider_runs)" 0
+
+    # A required annotation the service account lacks: skipped too.
+    local pat="$T/pod-token"
+    echo pod-token-4711 >"$pat"
+    provider_setup
+    provider_token_attrs true '"example.com/role"'
+    run_pullhelper explain "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" --provider-service-account-token "$pat" "$REGISTRY_HOST/fixtures/tiny"
+    [[ $(json_get .plan.warnings <<<"$output") == *"required annotation example.com/role not found"* ]] || fail "explain: $output"
+    [[ $output != *pod-token-4711* ]] || fail "explain shows the token"
+}
+
+@test "provider config: --credential-provider-config DIR merges *.json, *.yaml, *.yml in lexical order; a duplicate name, an unparsable file or an empty directory is exit 2 naming it" {
+    provider_setup
+    local d="$T/providers.d"
+    mkdir -p "$d"
+    cp "$T/provider.yaml" "$d/20-fake.yaml"
+    printf '%s\n' '{"apiVersion": "kubelet.config.k8s.io/v1", "kind": "CredentialProviderConfig", "providers": [' \
+        '  {"name": "other", "matchImages": ["other.example.com"], "defaultCacheDuration": "1m",' \
+        '   "apiVersion": "credentialprovider.kubelet.k8s.io/v1"}]}' >"$d/10-other.json"
+    echo "not a config" >"$d/README.md"
+    ln -sf "$PH_TESTS_DIR/fake-credential-provider.py" "$T/provider-bin/other"
+    local -a cpo=(--credential-provider-config "$d" --credential-provider-bin-dir "$T/provider-bin")
+    run_pullhelper pull "${PH_OPTS[@]}" "${cpo[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_equal "$(provider_runs)" 1
+
+    cp "$T/provider.yaml" "$d/30-again.yml"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" "${cpo[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_json_error usage
+    [[ $ph_error_message == *"$d/30-again.yml: duplicate provider name \"fake-provider\" (also in $d/20-fake.yaml)"* ]] ||
+        fail "message: $ph_error_message"
+
+    rm "$d/30-again.yml"
+    echo '{"apiVersion": ' >"$d/40-broken.json"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" "${cpo[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_json_error usage
+    [[ $ph_error_message == *"$d/40-broken.json"* ]] || fail "message: $ph_error_message"
+
+    mkdir "$T/empty.d"
+    run_pullhelper 2 explain --credential-provider-config "$T/empty.d" --credential-provider-bin-dir "$T/provider-bin" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == *"no configuration files found in directory $T/empty.d"* ]] || fail "message: $ph_error_message"
+    [[ ! -e $OUT/b ]] || fail "DEST was created"
+}
+
+@test "containerd 2.x: version = 3 config.toml, imports drop-in with the io.containerd.cri.v1.images registry — its configs auth pulls; an unknown version or a missing import is exit 2 naming the file" {
+    mkdir -p "$T/containerd/conf.d"
+    cred containerd "$T/v2.toml" --https-endpoint --ca "$REGISTRY_CA"
+    sed -e 's/^version = 2$/version = 3/' -e 's/io\.containerd\.grpc\.v1\.cri/io.containerd.cri.v1.images/g' \
+        "$T/v2.toml" >"$T/containerd/conf.d/registry.toml"
+    grep -q 'io.containerd.cri.v1.images' "$T/containerd/conf.d/registry.toml" || fail "sed did not convert the section"
+    printf 'version = 3\nimports = ["conf.d/*.toml"]\n' >"$T/containerd/config.toml"
+    run_pullhelper pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containerd-config "$T/containerd/conf.d/registry.toml" "$(containerd_key)" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+
+    # The version 2 section in a version 3 file is not containerd 2's
+    # registry: neither its auth nor its CA is used.
+    sed -e 's/^version = 2$/version = 3/' "$T/v2.toml" >"$T/containerd/conf.d/registry.toml"
+    run_pullhelper '?' pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    [[ $status -ne 0 ]] || fail "pulled with a section containerd 2 ignores"
+    [[ $output != *containerd-config* ]] || fail "used the version 2 section: $output"
+
+    printf 'version = 4\n' >"$T/v4.toml"
+    run_pullhelper 2 pull --containerd-config "$T/v4.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    assert_json_error usage
+    [[ $ph_error_message == *"$T/v4.toml: unsupported version 4"* ]] || fail "message: $ph_error_message"
+
+    printf 'version = 3\nimports = ["gone.toml"]\n' >"$T/containerd/config.toml"
+    run_pullhelper 2 pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    assert_json_error usage
+    [[ $ph_error_message == *"$T/containerd/gone.toml (imported)"* ]] || fail "message: $ph_error_message"
+    [[ ! -e $OUT/c ]] || fail "DEST was created"
 }
 
 ###############################################################################

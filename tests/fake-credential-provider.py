@@ -13,7 +13,16 @@ sets with `env` (so no secret is ever in argv):
   FAKE_PROVIDER_USERNAME       username returned (required)
   FAKE_PROVIDER_RECORD         append one JSON line per run: the request
                                received, argv[1:] and the plugin's name
-                               (optional; never holds the password)
+                               (optional; never holds the password). A
+                               serviceAccountToken in the request is
+                               recorded as "serviceAccountTokenSha256" (its
+                               hex SHA-256), never itself; the
+                               serviceAccountAnnotations as received
+  FAKE_PROVIDER_EXPECT_TOKEN_FILE
+                               the request's serviceAccountToken must equal
+                               this file's first line, or the plugin fails
+                               (and returns no credential): the stand-in for
+                               a plugin that exchanges the pod's token
   FAKE_PROVIDER_PASSWORD_PREFIX
                                text put before the password (e.g. "wrong-"
                                to return a credential the registry refuses)
@@ -23,6 +32,7 @@ The auth map has one entry, keyed by the registry (host[:port]) of the
 requested image, and cacheKeyType is Registry.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -44,11 +54,26 @@ def main():
     if not isinstance(req, dict):
         die("request is not a JSON object")
 
+    token = req.get("serviceAccountToken")
     record = os.environ.get("FAKE_PROVIDER_RECORD")
     if record:
+        logged = dict(req)
+        if token is not None:
+            del logged["serviceAccountToken"]
+            logged["serviceAccountTokenSha256"] = hashlib.sha256(str(token).encode()).hexdigest()
         with open(record, "a") as f:
-            f.write(json.dumps({"request": req, "args": sys.argv[1:],
+            f.write(json.dumps({"request": logged, "args": sys.argv[1:],
                                 "name": os.path.basename(sys.argv[0])}) + "\n")
+
+    expect = os.environ.get("FAKE_PROVIDER_EXPECT_TOKEN_FILE")
+    if expect:
+        try:
+            with open(expect) as f:
+                want = f.readline().strip()
+        except OSError as e:
+            die("cannot read the expected token file: %s" % e.strerror)
+        if token != want:
+            die("the request has no service account token or the wrong one")
 
     if req.get("apiVersion") != API_VERSION:
         die("request apiVersion is %r, want %r" % (req.get("apiVersion"), API_VERSION))
