@@ -15,6 +15,9 @@ APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-uti
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
+# crane for make bench (crane pull --format oci), from the Go module proxy.
+CRANE := tests/.cache/bin/crane
+CRANE_VERSION := v0.22.1
 BATS_FLAGS ?=
 
 .PHONY: all deps build build-hostile test test-unit test-system test-vm bench fuzz demo lint clean
@@ -59,9 +62,12 @@ test-system: build build-hostile
 # system tests on this host, and the cgroup v2 proofs in a QEMU guest.
 test: deps lint test-unit test-system test-vm
 
-# bench: pullhelper against skopeo, side by side, as ratios (ROUNDS, default 5).
+# bench: pullhelper (isolated, --no-isolation) against skopeo, crane and the
+# durable floor, side by side, as ratios (ROUNDS, default 7); about 5 minutes.
+# Table on stdout, details in bench/results.json; see README "Performance".
 bench: deps build
-	@bash tests/bench.sh
+	@test -x $(CRANE) || { echo "building crane $(CRANE_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION); }
+	@bash bench/bench.sh
 
 # fuzz: the policy parser with random input (FUZZTIME, default 30s).
 FUZZTIME ?= 30s
