@@ -263,7 +263,11 @@ func rootCause(err error) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// retryable reports whether another attempt may succeed.
+// retryable reports whether another attempt of the whole image may
+// succeed: a network failure the registry client did not already retry
+// (a stall, a body that could not be resumed, a failure of the copy's own
+// reads).
 func retryable(err error) bool {
-	return failure.CodeOf(err) == failure.Network && !errors.Is(err, context.DeadlineExceeded)
+	var fb *registry.FallbackError
+	return failure.CodeOf(err) == failure.Network && !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &fb)
 }

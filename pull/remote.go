@@ -52,7 +52,15 @@ func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int,
 	if len(eps) == 0 {
 		return nil, failure.New(failure.Usage, "no endpoint of %s may be contacted (every one is blocked)", p.Registry)
 	}
-	return registry.New(eps, registry.Hooks{Proxy: proxy, Realm: realm, UserAgent: p.UserAgent, Log: log}), nil
+	return registry.New(eps, registry.Hooks{
+		Proxy: proxy, Realm: realm, UserAgent: p.UserAgent, Log: log,
+		// Retries are per request (a manifest, a blob), not per image:
+		// the blobs already copied stay.
+		Retries: p.Retries, RetryDelay: p.RetryDelay,
+		OnRetry: func(what string, attempt, of int, wait time.Duration, err error) {
+			log.Warn("request failed; retrying", "what", what, "attempt", attempt, "of", of, "in", wait, "error", rootCause(err))
+		},
+	}), nil
 }
 
 func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int, e auth.Endpoint, round int) (registry.Endpoint, error) {

@@ -77,6 +77,15 @@ type Hooks struct {
 	UserAgent string
 	// Log receives a record for each fallback and resume.
 	Log *slog.Logger
+	// Retries is how often a request that every endpoint failed in a
+	// way that may pass (a connection error, 408, 429, 5xx) is tried
+	// again, after RetryDelay doubling each time, with jitter, and never
+	// sooner than a Retry-After asks. A 401, 403 or 404 from the last
+	// endpoint, a refused request and a TLS failure are final.
+	Retries    int
+	RetryDelay time.Duration
+	// OnRetry, when set, is told of each retry before the wait.
+	OnRetry func(what string, attempt, of int, wait time.Duration, err error)
 }
 
 // Client asks its endpoints, in order. It is safe for concurrent use.

@@ -22,6 +22,19 @@ const maxResumes = 5
 // It returns the bytes, the media type and the host that served them. The
 // caller verifies a digest.
 func (c *Client) Manifest(ctx context.Context, ref string, accept []string, max int64) ([]byte, string, string, error) {
+	var (
+		raw        []byte
+		mt, served string
+	)
+	err := c.retry(ctx, "manifest "+ref, func() error {
+		var err error
+		raw, mt, served, err = c.manifestOnce(ctx, ref, accept, max)
+		return err
+	})
+	return raw, mt, served, err
+}
+
+func (c *Client) manifestOnce(ctx context.Context, ref string, accept []string, max int64) ([]byte, string, string, error) {
 	_, isDigest := parseDigest(ref)
 	op := "fetching the manifest " + ref
 	var errs []error
@@ -92,6 +105,19 @@ func (e *TooLargeError) Error() string {
 // with a Range request, on the same endpoint first, then on the later
 // ones. It returns the size the server announced (-1 when it did not).
 func (c *Client) Blob(ctx context.Context, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	var (
+		rc io.ReadCloser
+		n  int64
+	)
+	err := c.retry(ctx, "blob "+d.String(), func() error {
+		var err error
+		rc, n, err = c.blobOnce(ctx, d, size)
+		return err
+	})
+	return rc, n, err
+}
+
+func (c *Client) blobOnce(ctx context.Context, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
 	op := "fetching blob " + d.String()
 	var errs []error
 	for i, h := range c.hosts {

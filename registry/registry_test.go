@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -478,5 +479,77 @@ func TestManifestLimit(t *testing.T) {
 	var tl *TooLargeError
 	if !errors.As(err, &tl) || tl.Limit != 1024 {
 		t.Fatalf("err = %v, want TooLargeError", err)
+	}
+}
+
+// flaky answers the first n requests with status (and Retry-After), then
+// hands over to next.
+type flaky struct {
+	mu         sync.Mutex
+	n, seen    int
+	status     int
+	retryAfter string
+	next       http.Handler
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.seen++
+	fail := f.seen <= f.n
+	f.mu.Unlock()
+	if fail {
+		if f.retryAfter != "" {
+			w.Header().Set("Retry-After", f.retryAfter)
+		}
+		http.Error(w, "busy", f.status)
+		return
+	}
+	f.next.ServeHTTP(w, r)
+}
+
+func TestRetryPerRequest(t *testing.T) {
+	for _, tc := range []struct {
+		status, failures, retries int
+		retryAfter                string
+		wantOK                    bool
+		wantSeen                  int
+		wantWait                  time.Duration // the least wait OnRetry is told of
+	}{
+		{status: 503, failures: 2, retries: 3, wantOK: true, wantSeen: 3},
+		{status: 429, failures: 1, retries: 1, retryAfter: "1", wantOK: true, wantSeen: 2, wantWait: time.Second},
+		{status: 502, failures: 5, retries: 2, wantOK: false, wantSeen: 3},
+		{status: 404, failures: 5, retries: 3, wantOK: false, wantSeen: 1}, // final: never retried
+		{status: 403, failures: 5, retries: 3, wantOK: false, wantSeen: 1},
+	} {
+		t.Run(fmt.Sprintf("%d×%d", tc.status, tc.failures), func(t *testing.T) {
+			reg, d, blob := newFake(t, "app")
+			fl := &flaky{n: tc.failures, status: tc.status, retryAfter: tc.retryAfter, next: reg}
+			srv := httptest.NewServer(fl)
+			defer srv.Close()
+			u, _ := url.Parse(srv.URL)
+			var waits []time.Duration
+			c := New([]Endpoint{{Scheme: "http", Host: u.Host, Path: "/v2", Repository: "app", Resolve: true}}, Hooks{
+				Retries: tc.retries, RetryDelay: time.Millisecond,
+				OnRetry: func(_ string, _, _ int, wait time.Duration, _ error) { waits = append(waits, wait) },
+			})
+			rc, _, err := c.Blob(context.Background(), d, int64(len(blob)))
+			if (err == nil) != tc.wantOK {
+				t.Fatalf("err = %v, want ok=%v", err, tc.wantOK)
+			}
+			if err == nil && !bytes.Equal(readAll(t, rc), blob) {
+				t.Error("wrong blob after retries")
+			}
+			if fl.seen != tc.wantSeen {
+				t.Errorf("%d requests, want %d", fl.seen, tc.wantSeen)
+			}
+			if len(waits) != tc.wantSeen-1 {
+				t.Errorf("OnRetry told %d times, want %d", len(waits), tc.wantSeen-1)
+			}
+			for _, w := range waits {
+				if w < tc.wantWait {
+					t.Errorf("waited %v, less than Retry-After %v", w, tc.wantWait)
+				}
+			}
+		})
 	}
 }
