@@ -1,50 +1,3 @@
-// Command faultproxy is a fault-injecting HTTP reverse proxy for the
-// pullhelper system tests: it stands between pullhelper and the test
-// registry, as a mirror or as the registry itself, forwards every request
-// and injects the faults a rules file names. It listens on 127.0.0.1 only.
-//
-//	faultproxy -upstream URL -port-file F [-tls-cert C -tls-key K | -plain]
-//	           [-upstream-ca CA] [-rules R] [-log L] [-log-header NAME,...]
-//	           [-max-hold 60s] [-lifetime 15m]
-//	faultproxy -check R
-//
-// Forwarding keeps the method, path, query, headers (Authorization and
-// Range included; hop-by-hop headers excepted) and streams the bodies both
-// ways; nothing else is rewritten (a WWW-Authenticate realm or a Location
-// still names the upstream). No compression is added, redirects are passed
-// back, and the environment's proxy settings are ignored.
-//
-// The rules file R is a JSON array, re-read whenever it is replaced (see
-// RuleSet); the first rule that matches a request and has applications
-// left applies to it:
-//
-//	[{"match": {"method": "GET", "path": "/blobs/", "query": ["ns"], "header": ["!Range"]},
-//	  "count": 2, "status": 503, "retry_after": 1}]
-//
-// Actions (exactly one per rule):
-//
-//	status CODE         answer CODE (with retry_after, headers, body) without forwarding
-//	reset_after N       send the headers and N body bytes, then reset the connection (RST)
-//	close_after N       send the headers and N body bytes, then close it (FIN): a truncated body
-//	stall_after N       send the headers and N body bytes, then nothing until the client
-//	                    goes, -max-hold passes or the proxy stops
-//	trickle R           send the body at R bytes per second (writes of R/20 bytes)
-//	flip_byte OFFSET    invert the body byte at OFFSET
-//	content_length N    announce Content-Length N and send at most N bytes
-//	require_header H=V  answer status (default 403) unless the request has header H
-//	                    with value V (or any value, without =V); else forward
-//	ignore_range        drop Range and If-Range before forwarding (a full 200 answer)
-//	drop                close the connection without answering
-//
-// The access log L gets one JSON line per request (see entry), written
-// before the client can see the end of the response (before its last body
-// byte or the connection's end), so a test may read it as soon as its client
-// returns. Header values are never logged except those named by
-// -log-header; Authorization, Proxy-Authorization and Cookie cannot be.
-//
-// The port is written to F (atomically) once the proxy listens. SIGTERM or
-// SIGINT, or -lifetime passing, stops it at once: every connection is
-// closed and "faultproxy: stopped" is printed on stderr.
 package main
 
 import (
@@ -69,12 +22,25 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // hopByHop are the headers a proxy does not forward (RFC 9110 7.6.1).
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer",
 	"Transfer-Encoding", "Upgrade"}
+
+// dropHopByHop removes the hop-by-hop headers and those Connection names.
+func dropHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
 
 // neverLogged are headers whose values -log-header may not name.
 var neverLogged = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "Cookie": true}
@@ -217,9 +183,7 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request, e *entry, rule *
 	}
 	out.ContentLength = r.ContentLength
 	out.Header = r.Header.Clone()
-	for _, h := range hopByHop {
-		out.Header.Del(h)
-	}
+	dropHopByHop(out.Header)
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = []string{""} // send none, as the client did
 	}
@@ -231,9 +195,7 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request, e *entry, rule *
 	}
 	defer resp.Body.Close()
 	e.Upstream = resp.StatusCode
-	for _, h := range hopByHop {
-		resp.Header.Del(h)
-	}
+	dropHopByHop(resp.Header)
 	for k, vs := range resp.Header {
 		w.Header()[k] = vs
 	}
@@ -390,21 +352,16 @@ func (p *proxy) fault(rc *http.ResponseController, ctx context.Context, e *entry
 		e.Error = "hijacking: " + err.Error()
 		return
 	}
-	defer conn.Close()
 	_ = buf.Flush()
-	if action != "reset_after" {
-		p.log(e)
-		return
+	if tc, ok := conn.(*tls.Conn); ok && action == "reset_after" {
+		// Reset the TCP connection under TLS: tls.Conn.Close would send
+		// close_notify first, a clean end of the stream.
+		conn = tc.NetConn()
 	}
-	tcp := conn
-	if tc, ok := conn.(*tls.Conn); ok {
-		tcp = tc.NetConn()
-	}
-	if tc, ok := tcp.(*net.TCPConn); ok {
+	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok && action == "reset_after" {
 		waitSent(tc, 2*time.Second)
-		p.log(e)
 		_ = tc.SetLinger(0) // Close sends RST
-		return
 	}
 	p.log(e)
 }
@@ -417,11 +374,9 @@ func waitSent(conn *net.TCPConn, d time.Duration) {
 		return
 	}
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		var outq int32
+		outq := 0
 		_ = raw.Control(func(fd uintptr) {
-			if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&outq))); errno != 0 {
-				outq = 0
-			}
+			outq, _ = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) // 0 on error
 		})
 		if outq == 0 {
 			return
