@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -296,4 +297,70 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// Over TLS a reset must be a TCP reset, not a TLS close_notify followed by
+// one (which a client reads as a clean end of the stream).
+func TestProxyResetOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "rules"), `[{"reset_after": 1000}]`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 100000))
+	}))
+	defer up.Close()
+	p := &proxy{upstream: mustURL(t, up.URL), transport: &http.Transport{DisableCompression: true},
+		rules: NewRuleSet(filepath.Join(dir, "rules")), maxHold: time.Second}
+	srv := httptest.NewTLSServer(p)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/blob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if len(b) != 1000 || err == nil || !strings.Contains(err.Error(), "connection reset by peer") {
+		t.Errorf("got %d bytes and error %v, want 1000 and a connection reset", len(b), err)
+	}
+}
+
+// A stall ends when its client goes, well before -max-hold (20s here).
+func TestStallEndsWithClient(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "rules"), `[{"stall_after": 10}]`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 1000))
+	}))
+	defer up.Close()
+	p := &proxy{upstream: mustURL(t, up.URL), transport: &http.Transport{DisableCompression: true},
+		rules: NewRuleSet(filepath.Join(dir, "rules")), maxHold: 20 * time.Second}
+	var active atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		active.Add(1)
+		defer active.Add(-1)
+		p.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	tr := &http.Transport{}
+	req, err := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/blob", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 10)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	if active.Load() != 1 {
+		t.Fatalf("%d handlers active while the stall holds, want 1", active.Load())
+	}
+	resp.Body.Close() // the client goes
+	tr.CloseIdleConnections()
+	for deadline := time.Now().Add(10 * time.Second); active.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stall still holds 10s after its client went")
+		}
+	}
 }
