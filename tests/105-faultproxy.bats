@@ -307,3 +307,20 @@ assert_log() {
     grep -q '^faultproxy: stopped$' "$FP_P_DIR/out" || fail "no clean stop: $(cat "$FP_P_DIR/out")"
     ((rc != 0 && rc != 28)) || fail "curl exit $rc: the held connection was not closed by the stop"
 }
+
+@test "faultproxy: pullhelper pulls through a clean proxy standing in for the registry; the log counts its blobs" {
+    local out=$BATS_TEST_TMPDIR/out
+    mkdir -p "$out"
+    run_pullhelper pull --authfile "$FP_P_AUTHFILE" --cert-dir "$FP_P_CERT_DIR" \
+        "$FP_P_HOST/fixtures/tiny:latest" "oci:$out/dest:latest"
+    assert_json_result
+    [[ -f $out/dest/blobs/sha256/${LAYER_DIGEST#sha256:} ]] || fail "the layer is not in DEST"
+    local config config_size
+    config=$(json_get '.config.digest' <"$(fixture_blob tiny "$MANIFEST_DIGEST")")
+    config_size=$(stat -c %s "$(fixture_blob tiny "$config")")
+    [[ $(faultproxy_count P '/blobs/sha256:' GET) == 2 ]] || fail "blob GETs: $(faultproxy_log P)"
+    [[ $(faultproxy_bytes P '/blobs/sha256:' GET) == $((LAYER_SIZE + config_size)) ]] ||
+        fail "blob bytes $(faultproxy_bytes P '/blobs/sha256:' GET), want $((LAYER_SIZE + config_size))"
+    [[ $(faultproxy_count P '/manifests/') -ge 1 ]] || fail "no manifest request: $(faultproxy_log P)"
+    assert_secret_absent -f "$FP_P_LOG"
+}
