@@ -479,7 +479,7 @@ func containerdHostDirectory(host string) string {
 	return host
 }
 
-func loadContainerdHostDir(dir string) ([]ctrdHostConfig, error) {
+func loadContainerdHostDir(dir string, warn func(string)) ([]ctrdHostConfig, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "hosts.toml"))
 	if err != nil && !os.IsNotExist(err) {
 		return nil, err
@@ -489,7 +489,11 @@ func loadContainerdHostDir(dir string) ([]ctrdHostConfig, error) {
 	}
 	hosts, err := parseContainerdHostsFile(dir, b)
 	if err != nil {
-		// containerd logs "failed to decode hosts.toml" and falls back.
+		// containerd logs "failed to decode hosts.toml" and falls back to
+		// the directory's certificate files; so does pullhelper, saying so.
+		if warn != nil {
+			warn(fmt.Sprintf("containerd would not use %s: %v; like containerd, its directory is read as Docker certificate files only", filepath.Join(dir, "hosts.toml"), oneLine(err)))
+		}
 		return loadContainerdCertFiles(dir)
 	}
 	return hosts, nil
@@ -724,3 +728,6 @@ func ctrdTOMLErrorNoData(err error) string {
 	}
 	return err.Error() // type mismatches name the key and types, not the value
 }
+
+// oneLine folds a multi-line error (a TOML decoder's) onto one line.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

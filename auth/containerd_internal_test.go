@@ -17,7 +17,7 @@ func TestContainerdEndpointListIPv6(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	list, err := containerdEndpointList(&ctrdRegistry{ConfigPath: root}, "[::1]:5000")
+	list, err := containerdEndpointList(&ctrdRegistry{ConfigPath: root}, "[::1]:5000", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestContainerdEndpointListIPv6(t *testing.T) {
 	}
 	// No config: the legacy default endpoint, http and skip_verify for a
 	// loopback address.
-	list, err = containerdEndpointList(&ctrdRegistry{}, "[::1]:5000")
+	list, err = containerdEndpointList(&ctrdRegistry{}, "[::1]:5000", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,7 +218,7 @@ func (k *Keyring) containerdEndpoints(named reference.Named) ([]Endpoint, error)
 		refHost = "docker.io"
 	}
 	_, path := splitRepo(named.Name())
-	list, err := containerdEndpointList(k.ctrd, refHost)
+	list, err := containerdEndpointList(k.ctrd, refHost, k.warn)
 	if err != nil {
 		return nil, fmt.Errorf("containerd config %s: %v", k.c.ContainerdConfig, err)
 	}
@@ -280,7 +280,7 @@ type ctrdEndpoint struct {
 }
 
 // containerdEndpointList lists containerd's hosts for refHost in order.
-func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, error) {
+func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)) ([]ctrdEndpoint, error) {
 	if reg.ConfigPath == "" {
 		return containerdLegacyList(reg, refHost)
 	}
@@ -291,7 +291,7 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string) ([]ctrdEndpoint, 
 	var hosts []ctrdHostConfig
 	fromFile := false
 	if dir != "" {
-		if hosts, err = loadContainerdHostDir(dir); err != nil {
+		if hosts, err = loadContainerdHostDir(dir, warn); err != nil {
 			return nil, fmt.Errorf("containerd hosts directory %s: %w", dir, err)
 		}
 		fromFile = len(hosts) > 1 || (len(hosts) == 1 && hosts[0].host != "")

@@ -3,6 +3,7 @@ package pull
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -117,6 +118,36 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 		}
 	}
 	return ep, nil
+}
+
+// needsSignatures reports whether the signature policy (JSON; nil: the
+// built-in accept-anything) has any requirement that reads signatures —
+// anything but insecureAcceptAnything and reject, in any scope. Only then
+// are signatures fetched (through containers/image, which asks the
+// endpoints its own way). An unparsable policy counts as needing them.
+func needsSignatures(policy []byte) bool {
+	if policy == nil {
+		return false
+	}
+	var pol struct {
+		Default    []struct{ Type string }                       `json:"default"`
+		Transports map[string]map[string][]struct{ Type string } `json:"transports"`
+	}
+	if err := json.Unmarshal(policy, &pol); err != nil {
+		return true
+	}
+	reqs := pol.Default
+	for _, scopes := range pol.Transports {
+		for _, r := range scopes {
+			reqs = append(reqs, r...)
+		}
+	}
+	for _, r := range reqs {
+		if r.Type != "insecureAcceptAnything" && r.Type != "reject" {
+			return true
+		}
+	}
+	return false
 }
 
 func hasString(list []string, s string) bool {

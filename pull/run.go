@@ -253,9 +253,9 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	}
 	defer rc.Close()
 	cache := &manifestCache{}
-	// Signatures matter only to a signature policy file (the built-in
-	// policy accepts anything): only then are they read.
-	signatures := p.Signature.File != ""
+	// Signatures are read only when the signature policy has a
+	// requirement that needs them.
+	signatures := needsSignatures(m.SignaturePolicy)
 	remote := func(ref types.ImageReference) types.ImageSource {
 		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures}
 	}

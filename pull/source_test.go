@@ -136,3 +136,22 @@ func TestStallNamesWhatStalled(t *testing.T) {
 	}
 	end2()
 }
+
+func TestNeedsSignatures(t *testing.T) {
+	for policy, want := range map[string]bool{
+		``: false,
+		`{"default":[{"type":"insecureAcceptAnything"}]}`:                                                                                                false,
+		`{"default":[{"type":"reject"}],"transports":{"docker":{"r.example":[{"type":"insecureAcceptAnything"}]}}}`:                                      false,
+		`{"default":[{"type":"insecureAcceptAnything"}],"transports":{"docker":{"r.example":[{"type":"signedBy","keyType":"GPGKeys","keyPath":"/k"}]}}}`: true,
+		`{"default":[{"type":"sigstoreSigned","keyPath":"/k"}]}`:                                                                                         true,
+		`not json`: true,
+	} {
+		var b []byte
+		if policy != "" {
+			b = []byte(policy)
+		}
+		if got := needsSignatures(b); got != want {
+			t.Errorf("needsSignatures(%s) = %v, want %v", policy, got, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@
 # contact; there it could not).
 
 load helpers
+load faultproxy
 
 setup_file() {
     # The upstream checks no credential: distribution 2.8's proxy cannot
@@ -68,6 +69,8 @@ setup() {
 }
 
 teardown() {
+    stop_all_faultproxies
+    [[ -z ${BH_PID:-} ]] || _ph_stop_pid "$BH_PID" blackhole
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     if [[ -n ${FAKE_PID:-} ]] && kill -0 "$FAKE_PID" 2>/dev/null; then
         _ph_stop_pid "$FAKE_PID" fake-mirror
@@ -338,7 +341,7 @@ EOF
     assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
 }
 
-@test "README Dragonfly: hosts.toml with its X-Dragonfly-Registry header — explain names the header (not sent yet)" {
+@test "README Dragonfly: hosts.toml with its X-Dragonfly-Registry header — explain names the header, never its value" {
     mkdir -p "$T/certs.d/docker.io"
     cat >"$T/certs.d/docker.io/hosts.toml" <<'EOF'
 server = "https://registry-1.docker.io"
@@ -356,6 +359,8 @@ EOF
     assert_equal "$(json_get '.plan.endpoints[0].headers' <<<"$output")" '["X-Dragonfly-Registry"]'
     assert_equal "$(json_get '.plan.endpoints[1].host' <<<"$output")" registry-1.docker.io
     assert_equal "$(json_get '.plan.endpoints[2]' <<<"$output")" null
+    [[ $output != *'"X-Dragonfly-Registry":'* && $output != *'["https://registry-1.docker.io"]'* ]] ||
+        fail "explain printed the header's value: $output"
 }
 
 ###############################################################################
@@ -428,4 +433,246 @@ kinds_by() {
     u=$(new_requests img "$before_u")
     assert_equal "$(kinds_by containerd/ "$u")" "blob manifest "
     assert_equal "$(kinds_by pullhelper/ "$u")" "blob manifest "
+}
+
+###############################################################################
+# Per-host headers, per-blob fallback, retries, resume, dial_timeout, a
+# refused credential — through tests/faultproxy in front of the cache (the
+# proxy has its own TLS and CA and forwards everything to the cache)
+
+# proxy_conf PROXY_NAME [HOST_LINES...]: hosts.toml whose first host is the
+# fault proxy PROXY_NAME (pull, resolve; its CA; each HOST_LINE added after
+# its table), then the upstream as server; the cache's credential keyed by
+# the proxy's host (the proxy forwards it; PROXY_PASSWORD_FILE overrides
+# the password), the upstream's by its own.
+proxy_conf() {
+    local name=$1 host ca l
+    shift
+    host=$(_fp_var "$name" HOST) && ca=$(_fp_var "$name" CA) || fail "no fault proxy $name"
+    mkdir -p "$T/hosts/$UP_HOST"
+    {
+        echo "server = \"https://$UP_HOST\""
+        echo "ca = \"$REGISTRY_CA\""
+        echo
+        echo "[host.\"https://$host\"]"
+        echo '  capabilities = ["pull", "resolve"]'
+        echo "  ca = \"$ca\""
+        for l in "$@"; do echo "  $l"; done
+    } >"$T/hosts/$UP_HOST/hosts.toml"
+    cred containerd "$T/mirror.toml" --key "$host" --user "$MIRROR_USER" --password-file "${PROXY_PASSWORD_FILE:-$MIRROR_DIR/password}"
+    cred containerd "$T/up.toml"
+    {
+        cat "$T/mirror.toml"
+        echo
+        grep -v '^version' "$T/up.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+}
+
+# start_cache_proxy: a fault proxy named CACHE in front of the cache,
+# logging the X-Dragonfly-Registry header's value.
+start_cache_proxy() {
+    start_faultproxy CACHE "$MIRROR_URL" --upstream-ca "$MIRROR_CA" --log-header X-Dragonfly-Registry
+}
+
+# endpoint_field HOST FIELD: FIELD of the result's .endpoints entry for HOST
+# (null when HOST served nothing).
+endpoint_field() {
+    json_get "[.endpoints[] | select(.host == \"$1\") | .$2] | first" <<<"$output"
+}
+
+# fp_status_count NAME STATUS: how many requests NAME answered with STATUS.
+fp_status_count() {
+    "$PH_PYTHON" -c 'import json,sys; print(sum(1 for l in open(sys.argv[1]) if json.loads(l)["status"] == int(sys.argv[2])))' \
+        "$(_fp_var "$1" LOG)" "$2"
+}
+
+# tiny_layer: the digest of the first layer of fixtures/tiny for this
+# platform (through an index when tiny is one).
+tiny_layer() {
+    registry_manifest fixtures/tiny:latest >"$T/top.json"
+    local inst
+    inst=$("$PH_PYTHON" -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+if "layers" in m:
+    print("")
+else:
+    print([x["digest"] for x in m["manifests"] if x.get("platform", {}).get("architecture") == "amd64"][0])' "$T/top.json")
+    [[ -z $inst ]] || registry_manifest "fixtures/tiny@$inst" >"$T/top.json"
+    "$PH_PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["digest"])' "$T/top.json"
+}
+
+@test "header: a mirror that requires a header (Dragonfly's X-Dragonfly-Registry) gets it on every request and serves the pull" {
+    start_cache_proxy
+    faultproxy_rules CACHE "[{\"match\": {}, \"require_header\": \"X-Dragonfly-Registry=https://$UP_HOST\"}]"
+    proxy_conf CACHE "[host.\"https://$FP_CACHE_HOST\".header]" "  X-Dragonfly-Registry = [\"https://$UP_HOST\"]"
+    local before_u u
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_secret_absent "$output" "$stderr"
+    (($(faultproxy_count CACHE '/v2/fixtures/tiny/blobs/') > 0)) || fail "the mirror served no blob: $(faultproxy_log CACHE)"
+    assert_equal "$(fp_status_count CACHE 403)" 0
+    "$PH_PYTHON" -c '
+import json, sys
+for l in open(sys.argv[1]):
+    if json.loads(l).get("values", {}).get("X-Dragonfly-Registry") != sys.argv[2]:
+        sys.exit("a request without the header: " + l)' "$FP_CACHE_LOG" "https://$UP_HOST" || fail "a request lacked the header"
+    assert_equal "$(json_get '.endpoints[0].host' <<<"$output")" "$FP_CACHE_HOST"
+    assert_equal "$(json_get '.endpoints[1]' <<<"$output")" null
+    u=$(new_requests img "$before_u")
+    ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the upstream served blobs: $u"
+}
+
+@test "header: without the header in hosts.toml the mirror refuses (403) and the registry serves the pull" {
+    start_cache_proxy
+    faultproxy_rules CACHE "[{\"match\": {}, \"require_header\": \"X-Dragonfly-Registry=https://$UP_HOST\"}]"
+    proxy_conf CACHE
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    (($(fp_status_count CACHE 403) > 0)) || fail "the mirror refused nothing: $(faultproxy_log CACHE)"
+    assert_equal "$(endpoint_field "$FP_CACHE_HOST" blobs)" null
+    (($(endpoint_field "$UP_HOST" blobs) > 0)) || fail "the registry served no blob: $output"
+}
+
+@test "per-blob fallback: the mirror lacks one layer (404) — that blob alone comes from the registry" {
+    start_cache_proxy
+    local layer before_u u
+    layer=$(tiny_layer)
+    [[ $layer == sha256:* ]] || fail "no layer digest found: $layer"
+    faultproxy_rules CACHE "[{\"match\": {\"path\": \"/blobs/$layer\$\"}, \"status\": 404, \"body\": \"{\\\"errors\\\":[{\\\"code\\\":\\\"BLOB_UNKNOWN\\\"}]}\"}]"
+    proxy_conf CACHE
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    u=$(new_requests img "$before_u")
+    assert_equal "$(grep -c '"GET /v2/fixtures/tiny/blobs/' <<<"$u")" 1
+    grep -q "\"GET /v2/fixtures/tiny/blobs/$layer" <<<"$u" || fail "the registry served another blob: $u"
+    assert_equal "$(endpoint_field "$UP_HOST" blobs)" 1
+    (($(endpoint_field "$FP_CACHE_HOST" blobs) >= 1)) || fail "the mirror served no blob: $output"
+    # every manifest still came from the mirror
+    assert_equal "$(endpoint_field "$UP_HOST" manifests)" null
+}
+
+@test "fallback: a mirror whose credential is refused (401) is passed over; the registry serves the pull" {
+    start_cache_proxy
+    printf 'not-the-password' >"$T/wrong-password"
+    PROXY_PASSWORD_FILE=$T/wrong-password proxy_conf CACHE
+    local before_u u
+    before_u=$(log_barrier img)
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_secret_absent "$output" "$stderr"
+    (($(fp_status_count CACHE 401) > 0)) || fail "the mirror never refused: $(faultproxy_log CACHE)"
+    u=$(new_requests img "$before_u")
+    grep -q '"GET /v2/fixtures/tiny/manifests/' <<<"$u" || fail "the registry served no manifest: $u"
+    assert_equal "$(json_get '.endpoints[0].host' <<<"$output")" "$UP_HOST"
+    assert_equal "$(json_get '.endpoints[1]' <<<"$output")" null
+}
+
+@test "retry per blob: the mirror answers 503 (Retry-After: 0) to the first blob request and the registry is down — the blob is asked again, the pull is one attempt" {
+    start_cache_proxy
+    faultproxy_rules CACHE '[{"match": {"path": "/blobs/"}, "count": 1, "status": 503, "retry_after": 0}]'
+    local port
+    port=$(_ph_free_port) || fail "no free port"
+    proxy_conf CACHE
+    # The server is a closed port: only the mirror can serve.
+    sed -i "s|^server = .*|server = \"https://127.0.0.1:$port\"|" "$T/hosts/$UP_HOST/hosts.toml"
+    run_pullhelper pull --containerd-config "$T/config.toml" --retry-delay 10ms "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_equal "$(json_get .attempts <<<"$output")" 1
+    assert_equal "$(fp_status_count CACHE 503)" 1
+    assert_equal "$(grep -c 'request failed; retrying' <<<"$stderr")" 1
+}
+
+@test "resume: a body that breaks off mid-layer is resumed with a Range request at the offset reached" {
+    start_cache_proxy
+    local layer
+    layer=$(tiny_layer)
+    faultproxy_rules CACHE "[{\"match\": {\"path\": \"/blobs/$layer\$\", \"header\": [\"!Range\"]}, \"count\": 1, \"reset_after\": 10}]"
+    proxy_conf CACHE
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    "$PH_PYTHON" -c '
+import json, sys
+rs = [json.loads(l)["range"] for l in open(sys.argv[1]) if json.loads(l)["range"]]
+sys.exit(0 if rs == ["bytes=10-"] else "Range requests: %r" % rs)' "$FP_CACHE_LOG" ||
+        fail "no single resume at byte 10: $(faultproxy_log CACHE)"
+    assert_equal "$(json_get .attempts <<<"$output")" 1
+}
+
+# start_blackhole: a loopback port whose connects never complete: a
+# listener with a backlog of 0 whose one queue slot is taken and never
+# accepted, so the kernel drops every further SYN. Sets BH_HOST, BH_PID.
+start_blackhole() {
+    timeout 300 "$PH_PYTHON" -c '
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(0)
+port = s.getsockname()[1]
+fill = socket.create_connection(("127.0.0.1", port), timeout=5)  # takes the one slot
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(port))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+sys.stdin.read()  # until timeout or the test ends it
+' "$T/bh.port" < <(sleep 300) 3>&- &
+    BH_PID=$!
+    local deadline=$((SECONDS + 10))
+    until [[ -s $T/bh.port ]]; do
+        ((SECONDS < deadline)) || fail "the blackhole did not start"
+        sleep 0.05
+    done
+    BH_HOST=127.0.0.1:$(<"$T/bh.port")
+}
+
+@test "dial_timeout: a mirror whose connects hang costs its dial_timeout (1s), not containerd's 30s default" {
+    start_blackhole
+    mkdir -p "$T/hosts/$UP_HOST"
+    {
+        echo "server = \"https://$UP_HOST\""
+        echo "ca = \"$REGISTRY_CA\""
+        echo
+        echo "[host.\"https://$BH_HOST\"]"
+        echo '  capabilities = ["pull", "resolve"]'
+        echo '  dial_timeout = "1s"'
+    } >"$T/hosts/$UP_HOST/hosts.toml"
+    cred containerd "$T/up.toml"
+    {
+        cat "$T/up.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+    run_pullhelper explain --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny"
+    assert_equal "$(json_get '.plan.endpoints[0].dial_timeout' <<<"$output")" 1s
+    # --timeout 25s: with the 30s default the first connect alone would
+    # outlast the pull (exit 6); with 1s each request moves on at once.
+    run_pullhelper pull --containerd-config "$T/config.toml" --timeout 25s "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_equal "$(json_get '.endpoints[0].host' <<<"$output")" "$UP_HOST"
+    assert_equal "$(json_get '.endpoints[1]' <<<"$output")" null
+}
+
+@test "dial_timeout: an invalid value makes containerd ignore hosts.toml (its certificate files only): pullhelper does the same and warns, naming the file" {
+    mkdir -p "$T/hosts/$UP_HOST"
+    printf 'server = "https://%s"\n[host."https://127.0.0.1:1"]\n  dial_timeout = "soon"\n' "$UP_HOST" >"$T/hosts/$UP_HOST/hosts.toml"
+    printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' "$T/hosts" >"$T/config.toml"
+    run_pullhelper explain --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny"
+    assert_equal "$(json_get '.plan.endpoints[0].source' <<<"$output")" "containerd default"
+    assert_equal "$(json_get '.plan.endpoints[1]' <<<"$output")" null
+    json_get '.plan.warnings' <<<"$output" | grep -F "$T/hosts/$UP_HOST/hosts.toml" | grep -q soon ||
+        fail "no warning naming the file and the value: $output"
 }
