@@ -2,6 +2,7 @@ package dest
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -45,6 +46,18 @@ func OpenSweep(arg string) (*Sweep, error) {
 	}
 	fd, err := openAncestors(dir, false)
 	if err != nil {
+		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+	}
+	// The parent itself as openParent judges it: a directory that only
+	// root (or the caller) can change.
+	st, err := fstat(fd)
+	if err == nil && !allowedOwner(st.Uid) {
+		err = fmt.Errorf("owned by uid %d, not root; refusing to remove anything there as root", st.Uid)
+	} else if err == nil && st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		err = fmt.Errorf("writable by group or others and not sticky (mode %o); refusing to remove anything there as root", st.Mode&0o7777)
+	}
+	if err != nil {
+		unix.Close(fd)
 		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
 	}
 	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}}
