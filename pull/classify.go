@@ -57,6 +57,17 @@ func (p *Request) classify(err error) error {
 		msg = fmt.Sprintf("TLS with %s failed: %v (%s; add the registry's CA as a .crt file there or pass --cert-dir)", p.Registry, rootCause(err), where)
 	case failure.NotFound:
 		msg = fmt.Sprintf("%s not found on %s: %v", p.Reference, p.Registry, rootCause(err))
+	case failure.Destination:
+		// ENOSPC, EDQUOT, EROFS while the copy writes into staging (on
+		// DEST's filesystem): say so first, in the user's terms.
+		what := "no space left on DEST's filesystem"
+		switch {
+		case errors.Is(err, syscall.EDQUOT):
+			what = "the disk quota on DEST's filesystem is exhausted"
+		case errors.Is(err, syscall.EROFS):
+			what = "DEST's filesystem is read-only"
+		}
+		msg = fmt.Sprintf("%s while writing %s (%s); free space there or choose another DEST", what, p.Reference, strings.TrimSpace(rootCause(err)))
 	}
 	return &failure.Error{Code: code, Message: msg, Err: err}
 }

@@ -264,6 +264,9 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		return nil, nil, p.classify(stallCause(ctx, err))
 	}
 	cache.put(top, raw, mime)
+	if err := p.checkSpace(ctx, sys, named, top, raw, mime, g, remote, st); err != nil {
+		return nil, nil, p.classify(stallCause(ctx, err))
+	}
 	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")

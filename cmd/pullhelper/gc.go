@@ -1,0 +1,113 @@
+package main
+
+import (
+	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pipeline"
+	"github.com/pullhelper/pullhelper/policy"
+	"github.com/pullhelper/pullhelper/privdrop"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// gcResult is what `pullhelper gc` prints: every leftover it removed, by
+// kind, as paths (cgroups as cgroup paths). Lists are never null.
+type gcResult struct {
+	Staging     []string `json:"staging"`
+	UIDLocks    []string `json:"uid_locks"`
+	CommitLocks []string `json:"commit_locks"`
+	Cgroups     []string `json:"cgroups"`
+}
+
+// gcCommand is `pullhelper gc [DEST...]`.
+func gcCommand(c *common, result *any) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gc [options] [DEST...]",
+		Short: "Remove what killed pulls left behind; print it as JSON",
+		Long: `Remove the leftovers of pulls that were killed (kill -9, a crash, a reboot of the
+agent but not of the node) and print what was removed as one JSON object:
+  {"staging":[PATH...],"uid_locks":[PATH...],"commit_locks":[PATH...],"cgroups":[CGROUP...]}
+
+  staging       .pullhelper-staging-* directories beside each DEST given (in DEST's
+                parent, and inside DEST when DEST is a directory, as for a DEST that is
+                a mount point). Staging lives beside DEST and there is no registry of
+                DESTs: name every DEST to sweep (oci:PATH[:TAG], dir:PATH, ..., or PATH).
+  uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
+  commit_locks  commit lock files in ` + dest.LockDir + ` that no pull holds
+  cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
+                cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
+                is gone; what is left in them is killed first
+
+Nothing a live pullhelper owns is removed: a staging directory or a cgroup is removed
+only when the process recorded as its owner (pid and start time) no longer exists, a
+lock file only when nobody holds its flock. Every pull also reclaims these at start
+(staging beside its own DEST, cgroups under its own parent, unheld uid locks).
+
+Exit codes: 0 done (the lists may be empty); 2 a bad flag, policy or DEST; 7 the
+cgroup sweep failed; 9 a DEST's parent directory cannot be opened safely (owned by
+another user, writable by others); nothing is removed before every DEST is opened.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := policy.Resolve(c.policyFile, c.profile)
+			if err != nil {
+				return failure.Wrap(failure.Usage, err, "")
+			}
+			if err := applySettingFlags(cmd.Flags(), l); err != nil {
+				return failure.Wrap(failure.Usage, err, "")
+			}
+			if err := l.Validate(); err != nil {
+				return failure.Wrap(failure.Usage, err, "")
+			}
+			cfg, err := pipeline.CgroupConfig(l)
+			if err != nil {
+				return failure.Wrap(failure.Usage, err, "")
+			}
+			// Open every DEST first: a bad one fails the run before
+			// anything is removed.
+			var sweeps []*dest.Sweep
+			for _, a := range args {
+				s, err := dest.OpenSweep(a)
+				if err != nil {
+					for _, s := range sweeps {
+						s.Close()
+					}
+					return err
+				}
+				sweeps = append(sweeps, s)
+			}
+			res := gcResult{Staging: []string{}}
+			for _, s := range sweeps {
+				res.Staging = append(res.Staging, s.Reclaim()...)
+			}
+			res.UIDLocks = orEmpty(privdrop.Sweep(privdrop.DefaultLockDir))
+			locks, err := dest.SweepLocks()
+			if err != nil {
+				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", dest.LockDir)
+			}
+			res.CommitLocks = orEmpty(locks)
+			cgs, err := cgroup.Reclaim(cfg)
+			res.Cgroups = orEmpty(cgs)
+			if err != nil {
+				return failure.Wrap(failure.Isolation, err, "reclaiming stale pull cgroups under %s (removed so far: %v)", cfg.Parent, cgs)
+			}
+			*result = res
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
+	fs.StringVar(&c.profile, "profile", "", "use [profiles.NAME] of the policy file")
+	addSettingFlagsNamed(fs, "cgroup-parent", "cgroup")
+	return cmd
+}
+
+// addSettingFlagsNamed adds only the named setting flags.
+func addSettingFlagsNamed(fs *pflag.FlagSet, names ...string) {
+	for _, f := range settingFlags {
+		for _, n := range names {
+			if f.name == n {
+				fs.Var(&textFlag{typ: f.arg}, f.name, f.usage)
+			}
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package dest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
+)
+
+// Sweep is one DEST's staging area, opened for a sweep (OpenSweep) before
+// anything is removed, so that a bad argument fails a gc run that has not
+// changed anything yet.
+type Sweep struct {
+	dirs []*os.File // DEST's parent, and DEST itself when it is a directory
+}
+
+// OpenSweep opens the directories where a pull into dest (a DEST as pull
+// takes it, "oci:PATH[:TAG]" and so on, or DEST's path) keeps its staging:
+// DEST's parent, and DEST itself when it is a directory (a DEST that is a
+// mount point holds its staging inside). The parent is reached as Stage
+// reaches it (openAncestors: no directory on the way that another user could
+// swap). A parent that does not exist has nothing to sweep: nil, nil.
+func OpenSweep(arg string) (*Sweep, error) {
+	path := arg
+	if tr, _, ok := strings.Cut(arg, ":"); ok {
+		if _, known := kinds[tr]; known {
+			d, err := Parse(arg)
+			if err != nil {
+				return nil, err
+			}
+			path = d.Spec().Path
+		}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil || abs == "/" {
+		return nil, failure.New(failure.Usage, "gc: %q is not a DEST path", arg)
+	}
+	dir := filepath.Dir(abs)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	fd, err := openAncestors(dir, false)
+	if err != nil {
+		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+	}
+	// The parent itself as openParent judges it: a directory that only
+	// root (or the caller) can change.
+	st, err := fstat(fd)
+	if err == nil && !allowedOwner(st.Uid) {
+		err = fmt.Errorf("owned by uid %d, not root; refusing to remove anything there as root", st.Uid)
+	} else if err == nil && st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		err = fmt.Errorf("writable by group or others and not sticky (mode %o); refusing to remove anything there as root", st.Mode&0o7777)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+	}
+	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}}
+	if dfd, err := unix.Openat(fd, filepath.Base(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+		s.dirs = append(s.dirs, os.NewFile(uintptr(dfd), abs))
+	}
+	return s, nil
+}
+
+// Reclaim removes the stale staging directories of the sweep (those whose
+// owner process, by pid and start time, is gone: the rule every pull applies
+// at start) and closes it. It returns their paths.
+func (s *Sweep) Reclaim() []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	for _, d := range s.dirs {
+		out = append(out, reclaim(d)...)
+		d.Close()
+	}
+	s.dirs = nil
+	return out
+}
+
+// Close closes the sweep without removing anything.
+func (s *Sweep) Close() {
+	if s == nil {
+		return
+	}
+	for _, d := range s.dirs {
+		d.Close()
+	}
+	s.dirs = nil
+}
+
+// SweepLocks removes the commit lock files in LockDir that no process holds
+// (left by a pullhelper killed while it committed), each under its own
+// flock, as a holder removes its own on release: a waiter that holds a
+// removed file notices and tries again (lockInode). It returns their paths.
+func SweepLocks() ([]string, error) {
+	return sweepLockFiles(LockDir)
+}
+
+// sweepLockFiles removes the unheld *.lock files of dir.
+func sweepLockFiles(dir string) ([]string, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.lock"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range names {
+		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone meanwhile, or not a regular file of ours
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			unix.Close(fd) // held: a live pull's
+			continue
+		}
+		held, err1 := fstat(fd)
+		var now unix.Stat_t
+		err2 := unix.Lstat(p, &now)
+		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino && unix.Unlink(p) == nil {
+			out = append(out, p)
+		}
+		unix.Close(fd)
+	}
+	return out, nil
+}

@@ -1,0 +1,337 @@
+#!/usr/bin/env bats
+#
+# Reliability: the pre-flight space check, a full disk mid-pull (exit 9, DEST
+# unchanged, nothing left behind), and `pullhelper gc` removing what a kill -9
+# left while never touching what a live pull owns.
+#
+# Every pullhelper here runs in a mount namespace this file creates (kept
+# alive by a bind mount of its /proc/PID/ns/mnt, entered with nsenter), where
+# /run/pullhelper is a private tmpfs and small tmpfs mounts stand in for a full
+# disk: the uid and commit locks these tests leave and sweep are theirs alone
+# (another pullhelper on this machine sweeps unheld uid locks at every
+# allocation), and no mount leaks to the host. Cgroups go under a parent of
+# this file's own for the same reason. Network: 127.0.0.1 only.
+
+load helpers
+
+setup_file() {
+    [[ $(id -u) -eq 0 ]] || return 0
+    start_registry
+    push_fixture big
+    # 3 MiB of incompressible data: does not fit a 2 MiB filesystem.
+    push_fixture_args space-big fixtures/space-big -layers 1 -layer-size 3145728 -compressible 0 -seed 110
+    # Two incompressible layers of 1 MiB: fit a 3 MiB filesystem once.
+    push_fixture_args space-fit fixtures/space-fit -layers 2 -layer-size 1048576 -compressible 0 -seed 111
+    # 8 MiB of compressible text, about 63 KiB compressed: its declared
+    # sizes fit anywhere, its docker-archive (uncompressed layers) does not
+    # fit 4 MiB.
+    push_fixture_args space-bomb fixtures/space-bomb -layers 1 -layer-size 8388608 -compressible 1 -seed 112
+    push_fixture tiny
+
+    # The mount namespace: a private mount holding the namespace file.
+    PH_NSDIR=$BATS_FILE_TMPDIR/ns
+    mkdir -p "$PH_NSDIR"
+    mount --bind "$PH_NSDIR" "$PH_NSDIR"
+    mount --make-private "$PH_NSDIR"
+    touch "$PH_NSDIR/mnt"
+    unshare --mount="$PH_NSDIR/mnt" --propagation private true
+    mkdir -p /run/pullhelper
+    nsenter --mount="$PH_NSDIR/mnt" -- mount -t tmpfs -o size=1m,mode=0700 ph110-run /run/pullhelper
+    # pullhelper, run inside that namespace (nsenter execs: the pid is
+    # pullhelper's own).
+    PH_REAL=$(cd "$(dirname "$PULLHELPER")" && pwd)/$(basename "$PULLHELPER")
+    cat >"$BATS_FILE_TMPDIR/pullhelper-in-ns" <<EOF
+#!/bin/sh
+exec nsenter --mount="$PH_NSDIR/mnt" -- "$PH_REAL" "\$@"
+EOF
+    chmod +x "$BATS_FILE_TMPDIR/pullhelper-in-ns"
+    PH_CGPARENT=/ph110-$$-$RANDOM
+    export PH_NSDIR PH_REAL PH_CGPARENT
+}
+
+teardown_file() {
+    _kill_background_pull
+    stop_tarpit
+    if [[ -n ${PH_NSDIR:-} ]]; then
+        umount "$PH_NSDIR/mnt" 2>/dev/null || true
+        umount "$PH_NSDIR" 2>/dev/null || true
+    fi
+    if [[ -n ${PH_CGPARENT:-} ]]; then
+        local d
+        for d in /sys/fs/cgroup/*"$PH_CGPARENT" /sys/fs/cgroup/*/*"$PH_CGPARENT"; do
+            [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+        done
+    fi
+    stop_registry
+}
+
+setup() {
+    skip_if_not_root "mount namespaces, tmpfs mounts and cgroups need root"
+    ph_test_setup
+    PULLHELPER=$BATS_FILE_TMPDIR/pullhelper-in-ns
+}
+
+teardown() {
+    _kill_background_pull
+    stop_tarpit
+    if [[ -n ${PH_NSDIR:-} && -n ${OUT:-} ]]; then
+        ns_exec umount "$OUT/small" 2>/dev/null || true
+    fi
+}
+
+# ns_exec CMD...: run CMD in this file's mount namespace.
+ns_exec() {
+    nsenter --mount="$PH_NSDIR/mnt" -- "$@"
+}
+
+# small_fs SIZE: a tmpfs of SIZE at $OUT/small inside the namespace (root's,
+# 0755, like a DEST's parent must be).
+small_fs() {
+    mkdir -p "$OUT/small"
+    ns_exec mount -t tmpfs -o "size=$1,mode=0755" ph110-small "$OUT/small"
+}
+
+# _kill_background_pull: kill a background pullhelper of this file by its
+# recorded pid only.
+_kill_background_pull() {
+    local f=$BATS_FILE_TMPDIR/bg.pid pid
+    [[ -f $f ]] || return 0
+    pid=$(<"$f")
+    if _ph_pid_alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q pullhelper; then
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
+# start_background_pull PROGRESS_FILE ARGS...: pullhelper pull ARGS... in the
+# background (in the namespace), progress on fd 3; sets BG_PID.
+start_background_pull() {
+    local progress=$1
+    shift
+    "$PULLHELPER" pull --progress-fd 3 "$@" 3>"$progress" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    echo "$BG_PID" >"$BATS_FILE_TMPDIR/bg.pid"
+}
+
+# wait_background_pull SECONDS: wait (bounded) for it to exit; sets BG_RC.
+wait_background_pull() {
+    local deadline=$((SECONDS + ${1:-20}))
+    while _ph_pid_alive "$BG_PID"; do
+        if ((SECONDS >= deadline)); then
+            kill -KILL "$BG_PID" 2>/dev/null || true
+            fail "pullhelper (pid $BG_PID) did not exit within ${1:-20}s; stderr: $(cat "$OUT/bg.err")"
+            return
+        fi
+        sleep 0.05
+    done
+    BG_RC=0
+    wait "$BG_PID" || BG_RC=$?
+    rm -f "$BATS_FILE_TMPDIR/bg.pid"
+}
+
+# start_stalled_pull DEST_PATH: pull big into oci:DEST_PATH through a tarpit
+# that stops forwarding after 1 MB, and wait until a layer is being fetched
+# (the pull is then stalled mid-layer for as long as the test wants).
+start_stalled_pull() {
+    start_tarpit 1000000
+    start_background_pull "$OUT/progress.jsonl" --authfile "$TARPIT_AUTHFILE" \
+        --cert-dir "$REGISTRY_CERT_DIR" --stall-timeout 5m --cgroup-parent "$PH_CGPARENT" \
+        "$TARPIT_HOST/fixtures/big" "oci:$1"
+    wait_for_file_match "$OUT/progress.jsonl" '"type":"layer_start"' 30
+}
+
+# pull_cgroups: the per-pull cgroup directories under this file's parent, in
+# the first v1 hierarchy that has them (pids) or the unified one.
+pull_cgroups() {
+    local d
+    for d in /sys/fs/cgroup/pids /sys/fs/cgroup/memory /sys/fs/cgroup/unified /sys/fs/cgroup; do
+        if [[ -d $d$PH_CGPARENT ]]; then
+            find "$d$PH_CGPARENT" -mindepth 1 -maxdepth 1 -type d -name 'pull-*'
+            return
+        fi
+    done
+}
+
+# blob_gets FROM_LINE: blob GETs in the registry log after line FROM_LINE
+# (up to a barrier of our own, so every earlier request is logged).
+blob_gets() {
+    local from=$1 to
+    to=$(registry_log_barrier) || return
+    sed -n "$((from + 1)),${to}p" "$REGISTRY_LOG" | grep -cE '"GET /v2/[^ ]*/blobs/sha256:' || true
+}
+
+# tree_sum DIR: one checksum of every file's path, mode and content (in the
+# namespace, where the small filesystem is mounted).
+tree_sum() {
+    ns_exec sh -c 'cd "$1" && find . -printf "%p %m %s\n" | sort && find . -type f -exec sha256sum {} + | sort' sh "$1" | sha256sum
+}
+
+###############################################################################
+# The pre-flight space check
+
+@test "space: an image bigger than DEST's filesystem is refused before any blob is fetched (exit 9, both numbers)" {
+    small_fs 2m
+    local before
+    before=$(registry_log_barrier)
+    run_pullhelper 9 pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/space-big" "oci:$OUT/small/dest"
+    assert_json_error destination
+    [[ $ph_error_message =~ needs\ ([0-9]+)\ bytes.*DEST\'s\ filesystem\ has\ ([0-9]+)\ free ]] ||
+        fail "message does not name both numbers: $ph_error_message"
+    local need=${BASH_REMATCH[1]} free=${BASH_REMATCH[2]}
+    ((need > 3145728 && free < 2097152 && free > 0)) || fail "need $need / free $free are not the image's and the tmpfs's"
+    assert_equal "$(blob_gets "$before")" 0
+    # It did ask for the manifest (the check is not simply sending nothing).
+    sed -n "$((before + 1)),\$p" "$REGISTRY_LOG" | grep -qE '"GET /v2/fixtures/space-big/manifests/' ||
+        fail "no manifest request logged: the log check sees nothing"
+    run ns_exec ls -A "$OUT/small"
+    assert_output ""
+}
+
+@test "space: a re-pull that needs no new blob passes on a nearly full disk (blobs DEST has are not counted)" {
+    small_fs 3m
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/space-fit" "oci:$OUT/small/dest:one"
+    # The disk now has less free than the image's size...
+    local free
+    free=$(ns_exec stat -f -c '%a*%S' "$OUT/small")
+    free=$((free))
+    ((free < 2 * 1048576)) || fail "the tmpfs still has $free bytes free: the test proves nothing"
+    # ...and the same image under another tag needs nothing new.
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/space-fit" "oci:$OUT/small/dest:two"
+    assert_json_result
+    run ns_exec cat "$OUT/small/dest/index.json"
+    assert_output --partial '"org.opencontainers.image.ref.name":"two"'
+    assert_output --partial '"org.opencontainers.image.ref.name":"one"'
+    # A different image of the same size still does not fit.
+    run_pullhelper 9 pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/space-big" "oci:$OUT/small/dest:three"
+    assert_json_error destination
+    assert_no_staging "$OUT/small"
+}
+
+###############################################################################
+# A full disk mid-pull
+
+@test "space: a docker-archive that outgrows DEST's filesystem mid-pull is exit 9; the old DEST is unchanged, no staging left" {
+    small_fs 4m
+    # An existing DEST: a small image's archive.
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/small/img.tar"
+    local sum
+    sum=$(tree_sum "$OUT/small")
+    local before
+    before=$(registry_log_barrier)
+    # The declared sizes (~63 KiB) pass the pre-flight; the uncompressed
+    # 8 MiB layer does not fit 4 MiB.
+    run_pullhelper 9 pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/space-bomb" "docker-archive:$OUT/small/img.tar"
+    assert_json_error destination
+    [[ $ph_error_message == *"no space left on device"* ]] || fail "message does not say the disk is full: $ph_error_message"
+    (($(blob_gets "$before") > 0)) || fail "no blob was fetched: the pre-flight refused it, not the full disk"
+    assert_equal "$(tree_sum "$OUT/small")" "$sum"
+    run ns_exec find "$OUT/small" -maxdepth 1 -name '.pullhelper-staging-*'
+    assert_output ""
+}
+
+###############################################################################
+# pullhelper gc
+
+@test "gc: removes the staging, uid lock and cgroup a kill -9 left mid-pull, reports each, then finds nothing" {
+    start_stalled_pull "$OUT/dest"
+    local staging lock cg
+    staging=$(find "$OUT" -maxdepth 1 -name '.pullhelper-staging-*')
+    [[ -n $staging ]] || fail "no staging directory while the pull runs"
+    lock=$(ns_exec find /run/pullhelper/uids -name '*.lock')
+    [[ -n $lock ]] || fail "no uid lock while the pull runs"
+    cg=$(pull_cgroups)
+    [[ -n $cg ]] || fail "no pull cgroup under $PH_CGPARENT while the pull runs"
+
+    kill -KILL "$BG_PID"
+    wait_background_pull 20
+    assert_equal "$BG_RC" 137
+    # The child dies with its parent (parent-death signal): wait, bounded,
+    # until the cgroup is empty, so that what is left is truly stale.
+    local deadline=$((SECONDS + 20))
+    while [[ -s $cg/cgroup.procs ]]; do
+        ((SECONDS < deadline)) || fail "the pull's cgroup still has processes: $(cat "$cg/cgroup.procs")"
+        sleep 0.05
+    done
+    [[ -d $staging ]] || fail "kill -9 left no staging: nothing to collect"
+    ns_exec test -e "$lock" || fail "kill -9 left no uid lock: nothing to collect"
+    [[ -d $cg ]] || fail "kill -9 left no cgroup: nothing to collect"
+
+    run_pullhelper gc --cgroup-parent "$PH_CGPARENT" "oci:$OUT/dest"
+    assert_json_result
+    assert_equal "$(json_get '.staging' <<<"$output")" "[\"$staging\"]"
+    assert_equal "$(json_get '.uid_locks' <<<"$output")" "[\"$lock\"]"
+    assert_equal "$(json_get '.cgroups' <<<"$output")" "[\"$PH_CGPARENT/$(basename "$cg")\"]"
+    assert_equal "$(json_get '.commit_locks' <<<"$output")" "[]"
+    [[ ! -e $staging ]] || fail "gc left $staging"
+    ! ns_exec test -e "$lock" || fail "gc left $lock"
+    [[ ! -e $cg ]] || fail "gc left $cg"
+    assert_no_staging "$OUT"
+
+    run_pullhelper gc --cgroup-parent "$PH_CGPARENT" "$OUT/dest"
+    assert_output '{"staging":[],"uid_locks":[],"commit_locks":[],"cgroups":[]}'
+}
+
+@test "gc: a live pull's staging, uid lock and cgroup survive; an unheld commit lock goes, a held one stays" {
+    start_stalled_pull "$OUT/dest"
+    local staging lock cg
+    staging=$(find "$OUT" -maxdepth 1 -name '.pullhelper-staging-*')
+    lock=$(ns_exec find /run/pullhelper/uids -name '*.lock')
+    cg=$(pull_cgroups)
+    [[ -n $staging && -n $lock && -n $cg ]] || fail "the live pull has no staging ($staging), lock ($lock) or cgroup ($cg)"
+    # Commit lock files as lockInode names them: one nobody holds (what a
+    # pullhelper killed while committing leaves), one held.
+    ns_exec mkdir -p /run/pullhelper/locks
+    ns_exec touch /run/pullhelper/locks/1-1.lock
+    mkfifo "$OUT/hold"
+    ns_exec flock /run/pullhelper/locks/2-2.lock cat "$OUT/hold" &
+    local holder=$!
+    exec {hold_fd}>"$OUT/hold"
+    local deadline=$((SECONDS + 10))
+    while ns_exec flock -n /run/pullhelper/locks/2-2.lock true; do
+        ((SECONDS < deadline)) || fail "the holder never took its flock"
+        sleep 0.05
+    done
+
+    run_pullhelper gc --cgroup-parent "$PH_CGPARENT" "oci:$OUT/dest"
+    exec {hold_fd}>&-
+    wait "$holder" || true
+    assert_output '{"staging":[],"uid_locks":[],"commit_locks":["/run/pullhelper/locks/1-1.lock"],"cgroups":[]}'
+    [[ -d $staging ]] || fail "gc removed the live pull's staging"
+    ns_exec test -e "$lock" || fail "gc removed the live pull's uid lock"
+    [[ -d $cg ]] || fail "gc removed the live pull's cgroup"
+    ns_exec test -e /run/pullhelper/locks/2-2.lock || fail "gc removed a held commit lock"
+    _ph_pid_alive "$BG_PID" || fail "the pull died during gc"
+
+    # The pull is intact: interrupted now, it cleans up as ever.
+    kill -TERM "$BG_PID"
+    wait_background_pull 20
+    assert_equal "$BG_RC" 143
+    assert_no_staging "$OUT"
+    ns_exec rm -f /run/pullhelper/locks/2-2.lock
+}
+
+@test "gc: --help explains it; a bad DEST is exit 2 and a DEST under a directory others can write is exit 9, nothing removed" {
+    run_pullhelper gc --help
+    assert_output ""
+    [[ $stderr == *"there is no registry of"* && $stderr == *uid_locks* && $stderr == *cgroups* ]] ||
+        fail "--help does not explain gc: $stderr"
+    run_pullhelper 2 gc "oci:"
+    assert_json_error usage
+    mkdir -p "$OUT/open"
+    chmod 0777 "$OUT/open"
+    # A stale staging directory beside a sound DEST must survive the failed run.
+    mkdir -p "$OUT/sound/.pullhelper-staging-x-1"
+    echo "999999999-1" >"$OUT/sound/.pullhelper-staging-x-1/owner"
+    run_pullhelper 9 gc "$OUT/sound/dest" "oci:$OUT/open/dest"
+    assert_json_error destination
+    [[ $ph_error_message == *"$OUT/open"* ]] || fail "the message does not name the directory: $ph_error_message"
+    [[ -d $OUT/sound/.pullhelper-staging-x-1 ]] || fail "gc removed something before failing"
+    run_pullhelper gc "$OUT/sound/dest"
+    assert_equal "$(json_get '.staging' <<<"$output")" "[\"$OUT/sound/.pullhelper-staging-x-1\"]"
+}
