@@ -302,8 +302,11 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		}
 	}()
 	opts := &copy.Options{
-		SourceCtx:            sys,
-		DestinationCtx:       &types.SystemContext{},
+		SourceCtx: sys,
+		// Temporary files of an archive destination go to the staging
+		// area (DEST's filesystem, counted by the space check), never to
+		// the host's /var/tmp.
+		DestinationCtx:       &types.SystemContext{BigFilesTemporaryDir: st.Work},
 		ReportWriter:         o.Report,
 		Progress:             progress,
 		ProgressInterval:     250 * time.Millisecond,

@@ -105,28 +105,39 @@ func (e *TooLargeError) Error() string {
 // with a Range request, on the same endpoint first, then on the later
 // ones. It returns the size the server announced (-1 when it did not).
 func (c *Client) Blob(ctx context.Context, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	return c.BlobFrom(ctx, d, size, 0)
+}
+
+// BlobFrom is Blob from byte offset on (a Range request; a server that
+// ignores the Range is read past the offset): the reader yields the bytes
+// from offset to the end. The size returned is the whole blob's when the
+// server announced it, else -1.
+func (c *Client) BlobFrom(ctx context.Context, d digest.Digest, size, offset int64) (io.ReadCloser, int64, error) {
+	if offset < 0 || (size >= 0 && offset > size) {
+		return nil, 0, fmt.Errorf("blob %s: offset %d outside its size %d", d, offset, size)
+	}
 	var (
 		rc io.ReadCloser
 		n  int64
 	)
 	err := c.retry(ctx, "blob "+d.String(), func() error {
 		var err error
-		rc, n, err = c.blobOnce(ctx, d, size)
+		rc, n, err = c.blobOnce(ctx, d, size, offset)
 		return err
 	})
 	return rc, n, err
 }
 
-func (c *Client) blobOnce(ctx context.Context, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+func (c *Client) blobOnce(ctx context.Context, d digest.Digest, size, offset int64) (io.ReadCloser, int64, error) {
 	op := "fetching blob " + d.String()
 	var errs []error
 	for i, h := range c.hosts {
-		body, n, err := h.blob(ctx, d, 0, op)
+		body, n, err := h.blob(ctx, d, offset, op)
 		if err == nil {
 			if size < 0 {
 				size = n
 			}
-			return &blobReader{c: c, ctx: ctx, d: d, size: size, at: i, body: body, op: op}, n, nil
+			return &blobReader{c: c, ctx: ctx, d: d, size: size, read: offset, at: i, body: body, op: op}, n, nil
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
@@ -139,7 +150,8 @@ func (c *Client) blobOnce(ctx context.Context, d digest.Digest, size int64) (io.
 	return nil, 0, &FallbackError{What: op, Errs: errs}
 }
 
-// blob opens d's body from offset on.
+// blob opens d's body from offset on; the size is the whole blob's (-1
+// when the server does not say).
 func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op string) (io.ReadCloser, int64, error) {
 	var hdr http.Header
 	if offset > 0 {
@@ -160,28 +172,36 @@ func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op strin
 		}
 		return res.Body, res.ContentLength, nil
 	case res.StatusCode == http.StatusPartialContent && offset > 0:
-		start, ok := contentRangeStart(res.Header.Get("Content-Range"))
+		start, total, ok := contentRange(res.Header.Get("Content-Range"))
 		if !ok || start != offset {
 			_ = res.Body.Close()
 			return nil, 0, &HostError{Host: h.name(), Op: op, Err: fmt.Errorf("asked for bytes from %d, got Content-Range %q", offset, res.Header.Get("Content-Range"))}
 		}
-		return res.Body, -1, nil
+		return res.Body, total, nil
 	}
 	return nil, 0, responseError(res, h.name(), op)
 }
 
-// contentRangeStart parses "bytes START-END/TOTAL".
-func contentRangeStart(v string) (int64, bool) {
+// contentRange parses "bytes START-END/TOTAL" (TOTAL may be "*": -1).
+func contentRange(v string) (start, total int64, ok bool) {
 	rest, ok := strings.CutPrefix(strings.TrimSpace(v), "bytes ")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	s, _, ok := strings.Cut(rest, "-")
+	span, tot, _ := strings.Cut(rest, "/")
+	s, _, ok := strings.Cut(span, "-")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && n >= 0
+	if err != nil || n < 0 {
+		return 0, 0, false
+	}
+	total = -1
+	if t, err := strconv.ParseInt(tot, 10, 64); err == nil && t >= 0 {
+		total = t
+	}
+	return n, total, true
 }
 
 // blobReader reads one blob, resuming a body that breaks off.

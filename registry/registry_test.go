@@ -553,3 +553,22 @@ func TestRetryPerRequest(t *testing.T) {
 		})
 	}
 }
+
+func TestBlobFromOffset(t *testing.T) {
+	for _, noRange := range []bool{false, true} {
+		f, d, blob := newFake(t, "app")
+		f.noRange = noRange
+		c := New([]Endpoint{endpointOf(t, f)}, Hooks{})
+		rc, n, err := c.BlobFrom(context.Background(), d, int64(len(blob)), 40000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, rc); !bytes.Equal(got, blob[40000:]) || n != int64(len(blob)) {
+			t.Errorf("noRange=%v: %d bytes (size %d), want %d (size %d)", noRange, len(got), n, len(blob)-40000, len(blob))
+		}
+	}
+	c := New(nil, Hooks{})
+	if _, _, err := c.BlobFrom(context.Background(), digest.FromString("x"), 10, 11); err == nil {
+		t.Error("an offset past the size was accepted")
+	}
+}
