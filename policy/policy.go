@@ -48,8 +48,14 @@ type Pull struct {
 	// the bytes read and the bytes written into staging (default 64Gi);
 	// a registry that declares or sends more is refused (exit 8).
 	MaxImageSize Size `toml:"max_image_size" json:"max_image_size,omitempty"`
-	// MaxBandwidth caps the download rate (not supported yet).
+	// MaxBandwidth caps this pull's download rate, on the bytes read from
+	// the network (0: none).
 	MaxBandwidth Rate `toml:"max_bandwidth" json:"max_bandwidth,omitempty"`
+	// MinRate fails a blob whose bytes arrive slower than this, averaged
+	// over StallWindow (default 1KiB/s; 0 disables): a trickle that keeps
+	// the no-byte stall timeout at bay still ends the attempt (exit 6).
+	MinRate     Rate     `toml:"min_rate" json:"min_rate"`
+	StallWindow Duration `toml:"stall_window" json:"stall_window"`
 	// AllArchitectures copies every instance of a multi-arch index instead of
 	// the one for this machine's platform.
 	AllArchitectures bool `toml:"all_architectures" json:"all_architectures"`
@@ -175,6 +181,8 @@ func Default() *Policy {
 			RetryDelay:     Duration(time.Second),
 			StallTimeout:   Duration(2 * time.Minute),
 			ParallelLayers: 6,
+			MinRate:        1 << 10,
+			StallWindow:    Duration(time.Minute),
 		},
 		Trust:      Trust{CertsD: certsD, TLSVerify: true},
 		Cgroup:     Cgroup{Driver: "auto", Parent: "/pullhelper"},

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/regpattern"
@@ -12,9 +13,7 @@ import (
 
 // notYet lists settings that parse and validate but that this version cannot
 // honour. Each is rejected when set, never silently ignored.
-var notYet = []struct{ prefix, issue string }{
-	{"pull.max_bandwidth", "bandwidth limits"},
-}
+var notYet = []struct{ prefix, issue string }{}
 
 // Validate checks values and combinations that the decoder cannot check on
 // its own, and rejects settings this version does not support yet. It
@@ -27,6 +26,9 @@ func (l *Loaded) Validate() error {
 	}
 	if p.Pull.ParallelLayers < 1 || p.Pull.ParallelLayers > 64 {
 		bad("pull.parallel_layers", "must be between 1 and 64, not %d", p.Pull.ParallelLayers)
+	}
+	if p.Pull.MinRate > 0 && time.Duration(p.Pull.StallWindow) < time.Second {
+		bad("pull.stall_window", "must be at least 1s while pull.min_rate is set, not %s", time.Duration(p.Pull.StallWindow))
 	}
 	if p.Pull.Retries > 100 {
 		bad("pull.retries", "must be between 0 and 100, not %d", p.Pull.Retries)

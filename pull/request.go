@@ -27,14 +27,21 @@ type Request struct {
 	Trust       auth.Trust        `json:"trust"`
 	// TLSVerify false turns certificate checks off for every host
 	// (--tls-verify=false); per-host exceptions are in the endpoints.
-	TLSVerify        bool                `json:"tls_verify"`
-	Signature        api.SignaturePolicy `json:"signature_policy"`
-	Retries          int                 `json:"retries"`
-	RetryDelay       time.Duration       `json:"retry_delay_ns"`
-	Timeout          time.Duration       `json:"timeout_ns"`
-	StallTimeout     time.Duration       `json:"stall_timeout_ns"`
-	ParallelLayers   int                 `json:"parallel_layers"`
-	AllArchitectures bool                `json:"all_architectures"`
+	TLSVerify    bool                `json:"tls_verify"`
+	Signature    api.SignaturePolicy `json:"signature_policy"`
+	Retries      int                 `json:"retries"`
+	RetryDelay   time.Duration       `json:"retry_delay_ns"`
+	Timeout      time.Duration       `json:"timeout_ns"`
+	StallTimeout time.Duration       `json:"stall_timeout_ns"`
+	// MinRate (bytes/s) over StallWindow: a blob arriving slower fails the
+	// attempt (0: no rate watchdog).
+	MinRate     int64         `json:"min_rate,omitempty"`
+	StallWindow time.Duration `json:"stall_window_ns,omitempty"`
+	// MaxBandwidth caps the bytes read from the network per second for
+	// the whole pull (0: none).
+	MaxBandwidth     int64 `json:"max_bandwidth,omitempty"`
+	ParallelLayers   int   `json:"parallel_layers"`
+	AllArchitectures bool  `json:"all_architectures"`
 	// UserAgent is sent on every registry request ("pullhelper/VERSION").
 	UserAgent string `json:"user_agent"`
 	// MaxImageBytes bounds one image: its declared sizes, the bytes read

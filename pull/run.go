@@ -222,6 +222,12 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	g := newGuard(p.Registry, p.maxImageBytes())
+	g.ctx, g.lim = ctx, newLimiter(p.MaxBandwidth)
+	if p.MinRate > 0 && p.StallWindow > 0 {
+		done := make(chan struct{})
+		defer close(done)
+		go g.watchRates(p.MinRate, p.StallWindow, cancel, done)
+	}
 	if p.StallTimeout > 0 {
 		done := make(chan struct{})
 		defer close(done)
@@ -429,7 +435,7 @@ func (p *Request) resolveDigest(ctx context.Context, sys *types.SystemContext, n
 // network error that names what stalled and where.
 func stallCause(ctx context.Context, err error) error {
 	cause := context.Cause(ctx)
-	if errors.Is(cause, errStalled) {
+	if errors.Is(cause, errStalled) || errors.Is(cause, errTooSlow) {
 		return &failure.Error{Code: failure.Network, Message: cause.Error(), Err: cause}
 	}
 	return err

@@ -59,6 +59,10 @@ type guard struct {
 	inflight map[int]fetch
 
 	hosts *hostLog // which host served each manifest and blob, with blob bytes
+
+	ctx    context.Context // the attempt's: bounds the bandwidth waits
+	lim    *limiter        // the pull's bandwidth cap, nil for none
+	meters meters          // blob fetches in flight, for the rate watchdog
 }
 
 type fetch struct {
@@ -306,7 +310,7 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 		_ = rc.Close()
 		return nil, 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d (the registry announces %d bytes)", info.Digest, info.Size, size)
 	}
-	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, g: s.g, done: done}, size, nil
+	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, g: s.g, done: done, m: s.g.meters.add(info.Digest)}, size, nil
 }
 
 // cappedReader returns an error as soon as more than limit bytes arrive
@@ -318,6 +322,7 @@ type cappedReader struct {
 	n     int64
 	g     *guard
 	done  func()
+	m     *meter
 }
 
 func (r *cappedReader) Read(b []byte) (int, error) {
@@ -325,11 +330,22 @@ func (r *cappedReader) Read(b []byte) (int, error) {
 		// Read at most one byte past the limit: enough to know.
 		b = b[:r.limit-r.n+1]
 	}
+	if r.g.lim != nil && len(b) > r.g.lim.chunk() {
+		b = b[:r.g.lim.chunk()]
+	}
 	n, err := r.rc.Read(b)
 	if n > 0 {
 		r.g.touch()
 		r.n += int64(n)
+		if r.m != nil {
+			r.m.bytes.Add(int64(n))
+		}
 		r.g.hosts.addBytes(r.d, int64(n))
+		if r.g.lim != nil && r.g.ctx != nil {
+			if werr := r.g.lim.wait(r.g.ctx, n); werr != nil && err == nil {
+				err = werr
+			}
+		}
 		if r.limit >= 0 && r.n > r.limit {
 			return 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d", r.d, r.limit)
 		}
@@ -341,6 +357,9 @@ func (r *cappedReader) Read(b []byte) (int, error) {
 }
 
 func (r *cappedReader) Close() error {
+	if r.m != nil {
+		r.g.meters.remove(r.m)
+	}
 	r.done()
 	return r.rc.Close()
 }

@@ -277,7 +277,7 @@ EOF
     grep -q '"GET /v2/fixtures/tiny/blobs/sha256:' <<<"$u" || fail "the registry served no blob: $u"
 }
 
-@test "capabilities: a mirror without resolve is never asked for the tag (the registry resolves it); the digest and blobs come from the mirror" {
+@test "capabilities: a mirror without resolve is never asked for the tag (the registry resolves it); every blob comes from the mirror" {
     hosts_conf "https://$MIRROR_HOST" '"pull"' "$MIRROR_CA"
     local before_m before_u
     before_m=$(log_barrier mirror)
@@ -290,10 +290,12 @@ EOF
     u=$(new_requests img "$before_u")
     ! grep -q '/manifests/latest' <<<"$m" || fail "the mirror without resolve was asked for the tag: $m"
     grep -qE '"(GET|HEAD) /v2/fixtures/tiny/manifests/latest ' <<<"$u" || fail "the registry did not resolve the tag: $u"
-    # The pinned digest then goes to the mirror: the manifest by digest and
-    # every blob (with ?ns=), none from the registry.
-    grep -q "\"GET /v2/fixtures/tiny/manifests/$TINY_DIGEST?ns=$UP_NS " <<<"$m" ||
-        fail "the mirror served no manifest by digest: $m"
+    # Every blob then comes from the mirror (with ?ns=), none from the
+    # registry. (containerd resolves with a HEAD and fetches the manifest
+    # again by digest, from the mirror; pullhelper keeps the manifest the
+    # registry sent for the tag, verified by its digest, and asks no one
+    # for it again.)
+    ! grep -q "/manifests/" <<<"$m" || fail "the mirror was asked for a manifest pullhelper already had: $m"
     grep -q "\"GET /v2/fixtures/tiny/blobs/sha256:[0-9a-f]*?ns=$UP_NS " <<<"$m" || fail "the mirror served no blob: $m"
     ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the registry served blobs: $u"
 }
@@ -481,7 +483,11 @@ start_cache_proxy() {
 # endpoint_field HOST FIELD: FIELD of the result's .endpoints entry for HOST
 # (null when HOST served nothing).
 endpoint_field() {
-    json_get "[.endpoints[] | select(.host == \"$1\") | .$2] | first" <<<"$output"
+    "$PH_PYTHON" -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+v = [e.get(sys.argv[2]) for e in r.get("endpoints") or [] if e["host"] == sys.argv[1]]
+print("null" if not v else json.dumps(v[0]))' "$1" "$2" <<<"$output"
 }
 
 # fp_status_count NAME STATUS: how many requests NAME answered with STATUS.
@@ -558,7 +564,7 @@ for l in open(sys.argv[1]):
     assert_equal "$(endpoint_field "$UP_HOST" blobs)" 1
     (($(endpoint_field "$FP_CACHE_HOST" blobs) >= 1)) || fail "the mirror served no blob: $output"
     # every manifest still came from the mirror
-    assert_equal "$(endpoint_field "$UP_HOST" manifests)" null
+    assert_equal "$(endpoint_field "$UP_HOST" manifests)" 0
 }
 
 @test "fallback: a mirror whose credential is refused (401) is passed over; the registry serves the pull" {
@@ -625,8 +631,9 @@ fill = socket.create_connection(("127.0.0.1", port), timeout=5)  # takes the one
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(port))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-sys.stdin.read()  # until timeout or the test ends it
-' "$T/bh.port" < <(sleep 300) 3>&- &
+import time
+time.sleep(300)  # until the test ends it (or timeout does)
+' "$T/bh.port" </dev/null 3>&- &
     BH_PID=$!
     local deadline=$((SECONDS + 10))
     until [[ -s $T/bh.port ]]; do

@@ -1,0 +1,182 @@
+package pull
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Rates: the bandwidth cap and the minimum-rate watchdog. Both act on the
+// bytes read from the network, in the guard's reader (source.go), which
+// sees every blob byte of the attempt.
+
+// errTooSlow marks an attempt ended by the minimum-rate watchdog.
+var errTooSlow = errors.New("blob arriving below the minimum rate")
+
+// limiter is a token bucket shared by every blob read of one pull: a
+// reader takes what it read and, when the bucket is in debt, waits before
+// reading again, so the socket is not read and TCP flow control slows the
+// sender.
+type limiter struct {
+	rate  float64 // bytes per second
+	burst float64
+	now   func() time.Time
+	sleep func(context.Context, time.Duration) error
+
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func newLimiter(rate int64) *limiter {
+	if rate <= 0 {
+		return nil
+	}
+	// A quarter of a second's worth, between 1 KiB and 256 KiB: small
+	// enough to hold the rate over a second, large enough for few waits.
+	burst := min(max(float64(rate)/4, 1<<10), 256<<10)
+	return &limiter{rate: float64(rate), burst: burst, tokens: burst, last: time.Now(), now: time.Now, sleep: sleepCtx}
+}
+
+// chunk is the most a reader should read at once.
+func (l *limiter) chunk() int { return int(l.burst) }
+
+// wait accounts n bytes read and sleeps off any debt (or until ctx ends).
+func (l *limiter) wait(ctx context.Context, n int) error {
+	l.mu.Lock()
+	now := l.now()
+	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	l.last = now
+	l.tokens -= float64(n)
+	var d time.Duration
+	if l.tokens < 0 {
+		d = time.Duration(-l.tokens / l.rate * float64(time.Second))
+	}
+	l.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	return l.sleep(ctx, d)
+}
+
+// meter counts one blob fetch's bytes for the rate watchdog.
+type meter struct {
+	d     digest.Digest
+	start time.Time
+	bytes atomic.Int64
+
+	// samples[i] is bytes at the i-th tick since start (a ring of the
+	// last window's ticks), owned by the watchdog goroutine.
+	samples []int64
+	ticks   int
+}
+
+// meters are the blob fetches in flight.
+type meters struct {
+	mu sync.Mutex
+	m  map[*meter]bool
+}
+
+func (ms *meters) add(d digest.Digest) *meter {
+	m := &meter{d: d, start: time.Now()}
+	ms.mu.Lock()
+	if ms.m == nil {
+		ms.m = map[*meter]bool{}
+	}
+	ms.m[m] = true
+	ms.mu.Unlock()
+	return m
+}
+
+func (ms *meters) remove(m *meter) {
+	ms.mu.Lock()
+	delete(ms.m, m)
+	ms.mu.Unlock()
+}
+
+func (ms *meters) list() []*meter {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	out := make([]*meter, 0, len(ms.m))
+	for m := range ms.m {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].start.Before(out[j].start) })
+	return out
+}
+
+// rateError is the cause of an attempt ended by the watchdog.
+type rateError struct {
+	d        digest.Digest
+	host     string
+	rate     float64
+	min      int64
+	window   time.Duration
+	received int64
+}
+
+func (e *rateError) Error() string {
+	return fmt.Sprintf("blob %s from %s arrived at %.0f B/s over the last %s (%d bytes), below the minimum rate of %d B/s (pull.min_rate, --min-rate)",
+		e.d, e.host, e.rate, e.window, e.received, e.min)
+}
+
+func (e *rateError) Is(target error) bool { return target == errTooSlow }
+
+// watchRates ends the attempt (cancel) when a blob in flight for at least
+// window received fewer than minRate×window bytes in the last window. It
+// samples every window/20 (at most every second) until done closes.
+func (g *guard) watchRates(minRate int64, window time.Duration, cancel context.CancelCauseFunc, done <-chan struct{}) {
+	tick := min(window/20, time.Second)
+	n := int(window/tick) + 1 // samples spanning one window
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		span := time.Duration(n-1) * tick
+		for _, m := range g.meters.list() {
+			got, full := m.observe(n, m.bytes.Load())
+			if full && float64(got) < float64(minRate)*span.Seconds() {
+				cancel(&rateError{d: m.d, host: g.hosts.blobHost(m.d), rate: float64(got) / span.Seconds(),
+					min: minRate, window: span, received: got})
+				return
+			}
+		}
+	}
+}
+
+// observe records the byte count b at one tick, in a ring of n samples,
+// and returns the bytes received since the oldest one (n-1 ticks ago) once
+// the ring is full.
+func (m *meter) observe(n int, b int64) (got int64, full bool) {
+	if m.samples == nil {
+		m.samples = make([]int64, n)
+	}
+	m.samples[m.ticks%n] = b
+	m.ticks++
+	if m.ticks < n {
+		return 0, false
+	}
+	return b - m.samples[m.ticks%n], true
+}

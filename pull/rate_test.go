@@ -1,0 +1,90 @@
+package pull
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A virtual clock: sleeping advances it, so the limiter's arithmetic is
+// checked without real time passing.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+func (c *fakeClock) sleep(_ context.Context, d time.Duration) error {
+	c.t = c.t.Add(d)
+	return nil
+}
+
+func TestLimiterHoldsTheRate(t *testing.T) {
+	for _, rate := range []int64{100, 10 << 10, 20 << 20} {
+		c := &fakeClock{t: time.Unix(1000, 0)}
+		l := newLimiter(rate)
+		l.now, l.sleep, l.last = c.now, c.sleep, c.t
+		start := c.t
+		total := int64(0)
+		want := rate * 10 // ten seconds' worth
+		for total < want {
+			n := min(l.chunk(), int(want-total))
+			total += int64(n)
+			if err := l.wait(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := c.t.Sub(start).Seconds()
+		// The first burst is free: 10 s less at most burst/rate.
+		lo := 10 - l.burst/float64(rate)
+		if got < lo-0.001 || got > 10.001 {
+			t.Errorf("rate %d: %d bytes took %.3fs of virtual time, want within [%.3f, 10]", rate, total, got, lo)
+		}
+	}
+	if newLimiter(0) != nil {
+		t.Error("a zero rate must mean no limiter")
+	}
+}
+
+func TestLimiterSharedByReaders(t *testing.T) {
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	l := newLimiter(1 << 20)
+	l.now, l.sleep, l.last = c.now, c.sleep, c.t
+	// Two readers taking turns share one budget: 4 MiB take ~4 s.
+	for i := 0; i < 2*2*(1<<20)/l.chunk(); i++ {
+		_ = l.wait(context.Background(), l.chunk())
+	}
+	if got := c.t.Sub(time.Unix(1000, 0)).Seconds(); got < 3.7 || got > 4.001 {
+		t.Errorf("4 MiB at 1 MiB/s across two readers took %.3fs, want ~4s", got)
+	}
+}
+
+func TestMeterWindow(t *testing.T) {
+	m := &meter{}
+	const n = 5 // 4 ticks span the window
+	var got int64
+	var full bool
+	for i, b := range []int64{0, 100, 200, 300} {
+		if got, full = m.observe(n, b); full {
+			t.Fatalf("tick %d: full before %d samples", i, n)
+		}
+	}
+	if got, full = m.observe(n, 400); !full || got != 400 {
+		t.Fatalf("5th sample: got %d full %v, want 400 true", got, full)
+	}
+	// a stall: the count stops; the window slides over it
+	for i := 0; i < 4; i++ {
+		got, _ = m.observe(n, 400)
+	}
+	if got != 0 {
+		t.Errorf("after a window without bytes: %d, want 0", got)
+	}
+	if got, _ = m.observe(n, 450); got != 50 {
+		t.Errorf("one tick of 50 bytes after the stall: %d, want 50", got)
+	}
+}
+
+func TestRateErrorNamesBlobHostAndRate(t *testing.T) {
+	e := &rateError{d: "sha256:abc", host: "mirror:5000", rate: 102.4, min: 1024, window: time.Minute, received: 6144}
+	want := "blob sha256:abc from mirror:5000 arrived at 102 B/s over the last 1m0s (6144 bytes), below the minimum rate of 1024 B/s (pull.min_rate, --min-rate)"
+	if e.Error() != want {
+		t.Errorf("got %q\nwant %q", e.Error(), want)
+	}
+}

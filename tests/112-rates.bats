@@ -1,0 +1,85 @@
+#!/usr/bin/env bats
+#
+# Rates (issue 13): the minimum-rate watchdog a trickle cannot fool
+# (pull.min_rate over pull.stall_window) and the per-pull bandwidth cap
+# (pull.max_bandwidth), through tests/faultproxy standing in for the real
+# registry. Network: 127.0.0.1 only.
+
+load helpers
+load faultproxy
+
+setup_file() {
+    start_registry
+    push_fixture tiny
+    push_fixture big
+}
+
+teardown_file() {
+    stop_all_faultproxies
+    stop_registry
+}
+
+setup() {
+    ph_test_setup
+    start_faultproxy REG "$REGISTRY_URL"
+}
+
+teardown() {
+    stop_all_faultproxies
+}
+
+# tiny_layer_path: the blob path regexp of tiny's (only) layer.
+tiny_layer_path() {
+    local d
+    d=$(registry_manifest fixtures/tiny:latest | "$PH_PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
+    [[ $d == sha256:* ]] || fail "no layer digest: $d"
+    echo "/blobs/$d\$"
+}
+
+@test "min_rate: a layer trickling at 200 B/s under --min-rate 1KiB/s over 2s ends the pull (exit 6) naming the blob, the host and the rate" {
+    local layer
+    layer=$(tiny_layer_path)
+    faultproxy_rules REG "[{\"match\": {\"path\": \"$layer\"}, \"trickle\": 200}]"
+    run_pullhelper 6 pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --retries 0 \
+        --min-rate 1KiB/s --stall-window 2s "$FP_REG_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_error network
+    [[ $ph_error_message == *"below the minimum rate of 1024 B/s"* ]] || fail "not the rate watchdog: $ph_error_message"
+    [[ $ph_error_message == *"${layer:7:71}"* && $ph_error_message == *"from $FP_REG_HOST"* ]] ||
+        fail "the blob or host is not named: $ph_error_message"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+    assert_no_staging "$OUT"
+}
+
+@test "min_rate: a trickle above the minimum (2000 B/s over --min-rate 500) is not a stall: the pull completes" {
+    local layer
+    layer=$(tiny_layer_path)
+    faultproxy_rules REG "[{\"match\": {\"path\": \"$layer\"}, \"trickle\": 2000}]"
+    run_pullhelper pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --retries 0 \
+        --min-rate 500 --stall-window 1s "$FP_REG_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_result
+    assert_equal "$(faultproxy_count REG "$layer")" 1
+}
+
+@test "min_rate: explain shows the defaults (1KiB/s over 60s) and a bad window is a usage error" {
+    run_pullhelper explain "$FP_REG_HOST/fixtures/tiny"
+    assert_equal "$(json_get .plan.min_rate <<<"$output")" 1024
+    assert_equal "$(json_get .plan.stall_window_ns <<<"$output")" 60000000000
+    run_pullhelper 2 explain --min-rate 1KiB/s --stall-window 100ms "$FP_REG_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == *"--stall-window"* ]] || fail "the error does not name the setting: $ph_error_message"
+}
+
+@test "max_bandwidth: --max-bandwidth 20MiB/s holds the pull of big at or below the cap (never faster), and reports the rate" {
+    run_pullhelper pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --max-bandwidth 20MiB/s \
+        "$FP_REG_HOST/fixtures/big" "oci:$OUT/dest"
+    assert_json_result
+    local net ms
+    net=$(faultproxy_bytes REG '/blobs/')
+    ms=$(json_get .duration_ms <<<"$output")
+    ((net > 50000000)) || fail "only $net bytes went over the network"
+    # The cap is a floor on the time: net bytes at 20 MiB/s, less one
+    # burst (a quarter second) and 15 %. Faster means the cap did not hold.
+    local floor_ms=$(((net * 1000 / (20 * 1048576) - 250) * 85 / 100))
+    ((ms >= floor_ms)) || fail "$net bytes in ${ms}ms: faster than the cap allows (at least ${floor_ms}ms)"
+    echo "# max_bandwidth 20MiB/s: $net bytes in ${ms}ms = $((net * 1000 / ms / 1024)) KiB/s (cap 20480 KiB/s)" >&3
+}
