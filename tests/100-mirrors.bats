@@ -683,3 +683,51 @@ time.sleep(300)  # until the test ends it (or timeout does)
     json_get '.plan.warnings' <<<"$output" | grep -F "$T/hosts/$UP_HOST/hosts.toml" | grep -q soon ||
         fail "no warning naming the file and the value: $output"
 }
+
+# upstream_proxy_conf PASSWORD_FILE: hosts.toml whose first host is a closed
+# port (a mirror that is down) and whose server is the fault proxy UPP in
+# front of the upstream, which refuses (401, a Basic challenge) every
+# request without the upstream's right credential; the server's
+# credential is read from PASSWORD_FILE.
+upstream_proxy_conf() {
+    local port good
+    port=$(_ph_free_port) || fail "no free port"
+    good=$({ printf '%s:' "$REGISTRY_USER"; tr -d '\n' <"$REGISTRY_DIR/password"; } | base64 -w0)
+    faultproxy_rules UPP "[{\"match\": {}, \"require_header\": \"Authorization=Basic $good\", \"status\": 401, \"headers\": {\"WWW-Authenticate\": \"Basic realm=\\\"up\\\"\"}}]"
+    mkdir -p "$T/hosts/$UP_HOST"
+    {
+        echo "server = \"https://$FP_UPP_HOST\""
+        echo "ca = \"$FP_UPP_CA\""
+        echo
+        echo "[host.\"https://127.0.0.1:$port\"]"
+        echo '  capabilities = ["pull", "resolve"]'
+    } >"$T/hosts/$UP_HOST/hosts.toml"
+    cred containerd "$T/up.toml" --key "$FP_UPP_HOST" --password-file "$1"
+    {
+        cat "$T/up.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+}
+
+@test "credentials: behind a mirror that is down, the registry's own credential (configs.\"SERVER\".auth) reaches it and pulls; a wrong one is exit 3 naming it" {
+    start_faultproxy UPP "$REGISTRY_URL" --upstream-ca "$REGISTRY_CA"
+    upstream_proxy_conf "$REGISTRY_DIR/password"
+    run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_json_result
+    assert_dest_complete "$OUT/tiny"
+    assert_equal "$(json_get '.endpoints[0].host' <<<"$output")" "$FP_UPP_HOST"
+    assert_equal "$(json_get '.credential.key' <<<"$output")" "configs.\"$FP_UPP_HOST\".auth"
+    (($(fp_status_count UPP 401) > 0)) || fail "the server never challenged: $(faultproxy_log UPP)"
+    printf 'not-the-password' >"$T/wrong-password"
+    upstream_proxy_conf "$T/wrong-password"
+    run_pullhelper 3 pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny" "oci:$OUT/tiny2"
+    assert_json_error unauthorized
+    [[ $ph_error_message == *"refused every matching credential"*"configs.\\\"$FP_UPP_HOST\\\".auth"*"$REGISTRY_USER"* ]] ||
+        fail "the refused credential is not named: $ph_error_message"
+    assert_secret_absent "$output" "$stderr"
+    [[ ! -e $OUT/tiny2 ]] || fail "DEST was created"
+    assert_no_staging "$OUT"
+}

@@ -22,7 +22,7 @@ type settingFlag struct {
 var settingFlags = []settingFlag{
 	{"signature-policy", "pull.signature_policy", policy.String, "FILE", "containers-policy.json(5) judging the image (default: /etc/containers/policy.json if present, else accept anything)", true},
 	{"registries-conf", "pull.registries_conf", policy.String, "FILE", "containers-registries.conf(5) for short names, mirrors and insecure/blocked registries", true},
-	{"retries", "pull.retries", policy.Int, "N", "retry network failures N times, with doubling back-off (default 3)", false},
+	{"retries", "pull.retries", policy.Int, "N", "retry a failed manifest or blob request N times, with doubling, jittered back-off; Retry-After is honoured (default 3)", false},
 	{"retry-delay", "pull.retry_delay", policy.String, "DURATION", "first back-off between retries; doubles after each (default 1s)", false},
 	{"timeout", "pull.timeout", policy.String, "DURATION", "give up after DURATION, retries included (e.g. 10m; default none)", false},
 	{"stall-timeout", "pull.stall_timeout", policy.String, "DURATION", "fail an attempt when no byte arrives for DURATION (default 2m; 0 disables)", false},
