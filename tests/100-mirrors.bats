@@ -103,6 +103,23 @@ assert_dest_complete() {
     ph_skopeo copy --quiet "oci:$1" "dir:$T/check-${1##*/}" || fail "skopeo could not read $1 completely"
 }
 
+# ctrd_config FILE...: $T/config.toml (0600): the CRI credential tables of
+# each cred-files.py containerd FILE (the first's version line kept), then
+# config_path = $T/hosts.
+ctrd_config() {
+    local f first=1
+    {
+        for f in "$@"; do
+            if ((first)); then cat "$f"; else echo; grep -v '^version' "$f"; fi
+            first=0
+        done
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+}
+
 # hosts_conf HOST_URL CAPABILITIES [CA]: $T/config.toml (0600) whose
 # config_path gives the upstream a hosts.toml: [host."HOST_URL"] with the
 # capabilities (a TOML array body) and CA, then server = the upstream (its
@@ -119,15 +136,7 @@ hosts_conf() {
     } >"$T/hosts/$UP_HOST/hosts.toml"
     cred containerd "$T/mirror.toml" --key "$MIRROR_HOST" --user "$MIRROR_USER" --password-file "$MIRROR_DIR/password"
     cred containerd "$T/up.toml"
-    {
-        cat "$T/mirror.toml"
-        echo
-        grep -v '^version' "$T/up.toml"
-        echo
-        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
-        echo "  config_path = \"$T/hosts\""
-    } >"$T/config.toml"
-    chmod 600 "$T/config.toml"
+    ctrd_config "$T/mirror.toml" "$T/up.toml"
 }
 
 # start_fake_mirror: a plain-http server on loopback answering 500 to every
@@ -463,15 +472,7 @@ proxy_conf() {
     } >"$T/hosts/$UP_HOST/hosts.toml"
     cred containerd "$T/mirror.toml" --key "$host" --user "$MIRROR_USER" --password-file "${PROXY_PASSWORD_FILE:-$MIRROR_DIR/password}"
     cred containerd "$T/up.toml"
-    {
-        cat "$T/mirror.toml"
-        echo
-        grep -v '^version' "$T/up.toml"
-        echo
-        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
-        echo "  config_path = \"$T/hosts\""
-    } >"$T/config.toml"
-    chmod 600 "$T/config.toml"
+    ctrd_config "$T/mirror.toml" "$T/up.toml"
 }
 
 # start_cache_proxy: a fault proxy named CACHE in front of the cache,
@@ -655,13 +656,7 @@ time.sleep(300)  # until the test ends it (or timeout does)
         echo '  dial_timeout = "1s"'
     } >"$T/hosts/$UP_HOST/hosts.toml"
     cred containerd "$T/up.toml"
-    {
-        cat "$T/up.toml"
-        echo
-        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
-        echo "  config_path = \"$T/hosts\""
-    } >"$T/config.toml"
-    chmod 600 "$T/config.toml"
+    ctrd_config "$T/up.toml"
     run_pullhelper explain --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny"
     assert_equal "$(json_get '.plan.endpoints[0].dial_timeout' <<<"$output")" 1s
     # --timeout 25s: with the 30s default the first connect alone would
@@ -703,13 +698,7 @@ upstream_proxy_conf() {
         echo '  capabilities = ["pull", "resolve"]'
     } >"$T/hosts/$UP_HOST/hosts.toml"
     cred containerd "$T/up.toml" --key "$FP_UPP_HOST" --password-file "$1"
-    {
-        cat "$T/up.toml"
-        echo
-        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
-        echo "  config_path = \"$T/hosts\""
-    } >"$T/config.toml"
-    chmod 600 "$T/config.toml"
+    ctrd_config "$T/up.toml"
 }
 
 @test "credentials: behind a mirror that is down, the registry's own credential (configs.\"SERVER\".auth) reaches it and pulls; a wrong one is exit 3 naming it" {
