@@ -116,6 +116,8 @@ func codeOf(err error) failure.Code {
 		return failure.Verification
 	case errors.Is(err, registry.ErrNoEndpoint):
 		return failure.NotFound
+	case errors.Is(err, registry.ErrTooManyRedirects):
+		return failure.Verification // an answer beyond its bounds, as a manifest over 4 MiB
 	case errors.As(err, &statusErr):
 		return statusCode(statusErr)
 	case isDigestMismatch(err):

@@ -173,12 +173,19 @@ func newHost(c *Client, ep Endpoint) *host {
 	return h
 }
 
+// maxRedirects bounds one request's redirect chain (Go's own limit).
+const maxRedirects = 10
+
+// ErrTooManyRedirects: a redirect chain longer than maxRedirects (a loop).
+// It is final: never retried.
+var ErrTooManyRedirects = errors.New("stopped after 10 redirects (a redirect loop?)")
+
 // checkRedirect follows at most 10 redirects and drops the credential on a
 // redirect to another origin (Go keeps it for a subdomain, or the same
 // name on another port or scheme).
 func checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
+	if len(via) >= maxRedirects {
+		return ErrTooManyRedirects
 	}
 	if origin(req.URL) != origin(via[0].URL) {
 		req.Header.Del("Authorization")

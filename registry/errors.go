@@ -76,7 +76,7 @@ func (e *FallbackError) Error() string {
 	for _, err := range e.Errs[:len(e.Errs)-1] {
 		also = append(also, err.Error())
 	}
-	return fmt.Sprintf("%v (earlier endpoints also failed: %s)", e.Errs[len(e.Errs)-1], strings.Join(also, "; "))
+	return fmt.Sprintf("%v (earlier failures: %s)", e.Errs[len(e.Errs)-1], strings.Join(also, "; "))
 }
 
 func (e *FallbackError) Unwrap() error { return e.Errs[len(e.Errs)-1] }

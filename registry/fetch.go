@@ -134,8 +134,15 @@ func (c *Client) blobOnce(ctx context.Context, d digest.Digest, size, offset int
 	for i, h := range c.hosts {
 		body, n, err := h.blob(ctx, d, offset, op)
 		if err == nil {
-			if size < 0 {
+			switch {
+			case size < 0:
 				size = n
+			case n <= size:
+				// A shorter announcement is a body that ends early: the
+				// reader resumes it up to the size the manifest declares.
+				// (A longer one is returned as is, for the caller's
+				// size check.)
+				n = size
 			}
 			return &blobReader{c: c, ctx: ctx, d: d, size: size, read: offset, at: i, body: body, op: op}, n, nil
 		}
@@ -254,21 +261,30 @@ func (r *blobReader) resume(cause error) error {
 		return broken
 	}
 	r.resumes++
-	errs := []error{broken}
-	for i := r.at; i < len(r.c.hosts); i++ {
-		h := r.c.hosts[i]
-		r.c.hooks.Log.Info("resuming a blob", "host", h.name(), "blob", r.d.String(), "offset", r.read, "error", cause.Error())
-		body, _, err := h.blob(r.ctx, r.d, r.read, r.op)
-		if err == nil {
-			r.at, r.body = i, body
-			return nil
+	// The endpoint that served the body first, then the later ones; a
+	// pass that fails in a way that may pass is retried like any request.
+	from := r.at
+	err := r.c.retry(r.ctx, "blob "+r.d.String()+" from byte "+fmt.Sprint(r.read), func() error {
+		var errs []error
+		for i := from; i < len(r.c.hosts); i++ {
+			h := r.c.hosts[i]
+			r.c.hooks.Log.Info("resuming a blob", "host", h.name(), "blob", r.d.String(), "offset", r.read, "error", cause.Error())
+			body, _, err := h.blob(r.ctx, r.d, r.read, r.op)
+			if err == nil {
+				r.at, r.body = i, body
+				return nil
+			}
+			errs = append(errs, err)
+			if r.ctx.Err() != nil {
+				break
+			}
 		}
-		errs = append(errs, err)
-		if r.ctx.Err() != nil {
-			break
-		}
+		return &FallbackError{What: r.op, Errs: errs}
+	})
+	if err != nil {
+		return fmt.Errorf("%w (resuming after: %v)", err, broken)
 	}
-	return &FallbackError{What: r.op, Errs: errs}
+	return nil
 }
 
 func (r *blobReader) Close() error { return r.body.Close() }

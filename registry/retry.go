@@ -76,7 +76,7 @@ func transient(err error) bool {
 		cv   *tls.CertificateVerificationError
 		rh   tls.RecordHeaderError
 		al   tls.AlertError
-		noEp = errors.Is(err, ErrNoEndpoint)
+		noEp = errors.Is(err, ErrNoEndpoint) || errors.Is(err, ErrTooManyRedirects)
 	)
 	switch {
 	case noEp, errors.As(err, &fe), errors.As(err, &tl), errors.Is(err, context.Canceled),
