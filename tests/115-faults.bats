@@ -11,9 +11,6 @@
 # resume). teardown_file prints the table (fault | expected | outcome) on
 # fd 3, so CI output shows it.
 #
-# A test marked skip "KNOWN BUG: ..." asserts the correct behaviour and fails
-# today (checked without the skip); its row shows the reason.
-#
 # No assertion depends on timing: a wait is checked by what the retry log line
 # announces and by the request the proxy saw after it, never by elapsed time.
 # Network: 127.0.0.1 only.
@@ -222,7 +219,6 @@ rules() {
 
 @test "a reset mid-layer whose Range resume gets a 503: the resume is retried after the delay, from the same offset" {
     row "reset_after 100000, then 503 on the resume" "success; the resume retried at bytes=100000-"
-    skip "KNOWN BUG: exit 6 at once: a resume that fails (503, connection refused) is never retried: registry/fetch.go blobReader.resume bypasses Client.retry, and pull.retryable refuses the whole-image retry of a FallbackError"
     rules "[{\"match\": {\"path\": \"^$L1_PATH\$\", \"header\": [\"!Range\"]}, \"count\": 1, \"reset_after\": 100000},
             {\"match\": {\"path\": \"^$L1_PATH\$\", \"header\": [\"Range\"]}, \"count\": 1, \"status\": 503}]"
     pull 0 --retries 2
@@ -265,7 +261,6 @@ assert (r["range"], r["action"], r["upstream"], r["bytes"]) == ("bytes=100000-",
     # The body ends, cleanly, before the blob's declared size: as a
     # truncated body, it is resumed with a Range request.
     row "content_length 100000 (layer 1, once)" "success; 1 resume, Range bytes=100000-"
-    skip "KNOWN BUG: exit 1 \"Size mismatch\": registry/fetch.go blobOnce returns the short Content-Length as the blob's size, so containers/image's destination expects it while the resumed reader yields the declared size"
     rules "[{\"match\": {\"path\": \"^$L1_PATH\$\"}, \"count\": 1, \"content_length\": 100000}]"
     pull 0
     assert_committed
@@ -308,13 +303,12 @@ print(es[0]["status"], es[1]["status"], es[1]["action"] or "forwarded")' "$FP_X_
 }
 
 @test "a 100 B/s trickle on the config with --stall-timeout 2s: not a stall, the pull succeeds" {
-    # [pull] min_rate / --min-rate (issue 13) is not implemented yet: a
-    # trickle passes the no-byte stall timeout, as documented for
-    # --stall-timeout ("no byte arrives for D"). Once min_rate exists, a
-    # trickle below it must fail with exit 6 naming the blob, host and rate;
-    # this 100 B/s trickle on a ${CFG_SIZE}-byte blob lasts a few seconds, well
-    # inside the default stall_window of 60s, so it would still pass.
-    row "trickle 100 B/s (config, ${CFG_SIZE} bytes)" "success (no min_rate yet; not a stall)"
+    # A trickle passes the no-byte stall timeout ("no byte arrives for D").
+    # The rate watchdog (default 1KiB/s over 60s) judges a blob only once it
+    # has been in flight for a whole window: this ${CFG_SIZE}-byte blob at
+    # 100 B/s lasts a few seconds, so it passes too. tests/112-rates.bats
+    # has the trickle that fails it.
+    row "trickle 100 B/s (config, ${CFG_SIZE} bytes)" "success (not a stall; shorter than the rate window)"
     rules "[{\"match\": {\"path\": \"^$CFG_PATH\$\"}, \"trickle\": 100}]"
     pull 0 --stall-timeout 2s
     assert_committed
@@ -360,7 +354,6 @@ assert e["action"] == "trickle" and e["bytes"] == int(sys.argv[3]) and e["writes
     # loop is not among the failures that "may pass" (a connection error,
     # 408, 429, 5xx), so it is final: one chain of 10 requests.
     row "307 to itself (layer 1, always)" "exit 8 verification; 10 GETs (one chain)"
-    skip "KNOWN BUG: a redirect loop is exit 1 (internal) and retried: registry/retry.go transient() counts the HostError of \"stopped after 10 redirects\" as passing, pull/classify.go codeOf leaves it unclassified"
     rules "[{\"match\": {\"path\": \"^$L1_PATH\$\"}, \"status\": 307, \"headers\": {\"Location\": \"$L1_PATH\"}}]"
     pull 8 --retries 1
     assert_json_error verification
