@@ -249,8 +249,14 @@ func cpExec(p *CredentialProvider, d *ProviderDecision, binDir, image string, ti
 		return nil, fail("error execing credential provider plugin: %v: stderr: %s", runErr, msg)
 	}
 
-	out := stdout.Bytes()
-	secrets := append(cpPasswordsFromOutput(out), d.token)
+	return cpDecodeResponse(p, stdout.Bytes(), d.token, fail)
+}
+
+// cpDecodeResponse decodes the plugin's stdout as a CredentialProviderResponse
+// of p's apiVersion, strictly (unknown fields are errors). Errors come from
+// fail and never hold a password of out or token.
+func cpDecodeResponse(p *CredentialProvider, out []byte, token string, fail func(format string, a ...any) error) (*cpResponse, error) {
+	secrets := append(cpPasswordsFromOutput(out), token)
 	var gvk struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
