@@ -15,9 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"go.podman.io/image/v5/docker/reference"
 )
@@ -249,8 +251,14 @@ func cpExec(p *CredentialProvider, d *ProviderDecision, binDir, image string, ti
 		return nil, fail("error execing credential provider plugin: %v: stderr: %s", runErr, msg)
 	}
 
-	out := stdout.Bytes()
-	secrets := append(cpPasswordsFromOutput(out), d.token)
+	return cpDecodeResponse(p, stdout.Bytes(), d.token, fail)
+}
+
+// cpDecodeResponse decodes the plugin's stdout as a CredentialProviderResponse
+// of p's apiVersion, strictly (unknown fields are errors). Errors come from
+// fail and never hold a password of out or token.
+func cpDecodeResponse(p *CredentialProvider, out []byte, token string, fail func(format string, a ...any) error) (*cpResponse, error) {
+	secrets := append(cpPasswordsFromOutput(out), token)
 	var gvk struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -260,7 +268,7 @@ func cpExec(p *CredentialProvider, d *ProviderDecision, binDir, image string, ti
 	}
 	if gvk.APIVersion != p.APIVersion {
 		return nil, fail("apiVersion from credential plugin response did not match expected apiVersion:%s, actual apiVersion:%s",
-			p.APIVersion, cpRedact(cpTruncate(gvk.APIVersion, 128), secrets))
+			p.APIVersion, cpOneLine(cpRedact(cpTruncate(gvk.APIVersion, 128), secrets)))
 	}
 	if err := cpStrictCheck(out, cpResponseSchema); err != nil {
 		return nil, fail("error decoding credential provider plugin response from stdout: %s", cpRedact(err.Error(), secrets))
@@ -337,6 +345,15 @@ func cpRedact(s string, secrets []string) string {
 		if sec != "" {
 			s = strings.ReplaceAll(s, sec, "[redacted]")
 		}
+	}
+	return s
+}
+
+// cpOneLine is s for an error message: as is (the kubelet's text), or
+// quoted when it holds a control character (a newline would split it).
+func cpOneLine(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return strconv.Quote(s)
 	}
 	return s
 }

@@ -1,0 +1,134 @@
+package reexec
+
+// Fuzz targets for what the root parent reads from the (untrusted) child on
+// fd 4: the bounded line reader and the message decoder over it.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+// FuzzReadLine: readLine returns exactly the '\n'-separated lines of its
+// input, each of at most max bytes, whatever the buffer size; a longer line
+// is errOversized, an unterminated last line io.ErrUnexpectedEOF (or
+// errOversized once it is longer than a full line could be).
+func FuzzReadLine(f *testing.F) {
+	f.Add([]byte("a\nbb\n"), uint8(8), uint8(16))
+	f.Add([]byte("12345678\n"), uint8(8), uint8(16))
+	f.Add([]byte("123456789\n"), uint8(8), uint8(16))
+	f.Add([]byte(strings.Repeat("x", 1000)), uint8(8), uint8(16))
+	f.Add([]byte("a\nhalf"), uint8(8), uint8(16))
+	f.Add([]byte("\n\n\r\n"), uint8(0), uint8(0))
+	f.Fuzz(func(t *testing.T, data []byte, max, size uint8) {
+		br := bufio.NewReaderSize(bytes.NewReader(data), int(size)) // at least 16
+		rest := data
+		for {
+			got, err := readLine(br, int(max))
+			i := bytes.IndexByte(rest, '\n')
+			switch {
+			case len(rest) == 0:
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("at the end: %q, %v, want io.EOF", got, err)
+				}
+				return
+			case (i < 0 && len(rest) > int(max)+1) || i > int(max):
+				if !errors.Is(err, errOversized) {
+					t.Fatalf("line of %d bytes (max %d): %q, %v, want errOversized", min(i, len(rest)), max, got, err)
+				}
+				return
+			case i < 0:
+				if !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Fatalf("unterminated %q: %q, %v", rest, got, err)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, rest[:i]) {
+				t.Fatalf("got %q, %v, want %q", got, err, rest[:i])
+			}
+			rest = rest[i+1:]
+		}
+	})
+}
+
+// FuzzChildMessages: whatever the child writes on fd 4, the parent's
+// decoder stops with nil (EOF, a line cut short) or a one-line error, emits
+// only messages of complete JSON lines, and the parent's bounds hold for
+// what it takes from them: only progress events, bounded hosts, at most
+// maxEndpoints endpoints without negative counts.
+func FuzzChildMessages(f *testing.F) {
+	for _, m := range []message{
+		{Event: &api.Event{Type: api.EventLayerProgress, Digest: "sha256:ab", Bytes: 10, Size: 20, Host: "reg.example:5000"}},
+		{Event: &api.Event{Type: "done"}},
+		{Result: &api.Result{Endpoints: []api.EndpointUse{{Host: "a", Blobs: 1}, {Host: "", Blobs: 1}, {Host: "b", Bytes: -1}}}},
+		{Error: &wireError{Code: failure.Unauthorized, Message: "unauthorized: reg"}},
+	} {
+		b, err := json.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append(b, '\n'))
+	}
+	f.Add([]byte("{\"event\":{\"type\":\"layer_progress\",\"host\":\"" + strings.Repeat("h", 300) + "\"}}\n\n  \n{\"event\":"))
+	f.Add([]byte("{\"result\":{}}\n{\"result\":{\"endpoints\":[" + strings.Repeat(`{"host":"x"},`, 70) + `{"host":"y"}]}}` + "\n"))
+	f.Add([]byte("not json\n"))
+	f.Add([]byte(`{"error":{"code":"x"}}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		go func() {
+			_, _ = w.Write(data)
+			w.Close()
+		}()
+		c := &childProc{events: r}
+		msgs := make(chan message)
+		errc := make(chan error, 1)
+		go c.read(msgs, errc)
+		n := 0
+		for m := range msgs {
+			n++
+			if m.Event != nil {
+				if e, ok := progressOnly(*m.Event); ok {
+					if !api.IsProgress(e.Type) || len(e.Host) > maxHost {
+						t.Fatalf("progress event %+v passed", e)
+					}
+				} else if api.IsProgress(m.Event.Type) {
+					t.Fatalf("progress event %q dropped", m.Event.Type)
+				}
+			}
+			if m.Result != nil {
+				boundEndpoints(m.Result)
+				if len(m.Result.Endpoints) > maxEndpoints {
+					t.Fatalf("%d endpoints", len(m.Result.Endpoints))
+				}
+				for _, e := range m.Result.Endpoints {
+					if e.Host == "" || len(e.Host) > maxHost || e.Manifests < 0 || e.Blobs < 0 || e.Bytes < 0 {
+						t.Fatalf("endpoint %+v kept", e)
+					}
+				}
+			}
+			if m.Error != nil {
+				_ = m.Error.err()
+			}
+		}
+		if err := <-errc; err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		}
+		if lines := bytes.Count(data, []byte("\n")); n > lines {
+			t.Fatalf("%d messages from %d complete lines", n, lines)
+		}
+	})
+}
