@@ -174,7 +174,7 @@ func cpProvide(p *CredentialProvider, d *ProviderDecision, binDir, image, cacheD
 		key = cpGlobalKey
 	default:
 		return nil, errors.Join(fmt.Errorf("credential provider %q (image %s): plugin did not return a valid cacheKeyType: %q (want Image, Registry or Global)",
-			p.Name, image, cpRedact(cpTruncate(resp.CacheKeyType, 64), cpPasswords(resp.Auth))), cacheErr)
+			p.Name, image, cpTruncate(cpRedact(resp.CacheKeyType, cpPasswords(resp.Auth)), 64)), cacheErr)
 	}
 	auth := resp.Auth
 	if auth == nil {
@@ -268,7 +268,7 @@ func cpDecodeResponse(p *CredentialProvider, out []byte, token string, fail func
 	}
 	if gvk.APIVersion != p.APIVersion {
 		return nil, fail("apiVersion from credential plugin response did not match expected apiVersion:%s, actual apiVersion:%s",
-			p.APIVersion, cpOneLine(cpRedact(cpTruncate(gvk.APIVersion, 128), secrets)))
+			p.APIVersion, cpOneLine(cpTruncate(cpRedact(gvk.APIVersion, secrets), 128)))
 	}
 	if err := cpStrictCheck(out, cpResponseSchema); err != nil {
 		return nil, fail("error decoding credential provider plugin response from stdout: %s", cpRedact(err.Error(), secrets))
@@ -278,7 +278,7 @@ func cpDecodeResponse(p *CredentialProvider, out []byte, token string, fail func
 		return nil, fail("error decoding credential provider plugin response from stdout: %s", cpRedact(cpJSONError(err).Error(), secrets))
 	}
 	if resp.Kind != cpResponseKind {
-		return nil, fail("failed to decode CredentialProviderResponse, unexpected Kind: %q", cpRedact(cpTruncate(resp.Kind, 128), secrets))
+		return nil, fail("failed to decode CredentialProviderResponse, unexpected Kind: %q", cpTruncate(cpRedact(resp.Kind, secrets), 128))
 	}
 	return &resp, nil
 }

@@ -907,3 +907,20 @@ func TestProvidersCache(t *testing.T) {
 		}
 	})
 }
+
+// A password longer than the error's 128-byte excerpt, echoed back as the
+// apiVersion, is redacted before the excerpt is cut: no prefix of it shows.
+func TestProvidersLongSecretEchoedIsRedacted(t *testing.T) {
+	long := strings.Repeat("Z", 40) + provSecret + strings.Repeat("Q", 160)
+	fake := provBuildFake(t)
+	s := newProvSetupWith(t, fake)
+	resp := provResponse(long, "Image", "", map[string]string{"registry.example.com": "robot:" + long})
+	cfg := s.config(provSpec{Name: "echo", Match: []string{"registry.example.com"}, Response: resp})
+	_, err := auth.Providers(cfg, s.binDir, "registry.example.com/org/repo", s.cacheDir, auth.ProviderOptions{})
+	if err == nil {
+		t.Fatal("no error for a wrong apiVersion")
+	}
+	if strings.Contains(err.Error(), long[:40]) {
+		t.Errorf("the error shows a prefix of the password: %q", err)
+	}
+}

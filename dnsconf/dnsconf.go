@@ -1,9 +1,8 @@
 package dnsconf
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"regexp"
@@ -182,7 +181,7 @@ func Build(in Input) (*Config, error) {
 // trimmed and a bare "." dropped, as the kubelet does. A missing file has no
 // search domains.
 func readSearch(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readResolvConf(path)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -190,9 +189,10 @@ func readSearch(path string) ([]string, error) {
 		return nil, fmt.Errorf("reading host resolv.conf %s: %v", path, err)
 	}
 	var search []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+	// Every line, however long (bufio.Scanner would stop at 64 KiB and
+	// lose the search lines after it).
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
 		if len(f) > 0 && f[0] == "search" {
 			search = nil
 			for _, d := range f[1:] {
@@ -204,6 +204,26 @@ func readSearch(path string) ([]string, error) {
 		}
 	}
 	return search, nil
+}
+
+// maxResolvConf bounds the host resolv.conf read (the kubelet's
+// dns.maxResolvConfLength, 10 MiB).
+const maxResolvConf = 10 << 20
+
+func readResolvConf(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxResolvConf+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxResolvConf {
+		return nil, fmt.Errorf("larger than %d bytes", maxResolvConf)
+	}
+	return b, nil
 }
 
 func dedup(s []string) []string {

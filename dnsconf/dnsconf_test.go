@@ -165,3 +165,16 @@ func FuzzBuild(f *testing.F) {
 		}
 	})
 }
+
+// A line longer than bufio.Scanner's 64 KiB does not hide the search line
+// after it.
+func TestHostSearchAfterALongLine(t *testing.T) {
+	host := write(t, "resolv.conf", "# "+strings.Repeat("x", 70000)+"\nsearch after.example\n")
+	c, err := dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.53"}, Namespace: "ns", ClusterDomain: "cluster.local", HostResolvConf: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(c.ResolvConf, "after.example") {
+		t.Errorf("the host's search domain after a long line is lost:\n%s", c.ResolvConf)
+	}
+}
