@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/types"
@@ -98,6 +99,8 @@ type StageOptions struct {
 	// AllowOtherOwner accepts a DEST (or DEST's parent) owned by a user
 	// other than root and the caller (policy opt-in). Default: refused.
 	AllowOtherOwner bool
+	// LockTimeout bounds the wait for the commit lock (0: LockTimeout).
+	LockTimeout time.Duration
 	// Log receives warnings (reclaimed staging, dropped files). Nil
 	// discards.
 	Log *slog.Logger

@@ -161,7 +161,7 @@ func (d *dirDest) Commit(s *Stage) error {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
 	}
 	pfd := int(s.parent.Fd())
-	unlock, err := lockInode(pfd, LockTimeout)
+	unlock, err := lockInode(pfd, s.lockTimeout())
 	if err != nil {
 		return d.destErr("locking %s: %v", filepath.Dir(d.spec.Path), err)
 	}

@@ -255,7 +255,7 @@ func (d *ociDest) Commit(s *Stage) error {
 // without following symlinks: a planted symlink is refused, naming it.
 func (d *ociDest) merge(s *Stage, v *verified) error {
 	dfd := int(s.dest.Fd())
-	unlock, err := lockInode(dfd, LockTimeout)
+	unlock, err := lockInode(dfd, s.lockTimeout())
 	if err != nil {
 		return d.destErr("locking %s: %v", d.spec.Path, err)
 	}

@@ -59,6 +59,14 @@ type Stage struct {
 	verified *verified // set by Verify, consumed by Commit
 }
 
+// lockTimeout is the commit lock's bound.
+func (s *Stage) lockTimeout() time.Duration {
+	if s.opts.LockTimeout > 0 {
+		return s.opts.LockTimeout
+	}
+	return LockTimeout
+}
+
 // Remove deletes the staging area and closes every descriptor it holds.
 func (s *Stage) Remove() {
 	if s == nil {
