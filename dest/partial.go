@@ -204,10 +204,16 @@ func (p *Partial) Remove() error {
 	return nil
 }
 
-// Close releases the cache, keeping its contents. Nil-safe.
+// Close releases the cache, keeping its contents; an empty cache is
+// removed (nothing is left behind when nothing was kept). Nil-safe.
 func (p *Partial) Close() {
 	if p == nil {
 		return
+	}
+	if p.Dir != nil && p.parent != nil {
+		if names, err := readDirNames(int(p.Dir.Fd())); err == nil && len(names) == 0 {
+			_ = unix.Unlinkat(int(p.parent.Fd()), p.name, unix.AT_REMOVEDIR)
+		}
 	}
 	for _, f := range []*os.File{p.Dir, p.parent} {
 		if f != nil {

@@ -40,6 +40,11 @@ import (
 // partialSyncEvery is how many appended bytes may wait for an fsync.
 const partialSyncEvery = 8 << 20
 
+// partialReserve is free space the cache never takes: the copy's own
+// writes (manifests, index, directories) need a little beyond the declared
+// sizes.
+const partialReserve = 1 << 20
+
 // partialCache is the partial-blob directory of one copy.
 type partialCache struct {
 	dir string
@@ -47,6 +52,32 @@ type partialCache struct {
 
 	mu   sync.Mutex
 	busy map[digest.Digest]bool // one reader per blob keeps a file
+	// room is how many bytes this copy may still append: the kept bytes
+	// double what a blob takes on DEST's filesystem until it completes, so
+	// they may use only the space the image does not need (allow).
+	room int64
+}
+
+// allow sets how much the cache may append: the free space of DEST's
+// filesystem beyond what the image needs, less partialReserve. Nil-safe.
+func (c *partialCache) allow(spare int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.room = max(spare-partialReserve, 0)
+}
+
+// take reserves n bytes of room; false when there is not enough.
+func (c *partialCache) take(n int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.room < n {
+		return false
+	}
+	c.room -= n
+	return true
 }
 
 // openPartialCache returns the cache in dir, or nil when dir is "" (no
@@ -202,6 +233,11 @@ func (r *resumeReader) Read(p []byte) (int, error) {
 // on from the network).
 func (r *resumeReader) append(b []byte) {
 	if !r.keep || r.f == nil {
+		return
+	}
+	if !r.c.take(int64(len(b))) {
+		r.keep = false
+		r.c.log.Info("the partial-blob cache stopped keeping this blob: DEST's filesystem has no room beyond the image", "digest", r.d.String(), "kept", r.written)
 		return
 	}
 	if _, err := r.f.WriteAt(b, r.written); err != nil {

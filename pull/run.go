@@ -268,6 +268,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err := p.checkSpace(ctx, sys, named, top, raw, mime, g, remote, st); err != nil {
 		return nil, nil, p.classify(stallCause(ctx, err))
 	}
+	partial.allow(st.spare)
 	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")

@@ -29,6 +29,10 @@ type Stage struct {
 	// In the child it is /tmp/partial, a mount of the directory the parent
 	// holds.
 	Partial string `json:"partial,omitempty"`
+
+	// spare is the free space of DEST's filesystem beyond what the image
+	// needs (set by checkSpace): all the partial-blob cache may append.
+	spare int64
 }
 
 func (s *Stage) path() string { return filepath.Join(s.Work, s.Name) }

@@ -274,7 +274,7 @@ tree_sum() {
     assert_no_staging "$OUT"
 
     run_pullhelper gc --cgroup-parent "$PH_CGPARENT" "$OUT/dest"
-    assert_output '{"staging":[],"uid_locks":[],"commit_locks":[],"cgroups":[]}'
+    assert_output '{"staging":[],"uid_locks":[],"commit_locks":[],"cgroups":[],"partial":[]}'
 }
 
 @test "gc: a live pull's staging, uid lock and cgroup survive; an unheld commit lock goes, a held one stays" {
@@ -301,7 +301,7 @@ tree_sum() {
     run_pullhelper gc --cgroup-parent "$PH_CGPARENT" "oci:$OUT/dest"
     exec {hold_fd}>&-
     wait "$holder" || true
-    assert_output '{"staging":[],"uid_locks":[],"commit_locks":["/run/pullhelper/locks/1-1.lock"],"cgroups":[]}'
+    assert_output '{"staging":[],"uid_locks":[],"commit_locks":["/run/pullhelper/locks/1-1.lock"],"cgroups":[],"partial":[]}'
     [[ -d $staging ]] || fail "gc removed the live pull's staging"
     ns_exec test -e "$lock" || fail "gc removed the live pull's uid lock"
     [[ -d $cg ]] || fail "gc removed the live pull's cgroup"
