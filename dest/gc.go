@@ -17,6 +17,7 @@ import (
 // changed anything yet.
 type Sweep struct {
 	dirs []*os.File // DEST's parent, and DEST itself when it is a directory
+	base string     // DEST's name (its partial-blob cache's)
 }
 
 // OpenSweep opens the directories where a pull into dest (a DEST as pull
@@ -60,7 +61,7 @@ func OpenSweep(arg string) (*Sweep, error) {
 		unix.Close(fd)
 		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
 	}
-	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}}
+	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}, base: filepath.Base(abs)}
 	if dfd, err := unix.Openat(fd, filepath.Base(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
 		s.dirs = append(s.dirs, os.NewFile(uintptr(dfd), abs))
 	}
@@ -81,6 +82,19 @@ func (s *Sweep) Reclaim() []string {
 	}
 	s.dirs = nil
 	return out
+}
+
+// ReclaimPartial removes DEST's partial-blob cache (beside DEST) unless a
+// live pull holds it, and returns its path (none: nil). Call it before
+// Reclaim, which closes the sweep.
+func (s *Sweep) ReclaimPartial() []string {
+	if s == nil || len(s.dirs) == 0 {
+		return nil
+	}
+	if p := sweepPartial(s.dirs[0], s.base); p != "" {
+		return []string{p}
+	}
+	return nil
 }
 
 // Close closes the sweep without removing anything.

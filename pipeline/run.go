@@ -164,7 +164,13 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 		return nil, failure.Wrap(failure.Internal, err, "creating a private configuration directory")
 	}
 	defer os.RemoveAll(config)
-	res, copied, err := pull.Copy(ctx, &p.Request, m, &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config},
+	part := p.partial(o, st, nil)
+	defer part.Close()
+	pst := &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config}
+	if part != nil {
+		pst.Partial = part.Path
+	}
+	res, copied, err := pull.Copy(ctx, &p.Request, m, pst,
 		pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -172,6 +178,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
+	removePartial(o, part)
 	res.Isolation = p.Isolation
 	return res, nil
 }
@@ -201,6 +208,10 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		return nil, err
 	}
 	defer st.Remove()
+	// The partial-blob cache is the pull uid's while the child runs, and
+	// root's again (TakeBack) once every process of the pull is dead.
+	part := p.partial(o, st, &dest.Identity{UID: lease.UID, GID: lease.GID})
+	defer part.Close()
 
 	reclaimed, err := cgroup.Reclaim(o.Cgroup)
 	for _, r := range reclaimed {
@@ -232,8 +243,15 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		iso.Limits = apiLimits(cfg.Limits)
 	}
 
-	c, err := reexec.Start(g, reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil})
+	so := reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil}
+	if part != nil {
+		so.Partial = part.Dir
+	}
+	c, err := reexec.Start(g, so)
 	if err != nil {
+		if terr := part.TakeBack(); terr != nil {
+			o.Log.Warn("taking back the partial-blob cache", "error", terr.Error())
+		}
 		return nil, err
 	}
 	iso.ChildPID = c.PID()
@@ -243,11 +261,16 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	copyReq := p.Request
 	copyReq.Destination = p.Destination.Anonymous()
 	res, copied, err := c.Run(ctx, g, reexec.Request{
-		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known), Cgroup: g.Expected(),
+		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 	}, progressOnly(o.Events), o.Log)
 	usage := g.Usage()
+	// Run reaped the child and killed what was left in the cgroup: the
+	// cache is root's again before anything else happens.
+	if terr := part.TakeBack(); terr != nil {
+		o.Log.Warn("taking back the partial-blob cache", "error", terr.Error())
+	}
 	if err != nil {
 		return nil, reexec.ExplainDeath(err, usage, cfg.Limits)
 	}
@@ -272,11 +295,36 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
+	removePartial(o, part)
 	res.Isolation = iso
 	// In a joined cgroup the pull runs in a sub-cgroup of its own: the
 	// usage is the pull's alone either way.
 	res.Usage = &usage
 	return res, nil
+}
+
+// partial opens DEST's partial-blob cache beside the staging area (handed
+// to id when the copy runs as another uid). Without one (another pull into
+// DEST holds it, or it cannot be made) the pull goes on without resume.
+func (p *Plan) partial(o *Options, st *dest.Stage, id *dest.Identity) *dest.Partial {
+	part, err := st.OpenPartial(id, o.Log)
+	switch {
+	case err != nil:
+		o.Log.Warn("no partial-blob cache: a pull killed now starts its blobs over", "error", err.Error())
+	case part == nil:
+		o.Log.Info("another pull into this DEST holds its partial-blob cache; pulling without it")
+	case part.Kept > 0:
+		o.Log.Info("resuming from the partial-blob cache", "path", part.Path, "kept_bytes", part.Kept)
+	}
+	return part
+}
+
+// removePartial removes the cache after a commit: every blob it kept is in
+// DEST now.
+func removePartial(o *Options, part *dest.Partial) {
+	if err := part.Remove(); err != nil {
+		o.Log.Warn("removing the partial-blob cache", "error", err.Error())
+	}
 }
 
 // progressOnly passes on the copy's progress events and nothing else:

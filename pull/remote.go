@@ -196,7 +196,8 @@ type remoteSource struct {
 	sys       *types.SystemContext
 	rc        *registry.Client
 	cache     *manifestCache
-	signature bool // signatures may exist: read them through containers/image
+	signature bool          // signatures may exist: read them through containers/image
+	partial   *partialCache // nil: no resume across restarts
 
 	mu  sync.Mutex
 	sig types.ImageSource
@@ -264,6 +265,9 @@ func (s *remoteSource) digested() digest.Digest {
 func (s *remoteSource) HasThreadSafeGetBlob() bool { return true }
 
 func (s *remoteSource) GetBlob(ctx context.Context, info types.BlobInfo, _ types.BlobInfoCache) (io.ReadCloser, int64, error) {
+	if s.partial != nil {
+		return s.partial.blob(ctx, s.rc, info)
+	}
 	return s.rc.Blob(ctx, info.Digest, info.Size)
 }
 

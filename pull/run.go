@@ -262,8 +262,9 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	// Signatures are read only when the signature policy has a
 	// requirement that needs them.
 	signatures := needsSignatures(m.SignaturePolicy)
+	partial := openPartialCache(st.Partial, o.Log)
 	remote := func(ref types.ImageReference) types.ImageSource {
-		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures}
+		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures, partial: partial}
 	}
 	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g, remote)
 	if err != nil {
@@ -273,6 +274,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err := p.checkSpace(ctx, sys, named, top, raw, mime, g, remote, st); err != nil {
 		return nil, nil, p.classify(stallCause(ctx, err))
 	}
+	partial.allow(st.spare)
 	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Internal, err, "")

@@ -105,5 +105,6 @@ func (p *Request) checkSpace(ctx context.Context, sys *types.SystemContext, name
 			"not enough space for %s: the image needs %d bytes (declared sizes of what DEST does not have yet%s), DEST's filesystem has %d free; free space there or choose another DEST",
 			p.Reference, need, factor, free)
 	}
+	st.spare = free - need
 	return nil
 }

@@ -23,6 +23,16 @@ type Stage struct {
 	// (certificates, auth file, registries.conf): the child's private
 	// tmpfs; in process, a private temporary directory.
 	Config string `json:"config"`
+	// Partial is DEST's partial-blob cache ("" for none): the copy keeps
+	// the bytes of each blob it receives there until the blob is complete,
+	// and resumes a blob it finds there with a Range request (partial.go).
+	// In the child it is /tmp/partial, a mount of the directory the parent
+	// holds.
+	Partial string `json:"partial,omitempty"`
+
+	// spare is the free space of DEST's filesystem beyond what the image
+	// needs (set by checkSpace): all the partial-blob cache may append.
+	spare int64
 }
 
 func (s *Stage) path() string { return filepath.Join(s.Work, s.Name) }

@@ -55,11 +55,11 @@ func markInheritedCloexec() {
 }
 
 // closeInherited closes, in the child, every fd above the protocol pipes
-// and the staging mount (fds 3–5) that came through exec: those are the ones without FD_CLOEXEC (the Go
+// and the staging and partial-cache mounts (fds 3–6) that came through exec: those are the ones without FD_CLOEXEC (the Go
 // runtime opens all of its own with O_CLOEXEC).
 func closeInherited() {
 	for _, fd := range openFDs() {
-		if fd <= stageFD {
+		if fd <= partialFD {
 			continue
 		}
 		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
@@ -132,6 +132,13 @@ func child() int {
 	if err := privateTmp(stageFD, req.Identity); err != nil {
 		return fail(err)
 	}
+	if req.Stage != nil && req.Stage.Partial == partialInChild {
+		if err := attach(partialFD, partialInChild, "the partial-blob cache"); err != nil {
+			return fail(err)
+		}
+	} else {
+		_ = unix.Close(partialFD) // none was passed; nothing else may sit there
+	}
 	if req.DNS != nil {
 		if err := bindFile(req.DNS.ResolvConf, "/etc/resolv.conf"); err != nil {
 			return fail(err)
@@ -198,17 +205,29 @@ func privateTmp(fd int, id privdrop.Identity) error {
 	}
 	// fd is a detached clone of the staging directory (open_tree in the
 	// parent's namespace): attach it here, by fd, no path involved.
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, stage, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return failure.Wrap(failure.Isolation, err, "child: mounting the staging directory (fd %d) on %s", fd, stage)
-	}
-	if err := unix.Close(fd); err != nil {
-		return failure.Wrap(failure.Isolation, err, "child: closing the staging fd")
+	if err := attach(fd, stage, "the staging directory"); err != nil {
+		return err
 	}
 	if err := os.Mkdir(config, 0o700); err != nil {
 		return failure.Wrap(failure.Isolation, err, "child: private /tmp")
 	}
 	if err := os.Lchown(config, id.UID, id.GID); err != nil {
 		return failure.Wrap(failure.Isolation, err, "child: private /tmp")
+	}
+	return nil
+}
+
+// attach mounts the detached mount fd (open_tree in the parent) on the
+// directory target of the private /tmp (created when missing), and closes fd.
+func attach(fd int, target, what string) error {
+	if err := os.Mkdir(target, 0o755); err != nil && !os.IsExist(err) {
+		return failure.Wrap(failure.Isolation, err, "child: private /tmp")
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: mounting %s (fd %d) on %s", what, fd, target)
+	}
+	if err := unix.Close(fd); err != nil {
+		return failure.Wrap(failure.Isolation, err, "child: closing the fd of %s", what)
 	}
 	return nil
 }

@@ -60,7 +60,10 @@ type StartOptions struct {
 	// parent (O_DIRECTORY); the child gets a detached mount of it as fd 5,
 	// never its path.
 	Stage *os.File
-	Debug bool
+	// Partial is DEST's partial-blob cache (nil: none), passed like Stage
+	// as a detached mount, fd 6; the child attaches it at /tmp/partial.
+	Partial *os.File
+	Debug   bool
 	// Terminal: the child draws progress bars on stderr.
 	Terminal bool
 }
@@ -84,7 +87,17 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 	}
 	treeFile := os.NewFile(uintptr(tree), "staging-tree")
 	defer treeFile.Close() // the child holds its own copy
-	c, err := spawn(g, o.Netns, o.Debug, o.Terminal, treeFile)
+	files := []*os.File{treeFile}
+	if o.Partial != nil {
+		ptree, err := unix.OpenTree(int(o.Partial.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+		if err != nil {
+			return nil, failure.Wrap(failure.Isolation, err, "cloning the partial-blob cache's mount (open_tree)")
+		}
+		ptreeFile := os.NewFile(uintptr(ptree), "partial-tree")
+		defer ptreeFile.Close()
+		files = append(files, ptreeFile)
+	}
+	c, err := spawn(g, o.Netns, o.Debug, o.Terminal, files)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +140,7 @@ const drainTimeout = 5 * time.Second
 // driver places it after fork, before it gets its request.
 //
 // The caller must then call run (or kill), which reaps the child.
-func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.File) (*childProc, error) {
+func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, mounts []*os.File) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -150,7 +163,7 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, stage *os.Fi
 		Path:       "/proc/self/exe",
 		Args:       []string{ChildName},
 		Env:        childEnv(childTmp),
-		ExtraFiles: []*os.File{planR, evW, stage}, // fds 3, 4 and 5
+		ExtraFiles: append([]*os.File{planR, evW}, mounts...), // fds 3, 4, then 5 (staging) and 6 (partial-blob cache)
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
 			// A session of its own: the child has no controlling

@@ -18,12 +18,17 @@ import (
 // ChildName is argv[0] of the child.
 const ChildName = "pullhelper-child"
 
-// Fds in the child: the two protocol pipes, then the staging directory.
+// Fds in the child: the two protocol pipes, then the staging directory and
+// (when the request names one) the partial-blob cache.
 const (
-	planFD   = 3
-	eventsFD = 4
-	stageFD  = 5
+	planFD    = 3
+	eventsFD  = 4
+	stageFD   = 5
+	partialFD = 6
 )
+
+// partialInChild is where the child mounts the partial-blob cache.
+const partialInChild = childTmp + "/partial"
 
 // childTmp is the child's private /tmp: a tmpfs of childTmpSize bytes in its
 // own mount namespace, with the staging directory (passed as fd 5 and
@@ -39,8 +44,14 @@ const (
 
 // StageInChild is the staging area as the child sees it: the work
 // directory at /tmp/stage, the configuration in /tmp/config.
-func StageInChild(name string, known []dest.KnownBlob) *pull.Stage {
-	return &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
+// With partial, the copy keeps and resumes partial blobs in
+// /tmp/partial (the cache the parent passes as fd 6).
+func StageInChild(name string, known []dest.KnownBlob, partial bool) *pull.Stage {
+	s := &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
+	if partial {
+		s.Partial = partialInChild
+	}
+	return s
 }
 
 // Request is what the parent sends on fd 3: the copy and everything the

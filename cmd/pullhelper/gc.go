@@ -18,6 +18,8 @@ type gcResult struct {
 	UIDLocks    []string `json:"uid_locks"`
 	CommitLocks []string `json:"commit_locks"`
 	Cgroups     []string `json:"cgroups"`
+	// Partial lists the partial-blob caches removed (one per DEST given).
+	Partial []string `json:"partial"`
 }
 
 // gcCommand is `pullhelper gc [DEST...]`.
@@ -27,12 +29,16 @@ func gcCommand(c *common, result *any) *cobra.Command {
 		Short: "Remove what killed pulls left behind; print it as JSON",
 		Long: `Remove the leftovers of pulls that were killed (kill -9, a crash, a reboot of the
 agent but not of the node) and print what was removed as one JSON object:
-  {"staging":[PATH...],"uid_locks":[PATH...],"commit_locks":[PATH...],"cgroups":[CGROUP...]}
+  {"staging":[PATH...],"uid_locks":[PATH...],"commit_locks":[PATH...],"cgroups":[CGROUP...],
+   "partial":[PATH...]}
 
   staging       .pullhelper-staging-* directories beside each DEST given (in DEST's
                 parent, and inside DEST when DEST is a directory, as for a DEST that is
                 a mount point). Staging lives beside DEST and there is no registry of
                 DESTs: name every DEST to sweep (oci:PATH[:TAG], dir:PATH, ..., or PATH).
+  partial       the partial-blob cache of each DEST given (.pullhelper-partial-NAME in
+                DEST's parent: the bytes of blobs a killed pull had received, kept for
+                the next pull to resume), unless a live pull holds it
   uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
   commit_locks  commit lock files in ` + dest.LockDir + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
@@ -75,8 +81,9 @@ another user, writable by others); nothing is removed before every DEST is opene
 				}
 				sweeps = append(sweeps, s)
 			}
-			res := gcResult{Staging: []string{}}
+			res := gcResult{Staging: []string{}, Partial: []string{}}
 			for _, s := range sweeps {
+				res.Partial = append(res.Partial, s.ReclaimPartial()...)
 				res.Staging = append(res.Staging, s.Reclaim()...)
 			}
 			res.UIDLocks = orEmpty(privdrop.Sweep(privdrop.DefaultLockDir))

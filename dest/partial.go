@@ -1,0 +1,247 @@
+package dest
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The partial-blob cache of a DEST: the bytes of blobs a killed or failed
+// pull had already received, kept so that the next pull into the same DEST
+// asks the registry only for the rest (a Range request).
+//
+//	<DEST's parent>/.pullhelper-partial-<name>/   root 0700 at rest; the pull uid's 0700 while a child uses it
+//	    sha256-<hex>.partial                        a prefix of that blob (or all of it), as received
+//
+// Nothing in it is trusted: the copy serves the kept bytes and the rest from
+// the network as one stream, whose digest containers/image checks, and the
+// parent hashes every staged blob again before commit. A file that is not a
+// regular, singly linked file with a blob's name is removed whenever the
+// parent takes the directory over; files older than PartialMaxAge are
+// removed at the start of a pull; the whole cache is removed when a pull
+// into DEST commits, and by `pullhelper gc DEST`.
+const (
+	partialPrefix = ".pullhelper-partial-"
+	// PartialMaxAge: a kept partial blob not touched for this long is
+	// removed at the start of the next pull into its DEST.
+	PartialMaxAge = 7 * 24 * time.Hour
+)
+
+// partialName is the only name a cache entry may have.
+var partialName = regexp.MustCompile(`^(sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})\.partial$`)
+
+// PartialCacheName is the cache's name in DEST's parent for a DEST named
+// base.
+func PartialCacheName(base string) string { return partialPrefix + shortName(base) }
+
+// Partial is the partial-blob cache of one pull, held open (and flocked, so
+// that a concurrent pull into the same DEST and gc leave it alone) from
+// OpenPartial until Close or Remove.
+type Partial struct {
+	// Dir is the O_DIRECTORY descriptor of the cache: the pipeline passes
+	// a detached mount of it to the child, which sees it at /tmp/partial.
+	Dir *os.File
+	// Path is its host path (the in-process copy, and messages).
+	Path string
+	// Expired lists the entries removed because they were older than
+	// PartialMaxAge; Kept counts the bytes found usable.
+	Expired []string
+	Kept    int64
+
+	parent *os.File // DEST's parent (a dup of the stage's)
+	name   string
+}
+
+// OpenPartial creates (root, 0700) or opens the partial-blob cache beside
+// DEST, beneath the stage's held descriptor of DEST's parent, takes its
+// flock, removes stale and stray entries and, when handTo is set, gives the
+// directory and its entries to that uid (0700, 0600) for the copy. It
+// returns nil, nil when another pull into DEST holds the cache.
+func (s *Stage) OpenPartial(handTo *Identity, log *slog.Logger) (*Partial, error) {
+	if s == nil || s.parent == nil {
+		return nil, fmt.Errorf("no staging area")
+	}
+	pfd, err := unix.FcntlInt(s.parent.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase())}
+	p.Path = filepath.Join(s.parent.Name(), p.name)
+	if err := unix.Mkdirat(pfd, p.name, 0o700); err != nil && err != unix.EEXIST {
+		p.Close()
+		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", p.Path, errnoText(err))
+	}
+	dfd, err := openDirAt(pfd, p.name)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", p.Path, errnoText(err))
+	}
+	p.Dir = os.NewFile(uintptr(dfd), p.Path)
+	if err := unix.Flock(dfd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		p.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("locking the partial-blob cache %s: %v", p.Path, err)
+	}
+	// Root's first: from here on only this process can change its entries.
+	if err := setOwner(dfd, Identity{}, 0o700); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("taking over the partial-blob cache %s: %v", p.Path, err)
+	}
+	if err := p.tidy(Identity{}, time.Now().Add(-PartialMaxAge)); err != nil {
+		p.Close()
+		return nil, err
+	}
+	for _, e := range p.Expired {
+		discard(log).Info("removed a stale partial blob", "path", e, "max_age", PartialMaxAge.String())
+	}
+	if handTo != nil {
+		if err := p.give(*handTo); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// destBase is DEST's name in its parent.
+func (s *Stage) destBase() string {
+	// The staging root's name is stagingPrefix + shortName(base) + "-" + rand.
+	n := strings.TrimPrefix(s.rootName, stagingPrefix)
+	if i := strings.LastIndex(n, "-"); i >= 0 {
+		n = n[:i]
+	}
+	return n
+}
+
+// give hands the cache and its entries to id (the copy's uid).
+func (p *Partial) give(id Identity) error {
+	if err := p.tidy(id, time.Time{}); err != nil {
+		return err
+	}
+	if err := setOwner(int(p.Dir.Fd()), id, 0o700); err != nil {
+		return fmt.Errorf("handing the partial-blob cache %s to uid %d: %v", p.Path, id.UID, err)
+	}
+	return nil
+}
+
+// TakeBack makes the cache root's again (0700, entries root's 0600) and
+// removes whatever the copy left that is not a kept blob. Call it only when
+// every process of the pull is dead. Nil-safe.
+func (p *Partial) TakeBack() error {
+	if p == nil || p.Dir == nil {
+		return nil
+	}
+	if err := setOwner(int(p.Dir.Fd()), Identity{}, 0o700); err != nil {
+		return fmt.Errorf("taking back the partial-blob cache %s: %v", p.Path, err)
+	}
+	return p.tidy(Identity{}, time.Time{})
+}
+
+// tidy removes every entry that is not a regular, singly linked file with
+// a blob's name (and, when olderThan is set, those last modified before
+// it), and gives the others to owner (0600). Kept is recounted.
+func (p *Partial) tidy(owner Identity, olderThan time.Time) error {
+	dfd := int(p.Dir.Fd())
+	names, err := readDirNames(dfd)
+	if err != nil {
+		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
+	}
+	p.Kept = 0
+	for _, n := range names {
+		st, err := fstatAt(dfd, n)
+		if err != nil {
+			continue
+		}
+		stale := !olderThan.IsZero() && time.Unix(st.Mtim.Unix()).Before(olderThan)
+		if !partialName.MatchString(n) || !isReg(st) || st.Nlink != 1 || stale {
+			if err := removeAllAt(dfd, n); err != nil {
+				return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+			}
+			if stale {
+				p.Expired = append(p.Expired, filepath.Join(p.Path, n))
+			}
+			continue
+		}
+		fd, err := openAt(dfd, n, unix.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
+		}
+		err = setOwner(fd, owner, 0o600)
+		if err == nil {
+			var now unix.Stat_t
+			if err = unix.Fstat(fd, &now); err == nil && (!isReg(now) || now.Nlink != 1) {
+				err = fmt.Errorf("changed while it was checked")
+			}
+			p.Kept += now.Size
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
+		}
+	}
+	return nil
+}
+
+// Remove deletes the cache (the pull committed: every blob it kept is in
+// DEST) and closes it. Nil-safe.
+func (p *Partial) Remove() error {
+	if p == nil || p.parent == nil {
+		return nil
+	}
+	err := removeAllAt(int(p.parent.Fd()), p.name)
+	p.Close()
+	if err != nil {
+		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, errnoText(err))
+	}
+	return nil
+}
+
+// Close releases the cache, keeping its contents; an empty cache is
+// removed (nothing is left behind when nothing was kept). Nil-safe.
+func (p *Partial) Close() {
+	if p == nil {
+		return
+	}
+	if p.Dir != nil && p.parent != nil {
+		if names, err := readDirNames(int(p.Dir.Fd())); err == nil && len(names) == 0 {
+			_ = unix.Unlinkat(int(p.parent.Fd()), p.name, unix.AT_REMOVEDIR)
+		}
+	}
+	for _, f := range []*os.File{p.Dir, p.parent} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	p.Dir, p.parent = nil, nil
+}
+
+// sweepPartial removes the partial-blob cache named for DEST base in the
+// directory held as dir, unless a live pull holds its flock. It returns
+// the removed path, or "".
+func sweepPartial(dir *os.File, base string) string {
+	name := PartialCacheName(base)
+	st, err := fstatAt(int(dir.Fd()), name)
+	if err != nil || !isDir(st) {
+		return ""
+	}
+	fd, err := openDirAt(int(dir.Fd()), name)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return "" // a live pull's
+	}
+	if removeAllAt(int(dir.Fd()), name) != nil {
+		return ""
+	}
+	return filepath.Join(dir.Name(), name)
+}

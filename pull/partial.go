@@ -1,0 +1,316 @@
+package pull
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
+	"go.podman.io/image/v5/types"
+	"golang.org/x/sys/unix"
+)
+
+// Resume across restarts.
+//
+// Every blob the copy fetches is appended, as it arrives, to
+// <Stage.Partial>/<alg>-<hex>.partial (fsynced every partialSyncEvery bytes
+// and when the blob is closed), so that a kill -9, a reboot or a timeout
+// leaves a prefix of it there. The next pull into the same DEST that needs
+// the blob serves the kept bytes first and asks the registry only for the
+// rest (registry.Client.BlobFrom: a Range request), as one stream: the kept
+// bytes are never trusted on their own, containers/image checks the digest
+// of the whole stream and the parent hashes the staged blob again. The
+// reader checks the digest too, so that it knows what to keep: a blob whose
+// stream matches is complete and its file is removed (the blob is in
+// staging now); a kept prefix that turns out wrong is removed and the read
+// fails as a network error (the attempt is retried, this time from byte 0).
+// A kept file longer than the declared size is removed before use; one of
+// exactly the declared size is hashed first and served without a request
+// when it matches. The cache is a convenience: any failure to read or write
+// it falls back to the network alone.
+
+// partialSyncEvery is how many appended bytes may wait for an fsync.
+const partialSyncEvery = 8 << 20
+
+// partialReserve is free space the cache never takes: the copy's own
+// writes (manifests, index, directories) need a little beyond the declared
+// sizes.
+const partialReserve = 1 << 20
+
+// partialCache is the partial-blob directory of one copy.
+type partialCache struct {
+	dir string
+	log *slog.Logger
+
+	mu   sync.Mutex
+	busy map[digest.Digest]bool // one reader per blob keeps a file
+	// room is how many bytes this copy may still append: the kept bytes
+	// double what a blob takes on DEST's filesystem until it completes, so
+	// they may use only the space the image does not need (allow).
+	room int64
+}
+
+// allow sets how much the cache may append: the free space of DEST's
+// filesystem beyond what the image needs, less partialReserve. Nil-safe.
+func (c *partialCache) allow(spare int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.room = max(spare-partialReserve, 0)
+}
+
+// take reserves n bytes of room; false when there is not enough.
+func (c *partialCache) take(n int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.room < n {
+		return false
+	}
+	c.room -= n
+	return true
+}
+
+// openPartialCache returns the cache in dir, or nil when dir is "" (no
+// resume).
+func openPartialCache(dir string, log *slog.Logger) *partialCache {
+	if dir == "" {
+		return nil
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &partialCache{dir: dir, log: log, busy: map[digest.Digest]bool{}}
+}
+
+// partialFile is the cache's name for d.
+func partialFile(d digest.Digest) string {
+	return d.Algorithm().String() + "-" + d.Encoded() + ".partial"
+}
+
+func (c *partialCache) acquire(d digest.Digest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy[d] {
+		return false
+	}
+	c.busy[d] = true
+	return true
+}
+
+func (c *partialCache) release(d digest.Digest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.busy, d)
+}
+
+// blob is GetBlob through the cache: kept bytes first, then the network
+// from where they end, every network byte appended to the kept file.
+func (c *partialCache) blob(ctx context.Context, rc *registry.Client, info types.BlobInfo) (io.ReadCloser, int64, error) {
+	d, size := info.Digest, info.Size
+	if d.Validate() != nil || size <= 0 || !c.acquire(d) {
+		return rc.Blob(ctx, d, size)
+	}
+	path := filepath.Join(c.dir, partialFile(d))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		c.release(d)
+		c.log.Warn("the partial-blob cache cannot keep this blob; fetching it without", "digest", d.String(), "error", err.Error())
+		return rc.Blob(ctx, d, size)
+	}
+	r := &resumeReader{c: c, f: f, path: path, d: d, size: size, h: d.Algorithm().Hash(), keep: true}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		r.drop("not a regular file")
+		return rc.Blob(ctx, d, size)
+	}
+	k := fi.Size()
+	switch {
+	case k > size:
+		c.log.Warn("discarding a kept partial blob longer than its declared size", "digest", d.String(), "kept", k, "size", size)
+		k = r.restart()
+	case k == size:
+		// Complete: serve it without a request if it is the blob.
+		if sum, err := hashPrefix(f, k, d.Algorithm()); err == nil && sum == d {
+			c.log.Info("serving a kept blob in full", "digest", d.String(), "bytes", k)
+			r.kept, r.done = k, true
+			return r, size, nil
+		}
+		c.log.Warn("discarding a kept blob that does not match its digest", "digest", d.String(), "bytes", k)
+		k = r.restart()
+	}
+	var body io.ReadCloser
+	if k > 0 {
+		c.log.Info("resuming a kept partial blob", "digest", d.String(), "kept", k, "size", size)
+		body, _, err = rc.BlobFrom(ctx, d, size, k)
+	} else {
+		body, _, err = rc.Blob(ctx, d, size)
+	}
+	if err != nil {
+		r.closeFile()
+		return nil, 0, err
+	}
+	r.kept, r.written, r.synced, r.body = k, k, k, body
+	return r, size, nil
+}
+
+// hashPrefix hashes the first n bytes of f.
+func hashPrefix(f *os.File, n int64, alg digest.Algorithm) (digest.Digest, error) {
+	h := alg.Hash()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, n)); err != nil {
+		return "", err
+	}
+	return digest.NewDigest(alg, h), nil
+}
+
+// resumeReader yields the kept bytes of f (kept of them), then body,
+// appending body's bytes to f.
+type resumeReader struct {
+	c    *partialCache
+	f    *os.File // nil once closed or dropped
+	path string
+	d    digest.Digest
+	size int64
+	h    hash.Hash
+
+	kept    int64 // bytes of f served before the network
+	pos     int64 // bytes served
+	written int64 // bytes in f
+	synced  int64
+	body    io.ReadCloser // nil when f alone holds the blob (done)
+	done    bool          // the whole blob is in f, verified
+	keep    bool          // still appending to f
+	ended   bool          // the digest was checked
+}
+
+func (r *resumeReader) Read(p []byte) (int, error) {
+	if r.pos < r.kept {
+		if int64(len(p)) > r.kept-r.pos {
+			p = p[:r.kept-r.pos]
+		}
+		n, err := r.f.ReadAt(p, r.pos)
+		r.h.Write(p[:n])
+		r.pos += int64(n)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return n, failure.Wrap(failure.Network, err, "reading the kept part of blob %s", r.d)
+		}
+		if n == 0 {
+			return 0, failure.New(failure.Network, "the kept part of blob %s ended at %d of %d bytes", r.d, r.pos, r.kept)
+		}
+		return n, nil
+	}
+	if r.done {
+		if r.pos >= r.size {
+			r.finish()
+			return 0, io.EOF
+		}
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := r.body.Read(p)
+	if n > 0 {
+		r.h.Write(p[:n])
+		r.pos += int64(n)
+		r.append(p[:n])
+	}
+	if r.pos >= r.size && !r.ended {
+		if ferr := r.finish(); ferr != nil {
+			return n, ferr
+		}
+	}
+	return n, err
+}
+
+// append keeps b at the end of f; a failure stops keeping (the copy goes
+// on from the network).
+func (r *resumeReader) append(b []byte) {
+	if !r.keep || r.f == nil {
+		return
+	}
+	if !r.c.take(int64(len(b))) {
+		r.keep = false
+		r.c.log.Info("the partial-blob cache stopped keeping this blob: DEST's filesystem has no room beyond the image", "digest", r.d.String(), "kept", r.written)
+		return
+	}
+	if _, err := r.f.WriteAt(b, r.written); err != nil {
+		r.keep = false
+		r.c.log.Warn("the partial-blob cache stopped keeping this blob", "digest", r.d.String(), "kept", r.written, "error", err.Error())
+		return
+	}
+	r.written += int64(len(b))
+	if r.written-r.synced >= partialSyncEvery {
+		if err := r.f.Sync(); err == nil {
+			r.synced = r.written
+		}
+	}
+}
+
+// finish checks the digest of the whole stream: a match removes the kept
+// file (the blob is in staging); a mismatch removes it too, and when kept
+// bytes were used it is an error of its own (retried from byte 0).
+func (r *resumeReader) finish() error {
+	r.ended = true
+	sum := digest.NewDigest(r.d.Algorithm(), r.h)
+	ok := r.pos == r.size && sum == r.d
+	r.drop("")
+	if ok || r.kept == 0 {
+		return nil // a mismatch of a fresh stream: containers/image reports it
+	}
+	return failure.New(failure.Network, "blob %s resumed from %d kept bytes does not match its digest (got %s); the kept bytes are discarded and the blob is fetched again", r.d, r.kept, sum)
+}
+
+// restart empties f (its bytes are not the blob's) and returns 0.
+func (r *resumeReader) restart() int64 {
+	if err := r.f.Truncate(0); err != nil {
+		r.drop("truncating failed")
+	}
+	return 0
+}
+
+// drop removes the kept file and stops keeping.
+func (r *resumeReader) drop(why string) {
+	if r.f == nil {
+		return
+	}
+	if why != "" {
+		r.c.log.Warn("discarding a kept partial blob", "digest", r.d.String(), "reason", why)
+	}
+	_ = os.Remove(r.path)
+	r.keep = false
+	r.closeFile()
+}
+
+// closeFile syncs what was appended, closes f and lets another reader keep
+// the blob.
+func (r *resumeReader) closeFile() {
+	if r.f == nil {
+		return
+	}
+	if r.keep && r.written > r.synced {
+		_ = r.f.Sync()
+	}
+	_ = r.f.Close()
+	r.f = nil
+	r.c.release(r.d)
+}
+
+func (r *resumeReader) Close() error {
+	r.closeFile()
+	if r.body != nil {
+		return r.body.Close()
+	}
+	return nil
+}
+
+// String names the reader in errors and logs.
+func (r *resumeReader) String() string {
+	return fmt.Sprintf("blob %s (%d kept bytes)", r.d, r.kept)
+}
