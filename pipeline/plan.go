@@ -48,6 +48,9 @@ type Plan struct {
 	Sources string `json:"endpoint_rules"`
 	// AllowOtherOwner accepts a DEST owned by another user (dest).
 	AllowOtherOwner bool `json:"allow_other_owner,omitempty"`
+	// LockTimeout bounds the waits for another pull of the image into
+	// DEST and for the commit lock (dest.lock_timeout).
+	LockTimeout time.Duration `json:"lock_timeout_ns"`
 
 	dst dest.Destination // the parsed DEST (nil for explain without one)
 }
@@ -105,6 +108,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		p.MaxImageBytes = int64(l.Pull.MaxImageSize)
 	}
 	p.AllowOtherOwner = l.Dest.AllowOtherOwner
+	p.LockTimeout = time.Duration(l.Dest.LockTimeout)
 	if l.Pull.RegistriesConf != "" {
 		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
 			return nil, err

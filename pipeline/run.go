@@ -67,6 +67,14 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One pull of this image into this DEST at a time: a second waits and
+	// then finds the first's blobs in DEST (an oci: layout's are not
+	// fetched again).
+	unlock, err := dest.LockPull(p.Destination, repositoryOf(p.Reference), p.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var res *api.Result
 	if p.Isolation.Enabled {
 		res, err = isolated(ctx, p, m, &o)
@@ -84,7 +92,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 // stage creates the staging area beside DEST (handed to id when the copy
 // runs as another uid) and logs what it reclaimed.
 func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
-	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, Log: o.Log})
+	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -348,4 +356,12 @@ func apiLimits(l cgroup.Limits) *api.Limits {
 			ReadBPS: d.ReadBPS, WriteBPS: d.WriteBPS, ReadIOPS: d.ReadIOPS, WriteIOPS: d.WriteIOPS})
 	}
 	return out
+}
+
+// repositoryOf is the repository name of a reference (no tag or digest).
+func repositoryOf(ref string) string {
+	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
+		return named.Name()
+	}
+	return ref
 }

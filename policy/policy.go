@@ -159,6 +159,9 @@ type Dest struct {
 	// refused (exit 9), because its owner could swap its entries under the
 	// root parent.
 	AllowOtherOwner bool `toml:"allow_other_owner" json:"allow_other_owner"`
+	// LockTimeout bounds the wait for another pull of the same image into
+	// the same DEST, and for the commit lock (default 2m; exit 9 past it).
+	LockTimeout Duration `toml:"lock_timeout" json:"lock_timeout"`
 }
 
 // Privileges is the [privileges] section.
@@ -188,5 +191,6 @@ func Default() *Policy {
 		Cgroup:     Cgroup{Driver: "auto", Parent: "/pullhelper"},
 		Network:    Network{Mode: "host"},
 		Privileges: Privileges{User: "dynamic", Seccomp: true},
+		Dest:       Dest{LockTimeout: Duration(2 * time.Minute)},
 	}
 }

@@ -30,6 +30,9 @@ func (l *Loaded) Validate() error {
 	if p.Pull.MinRate > 0 && time.Duration(p.Pull.StallWindow) < time.Second {
 		bad("pull.stall_window", "must be at least 1s while pull.min_rate is set, not %s", time.Duration(p.Pull.StallWindow))
 	}
+	if p.Dest.LockTimeout <= 0 {
+		bad("dest.lock_timeout", "must be positive, not %s", time.Duration(p.Dest.LockTimeout))
+	}
 	if p.Pull.Retries > 100 {
 		bad("pull.retries", "must be between 0 and 100, not %d", p.Pull.Retries)
 	}

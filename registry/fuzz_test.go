@@ -170,12 +170,12 @@ func FuzzHeaderValues(f *testing.F) {
 	f.Add("sha256:" + strings.Repeat("a", 64))
 	f.Add("sha256:abc")
 	f.Fuzz(func(t *testing.T, v string) {
-		if n, ok := contentRangeStart(v); ok {
-			if n < 0 {
-				t.Fatalf("Content-Range %q: start %d", v, n)
+		if n, total, ok := contentRange(v); ok {
+			if n < 0 || total < -1 {
+				t.Fatalf("Content-Range %q: start %d, total %d", v, n, total)
 			}
-			if m, ok := contentRangeStart("bytes " + strconv.FormatInt(n, 10) + "-/"); !ok || m != n {
-				t.Fatalf("start %d does not round-trip (%d, %v)", n, m, ok)
+			if m, tot, ok := contentRange("bytes " + strconv.FormatInt(n, 10) + "-/" + strconv.FormatInt(total, 10)); !ok || m != n || (total >= 0 && tot != total) {
+				t.Fatalf("start %d total %d do not round-trip (%d, %d, %v)", n, total, m, tot, ok)
 			}
 		}
 		if d := retryAfter(v); d < 0 || d > time.Hour {

@@ -29,6 +29,7 @@ var settingFlags = []settingFlag{
 	{"parallel-layers", "pull.parallel_layers", policy.Int, "N", "download up to N layers at once (default 6)", false},
 	{"all-architectures", "pull.all_architectures", policy.Bool, "", "copy every instance of a multi-arch index, not only this platform's", false},
 	{"max-image-size", "pull.max_image_size", policy.String, "SIZE", "refuse an image declaring, sending or writing more than SIZE (default 64Gi)", false},
+	{"lock-timeout", "dest.lock_timeout", policy.String, "DURATION", "wait at most DURATION for another pull of the image into DEST, and for the commit lock (default 2m; then exit 9)", false},
 	{"max-bandwidth", "pull.max_bandwidth", policy.String, "RATE", "cap this pull's download rate (e.g. 20MiB/s; TCP flow control slows the sender; default none)", false},
 	{"min-rate", "pull.min_rate", policy.String, "RATE", "fail a blob arriving slower than RATE over --stall-window (default 1KiB/s; 0 disables)", false},
 	{"stall-window", "pull.stall_window", policy.String, "DURATION", "the window --min-rate is averaged over (default 60s)", false},
