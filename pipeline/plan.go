@@ -51,6 +51,9 @@ type Plan struct {
 	// LockTimeout bounds the waits for another pull of the image into
 	// DEST and for the commit lock (dest.lock_timeout).
 	LockTimeout time.Duration `json:"lock_timeout_ns"`
+	// NodeBandwidth is the node-wide cap shared by every pull that sets it
+	// (pull.node_bandwidth), split evenly among the live ones (0: none).
+	NodeBandwidth int64 `json:"node_bandwidth,omitempty"`
 
 	dst dest.Destination // the parsed DEST (nil for explain without one)
 }
@@ -109,6 +112,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	}
 	p.AllowOtherOwner = l.Dest.AllowOtherOwner
 	p.LockTimeout = time.Duration(l.Dest.LockTimeout)
+	p.NodeBandwidth = int64(l.Pull.NodeBandwidth)
 	if l.Pull.RegistriesConf != "" {
 		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
 			return nil, err

@@ -178,8 +178,16 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if part != nil {
 		pst.Partial = part.Path
 	}
-	res, copied, err := pull.Copy(ctx, &p.Request, m, pst,
-		pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log})
+	po := pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log}
+	if p.NodeBandwidth > 0 {
+		rates, stop, err := nodeShare(p.NodeBandwidth, o.Log)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		po.Rates = rates
+	}
+	res, copied, err := pull.Copy(ctx, &p.Request, m, pst, po)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +260,14 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	}
 
 	so := reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil}
+	if p.NodeBandwidth > 0 {
+		rates, stop, err := nodeShare(p.NodeBandwidth, o.Log)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		so.Rates = rates
+	}
 	if part != nil {
 		so.Partial = part.Dir
 	}
@@ -272,6 +288,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
+		NodeRate: so.Rates != nil,
 	}, progressOnly(o.Events), o.Log)
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the

@@ -51,6 +51,10 @@ type Pull struct {
 	// MaxBandwidth caps this pull's download rate, on the bytes read from
 	// the network (0: none).
 	MaxBandwidth Rate `toml:"max_bandwidth" json:"max_bandwidth,omitempty"`
+	// NodeBandwidth is a node-wide cap shared by every concurrent pull
+	// that sets it, split evenly among the live ones (coordinated through
+	// /run/pullhelper/bandwidth; 0: none). MaxBandwidth still caps each.
+	NodeBandwidth Rate `toml:"node_bandwidth" json:"node_bandwidth,omitempty"`
 	// MinRate fails a blob whose bytes arrive slower than this, averaged
 	// over StallWindow (default 1KiB/s; 0 disables): a trickle that keeps
 	// the no-byte stall timeout at bay still ends the attempt (exit 6).

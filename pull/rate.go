@@ -19,6 +19,29 @@ import (
 // errTooSlow marks an attempt ended by the minimum-rate watchdog.
 var errTooSlow = errors.New("blob arriving below the minimum rate")
 
+// pullLimiter is the limiter of one Copy: the tighter of the pull's own
+// cap (max) and the node's share (updates on rates), none when both are 0.
+func pullLimiter(max int64, rates <-chan int64) *limiter {
+	if max <= 0 && rates == nil {
+		return nil
+	}
+	l := &limiter{now: time.Now, sleep: sleepCtx}
+	l.set(max)
+	l.tokens, l.last = l.burst, time.Now()
+	if rates != nil {
+		go func() {
+			for share := range rates {
+				r := share
+				if max > 0 && (r <= 0 || max < r) {
+					r = max
+				}
+				l.set(r)
+			}
+		}()
+	}
+	return l
+}
+
 // limiter is a token bucket shared by every blob read of one pull: a
 // reader takes what it read and, when the bucket is in debt, waits before
 // reading again, so the socket is not read and TCP flow control slows the
@@ -50,18 +73,41 @@ func newLimiter(rate int64) *limiter {
 	if rate <= 0 {
 		return nil
 	}
-	// A quarter of a second's worth, between 1 KiB and 256 KiB: small
-	// enough to hold the rate over a second, large enough for few waits.
-	burst := min(max(float64(rate)/4, 1<<10), 256<<10)
-	return &limiter{rate: float64(rate), burst: burst, tokens: burst, last: time.Now(), now: time.Now, sleep: sleepCtx}
+	l := &limiter{now: time.Now, sleep: sleepCtx}
+	l.set(rate)
+	l.tokens, l.last = l.burst, time.Now()
+	return l
+}
+
+// set changes the rate (bytes per second; 0: none). A quarter of a
+// second's worth of burst, between 1 KiB and 256 KiB: small enough to hold
+// the rate over a second, large enough for few waits.
+func (l *limiter) set(rate int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rate = float64(rate)
+	if rate <= 0 {
+		l.burst = 256 << 10
+		return
+	}
+	l.burst = min(max(float64(rate)/4, 1<<10), 256<<10)
+	l.tokens = min(l.tokens, l.burst)
 }
 
 // chunk is the most a reader should read at once.
-func (l *limiter) chunk() int { return int(l.burst) }
+func (l *limiter) chunk() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.burst)
+}
 
 // wait accounts n bytes read and sleeps off any debt (or until ctx ends).
 func (l *limiter) wait(ctx context.Context, n int) error {
 	l.mu.Lock()
+	if l.rate <= 0 {
+		l.mu.Unlock()
+		return nil
+	}
 	now := l.now()
 	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
 	l.last = now

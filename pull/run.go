@@ -62,6 +62,12 @@ type Options struct {
 	Report io.Writer
 	// Log receives human log records.
 	Log *slog.Logger
+	// Rates, when set, carries this pull's share of the node's bandwidth
+	// (bytes/s; 0: no node limit) whenever it changes; Request.MaxBandwidth
+	// still caps it.
+	Rates <-chan int64
+
+	lim *limiter // the Copy's bandwidth limiter, shared by its attempts
 }
 
 func (o Options) emit(e Event) {
@@ -78,6 +84,7 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	o.lim = pullLimiter(p.MaxBandwidth, o.Rates)
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, fmt.Errorf("pull timed out after %s (--timeout)", p.Timeout))
@@ -222,7 +229,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	g := newGuard(p.Registry, p.maxImageBytes())
-	g.ctx, g.lim = ctx, newLimiter(p.MaxBandwidth)
+	g.ctx, g.lim = ctx, o.lim
 	if p.MinRate > 0 && p.StallWindow > 0 {
 		done := make(chan struct{})
 		defer close(done)

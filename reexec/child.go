@@ -114,10 +114,33 @@ func child() int {
 	// 1. The request. On cgroup v1 this blocks until the parent has placed
 	// us in the cgroup.
 	var req Request
-	if err := json.NewDecoder(in).Decode(&req); err != nil {
+	dec := json.NewDecoder(in)
+	if err := dec.Decode(&req); err != nil {
 		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
 	}
-	_ = in.Close()
+	var rates chan int64
+	if req.NodeRate {
+		// The node's bandwidth share follows, a line whenever it changes,
+		// until the parent closes the pipe.
+		rates = make(chan int64, 1)
+		go func() {
+			defer close(rates)
+			defer in.Close()
+			for {
+				var c control
+				if err := dec.Decode(&c); err != nil {
+					return
+				}
+				select { // only the latest share matters
+				case <-rates:
+				default:
+				}
+				rates <- c.Rate
+			}
+		}()
+	} else {
+		_ = in.Close()
+	}
 
 	// 2. Verify placement before any work.
 	if err := cgroup.Verify("/proc/self/cgroup", req.Cgroup); err != nil {
@@ -178,6 +201,9 @@ func child() int {
 	}}
 	if req.Bars {
 		opts.Report = os.Stderr
+	}
+	if rates != nil {
+		opts.Rates = rates
 	}
 	res, copied, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
 	if err != nil {

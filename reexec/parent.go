@@ -66,6 +66,10 @@ type StartOptions struct {
 	Debug   bool
 	// Terminal: the child draws progress bars on stderr.
 	Terminal bool
+	// Rates, when set, are forwarded to the child (after its request, on
+	// fd 3) until the channel closes or the child exits: this pull's share
+	// of the node's bandwidth. Set Request.NodeRate with it.
+	Rates <-chan int64
 }
 
 // Start spawns the pull child in g (born in it: CLONE_INTO_CGROUP on v2, a
@@ -101,6 +105,7 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.rates = o.Rates
 	return &Child{c: c}, nil
 }
 
@@ -124,6 +129,7 @@ type childProc struct {
 	stderr    *os.File
 	relayDone chan struct{}
 	waited    chan error // the child's wait status, once it is reaped
+	rates     <-chan int64
 }
 
 // drainTimeout bounds how long the parent reads the pipes after the child
@@ -280,6 +286,25 @@ func pidsTooLow(err error, g *cgroup.Group) error {
 	return failure.Wrap(failure.Isolation, err, "")
 }
 
+// forwardRates writes each share from c.rates as a control line on fd 3
+// until the channel closes, stop closes, or the child stops reading.
+func (c *childProc) forwardRates(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case r, ok := <-c.rates:
+			if !ok {
+				return
+			}
+			b, _ := json.Marshal(control{Rate: r})
+			if _, err := c.planW.Write(append(b, '\n')); err != nil {
+				return
+			}
+		}
+	}
+}
+
 // kill ends a child that run will not reap: the cgroup and the child are
 // killed, the pipes closed and the child reaped. It never waits for a pipe.
 func (c *childProc) kill(g *cgroup.Group) {
@@ -349,13 +374,21 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink 
 	readErr := make(chan error, 1)
 	go c.read(msgs, readErr)
 	sent := make(chan error, 1)
+	stopRates := make(chan struct{})
+	defer func() {
+		close(stopRates)
+		c.planW.Close() // also ends a forward blocked on a child that stopped reading
+	}()
 	go func() {
 		b, err := json.Marshal(req)
 		if err == nil {
 			_, err = c.planW.Write(append(b, '\n'))
 		}
-		c.planW.Close()
 		sent <- err
+		if err == nil && req.NodeRate && c.rates != nil {
+			c.forwardRates(stopRates)
+		}
+		c.planW.Close()
 	}()
 
 	// The parent's own deadline, a little after the child's, in case the

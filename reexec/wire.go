@@ -66,6 +66,15 @@ type Request struct {
 	Seccomp  bool              `json:"seccomp"`
 	Log      LogConfig         `json:"log"`
 	Bars     bool              `json:"bars"`
+	// NodeRate: more lines follow the request on fd 3, each a control
+	// message with this pull's share of the node's bandwidth, until the
+	// parent closes the pipe.
+	NodeRate bool `json:"node_rate,omitempty"`
+}
+
+// control is a line on fd 3 after the request (with Request.NodeRate).
+type control struct {
+	Rate int64 `json:"rate"` // bytes per second; 0: no node limit
 }
 
 // LogConfig is how the child logs on its stderr.

@@ -83,3 +83,27 @@ tiny_layer_path() {
     ((ms >= floor_ms)) || fail "$net bytes in ${ms}ms: faster than the cap allows (at least ${floor_ms}ms)"
     echo "# max_bandwidth 20MiB/s: $net bytes in ${ms}ms = $((net * 1000 / ms / 1024)) KiB/s (cap 20480 KiB/s)" >&3
 }
+
+@test "node_bandwidth: two pulls at once under --node-bandwidth 20MiB/s share it — together never faster than the cap" {
+    local t0 t1 net
+    t0=$(date +%s%N)
+    { "$PULLHELPER" pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --node-bandwidth 20MiB/s \
+        "$FP_REG_HOST/fixtures/big" "oci:$OUT/a" >"$BATS_TEST_TMPDIR/a.out" 2>&1; echo $? >"$BATS_TEST_TMPDIR/a.rc"; } 3>&- &
+    local pa=$!
+    { "$PULLHELPER" pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --node-bandwidth 20MiB/s \
+        "$FP_REG_HOST/fixtures/big" "oci:$OUT/b" >"$BATS_TEST_TMPDIR/b.out" 2>&1; echo $? >"$BATS_TEST_TMPDIR/b.rc"; } 3>&- &
+    local pb=$!
+    wait "$pa" "$pb" || true
+    t1=$(date +%s%N)
+    assert_equal "$(cat "$BATS_TEST_TMPDIR/a.rc")" 0
+    assert_equal "$(cat "$BATS_TEST_TMPDIR/b.rc")" 0
+    net=$(faultproxy_bytes REG '/blobs/')
+    ((net > 100000000)) || fail "only $net bytes went over the network for two pulls of big"
+    local ms=$(((t1 - t0) / 1000000))
+    # Both together at most 20 MiB/s (+15 %, and a burst each): the pair
+    # cannot have finished sooner.
+    local floor_ms=$(((net * 1000 / (20 * 1048576) - 500) * 85 / 100))
+    ((ms >= floor_ms)) || fail "$net bytes in ${ms}ms for both: faster than the node cap allows (at least ${floor_ms}ms)"
+    echo "# node_bandwidth 20MiB/s, two pulls: $net bytes in ${ms}ms = $((net * 1000 / ms / 1024)) KiB/s together (cap 20480 KiB/s)" >&3
+    [[ -z $(ls -A /run/pullhelper/bandwidth 2>/dev/null) ]] || fail "registrations left in /run/pullhelper/bandwidth: $(ls -A /run/pullhelper/bandwidth)"
+}

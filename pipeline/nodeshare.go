@@ -1,0 +1,112 @@
+package pipeline
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
+)
+
+// NodeShareDir holds one file per pull that takes part in the node's
+// bandwidth budget (pull.node_bandwidth), each held with an flock by its
+// pull: a file nobody holds belongs to a pull that is gone.
+var NodeShareDir = "/run/pullhelper/bandwidth"
+
+// nodeShareTick is how often the live pulls are counted.
+const nodeShareTick = 500 * time.Millisecond
+
+// maxNodeShareEntries bounds the directory read (a full node has a few).
+const maxNodeShareEntries = 4096
+
+// nodeShare registers this pull in NodeShareDir and returns a channel
+// carrying its share of total: total divided by the pulls that hold a file
+// there, sent at once and again whenever that count changes. stop ends
+// the updates, closes the channel and removes the registration.
+func nodeShare(total int64, log *slog.Logger) (<-chan int64, func(), error) {
+	if err := os.MkdirAll(NodeShareDir, 0o700); err != nil {
+		return nil, nil, failure.Wrap(failure.Destination, err, "creating %s (pull.node_bandwidth)", NodeShareDir)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	name := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])
+	path := filepath.Join(NodeShareDir, name)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", NodeShareDir)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		_ = unix.Unlink(path)
+		return nil, nil, failure.Wrap(failure.Destination, err, "locking %s", path)
+	}
+	out := make(chan int64, 1)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer close(out)
+		last := 0
+		t := time.NewTicker(nodeShareTick)
+		defer t.Stop()
+		for {
+			if n := livePulls(name); n != last {
+				last = n
+				share := total / int64(n)
+				log.Debug("node bandwidth share", "pulls", n, "share", share)
+				select {
+				case <-out: // only the latest share matters
+				default:
+				}
+				out <- share
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	stop := func() {
+		close(done)
+		<-finished
+		_ = unix.Unlink(path)
+		unix.Close(fd)
+	}
+	return out, stop, nil
+}
+
+// livePulls counts the registrations someone holds (ours, self, counts),
+// removing those nobody holds. At least 1.
+func livePulls(self string) int {
+	d, err := os.Open(NodeShareDir)
+	if err != nil {
+		return 1
+	}
+	names, _ := d.Readdirnames(maxNodeShareEntries)
+	d.Close()
+	n := 0
+	for _, nm := range names {
+		if nm == self {
+			n++
+			continue
+		}
+		p := filepath.Join(NodeShareDir, nm)
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == unix.EWOULDBLOCK {
+			n++ // held: a live pull
+		} else if err == nil {
+			_ = unix.Unlink(p) // nobody holds it: a pull that is gone
+		}
+		unix.Close(fd)
+	}
+	return max(n, 1)
+}

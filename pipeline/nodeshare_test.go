@@ -1,0 +1,51 @@
+package pipeline
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestNodeShareSplitsAmongLivePulls(t *testing.T) {
+	NodeShareDir = t.TempDir()
+	// Another live pull (an flock held on its file) and a dead one's file.
+	held := filepath.Join(NodeShareDir, "1-live")
+	fd, err := unix.Open(held, unix.O_CREAT|unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(NodeShareDir, "2-gone")
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rates, stop, err := nodeShare(300, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-rates; got != 150 {
+		t.Errorf("share with one other live pull: %d, want 150", got)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead pull's file is still there (%v)", err)
+	}
+	// The other pull ends: the share is the whole budget again.
+	_ = unix.Flock(fd, unix.LOCK_UN)
+	if got := <-rates; got != 300 {
+		t.Errorf("share alone: %d, want 300", got)
+	}
+	stop()
+	if _, ok := <-rates; ok {
+		t.Error("the share channel is still open after stop")
+	}
+	entries, _ := os.ReadDir(NodeShareDir)
+	if len(entries) != 0 {
+		t.Errorf("left behind: %v", entries)
+	}
+}
