@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,10 +26,12 @@ const nodeShareTick = 500 * time.Millisecond
 const maxNodeShareEntries = 4096
 
 // nodeShare registers this pull in NodeShareDir and returns a channel
-// carrying its share of total: total divided by the pulls that hold a file
-// there, sent at once and again whenever that count changes. stop ends
+// carrying its share of the node's budgets: total bytes/s and layers
+// concurrent downloads, each divided by the pulls that hold a file there
+// (at least one download each), sent at once and again whenever that count
+// changes. stop ends
 // the updates, closes the channel and removes the registration.
-func nodeShare(total int64, log *slog.Logger) (<-chan int64, func(), error) {
+func nodeShare(total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare, func(), error) {
 	if err := os.MkdirAll(NodeShareDir, 0o700); err != nil {
 		return nil, nil, failure.Wrap(failure.Destination, err, "creating %s (pull.node_bandwidth)", NodeShareDir)
 	}
@@ -45,7 +48,7 @@ func nodeShare(total int64, log *slog.Logger) (<-chan int64, func(), error) {
 		_ = unix.Unlink(path)
 		return nil, nil, failure.Wrap(failure.Destination, err, "locking %s", path)
 	}
-	out := make(chan int64, 1)
+	out := make(chan pull.NodeShare, 1)
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -57,8 +60,11 @@ func nodeShare(total int64, log *slog.Logger) (<-chan int64, func(), error) {
 		for {
 			if n := livePulls(name); n != last {
 				last = n
-				share := total / int64(n)
-				log.Debug("node bandwidth share", "pulls", n, "share", share)
+				share := pull.NodeShare{Rate: total / int64(n)}
+				if layers > 0 {
+					share.Layers = max(1, layers/n)
+				}
+				log.Debug("node share", "pulls", n, "rate", share.Rate, "layers", share.Layers)
 				select {
 				case <-out: // only the latest share matters
 				default:

@@ -25,20 +25,20 @@ func TestNodeShareSplitsAmongLivePulls(t *testing.T) {
 	if err := os.WriteFile(stale, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rates, stop, err := nodeShare(300, slog.New(slog.DiscardHandler))
+	rates, stop, err := nodeShare(300, 3, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := <-rates; got != 150 {
-		t.Errorf("share with one other live pull: %d, want 150", got)
+	if got := <-rates; got.Rate != 150 || got.Layers != 1 {
+		t.Errorf("share with one other live pull: %+v, want 150 B/s, 1 layer", got)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("the dead pull's file is still there (%v)", err)
 	}
 	// The other pull ends: the share is the whole budget again.
 	_ = unix.Flock(fd, unix.LOCK_UN)
-	if got := <-rates; got != 300 {
-		t.Errorf("share alone: %d, want 300", got)
+	if got := <-rates; got.Rate != 300 || got.Layers != 3 {
+		t.Errorf("share alone: %+v, want 300 B/s, 3 layers", got)
 	}
 	stop()
 	if _, ok := <-rates; ok {

@@ -54,6 +54,9 @@ type Plan struct {
 	// NodeBandwidth is the node-wide cap shared by every pull that sets it
 	// (pull.node_bandwidth), split evenly among the live ones (0: none).
 	NodeBandwidth int64 `json:"node_bandwidth,omitempty"`
+	// NodeParallelLayers is the node-wide limit on concurrent blob
+	// downloads, split the same way (pull.node_parallel_layers; 0: none).
+	NodeParallelLayers int `json:"node_parallel_layers,omitempty"`
 
 	dst dest.Destination // the parsed DEST (nil for explain without one)
 }
@@ -113,6 +116,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	p.AllowOtherOwner = l.Dest.AllowOtherOwner
 	p.LockTimeout = time.Duration(l.Dest.LockTimeout)
 	p.NodeBandwidth = int64(l.Pull.NodeBandwidth)
+	p.NodeParallelLayers = int(l.Pull.NodeParallelLayers)
 	if l.Pull.RegistriesConf != "" {
 		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
 			return nil, err

@@ -179,13 +179,13 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 		pst.Partial = part.Path
 	}
 	po := pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log}
-	if p.NodeBandwidth > 0 {
-		rates, stop, err := nodeShare(p.NodeBandwidth, o.Log)
+	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
+		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
 		if err != nil {
 			return nil, err
 		}
 		defer stop()
-		po.Rates = rates
+		po.Node = rates
 	}
 	res, copied, err := pull.Copy(ctx, &p.Request, m, pst, po)
 	if err != nil {
@@ -260,8 +260,8 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	}
 
 	so := reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil}
-	if p.NodeBandwidth > 0 {
-		rates, stop, err := nodeShare(p.NodeBandwidth, o.Log)
+	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
+		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
 		if err != nil {
 			return nil, err
 		}

@@ -55,6 +55,9 @@ type Pull struct {
 	// that sets it, split evenly among the live ones (coordinated through
 	// /run/pullhelper/bandwidth; 0: none). MaxBandwidth still caps each.
 	NodeBandwidth Rate `toml:"node_bandwidth" json:"node_bandwidth,omitempty"`
+	// NodeParallelLayers is a node-wide limit on concurrent layer
+	// downloads, split the same way (at least one per pull; 0: none).
+	NodeParallelLayers Count `toml:"node_parallel_layers" json:"node_parallel_layers,omitempty"`
 	// MinRate fails a blob whose bytes arrive slower than this, averaged
 	// over StallWindow (default 1KiB/s; 0 disables): a trickle that keeps
 	// the no-byte stall timeout at bay still ends the attempt (exit 6).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -19,27 +20,97 @@ import (
 // errTooSlow marks an attempt ended by the minimum-rate watchdog.
 var errTooSlow = errors.New("blob arriving below the minimum rate")
 
-// pullLimiter is the limiter of one Copy: the tighter of the pull's own
-// cap (max) and the node's share (updates on rates), none when both are 0.
-func pullLimiter(max int64, rates <-chan int64) *limiter {
-	if max <= 0 && rates == nil {
-		return nil
+// nodeLimits are the limiter and the download slots of one Copy: the
+// rate is the tighter of the pull's own cap (max) and the node's share,
+// the slots the node's share of concurrent downloads; each follows the
+// updates on node. Nil when nothing limits.
+func nodeLimits(max int64, node <-chan NodeShare) (*limiter, *slots) {
+	if max <= 0 && node == nil {
+		return nil, nil
 	}
 	l := &limiter{now: time.Now, sleep: sleepCtx}
 	l.set(max)
 	l.tokens, l.last = l.burst, time.Now()
-	if rates != nil {
-		go func() {
-			for share := range rates {
-				r := share
-				if max > 0 && (r <= 0 || max < r) {
-					r = max
-				}
-				l.set(r)
-			}
-		}()
+	if node == nil {
+		return l, nil
 	}
-	return l
+	sl := &slots{}
+	sl.cond = sync.NewCond(&sl.mu)
+	apply := func(share NodeShare) {
+		r := share.Rate
+		if max > 0 && (r <= 0 || max < r) {
+			r = max
+		}
+		l.set(r)
+		sl.set(share.Layers)
+	}
+	// The first share comes at once (the parent sends it right after the
+	// request): wait for it, so no download starts unlimited.
+	if share, ok := <-node; ok {
+		apply(share)
+	}
+	go func() {
+		for share := range node {
+			apply(share)
+		}
+	}()
+	return l, sl
+}
+
+// slots bounds the blob downloads in flight; the bound may change (0:
+// none).
+type slots struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	limit int
+	inUse int
+}
+
+func (s *slots) set(n int) {
+	s.mu.Lock()
+	s.limit = max(n, 0)
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// acquire waits for a free slot, or until ctx ends.
+func (s *slots) acquire(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.limit > 0 && s.inUse >= s.limit {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		s.cond.Wait()
+	}
+	s.inUse++
+	return nil
+}
+
+func (s *slots) release() {
+	s.mu.Lock()
+	s.inUse--
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// slotReader releases its slot once, on Close.
+type slotReader struct {
+	io.ReadCloser
+	once sync.Once
+	s    *slots
+}
+
+func (r *slotReader) Close() error {
+	err := r.ReadCloser.Close()
+	r.once.Do(r.s.release)
+	return err
 }
 
 // limiter is a token bucket shared by every blob read of one pull: a

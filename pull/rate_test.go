@@ -88,3 +88,36 @@ func TestRateErrorNamesBlobHostAndRate(t *testing.T) {
 		t.Errorf("got %q\nwant %q", e.Error(), want)
 	}
 }
+
+func TestSlotsBoundDownloads(t *testing.T) {
+	node := make(chan NodeShare, 1)
+	node <- NodeShare{Layers: 1}
+	_, sl := nodeLimits(0, node)
+	if sl == nil {
+		t.Fatal("no slots with a node share")
+	}
+	ctx := context.Background()
+	if err := sl.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second acquire waits until the first is released, or its context ends.
+	cctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() { got <- sl.acquire(cctx) }()
+	cancel()
+	if err := <-got; err == nil {
+		t.Fatal("a second download got a slot while the only one was taken")
+	}
+	go func() { got <- sl.acquire(ctx) }()
+	sl.release()
+	if err := <-got; err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	// Raising the limit wakes waiters.
+	go func() { got <- sl.acquire(ctx) }()
+	node <- NodeShare{Layers: 2}
+	if err := <-got; err != nil {
+		t.Fatalf("after raising the limit: %v", err)
+	}
+	close(node)
+}

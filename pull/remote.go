@@ -198,6 +198,7 @@ type remoteSource struct {
 	cache     *manifestCache
 	signature bool          // signatures may exist: read them through containers/image
 	partial   *partialCache // nil: no resume across restarts
+	slots     *slots        // the node's download slots (nil: no node limit)
 
 	mu  sync.Mutex
 	sig types.ImageSource
@@ -265,6 +266,23 @@ func (s *remoteSource) digested() digest.Digest {
 func (s *remoteSource) HasThreadSafeGetBlob() bool { return true }
 
 func (s *remoteSource) GetBlob(ctx context.Context, info types.BlobInfo, _ types.BlobInfoCache) (io.ReadCloser, int64, error) {
+	if s.slots == nil {
+		return s.getBlob(ctx, info)
+	}
+	// The node's limit on concurrent downloads: wait for a slot, held
+	// until the blob is read.
+	if err := s.slots.acquire(ctx); err != nil {
+		return nil, 0, err
+	}
+	rc, n, err := s.getBlob(ctx, info)
+	if err != nil {
+		s.slots.release()
+		return nil, 0, err
+	}
+	return &slotReader{ReadCloser: rc, s: s.slots}, n, nil
+}
+
+func (s *remoteSource) getBlob(ctx context.Context, info types.BlobInfo) (io.ReadCloser, int64, error) {
 	if s.partial != nil {
 		return s.partial.blob(ctx, s.rc, info)
 	}

@@ -62,12 +62,18 @@ type Options struct {
 	Report io.Writer
 	// Log receives human log records.
 	Log *slog.Logger
-	// Rates, when set, carries this pull's share of the node's bandwidth
-	// (bytes/s; 0: no node limit) whenever it changes; Request.MaxBandwidth
-	// still caps it.
-	Rates <-chan int64
+	// Node, when set, carries this pull's share of the node's budgets
+	// whenever it changes; Request.MaxBandwidth still caps the rate.
+	Node <-chan NodeShare
 
-	lim *limiter // the Copy's bandwidth limiter, shared by its attempts
+	lim   *limiter // the Copy's bandwidth limiter, shared by its attempts
+	slots *slots   // the Copy's layer-download slots (nil: no node limit)
+}
+
+// NodeShare is one pull's part of the node's budgets (0: no limit).
+type NodeShare struct {
+	Rate   int64 `json:"rate"`   // bytes per second
+	Layers int   `json:"layers"` // concurrent blob downloads
 }
 
 func (o Options) emit(e Event) {
@@ -84,7 +90,7 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	o.lim = pullLimiter(p.MaxBandwidth, o.Rates)
+	o.lim, o.slots = nodeLimits(p.MaxBandwidth, o.Node)
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, fmt.Errorf("pull timed out after %s (--timeout)", p.Timeout))
@@ -271,7 +277,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	signatures := needsSignatures(m.SignaturePolicy)
 	partial := openPartialCache(st.Partial, o.Log)
 	remote := func(ref types.ImageReference) types.ImageSource {
-		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures, partial: partial}
+		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures, partial: partial, slots: o.slots}
 	}
 	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g, remote)
 	if err != nil {

@@ -118,11 +118,11 @@ func child() int {
 	if err := dec.Decode(&req); err != nil {
 		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
 	}
-	var rates chan int64
+	var rates chan pull.NodeShare
 	if req.NodeRate {
-		// The node's bandwidth share follows, a line whenever it changes,
-		// until the parent closes the pipe.
-		rates = make(chan int64, 1)
+		// The node's share follows, a line whenever it changes, until the
+		// parent closes the pipe.
+		rates = make(chan pull.NodeShare, 1)
 		go func() {
 			defer close(rates)
 			defer in.Close()
@@ -135,7 +135,7 @@ func child() int {
 				case <-rates:
 				default:
 				}
-				rates <- c.Rate
+				rates <- c
 			}
 		}()
 	} else {
@@ -203,7 +203,7 @@ func child() int {
 		opts.Report = os.Stderr
 	}
 	if rates != nil {
-		opts.Rates = rates
+		opts.Node = rates
 	}
 	res, copied, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
 	if err != nil {

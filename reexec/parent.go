@@ -69,7 +69,7 @@ type StartOptions struct {
 	// Rates, when set, are forwarded to the child (after its request, on
 	// fd 3) until the channel closes or the child exits: this pull's share
 	// of the node's bandwidth. Set Request.NodeRate with it.
-	Rates <-chan int64
+	Rates <-chan pull.NodeShare
 }
 
 // Start spawns the pull child in g (born in it: CLONE_INTO_CGROUP on v2, a
@@ -129,7 +129,7 @@ type childProc struct {
 	stderr    *os.File
 	relayDone chan struct{}
 	waited    chan error // the child's wait status, once it is reaped
-	rates     <-chan int64
+	rates     <-chan pull.NodeShare
 }
 
 // drainTimeout bounds how long the parent reads the pipes after the child
@@ -297,7 +297,7 @@ func (c *childProc) forwardRates(stop <-chan struct{}) {
 			if !ok {
 				return
 			}
-			b, _ := json.Marshal(control{Rate: r})
+			b, _ := json.Marshal(control(r))
 			if _, err := c.planW.Write(append(b, '\n')); err != nil {
 				return
 			}

@@ -72,10 +72,9 @@ type Request struct {
 	NodeRate bool `json:"node_rate,omitempty"`
 }
 
-// control is a line on fd 3 after the request (with Request.NodeRate).
-type control struct {
-	Rate int64 `json:"rate"` // bytes per second; 0: no node limit
-}
+// control is a line on fd 3 after the request (with Request.NodeRate):
+// this pull's share of the node's budgets.
+type control = pull.NodeShare
 
 // LogConfig is how the child logs on its stderr.
 type LogConfig struct {

@@ -12,6 +12,7 @@ setup_file() {
     start_registry
     push_fixture tiny
     push_fixture big
+    push_fixture many
 }
 
 teardown_file() {
@@ -106,4 +107,25 @@ tiny_layer_path() {
     ((ms >= floor_ms)) || fail "$net bytes in ${ms}ms for both: faster than the node cap allows (at least ${floor_ms}ms)"
     echo "# node_bandwidth 20MiB/s, two pulls: $net bytes in ${ms}ms = $((net * 1000 / ms / 1024)) KiB/s together (cap 20480 KiB/s)" >&3
     [[ -z $(ls -A /run/pullhelper/bandwidth 2>/dev/null) ]] || fail "registrations left in /run/pullhelper/bandwidth: $(ls -A /run/pullhelper/bandwidth)"
+}
+
+@test "node_parallel_layers: under --node-parallel-layers 1 one blob downloads at a time — with every blob stalled, only one is ever asked for" {
+    # Every blob stalls after its headers: with one slot, the first holds it
+    # and no second blob request is made until the stall timeout ends the
+    # attempt. (Without the limit, --parallel-layers 6 asks for six.)
+    # The config is read first, alone: it passes (ignore_range forwards it
+    # as it is); every layer stalls.
+    local cfg
+    cfg=$(registry_manifest fixtures/many:latest | "$PH_PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["config"]["digest"])')
+    faultproxy_rules REG "[{\"match\": {\"path\": \"/blobs/$cfg\$\"}, \"ignore_range\": true}, {\"match\": {\"path\": \"/blobs/\"}, \"stall_after\": 0}]"
+    run_pullhelper 6 pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --retries 0 --stall-timeout 3s \
+        --node-parallel-layers 1 "$FP_REG_HOST/fixtures/many" "oci:$OUT/dest"
+    assert_json_error network
+    assert_equal "$(faultproxy_count REG '/blobs/')" 2 # the config, then one layer
+    # The same pull with two slots asks for exactly two layers.
+    : >"$FP_REG_LOG"
+    run_pullhelper 6 pull --authfile "$FP_REG_AUTHFILE" --cert-dir "$FP_REG_CERT_DIR" --retries 0 --stall-timeout 3s \
+        --node-parallel-layers 2 "$FP_REG_HOST/fixtures/many" "oci:$OUT/dest"
+    assert_equal "$(faultproxy_count REG '/blobs/')" 3
+    assert_no_staging "$OUT"
 }
