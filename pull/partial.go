@@ -149,17 +149,23 @@ func (c *partialCache) blob(ctx context.Context, rc *registry.Client, info types
 		k = r.restart()
 	}
 	var body io.ReadCloser
+	var announced int64
 	if k > 0 {
 		c.log.Info("resuming a kept partial blob", "digest", d.String(), "kept", k, "size", size)
-		body, _, err = rc.BlobFrom(ctx, d, size, k)
+		body, announced, err = rc.BlobFrom(ctx, d, size, k)
 	} else {
-		body, _, err = rc.Blob(ctx, d, size)
+		body, announced, err = rc.Blob(ctx, d, size)
 	}
 	if err != nil {
 		r.closeFile()
 		return nil, 0, err
 	}
 	r.kept, r.written, r.synced, r.body = k, k, k, body
+	// A server announcing more than the declared size is refused by the
+	// caller's size check: pass its announcement on.
+	if announced > size {
+		return r, announced, nil
+	}
 	return r, size, nil
 }
 

@@ -40,7 +40,7 @@ agent but not of the node) and print what was removed as one JSON object:
                 DEST's parent: the bytes of blobs a killed pull had received, kept for
                 the next pull to resume), unless a live pull holds it
   uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
-  commit_locks  commit lock files in ` + dest.LockDir + ` that no pull holds
+  commit_locks  commit and pull lock files in ` + dest.LockDir + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
                 cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
                 is gone; what is left in them is killed first
