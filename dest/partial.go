@@ -56,6 +56,8 @@ type Partial struct {
 
 	parent *os.File // DEST's parent (a dup of the stage's)
 	name   string
+	stage  *Stage // whose finished blobs Close keeps (nil after Remove)
+	log    *slog.Logger
 }
 
 // OpenPartial creates (root, 0700) or opens the partial-blob cache beside
@@ -71,7 +73,10 @@ func (s *Stage) OpenPartial(handTo *Identity, log *slog.Logger) (*Partial, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase())}
+	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase()), log: discard(log)}
+	if s.at == s.parent {
+		p.stage = s // same filesystem: Close can keep its blobs by rename
+	}
 	p.Path = filepath.Join(s.parent.Name(), p.name)
 	if s.cache != nil && s.cacheName == p.name {
 		// The reclaim of stale staging opened (and flocked) it already.
@@ -333,6 +338,7 @@ func (p *Partial) Remove() error {
 	if p == nil || p.parent == nil {
 		return nil
 	}
+	p.stage = nil
 	err := removeAllAt(int(p.parent.Fd()), p.name)
 	p.Close()
 	if err != nil {
@@ -341,12 +347,23 @@ func (p *Partial) Remove() error {
 	return nil
 }
 
-// Close releases the cache, keeping its contents; an empty cache is
-// removed (nothing is left behind when nothing was kept). Nil-safe.
+// Close releases the cache, keeping its contents, and first keeps in it
+// the blobs the pull finished in its staging area (a pull that failed or
+// was stopped after some blobs were complete: the next pull into DEST
+// does not fetch them again; see salvage). Call it only when every process
+// of the pull is dead, before the stage is removed (after Remove, nothing
+// is kept). An empty cache is removed (nothing is left behind when nothing
+// was kept). Nil-safe.
 func (p *Partial) Close() {
 	if p == nil {
 		return
 	}
+	if s := p.stage; s != nil && s.root != nil && p.Dir != nil {
+		if n, b := salvage(int(s.root.Fd()), int(p.Dir.Fd())); n > 0 {
+			p.log.Info("kept the blobs this pull finished in the partial-blob cache", "path", p.Path, "blobs", n, "bytes", b)
+		}
+	}
+	p.stage = nil
 	if p.Dir != nil && p.parent != nil {
 		if names, err := readDirNames(int(p.Dir.Fd())); err == nil && len(names) == 0 {
 			_ = unix.Unlinkat(int(p.parent.Fd()), p.name, unix.AT_REMOVEDIR)

@@ -133,3 +133,39 @@ func TestReclaimSalvageNeedsTheCache(t *testing.T) {
 		t.Fatalf("wrote into a cache another pull holds: %v", ents)
 	}
 }
+
+// A pull that ends without a commit keeps the blobs it finished: Close
+// moves them from its own staging area into the cache; after a commit
+// (Remove) nothing is kept.
+func TestPartialCloseKeepsFinishedBlobs(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	d := parse(t, "oci:"+filepath.Join(top, "d"))
+	a := layer("a")
+	stageWithBlob := func() (*dest.Stage, *dest.Partial) {
+		st, err := d.Stage(dest.StageOptions{})
+		must(t, err)
+		p, err := st.OpenPartial(nil, nil)
+		must(t, err)
+		blobs := filepath.Join(st.WorkPath, "image", "blobs", "sha256")
+		must(t, os.MkdirAll(blobs, 0o700))
+		must(t, os.WriteFile(filepath.Join(blobs, sha(a)[len("sha256:"):]), a, 0o644))
+		return st, p
+	}
+	kept := filepath.Join(top, dest.PartialCacheName("d"), "sha256-"+sha(a)[len("sha256:"):]+".partial")
+
+	st, p := stageWithBlob()
+	p.Close()
+	st.Remove()
+	if data, err := os.ReadFile(kept); err != nil || !bytes.Equal(data, a) {
+		t.Fatalf("the finished blob was not kept: %v", err)
+	}
+
+	st, p = stageWithBlob()
+	must(t, p.Remove())
+	p.Close()
+	st.Remove()
+	if _, err := os.Stat(filepath.Dir(kept)); !os.IsNotExist(err) {
+		t.Fatalf("the cache is left after Remove: %v", err)
+	}
+}
