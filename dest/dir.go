@@ -21,8 +21,9 @@ func init() {
 // whole.
 type dirDest struct{ base }
 
-// commitHook, when set by a test, runs between the steps of a dir: commit
-// (after the exchange, after the old tree is removed).
+// commitHook, when set by a test (or the test build, hook_hostile.go),
+// runs between the steps of a commit: dir: after the exchange and after the
+// old tree is removed; oci: after each blob is renamed into DEST ("blob").
 var commitHook func(step string)
 
 func (d *dirDest) Stage(o StageOptions) (*Stage, error) {

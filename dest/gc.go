@@ -77,7 +77,7 @@ func (s *Sweep) Reclaim() []string {
 	}
 	var out []string
 	for _, d := range s.dirs {
-		out = append(out, reclaim(d)...)
+		out = append(out, reclaim(d, nil)...)
 		d.Close()
 	}
 	s.dirs = nil

@@ -309,6 +309,9 @@ func (d *ociDest) merge(s *Stage, v *verified) error {
 		if err != nil {
 			return refuse(r, err)
 		}
+		if commitHook != nil {
+			commitHook("blob")
+		}
 	}
 	for _, k := range v.oci.used {
 		alg, hx, _ := splitDigest(k.Digest)

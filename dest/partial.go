@@ -56,6 +56,8 @@ type Partial struct {
 
 	parent *os.File // DEST's parent (a dup of the stage's)
 	name   string
+	stage  *Stage // whose finished blobs Close keeps (nil after Remove)
+	log    *slog.Logger
 }
 
 // OpenPartial creates (root, 0700) or opens the partial-blob cache beside
@@ -71,29 +73,19 @@ func (s *Stage) OpenPartial(handTo *Identity, log *slog.Logger) (*Partial, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase())}
+	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase()), log: discard(log)}
+	if s.at == s.parent {
+		p.stage = s // same filesystem: Close can keep its blobs by rename
+	}
 	p.Path = filepath.Join(s.parent.Name(), p.name)
-	if err := unix.Mkdirat(pfd, p.name, 0o700); err != nil && err != unix.EEXIST {
-		p.Close()
-		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", p.Path, errnoText(err))
-	}
-	dfd, err := openDirAt(pfd, p.name)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", p.Path, errnoText(err))
-	}
-	p.Dir = os.NewFile(uintptr(dfd), p.Path)
-	if err := unix.Flock(dfd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		p.Close()
-		if err == unix.EWOULDBLOCK {
-			return nil, nil
+	if s.cache != nil && s.cacheName == p.name {
+		// The reclaim of stale staging opened (and flocked) it already.
+		p.Dir, s.cache = s.cache, nil
+	} else {
+		if p.Dir, err = openCache(p.parent, p.name); err != nil || p.Dir == nil {
+			p.Close()
+			return nil, err
 		}
-		return nil, fmt.Errorf("locking the partial-blob cache %s: %v", p.Path, err)
-	}
-	// Root's first: from here on only this process can change its entries.
-	if err := setOwner(dfd, Identity{}, 0o700); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("taking over the partial-blob cache %s: %v", p.Path, err)
 	}
 	if err := p.tidy(Identity{}, time.Now().Add(-PartialMaxAge)); err != nil {
 		p.Close()
@@ -109,6 +101,156 @@ func (s *Stage) OpenPartial(handTo *Identity, log *slog.Logger) (*Partial, error
 		}
 	}
 	return p, nil
+}
+
+// openCache creates (root, 0700) or opens the cache named name beneath
+// parent and takes its flock, and makes it root's: from then on only this
+// process can change its entries. It returns nil, nil when another pull
+// holds the flock.
+func openCache(parent *os.File, name string) (*os.File, error) {
+	path := filepath.Join(parent.Name(), name)
+	pfd := int(parent.Fd())
+	if err := unix.Mkdirat(pfd, name, 0o700); err != nil && err != unix.EEXIST {
+		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", path, errnoText(err))
+	}
+	dfd, err := openDirAt(pfd, name)
+	if err != nil {
+		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", path, errnoText(err))
+	}
+	dir := os.NewFile(uintptr(dfd), path)
+	if err := unix.Flock(dfd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		dir.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("locking the partial-blob cache %s: %v", path, err)
+	}
+	// Root's first: from here on only this process can change its entries.
+	if err := setOwner(dfd, Identity{}, 0o700); err != nil {
+		dir.Close()
+		return nil, fmt.Errorf("taking over the partial-blob cache %s: %v", path, err)
+	}
+	return dir, nil
+}
+
+// releaseCache closes a cache opened by openCache, removing it when empty.
+func releaseCache(parent, dir *os.File, name string) {
+	if names, err := readDirNames(int(dir.Fd())); err == nil && len(names) == 0 {
+		_ = unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR)
+	}
+	dir.Close()
+}
+
+// salvage moves the complete-looking blobs of a stale staging root (held
+// as rootFd, its owner dead) into the cache held as cacheFd, as
+// <alg>-<hex>.partial, and returns how many it moved and their bytes. The
+// places a copy leaves finished blobs in work/ are looked at, resolving
+// every name beneath the held descriptors without following symlinks:
+//
+//	image/blobs/<alg>/<hex>                     oci: (containers/image renames a blob there once its digest matched)
+//	image/<hex>, image/sha512-<hex>             dir:
+//	container_images_oci*/blobs/<alg>/<hex>     oci-archive: (its unpacked layout)
+//
+// Only regular files with one link move, by rename on the same
+// filesystem, made root's 0600 first. Moving does not make them trusted:
+// the copy hashes a kept file holding a whole blob before serving it (and
+// discards a mismatch or one longer than the blob), containers/image
+// checks the stream and the parent hashes the staged blob again.
+// docker-archive: streams blobs into its tar, which is not taken apart.
+func salvage(rootFd, cacheFd int) (int, int64) {
+	wfd, err := openDirAt(rootFd, workDir)
+	if err != nil {
+		return 0, 0
+	}
+	defer unix.Close(wfd)
+	var n int
+	var bytes int64
+	add := func(k int, b int64) { n, bytes = n+k, bytes+b }
+	layout := func(dirFd int, name string) {
+		lfd, err := openDirAt(dirFd, name)
+		if err != nil {
+			return
+		}
+		defer unix.Close(lfd)
+		for _, alg := range []string{"sha256", "sha512"} {
+			if afd, err := openDirAt(lfd, "blobs/"+alg); err == nil {
+				add(salvageDir(afd, cacheFd, func(f string) (string, bool) {
+					return alg + "-" + f, hexRE[alg].MatchString(f)
+				}))
+				unix.Close(afd)
+			}
+		}
+	}
+	layout(wfd, "image")
+	if ifd, err := openDirAt(wfd, "image"); err == nil {
+		add(salvageDir(ifd, cacheFd, func(f string) (string, bool) {
+			if hexRE["sha256"].MatchString(f) {
+				return "sha256-" + f, true
+			}
+			h, ok := strings.CutPrefix(f, "sha512-")
+			return f, ok && hexRE["sha512"].MatchString(h)
+		}))
+		unix.Close(ifd)
+	}
+	if names, err := readDirNames(wfd); err == nil {
+		for _, d := range names {
+			if strings.HasPrefix(d, "container_images_oci") {
+				layout(wfd, d)
+			}
+		}
+	}
+	return n, bytes
+}
+
+// salvageDir moves the entries of dirFd that name accepts (it returns the
+// cache name's stem, <alg>-<hex>) into the cache. An entry already kept
+// there stays unless the moved one is longer (a whole blob supersedes a
+// prefix of it).
+func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int64) {
+	names, err := readDirNames(dirFd)
+	if err != nil {
+		return 0, 0
+	}
+	var n int
+	var bytes int64
+	for _, f := range names {
+		stem, ok := name(f)
+		if !ok {
+			continue
+		}
+		target := stem + ".partial"
+		fd, err := openAt(dirFd, f, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		st, err := fstat(fd)
+		now, lerr := fstatAt(dirFd, f)
+		ok = err == nil && lerr == nil && isReg(st) && st.Nlink == 1 && st.Size > 0 &&
+			now.Dev == st.Dev && now.Ino == st.Ino && setOwner(fd, Identity{}, 0o600) == nil
+		unix.Close(fd)
+		if !ok {
+			continue
+		}
+		err = unix.Renameat2(dirFd, f, cacheFd, target, unix.RENAME_NOREPLACE)
+		if err == unix.EEXIST {
+			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
+				continue
+			}
+			err = unix.Renameat(dirFd, f, cacheFd, target)
+		}
+		if err != nil {
+			continue
+		}
+		// What arrived must be the inode checked (a name swapped in
+		// between is not kept).
+		if got, err := fstatAt(cacheFd, target); err != nil || got.Dev != st.Dev || got.Ino != st.Ino || !isReg(got) {
+			_ = removeAllAt(cacheFd, target)
+			continue
+		}
+		n++
+		bytes += st.Size
+	}
+	return n, bytes
 }
 
 // destBase is DEST's name in its parent.
@@ -196,6 +338,7 @@ func (p *Partial) Remove() error {
 	if p == nil || p.parent == nil {
 		return nil
 	}
+	p.stage = nil
 	err := removeAllAt(int(p.parent.Fd()), p.name)
 	p.Close()
 	if err != nil {
@@ -204,12 +347,23 @@ func (p *Partial) Remove() error {
 	return nil
 }
 
-// Close releases the cache, keeping its contents; an empty cache is
-// removed (nothing is left behind when nothing was kept). Nil-safe.
+// Close releases the cache, keeping its contents, and first keeps in it
+// the blobs the pull finished in its staging area (a pull that failed or
+// was stopped after some blobs were complete: the next pull into DEST
+// does not fetch them again; see salvage). Call it only when every process
+// of the pull is dead, before the stage is removed (after Remove, nothing
+// is kept). An empty cache is removed (nothing is left behind when nothing
+// was kept). Nil-safe.
 func (p *Partial) Close() {
 	if p == nil {
 		return
 	}
+	if s := p.stage; s != nil && s.root != nil && p.Dir != nil {
+		if n, b := salvage(int(s.root.Fd()), int(p.Dir.Fd())); n > 0 {
+			p.log.Info("kept the blobs this pull finished in the partial-blob cache", "path", p.Path, "blobs", n, "bytes", b)
+		}
+	}
+	p.stage = nil
 	if p.Dir != nil && p.parent != nil {
 		if names, err := readDirNames(int(p.Dir.Fd())); err == nil && len(names) == 0 {
 			_ = unix.Unlinkat(int(p.parent.Fd()), p.name, unix.AT_REMOVEDIR)

@@ -48,6 +48,11 @@ type Stage struct {
 	// Reclaimed lists stale staging directories (host paths) removed
 	// because the pullhelper that made them is gone.
 	Reclaimed []string
+	// Salvaged counts the complete-looking blobs (and their bytes) that
+	// the stale staging directories of this DEST held and that were moved
+	// into its partial-blob cache instead of being removed with them.
+	Salvaged      int
+	SalvagedBytes int64
 
 	parent   *os.File // DEST's parent directory
 	at       *os.File // where the staging root is: parent, or dest for a mount point
@@ -57,6 +62,10 @@ type Stage struct {
 	owner    Identity // owner of committed files: DEST's parent's owner
 	opts     StageOptions
 	verified *verified // set by Verify, consumed by Commit
+	// cache is DEST's partial-blob cache, opened and flocked by the
+	// reclaim that salvaged blobs into it; OpenPartial takes it over.
+	cache     *os.File
+	cacheName string
 }
 
 // lockTimeout is the commit lock's bound.
@@ -77,6 +86,10 @@ func (s *Stage) Remove() {
 	}
 	if s.at != nil && s.rootName != "" {
 		_ = removeAllAt(int(s.at.Fd()), s.rootName)
+	}
+	if s.cache != nil && s.parent != nil {
+		releaseCache(s.parent, s.cache, s.cacheName)
+		s.cache = nil
 	}
 	for _, f := range []*os.File{s.Work, s.root, s.dest, s.parent} {
 		if f != nil {
@@ -242,17 +255,45 @@ func (b base) existing(parent *os.File, allowOther bool) (unix.Stat_t, bool, err
 }
 
 // newStage creates the staging root in at (DEST's parent, or DEST), its
-// owner tag and the work directory, reclaiming stale staging first.
+// owner tag and the work directory, reclaiming stale staging first: the
+// complete-looking blobs of this DEST's stale staging directories go to
+// DEST's partial-blob cache (salvage), the rest is removed.
 func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, name string) (*Stage, error) {
 	s := &Stage{parent: parent, at: at, Name: name, opts: o, owner: Identity{UID: int(pst.Uid), GID: int(pst.Gid)}}
-	s.Reclaimed = reclaim(at)
+	mine := stagingPrefix + shortName(filepath.Base(b.spec.Path)) + "-"
+	tried := false
+	s.Reclaimed = reclaim(at, func(n string, rootFd int) {
+		// Only this DEST's, and only when the cache is on the same
+		// filesystem (a DEST that is a mount point stages inside it).
+		if !ownStaging(n, mine) || at != parent {
+			return
+		}
+		if !tried {
+			tried = true
+			s.cacheName = PartialCacheName(filepath.Base(b.spec.Path))
+			c, err := openCache(parent, s.cacheName)
+			if err != nil {
+				discard(o.Log).Warn("no partial-blob cache: the complete blobs of a stale staging directory are removed with it", "error", err.Error())
+			}
+			s.cache = c // nil when another pull holds it: nothing is moved
+		}
+		if s.cache == nil {
+			return
+		}
+		k, kb := salvage(rootFd, int(s.cache.Fd()))
+		s.Salvaged += k
+		s.SalvagedBytes += kb
+	})
 	for _, r := range s.Reclaimed {
 		discard(o.Log).Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
+	if s.Salvaged > 0 {
+		discard(o.Log).Info("kept the complete blobs of stale staging in the partial-blob cache", "blobs", s.Salvaged, "bytes", s.SalvagedBytes)
 	}
 	afd := int(at.Fd())
 	var err error
 	for range 16 {
-		s.rootName = stagingPrefix + shortName(filepath.Base(b.spec.Path)) + "-" + randSuffix()
+		s.rootName = mine + randSuffix()
 		if err = unix.Mkdirat(afd, s.rootName, 0o700); err != unix.EEXIST {
 			break
 		}
@@ -303,8 +344,10 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 
 // reclaim removes staging directories in at whose owner process is gone
 // (a pullhelper that was SIGKILLed) and returns their paths. Only root-owned
-// directories (never symlinks) with a readable owner tag are touched.
-func reclaim(at *os.File) []string {
+// directories (never symlinks) with a readable owner tag are touched. When
+// keep is set it is called, before the removal, with each stale
+// directory's name and its held descriptor.
+func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 	names, err := readDirNames(int(at.Fd()))
 	if err != nil {
 		return nil
@@ -323,15 +366,26 @@ func reclaim(at *os.File) []string {
 			continue
 		}
 		tag, err := readAtMost(fd, ownerFile, 64)
-		unix.Close(fd)
 		if err != nil || !proc.Gone(strings.TrimSpace(string(tag))) {
+			unix.Close(fd)
 			continue
 		}
+		if keep != nil {
+			keep(n, fd)
+		}
+		unix.Close(fd)
 		if removeAllAt(int(at.Fd()), n) == nil {
 			out = append(out, filepath.Join(at.Name(), n))
 		}
 	}
 	return out
+}
+
+// ownStaging: n is a staging root of the DEST whose roots start with mine
+// (mine and exactly a randSuffix, so DEST "a" never takes "a-b"'s).
+func ownStaging(n, mine string) bool {
+	r, ok := strings.CutPrefix(n, mine)
+	return ok && len(r) == 16 && strings.Trim(r, "0123456789abcdef") == ""
 }
 
 // shortName keeps staging names under NAME_MAX whatever DEST is called.

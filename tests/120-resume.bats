@@ -25,7 +25,8 @@ setup_file() {
     SIZES=$("$PH_PYTHON" -c 'import json,sys; print(" ".join(str(l["size"]) for l in json.load(open(sys.argv[1]))["layers"]))' "$m")
     [[ $(wc -w <<<"$LAYERS") == 4 ]] || fail "the big fixture has layers '$LAYERS', want 4"
     export LAYERS SIZES
-    printf '%-6s %-5s %-5s %9s %9s | %s\n' trial kill layer at_byte size "per layer: kept at kill -> fetched on rerun (= size - kept)" >&3
+    printf 'sizes: %s\n' "$SIZES" >&3
+    printf '%-6s %-6s %-14s | %s\n' trial kill point "per layer: bytes kept at the kill (c cache, s staged, d in DEST) -> fetched on the rerun (= size - kept)" >&3
 }
 
 teardown_file() {
@@ -45,6 +46,7 @@ setup() {
     # The old state of DEST: tiny, committed.
     run_pullhelper pull "${PH_OPTS[@]}" "$FP_P_HOST/fixtures/tiny:latest" "oci:$OUT/dest:old"
     OLD_SUM=$(dest_sum)
+    (cd "$OUT/dest" && find . -type f | sort >"$OUT/old.files" && find . -type f -print0 | sort -z | xargs -0 sha256sum >"$OUT/old.sums")
     PARTIAL=$OUT/.pullhelper-partial-dest
 }
 
@@ -108,21 +110,115 @@ d = sys.argv[1]
 print(" ".join((e.get("values") or {}).get("Range", "-") for e in map(json.loads, sys.stdin) if e["method"] == "GET" and e["path"].endswith("/blobs/" + d)))' "$2"
 }
 
-# kill_trial NAME parent|child LAYER_INDEX AT_BYTE: pull big into DEST (one
-# layer at a time) with layer LAYER_INDEX stalling after AT_BYTE bytes; once
-# the cache holds exactly those bytes, kill -9 the parent or the child. Then
-# DEST must be the old state, and a clean rerun must fetch each layer's
-# size less what was kept, resuming with a Range request.
+# staged DIGEST: bytes of DIGEST that a pull finished in a staging area
+# beside DEST (0 when none): containers/image renames a blob there only
+# once its stream is complete.
+staged() {
+    local f n=0
+    for f in "$OUT"/.pullhelper-staging-dest-*/work/image/blobs/sha256/"${1#sha256:}"; do
+        [[ -f $f ]] && n=$(stat -c %s "$f")
+    done
+    echo "$n"
+}
+
+# in_dest DIGEST: 1 when DEST has the blob and its old state did not.
+in_dest() {
+    local rel=./blobs/sha256/${1#sha256:}
+    [[ -f $OUT/dest/$rel ]] && ! grep -qxF "$rel" "$OUT/old.files" && echo 1 || echo 0
+}
+
+# dest_old_intact: every file of DEST's old state is unchanged (index.json
+# too: the old image is what DEST names), and whatever else DEST holds is a
+# blob whose bytes match its name (a commit moves blobs in before it
+# replaces index.json).
+dest_old_intact() {
+    (cd "$OUT/dest" && sha256sum -c --quiet "$OUT/old.sums") || return 1
+    local f
+    while read -r f; do
+        grep -qxF "$f" "$OUT/old.files" && continue
+        [[ $f == ./blobs/sha256/* ]] || return 1
+        [[ $(sha256sum <"$OUT/dest/$f" | cut -d' ' -f1) == "${f##*/}" ]] || return 1
+    done < <(cd "$OUT/dest" && find . -type f | sort)
+}
+
+_all_staged() {
+    local i
+    for i in "${!LAYER[@]}"; do [[ $(staged "${LAYER[$i]}") == "${SIZE[$i]}" ]] || return 1; done
+}
+_child_of() { pgrep -P "$1" -f '^pullhelper-child'; }
+_holds_file() { ls -l "/proc/$1/fd" 2>/dev/null | grep -qF -- "$2"; }
+_said() { grep -qF -- "$1" "$OUT/bg.err"; }
+
+# kill_trial NAME parent|child POINT [ARGS]: pull big into DEST (one layer
+# at a time), kill -9 the parent or the child at POINT, then check DEST is
+# its old state, and that a clean rerun fetches each layer's size less what
+# was kept (a prefix in the cache: a Range request from its end; a whole
+# blob, in the cache, in staging or already in DEST: no request at all).
+# POINTs, each reached deterministically (the test waits for it, never for
+# a time):
+#   layer I AT  the proxy stalls layer I after AT bytes (the layers before
+#               it complete); the kill once the cache holds exactly AT
+#   copied      the test build holds the child after the copy (every layer
+#               staged, no result sent; reexec/hostile_resume.go)
+#   lock        the test holds DEST's commit lock: the parent has verified
+#               the staged image and waits for the lock
+#   commit N    the test build holds the commit after N blobs were renamed
+#               into DEST, index.json not yet replaced (dest/hook_hostile.go)
 kill_trial() {
-    local name=$1 who=$2 li=$3 at=$4
-    local d=${LAYER[$li]}
-    faultproxy_rules P "[{\"match\": {\"method\": \"GET\", \"path\": \"/blobs/$d\"}, \"count\": 1, \"stall_after\": $at}]"
-    "$PULLHELPER" pull "${PH_OPTS[@]}" --parallel-layers 1 "$IMAGE" "oci:$OUT/dest:big" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    local name=$1 who=$2 point=$3 li=-1 at=0 n=0 lockfd=
+    local -a bin=("$PULLHELPER") want=()
+    local i
+    case $point in
+        layer)
+            li=$4 at=$5
+            faultproxy_rules P "[{\"match\": {\"method\": \"GET\", \"path\": \"/blobs/${LAYER[$li]}\"}, \"count\": 1, \"stall_after\": $at}]"
+            for i in "${!LAYER[@]}"; do
+                if ((i < li)); then want[i]=${SIZE[$i]}; elif ((i == li)); then want[i]=$at; else want[i]=0; fi
+            done
+            ;;
+        copied)
+            [[ -x $PULLHELPER_HOSTILE_BIN ]] || { fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"; return; }
+            bin=(env PULLHELPER_HOSTILE=after-copy:hold "$PULLHELPER_HOSTILE_BIN")
+            want=("${SIZE[@]}")
+            ;;
+        lock)
+            local lockfile
+            lockfile=/run/pullhelper/locks/$(stat -c '%d-%i' "$OUT/dest").lock
+            install -d -m 0700 /run/pullhelper/locks
+            exec {lockfd}>>"$lockfile"
+            flock -x "$lockfd"
+            want=("${SIZE[@]}")
+            ;;
+        commit)
+            n=$4
+            [[ -x $PULLHELPER_HOSTILE_BIN ]] || { fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"; return; }
+            bin=(env PULLHELPER_HOSTILE_COMMIT="hold-after-blobs:$n" "$PULLHELPER_HOSTILE_BIN")
+            want=("${SIZE[@]}")
+            ;;
+        *) fail "kill_trial: unknown point $point"; return ;;
+    esac
+    if [[ -n $lockfd ]]; then
+        "${bin[@]}" pull "${PH_OPTS[@]}" --parallel-layers 1 "$IMAGE" "oci:$OUT/dest:big" >"$OUT/bg.out" 2>"$OUT/bg.err" {lockfd}>&- &
+    else
+        "${bin[@]}" pull "${PH_OPTS[@]}" --parallel-layers 1 "$IMAGE" "oci:$OUT/dest:big" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    fi
     BG_PID=$!
-    wait_until 120 "the proxy to stall layer $li after $at bytes" _stalled || return
-    wait_until 60 "the cache to hold $at bytes of layer $li (has $(kept "$d"))" _kept_is "$d" "$at" || return
-    local child
-    child=$(pgrep -P "$BG_PID" -f '^pullhelper-child') || { fail "no pull child under $BG_PID"; return; }
+    case $point in
+        layer)
+            wait_until 120 "the proxy to stall layer $li after $at bytes" _stalled || return
+            wait_until 60 "the cache to hold $at bytes of layer $li (has $(kept "${LAYER[$li]}"))" _kept_is "${LAYER[$li]}" "$at" || return
+            ;;
+        copied) wait_until 120 "every layer to be staged, the child held after the copy" _all_staged || return ;;
+        lock) wait_until 120 "the parent to wait for DEST's commit lock" _holds_file "$BG_PID" "$lockfile" || return ;;
+        commit) wait_until 120 "the commit to be held after $n blobs" _said "holding the commit after $n blobs" || return ;;
+    esac
+    local child=
+    if [[ $point == layer || $point == copied ]]; then
+        child=$(_child_of "$BG_PID") || { fail "no pull child under $BG_PID"; return; }
+    elif child=$(_child_of "$BG_PID"); then
+        fail "a pull child ($child) is alive while the parent commits"
+        return
+    fi
     if [[ $who == parent ]]; then
         kill -KILL "$BG_PID"
     else
@@ -132,17 +228,35 @@ kill_trial() {
     local rc=0
     wait "$BG_PID" || rc=$?
     BG_PID=
-    wait_until 30 "the child to die" _gone "$child" || return
+    [[ -z $child ]] || wait_until 30 "the child to die" _gone "$child" || return
+    [[ -z $lockfd ]] || exec {lockfd}>&-
     ((rc != 0)) || fail "the killed pull exited 0"
     [[ $who != parent || $rc == 137 ]] || fail "the parent was killed but exited $rc"
-    [[ $(dest_sum) == "$OLD_SUM" ]] || fail "DEST changed after kill -9 of the $who"
-    [[ -d $PARTIAL ]] || fail "no partial-blob cache after the kill"
-    [[ $(stat -c %u "$PARTIAL") == 0 || $who == parent ]] || fail "the parent did not take the cache back after the child died: owner $(stat -c %u "$PARTIAL")"
+    if [[ $point == commit ]]; then
+        dest_old_intact || fail "DEST's old state changed after kill -9 mid-commit"
+    else
+        [[ $(dest_sum) == "$OLD_SUM" ]] || fail "DEST changed after kill -9 of the $who"
+    fi
+    [[ -d $PARTIAL || $who == parent ]] || fail "no partial-blob cache after the child was killed"
+    [[ ! -d $PARTIAL || $(stat -c %u "$PARTIAL") == 0 || $who == parent ]] || fail "the parent did not take the cache back after the child died: owner $(stat -c %u "$PARTIAL")"
 
-    local -a k=()
-    local i
-    for i in "${!LAYER[@]}"; do k[i]=$(kept "${LAYER[$i]}"); done
-    [[ ${k[$li]} == "$at" ]] || fail "layer $li: ${k[$li]} bytes kept, want $at"
+    # What the kill left, per layer: c = bytes in the cache, s = a whole
+    # blob in the killed pull's staging (a killed parent leaves it; the
+    # next pull moves it into the cache), d = already in DEST.
+    local -a k=() src=()
+    local c st dd
+    for i in "${!LAYER[@]}"; do
+        c=$(kept "${LAYER[$i]}") st=$(staged "${LAYER[$i]}") dd=$(in_dest "${LAYER[$i]}")
+        if ((dd)); then k[i]=${SIZE[$i]} src[i]=d
+        elif ((st > 0)); then k[i]=$st src[i]=s
+        else k[i]=$c src[i]=c; fi
+        [[ ${k[$i]} == "${want[$i]}" ]] || fail "layer $i: ${k[$i]} bytes kept (cache $c, staged $st, in DEST $dd), want ${want[$i]}; beside DEST: $(ls -la "$OUT"/.pullhelper-staging-dest-*/work/image/blobs/sha256 "$PARTIAL" 2>&1)"
+    done
+    if [[ $point == commit ]]; then
+        local moved
+        moved=$(cd "$OUT/dest" && find ./blobs/sha256 -type f | grep -cvxF -f "$OUT/old.files" || true)
+        [[ $moved == "$n" ]] || fail "the commit was held after $n blobs but DEST has $moved new ones"
+    fi
 
     faultproxy_rules P '[]'
     local from
@@ -152,52 +266,70 @@ kill_trial() {
     [[ ! -e $PARTIAL ]] || fail "the partial-blob cache is left after the commit: $(ls -la "$PARTIAL")"
     assert_no_staging "$OUT"
     [[ $(json_get '.manifests[1].annotations."org.opencontainers.image.ref.name"' <"$OUT/dest/index.json") == big ]] || fail "DEST lacks old or big: $(cat "$OUT/dest/index.json")"
+    (cd "$OUT/dest" && grep -v " ./index.json$" "$OUT/old.sums" | sha256sum -c --quiet) || fail "the rerun changed the old image's blobs in DEST"
 
     local row="" got ranges
     for i in "${!LAYER[@]}"; do
         got=$(rerun_bytes "$from" "${LAYER[$i]}")
         ranges=$(rerun_ranges "$from" "${LAYER[$i]}")
-        row+=$(printf ' L%d %s->%s' "$i" "${k[$i]}" "$got")
+        row+=$(printf ' L%d %9s%s->%-9s' "$i" "${k[$i]}" "${src[$i]}" "$got")
         [[ $got == $((SIZE[i] - k[i])) ]] ||
             fail "layer $i: the rerun fetched $got bytes, want ${SIZE[$i]} - ${k[$i]} kept = $((SIZE[i] - k[i])) (ranges: $ranges)"
-        if ((k[i] > 0)); then
+        if ((k[i] == SIZE[i])); then
+            [[ -z $ranges ]] || fail "layer $i: all of it was kept but the rerun asked '$ranges'"
+        elif ((k[i] > 0)); then
             [[ $ranges == "bytes=${k[$i]}-" ]] || fail "layer $i: the rerun asked with Range '$ranges', want 'bytes=${k[$i]}-'"
         else
             [[ $ranges == - ]] || fail "layer $i: nothing was kept but the rerun asked '$ranges'"
         fi
     done
-    printf '%-6s %-5s L%-4s %9s %9s |%s\n' "$name" "$who" "$li" "$at" "${SIZE[$li]}" "$row" >&3
+    local where=$point
+    [[ $point == layer ]] && where="L$li@$at"
+    [[ $point == commit ]] && where="commit@$n"
+    printf '%-6s %-6s %-14s |%s\n' "$name" "$who" "$where" "$row" >&3
 }
 
 # pct LAYER_INDEX PERCENT: that share of the layer's size, in bytes.
 pct() { echo $((SIZE[$1] * $2 / 100)); }
 
 @test "resume: kill -9 of the parent at 10% of layer 0; the rerun fetches only the missing bytes" {
-    kill_trial k1 parent 0 "$(pct 0 10)"
+    kill_trial k1 parent layer 0 "$(pct 0 10)"
 }
 
-@test "resume: kill -9 of the parent at 60% of layer 1" {
-    kill_trial k2 parent 1 "$(pct 1 60)"
+@test "resume: kill -9 of the parent at 60% of layer 1; layer 0, complete in its staging, is not fetched again" {
+    kill_trial k2 parent layer 1 "$(pct 1 60)"
 }
 
-@test "resume: kill -9 of the child at 60% of layer 2; the parent takes the cache back" {
-    kill_trial k3 child 2 "$(pct 2 60)"
+@test "resume: kill -9 of the child at 60% of layer 2; the parent keeps layers 0 and 1 and takes the cache back" {
+    kill_trial k3 child layer 2 "$(pct 2 60)"
 }
 
 @test "resume: kill -9 of the child at 10% of layer 3" {
-    kill_trial k4 child 3 "$(pct 3 10)"
+    kill_trial k4 child layer 3 "$(pct 3 10)"
 }
 
 @test "resume: kill -9 of the parent at 95% of layer 3" {
-    kill_trial k5 parent 3 "$(pct 3 95)"
+    kill_trial k5 parent layer 3 "$(pct 3 95)"
 }
 
-@test "resume: kill -9 of the parent between layers (layer 1 answered, no byte of it yet)" {
-    kill_trial k6 parent 1 0
+@test "resume: kill -9 of the parent between layers (layer 0 complete, layer 1 answered, no byte of it yet)" {
+    kill_trial k6 parent layer 1 0
 }
 
 @test "resume: kill -9 of the child at 1 byte of layer 0" {
-    kill_trial k7 child 0 1
+    kill_trial k7 child layer 0 1
+}
+
+@test "resume: kill -9 of the child with every layer staged (held after the copy): the parent keeps them, no layer is fetched again" {
+    kill_trial k8 child copied
+}
+
+@test "resume: kill -9 of the parent while it waits for DEST's commit lock (the staged image verified)" {
+    kill_trial k9 parent lock
+}
+
+@test "resume: kill -9 of the parent during the commit (2 blobs renamed into DEST, index.json not yet): DEST names the old image, the rerun fetches nothing" {
+    kill_trial k10 parent commit 2
 }
 
 # keep_partial LAYER_INDEX BYTES: a kill trial's first half by hand: the
