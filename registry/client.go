@@ -272,6 +272,12 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 		if res.StatusCode != http.StatusUnauthorized || try >= 2 {
 			return res, nil
 		}
+		if res.Request != nil && origin(res.Request.URL) != origin(req.URL) {
+			// The 401 is a redirect target's (a CDN of another origin):
+			// its challenge is not the endpoint's, and the endpoint's
+			// credential must not go to a realm it names.
+			return res, nil
+		}
 		chs := parseChallenges(res.Header)
 		if len(chs) == 0 {
 			if chs, err = h.ping(ctx); err != nil {
@@ -302,6 +308,9 @@ func (h *host) ping(ctx context.Context) ([]challenge, error) {
 		return nil, err
 	}
 	drain(res)
+	if res.Request != nil && origin(res.Request.URL) != origin(req.URL) {
+		return nil, nil // another origin's challenge, not the endpoint's
+	}
 	return parseChallenges(res.Header), nil
 }
 

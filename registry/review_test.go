@@ -1,0 +1,104 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// recorder is a server that records what reached it.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []recorded
+	srv  *httptest.Server
+}
+
+type recorded struct {
+	method, path string
+	header       http.Header
+	body         string
+}
+
+func newRecorder(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) *recorder {
+	rec := &recorder{}
+	rec.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		rec.mu.Lock()
+		rec.reqs = append(rec.reqs, recorded{method: r.Method, path: r.URL.Path, header: r.Header.Clone(), body: string(b)})
+		rec.mu.Unlock()
+		if h != nil {
+			h(w, r)
+		}
+	}))
+	t.Cleanup(rec.srv.Close)
+	return rec
+}
+
+func (r *recorder) all() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recorded(nil), r.reqs...)
+}
+
+func hostOf(t *testing.T, s *httptest.Server) string {
+	t.Helper()
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// A redirect target of another origin (a CDN) that answers 401 with a
+// Bearer challenge must not make the endpoint send its credential to the
+// realm the redirect target names: that challenge is not the endpoint's.
+func TestRedirectTargetChallengeNotTrusted(t *testing.T) {
+	t.Run("blob", func(t *testing.T) { testRedirectTargetChallenge(t, false) })
+	// The 401 names no challenge, and the ping of /v2/ is redirected.
+	t.Run("ping", func(t *testing.T) { testRedirectTargetChallenge(t, true) })
+}
+
+func testRedirectTargetChallenge(t *testing.T, ping bool) {
+	evil := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"token":"stolen"}`)
+	})
+	cdn := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+evil.srv.URL+`/token",service="cdn"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if ping && r.URL.Path != "/v2/" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		http.Redirect(w, r, cdn.srv.URL+"/storage/blob", http.StatusTemporaryRedirect)
+	})
+	var realms []string
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Credential: &Credential{Username: "reguser", Password: "regpass"}}},
+		Hooks{Realm: func(_ *Endpoint, u *url.URL) error { realms = append(realms, u.String()); return nil }})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		rc.Close()
+		t.Fatal("a blob the redirect target refused was served")
+	}
+	for _, r := range evil.all() {
+		if u, p, ok := (&http.Request{Header: r.header}).BasicAuth(); ok {
+			t.Errorf("the redirect target's realm got the endpoint's credential %s:%s", u, p)
+		}
+	}
+	if len(evil.all()) != 0 || len(realms) != 0 {
+		t.Errorf("a realm named by the redirect target was asked (hook saw %v, realm got %d requests)", realms, len(evil.all()))
+	}
+	var se *StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusUnauthorized {
+		t.Errorf("err = %v, want the 401 as a StatusError", err)
+	}
+}
