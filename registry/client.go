@@ -169,7 +169,7 @@ func newHost(c *Client, ep Endpoint) *host {
 		ExpectContinueTimeout: time.Second,
 	}
 	h := &host{c: c, ep: ep, scheme: ep.Scheme, tokens: map[string]*token{}}
-	h.client = &http.Client{Transport: tr, CheckRedirect: checkRedirect}
+	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
 	return h
 }
 
@@ -180,16 +180,21 @@ const maxRedirects = 10
 // It is final: never retried.
 var ErrTooManyRedirects = errors.New("stopped after 10 redirects (a redirect loop?)")
 
-// checkRedirect follows at most 10 redirects and drops the credential on a
-// redirect to another origin (Go keeps it for a subdomain, or the same
-// name on another port or scheme).
-func checkRedirect(req *http.Request, via []*http.Request) error {
+// checkRedirect follows at most 10 redirects and, on a redirect to another
+// origin, drops the credential (Go keeps it for a subdomain, or the same
+// name on another port or scheme) and the endpoint's own headers (Go
+// copies every other header; hosts.toml headers may be secrets, and they
+// are the endpoint's and its realm's only).
+func (h *host) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= maxRedirects {
 		return ErrTooManyRedirects
 	}
 	if origin(req.URL) != origin(via[0].URL) {
 		req.Header.Del("Authorization")
 		req.Header.Del("Cookie")
+		for k := range h.ep.Header {
+			req.Header.Del(k)
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
@@ -100,5 +101,35 @@ func testRedirectTargetChallenge(t *testing.T, ping bool) {
 	var se *StatusError
 	if !errors.As(err, &se) || se.StatusCode != http.StatusUnauthorized {
 		t.Errorf("err = %v, want the 401 as a StatusError", err)
+	}
+}
+
+// The endpoint's hosts.toml headers (which may be secrets) go to the host
+// and its token realm, not to a redirect target of another origin.
+func TestRedirectDropsEndpointHeaders(t *testing.T) {
+	cdn := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "blob") })
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v2/app/blobs/") {
+			http.Redirect(w, r, cdn.srv.URL+"/storage/blob", http.StatusTemporaryRedirect)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Header: http.Header{"X-Mirror-Secret": {"hdr-s3cret"}}}}, Hooks{})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(readAll(t, rc)) != "blob" {
+		t.Fatal("redirected body not read")
+	}
+	if got := reg.all(); len(got) == 0 || got[0].header.Get("X-Mirror-Secret") != "hdr-s3cret" {
+		t.Fatal("the endpoint itself did not get its header")
+	}
+	for _, r := range cdn.all() {
+		if v := r.header.Get("X-Mirror-Secret"); v != "" {
+			t.Errorf("the redirect target of another origin got the endpoint's header X-Mirror-Secret: %q", v)
+		}
 	}
 }
