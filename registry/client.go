@@ -190,6 +190,12 @@ func (h *host) checkRedirect(req *http.Request, via []*http.Request) error {
 		return ErrTooManyRedirects
 	}
 	if origin(req.URL) != origin(via[0].URL) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			// A 307/308 of the token POST would carry its body (the
+			// identity token) to the other origin: not followed, the
+			// redirect is the answer (a refusal, never retried).
+			return http.ErrUseLastResponse
+		}
 		req.Header.Del("Authorization")
 		req.Header.Del("Cookie")
 		for k := range h.ep.Header {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -130,6 +131,40 @@ func TestRedirectDropsEndpointHeaders(t *testing.T) {
 	for _, r := range cdn.all() {
 		if v := r.header.Get("X-Mirror-Secret"); v != "" {
 			t.Errorf("the redirect target of another origin got the endpoint's header X-Mirror-Secret: %q", v)
+		}
+	}
+}
+
+// An identity token goes to the realm in a POST body; a 307/308 of the
+// realm to another origin must not carry that body there.
+func TestTokenRedirectCarriesNoIdentityToken(t *testing.T) {
+	other := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"access_token":"tok"}`)
+	})
+	realm := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.srv.URL+"/token", http.StatusTemporaryRedirect)
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.srv.URL+`/token",service="reg"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "blob")
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Credential: &Credential{IdentityToken: "refresh-s3cret"}}}, Hooks{Retries: 2, RetryDelay: time.Millisecond})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		rc.Close()
+		t.Error("served with a token the realm never granted")
+	}
+	if n := len(realm.all()); n != 1 {
+		t.Errorf("the realm was asked %d times, want once (a refused redirect is final)", n)
+	}
+	for _, r := range other.all() {
+		if strings.Contains(r.body, "refresh-s3cret") {
+			t.Errorf("the realm's redirect target of another origin got the identity token: %s %s body %q", r.method, r.path, r.body)
 		}
 	}
 }
