@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -136,6 +137,7 @@ type host struct {
 	scheme     string
 	challenges []challenge
 	tokens     map[string]*token // by realm, service and scope
+	granted    []string          // the last maxGranted tokens, for secrets
 }
 
 type token struct {
@@ -372,3 +374,45 @@ func notTLS(err error) bool {
 }
 
 func (h *host) String() string { return fmt.Sprintf("%s://%s%s", h.ep.Scheme, h.ep.Host, h.ep.Path) }
+
+// maxGranted bounds how many granted tokens a host remembers for redaction.
+const maxGranted = 16
+
+// secrets are what the client sends to this endpoint and its realm that
+// must never appear in an error message or a log, whatever a server
+// echoes: the credential (and its Basic encoding), the identity token,
+// the hosts.toml header values and the tokens granted.
+func (h *host) secrets() []string {
+	var out []string
+	if cr := h.ep.Credential; !cr.empty() {
+		out = append(out, cr.Password, cr.IdentityToken)
+		if cr.Username != "" || cr.Password != "" {
+			out = append(out, base64.StdEncoding.EncodeToString([]byte(cr.Username+":"+cr.Password)))
+		}
+	}
+	for _, vs := range h.ep.Header {
+		out = append(out, vs...)
+	}
+	h.mu.Lock()
+	out = append(out, h.granted...)
+	h.mu.Unlock()
+	return out
+}
+
+// grant remembers a token the realm granted, for secrets.
+func (h *host) grant(v string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.granted = append(h.granted, v)
+	if len(h.granted) > maxGranted {
+		h.granted = h.granted[len(h.granted)-maxGranted:]
+	}
+}
+
+func (h *host) hostError(op string, err error) *HostError {
+	return &HostError{Host: h.name(), Op: op, Err: err, secrets: h.secrets()}
+}
+
+func (h *host) tokenError(realm string, err error) *TokenError {
+	return &TokenError{Host: h.name(), Realm: realm, Err: err, secrets: h.secrets()}
+}

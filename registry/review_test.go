@@ -168,3 +168,78 @@ func TestTokenRedirectCarriesNoIdentityToken(t *testing.T) {
 		}
 	}
 }
+
+// What a server writes into its error answers may echo the credential, a
+// token or a header value: none of them reaches an error message.
+func TestErrorTextRedactsSecrets(t *testing.T) {
+	const (
+		pass   = "pa55-s3cret-word"
+		hdrVal = "hdr-s3cret-value"
+	)
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"errors":[{"code":"DENIED","message":"password `+pass+` and header `+hdrVal+` refused"}]}`)
+	})
+	raw := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, "you sent "+r.Header.Get("Authorization")+" and "+r.Header.Get("X-Secret"))
+	})
+	for _, srv := range []*recorder{reg, raw} {
+		c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, srv.srv), Path: "/v2", Repository: "app", Resolve: true,
+			Header:     http.Header{"X-Secret": {hdrVal}},
+			Credential: &Credential{Username: "user", Password: pass}}}, Hooks{})
+		// A Basic challenge first, so that the credential is sent.
+		c.hosts[0].challenges = []challenge{{scheme: "basic", params: map[string]string{}}}
+		_, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20)
+		if err == nil {
+			t.Fatal("a refused manifest was served")
+		}
+		msg := err.Error()
+		basic := (&http.Request{Header: http.Header{}})
+		basic.SetBasicAuth("user", pass)
+		for _, s := range []string{pass, hdrVal, strings.TrimPrefix(basic.Header.Get("Authorization"), "Basic ")} {
+			if strings.Contains(msg, s) {
+				t.Errorf("error text holds a secret %q: %s", s, msg)
+			}
+		}
+	}
+}
+
+// A server's text in an error is sanitized and bounded: a realm it names
+// (non-ASCII, up to the 8 KiB a challenge may have), a header line Go
+// quotes in its error, a Content-Range.
+func TestHostileTextInErrorsBounded(t *testing.T) {
+	long := strings.Repeat("A", 7000)
+	for name, h := range map[string]func(w http.ResponseWriter, r *http.Request){
+		"realm": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", "Bearer realm=\"ftp://x/\u202e\u00e9"+long+"\"")
+			w.WriteHeader(http.StatusUnauthorized)
+		},
+		"malformed header": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Junk", "\x1b[2J"+long)
+			w.WriteHeader(http.StatusOK)
+		},
+		"content-range": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Range", "bytes \u202e"+long)
+			w.WriteHeader(http.StatusPartialContent)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := newRecorder(t, h)
+			c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, srv.srv), Path: "/v2", Repository: "app", Resolve: true}}, Hooks{})
+			var err error
+			if name == "content-range" {
+				_, _, err = c.BlobFrom(context.Background(), digest.FromString("blob"), 1<<20, 5)
+			} else {
+				_, _, _, err = c.Manifest(context.Background(), "latest", nil, 1<<20)
+			}
+			if err == nil {
+				t.Fatal("served")
+			}
+			msg := err.Error()
+			if strings.IndexFunc(msg, func(r rune) bool { return (r < 0x20 || r > 0x7e) && r != '…' }) >= 0 || len(msg) > 1500 {
+				t.Errorf("a server's text is not sanitized or bounded in the error (%d bytes): %q", len(msg), msg[:min(len(msg), 300)])
+			}
+		})
+	}
+}
