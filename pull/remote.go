@@ -53,6 +53,14 @@ func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int,
 	if len(eps) == 0 {
 		return nil, failure.New(failure.Usage, "no endpoint of %s may be contacted (every one is blocked)", p.Registry)
 	}
+	// A mirror that accepts the connection and never answers would hold
+	// the request until the stall watchdog ends the whole attempt (and
+	// the next attempt would ask it again): it gets half the stall
+	// timeout for its headers, then the next endpoint is asked. The last
+	// endpoint is left to the watchdog.
+	for i := range eps[:len(eps)-1] {
+		eps[i].HeaderTimeout = p.StallTimeout / 2
+	}
 	return registry.New(eps, registry.Hooks{
 		Proxy: proxy, Realm: realm, UserAgent: p.UserAgent, Log: log,
 		// Retries are per request (a manifest, a blob), not per image:

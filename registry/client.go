@@ -60,6 +60,11 @@ type Endpoint struct {
 	HTTPFallback bool
 	// DialTimeout bounds each connect (0: DefaultDialTimeout).
 	DialTimeout time.Duration
+	// HeaderTimeout bounds the wait for an answer's headers once the
+	// request is sent (0: none), so that a host that accepts the
+	// connection and never answers fails like one that refuses it and
+	// the next endpoint is asked.
+	HeaderTimeout time.Duration
 	// Credential is nil for anonymous access.
 	Credential *Credential
 }
@@ -169,6 +174,7 @@ func newHost(c *Client, ep Endpoint) *host {
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   16,
 		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: ep.HeaderTimeout,
 	}
 	h := &host{c: c, ep: ep, scheme: ep.Scheme, tokens: map[string]*token{}}
 	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
