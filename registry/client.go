@@ -416,9 +416,23 @@ func (h *host) grant(v string) {
 }
 
 func (h *host) hostError(op string, err error) *HostError {
-	return &HostError{Host: h.name(), Op: op, Err: err, secrets: h.secrets()}
+	return &HostError{Host: h.name(), Op: op, Err: withoutQuery(err), secrets: h.secrets()}
 }
 
 func (h *host) tokenError(realm string, err error) *TokenError {
-	return &TokenError{Host: h.name(), Realm: realm, Err: err, secrets: h.secrets()}
+	return &TokenError{Host: h.name(), Realm: realm, Err: withoutQuery(err), secrets: h.secrets()}
+}
+
+// withoutQuery drops the query of the URL net/http puts into its errors:
+// the request that failed may be a redirect target, a presigned storage
+// URL whose query is a bearer secret of the registry's.
+func withoutQuery(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && (u.RawQuery != "" || u.ForceQuery) {
+			u.RawQuery, u.ForceQuery = "", false
+			ue.URL = u.String()
+		}
+	}
+	return err
 }

@@ -243,3 +243,32 @@ func TestHostileTextInErrorsBounded(t *testing.T) {
 		})
 	}
 }
+
+// A redirect target's query (a presigned storage URL: a bearer secret of
+// the registry's for its blob) never reaches an error message, which Go
+// would fill with the URL of the request that failed.
+func TestRedirectQueryNotInErrors(t *testing.T) {
+	cdn := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("no hijacker")
+			return
+		}
+		c, _, _ := hj.Hijack()
+		_ = c.Close() // the connection is cut before any answer
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, cdn.srv.URL+"/bucket/blob?X-Amz-Credential=AKIDSECRET&X-Amz-Signature=SIGSECRET", http.StatusTemporaryRedirect)
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true}}, Hooks{})
+	_, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		t.Fatal("served")
+	}
+	if len(cdn.all()) == 0 {
+		t.Fatal("the redirect was not followed")
+	}
+	if msg := err.Error(); strings.Contains(msg, "SIGSECRET") || strings.Contains(msg, "AKIDSECRET") {
+		t.Errorf("the redirect target's query is in the error: %s", msg)
+	}
+}
