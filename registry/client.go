@@ -92,6 +92,11 @@ type Hooks struct {
 	RetryDelay time.Duration
 	// OnRetry, when set, is told of each retry before the wait.
 	OnRetry func(what string, attempt, of int, wait time.Duration, err error)
+	// Discard, when set, is told of each chunk of bytes a server sent
+	// that the client skips (a full answer to a Range request): they
+	// arrived, and they are bytes read from the server. An error stops
+	// the read and fails the request finally.
+	Discard func(n int) error
 }
 
 // Client asks its endpoints, in order. It is safe for concurrent use.

@@ -172,7 +172,7 @@ func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op strin
 	case res.StatusCode == http.StatusOK:
 		if offset > 0 {
 			// The server ignored the Range: skip what is already read.
-			if _, err := io.CopyN(io.Discard, res.Body, offset); err != nil {
+			if err := h.c.skip(res.Body, offset); err != nil {
 				_ = res.Body.Close()
 				return nil, 0, h.hostError(op, fmt.Errorf("skipping to offset %d of a full answer to a Range request: %w", offset, err))
 			}
@@ -295,4 +295,28 @@ func (r *blobReader) Host() string { return r.c.hosts[r.at].name() }
 func parseDigest(ref string) (digest.Digest, bool) {
 	d, err := digest.Parse(ref)
 	return d, err == nil
+}
+
+// skip discards the first n bytes of r, telling Hooks.Discard of each
+// chunk (the caller's watchdog and limits see them).
+func (c *Client) skip(r io.Reader, n int64) error {
+	buf := make([]byte, 32<<10)
+	for n > 0 {
+		k, err := r.Read(buf[:min(int64(len(buf)), n)])
+		n -= int64(k)
+		if k > 0 && c.hooks.Discard != nil {
+			if herr := c.hooks.Discard(k); herr != nil {
+				return herr
+			}
+		}
+		switch {
+		case n == 0:
+			return nil
+		case err == io.EOF:
+			return io.ErrUnexpectedEOF
+		case err != nil:
+			return err
+		}
+	}
+	return nil
 }
