@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
 // DefaultDialTimeout is the connect timeout of an endpoint that sets none
@@ -186,6 +188,9 @@ func newHost(c *Client, ep Endpoint) *host {
 	return h
 }
 
+// errRefusedRedirect marks a redirect the client refuses to follow.
+var errRefusedRedirect = errors.New("redirect refused")
+
 // maxRedirects bounds one request's redirect chain (Go's own limit).
 const maxRedirects = 10
 
@@ -205,9 +210,11 @@ func (h *host) checkRedirect(req *http.Request, via []*http.Request) error {
 	if origin(req.URL) != origin(via[0].URL) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			// A 307/308 of the token POST would carry its body (the
-			// identity token) to the other origin: not followed, the
-			// redirect is the answer (a refusal, never retried).
-			return http.ErrUseLastResponse
+			// identity token) to the other origin: refused, finally (exit
+			// 4, as the caller's refused redirects).
+			return &failure.Error{Code: failure.TLS, Err: errRefusedRedirect, Message: fmt.Sprintf(
+				"refusing to follow a redirect of a token request from %s to %s: its body holds the identity token",
+				origin(via[0].URL), origin(req.URL))}
 		}
 		req.Header.Del("Authorization")
 		req.Header.Del("Cookie")

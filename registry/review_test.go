@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
 // recorder is a server that records what reached it.
@@ -158,6 +159,8 @@ func TestTokenRedirectCarriesNoIdentityToken(t *testing.T) {
 	if err == nil {
 		rc.Close()
 		t.Error("served with a token the realm never granted")
+	} else if failure.CodeOf(err) != failure.TLS {
+		t.Errorf("err = %v (code %v), want a refused redirect (tls)", err, failure.CodeOf(err))
 	}
 	if n := len(realm.all()); n != 1 {
 		t.Errorf("the realm was asked %d times, want once (a refused redirect is final)", n)
