@@ -38,7 +38,7 @@ import (
 // remoteClient builds the registry client of one attempt in credential
 // round `round`: every endpoint that is not blocked, in order, with its
 // round-th candidate (its last when it has fewer).
-func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int, proxy func(*url.URL) (*url.URL, error), realm func(*registry.Endpoint, *url.URL) error, log *slog.Logger) (*registry.Client, error) {
+func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int, proxy func(*url.URL) (*url.URL, error), realm func(*registry.Endpoint, *url.URL) error, discard func(int) error, log *slog.Logger) (*registry.Client, error) {
 	var eps []registry.Endpoint
 	for i, e := range p.Endpoints {
 		if e.Blocked || e.Host == "" {
@@ -53,8 +53,16 @@ func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int,
 	if len(eps) == 0 {
 		return nil, failure.New(failure.Usage, "no endpoint of %s may be contacted (every one is blocked)", p.Registry)
 	}
+	// A mirror that accepts the connection and never answers would hold
+	// the request until the stall watchdog ends the whole attempt (and
+	// the next attempt would ask it again): it gets half the stall
+	// timeout for its headers, then the next endpoint is asked. The last
+	// endpoint is left to the watchdog.
+	for i := range eps[:len(eps)-1] {
+		eps[i].HeaderTimeout = p.StallTimeout / 2
+	}
 	return registry.New(eps, registry.Hooks{
-		Proxy: proxy, Realm: realm, UserAgent: p.UserAgent, Log: log,
+		Proxy: proxy, Realm: realm, Discard: discard, UserAgent: p.UserAgent, Log: log,
 		// Retries are per request (a manifest, a blob), not per image:
 		// the blobs already copied stay.
 		Retries: p.Retries, RetryDelay: p.RetryDelay,

@@ -266,7 +266,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
-	rc, err := p.remoteClient(m, sys, round, sys.DockerProxy, p.realmHook(ep), o.Log)
+	rc, err := p.remoteClient(m, sys, round, sys.DockerProxy, p.realmHook(ep), g.discarded, o.Log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -313,6 +313,17 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, g: s.g, done: done, m: s.g.meters.add(info.Digest)}, size, nil
 }
 
+// discarded accounts bytes the registry client skips (a full answer to a
+// Range request): they arrived, so the stall watchdog sees them, and they
+// are bytes read from the registry, held to the image limit.
+func (g *guard) discarded(n int) error {
+	g.touch()
+	if g.read.Add(int64(n)) > g.maxImage {
+		return verification(errImageTooLarge, "the registry sent more than the maximum image size of %d bytes (pull.max_image_size)", g.maxImage)
+	}
+	return nil
+}
+
 // cappedReader returns an error as soon as more than limit bytes arrive
 // (limit < 0: the size is unknown, only the image limit applies).
 type cappedReader struct {

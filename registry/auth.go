@@ -94,7 +94,7 @@ func parseChallenges(h http.Header) []challenge {
 func (h *host) token(ctx context.Context, ch challenge) (value string, fresh bool, err error) {
 	realm, err := url.Parse(ch.params["realm"])
 	if err != nil || realm.Host == "" || (realm.Scheme != "https" && realm.Scheme != "http") {
-		return "", false, &TokenError{Host: h.name(), Realm: ch.params["realm"], Err: fmt.Errorf("the bearer challenge names no usable realm")}
+		return "", false, h.tokenError(ch.params["realm"], fmt.Errorf("the bearer challenge names no usable realm"))
 	}
 	scope := "repository:" + h.ep.Repository + ":pull"
 	key := realm.String() + " " + ch.params["service"] + " " + scope
@@ -119,6 +119,7 @@ func (h *host) token(ctx context.Context, ch challenge) (value string, fresh boo
 	if err != nil {
 		return "", false, err
 	}
+	h.grant(v)
 	t.value, t.expires = v, time.Now().Add(life)
 	return v, true, nil
 }
@@ -170,18 +171,18 @@ func (h *host) fetchToken(ctx context.Context, realm *url.URL, service, scope st
 	}
 	res, err := h.client.Do(req)
 	if err != nil {
-		return "", 0, &TokenError{Host: h.name(), Realm: realm.Redacted(), Err: err}
+		return "", 0, h.tokenError(realm.Redacted(), err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return "", 0, responseError(res, h.name(), "requesting a token from "+realm.Redacted())
+		return "", 0, responseError(res, h.name(), "requesting a token from "+sanitize(realm.Redacted(), maxRealmText), h.secrets()...)
 	}
 	b, err := io.ReadAll(io.LimitReader(res.Body, maxTokenBody+1))
 	if err != nil {
-		return "", 0, &TokenError{Host: h.name(), Realm: realm.Redacted(), Err: err}
+		return "", 0, h.tokenError(realm.Redacted(), err)
 	}
 	if len(b) > maxTokenBody {
-		return "", 0, &TokenError{Host: h.name(), Realm: realm.Redacted(), Err: fmt.Errorf("token response larger than %d bytes", maxTokenBody)}
+		return "", 0, h.tokenError(realm.Redacted(), fmt.Errorf("token response larger than %d bytes", maxTokenBody))
 	}
 	var body struct {
 		Token       string    `json:"token"`
@@ -190,14 +191,14 @@ func (h *host) fetchToken(ctx context.Context, realm *url.URL, service, scope st
 		IssuedAt    time.Time `json:"issued_at"`
 	}
 	if err := json.Unmarshal(b, &body); err != nil {
-		return "", 0, &TokenError{Host: h.name(), Realm: realm.Redacted(), Err: fmt.Errorf("decoding the token response: %v", err)}
+		return "", 0, h.tokenError(realm.Redacted(), fmt.Errorf("decoding the token response: %v", err))
 	}
 	v := body.Token
 	if v == "" {
 		v = body.AccessToken
 	}
 	if v == "" {
-		return "", 0, &TokenError{Host: h.name(), Realm: realm.Redacted(), Err: fmt.Errorf("the token response holds no token")}
+		return "", 0, h.tokenError(realm.Redacted(), fmt.Errorf("the token response holds no token"))
 	}
 	life := time.Duration(body.ExpiresIn) * time.Second
 	if body.ExpiresIn <= 0 || body.ExpiresIn > 1<<31 || life < minTokenLifetime {

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
 // DefaultDialTimeout is the connect timeout of an endpoint that sets none
@@ -59,6 +62,11 @@ type Endpoint struct {
 	HTTPFallback bool
 	// DialTimeout bounds each connect (0: DefaultDialTimeout).
 	DialTimeout time.Duration
+	// HeaderTimeout bounds the wait for an answer's headers once the
+	// request is sent (0: none), so that a host that accepts the
+	// connection and never answers fails like one that refuses it and
+	// the next endpoint is asked.
+	HeaderTimeout time.Duration
 	// Credential is nil for anonymous access.
 	Credential *Credential
 }
@@ -86,6 +94,11 @@ type Hooks struct {
 	RetryDelay time.Duration
 	// OnRetry, when set, is told of each retry before the wait.
 	OnRetry func(what string, attempt, of int, wait time.Duration, err error)
+	// Discard, when set, is told of each chunk of bytes a server sent
+	// that the client skips (a full answer to a Range request): they
+	// arrived, and they are bytes read from the server. An error stops
+	// the read and fails the request finally.
+	Discard func(n int) error
 }
 
 // Client asks its endpoints, in order. It is safe for concurrent use.
@@ -136,6 +149,7 @@ type host struct {
 	scheme     string
 	challenges []challenge
 	tokens     map[string]*token // by realm, service and scope
+	granted    []string          // the last maxGranted tokens, for secrets
 }
 
 type token struct {
@@ -167,11 +181,15 @@ func newHost(c *Client, ep Endpoint) *host {
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   16,
 		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: ep.HeaderTimeout,
 	}
 	h := &host{c: c, ep: ep, scheme: ep.Scheme, tokens: map[string]*token{}}
-	h.client = &http.Client{Transport: tr, CheckRedirect: checkRedirect}
+	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
 	return h
 }
+
+// errRefusedRedirect marks a redirect the client refuses to follow.
+var errRefusedRedirect = errors.New("redirect refused")
 
 // maxRedirects bounds one request's redirect chain (Go's own limit).
 const maxRedirects = 10
@@ -180,16 +198,29 @@ const maxRedirects = 10
 // It is final: never retried.
 var ErrTooManyRedirects = errors.New("stopped after 10 redirects (a redirect loop?)")
 
-// checkRedirect follows at most 10 redirects and drops the credential on a
-// redirect to another origin (Go keeps it for a subdomain, or the same
-// name on another port or scheme).
-func checkRedirect(req *http.Request, via []*http.Request) error {
+// checkRedirect follows at most 10 redirects and, on a redirect to another
+// origin, drops the credential (Go keeps it for a subdomain, or the same
+// name on another port or scheme) and the endpoint's own headers (Go
+// copies every other header; hosts.toml headers may be secrets, and they
+// are the endpoint's and its realm's only).
+func (h *host) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= maxRedirects {
 		return ErrTooManyRedirects
 	}
 	if origin(req.URL) != origin(via[0].URL) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			// A 307/308 of the token POST would carry its body (the
+			// identity token) to the other origin: refused, finally (exit
+			// 4, as the caller's refused redirects).
+			return &failure.Error{Code: failure.TLS, Err: errRefusedRedirect, Message: fmt.Sprintf(
+				"refusing to follow a redirect of a token request from %s to %s: its body holds the identity token",
+				origin(via[0].URL), origin(req.URL))}
+		}
 		req.Header.Del("Authorization")
 		req.Header.Del("Cookie")
+		for k := range h.ep.Header {
+			req.Header.Del(k)
+		}
 	}
 	return nil
 }
@@ -272,6 +303,12 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 		if res.StatusCode != http.StatusUnauthorized || try >= 2 {
 			return res, nil
 		}
+		if res.Request != nil && origin(res.Request.URL) != origin(req.URL) {
+			// The 401 is a redirect target's (a CDN of another origin):
+			// its challenge is not the endpoint's, and the endpoint's
+			// credential must not go to a realm it names.
+			return res, nil
+		}
 		chs := parseChallenges(res.Header)
 		if len(chs) == 0 {
 			if chs, err = h.ping(ctx); err != nil {
@@ -302,6 +339,9 @@ func (h *host) ping(ctx context.Context) ([]challenge, error) {
 		return nil, err
 	}
 	drain(res)
+	if res.Request != nil && origin(res.Request.URL) != origin(req.URL) {
+		return nil, nil // another origin's challenge, not the endpoint's
+	}
 	return parseChallenges(res.Header), nil
 }
 
@@ -352,3 +392,59 @@ func notTLS(err error) bool {
 }
 
 func (h *host) String() string { return fmt.Sprintf("%s://%s%s", h.ep.Scheme, h.ep.Host, h.ep.Path) }
+
+// maxGranted bounds how many granted tokens a host remembers for redaction.
+const maxGranted = 16
+
+// secrets are what the client sends to this endpoint and its realm that
+// must never appear in an error message or a log, whatever a server
+// echoes: the credential (and its Basic encoding), the identity token,
+// the hosts.toml header values and the tokens granted.
+func (h *host) secrets() []string {
+	var out []string
+	if cr := h.ep.Credential; !cr.empty() {
+		out = append(out, cr.Password, cr.IdentityToken)
+		if cr.Username != "" || cr.Password != "" {
+			out = append(out, base64.StdEncoding.EncodeToString([]byte(cr.Username+":"+cr.Password)))
+		}
+	}
+	for _, vs := range h.ep.Header {
+		out = append(out, vs...)
+	}
+	h.mu.Lock()
+	out = append(out, h.granted...)
+	h.mu.Unlock()
+	return out
+}
+
+// grant remembers a token the realm granted, for secrets.
+func (h *host) grant(v string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.granted = append(h.granted, v)
+	if len(h.granted) > maxGranted {
+		h.granted = h.granted[len(h.granted)-maxGranted:]
+	}
+}
+
+func (h *host) hostError(op string, err error) *HostError {
+	return &HostError{Host: h.name(), Op: op, Err: withoutQuery(err), secrets: h.secrets()}
+}
+
+func (h *host) tokenError(realm string, err error) *TokenError {
+	return &TokenError{Host: h.name(), Realm: realm, Err: withoutQuery(err), secrets: h.secrets()}
+}
+
+// withoutQuery drops the query of the URL net/http puts into its errors:
+// the request that failed may be a redirect target, a presigned storage
+// URL whose query is a bearer secret of the registry's.
+func withoutQuery(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && (u.RawQuery != "" || u.ForceQuery) {
+			u.RawQuery, u.ForceQuery = "", false
+			ue.URL = u.String()
+		}
+	}
+	return err
+}

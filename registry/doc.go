@@ -22,14 +22,24 @@
 // Invariants:
 //   - A credential or token is sent only to the endpoint it belongs to and
 //     to the token realm that endpoint's challenge names, after the caller's
-//     Realm hook accepted that realm; on a redirect to another origin the
-//     Authorization header is dropped.
+//     Realm hook accepted that realm. A challenge is learned only from the
+//     endpoint's own origin (never from a redirect target's 401). On a
+//     redirect to another origin the Authorization header and the
+//     endpoint's own headers are dropped, and a token POST (its body holds
+//     the identity token) is not followed.
+//   - No error text holds what was sent (the credential, its Basic
+//     encoding, the identity token, header values, tokens granted) or a
+//     failed URL's query, and a server's text in it is printable ASCII,
+//     bounded.
 //   - Every request URL (to the endpoint, its realm, a redirect target)
 //     passes the caller's Proxy hook before a connection is made, so the
 //     caller can refuse it and record which host served what.
 //   - Everything a server sends is bounded: manifests by the caller's limit,
-//     error bodies to 64 KiB, token responses to 1 MiB, redirects to 10.
-//     Blob bodies are not bounded here; the caller caps them.
+//     error bodies to 64 KiB, token responses to 1 MiB, redirects to 10,
+//     a Retry-After to 5 minutes, the wait for an answer's headers to the
+//     endpoint's HeaderTimeout. Blob bodies are not bounded here; the
+//     caller caps them (bytes skipped of a full answer to a Range request
+//     go to its Discard hook).
 //   - The package imports nothing of pullhelper but internal packages: it
 //     knows no policy, credential source or isolation.
 package registry

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -41,10 +42,12 @@ func (e *StatusError) Error() string {
 type TokenError struct {
 	Host, Realm string
 	Err         error
+
+	secrets []string // redacted from the text
 }
 
 func (e *TokenError) Error() string {
-	return fmt.Sprintf("%s: obtaining a token from %s: %v", e.Host, e.Realm, e.Err)
+	return fmt.Sprintf("%s: obtaining a token from %s: %s", e.Host, clean(e.Realm, e.secrets, maxRealmText), clean(e.Err.Error(), e.secrets, maxErrorText))
 }
 
 func (e *TokenError) Unwrap() error { return e.Err }
@@ -55,9 +58,13 @@ type HostError struct {
 	Host string
 	Op   string
 	Err  error
+
+	secrets []string // redacted from the text
 }
 
-func (e *HostError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Host, e.Op, e.Err) }
+func (e *HostError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Host, e.Op, clean(e.Err.Error(), e.secrets, maxErrorText))
+}
 func (e *HostError) Unwrap() error { return e.Err }
 
 // FallbackError is every endpoint's failure, in the order they were asked.
@@ -85,11 +92,40 @@ func (e *FallbackError) Unwrap() error { return e.Errs[len(e.Errs)-1] }
 // resolve).
 var ErrNoEndpoint = errors.New("no endpoint may be asked")
 
+// Bounds of the text of a cause and of a realm in an error message: a
+// server's text can reach them (Go quotes a malformed header line, a
+// Content-Range, a Location in its errors).
+const (
+	maxErrorText = 1024
+	maxRealmText = 256
+)
+
+// clean is s for an error message: every secret replaced (before the text
+// is cut, so that no prefix of one shows), printable ASCII, at most n
+// bytes.
+func clean(s string, secrets []string, n int) string {
+	return sanitize(redact(s, secrets), n)
+}
+
+// redact replaces every secret in s, the longest first.
+func redact(s string, secrets []string) string {
+	secrets = append([]string(nil), secrets...)
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	for _, sec := range secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return s
+}
+
 // responseError reads (a bounded part of) res's body into a StatusError and
-// closes it.
-func responseError(res *http.Response, host, op string) error {
+// closes it; the secrets (what was sent to the server, which it may echo)
+// never reach the message.
+func responseError(res *http.Response, host, op string, secrets ...string) error {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	b = []byte(redact(string(b), secrets))
 	e := &StatusError{Host: host, Op: op, StatusCode: res.StatusCode, RetryAfter: retryAfter(res.Header.Get("Retry-After"))}
 	var body struct {
 		Errors []struct {

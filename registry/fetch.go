@@ -64,10 +64,10 @@ func (h *host) manifest(ctx context.Context, ref string, accept []string, max in
 	hdr := http.Header{"Accept": {strings.Join(accept, ", ")}}
 	res, err := h.do(ctx, http.MethodGet, "/"+h.ep.Repository+"/manifests/"+ref, hdr)
 	if err != nil {
-		return nil, "", &HostError{Host: h.name(), Op: op, Err: err}
+		return nil, "", h.hostError(op, err)
 	}
 	if res.StatusCode != http.StatusOK {
-		return nil, "", responseError(res, h.name(), op)
+		return nil, "", responseError(res, h.name(), op, h.secrets()...)
 	}
 	defer res.Body.Close()
 	if res.ContentLength > max {
@@ -75,7 +75,7 @@ func (h *host) manifest(ctx context.Context, ref string, accept []string, max in
 	}
 	b, err := io.ReadAll(io.LimitReader(res.Body, max+1))
 	if err != nil {
-		return nil, "", &HostError{Host: h.name(), Op: op, Err: err}
+		return nil, "", h.hostError(op, err)
 	}
 	if int64(len(b)) > max {
 		return nil, "", &TooLargeError{Host: h.name(), What: "the manifest " + ref, Limit: max, Size: -1}
@@ -166,15 +166,15 @@ func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op strin
 	}
 	res, err := h.do(ctx, http.MethodGet, "/"+h.ep.Repository+"/blobs/"+d.String(), hdr)
 	if err != nil {
-		return nil, 0, &HostError{Host: h.name(), Op: op, Err: err}
+		return nil, 0, h.hostError(op, err)
 	}
 	switch {
 	case res.StatusCode == http.StatusOK:
 		if offset > 0 {
 			// The server ignored the Range: skip what is already read.
-			if _, err := io.CopyN(io.Discard, res.Body, offset); err != nil {
+			if err := h.c.skip(res.Body, offset); err != nil {
 				_ = res.Body.Close()
-				return nil, 0, &HostError{Host: h.name(), Op: op, Err: fmt.Errorf("skipping to offset %d of a full answer to a Range request: %w", offset, err)}
+				return nil, 0, h.hostError(op, fmt.Errorf("skipping to offset %d of a full answer to a Range request: %w", offset, err))
 			}
 		}
 		return res.Body, res.ContentLength, nil
@@ -182,11 +182,11 @@ func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op strin
 		start, total, ok := contentRange(res.Header.Get("Content-Range"))
 		if !ok || start != offset {
 			_ = res.Body.Close()
-			return nil, 0, &HostError{Host: h.name(), Op: op, Err: fmt.Errorf("asked for bytes from %d, got Content-Range %q", offset, res.Header.Get("Content-Range"))}
+			return nil, 0, h.hostError(op, fmt.Errorf("asked for bytes from %d, got Content-Range %q", offset, res.Header.Get("Content-Range")))
 		}
 		return res.Body, total, nil
 	}
-	return nil, 0, responseError(res, h.name(), op)
+	return nil, 0, responseError(res, h.name(), op, h.secrets()...)
 }
 
 // contentRange parses "bytes START-END/TOTAL" (TOTAL may be "*": -1).
@@ -256,7 +256,7 @@ func (r *blobReader) Read(p []byte) (int, error) {
 func (r *blobReader) resume(cause error) error {
 	_ = r.body.Close()
 	h := r.c.hosts[r.at]
-	broken := &HostError{Host: h.name(), Op: r.op, Err: fmt.Errorf("the body broke off after %d bytes: %w", r.read, cause)}
+	broken := h.hostError(r.op, fmt.Errorf("the body broke off after %d bytes: %w", r.read, cause))
 	if r.ctx.Err() != nil || r.resumes >= maxResumes || errors.Is(cause, context.Canceled) {
 		return broken
 	}
@@ -295,4 +295,28 @@ func (r *blobReader) Host() string { return r.c.hosts[r.at].name() }
 func parseDigest(ref string) (digest.Digest, bool) {
 	d, err := digest.Parse(ref)
 	return d, err == nil
+}
+
+// skip discards the first n bytes of r, telling Hooks.Discard of each
+// chunk (the caller's watchdog and limits see them).
+func (c *Client) skip(r io.Reader, n int64) error {
+	buf := make([]byte, 32<<10)
+	for n > 0 {
+		k, err := r.Read(buf[:min(int64(len(buf)), n)])
+		n -= int64(k)
+		if k > 0 && c.hooks.Discard != nil {
+			if herr := c.hooks.Discard(k); herr != nil {
+				return herr
+			}
+		}
+		switch {
+		case n == 0:
+			return nil
+		case err == io.EOF:
+			return io.ErrUnexpectedEOF
+		case err != nil:
+			return err
+		}
+	}
+	return nil
 }

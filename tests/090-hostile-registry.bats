@@ -184,3 +184,15 @@ assert_refused() {
         fail "the other port was contacted: $(cat "$HOSTILE_LOG")"
     fi
 }
+
+@test "exit 3: a blob redirect target's Bearer challenge gets no credential of the registry (review finding)" {
+    start_hostile cdn-challenge
+    [[ -n $HOSTILE_SIDE ]] || fail "hostilereg wrote no CDN port"
+    pull_hostile 3
+    assert_refused unauthorized "401"
+    grep -q '^side GET /cdn/' "$HOSTILE_LOG" ||
+        fail "the CDN was never asked (the redirect was not exercised): $(cat "$HOSTILE_LOG")"
+    if grep -q '^side .* /token' "$HOSTILE_LOG"; then
+        fail "the realm the CDN named was contacted: $(cat "$HOSTILE_LOG")"
+    fi
+}

@@ -30,6 +30,9 @@
 //	http-realm       /v2/ names a bearer realm http://127.0.0.2:PORT2/token
 //	redirect-port    basic auth; the manifest GET redirects to 127.0.0.1:PORT2
 //	                 (same IP, another port, same certificate)
+//	cdn-challenge    basic auth; every blob GET redirects to a "CDN" at
+//	                 https://127.0.0.2:PORT2, which answers 401 with a Bearer
+//	                 challenge naming its own realm https://127.0.0.2:PORT2/token
 package main
 
 import (
@@ -181,7 +184,7 @@ func registry(im *image, side string) http.Handler {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://127.0.0.2:%s/token",service="hostile"`, side))
 				w.WriteHeader(http.StatusUnauthorized)
 				return
-			case "redirect-port":
+			case "redirect-port", "cdn-challenge":
 				if !auth {
 					w.Header().Set("WWW-Authenticate", `Basic realm="hostile"`)
 					w.WriteHeader(http.StatusUnauthorized)
@@ -198,7 +201,7 @@ func registry(im *image, side string) http.Handler {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://127.0.0.2:%s/token",service="hostile"`, side))
 				w.WriteHeader(http.StatusUnauthorized)
 				return
-			case *mode == "redirect-port" && !auth:
+			case (*mode == "redirect-port" || *mode == "cdn-challenge") && !auth:
 				w.Header().Set("WWW-Authenticate", `Basic realm="hostile"`)
 				w.WriteHeader(http.StatusUnauthorized)
 				return
@@ -245,6 +248,10 @@ func registry(im *image, side string) http.Handler {
 			}
 		case strings.HasPrefix(p, "/v2/hostile/img/blobs/"):
 			d := strings.TrimPrefix(p, "/v2/hostile/img/blobs/")
+			if *mode == "cdn-challenge" {
+				http.Redirect(w, r, fmt.Sprintf("https://127.0.0.2:%s/cdn/%s", side, d), http.StatusTemporaryRedirect)
+				return
+			}
 			b, ok := im.blobs[d]
 			if !ok && *mode != "endless-layer" {
 				http.Error(w, `{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown","detail":{}}]}`, http.StatusNotFound)
@@ -363,7 +370,7 @@ func main() {
 	ml := listen("127.0.0.1")
 	side := ""
 	switch *mode {
-	case "http-realm", "redirect-port":
+	case "http-realm", "redirect-port", "cdn-challenge":
 		ip := "127.0.0.2" // another host name than the registry's 127.0.0.1
 		if *mode == "redirect-port" {
 			ip = "127.0.0.1" // the same IP, another port
@@ -372,11 +379,16 @@ func main() {
 		side = fmt.Sprint(sl.Addr().(*net.TCPAddr).Port)
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			logf("side %s %s auth=%s", r.Method, r.URL.Path, yes(r.Header.Get("Authorization") != ""))
+			if *mode == "cdn-challenge" && r.URL.Path != "/token" {
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="https://127.0.0.2:%s/token",service="cdn"`, side))
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"token":"hostile-token"}`))
 		})
 		s := &http.Server{Handler: h}
-		if *mode == "redirect-port" {
+		if *mode != "http-realm" {
 			s.TLSConfig = tlsConf
 			go func() { _ = s.ServeTLS(sl, "", "") }()
 		} else {

@@ -1,0 +1,277 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+// recorder is a server that records what reached it.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []recorded
+	srv  *httptest.Server
+}
+
+type recorded struct {
+	method, path string
+	header       http.Header
+	body         string
+}
+
+func newRecorder(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) *recorder {
+	rec := &recorder{}
+	rec.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		rec.mu.Lock()
+		rec.reqs = append(rec.reqs, recorded{method: r.Method, path: r.URL.Path, header: r.Header.Clone(), body: string(b)})
+		rec.mu.Unlock()
+		if h != nil {
+			h(w, r)
+		}
+	}))
+	t.Cleanup(rec.srv.Close)
+	return rec
+}
+
+func (r *recorder) all() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recorded(nil), r.reqs...)
+}
+
+func hostOf(t *testing.T, s *httptest.Server) string {
+	t.Helper()
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// A redirect target of another origin (a CDN) that answers 401 with a
+// Bearer challenge must not make the endpoint send its credential to the
+// realm the redirect target names: that challenge is not the endpoint's.
+func TestRedirectTargetChallengeNotTrusted(t *testing.T) {
+	t.Run("blob", func(t *testing.T) { testRedirectTargetChallenge(t, false) })
+	// The 401 names no challenge, and the ping of /v2/ is redirected.
+	t.Run("ping", func(t *testing.T) { testRedirectTargetChallenge(t, true) })
+}
+
+func testRedirectTargetChallenge(t *testing.T, ping bool) {
+	evil := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"token":"stolen"}`)
+	})
+	cdn := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+evil.srv.URL+`/token",service="cdn"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if ping && r.URL.Path != "/v2/" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		http.Redirect(w, r, cdn.srv.URL+"/storage/blob", http.StatusTemporaryRedirect)
+	})
+	var realms []string
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Credential: &Credential{Username: "reguser", Password: "regpass"}}},
+		Hooks{Realm: func(_ *Endpoint, u *url.URL) error { realms = append(realms, u.String()); return nil }})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		rc.Close()
+		t.Fatal("a blob the redirect target refused was served")
+	}
+	for _, r := range evil.all() {
+		if u, p, ok := (&http.Request{Header: r.header}).BasicAuth(); ok {
+			t.Errorf("the redirect target's realm got the endpoint's credential %s:%s", u, p)
+		}
+	}
+	if len(evil.all()) != 0 || len(realms) != 0 {
+		t.Errorf("a realm named by the redirect target was asked (hook saw %v, realm got %d requests)", realms, len(evil.all()))
+	}
+	var se *StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusUnauthorized {
+		t.Errorf("err = %v, want the 401 as a StatusError", err)
+	}
+}
+
+// The endpoint's hosts.toml headers (which may be secrets) go to the host
+// and its token realm, not to a redirect target of another origin.
+func TestRedirectDropsEndpointHeaders(t *testing.T) {
+	cdn := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "blob") })
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v2/app/blobs/") {
+			http.Redirect(w, r, cdn.srv.URL+"/storage/blob", http.StatusTemporaryRedirect)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Header: http.Header{"X-Mirror-Secret": {"hdr-s3cret"}}}}, Hooks{})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(readAll(t, rc)) != "blob" {
+		t.Fatal("redirected body not read")
+	}
+	if got := reg.all(); len(got) == 0 || got[0].header.Get("X-Mirror-Secret") != "hdr-s3cret" {
+		t.Fatal("the endpoint itself did not get its header")
+	}
+	for _, r := range cdn.all() {
+		if v := r.header.Get("X-Mirror-Secret"); v != "" {
+			t.Errorf("the redirect target of another origin got the endpoint's header X-Mirror-Secret: %q", v)
+		}
+	}
+}
+
+// An identity token goes to the realm in a POST body; a 307/308 of the
+// realm to another origin must not carry that body there.
+func TestTokenRedirectCarriesNoIdentityToken(t *testing.T) {
+	other := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"access_token":"tok"}`)
+	})
+	realm := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.srv.URL+"/token", http.StatusTemporaryRedirect)
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.srv.URL+`/token",service="reg"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "blob")
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Credential: &Credential{IdentityToken: "refresh-s3cret"}}}, Hooks{Retries: 2, RetryDelay: time.Millisecond})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		rc.Close()
+		t.Error("served with a token the realm never granted")
+	} else if failure.CodeOf(err) != failure.TLS {
+		t.Errorf("err = %v (code %v), want a refused redirect (tls)", err, failure.CodeOf(err))
+	}
+	if n := len(realm.all()); n != 1 {
+		t.Errorf("the realm was asked %d times, want once (a refused redirect is final)", n)
+	}
+	for _, r := range other.all() {
+		if strings.Contains(r.body, "refresh-s3cret") {
+			t.Errorf("the realm's redirect target of another origin got the identity token: %s %s body %q", r.method, r.path, r.body)
+		}
+	}
+}
+
+// What a server writes into its error answers may echo the credential, a
+// token or a header value: none of them reaches an error message.
+func TestErrorTextRedactsSecrets(t *testing.T) {
+	const (
+		pass   = "pa55-s3cret-word"
+		hdrVal = "hdr-s3cret-value"
+	)
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"errors":[{"code":"DENIED","message":"password `+pass+` and header `+hdrVal+` refused"}]}`)
+	})
+	raw := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, "you sent "+r.Header.Get("Authorization")+" and "+r.Header.Get("X-Secret"))
+	})
+	for _, srv := range []*recorder{reg, raw} {
+		c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, srv.srv), Path: "/v2", Repository: "app", Resolve: true,
+			Header:     http.Header{"X-Secret": {hdrVal}},
+			Credential: &Credential{Username: "user", Password: pass}}}, Hooks{})
+		// A Basic challenge first, so that the credential is sent.
+		c.hosts[0].challenges = []challenge{{scheme: "basic", params: map[string]string{}}}
+		_, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20)
+		if err == nil {
+			t.Fatal("a refused manifest was served")
+		}
+		msg := err.Error()
+		basic := (&http.Request{Header: http.Header{}})
+		basic.SetBasicAuth("user", pass)
+		for _, s := range []string{pass, hdrVal, strings.TrimPrefix(basic.Header.Get("Authorization"), "Basic ")} {
+			if strings.Contains(msg, s) {
+				t.Errorf("error text holds a secret %q: %s", s, msg)
+			}
+		}
+	}
+}
+
+// A server's text in an error is sanitized and bounded: a realm it names
+// (non-ASCII, up to the 8 KiB a challenge may have), a header line Go
+// quotes in its error, a Content-Range.
+func TestHostileTextInErrorsBounded(t *testing.T) {
+	long := strings.Repeat("A", 7000)
+	for name, h := range map[string]func(w http.ResponseWriter, r *http.Request){
+		"realm": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", "Bearer realm=\"ftp://x/\u202e\u00e9"+long+"\"")
+			w.WriteHeader(http.StatusUnauthorized)
+		},
+		"malformed header": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Junk", "\x1b[2J"+long)
+			w.WriteHeader(http.StatusOK)
+		},
+		"content-range": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Range", "bytes \u202e"+long)
+			w.WriteHeader(http.StatusPartialContent)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := newRecorder(t, h)
+			c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, srv.srv), Path: "/v2", Repository: "app", Resolve: true}}, Hooks{})
+			var err error
+			if name == "content-range" {
+				_, _, err = c.BlobFrom(context.Background(), digest.FromString("blob"), 1<<20, 5)
+			} else {
+				_, _, _, err = c.Manifest(context.Background(), "latest", nil, 1<<20)
+			}
+			if err == nil {
+				t.Fatal("served")
+			}
+			msg := err.Error()
+			if strings.IndexFunc(msg, func(r rune) bool { return (r < 0x20 || r > 0x7e) && r != '…' }) >= 0 || len(msg) > 1500 {
+				t.Errorf("a server's text is not sanitized or bounded in the error (%d bytes): %q", len(msg), msg[:min(len(msg), 300)])
+			}
+		})
+	}
+}
+
+// A redirect target's query (a presigned storage URL: a bearer secret of
+// the registry's for its blob) never reaches an error message, which Go
+// would fill with the URL of the request that failed.
+func TestRedirectQueryNotInErrors(t *testing.T) {
+	cdn := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("no hijacker")
+			return
+		}
+		c, _, _ := hj.Hijack()
+		_ = c.Close() // the connection is cut before any answer
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, cdn.srv.URL+"/bucket/blob?X-Amz-Credential=AKIDSECRET&X-Amz-Signature=SIGSECRET", http.StatusTemporaryRedirect)
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true}}, Hooks{})
+	_, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		t.Fatal("served")
+	}
+	if len(cdn.all()) == 0 {
+		t.Fatal("the redirect was not followed")
+	}
+	if msg := err.Error(); strings.Contains(msg, "SIGSECRET") || strings.Contains(msg, "AKIDSECRET") {
+		t.Errorf("the redirect target's query is in the error: %s", msg)
+	}
+}
