@@ -44,6 +44,7 @@ func LockPull(spec Spec, repository string, timeout time.Duration) (func(), erro
 		err2 := unix.Stat(path, &now)
 		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
 			_, _ = unix.Write(fd, []byte(fmt.Sprintf("%d\n", os.Getpid())))
+			sweepPullLocks(path)
 			return func() {
 				_ = unix.Unlink(path)
 				_ = unix.Flock(fd, unix.LOCK_UN)
@@ -51,5 +52,31 @@ func LockPull(spec Spec, repository string, timeout time.Duration) (func(), erro
 			}, nil
 		}
 		unix.Close(fd) // removed by the holder we waited for: again
+	}
+}
+
+// sweepPullLocks removes the pull lock files nobody holds (left by killed
+// pulls), but own. A pull that created a file and has not locked it yet
+// notices its file is gone (LockPull compares inodes) and tries again.
+func sweepPullLocks(own string) {
+	names, err := filepath.Glob(filepath.Join(LockDir, "pull-*.lock"))
+	if err != nil {
+		return
+	}
+	for i, p := range names {
+		if i >= 4096 {
+			return
+		}
+		if p == own {
+			continue
+		}
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+			_ = unix.Unlink(p)
+		}
+		unix.Close(fd)
 	}
 }
