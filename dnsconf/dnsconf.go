@@ -19,22 +19,46 @@ const (
 	MaxSearchListChar = 2048
 )
 
+// DNS policies, as a pod's dnsPolicy (pkg/kubelet/network/dns GetPodDNS).
+const (
+	// PolicyClusterFirst: the cluster's nameservers, the cluster search
+	// domains then the host's, ndots:5. pullhelper's child asks cluster DNS
+	// whether it runs on the host network or in a pod's namespace, so this
+	// is the kubelet's ClusterFirst of a pod network (for a hostNetwork pod
+	// the kubelet would use Default unless ClusterFirstWithHostNet).
+	PolicyClusterFirst            = "ClusterFirst"
+	PolicyClusterFirstWithHostNet = "ClusterFirstWithHostNet"
+	// PolicyDefault: the host's resolv.conf (the kubelet's resolvConf).
+	PolicyDefault = "Default"
+	// PolicyNone: only the configured nameservers, search and options.
+	PolicyNone = "None"
+)
+
 // Input is what the policy and flags say.
 type Input struct {
-	Nameservers   []string
+	// Policy is one of the Policy* constants ("" is ClusterFirst).
+	Policy string
+	// Nameservers: with ClusterFirst, the cluster DNS servers (they replace
+	// the kubelet config's clusterDNS); otherwise a pod's
+	// dnsConfig.nameservers, appended to the base.
+	Nameservers []string
+	// Search and Options are a pod's dnsConfig.searches and options:
+	// appended to the base (options merged by name).
 	Search        []string
 	Options       []string
 	Hosts         []string // "IP NAME [NAME…]"
 	Namespace     string
 	ClusterDomain string
 	KubeletConfig string
-	// HostResolvConf is where the host's search domains come from when the
-	// kubelet config does not say (default /etc/resolv.conf).
+	// HostResolvConf is where the host's DNS comes from when the kubelet
+	// config does not say (default /etc/resolv.conf; a missing default file
+	// reads as empty).
 	HostResolvConf string
 }
 
 // Config is the rendered override. It must stay JSON-representable.
 type Config struct {
+	Policy      string   `json:"policy"`
 	Nameservers []string `json:"nameservers"`
 	Search      []string `json:"search"`
 	Options     []string `json:"options"`
@@ -46,17 +70,33 @@ type Config struct {
 type kubeletConfig struct {
 	ClusterDNS    []string `yaml:"clusterDNS"`
 	ClusterDomain string   `yaml:"clusterDomain"`
-	ResolvConf    string   `yaml:"resolvConf"`
+	// ResolvConf nil: not set (the default, /etc/resolv.conf); "": no host
+	// file at all (the kubelet's --resolv-conf="").
+	ResolvConf *string `yaml:"resolvConf"`
 }
 
-// Build renders the override. Errors name the setting or file to fix.
+// maxSearchLen is the longest search domain kept (the kubelet's
+// formDNSSearchFitsLimits: utilvalidation.DNS1123SubdomainMaxLength;
+// glibc aborts on longer ones).
+const maxSearchLen = 253
+
+// Build renders the override the way the kubelet's GetPodDNS builds a pod's
+// DNS config. Errors name the setting or file to fix.
 func Build(in Input) (*Config, error) {
-	c := &Config{}
-	hostResolv := in.HostResolvConf
+	c := &Config{Policy: in.Policy}
+	if c.Policy == "" {
+		c.Policy = PolicyClusterFirst
+	}
+	switch c.Policy {
+	case PolicyClusterFirst, PolicyClusterFirstWithHostNet, PolicyDefault, PolicyNone:
+	default:
+		return nil, fmt.Errorf("DNS policy %q: want ClusterFirst, ClusterFirstWithHostNet, Default or None", in.Policy)
+	}
+	hostResolv, hostOptional := in.HostResolvConf, true
 	if hostResolv == "" {
 		hostResolv = "/etc/resolv.conf"
 	}
-	nameservers, domain := in.Nameservers, in.ClusterDomain
+	clusterDNS, domain := in.Nameservers, in.ClusterDomain
 	if in.KubeletConfig != "" {
 		b, err := os.ReadFile(in.KubeletConfig)
 		if err != nil {
@@ -66,14 +106,15 @@ func Build(in Input) (*Config, error) {
 		if err := yaml.Unmarshal(b, &kc); err != nil {
 			return nil, fmt.Errorf("kubelet config %s: %v", in.KubeletConfig, strings.ReplaceAll(err.Error(), "\n", " "))
 		}
-		if len(nameservers) == 0 {
-			nameservers = kc.ClusterDNS
+		if len(clusterDNS) == 0 {
+			clusterDNS = kc.ClusterDNS
 		}
 		if domain == "" {
 			domain = kc.ClusterDomain
 		}
-		if kc.ResolvConf != "" && in.HostResolvConf == "" {
-			hostResolv = kc.ResolvConf
+		if kc.ResolvConf != nil && in.HostResolvConf == "" {
+			// The kubelet reads exactly this file, and fails when it cannot.
+			hostResolv, hostOptional = *kc.ResolvConf, false
 		}
 		for _, ns := range kc.ClusterDNS {
 			if err := CheckNameserver(ns); err != nil {
@@ -86,10 +127,7 @@ func Build(in Input) (*Config, error) {
 			}
 		}
 	}
-	if len(nameservers) == 0 {
-		return nil, fmt.Errorf("the cluster-DNS override needs a nameserver: --dns IP, [network.dns] nameservers, or a kubelet_config with clusterDNS")
-	}
-	for _, ns := range nameservers {
+	for _, ns := range in.Nameservers {
 		if err := CheckNameserver(ns); err != nil {
 			return nil, fmt.Errorf("nameserver: %v", err)
 		}
@@ -121,28 +159,78 @@ func Build(in Input) (*Config, error) {
 			return nil, fmt.Errorf("hosts entry %w", err)
 		}
 	}
-	if len(nameservers) > MaxNameservers {
-		c.Warnings = append(c.Warnings, fmt.Sprintf("more than %d nameservers: kept %s, dropped %s (the kubelet's limit)",
-			MaxNameservers, strings.Join(nameservers[:MaxNameservers], " "), strings.Join(nameservers[MaxNameservers:], " ")))
-		nameservers = nameservers[:MaxNameservers]
-	}
-	c.Nameservers = append([]string{}, nameservers...)
 
-	hostSearch, err := readSearch(hostResolv)
-	if err != nil {
-		return nil, err
+	// The base: the host's file (getHostDNSConfig), unless resolvConf is "".
+	var host resolvConf
+	if hostResolv != "" {
+		var err error
+		if host, err = readHost(hostResolv, hostOptional); err != nil {
+			return nil, err
+		}
 	}
-	var search []string
-	domain = strings.TrimSuffix(domain, ".")
-	if in.Namespace != "" && domain != "" {
-		search = append(search, in.Namespace+".svc."+domain, "svc."+domain, domain)
+	var servers, search, options []string
+	extraServers := in.Nameservers
+	switch c.Policy {
+	case PolicyNone:
+		// An empty base: only what is configured.
+		if len(in.Nameservers) == 0 {
+			return nil, fmt.Errorf("DNS policy None needs a nameserver: --dns IP or [network.dns] nameservers")
+		}
+	case PolicyClusterFirst, PolicyClusterFirstWithHostNet:
+		if len(clusterDNS) > 0 {
+			// The cluster DNS servers are the only nameservers; the search
+			// list is the cluster's, then the host's; options ndots:5.
+			servers = append([]string{}, clusterDNS...)
+			extraServers = nil // they were the cluster DNS servers
+			search = host.search
+			// (generateSearchesForDNSClusterFirst; pullhelper has no pod,
+			// so the cluster search domains need the namespace named.)
+			domain = strings.TrimSuffix(domain, ".")
+			if domain != "" && in.Namespace != "" {
+				search = dedup(append([]string{in.Namespace + ".svc." + domain, "svc." + domain, domain}, host.search...))
+			}
+			options = []string{"ndots:5"}
+			break
+		}
+		c.Warnings = append(c.Warnings, fmt.Sprintf("no cluster DNS server is configured (--dns, [network.dns] nameservers or the kubelet config's clusterDNS): using the %q policy (the host's resolv.conf), as the kubelet does", PolicyDefault))
+		c.Policy = PolicyDefault
+		fallthrough
+	case PolicyDefault:
+		servers, search, options = host.nameservers, host.search, host.options
+		if hostResolv == "" {
+			// The kubelet's --resolv-conf="": DNS lookups effectively off.
+			servers, search = []string{"127.0.0.1"}, []string{"."}
+		}
 	}
-	search = dedup(append(append(search, in.Search...), hostSearch...))
+	// A pod's dnsConfig is appended to the base (appendDNSConfig).
+	servers = dedup(append(servers, extraServers...))
+	search = dedup(append(search, in.Search...))
+	options = mergeOptions(append(options, in.Options...))
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("the DNS override has no nameserver: %s lists none; pass --dns IP or [network.dns] nameservers", hostResolv)
+	}
+
+	// The kubelet's limits (formDNSConfigFitsLimits), warning like its
+	// DNSConfigForming events.
+	if len(servers) > MaxNameservers {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("more than %d nameservers: kept %s, dropped %s (the kubelet's limit)",
+			MaxNameservers, strings.Join(servers[:MaxNameservers], " "), strings.Join(servers[MaxNameservers:], " ")))
+		servers = servers[:MaxNameservers]
+	}
 	if len(search) > MaxSearchDomains {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%d search domains: kept the first %d, dropped %s (the kubelet's limit)",
 			len(search), MaxSearchDomains, strings.Join(search[MaxSearchDomains:], " ")))
 		search = search[:MaxSearchDomains]
 	}
+	kept := search[:0]
+	for _, d := range search {
+		if len(d) > maxSearchLen {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("dropped a search domain of %d characters (more than %d, the kubelet's limit): %.40s…", len(d), maxSearchLen, d))
+			continue
+		}
+		kept = append(kept, d)
+	}
+	search = kept
 	if n := len(strings.Join(search, " ")); n > MaxSearchListChar {
 		var dropped []string
 		for len(strings.Join(search, " ")) > MaxSearchListChar {
@@ -152,8 +240,13 @@ func Build(in Input) (*Config, error) {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("search list of %d characters: dropped %s to stay within %d (the kubelet's limit)",
 			n, strings.Join(dropped, " "), MaxSearchListChar))
 	}
-	c.Search = search
-	c.Options = mergeOptions(append([]string{"ndots:5"}, in.Options...))
+	c.Nameservers, c.Search, c.Options = servers, search, options
+	if c.Search == nil {
+		c.Search = []string{}
+	}
+	if c.Options == nil {
+		c.Options = []string{}
+	}
 
 	var b strings.Builder
 	if len(c.Search) > 0 {
@@ -162,7 +255,9 @@ func Build(in Input) (*Config, error) {
 	for _, ns := range c.Nameservers {
 		b.WriteString("nameserver " + ns + "\n")
 	}
-	b.WriteString("options " + strings.Join(c.Options, " ") + "\n")
+	if len(c.Options) > 0 {
+		b.WriteString("options " + strings.Join(c.Options, " ") + "\n")
+	}
 	c.ResolvConf = b.String()
 
 	if len(in.Hosts) > 0 {
@@ -177,33 +272,68 @@ func Build(in Input) (*Config, error) {
 	return c, nil
 }
 
-// readSearch returns the domains of the last "search" line, trailing dots
-// trimmed and a bare "." dropped, as the kubelet does. A missing file has no
-// search domains.
-func readSearch(path string) ([]string, error) {
+// resolvConf is what the kubelet's parseResolvConf reads of a file.
+type resolvConf struct {
+	nameservers, search, options []string
+}
+
+// readHost reads the host's resolv.conf as the kubelet's parseResolvConf
+// does: "#" comment lines skipped, nameserver lines accumulate, the last
+// search and options lines win, trailing dots trimmed (a bare "." dropped);
+// a nameserver line without an address is an error. A missing file is an
+// error unless optional (the built-in default path).
+func readHost(path string, optional bool) (resolvConf, error) {
+	var r resolvConf
 	b, err := readResolvConf(path)
-	if os.IsNotExist(err) {
-		return nil, nil
+	if os.IsNotExist(err) && optional {
+		return r, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading host resolv.conf %s: %v", path, err)
+		return r, fmt.Errorf("reading host resolv.conf %s: %v", path, err)
 	}
-	var search []string
 	// Every line, however long (bufio.Scanner would stop at 64 KiB and
-	// lose the search lines after it).
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && f[0] == "search" {
-			search = nil
+	// lose the lines after it).
+	for i, line := range strings.Split(string(b), "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "#") {
+			continue
+		}
+		f := strings.Fields(t)
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "nameserver":
+			if len(f) < 2 {
+				return r, fmt.Errorf("host resolv.conf %s line %d: a nameserver line without an address (the kubelet refuses it too)", path, i+1)
+			}
+			if CheckNameserver(f[1]) == nil {
+				r.nameservers = append(r.nameservers, f[1])
+			}
+		case "search":
+			r.search = nil
 			for _, d := range f[1:] {
 				d = strings.TrimSuffix(d, ".")
-				if d != "" {
-					search = append(search, d)
+				if d != "" && CheckDomain(d) == nil {
+					r.search = append(r.search, d)
+				}
+			}
+		case "options":
+			r.options = nil
+			for _, o := range f[1:] {
+				if CheckOption(o) == nil {
+					r.options = append(r.options, o)
 				}
 			}
 		}
 	}
-	return search, nil
+	return r, nil
+}
+
+// readSearch returns the host file's search domains (see readHost).
+func readSearch(path string) ([]string, error) {
+	r, err := readHost(path, true)
+	return r.search, err
 }
 
 // maxResolvConf bounds the host resolv.conf read (the kubelet's

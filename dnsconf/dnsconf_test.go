@@ -58,9 +58,9 @@ func TestLimits(t *testing.T) {
 	if len(c.Search) != 32 || c.Search[31] != many[31] || len(c.Warnings) != 1 {
 		t.Fatalf("search kept %d, warnings %v", len(c.Search), c.Warnings)
 	}
-	long := []string{strings.Repeat("a", 250) + ".com"}
+	long := []string{strings.Repeat("a", 249) + ".com"} // 253: the longest kept
 	for i := 0; i < 9; i++ {
-		long = append(long, strings.Repeat(string(rune('b'+i)), 250)+".com")
+		long = append(long, strings.Repeat(string(rune('b'+i)), 249)+".com")
 	}
 	c, _ = dnsconf.Build(dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Search: long, HostResolvConf: none})
 	if n := len(strings.Join(c.Search, " ")); n > 2048 || len(c.Search) != 8 || len(c.Warnings) != 1 {
@@ -74,7 +74,10 @@ func TestErrors(t *testing.T) {
 		in   dnsconf.Input
 		want string
 	}{
-		{dnsconf.Input{HostResolvConf: none}, "needs a nameserver"},
+		{dnsconf.Input{HostResolvConf: none}, "has no nameserver"},
+		{dnsconf.Input{Policy: dnsconf.PolicyNone, HostResolvConf: none}, "policy None needs a nameserver"},
+		{dnsconf.Input{Policy: "ClusterLast", Nameservers: []string{"10.0.0.1"}}, "want ClusterFirst, ClusterFirstWithHostNet, Default or None"},
+		{dnsconf.Input{Nameservers: []string{"10.0.0.1"}, HostResolvConf: write(t, "ns.conf", "nameserver\n")}, "a nameserver line without an address"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.300"}, HostResolvConf: none}, "not an IP address"},
 		{dnsconf.Input{KubeletConfig: write(t, "k.yaml", "clusterDNS: [nope]\n"), HostResolvConf: none}, "clusterDNS \"nope\""},
 		{dnsconf.Input{KubeletConfig: write(t, "bad.yaml", "clusterDNS: [\n"), HostResolvConf: none}, "kubelet config"},

@@ -170,6 +170,7 @@ func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 	}
 	if n.Mode == "cluster-dns" {
 		c, err := dnsconf.Build(dnsconf.Input{
+			Policy:      n.DNS.Policy,
 			Nameservers: n.DNS.Nameservers, Search: n.DNS.Search, Options: n.DNS.Options, Hosts: n.DNS.Hosts,
 			Namespace: n.DNS.Namespace, ClusterDomain: n.DNS.ClusterDomain, KubeletConfig: n.DNS.KubeletConfig,
 		})

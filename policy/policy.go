@@ -150,6 +150,9 @@ type Network struct {
 
 // DNS is [network.dns]: the cluster DNS override.
 type DNS struct {
+	// Policy is the pod dnsPolicy the override follows: ClusterFirst
+	// (default), ClusterFirstWithHostNet, Default or None.
+	Policy        string   `toml:"policy" json:"policy,omitempty"`
 	Nameservers   []string `toml:"nameservers" json:"nameservers,omitempty"`
 	Search        []string `toml:"search" json:"search,omitempty"`
 	Options       []string `toml:"options" json:"options,omitempty"`

@@ -159,8 +159,18 @@ func (l *Loaded) Validate() error {
 			bad(dnsKeys[0], "needs network.mode = \"cluster-dns\" (mode is \"netns\")")
 		}
 	case "cluster-dns":
-		if len(p.Network.DNS.Nameservers) == 0 && p.Network.DNS.KubeletConfig == "" {
-			bad("network.mode", "\"cluster-dns\" needs network.dns.nameservers or network.dns.kubelet_config")
+		switch pol := p.Network.DNS.Policy; pol {
+		case "", dnsconf.PolicyClusterFirst, dnsconf.PolicyClusterFirstWithHostNet:
+			if len(p.Network.DNS.Nameservers) == 0 && p.Network.DNS.KubeletConfig == "" {
+				bad("network.mode", "\"cluster-dns\" needs network.dns.nameservers or network.dns.kubelet_config")
+			}
+		case dnsconf.PolicyDefault:
+		case dnsconf.PolicyNone:
+			if len(p.Network.DNS.Nameservers) == 0 {
+				bad("network.dns.policy", "\"None\" needs network.dns.nameservers (only what is configured is used)")
+			}
+		default:
+			bad("network.dns.policy", "must be \"ClusterFirst\", \"ClusterFirstWithHostNet\", \"Default\" or \"None\", not %q", pol)
 		}
 	default:
 		bad("network.mode", "must be \"host\", \"netns\" or \"cluster-dns\", not %q", p.Network.Mode)

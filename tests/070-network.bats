@@ -708,11 +708,11 @@ EOF
         '["testns.svc.cluster.local","svc.cluster.local","cluster.local","example.test"]'
     assert_equal "$(json_get .plan.network.dns.options <<<"$output")" '["ndots:5"]'
 
-    # Flags win over the kubelet config; --dns-search comes before the host's
-    # search domains, --dns-option after ndots:5.
+    # Flags win over the kubelet config; --dns-search comes after the host's
+    # search domains (appendDNSConfig), --dns-option after ndots:5.
     explain_resolv --kubelet-config "$KUBELET_CONFIG" --dns-namespace testns --dns "10.213.$NET_N.9" \
         --dns-search extra.test --dns-option timeout:2 "$CLUSTER_FQDN/fixtures/tiny"
-    printf 'search testns.svc.cluster.local svc.cluster.local cluster.local extra.test example.test\nnameserver 10.213.%s.9\noptions ndots:5 timeout:2\n' \
+    printf 'search testns.svc.cluster.local svc.cluster.local cluster.local example.test extra.test\nnameserver 10.213.%s.9\noptions ndots:5 timeout:2\n' \
         "$NET_N" >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
 
@@ -758,7 +758,7 @@ EOF
     run_pullhelper policy check "$policy"
     explain_resolv --policy "$policy" "$CLUSTER_FQDN/fixtures/tiny"
     cp "$EXPLAIN_RESOLV" "$BATS_TEST_TMPDIR/from-policy"
-    printf 'search testns.svc.cluster.local svc.cluster.local cluster.local extra.test neutral.test\nnameserver %s\noptions ndots:5 timeout:2\n' \
+    printf 'search testns.svc.cluster.local svc.cluster.local cluster.local neutral.test extra.test\nnameserver %s\noptions ndots:5 timeout:2\n' \
         "$NET_IP" >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$BATS_TEST_TMPDIR/from-policy"
     assert_equal "$(json_get .plan.network.mode <<<"$output")" cluster-dns
@@ -903,4 +903,62 @@ EOF
     run_pullhelper 2 explain --dns 10.0.0.300 "$REGISTRY_HOST/fixtures/tiny"
     assert_json_error usage
     assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
+}
+
+@test "dns policy: Default is the host's resolv.conf plus the extras; None is only what is given; resolvConf \"\" is 127.0.0.1 and search ." {
+    local host=$BATS_TEST_TMPDIR/host-resolv.conf kc=$BATS_TEST_TMPDIR/kc.yaml
+    printf '# a comment\nnameserver 192.0.2.53\nsearch old.test\noptions rotate\nsearch host.test other.test.\nnameserver 192.0.2.54\n' >"$host"
+    printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\nresolvConf: %s\n' "$NET_IP" "$host" >"$kc"
+    explain_resolv --kubelet-config "$kc" --dns-policy Default --dns-search extra.test --dns-option ndots:1 "$CLUSTER_FQDN/fixtures/tiny"
+    printf 'search host.test other.test extra.test\nnameserver 192.0.2.53\nnameserver 192.0.2.54\noptions rotate ndots:1\n' >"$BATS_TEST_TMPDIR/want"
+    assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
+    assert_equal "$(json_get .plan.network.dns.policy <<<"$output")" Default
+
+    explain_resolv --kubelet-config "$kc" --dns-policy None --dns 10.213.$NET_N.9 --dns-search only.test "$CLUSTER_FQDN/fixtures/tiny"
+    printf 'search only.test\nnameserver 10.213.%s.9\n' "$NET_N" >"$BATS_TEST_TMPDIR/want"
+    assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
+
+    printf 'clusterDNS: [%s]\nresolvConf: ""\n' "$NET_IP" >"$kc"
+    explain_resolv --kubelet-config "$kc" --dns-policy Default "$CLUSTER_FQDN/fixtures/tiny"
+    printf 'search .\nnameserver 127.0.0.1\n' >"$BATS_TEST_TMPDIR/want"
+    assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
+
+    run_pullhelper 2 explain --dns-policy None --kubelet-config "$kc" "$CLUSTER_FQDN/fixtures/tiny"
+    assert_json_error usage
+    run_pullhelper 2 explain --dns-policy ClusterLast --dns "$NET_IP" "$CLUSTER_FQDN/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == *"--dns-policy"* ]] || fail "the error does not name the flag: $ph_error_message"
+}
+
+@test "dns policy: no clusterDNS in the kubelet config falls back to Default with a warning; a bad host file is an error naming it" {
+    local host=$BATS_TEST_TMPDIR/host-resolv.conf kc=$BATS_TEST_TMPDIR/kc.yaml
+    printf 'nameserver 192.0.2.53\nsearch host.test\n' >"$host"
+    printf 'clusterDomain: cluster.local\nresolvConf: %s\n' "$host" >"$kc"
+    explain_resolv --kubelet-config "$kc" --dns-namespace testns "$CLUSTER_FQDN/fixtures/tiny"
+    printf 'search host.test\nnameserver 192.0.2.53\n' >"$BATS_TEST_TMPDIR/want"
+    assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
+    assert_warned 'no cluster DNS server.*Default'
+    assert_equal "$(json_get .plan.network.dns.policy <<<"$output")" Default
+
+    printf 'nameserver\nsearch host.test\n' >"$host"
+    printf 'clusterDNS: [%s]\nresolvConf: %s\n' "$NET_IP" "$host" >"$kc"
+    run_pullhelper 2 explain --kubelet-config "$kc" "$CLUSTER_FQDN/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == *"$host line 1"*"without an address"* ]] || fail "the error does not name the file and line: $ph_error_message"
+    printf 'clusterDNS: [%s]\nresolvConf: %s/missing\n' "$NET_IP" "$BATS_TEST_TMPDIR" >"$kc"
+    run_pullhelper 2 explain --kubelet-config "$kc" "$CLUSTER_FQDN/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == *"$BATS_TEST_TMPDIR/missing"* ]] || fail "the error does not name the missing file: $ph_error_message"
+}
+
+@test "dns: a search domain over 253 characters is dropped with a warning (glibc aborts on it); 253 is kept" {
+    local host=$BATS_TEST_TMPDIR/host-resolv.conf kc=$BATS_TEST_TMPDIR/kc.yaml
+    local keep drop
+    keep=$(printf 'k%.0s' {1..249}).com drop=$(printf 'd%.0s' {1..250}).com
+    printf 'nameserver 192.0.2.53\nsearch %s %s\n' "$keep" "$drop" >"$host"
+    printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\nresolvConf: %s\n' "$NET_IP" "$host" >"$kc"
+    explain_resolv --kubelet-config "$kc" --dns-namespace testns "$CLUSTER_FQDN/fixtures/tiny"
+    grep -q "^search testns.svc.cluster.local svc.cluster.local cluster.local $keep\$" "$EXPLAIN_RESOLV" ||
+        fail "the 253-character domain is not kept alone: $(cat "$EXPLAIN_RESOLV")"
+    assert_warned 'dropped a search domain of 254 characters'
 }

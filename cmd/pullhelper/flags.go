@@ -58,6 +58,7 @@ var settingFlags = []settingFlag{
 	{"dns", "network.dns.nameservers", policy.Strings, "IP", "cluster DNS server for the child's resolv.conf (repeatable; at most 3 are used)", false},
 	{"dns-search", "network.dns.search", policy.Strings, "DOMAIN", "extra search domain (repeatable)", false},
 	{"dns-option", "network.dns.options", policy.Strings, "OPT", "extra resolv.conf option, e.g. ndots:2 (repeatable)", false},
+	{"dns-policy", "network.dns.policy", policy.String, "POLICY", "the pod dnsPolicy to follow: ClusterFirst (default), ClusterFirstWithHostNet, Default (the host's resolv.conf) or None (only --dns/--dns-search/--dns-option)", false},
 	{"dns-namespace", "network.dns.namespace", policy.String, "NS", "Kubernetes namespace: search <NS>.svc.<domain> svc.<domain> <domain> first", false},
 	{"kubelet-config", "network.dns.kubelet_config", policy.String, "FILE", "KubeletConfiguration to take clusterDNS, clusterDomain and resolvConf from", true},
 	{"user", "privileges.user", policy.String, "dynamic|NAME|UID", "user the network-facing child runs as: dynamic (a free uid from 61184-65519, the default), a name or a uid; never root", false},
@@ -141,7 +142,7 @@ func applySettingFlags(fs *pflag.FlagSet, l *policy.Loaded) error {
 // mode other than "host" already.
 func implyNetworkMode(fs *pflag.FlagSet, l *policy.Loaded) error {
 	dnsFlag := ""
-	for _, n := range []string{"dns", "dns-search", "dns-option", "dns-namespace", "kubelet-config"} {
+	for _, n := range []string{"dns", "dns-policy", "dns-search", "dns-option", "dns-namespace", "kubelet-config"} {
 		if fs.Changed(n) {
 			dnsFlag = n
 			break
