@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.podman.io/storage/pkg/homedir"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -44,9 +45,11 @@ type Env struct {
 	RegistryAuthFn string // REGISTRY_AUTH_FILE
 }
 
-// OSEnv returns the process's Env.
+// OSEnv returns the process's Env. The home directory is containers/image's
+// (homedir.Get: $HOME, else the passwd entry's: services often run without
+// HOME).
 func OSEnv() Env {
-	home, _ := os.UserHomeDir()
+	home := homedir.Get()
 	return Env{
 		UID:            os.Getuid(),
 		Home:           home,

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"go.podman.io/storage/pkg/configfile"
 	"os"
 	"path/filepath"
 )
@@ -41,4 +42,21 @@ func ResolveTrust(host, certDir string, certsD []string) Trust {
 		}
 	}
 	return t
+}
+
+// DefaultCertsD is the per-host certificate search of the linked
+// containers/image (docker_client.go dockerCertDir): the certs.d drop-in
+// directories go.podman.io/storage's configfile lists for this user (the
+// user's $XDG_CONFIG_HOME or ~/.config/containers/certs.d, then
+// /etc/containers/certs.rootful.d and /etc/containers/certs.d, then the
+// same under /usr/share; the rootful ones for root), then
+// /etc/docker/certs.d.
+func DefaultCertsD() []string {
+	var out []string
+	if p, err := configfile.GetSearchPaths(&configfile.File{
+		Name: "certs", Extension: "d", DoNotUseExtensionForConfigName: true, UserId: os.Geteuid(),
+	}); err == nil {
+		out = append(out, p.DropInDirectories...)
+	}
+	return append(out, "/etc/docker/certs.d")
 }

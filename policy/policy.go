@@ -2,7 +2,6 @@ package policy
 
 import (
 	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -180,13 +179,24 @@ type Privileges struct {
 	Seccomp bool   `toml:"seccomp" json:"seccomp"`
 }
 
+// CertsDSearch returns the default trust.certs_d: the per-host certificate
+// search of the linked containers/image. The CLI sets it to
+// auth.DefaultCertsD (which asks go.podman.io/storage's configfile, as
+// containers/image does); policy itself stays plain data, so its own
+// fallback is the list that search gives root on a stock system.
+var CertsDSearch = func() []string {
+	home, _ := os.UserHomeDir()
+	var out []string
+	if home != "" {
+		out = append(out, home+"/.config/containers/certs.d")
+	}
+	return append(out, "/etc/containers/certs.rootful.d", "/etc/containers/certs.d",
+		"/usr/share/containers/certs.rootful.d", "/usr/share/containers/certs.d", "/etc/docker/certs.d")
+}
+
 // Default returns the built-in policy.
 func Default() *Policy {
-	home, _ := os.UserHomeDir()
-	certsD := []string{"/etc/containers/certs.d", "/etc/docker/certs.d"}
-	if home != "" {
-		certsD = append([]string{filepath.Join(home, ".config/containers/certs.d")}, certsD...)
-	}
+	certsD := CertsDSearch()
 	return &Policy{
 		Version: 1,
 		Pull: Pull{

@@ -30,6 +30,9 @@ import (
 // version is set with -ldflags "-X main.version=…" by make build.
 var version = "dev"
 
+// The default trust.certs_d is the linked containers/image's own search.
+func init() { policy.CertsDSearch = auth.DefaultCertsD }
+
 func main() {
 	// The re-executed pull child never reaches the CLI.
 	if isChild, code := reexec.Dispatch(); isChild {
