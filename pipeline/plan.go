@@ -127,7 +127,19 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		// whose HOME is not root's, reads the same one.
 		p.RegistriesConf = f
 	}
-	named, how, err := resolveImage(in.Image, &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf})
+	var (
+		named reference.Named
+		how   string
+		err   error
+	)
+	if l.Auth.ContainerdConfig != "" {
+		// containerd semantics: a short name is docker.io's (the CRI's
+		// reference normalisation, the kubelet keyring's too); registries.conf
+		// short-name rules are CRI-O's and podman's, not containerd's.
+		named, how, err = normalizeContainerd(in.Image)
+	} else {
+		named, how, err = resolveImage(in.Image, &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +288,27 @@ func resolveImage(image string, sys *types.SystemContext) (reference.Named, stri
 		if d, ok := mustParse(image).(reference.Digested); ok {
 			named, _ = reference.WithDigest(named, d.Digest())
 		}
+	}
+	return reference.TagNameOnly(named), how, nil
+}
+
+// normalizeContainerd parses IMAGE as containerd's CRI does
+// (reference.ParseDockerRef: a name without a registry host is
+// docker.io's, "library/" for a single element; no tag means latest).
+func normalizeContainerd(image string) (reference.Named, string, error) {
+	if image == "" {
+		return nil, "", failure.New(failure.Usage, "IMAGE is empty: give a reference such as registry.example.com/repo:tag")
+	}
+	if strings.Contains(image, "://") {
+		return nil, "", failure.New(failure.Usage, "image %q: give a reference without a scheme, such as registry.example.com/repo:tag", image)
+	}
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, "", failure.New(failure.Usage, "parsing image reference %q: %v", image, err)
+	}
+	how := ""
+	if first, _, hasSlash := strings.Cut(image, "/"); !hasSlash || !(strings.ContainsAny(first, ".:") || first == "localhost") {
+		how = "containerd (docker.io)"
 	}
 	return reference.TagNameOnly(named), how, nil
 }

@@ -720,3 +720,18 @@ upstream_proxy_conf() {
     [[ ! -e $OUT/tiny2 ]] || fail "DEST was created"
     assert_no_staging "$OUT"
 }
+
+@test "short names with containerd rules: nginx:1.27 is docker.io/library/nginx:1.27 (the CRI's normalisation), through the Spegel hosts.toml" {
+    mkdir -p "$T/certs.d/docker.io"
+    printf "server = 'https://registry-1.docker.io'\n[host.'http://127.0.0.1:30020']\ncapabilities = ['pull', 'resolve']\n" >"$T/certs.d/docker.io/hosts.toml"
+    printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' "$T/certs.d" >"$T/config.toml"
+    # A registries.conf whose short-name rules would say otherwise: not read
+    # with containerd rules.
+    printf 'unqualified-search-registries = ["registry.example"]\n' >"$T/registries.conf"
+    nonet_pullhelper explain --containerd-config "$T/config.toml" --registries-conf "$T/registries.conf" nginx:1.27
+    assert_equal "$(json_get .plan.reference <<<"$output")" docker.io/library/nginx:1.27
+    assert_equal "$(json_get '.plan.endpoints[0].host' <<<"$output")" 127.0.0.1:30020
+    # Without containerd rules the registries.conf rules apply.
+    nonet_pullhelper explain --registries-conf "$T/registries.conf" nginx:1.27
+    assert_equal "$(json_get .plan.reference <<<"$output")" registry.example/nginx:1.27
+}
