@@ -22,7 +22,7 @@ import (
 //
 // Every blob the copy fetches is appended, as it arrives, to
 // <Stage.Partial>/<alg>-<hex>.partial (fsynced every partialSyncEvery bytes
-// and when the blob is closed), so that a kill -9, a reboot or a timeout
+// and when an unfinished blob is closed), so that a kill -9, a reboot or a timeout
 // leaves a prefix of it there. The next pull into the same DEST that needs
 // the blob serves the kept bytes first and asks the registry only for the
 // rest (registry.Client.BlobFrom: a Range request), as one stream: the kept
@@ -37,8 +37,10 @@ import (
 // when it matches. The cache is a convenience: any failure to read or write
 // it falls back to the network alone.
 
-// partialSyncEvery is how many appended bytes may wait for an fsync.
-const partialSyncEvery = 8 << 20
+// partialSyncEvery is how many appended bytes may wait for an fsync (what
+// a reboot may lose of a kept prefix; a kill loses nothing: the page cache
+// keeps it). Each fsync stalls the blob's read loop, so not too often.
+const partialSyncEvery = 64 << 20
 
 // partialReserve is free space the cache never takes: the copy's own
 // writes (manifests, index, directories) need a little beyond the declared
@@ -223,7 +225,12 @@ func (r *resumeReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.body.Read(p)
 	if n > 0 {
-		r.h.Write(p[:n])
+		if r.kept > 0 {
+			// Only a stream that starts with kept bytes needs a hash of
+			// its own (to tell a bad kept prefix from a bad registry); a
+			// fresh one is checked by containers/image as it streams.
+			r.h.Write(p[:n])
+		}
 		r.pos += int64(n)
 		r.append(p[:n])
 	}
@@ -264,11 +271,13 @@ func (r *resumeReader) append(b []byte) {
 // bytes were used it is an error of its own (retried from byte 0).
 func (r *resumeReader) finish() error {
 	r.ended = true
-	sum := digest.NewDigest(r.d.Algorithm(), r.h)
-	ok := r.pos == r.size && sum == r.d
 	r.drop("")
-	if ok || r.kept == 0 {
-		return nil // a mismatch of a fresh stream: containers/image reports it
+	if r.kept == 0 {
+		return nil // a fresh stream: containers/image checks its digest
+	}
+	sum := digest.NewDigest(r.d.Algorithm(), r.h)
+	if r.pos == r.size && sum == r.d {
+		return nil
 	}
 	return failure.New(failure.Network, "blob %s resumed from %d kept bytes does not match its digest (got %s); the kept bytes are discarded and the blob is fetched again", r.d, r.kept, sum)
 }
