@@ -25,6 +25,20 @@ type Result struct {
 	// the child's own account (bounded by the parent, never checked), and
 	// nothing may rely on it for a security decision.
 	Endpoints []EndpointUse `json:"endpoints,omitempty"`
+	// ImageID is the image as the runtime sees it (its config digest)
+	// when DEST is a store (containerd:); Store says which store.
+	ImageID string `json:"image_id,omitempty"`
+	Store   *Store `json:"store,omitempty"`
+}
+
+// Store is the runtime store a store DEST (containerd:) went to.
+type Store struct {
+	Type        string   `json:"type"`
+	Address     string   `json:"address,omitempty"`
+	Namespace   string   `json:"namespace,omitempty"`
+	Snapshotter string   `json:"snapshotter,omitempty"`
+	Pinned      bool     `json:"pinned,omitempty"`
+	Names       []string `json:"names,omitempty"`
 }
 
 // EndpointUse is what one host served in a pull: the manifests (one per

@@ -1,5 +1,5 @@
 // Package dest holds the destinations of a pull (oci:, dir:, oci-archive:,
-// docker-archive:) behind one interface, and the staging area a pull writes
+// docker-archive:, containerd:) behind one interface, and the staging area a pull writes
 // into before the root parent verifies and commits it.
 //
 // Invariant: the parent touches staging and DEST only through directory file
@@ -10,5 +10,9 @@
 // only the descriptor of the work directory, never a host path, never DEST's
 // bytes: the digests DEST already has travel as a list (Known). Verify commits
 // nothing and Commit moves exactly the files the verified manifest graph
-// names, so DEST is either as it was or holds the complete new image.
+// names, so DEST is either as it was or holds the complete new image. A
+// containerd: DEST is staged as an oci: one and imported through
+// containerd's socket by the parent only, after Verify: content under a
+// lease, unpacked, and the image records created last, so a runtime never
+// lists a partial image.
 package dest

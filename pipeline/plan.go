@@ -58,6 +58,9 @@ type Plan struct {
 	// downloads, split the same way (pull.node_parallel_layers; 0: none).
 	NodeParallelLayers int `json:"node_parallel_layers,omitempty"`
 
+	// Containerd are the settings of a containerd:REF DEST.
+	Containerd *dest.ContainerdSettings `json:"containerd,omitempty"`
+
 	dst dest.Destination // the parsed DEST (nil for explain without one)
 }
 
@@ -147,6 +150,9 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	p.Registry = reference.Domain(named)
 	if in.Dest != "" {
 		if p.dst, err = dest.Parse(in.Dest); err != nil {
+			return nil, err
+		}
+		if err := p.configureStore(l); err != nil {
 			return nil, err
 		}
 		p.Destination = p.dst.Spec()

@@ -171,6 +171,16 @@ type Dest struct {
 	// LockTimeout bounds the wait for another pull of the same image into
 	// the same DEST, and for the commit lock (default 2m; exit 9 past it).
 	LockTimeout Duration `toml:"lock_timeout" json:"lock_timeout"`
+	// Containerd* say where a containerd:REF DEST goes: the API socket,
+	// the namespace (the CRI's k8s.io), the snapshotter the layers are
+	// unpacked for (the CRI's default overlayfs), the directory the image
+	// is staged in before the import, and whether the image records get
+	// the CRI's pinned label (Pin).
+	ContainerdAddress     string `toml:"containerd_address" json:"containerd_address"`
+	ContainerdNamespace   string `toml:"containerd_namespace" json:"containerd_namespace"`
+	ContainerdSnapshotter string `toml:"containerd_snapshotter" json:"containerd_snapshotter"`
+	ContainerdStaging     string `toml:"containerd_staging" json:"containerd_staging"`
+	Pin                   bool   `toml:"pin" json:"pin"`
 }
 
 // Privileges is the [privileges] section.
@@ -211,6 +221,7 @@ func Default() *Policy {
 		Cgroup:     Cgroup{Driver: "auto", Parent: "/pullhelper"},
 		Network:    Network{Mode: "host"},
 		Privileges: Privileges{User: "dynamic", Seccomp: true},
-		Dest:       Dest{LockTimeout: Duration(2 * time.Minute)},
+		Dest: Dest{LockTimeout: Duration(2 * time.Minute), ContainerdAddress: "/run/containerd/containerd.sock",
+			ContainerdNamespace: "k8s.io", ContainerdSnapshotter: "overlayfs", ContainerdStaging: "/var/lib/pullhelper/containerd"},
 	}
 }

@@ -42,7 +42,8 @@ func (l *Loaded) Validate() error {
 		{"auth.authfile", p.Auth.Authfile}, {"trust.cert_dir", p.Trust.CertDir},
 		{"auth.containerd_config", p.Auth.ContainerdConfig}, {"auth.credential_provider_config", p.Auth.CredentialProviderConfig},
 		{"auth.credential_provider_bin_dir", p.Auth.CredentialProviderBinDir}, {"auth.service_account_token", p.Auth.ServiceAccountToken},
-		{"auth.provider_service_account_token", p.Auth.ProviderServiceAccountToken}} {
+		{"auth.provider_service_account_token", p.Auth.ProviderServiceAccountToken},
+		{"dest.containerd_address", p.Dest.ContainerdAddress}, {"dest.containerd_staging", p.Dest.ContainerdStaging}} {
 		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
 			bad(k.key, "must be an absolute path, not %q", k.val)
 		}

@@ -1,0 +1,468 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/pkg/identifiers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/docker/reference"
+	ocilayout "go.podman.io/image/v5/oci/layout"
+	"go.podman.io/image/v5/types"
+)
+
+// Defaults of the containerd: destination (the [dest] policy keys).
+const (
+	DefaultContainerdAddress     = "/run/containerd/containerd.sock"
+	DefaultContainerdNamespace   = "k8s.io"
+	DefaultContainerdSnapshotter = "overlayfs" // the CRI plugin's default
+	DefaultContainerdStaging     = "/var/lib/pullhelper/containerd"
+
+	// The CRI plugin's labels: every image it manages carries the first;
+	// the second keeps an image from the kubelet's image GC.
+	criImageLabel  = "io.cri-containerd.image"
+	criImageValue  = "managed"
+	criPinnedLabel = "io.cri-containerd.pinned"
+	criPinnedValue = "pinned"
+
+	// containerdDial bounds the first contact with the socket (Stage).
+	containerdDial = 10 * time.Second
+	// containerdLease outlives any import: an import killed mid-way
+	// leaves only content that containerd's GC collects once it expires.
+	containerdLease = 24 * time.Hour
+)
+
+func init() {
+	register("containerd", kind{new: newContainerd})
+	transports = append(transports, "containerd")
+}
+
+// ContainerdSettings say which containerd a containerd: DEST goes to. It
+// is what explain shows ("containerd" in the plan).
+type ContainerdSettings struct {
+	// Address is containerd's gRPC socket.
+	Address string `json:"address"`
+	// Namespace is the containerd namespace (the CRI's is k8s.io).
+	Namespace string `json:"namespace"`
+	// Snapshotter unpacks the layers (the CRI's: overlayfs unless its
+	// config says otherwise).
+	Snapshotter string `json:"snapshotter"`
+	// Pin sets io.cri-containerd.pinned=pinned on the image records.
+	Pin bool `json:"pin"`
+	// Staging is the root-owned directory the image is staged in (an
+	// OCI layout, as for oci:) before the parent imports it.
+	Staging string `json:"staging"`
+}
+
+// StoreReport is what a store destination (containerd:) reports after
+// Commit: the image ID as the runtime sees it (its config digest) and the
+// store it went to.
+type StoreReport struct {
+	ImageID string            `json:"image_id"`
+	Store   map[string]string `json:"store"`
+	Names   []string          `json:"names"`
+}
+
+// Reporter is a Destination that reports where its Commit went.
+type Reporter interface {
+	Committed() *StoreReport
+}
+
+// containerdDest is containerd:REF, imported through containerd's API
+// socket by the root parent after verification. The copy stages an OCI
+// layout exactly as for oci: and never opens the socket.
+type containerdDest struct {
+	base
+	set     ContainerdSettings
+	pending *ctrdVerified // set by Verify, consumed by Commit
+	report  *StoreReport
+}
+
+func newContainerd(s Spec) (Destination, error) {
+	ref := s.Ref
+	if ref == "" { // from Parse: all of DEST after "containerd:" is REF
+		ref = strings.TrimPrefix(s.Raw, "containerd:")
+	}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("containerd:REF: %q is not an image reference: %v", ref, err)
+	}
+	named = reference.TagNameOnly(named)
+	s.Ref = named.String()
+	d := &containerdDest{base: base{s}, set: ContainerdSettings{
+		Address: DefaultContainerdAddress, Namespace: DefaultContainerdNamespace,
+		Snapshotter: DefaultContainerdSnapshotter, Staging: DefaultContainerdStaging,
+	}}
+	if s.Path != HiddenPath {
+		d.spec.Path = filepath.Join(d.set.Staging, "image")
+	}
+	return d, nil
+}
+
+// ConfigureContainerd applies the settings to a containerd: DEST (a no-op
+// for any other kind: false). Empty fields keep their defaults. Errors are
+// failure.Usage-worthy (the caller wraps them).
+func ConfigureContainerd(d Destination, s ContainerdSettings) (ContainerdSettings, bool, error) {
+	c, ok := d.(*containerdDest)
+	if !ok {
+		return s, false, nil
+	}
+	if s.Address != "" {
+		c.set.Address = s.Address
+	}
+	if s.Namespace != "" {
+		c.set.Namespace = s.Namespace
+	}
+	if s.Snapshotter != "" {
+		c.set.Snapshotter = s.Snapshotter
+	}
+	if s.Staging != "" {
+		c.set.Staging = s.Staging
+	}
+	c.set.Pin = s.Pin
+	if err := identifiers.Validate(c.set.Namespace); err != nil {
+		return c.set, true, fmt.Errorf("containerd namespace %q: %v", c.set.Namespace, err)
+	}
+	if !filepath.IsAbs(c.set.Staging) || filepath.Clean(c.set.Staging) == "/" {
+		return c.set, true, fmt.Errorf("containerd staging directory %q: give an absolute path other than /", c.set.Staging)
+	}
+	if !filepath.IsAbs(c.set.Address) {
+		return c.set, true, fmt.Errorf("containerd address %q: give the absolute path of its socket", c.set.Address)
+	}
+	c.set.Staging = filepath.Clean(c.set.Staging)
+	c.spec.Path = filepath.Join(c.set.Staging, "image")
+	return c.set, true, nil
+}
+
+func (d *containerdDest) String() string { return "containerd:" + d.spec.Ref }
+
+func (d *containerdDest) Committed() *StoreReport { return d.report }
+
+// ctrdErr is a destination error naming the socket and the setting.
+func (d *containerdDest) ctrdErr(err error, what string) error {
+	msg := err.Error()
+	if errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) {
+		msg = "cannot reach containerd at " + d.set.Address + " (set --containerd-address or [dest] containerd_address)"
+	}
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	return d.destErr("%s: %s", what, msg)
+}
+
+func (d *containerdDest) connect() (*containerd.Client, error) {
+	c, err := containerd.New(d.set.Address, containerd.WithDefaultNamespace(d.set.Namespace), containerd.WithTimeout(containerdDial))
+	if err != nil {
+		return nil, d.ctrdErr(err, "connecting")
+	}
+	return c, nil
+}
+
+func (d *containerdDest) ctx() (context.Context, context.CancelFunc) {
+	return context.WithCancel(namespaces.WithNamespace(context.Background(), d.set.Namespace))
+}
+
+// Stage checks the socket (before any network byte), lists the content
+// store's blobs (Known: the copy skips them) and stages in Staging.
+func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
+	if fi, err := os.Stat(d.set.Address); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		why := "not a socket"
+		if err != nil {
+			why = errnoText(errors.Unwrap(err))
+		}
+		return nil, d.destErr("containerd socket %s: %s (set --containerd-address or [dest] containerd_address)", d.set.Address, why)
+	}
+	c, err := d.connect()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), d.set.Namespace), containerdDial)
+	defer cancel()
+	var known []KnownBlob
+	err = c.ContentStore().Walk(ctx, func(i content.Info) error {
+		if i.Digest.Algorithm() == digest.SHA256 && i.Digest.Validate() == nil {
+			known = append(known, KnownBlob{Digest: i.Digest.String(), Size: i.Size})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, d.ctrdErr(err, "listing the content store")
+	}
+	if _, err := c.SnapshotService(d.set.Snapshotter).Stat(ctx, "pullhelper-probe-nonexistent"); err != nil && !errdefs.IsNotFound(err) {
+		return nil, d.ctrdErr(err, "snapshotter "+d.set.Snapshotter+" (set --containerd-snapshotter)")
+	}
+	if err := os.MkdirAll(d.set.Staging, 0o700); err != nil {
+		return nil, d.destErr("creating the staging directory: %v", err)
+	}
+	parent, pst, err := d.openParent(o.AllowOtherOwner)
+	if err != nil {
+		return nil, err
+	}
+	s, err := d.newStage(o, parent, parent, pst, "image")
+	if err != nil {
+		parent.Close()
+		return nil, err
+	}
+	s.Known = known
+	return s, nil
+}
+
+// StagedReference: an untagged OCI layout (REF is containerd's name, not
+// the layout's).
+func (d *containerdDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
+	ref, err := ocilayout.NewReference(filepath.Join(dir, "image"), "")
+	if err != nil {
+		return nil, err
+	}
+	if len(known) == 0 {
+		return ref, nil
+	}
+	return withKnown(ref, known), nil
+}
+
+func (d *containerdDest) Verify(s *Stage, e Expect) error {
+	if err := checkExpect(e); err != nil {
+		return err
+	}
+	t, err := takeBack(s)
+	if err != nil {
+		return verr(err)
+	}
+	res, err := verifyOCI(t, e, "", knownMap(s.Known))
+	if err == nil {
+		err = refuseUnused(t)
+	}
+	if err != nil {
+		t.close()
+		return verr(err)
+	}
+	s.verified = &verified{tree: t, oci: res}
+	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw}
+	return nil
+}
+
+// ctrdVerified is what the containerd import needs beyond the OCI graph.
+type ctrdVerified struct {
+	digest   string // the registry's top-level digest (REF@digest)
+	indexRaw []byte // the registry's index when digest is one
+}
+
+// ctrdBlob reads a verified blob: staged (the inode taken back), or known
+// (already in the content store: nil).
+func (t *tree) ctrdBlob(dg string) (*os.File, bool, error) {
+	alg, hx, err := splitDigest(dg)
+	if err != nil {
+		return nil, false, err
+	}
+	rel := "blobs/" + alg + "/" + hx
+	if _, ok := t.files[rel]; !ok {
+		return nil, false, nil
+	}
+	f, _, err := t.open(rel)
+	return f, true, err
+}
+
+// Commit imports the verified layout: every staged blob into the content
+// store under a lease (GC keeps nothing it cannot reach once the lease
+// goes), with the gc.ref labels from index and manifest to their
+// children; the layers unpacked for the snapshotter; the image records
+// REF, REPO@DIGEST and the image ID last, so the CRI (which follows image
+// events) lists the image only once it is complete.
+func (d *containerdDest) Commit(s *Stage) error {
+	v, cv := s.verified, d.pending
+	if v == nil || v.oci == nil || v.tree == nil || cv == nil {
+		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	var top descriptor
+	if err := json.Unmarshal(v.oci.entry, &top); err != nil {
+		return d.destErr("%v", err)
+	}
+	c, err := d.connect()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := d.ctx()
+	defer cancel()
+	ctx, done, err := c.WithLease(ctx, leases.WithExpiration(containerdLease))
+	if err != nil {
+		return d.ctrdErr(err, "creating a lease")
+	}
+	defer done(context.WithoutCancel(ctx))
+	lease, _ := leases.FromContext(ctx)
+	cs := c.ContentStore()
+	t := v.tree
+
+	// put writes one blob (staged) or checks it is still in the store
+	// (known), then sets labels; either way the lease holds it.
+	put := func(desc ocispec.Descriptor, raw []byte, labels map[string]string) error {
+		dg := desc.Digest.String()
+		if err := c.LeasesService().AddResource(ctx, leases.Lease{ID: lease}, leases.Resource{ID: dg, Type: "content"}); err != nil {
+			return d.ctrdErr(err, "leasing "+dg)
+		}
+		switch f, staged, err := t.ctrdBlob(dg); {
+		case err != nil:
+			return verr(err)
+		case raw != nil:
+			if f != nil {
+				f.Close()
+			}
+			if err := content.WriteBlob(ctx, cs, "pullhelper-"+dg, strings.NewReader(string(raw)), desc); err != nil {
+				return d.ctrdErr(err, "writing "+dg)
+			}
+		case staged:
+			err := content.WriteBlob(ctx, cs, "pullhelper-"+dg, f, desc)
+			f.Close()
+			if err != nil {
+				return d.ctrdErr(err, "writing "+dg)
+			}
+			if commitHook != nil {
+				commitHook("blob")
+			}
+		default:
+			info, err := cs.Info(ctx, desc.Digest)
+			if err != nil || info.Size != desc.Size {
+				return d.destErr("blob %s, which the pull reused from the content store, is gone or changed; retry the pull", dg)
+			}
+		}
+		if len(labels) > 0 {
+			var paths []string
+			for k := range labels {
+				paths = append(paths, "labels."+k)
+			}
+			if _, err := cs.Update(ctx, content.Info{Digest: desc.Digest, Labels: labels}, paths...); err != nil {
+				return d.ctrdErr(err, "labelling "+dg)
+			}
+		}
+		return nil
+	}
+
+	mdesc := ocispec.Descriptor{MediaType: top.MediaType, Digest: digest.Digest(top.Digest), Size: top.Size}
+	mf, _, err := t.ctrdBlob(top.Digest)
+	if err != nil || mf == nil {
+		return verr(fmt.Errorf("the verified manifest %s is not staged", top.Digest))
+	}
+	mraw, err := readAll(mf, maxJSON)
+	mf.Close()
+	if err != nil {
+		return verr(err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(mraw, &m); err != nil {
+		return verr(err)
+	}
+	mlabels := map[string]string{"containerd.io/gc.ref.content.config": m.Config.Digest.String()}
+	if err := put(m.Config, nil, nil); err != nil {
+		return err
+	}
+	for i, l := range m.Layers {
+		mlabels["containerd.io/gc.ref.content.l."+strconv.Itoa(i)] = l.Digest.String()
+		if err := put(l, nil, nil); err != nil {
+			return err
+		}
+	}
+	if err := put(mdesc, mraw, mlabels); err != nil {
+		return err
+	}
+	target := mdesc
+	if cv.digest != top.Digest && len(cv.indexRaw) > 0 {
+		// The registry's index (verified against the digest), with only
+		// the instance copied referenced, as containerd's own pull does.
+		var idx ocispec.Index
+		if err := json.Unmarshal(cv.indexRaw, &idx); err != nil {
+			return verr(err)
+		}
+		mt := idx.MediaType
+		if mt == "" {
+			mt = ocispec.MediaTypeImageIndex
+		}
+		target = ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(cv.indexRaw))}
+		ilabels := map[string]string{}
+		for i, e := range idx.Manifests {
+			if e.Digest.String() == top.Digest {
+				ilabels["containerd.io/gc.ref.content.m."+strconv.Itoa(i)] = top.Digest
+			}
+		}
+		if err := put(target, cv.indexRaw, ilabels); err != nil {
+			return err
+		}
+	}
+
+	img := images.Image{Name: d.spec.Ref, Target: target}
+	if err := containerd.NewImage(c, img).Unpack(ctx, d.set.Snapshotter); err != nil {
+		return d.ctrdErr(err, "unpacking for snapshotter "+d.set.Snapshotter)
+	}
+
+	names, err := d.names(cv.digest, m.Config.Digest.String())
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{criImageLabel: criImageValue}
+	if d.set.Pin {
+		labels[criPinnedLabel] = criPinnedValue
+	}
+	is := c.ImageService()
+	for _, n := range names {
+		rec := images.Image{Name: n, Target: target, Labels: labels}
+		if _, err := is.Create(ctx, rec); err != nil {
+			if !errdefs.IsAlreadyExists(err) {
+				return d.ctrdErr(err, "creating the image record "+n)
+			}
+			paths := []string{"target"}
+			for k := range labels {
+				paths = append(paths, "labels."+k)
+			}
+			if _, err := is.Update(ctx, rec, paths...); err != nil {
+				return d.ctrdErr(err, "updating the image record "+n)
+			}
+		}
+	}
+	d.report = &StoreReport{ImageID: m.Config.Digest.String(), Names: names, Store: map[string]string{
+		"type": "containerd", "address": d.set.Address, "namespace": d.set.Namespace, "snapshotter": d.set.Snapshotter,
+	}}
+	if d.set.Pin {
+		d.report.Store["pinned"] = "true"
+	}
+	return nil
+}
+
+// names are the image records the CRI makes for a pull: REF, its
+// repository at the registry's digest, and the image ID.
+func (d *containerdDest) names(dg, imageID string) ([]string, error) {
+	named, err := reference.ParseNormalizedNamed(d.spec.Ref)
+	if err != nil {
+		return nil, d.destErr("%v", err)
+	}
+	byDigest, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(dg))
+	if err != nil {
+		return nil, d.destErr("%v", err)
+	}
+	out := []string{d.spec.Ref}
+	if byDigest.String() != d.spec.Ref {
+		out = append(out, byDigest.String())
+	}
+	return append(out, imageID), nil
+}
+
+func readAll(f *os.File, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s is larger than %d bytes", f.Name(), max)
+	}
+	return b, err
+}

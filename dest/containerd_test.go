@@ -1,0 +1,63 @@
+package dest_test
+
+import (
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+// containerd:REF is a reference, not a path: normalised as the CRI names
+// images, staged in the configured directory, and it survives the trip to
+// the child (Anonymous, FromSpec) without its settings.
+func TestContainerdParse(t *testing.T) {
+	d, err := dest.Parse("containerd:busybox")
+	must(t, err)
+	if got := d.Spec().Ref; got != "docker.io/library/busybox:latest" {
+		t.Fatalf("ref %q", got)
+	}
+	if got := d.String(); got != "containerd:docker.io/library/busybox:latest" {
+		t.Fatalf("String %q", got)
+	}
+	if got := d.Spec().Path; got != dest.DefaultContainerdStaging+"/image" {
+		t.Fatalf("path %q", got)
+	}
+	set, ok, err := dest.ConfigureContainerd(d, dest.ContainerdSettings{Staging: "/srv/stage", Address: "/x/c.sock", Pin: true})
+	must(t, err)
+	if !ok || set.Namespace != "k8s.io" || set.Snapshotter != "overlayfs" || set.Address != "/x/c.sock" || !set.Pin {
+		t.Fatalf("settings %+v ok=%v", set, ok)
+	}
+	if got := d.Spec().Path; got != "/srv/stage/image" {
+		t.Fatalf("configured path %q", got)
+	}
+	c, err := dest.FromSpec(d.Spec().Anonymous())
+	must(t, err)
+	if c.Spec().Ref != d.Spec().Ref || c.Spec().Path != dest.HiddenPath {
+		t.Fatalf("child spec %+v", c.Spec())
+	}
+	ref, err := c.StagedReference("/tmp", nil)
+	must(t, err)
+	if got := ref.StringWithinTransport(); got != "/tmp/image:" {
+		t.Fatalf("staged reference %q (want an untagged layout)", got)
+	}
+}
+
+func TestContainerdBadSettings(t *testing.T) {
+	for _, raw := range []string{"containerd:", "containerd:UPPER/x", "containerd:a b"} {
+		if _, err := dest.Parse(raw); failure.CodeOf(err) != failure.Usage {
+			t.Errorf("%s: %v, want a usage error", raw, err)
+		}
+	}
+	for _, s := range []dest.ContainerdSettings{{Namespace: "bad/ns"}, {Staging: "rel"}, {Staging: "/"}, {Address: "c.sock"}} {
+		d, err := dest.Parse("containerd:registry.example/x:1")
+		must(t, err)
+		if _, _, err := dest.ConfigureContainerd(d, s); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
+	}
+	o, err := dest.Parse("oci:/tmp/x")
+	must(t, err)
+	if _, ok, err := dest.ConfigureContainerd(o, dest.ContainerdSettings{Pin: true}); ok || err != nil {
+		t.Errorf("oci: configured as containerd (ok=%v err=%v)", ok, err)
+	}
+}
