@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 comma := ,
 GO ?= go
-TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper containers_image_storage_stub
+TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 BIN := bin/pullhelper

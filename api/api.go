@@ -4,21 +4,24 @@ import "time"
 
 // Result is the JSON object printed on stdout on success.
 type Result struct {
-	Image             string          `json:"image"`
-	Reference         string          `json:"reference"`
-	Digest            string          `json:"digest"`
-	MediaType         string          `json:"media_type"`
-	InstanceDigest    string          `json:"instance_digest,omitempty"`
-	DestinationDigest string          `json:"destination_digest,omitempty"`
-	Destination       string          `json:"destination"`
-	Layers            int             `json:"layers"`
-	Bytes             int64           `json:"bytes"`
-	DurationMS        int64           `json:"duration_ms"`
-	Attempts          int             `json:"attempts"`
-	Credential        *Credential     `json:"credential"`
-	SignaturePolicy   SignaturePolicy `json:"signature_policy"`
-	Isolation         Isolation       `json:"isolation"`
-	Usage             *Usage          `json:"usage,omitempty"`
+	Image             string `json:"image"`
+	Reference         string `json:"reference"`
+	Digest            string `json:"digest"`
+	MediaType         string `json:"media_type"`
+	InstanceDigest    string `json:"instance_digest,omitempty"`
+	DestinationDigest string `json:"destination_digest,omitempty"`
+	Destination       string `json:"destination"`
+	// ImageID is the image's ID in a containers-storage: store (what
+	// podman and CRI-O show as its ID: the config digest's hex).
+	ImageID         string          `json:"image_id,omitempty"`
+	Layers          int             `json:"layers"`
+	Bytes           int64           `json:"bytes"`
+	DurationMS      int64           `json:"duration_ms"`
+	Attempts        int             `json:"attempts"`
+	Credential      *Credential     `json:"credential"`
+	SignaturePolicy SignaturePolicy `json:"signature_policy"`
+	Isolation       Isolation       `json:"isolation"`
+	Usage           *Usage          `json:"usage,omitempty"`
 	// Endpoints are the hosts that served this pull (its successful
 	// attempt): a registries.conf mirror, a containerd hosts.toml host or
 	// the registry itself. Informational only: in the isolated child it is

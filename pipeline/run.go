@@ -117,7 +117,11 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	if err := p.recheckSignature(ctx, m, res, copied, func(w string) { o.Log.Warn(w) }); err != nil {
 		return err
 	}
-	return p.dst.Commit(st)
+	if err := p.dst.Commit(st); err != nil {
+		return err
+	}
+	res.ImageID = st.ImageID
+	return nil
 }
 
 // checkCredentialView refuses a result naming a credential the parent never

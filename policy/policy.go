@@ -169,6 +169,10 @@ type Dest struct {
 	// LockTimeout bounds the wait for another pull of the same image into
 	// the same DEST, and for the commit lock (default 2m; exit 9 past it).
 	LockTimeout Duration `toml:"lock_timeout" json:"lock_timeout"`
+	// StorageConf is the storage.conf of a containers-storage: DEST
+	// (default: the system's, /etc/containers/storage.conf); the DEST's
+	// [DRIVER@GRAPHROOT+RUNROOT] overrides what it sets.
+	StorageConf string `toml:"storage_conf" json:"storage_conf,omitempty"`
 }
 
 // Privileges is the [privileges] section.
