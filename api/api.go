@@ -12,7 +12,7 @@ type Result struct {
 	DestinationDigest string `json:"destination_digest,omitempty"`
 	Destination       string `json:"destination"`
 	// ImageID is the image's ID in a containers-storage: store (what
-	// podman and CRI-O show as its ID: the config digest's hex).
+	// podman --no-trunc and crictl show: sha256:<ID>, the config digest).
 	ImageID         string          `json:"image_id,omitempty"`
 	Layers          int             `json:"layers"`
 	Bytes           int64           `json:"bytes"`

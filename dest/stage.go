@@ -54,7 +54,8 @@ type Stage struct {
 	Salvaged      int
 	SalvagedBytes int64
 	// ImageID is the image's ID in the store after a containers-storage
-	// Commit (its config digest's hex for a registry image); "" otherwise.
+	// Commit, as podman --no-trunc and crictl show it (sha256:<ID>, the
+	// config digest for a registry image); "" otherwise.
 	ImageID string
 
 	parent   *os.File // DEST's parent directory

@@ -321,14 +321,18 @@ func (d *storageDest) Commit(s *Stage) error {
 	if want, isIndex := v.oci.manifestDigest(); !isIndex && got.String() != want {
 		return d.destErr("the store holds manifest %s, not the verified %s", got, want)
 	}
+	var img *storage.Image
 	if resolved != nil {
-		if img, err := istorage.Transport.GetStoreImage(store, resolved); err == nil {
-			s.ImageID = img.ID
-		}
+		img, _ = istorage.Transport.GetStoreImage(store, resolved)
 	}
-	if s.ImageID == "" {
-		if img, err := store.Image(named.String()); err == nil {
-			s.ImageID = img.ID
+	if img == nil {
+		img, _ = store.Image(named.String())
+	}
+	if img != nil {
+		// As podman --no-trunc and crictl show it: sha256:<ID>.
+		s.ImageID = img.ID
+		if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
+			s.ImageID = "sha256:" + img.ID
 		}
 	}
 	return nil
