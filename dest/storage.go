@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -185,6 +186,10 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 // filesystem, root-only.
 const storageImportDir = "pullhelper-import"
 
+// importHook, when set (the test build), is told of each blob the import
+// has read.
+var importHook func(store storage.Store, blob digest.Digest)
+
 func newStorage(s Spec) (Destination, error) {
 	inner := Spec{Raw: s.Raw, Transport: "oci", Path: filepath.Join(s.Path, storageImportDir)}
 	return &storageDest{base: base{s}, staged: &ociDest{base{inner}}}, nil
@@ -304,9 +309,20 @@ func (d *storageDest) Commit(s *Stage) error {
 	defer os.RemoveAll(cache)
 	sys := &types.SystemContext{BlobInfoCacheDir: cache}
 	var resolved types.ImageReference
-	man, err := copy.Image(context.Background(), pc, dst, src, &copy.Options{
-		SourceCtx: sys, DestinationCtx: sys, PreserveDigests: true, ReportResolvedReference: &resolved,
-	})
+	co := &copy.Options{SourceCtx: sys, DestinationCtx: sys, PreserveDigests: true, ReportResolvedReference: &resolved}
+	if importHook != nil { // the test build only (hook_hostile_storage.go)
+		progress := make(chan types.ProgressProperties)
+		co.Progress, co.ProgressInterval = progress, time.Hour
+		defer close(progress)
+		go func() {
+			for p := range progress {
+				if p.Event == types.ProgressEventDone {
+					importHook(store, p.Artifact.Digest)
+				}
+			}
+		}()
+	}
+	man, err := copy.Image(context.Background(), pc, dst, src, co)
 	if err != nil {
 		var nf *os.PathError
 		if errors.As(err, &nf) && errors.Is(err, os.ErrNotExist) {

@@ -129,3 +129,46 @@ blob_gets() {
     assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
     [[ ! -e $STORE ]] || fail "a refused DEST created $STORE"
 }
+
+# _said TEXT: the background pull said TEXT on stderr.
+_said() { grep -qF -- "$1" "$OUT/bg.err"; }
+
+@test "containers-storage: kill -9 of the parent mid-import (a layer in the store, no image record yet) — podman lists no image; the rerun completes" {
+    skip_unless_cmd podman
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    local want
+    want=$(registry_digest fixtures/tiny:latest)
+    env PULLHELPER_HOSTILE_IMPORT=hold-after-layer "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" \
+        "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    local pid=$! rc=0
+    local deadline=$((SECONDS + 120))
+    until _said "holding the import with layer"; do
+        ((SECONDS < deadline)) || { kill -KILL "$pid"; fail "the import was never held: $(cat "$OUT/bg.err")"; return; }
+        kill -0 "$pid" 2>/dev/null || { fail "the pull exited before the import was held: $(cat "$OUT/bg.out" "$OUT/bg.err")"; return; }
+        sleep 0.05
+    done
+    kill -KILL "$pid"
+    wait "$pid" || rc=$?
+    assert_equal "$rc" 137
+
+    # The layer is in the store, the image is not: nothing is listed.
+    local layer
+    layer=$(registry_manifest fixtures/tiny:latest | json_get '.layers[0].digest')
+    grep -qF "\"$layer\"" "$GRAPH/vfs-layers/layers.json" || fail "the layer $layer is not in the store: the kill was not mid-import"
+    run podman_store images -a --noheading
+    assert_success
+    assert_output ""
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_failure
+
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_result
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    assert_output "$REGISTRY_HOST/fixtures/tiny:v1 $want"
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_success
+    # The killed pull's staging in the graph root was reclaimed.
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+}
