@@ -1,5 +1,5 @@
 // Package dest holds the destinations of a pull (oci:, dir:, oci-archive:,
-// docker-archive:) behind one interface, and the staging area a pull writes
+// docker-archive:, containers-storage:) behind one interface, and the staging area a pull writes
 // into before the root parent verifies and commits it.
 //
 // Invariant: the parent touches staging and DEST only through directory file
@@ -11,4 +11,11 @@
 // bytes: the digests DEST already has travel as a list (Known). Verify commits
 // nothing and Commit moves exactly the files the verified manifest graph
 // names, so DEST is either as it was or holds the complete new image.
+//
+// containers-storage: stages and verifies exactly as oci: (its staging in
+// GRAPHROOT, under the same rules); its Commit imports the verified layout
+// through the held work directory's descriptor into the store, which
+// go.podman.io/storage opens by path under its own locks: the store's files
+// are that library's, and a store holds the image only once its record is
+// written (after every layer).
 package dest
