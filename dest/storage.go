@@ -203,6 +203,11 @@ func newStorage(s Spec) (Destination, error) {
 type storageDest struct {
 	base
 	staged *ociDest
+	// index is the registry's index when the pull copied one instance of
+	// it (Expect.IndexRaw, checked by Verify against Expect.Digest), and
+	// its digest: the import records it as podman and CRI-O do.
+	index       []byte
+	indexDigest digest.Digest
 }
 
 func (d *storageDest) store() (storage.Store, error) {
@@ -266,7 +271,16 @@ func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.Imag
 	return d.staged.StagedReference(dir, known)
 }
 
-func (d *storageDest) Verify(s *Stage, e Expect) error { return d.staged.Verify(s, e) }
+func (d *storageDest) Verify(s *Stage, e Expect) error {
+	if err := d.staged.Verify(s, e); err != nil {
+		return err
+	}
+	d.index, d.indexDigest = nil, ""
+	if e.IndexRaw != nil && e.Instance != "" {
+		d.index, d.indexDigest = e.IndexRaw, digest.Digest(e.Digest)
+	}
+	return nil
+}
 
 // Commit imports the verified layout into the store. containers/image's
 // storage destination creates the image record (with its manifest and
@@ -343,6 +357,15 @@ func (d *storageDest) Commit(s *Stage) error {
 	}
 	if img == nil {
 		img, _ = store.Image(named.String())
+	}
+	if img != nil && d.index != nil {
+		// The index's digest too (a second write: a kill before it
+		// leaves the image complete and named, without that digest;
+		// the rerun adds it).
+		key := storage.ImageDigestManifestBigDataNamePrefix + "-" + d.indexDigest.String()
+		if err := store.SetImageBigData(img.ID, key, d.index, manifest.Digest); err != nil {
+			return d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err)
+		}
 	}
 	if img != nil {
 		// As podman --no-trunc and crictl show it: sha256:<ID>.

@@ -9,6 +9,7 @@ load helpers
 setup_file() {
     start_registry
     push_fixture tiny
+    push_fixture multi
 }
 
 teardown_file() {
@@ -171,4 +172,24 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     # The killed pull's staging in the graph root was reclaimed.
     run ls -A "$GRAPH"
     refute_output --partial .pullhelper-staging-
+}
+
+@test "containers-storage: one platform of a multi-platform index — RepoDigests hold the registry's index digest and the platform manifest's" {
+    skip_unless_cmd podman
+    local index instance
+    index=$(registry_digest fixtures/multi:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/multi" "${DEST%/fixtures/tiny:v1}/fixtures/multi:v1"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$index"
+    instance=$(json_get .instance_digest <<<"$output")
+    [[ $instance == sha256:* && $instance != "$index" ]] || fail "no instance digest: $instance"
+
+    run podman_store image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY_HOST/fixtures/multi:v1"
+    assert_success
+    echo "$output"
+    assert_line "$REGISTRY_HOST/fixtures/multi@$index"
+    assert_line "$REGISTRY_HOST/fixtures/multi@$instance"
+    # skopeo reads the platform image from the store.
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/multi:v1"
+    assert_success
 }
