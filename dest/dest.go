@@ -19,7 +19,8 @@ type Spec struct {
 	Path      string `json:"path"`
 	Ref       string `json:"ref,omitempty"`
 	// Store is the containers-storage store (nil for the other
-	// transports); Path is then its graph root.
+	// transports); Path is then GRAPHROOT/pullhelper-import, where the
+	// staging area goes.
 	Store *StoreSpec `json:"store,omitempty"`
 }
 

@@ -148,7 +148,9 @@ func parseStorage(raw, rest string, o ParseOptions) (Spec, error) {
 	}
 	ss := &StoreSpec{Driver: so.GraphDriverName, GraphRoot: so.GraphRoot, RunRoot: so.RunRoot,
 		DriverOptions: so.GraphDriverOptions, Conf: o.StorageConf, opts: &so}
-	return Spec{Raw: raw, Transport: "containers-storage", Path: so.GraphRoot, Ref: named.String(), Store: ss}, nil
+	// Path is where staging goes (see storageImportDir): pull locks, gc
+	// and the IO accounting key on it.
+	return Spec{Raw: raw, Transport: "containers-storage", Path: filepath.Join(so.GraphRoot, storageImportDir), Ref: named.String(), Store: ss}, nil
 }
 
 // loadStoreOptions reads storage.conf: conf when set (it must exist),
@@ -180,10 +182,11 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 	return so, nil
 }
 
-// storageImportDir names the OCI layout the staging area is made for:
-// never created (Commit imports into the store instead), it only places
-// staging and the partial-blob cache in GRAPHROOT, on the store's
-// filesystem, root-only.
+// storageImportDir names the OCI layout the staging area is made for
+// (GRAPHROOT/pullhelper-import, the Spec's Path): never created (Commit
+// imports into the store instead), it only places staging and the
+// partial-blob cache in GRAPHROOT, on the store's filesystem, root-only,
+// where `pullhelper gc DEST` sweeps them as for an oci: DEST of that path.
 const storageImportDir = "pullhelper-import"
 
 // importHook, when set (the test build), is told of each blob the import
@@ -191,7 +194,7 @@ const storageImportDir = "pullhelper-import"
 var importHook func(store storage.Store, blob digest.Digest)
 
 func newStorage(s Spec) (Destination, error) {
-	inner := Spec{Raw: s.Raw, Transport: "oci", Path: filepath.Join(s.Path, storageImportDir)}
+	inner := Spec{Raw: s.Raw, Transport: "oci", Path: s.Path}
 	return &storageDest{base: base{s}, staged: &ociDest{base{inner}}}, nil
 }
 
@@ -222,7 +225,7 @@ func (d *storageDest) store() (storage.Store, error) {
 }
 
 func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
-	if err := os.MkdirAll(d.spec.Path, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(d.spec.Path), 0o700); err != nil {
 		return nil, d.destErr("creating the graph root: %v", err)
 	}
 	store, err := d.store()

@@ -50,7 +50,7 @@ func TestParseContainersStorage(t *testing.T) {
 			continue
 		}
 		s := d.Spec()
-		if s.Store == nil || s.Store.Driver != c.driver || s.Store.GraphRoot != c.graph || s.Store.RunRoot != c.run || s.Ref != c.ref || s.Path != c.graph {
+		if s.Store == nil || s.Store.Driver != c.driver || s.Store.GraphRoot != c.graph || s.Store.RunRoot != c.run || s.Ref != c.ref || s.Path != filepath.Join(c.graph, "pullhelper-import") {
 			t.Errorf("%s: spec %+v store %+v", c.raw, s, s.Store)
 		}
 		if d.String() != c.str {

@@ -162,6 +162,12 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
     assert_failure
 
+    # gc DEST finds the killed pull's staging in the graph root.
+    ls -d "$GRAPH"/.pullhelper-staging-* >/dev/null || fail "the killed pull left no staging in $GRAPH"
+    run_pullhelper gc --policy "$POLICY" "$DEST"
+    [[ $(json_get .staging <<<"$output") == *"$GRAPH/.pullhelper-staging-"* ]] || fail "gc did not sweep the staging in $GRAPH"
+    ! ls -d "$GRAPH"/.pullhelper-staging-* 2>/dev/null || fail "staging left in $GRAPH after gc"
+
     run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
     assert_json_result
     run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
@@ -169,7 +175,6 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     assert_output "$REGISTRY_HOST/fixtures/tiny:v1 $want"
     run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
     assert_success
-    # The killed pull's staging in the graph root was reclaimed.
     run ls -A "$GRAPH"
     refute_output --partial .pullhelper-staging-
 }
