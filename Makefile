@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 comma := ,
 GO ?= go
-TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper containers_image_storage_stub
+TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 BIN := bin/pullhelper
@@ -11,7 +11,7 @@ HOSTILE_BIN := bin/pullhelper-hostile
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
-APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd
+APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0

@@ -25,8 +25,9 @@ type Result struct {
 	// the child's own account (bounded by the parent, never checked), and
 	// nothing may rely on it for a security decision.
 	Endpoints []EndpointUse `json:"endpoints,omitempty"`
-	// ImageID is the image as the runtime sees it (its config digest)
-	// when DEST is a store (containerd:); Store says which store.
+	// ImageID is the image as the runtime sees it when DEST is a store
+	// (containerd:, containers-storage:): sha256:<config digest>, what
+	// podman --no-trunc and crictl show; Store says which store.
 	ImageID string `json:"image_id,omitempty"`
 	Store   *Store `json:"store,omitempty"`
 }

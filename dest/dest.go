@@ -18,11 +18,18 @@ type Spec struct {
 	Transport string `json:"transport"`
 	Path      string `json:"path"`
 	Ref       string `json:"ref,omitempty"`
+	// Store is the containers-storage store (nil for the other
+	// transports); Path is then GRAPHROOT/pullhelper-import, where the
+	// staging area goes.
+	Store *StoreSpec `json:"store,omitempty"`
 }
 
 // String renders the destination with its absolute path:
 // transport:ABS[:ref].
 func (s Spec) String() string {
+	if s.Store != nil {
+		return s.Transport + ":" + s.Store.String() + s.Ref
+	}
 	out := s.Transport + ":" + s.Path
 	if s.Ref != "" {
 		out += ":" + s.Ref
@@ -144,24 +151,48 @@ type kind struct {
 	// split: true when the transport's rest is PATH[:REF] (false: all of
 	// it is the path, as for dir:).
 	split bool
+	// parse, when set, splits the rest itself (containers-storage:'s
+	// [STORE]REF form) into a Spec with an absolute Path.
+	parse func(raw, rest string, o ParseOptions) (Spec, error)
 	new   func(Spec) (Destination, error)
+}
+
+// ParseOptions are settings a destination's parse may need.
+type ParseOptions struct {
+	// StorageConf is the storage.conf of a containers-storage: DEST
+	// ([dest] storage_conf; "": the system's, /etc/containers/storage.conf).
+	StorageConf string
 }
 
 var kinds = map[string]kind{}
 
 // transports is the order error messages list them in.
-var transports = []string{"oci", "dir", "oci-archive", "docker-archive"}
+var transports = []string{"oci", "dir", "oci-archive", "docker-archive", "containers-storage"}
 
 func register(name string, k kind) { kinds[name] = k }
 
 // Parse splits DEST ("oci:PATH[:TAG]", "dir:PATH", "oci-archive:PATH[:TAG]",
-// "docker-archive:PATH[:REF]"), makes PATH absolute and validates the
-// reference. Errors are failure.Usage.
-func Parse(raw string) (Destination, error) {
+// "docker-archive:PATH[:REF]", "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF"),
+// makes PATH absolute and validates the reference. Errors are failure.Usage.
+func Parse(raw string) (Destination, error) { return ParseWith(raw, ParseOptions{}) }
+
+// ParseWith is Parse with the settings o.
+func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	tr, rest, ok := strings.Cut(raw, ":")
 	k, known := kinds[tr]
 	if !ok || !known {
-		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF]", raw, tr)
+		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF", raw, tr)
+	}
+	if k.parse != nil {
+		s, err := k.parse(raw, rest, o)
+		if err != nil {
+			return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+		}
+		d, err := k.new(s)
+		if err != nil {
+			return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+		}
+		return d, nil
 	}
 	s := Spec{Raw: raw, Transport: tr, Path: rest}
 	if k.split {

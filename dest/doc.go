@@ -1,5 +1,6 @@
 // Package dest holds the destinations of a pull (oci:, dir:, oci-archive:,
-// docker-archive:, containerd:) behind one interface, and the staging area a pull writes
+// docker-archive:, containerd:, containers-storage:) behind one interface,
+// and the staging area a pull writes
 // into before the root parent verifies and commits it.
 //
 // Invariant: the parent touches staging and DEST only through directory file
@@ -15,4 +16,12 @@
 // containerd's socket by the parent only, after Verify: content under a
 // lease, unpacked, and the image records created last, so a runtime never
 // lists a partial image.
+// names, so DEST is either as it was or holds the complete new image.
+//
+// containers-storage: stages and verifies exactly as oci: (its staging in
+// GRAPHROOT, under the same rules); its Commit imports the verified layout
+// through the held work directory's descriptor into the store, which
+// go.podman.io/storage opens by path under its own locks: the store's files
+// are that library's, and a store holds the image only once its record is
+// written (after every layer).
 package dest

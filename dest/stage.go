@@ -53,6 +53,10 @@ type Stage struct {
 	// into its partial-blob cache instead of being removed with them.
 	Salvaged      int
 	SalvagedBytes int64
+	// ImageID is the image's ID in the store after a containers-storage
+	// Commit, as podman --no-trunc and crictl show it (sha256:<ID>, the
+	// config digest for a registry image); "" otherwise.
+	ImageID string
 
 	parent   *os.File // DEST's parent directory
 	at       *os.File // where the staging root is: parent, or dest for a mount point

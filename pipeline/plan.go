@@ -149,7 +149,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 	p.Reference, p.ShortName = named.String(), how
 	p.Registry = reference.Domain(named)
 	if in.Dest != "" {
-		if p.dst, err = dest.Parse(in.Dest); err != nil {
+		if p.dst, err = dest.ParseWith(in.Dest, dest.ParseOptions{StorageConf: l.Dest.StorageConf}); err != nil {
 			return nil, err
 		}
 		if err := p.configureStore(l); err != nil {

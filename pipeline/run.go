@@ -121,6 +121,9 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 		return err
 	}
 	p.reportStore(res)
+	if st.ImageID != "" {
+		res.ImageID = st.ImageID
+	}
 	return nil
 }
 

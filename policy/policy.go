@@ -181,6 +181,10 @@ type Dest struct {
 	ContainerdSnapshotter string `toml:"containerd_snapshotter" json:"containerd_snapshotter"`
 	ContainerdStaging     string `toml:"containerd_staging" json:"containerd_staging"`
 	Pin                   bool   `toml:"pin" json:"pin"`
+	// StorageConf is the storage.conf of a containers-storage: DEST
+	// (default: the system's, /etc/containers/storage.conf); the DEST's
+	// [DRIVER@GRAPHROOT+RUNROOT] overrides what it sets.
+	StorageConf string `toml:"storage_conf" json:"storage_conf,omitempty"`
 }
 
 // Privileges is the [privileges] section.

@@ -24,6 +24,7 @@ import (
 	"github.com/pullhelper/pullhelper/reexec"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	storagereexec "go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,6 +35,12 @@ var version = "dev"
 func init() { policy.CertsDSearch = auth.DefaultCertsD }
 
 func main() {
+	// go.podman.io/storage re-executes the binary to apply a layer in a
+	// chroot (storage-applyLayer, as root, for the containers-storage:
+	// import in the parent); that process never reaches the CLI either.
+	if storagereexec.Init() {
+		return
+	}
 	// The re-executed pull child never reaches the CLI.
 	if isChild, code := reexec.Dispatch(); isChild {
 		os.Exit(code)

@@ -1,0 +1,35 @@
+//go:build pullhelper_hostile
+
+package dest
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"go.podman.io/storage"
+)
+
+// This file exists only in the test build bin/pullhelper-hostile (build tag
+// pullhelper_hostile, never in the release binary). It stops the root
+// parent in the middle of a containers-storage: import, to kill it there:
+// $PULLHELPER_HOSTILE_IMPORT=hold-after-layer holds the import once its
+// first layer is in the store (before the image record exists), saying so
+// on stderr.
+func init() {
+	if os.Getenv("PULLHELPER_HOSTILE_IMPORT") != "hold-after-layer" {
+		return
+	}
+	importHook = func(store storage.Store, blob digest.Digest) {
+		// Done is reported when the blob's bytes were read: wait
+		// (bounded) for the store to record the layer.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			layers, err := store.LayersByCompressedDigest(blob)
+			if err == nil && len(layers) > 0 {
+				fmt.Fprintf(os.Stderr, "pullhelper: hostile: holding the import with layer %s in the store\n", blob)
+				time.Sleep(time.Hour) // until the test kills this process
+			}
+		}
+	}
+}

@@ -1,0 +1,389 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/copy"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/manifest"
+	ocilayout "go.podman.io/image/v5/oci/layout"
+	"go.podman.io/image/v5/signature"
+	istorage "go.podman.io/image/v5/storage"
+	"go.podman.io/image/v5/types"
+	"go.podman.io/storage"
+	storagetypes "go.podman.io/storage/types"
+)
+
+func init() {
+	register("containers-storage", kind{parse: parseStorage, new: newStorage})
+}
+
+// StoreSpec is a containers-storage store as DEST and storage.conf name
+// it: what explain shows and the result's destination renders.
+type StoreSpec struct {
+	// Driver is the graph driver ("" : the store picks one, as podman).
+	Driver        string   `json:"driver"`
+	GraphRoot     string   `json:"graph_root"`
+	RunRoot       string   `json:"run_root"`
+	DriverOptions []string `json:"driver_options,omitempty"`
+	// Conf is the storage.conf the defaults came from ("" : the system's
+	// search: $CONTAINERS_STORAGE_CONF, /etc/containers/storage.conf,
+	// /usr/share/containers/storage.conf, built-in defaults).
+	Conf string `json:"storage_conf,omitempty"`
+
+	opts *storagetypes.StoreOptions // the full settings (parent only)
+}
+
+// String is the containers-transports(5) store specifier
+// [DRIVER@GRAPHROOT+RUNROOT:OPTIONS].
+func (s *StoreSpec) String() string {
+	out := "["
+	if s.Driver != "" {
+		out += s.Driver + "@"
+	}
+	out += s.GraphRoot + "+" + s.RunRoot
+	if len(s.DriverOptions) > 0 {
+		out += ":" + strings.Join(s.DriverOptions, ",")
+	}
+	return out + "]"
+}
+
+// storageDrivers are the graph drivers of the pure-Go build that a pull
+// may name (btrfs and devicemapper are compiled out).
+var storageDrivers = map[string]bool{"vfs": true, "overlay": true}
+
+const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG]"
+
+// confEnvMu serialises the CONTAINERS_STORAGE_CONF override below.
+var confEnvMu sync.Mutex
+
+// parseStorage splits [DRIVER@GRAPHROOT+RUNROOT:OPTIONS]REF (the store
+// specifier optional, each of its parts but GRAPHROOT optional) and fills
+// what it leaves out from storage.conf. Errors name the part to fix.
+func parseStorage(raw, rest string, o ParseOptions) (Spec, error) {
+	var driver, root, run string
+	var opts []string
+	ref := rest
+	if strings.HasPrefix(rest, "[") {
+		end := strings.IndexByte(rest, ']')
+		if end < 0 {
+			return Spec{}, fmt.Errorf("the store specifier has no closing ]; %s", storageForm)
+		}
+		spec := rest[1:end]
+		ref = rest[end+1:]
+		if d, r, ok := strings.Cut(spec, "@"); ok {
+			if d == "" {
+				return Spec{}, fmt.Errorf("the driver before @ is empty; %s", storageForm)
+			}
+			driver, spec = d, r
+		}
+		if r, o, ok := strings.Cut(spec, ":"); ok {
+			spec = r
+			for _, x := range strings.Split(o, ",") {
+				if x == "" {
+					return Spec{}, fmt.Errorf("an empty driver option after :; %s", storageForm)
+				}
+				opts = append(opts, x)
+			}
+		}
+		root, run, _ = strings.Cut(spec, "+")
+		if root == "" {
+			return Spec{}, fmt.Errorf("the graph root is empty; %s", storageForm)
+		}
+		for _, p := range []string{root, run} {
+			if p != "" && !filepath.IsAbs(p) {
+				return Spec{}, fmt.Errorf("%q is not an absolute path; %s", p, storageForm)
+			}
+		}
+	}
+	if driver != "" && !storageDrivers[driver] {
+		return Spec{}, fmt.Errorf("graph driver %q is not supported; use vfs or overlay", driver)
+	}
+	if ref == "" {
+		return Spec{}, fmt.Errorf("the image name is empty; %s", storageForm)
+	}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return Spec{}, fmt.Errorf("image name %q: %v; %s", ref, err, storageForm)
+	}
+	if _, ok := named.(reference.Digested); ok {
+		return Spec{}, fmt.Errorf("image name %q has a digest; name a tag (the stored image keeps the registry's digest)", ref)
+	}
+	named = reference.TagNameOnly(named)
+	so, err := loadStoreOptions(o.StorageConf)
+	if err != nil {
+		return Spec{}, err
+	}
+	if root != "" {
+		so.GraphRoot = filepath.Clean(root)
+	}
+	if run != "" {
+		so.RunRoot = filepath.Clean(run)
+	}
+	if driver != "" {
+		so.GraphDriverName = driver
+	}
+	if opts != nil {
+		so.GraphDriverOptions = opts
+	}
+	if so.GraphRoot == "" || so.GraphRoot == "/" || !filepath.IsAbs(so.GraphRoot) {
+		return Spec{}, fmt.Errorf("graph root %q: must be an absolute path other than /", so.GraphRoot)
+	}
+	if so.RunRoot == "" || !filepath.IsAbs(so.RunRoot) {
+		return Spec{}, fmt.Errorf("run root %q: must be an absolute path", so.RunRoot)
+	}
+	if so.GraphDriverName != "" && !storageDrivers[so.GraphDriverName] {
+		return Spec{}, fmt.Errorf("graph driver %q (from storage.conf) is not supported; use vfs or overlay", so.GraphDriverName)
+	}
+	ss := &StoreSpec{Driver: so.GraphDriverName, GraphRoot: so.GraphRoot, RunRoot: so.RunRoot,
+		DriverOptions: so.GraphDriverOptions, Conf: o.StorageConf, opts: &so}
+	// Path is where staging goes (see storageImportDir): pull locks, gc
+	// and the IO accounting key on it.
+	return Spec{Raw: raw, Transport: "containers-storage", Path: filepath.Join(so.GraphRoot, storageImportDir), Ref: named.String(), Store: ss}, nil
+}
+
+// loadStoreOptions reads storage.conf: conf when set (it must exist),
+// else the system's search.
+func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
+	if conf == "" {
+		so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
+		if err != nil {
+			return so, fmt.Errorf("reading storage.conf: %v", err)
+		}
+		return so, nil
+	}
+	if st, err := os.Stat(conf); err != nil || !st.Mode().IsRegular() {
+		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (dest.storage_conf) is not a readable file", conf)
+	}
+	confEnvMu.Lock()
+	defer confEnvMu.Unlock()
+	old, had := os.LookupEnv("CONTAINERS_STORAGE_CONF")
+	os.Setenv("CONTAINERS_STORAGE_CONF", conf)
+	so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
+	if had {
+		os.Setenv("CONTAINERS_STORAGE_CONF", old)
+	} else {
+		os.Unsetenv("CONTAINERS_STORAGE_CONF")
+	}
+	if err != nil {
+		return so, fmt.Errorf("reading storage.conf %s (dest.storage_conf): %v", conf, err)
+	}
+	return so, nil
+}
+
+// storageImportDir names the OCI layout the staging area is made for
+// (GRAPHROOT/pullhelper-import, the Spec's Path): never created (Commit
+// imports into the store instead), it only places staging and the
+// partial-blob cache in GRAPHROOT, on the store's filesystem, root-only,
+// where `pullhelper gc DEST` sweeps them as for an oci: DEST of that path.
+const storageImportDir = "pullhelper-import"
+
+// importHook, when set (the test build), is told of each blob the import
+// has read.
+var importHook func(store storage.Store, blob digest.Digest)
+
+func newStorage(s Spec) (Destination, error) {
+	inner := Spec{Raw: s.Raw, Transport: "oci", Path: s.Path}
+	return &storageDest{base: base{s}, staged: &ociDest{base{inner}}}, nil
+}
+
+// storageDest is containers-storage:[STORE]REF. The copy stages an OCI
+// layout exactly as for oci: (the child never opens the store); Verify is
+// oci:'s; Commit imports the verified layout into the store with
+// containers/image (a local copy under the store's own locks) and names
+// it REF. The image keeps the registry's manifest, hence its digest.
+type storageDest struct {
+	base
+	staged *ociDest
+	// index is the registry's index when the pull copied one instance of
+	// it (Expect.IndexRaw, checked by Verify against Expect.Digest), and
+	// its digest: the import records it as podman and CRI-O do.
+	index       []byte
+	indexDigest digest.Digest
+}
+
+func (d *storageDest) store() (storage.Store, error) {
+	if d.spec.Store == nil || d.spec.Store.opts == nil {
+		return nil, failure.New(failure.Internal, "destination %s: no store settings", d.spec.Raw)
+	}
+	st, err := storage.GetStore(*d.spec.Store.opts)
+	if err != nil {
+		return nil, d.destErr("opening the store %s: %v", d.spec.Store, err)
+	}
+	return st, nil
+}
+
+func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
+	if err := os.MkdirAll(filepath.Dir(d.spec.Path), 0o700); err != nil {
+		return nil, d.destErr("creating the graph root: %v", err)
+	}
+	store, err := d.store()
+	if err != nil {
+		return nil, err
+	}
+	known, err := storeLayers(store)
+	_, _ = store.Shutdown(false)
+	if err != nil {
+		return nil, d.destErr("listing the store's layers: %v", err)
+	}
+	st, err := d.staged.Stage(o)
+	if err != nil {
+		return nil, err
+	}
+	st.Known = known
+	return st, nil
+}
+
+// storeLayers lists the store's layers by the digests a registry names
+// them with (compressed, and uncompressed for uncompressed blobs): the
+// copy skips those, and the import finds them in the store.
+func storeLayers(store storage.Store) ([]KnownBlob, error) {
+	layers, err := store.Layers()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []KnownBlob
+	add := func(d digest.Digest, size int64) {
+		if d == "" || size <= 0 || seen[d.String()] || d.Validate() != nil {
+			return
+		}
+		seen[d.String()] = true
+		out = append(out, KnownBlob{Digest: d.String(), Size: size})
+	}
+	for _, l := range layers {
+		add(l.CompressedDigest, l.CompressedSize)
+		add(l.UncompressedDigest, l.UncompressedSize)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Digest < out[j].Digest })
+	return out, nil
+}
+
+func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
+	return d.staged.StagedReference(dir, known)
+}
+
+func (d *storageDest) Verify(s *Stage, e Expect) error {
+	if err := d.staged.Verify(s, e); err != nil {
+		return err
+	}
+	d.index, d.indexDigest = nil, ""
+	if e.IndexRaw != nil && e.Instance != "" {
+		d.index, d.indexDigest = e.IndexRaw, digest.Digest(e.Digest)
+	}
+	return nil
+}
+
+// Commit imports the verified layout into the store. containers/image's
+// storage destination creates the image record (with its manifest and
+// config) in one write after every layer is in the store, then adds
+// REF's name: a kill before leaves layers no image names (no image is
+// listed), a kill between the two an unnamed complete image.
+func (d *storageDest) Commit(s *Stage) error {
+	v := s.verified
+	if v == nil || v.oci == nil || s.Work == nil {
+		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	named, err := reference.ParseNormalizedNamed(d.spec.Ref)
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	store, err := d.store()
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = store.Shutdown(false) }()
+	// The verified work directory through the descriptor Verify used.
+	src, err := ocilayout.NewReference(fmt.Sprintf("/proc/self/fd/%d/%s", s.Work.Fd(), s.Name), "")
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	dst, err := istorage.Transport.NewStoreReference(store, named, "")
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	// The parent judged the image with the signature policy already.
+	pc, err := signature.NewPolicyContext(&signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}})
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	defer func() { _ = pc.Destroy() }()
+	cache, err := os.MkdirTemp("", "pullhelper-import-")
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "creating a blob-info cache directory")
+	}
+	defer os.RemoveAll(cache)
+	sys := &types.SystemContext{BlobInfoCacheDir: cache}
+	var resolved types.ImageReference
+	co := &copy.Options{SourceCtx: sys, DestinationCtx: sys, PreserveDigests: true, ReportResolvedReference: &resolved}
+	if importHook != nil { // the test build only (hook_hostile_storage.go)
+		progress := make(chan types.ProgressProperties)
+		co.Progress, co.ProgressInterval = progress, time.Hour
+		defer close(progress)
+		go func() {
+			for p := range progress {
+				if p.Event == types.ProgressEventDone {
+					importHook(store, p.Artifact.Digest)
+				}
+			}
+		}()
+	}
+	man, err := copy.Image(context.Background(), pc, dst, src, co)
+	if err != nil {
+		var nf *os.PathError
+		if errors.As(err, &nf) && errors.Is(err, os.ErrNotExist) {
+			return d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err)
+		}
+		return d.destErr("importing into the store %s: %v", d.spec.Store, err)
+	}
+	got, err := manifest.Digest(man)
+	if err != nil {
+		return d.destErr("importing into the store: %v", err)
+	}
+	if want, isIndex := v.oci.manifestDigest(); !isIndex && got.String() != want {
+		return d.destErr("the store holds manifest %s, not the verified %s", got, want)
+	}
+	var img *storage.Image
+	if resolved != nil {
+		img, _ = istorage.Transport.GetStoreImage(store, resolved)
+	}
+	if img == nil {
+		img, _ = store.Image(named.String())
+	}
+	if img != nil && d.index != nil {
+		// The index's digest too (a second write: a kill before it
+		// leaves the image complete and named, without that digest;
+		// the rerun adds it).
+		key := storage.ImageDigestManifestBigDataNamePrefix + "-" + d.indexDigest.String()
+		if err := store.SetImageBigData(img.ID, key, d.index, manifest.Digest); err != nil {
+			return d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err)
+		}
+	}
+	if img != nil {
+		// As podman --no-trunc and crictl show it: sha256:<ID>.
+		s.ImageID = img.ID
+		if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
+			s.ImageID = "sha256:" + img.ID
+		}
+	}
+	return nil
+}
+
+// manifestDigest is the staged index.json entry's digest, and whether it
+// is an index (the import then stores this platform's image from it).
+func (r *ociResult) manifestDigest() (string, bool) {
+	var d descriptor
+	_ = json.Unmarshal(r.entry, &d)
+	return d.Digest, manifest.MIMETypeIsMultiImage(d.MediaType)
+}

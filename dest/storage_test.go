@@ -1,0 +1,158 @@
+package dest_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/storage"
+	"go.podman.io/storage/pkg/reexec"
+	storagetypes "go.podman.io/storage/types"
+)
+
+// The store applies layers in a re-executed copy of the binary
+// (storage-applyLayer), as cmd/pullhelper's main does.
+func TestMain(m *testing.M) {
+	if reexec.Init() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// noSystemConf points storage.conf at an empty file, so that the
+// parser's defaults do not depend on the host's /etc/containers.
+func noSystemConf(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "storage.conf")
+	must(t, os.WriteFile(f, []byte("[storage]\ndriver = \"vfs\"\nrunroot = \"/run/ph-test-run\"\ngraphroot = \"/var/lib/ph-test-graph\"\n"), 0o644))
+	return f
+}
+
+func TestParseContainersStorage(t *testing.T) {
+	conf := noSystemConf(t)
+	for _, c := range []struct {
+		raw, str, driver, graph, run, ref string
+	}{
+		{"containers-storage:[vfs@/g+/r]busybox", "containers-storage:[vfs@/g+/r]docker.io/library/busybox:latest", "vfs", "/g", "/r", "docker.io/library/busybox:latest"},
+		{"containers-storage:[overlay@/a/b/+/r/x]127.0.0.1:5000/t/x:v1", "containers-storage:[overlay@/a/b+/r/x]127.0.0.1:5000/t/x:v1", "overlay", "/a/b", "/r/x", "127.0.0.1:5000/t/x:v1"},
+		// What the specifier leaves out comes from storage.conf.
+		{"containers-storage:[/g]h.example/x", "containers-storage:[vfs@/g+/run/ph-test-run]h.example/x:latest", "vfs", "/g", "/run/ph-test-run", "h.example/x:latest"},
+		{"containers-storage:h.example/x:1", "containers-storage:[vfs@/var/lib/ph-test-graph+/run/ph-test-run]h.example/x:1", "vfs", "/var/lib/ph-test-graph", "/run/ph-test-run", "h.example/x:1"},
+		{"containers-storage:[vfs@/g+/r:vfs.ignore_chown_errors=true]h.example/x", "containers-storage:[vfs@/g+/r:vfs.ignore_chown_errors=true]h.example/x:latest", "vfs", "/g", "/r", "h.example/x:latest"},
+	} {
+		d, err := dest.ParseWith(c.raw, dest.ParseOptions{StorageConf: conf})
+		if err != nil {
+			t.Errorf("%s: %v", c.raw, err)
+			continue
+		}
+		s := d.Spec()
+		if s.Store == nil || s.Store.Driver != c.driver || s.Store.GraphRoot != c.graph || s.Store.RunRoot != c.run || s.Ref != c.ref || s.Path != filepath.Join(c.graph, "pullhelper-import") {
+			t.Errorf("%s: spec %+v store %+v", c.raw, s, s.Store)
+		}
+		if d.String() != c.str {
+			t.Errorf("%s: String() = %s, want %s", c.raw, d.String(), c.str)
+		}
+		if s.Store.Conf != conf {
+			t.Errorf("%s: conf %q", c.raw, s.Store.Conf)
+		}
+		// The child's copy of the Spec names no store (nor host path).
+		a := s.Anonymous()
+		b, _ := json.Marshal(a)
+		if a.Store != nil || strings.Contains(string(b), c.graph+"+") {
+			t.Errorf("%s: anonymous spec %s", c.raw, b)
+		}
+		// The child rebuilds it to write the staged OCI layout.
+		cd, err := dest.FromSpec(a)
+		if err != nil {
+			t.Errorf("%s: FromSpec(anonymous): %v", c.raw, err)
+			continue
+		}
+		if ref, err := cd.StagedReference("/tmp", nil); err != nil || ref.Transport().Name() != "oci" {
+			t.Errorf("%s: staged reference %v, %v", c.raw, ref, err)
+		}
+	}
+}
+
+func TestParseContainersStorageRefusals(t *testing.T) {
+	conf := noSystemConf(t)
+	for raw, sub := range map[string]string{
+		"containers-storage:":                                               "the image name is empty",
+		"containers-storage:[vfs@/g+/r]":                                    "the image name is empty",
+		"containers-storage:[vfs@/g+/r":                                     "no closing ]",
+		"containers-storage:[@/g]x":                                         "the driver before @ is empty",
+		"containers-storage:[vfs@]x":                                        "the graph root is empty",
+		"containers-storage:[vfs@+/r]x":                                     "the graph root is empty",
+		"containers-storage:[vfs@g+/r]x":                                    `"g" is not an absolute path`,
+		"containers-storage:[vfs@/g+r]x":                                    `"r" is not an absolute path`,
+		"containers-storage:[btrfs@/g+/r]x":                                 `graph driver "btrfs" is not supported`,
+		"containers-storage:[vfs@/+/r]x":                                    "other than /",
+		"containers-storage:[vfs@/g+/r]UPPER":                               `image name "UPPER"`,
+		"containers-storage:[vfs@/g+/r]x@sha256:" + strings.Repeat("a", 64): "has a digest",
+		"containers-storage:[vfs@/g+/r:]x":                                  "an empty driver option",
+	} {
+		_, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: conf})
+		if err == nil || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), sub) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err = %v, want a one-line usage error with %q", raw, err, sub)
+		}
+	}
+	_, err := dest.ParseWith("containers-storage:[vfs@/g+/r]x", dest.ParseOptions{StorageConf: "/nonexistent/storage.conf"})
+	wantCode(t, err, failure.Usage, "dest.storage_conf")
+}
+
+// A whole pull into a vfs store: the image is listed under REF with the
+// manifest's digest and the config digest as its ID; a second pull is
+// told the layer is in the store (the copy skips it) and still imports.
+func TestContainersStorageCommit(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	graph, run := filepath.Join(dir, "graph"), filepath.Join(dir, "run")
+	raw := "containers-storage:[vfs@" + graph + "+" + run + "]h.example/t/x:v1"
+	im := newImg("storage")
+	d, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: noSystemConf(t)})
+	must(t, err)
+	for round := 0; round < 2; round++ {
+		st, err := d.Stage(dest.StageOptions{})
+		must(t, err)
+		if round == 1 && len(st.Known) == 0 {
+			t.Fatal("the second pull was told of no layer in the store")
+		}
+		e := pull(t, d, st, source(t, im), nil)
+		must(t, d.Verify(st, e))
+		must(t, d.Commit(st))
+		var cfg struct {
+			Config struct{ Digest string } `json:"config"`
+		}
+		must(t, json.Unmarshal(im.manifest, &cfg))
+		if st.ImageID != cfg.Config.Digest {
+			t.Fatalf("image id %q, config %s", st.ImageID, cfg.Config.Digest)
+		}
+		st.Remove()
+		store, err := storage.GetStore(storagetypes.StoreOptions{GraphRoot: graph, RunRoot: run, GraphDriverName: "vfs"})
+		must(t, err)
+		img, err := store.Image("h.example/t/x:v1")
+		must(t, err)
+		found := false
+		for _, dg := range img.Digests {
+			found = found || dg.String() == im.digest
+		}
+		if !found || "sha256:"+img.ID != st.ImageID {
+			t.Fatalf("image %s digests %v, want %s", img.ID, img.Digests, im.digest)
+		}
+		imgs, _ := store.Images()
+		if len(imgs) != 1 {
+			t.Fatalf("%d images in the store", len(imgs))
+		}
+		_, _ = store.Shutdown(true)
+		// Staging (in GRAPHROOT) is gone; no OCI layout was left there.
+		ents, _ := os.ReadDir(graph)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".pullhelper-staging-") || e.Name() == "pullhelper-import" {
+				t.Fatalf("left in the graph root: %s", e.Name())
+			}
+		}
+	}
+}

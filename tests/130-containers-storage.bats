@@ -1,0 +1,200 @@
+#!/usr/bin/env bats
+#
+# pullhelper pull into containers-storage:[vfs@GRAPHROOT+RUNROOT]REF: a vfs
+# store under the test directory, read back with podman and skopeo (Debian
+# packages), against the real registry started by setup_file.
+
+load helpers
+
+setup_file() {
+    start_registry
+    push_fixture tiny
+    push_fixture multi
+}
+
+teardown_file() {
+    stop_registry
+}
+
+setup() {
+    ph_test_setup
+    STORE=$BATS_TEST_TMPDIR/store
+    GRAPH=$STORE/graph
+    RUN=$STORE/run
+    # A storage.conf of the test's own: nothing from the host's
+    # /etc/containers (podman needs runroot and graphroot in it).
+    STORAGE_CONF=$BATS_TEST_TMPDIR/storage.conf
+    printf '[storage]\ndriver = "vfs"\nrunroot = "%s"\ngraphroot = "%s"\n' "$RUN" "$GRAPH" >"$STORAGE_CONF"
+    POLICY=$BATS_TEST_TMPDIR/policy.toml
+    printf 'version = 1\n[dest]\nstorage_conf = "%s"\n' "$STORAGE_CONF" >"$POLICY"
+    DEST="containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+}
+
+# podman_store ARGS...: podman on the test's store only.
+podman_store() {
+    CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver vfs "$@"
+}
+
+# blob_gets FROM: the blob GETs in the registry log after line FROM.
+blob_gets() {
+    tail -n +"$(($1 + 1))" "$REGISTRY_LOG" | grep -oE '"GET /v2/[^ "]*/blobs/sha256:[0-9a-f]{64}' | sed 's/.*blobs\///' || true
+}
+
+@test "containers-storage: tiny into a vfs store — podman and skopeo list it with the registry's digest, the ID is the config digest" {
+    skip_unless_cmd podman
+    local want config
+    want=$(registry_digest fixtures/tiny:latest)
+    config=$(registry_manifest fixtures/tiny:latest | json_get .config.digest)
+
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .destination <<<"$output")" "$DEST"
+    assert_equal "$(json_get .image_id <<<"$output")" "$config"
+    # Staging lived in the graph root and is gone; no OCI layout left there.
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+    refute_output --partial pullhelper-import
+
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}} {{.ID}}'
+    assert_success
+    echo "$output"
+    assert_output "$REGISTRY_HOST/fixtures/tiny:v1 $want $config"
+
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_success
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    # The stored manifest is the registry's, byte for byte.
+    run ph_skopeo inspect --raw "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
+}
+
+@test "containers-storage: a second pull fetches no layer blob (the store's layers are known); the image stays listed once" {
+    skip_unless_cmd podman
+    local config before layers
+    config=$(registry_manifest fixtures/tiny:latest | json_get .config.digest)
+    layers=$(registry_manifest fixtures/tiny:latest | "$PH_PYTHON" -c 'import json,sys; print("\n".join(l["digest"] for l in json.load(sys.stdin)["layers"]))')
+    [[ -n $layers ]] || fail "the fixture has no layers"
+
+    before=$(registry_log_barrier)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_result
+    # The first pull fetched every layer (so the log check below can fail).
+    local got l
+    got=$(blob_gets "$before")
+    for l in $layers; do
+        grep -qx "$l" <<<"$got" || fail "the first pull did not fetch layer $l: $got"
+    done
+
+    before=$(registry_log_barrier)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" --progress-fd 3 "$REGISTRY_HOST/fixtures/tiny" "${DEST%:v1}:v2" 3>"$OUT/events"
+    assert_json_result
+    got=$(blob_gets "$before")
+    echo "blobs fetched by the second pull: $got"
+    for l in $layers; do
+        ! grep -qx "$l" <<<"$got" || fail "the second pull fetched layer $l again"
+    done
+    grep -q '"skipped":true' "$OUT/events" || fail "no skipped layer event"
+
+    run podman_store images --digests --no-trunc --format '{{.ID}} {{.Repository}}:{{.Tag}}'
+    assert_success
+    echo "$output"
+    # One image (one ID) with both names.
+    assert_equal "$(cut -d' ' -f1 <<<"$output" | sort -u)" "$config"
+    assert_output --partial "$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_output --partial "$REGISTRY_HOST/fixtures/tiny:v2"
+}
+
+@test "containers-storage: explain shows the store settings; a bad DEST is exit 2 with a one-line message and touches nothing" {
+    run_pullhelper explain --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    echo "$output" | grep -q . || fail "no explain output"
+    local store
+    store=$(json_get .plan.destination.store <<<"$output")
+    assert_equal "$(json_get .driver <<<"$store")" vfs
+    assert_equal "$(json_get .graph_root <<<"$store")" "$GRAPH"
+    assert_equal "$(json_get .run_root <<<"$store")" "$RUN"
+    assert_equal "$(json_get .storage_conf <<<"$store")" "$STORAGE_CONF"
+    [[ ! -e $STORE ]] || fail "explain created $STORE"
+
+    local before bad
+    before=$(registry_log_barrier)
+    for bad in "containers-storage:[vfs@$GRAPH+$RUN" "containers-storage:[vfs@relative+$RUN]x" \
+        "containers-storage:[btrfs@$GRAPH+$RUN]x" "containers-storage:[vfs@$GRAPH+$RUN]" \
+        "containers-storage:[vfs@$GRAPH+$RUN]Bad/Name"; do
+        run_pullhelper 2 pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$bad"
+        assert_json_error usage
+        [[ $ph_error_message != *$'\n'* ]] || fail "message is not one line: $ph_error_message"
+        [[ $ph_error_message == *containers-storage* || $ph_error_message == *driver* ]] || fail "message names nothing to fix: $ph_error_message"
+    done
+    assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
+    [[ ! -e $STORE ]] || fail "a refused DEST created $STORE"
+}
+
+# _said TEXT: the background pull said TEXT on stderr.
+_said() { grep -qF -- "$1" "$OUT/bg.err"; }
+
+@test "containers-storage: kill -9 of the parent mid-import (a layer in the store, no image record yet) — podman lists no image; the rerun completes" {
+    skip_unless_cmd podman
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    local want
+    want=$(registry_digest fixtures/tiny:latest)
+    env PULLHELPER_HOSTILE_IMPORT=hold-after-layer "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" \
+        "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    local pid=$! rc=0
+    local deadline=$((SECONDS + 120))
+    until _said "holding the import with layer"; do
+        ((SECONDS < deadline)) || { kill -KILL "$pid"; fail "the import was never held: $(cat "$OUT/bg.err")"; return; }
+        kill -0 "$pid" 2>/dev/null || { fail "the pull exited before the import was held: $(cat "$OUT/bg.out" "$OUT/bg.err")"; return; }
+        sleep 0.05
+    done
+    kill -KILL "$pid"
+    wait "$pid" || rc=$?
+    assert_equal "$rc" 137
+
+    # The layer is in the store, the image is not: nothing is listed.
+    local layer
+    layer=$(registry_manifest fixtures/tiny:latest | json_get '.layers[0].digest')
+    grep -qF "\"$layer\"" "$GRAPH/vfs-layers/layers.json" || fail "the layer $layer is not in the store: the kill was not mid-import"
+    run podman_store images -a --noheading
+    assert_success
+    assert_output ""
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_failure
+
+    # gc DEST finds the killed pull's staging in the graph root.
+    ls -d "$GRAPH"/.pullhelper-staging-* >/dev/null || fail "the killed pull left no staging in $GRAPH"
+    run_pullhelper gc --policy "$POLICY" "$DEST"
+    [[ $(json_get .staging <<<"$output") == *"$GRAPH/.pullhelper-staging-"* ]] || fail "gc did not sweep the staging in $GRAPH"
+    ! ls -d "$GRAPH"/.pullhelper-staging-* 2>/dev/null || fail "staging left in $GRAPH after gc"
+
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_result
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    assert_output "$REGISTRY_HOST/fixtures/tiny:v1 $want"
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    assert_success
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+}
+
+@test "containers-storage: one platform of a multi-platform index — RepoDigests hold the registry's index digest and the platform manifest's" {
+    skip_unless_cmd podman
+    local index instance
+    index=$(registry_digest fixtures/multi:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/multi" "${DEST%/fixtures/tiny:v1}/fixtures/multi:v1"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$index"
+    instance=$(json_get .instance_digest <<<"$output")
+    [[ $instance == sha256:* && $instance != "$index" ]] || fail "no instance digest: $instance"
+
+    run podman_store image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY_HOST/fixtures/multi:v1"
+    assert_success
+    echo "$output"
+    assert_line "$REGISTRY_HOST/fixtures/multi@$index"
+    assert_line "$REGISTRY_HOST/fixtures/multi@$instance"
+    # skopeo reads the platform image from the store.
+    run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/multi:v1"
+    assert_success
+}
