@@ -15,6 +15,11 @@ APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-uti
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
+# containerd 2.x (daemon only; Debian's ctr speaks its v1 API) for the
+# containerd:REF tests against 2.x, from the Go module proxy, into a
+# versioned directory (tests/helpers.bash PH_CONTAINERD2_VERSION names it too).
+CONTAINERD2_VERSION := v2.4.2
+CONTAINERD2 := tests/.cache/bin/containerd-$(CONTAINERD2_VERSION)/containerd
 # crane for make bench (crane pull --format oci), from the Go module proxy.
 CRANE := tests/.cache/bin/crane
 CRANE_VERSION := v0.22.1
@@ -34,6 +39,7 @@ deps:
 	fi
 	@$(GO) mod download
 	@test -x $(CRICTL) || { echo "building crictl $(CRICTL_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION); }
+	@test -x $(CONTAINERD2) || { echo "building containerd $(CONTAINERD2_VERSION)"; GOBIN=$(CURDIR)/$(dir $(CONTAINERD2)) GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION); }
 
 build: $(BIN)
 

@@ -17,11 +17,14 @@ never passed in argv. FORMAT is one of:
                      data .dockercfg (base64)
   authjson           containers auth.json {"auths": {KEY: {"auth": ...}}}
   token              the bare password (a service-account token file)
-  containerd         containerd config.toml (version = 2): CRI
-                     registry.configs."KEY".auth username/password (unless
-                     --no-auth) and .tls ca_file (--ca); with --state-dir the
-                     daemon settings too (root, state, sockets, native
-                     snapshotter) and --https-endpoint
+  containerd         containerd config.toml (version = 2, containerd 1.x):
+                     CRI registry.configs."KEY".auth username/password
+                     (unless --no-auth) and .tls ca_file (--ca); with
+                     --state-dir the daemon settings too (root, state,
+                     sockets, native snapshotter) and --https-endpoint.
+                     --version 3: the same for containerd 2.x (its CRI split
+                     into io.containerd.cri.v1.images, the registry and the
+                     snapshotter, and io.containerd.cri.v1.runtime)
 
 Options:
   --key KEY            registry key (default $REGISTRY_HOST)
@@ -32,6 +35,8 @@ Options:
   --ca FILE            containerd: tls.ca_file
   --no-auth            containerd: no auth table
   --state-dir DIR      containerd: daemon settings below DIR
+  --version N          containerd: the config version, 2 (default, containerd
+                       1.x) or 3 (containerd 2.x)
   --https-endpoint     containerd: registry.mirrors."KEY".endpoint =
                        ["https://KEY"]. containerd (CRI, without config_path)
                        reaches a loopback registry over plain http unless an
@@ -64,6 +69,7 @@ def main():
     ap.add_argument("--no-auth", action="store_true")
     ap.add_argument("--state-dir")
     ap.add_argument("--https-endpoint", action="store_true")
+    ap.add_argument("--version", type=int, choices=(2, 3), default=2)
     a = ap.parse_args()
     if not a.key or not a.user:
         sys.exit("cred-files.py: no --key/--user (and no REGISTRY_HOST/REGISTRY_USER)")
@@ -96,6 +102,8 @@ def main():
         out = json.dumps({"auths": {a.key: {"auth": auth}}})
     elif fmt == "token":
         out = pw
+    elif fmt == "containerd" and a.version == 3:
+        out = containerd_v3(a, pw)
     elif fmt == "containerd":
         cri = 'plugins."io.containerd.grpc.v1.cri"'
         lines = ["version = 2"]
@@ -145,6 +153,81 @@ def main():
         f.write(out + "\n")
     os.chmod(tmp, 0o600)
     os.replace(tmp, a.dst)
+
+
+def default_platform():
+    """containerd's platforms.DefaultSpec() for this machine, formatted."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(os.uname().machine, os.uname().machine)
+    return "linux/" + arch
+
+
+def containerd_v3(a, pw):
+    """The containerd config for containerd 2.x (version = 3): the 1.6
+    config's settings under 2.x's plugin names. The CRI's registry and
+    snapshotter are the image service's (io.containerd.cri.v1.images), the
+    sandbox settings the runtime's (io.containerd.cri.v1.runtime); the
+    stream server stays with io.containerd.grpc.v1.cri."""
+    images = 'plugins."io.containerd.cri.v1.images"'
+    runtime = 'plugins."io.containerd.cri.v1.runtime"'
+    lines = ["version = 3"]
+    if a.state_dir:
+        d = a.state_dir
+        lines += [
+            "root = %s" % q(d + "/root"),
+            "state = %s" % q(d + "/state"),
+            "temp = %s" % q(d + "/tmp"),
+            # 2.x imports /etc/containerd/conf.d/*.toml unless told not to.
+            "imports = []",
+            # As for 1.6, plus what 2.x adds that would touch the host (NRI's
+            # socket under /var/run/nri, /opt/containerd) or cannot work here.
+            'disabled_plugins = ["io.containerd.internal.v1.opt", '
+            '"io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", '
+            '"io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", '
+            '"io.containerd.snapshotter.v1.erofs", "io.containerd.snapshotter.v1.overlayfs", '
+            '"io.containerd.nri.v1.nri", "io.containerd.image-verifier.v1.bindir", '
+            '"io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]',
+            "[grpc]", "  address = %s" % q(d + "/c.sock"),
+            "[ttrpc]", "  address = %s" % q(d + "/c.sock.ttrpc"),
+            "[debug]", '  address = ""', '  level = "info"',
+            "[metrics]", '  address = ""',
+            '[plugins."io.containerd.grpc.v1.cri"]',
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            "[%s]" % images,
+            '  snapshotter = "native"',
+            "[%s]" % runtime,
+            "  disable_apparmor = true",
+            "[%s.cni]" % runtime,
+            "  bin_dirs = [%s]" % q(d + "/cni/bin"),
+            "  conf_dir = %s" % q(d + "/cni/conf"),
+            # The transfer service (which the CRI's image service needs
+            # even when it pulls locally) unpacks for overlayfs unless told.
+            '[plugins."io.containerd.transfer.v1.local"]',
+            "  unpack_config = [{platform = %s, snapshotter = \"native\"}]" % q(default_platform()),
+        ]
+    # The registry: 2.x reads no TLS settings from registry.configs, so the
+    # endpoint and its CA are a hosts.toml under config_path (needs
+    # --state-dir); registry.configs.auth (deprecated, still read by 2.4) is
+    # the only place for credentials.
+    if a.https_endpoint or a.ca:
+        if not a.state_dir:
+            sys.exit("cred-files.py: containerd --version 3: --https-endpoint/--ca need --state-dir (hosts.toml)")
+    if a.state_dir:
+        certs = os.path.join(a.state_dir, "certs.d")
+        host = ['server = %s' % q("https://" + a.key),
+                "[host.%s]" % q("https://" + a.key),
+                '  capabilities = ["pull", "resolve"]']
+        if a.ca:
+            host.append("  ca = %s" % q(a.ca))
+        os.makedirs(os.path.join(certs, a.key), mode=0o700, exist_ok=True)
+        with open(os.path.join(certs, a.key, "hosts.toml"), "w") as f:
+            f.write("\n".join(host) + "\n")
+        lines += ["[%s.registry]" % images, "  config_path = %s" % q(certs)]
+    if not a.no_auth:
+        lines += ["[%s.registry.configs.%s.auth]" % (images, q(a.key)),
+                  "  username = %s" % q(a.user),
+                  "  password = %s" % q(pw)]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1238,6 +1238,26 @@ ctrd_require() {
         skip "crictl not found in PATH or $PH_CACHE/bin (GOBIN=$PH_CACHE/bin GOFLAGS= CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@v1.34.0)"
 }
 
+# The containerd 2.x that `make deps` builds (Makefile CONTAINERD2_VERSION;
+# keep the two in step): its containerd and ctr in one versioned directory.
+PH_CONTAINERD2_VERSION=${PH_CONTAINERD2_VERSION:-v2.4.2}
+PH_CONTAINERD2_DIR=${PH_CONTAINERD2_DIR:-$PH_CACHE/bin/containerd-$PH_CONTAINERD2_VERSION}
+
+# ctrd2_require: as ctrd_require, for the containerd 2.x of make deps; sets
+# CTRD_BIN (ctrd_start starts it) and CTRD_CONFIG_VERSION=3 (its config:
+# `cred containerd ... --version "$CTRD_CONFIG_VERSION"`).
+ctrd2_require() {
+    [[ $(id -u) == 0 ]] || skip "containerd needs root"
+    [[ -x $PH_CONTAINERD2_DIR/containerd ]] ||
+        skip "no containerd $PH_CONTAINERD2_VERSION in $PH_CONTAINERD2_DIR (make deps builds it)"
+    CTRD_BIN=$PH_CONTAINERD2_DIR/containerd
+    CTRD_CONFIG_VERSION=3
+    CRICTL=$(command -v crictl || true)
+    [[ -n $CRICTL ]] || CRICTL="$PH_CACHE/bin/crictl"
+    [[ -x $CRICTL ]] ||
+        skip "crictl not found in PATH or $PH_CACHE/bin (make deps builds it)"
+}
+
 # _ctrd_is_ours PID DIR: PID is the timeout wrapper ctrd_start started for DIR.
 _ctrd_is_ours() {
     [[ $1 =~ ^[0-9]+$ ]] && _ph_pid_alive "$1" &&
@@ -1247,15 +1267,16 @@ _ctrd_is_ours() {
 # ctrd_start DIR: start containerd with DIR/config.toml (written by
 # `cred containerd DIR/config.toml --state-dir DIR ...`: root, state and
 # socket below DIR) and wait, at most 30 s, until the CRI image service
-# answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl).
+# answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl). The
+# daemon is $CTRD_BIN (ctrd2_require) if set, else `containerd` from PATH.
 ctrd_start() {
-    local d=$1
+    local d=$1 bin=${CTRD_BIN:-containerd}
     [[ -f $d/config.toml ]] || fail "ctrd_start: no $d/config.toml"
     printf 'runtime-endpoint: unix://%s/c.sock\nimage-endpoint: unix://%s/c.sock\ntimeout: 10\n' "$d" "$d" >"$d/crictl.yaml"
     : >>"$d/containerd.log"
-    echo "--- start ---" >>"$d/containerd.log"
+    echo "--- start $bin ---" >>"$d/containerd.log"
     (
-        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" containerd --config "$d/config.toml" \
+        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" "$bin" --config "$d/config.toml" \
             </dev/null >>"$d/containerd.log" 2>&1 3>&- &
         echo $! >"$d/containerd.pid"
     )

@@ -1,0 +1,38 @@
+#!/usr/bin/env bats
+#
+# The containerd:REF destination (issue 14) against containerd 2.x
+# (github.com/containerd/containerd/v2, the version make deps builds into
+# tests/.cache/bin), started by the tests as in tests/135-containerd.bats
+# and judged the same way, with a version-3 daemon config (its CRI split
+# into io.containerd.cri.v1.images and io.containerd.cri.v1.runtime, the
+# native snapshotter for both the CRI and the transfer service). The case
+# bodies are tests/containerd-cases.bash, shared with 135.
+
+load helpers
+load containerd-cases
+
+CTRD_FLAVOR=2
+
+@test "containerd 2.x: the import is listed by ctr and crictl with the registry's digest; the result reports the image ID and the store" {
+    ctrd_case_listed
+}
+
+@test "containerd 2.x: after the import, crictl pull and a second pullhelper import fetch no blob from the registry" {
+    ctrd_case_no_refetch
+}
+
+@test "containerd 2.x: a multi-arch image keeps the index digest (REPO@index) and unpacks this platform's image" {
+    ctrd_case_multi
+}
+
+@test "containerd 2.x: a forced GC keeps every blob and the unpacked snapshot (the gc.ref labels); --pin labels every record" {
+    ctrd_case_gc
+}
+
+@test "containerd 2.x: --pin labels every record io.cri-containerd.pinned=pinned" {
+    ctrd_case_pin
+}
+
+@test "containerd 2.x: kill -9 mid-import leaves no image ctr or crictl lists; the rerun completes" {
+    ctrd_case_kill
+}

@@ -1,0 +1,281 @@
+# Shared by tests/135-containerd.bats (Debian's containerd 1.6) and
+# tests/136-containerd2.bats (containerd 2.x, built by make deps): the file
+# lifecycle, the helpers and the bodies of the containerd:REF cases, each
+# run against the daemon CTRD_FLAVOR names (1.6, the default, or 2).
+# Loaded after helpers.bash; the .bats files hold only the @test wrappers.
+
+setup_file() {
+    fixture tiny
+    fixture multi
+    start_registry
+    push_fixture tiny
+    push_fixture multi
+    TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
+    MULTI_DIGEST=$(registry_digest fixtures/multi:latest)
+    export TINY_DIGEST MULTI_DIGEST
+}
+
+teardown_file() {
+    ctrd_stop_all
+    stop_registry
+}
+
+setup() {
+    ph_test_setup
+    T=$BATS_TEST_TMPDIR
+    CTRD_DIR=""
+}
+
+teardown() {
+    [[ -z ${BG_PID:-} ]] || _ph_stop_pid "$BG_PID" pullhelper
+    [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
+}
+
+cred() {
+    "$PH_PYTHON" "$PH_TESTS_DIR/cred-files.py" "$@" || fail "cred-files.py $* failed"
+}
+
+# ctrd_up: a containerd below $T/ctrd whose CRI reaches the test registry
+# (its CA and credentials), and the pullhelper options that import into it
+# (staging below $T too). CTRD_FLAVOR=2: the containerd 2.x of make deps
+# with a version-3 config; otherwise Debian's 1.6 with a version-2 one.
+# Sets CTRD_DIR, SOCK, CTRD_OPTS (and CTRD_BIN, CTRD_CONFIG_VERSION).
+ctrd_up() {
+    if [[ ${CTRD_FLAVOR:-1.6} == 2 ]]; then
+        ctrd2_require
+    else
+        ctrd_require
+        CTRD_BIN=""
+        CTRD_CONFIG_VERSION=2
+    fi
+    CTRD_DIR="$T/ctrd"
+    mkdir -p "$CTRD_DIR"
+    cred containerd "$CTRD_DIR/config.toml" --state-dir "$CTRD_DIR" --ca "$REGISTRY_CA" --version "$CTRD_CONFIG_VERSION"
+    ctrd_start "$CTRD_DIR"
+    SOCK="$CTRD_DIR/c.sock"
+    CTRD_OPTS=(--containerd-address "$SOCK" --containerd-snapshotter native --containerd-staging "$T/staging")
+}
+
+# ctr ARGS...: Debian's ctr (1.6; containerd 2.x serves the same v1 API)
+# against the test's containerd, namespace k8s.io.
+ctr_k8s() {
+    timeout --kill-after=5 60 ctr -a "$SOCK" -n k8s.io "$@"
+}
+
+# ctr_image_line REF: the `ctr images ls` line of exactly REF (empty if none).
+ctr_image_line() {
+    ctr_k8s images ls | awk -v r="$1" '$1 == r'
+}
+
+# cri_lists REF: crictl inspecti knows REF (the CRI follows image events).
+cri_lists() {
+    ctrd_crictl inspecti -o json "$1" >/dev/null 2>&1
+}
+
+# wait_cri REF: wait, at most 20 s, until the CRI lists REF.
+wait_cri() {
+    local deadline=$((SECONDS + 20))
+    until cri_lists "$1"; do
+        if ((SECONDS >= deadline)); then
+            fail "crictl does not list $1 after 20s: $(ctrd_crictl images 2>&1)"
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+# config_digest REPO:TAG: the config digest of this platform's image.
+config_digest() {
+    # shellcheck disable=SC2046
+    registry_skopeo inspect --config --raw $(registry_skopeo_opts) "docker://$REGISTRY_HOST/$1" | sha256sum |
+        sed 's/^\([0-9a-f]*\).*/sha256:\1/'
+}
+
+# blob_gets BEFORE: the registry's blob GETs after access-log line BEFORE.
+blob_gets() {
+    registry_log_barrier >/dev/null
+    tail -n "+$(($1 + 1))" "$REGISTRY_LOG" | grep -E '"GET /v2/fixtures/[^ ]*/blobs/' || true
+}
+
+
+# the import is listed by ctr and crictl with the registry's digest; the result reports the image ID and the store
+ctrd_case_listed() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" id
+    id=$(config_digest fixtures/tiny:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    assert_equal "$(json_get .destination <<<"$output")" "containerd:$img"
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    assert_equal "$(json_get .store.type <<<"$output")" containerd
+    assert_equal "$(json_get .store.address <<<"$output")" "$SOCK"
+    assert_equal "$(json_get .store.namespace <<<"$output")" k8s.io
+    assert_equal "$(json_get .store.snapshotter <<<"$output")" native
+    assert_equal "$(json_get .store.names <<<"$output")" "[\"$img\",\"$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST\",\"$id\"]"
+    assert_no_staging "$T/staging"
+
+    # containerd's API: the three records, each at the registry's digest,
+    # with the CRI's label and no pin.
+    local line
+    for r in "$img" "$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST" "$id"; do
+        line=$(ctr_image_line "$r")
+        [[ -n $line ]] || fail "ctr images ls does not list $r: $(ctr_k8s images ls)"
+        [[ $line == *" $TINY_DIGEST "* ]] || fail "ctr lists $r without the registry's digest: $line"
+        [[ $line == *io.cri-containerd.image=managed* ]] || fail "no CRI label on $r: $line"
+        [[ $line != *io.cri-containerd.pinned* ]] || fail "$r is pinned without --pin: $line"
+    done
+    # Complete and unpacked for the snapshotter the CRI uses here.
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+
+    # The CRI: the same image, its ID and the registry's digest.
+    wait_cri "$img" || return
+    run ctrd_crictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    assert_equal "$(json_get .status.repoTags <<<"$output")" "[\"$img\"]"
+    assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST\"]"
+    [[ $(json_get .status.pinned <<<"$output") != true ]] || fail "the CRI lists $img pinned without --pin"
+    run ctrd_crictl images --digests
+    assert_success
+    grep -E "^$REGISTRY_HOST/fixtures/tiny +latest +${TINY_DIGEST#sha256:}" <<<"$output" >/dev/null ||
+        grep -E "^$REGISTRY_HOST/fixtures/tiny +latest +${TINY_DIGEST:7:13}" <<<"$output" >/dev/null ||
+        fail "crictl images --digests: $output"
+}
+
+# after the import, crictl pull and a second pullhelper import fetch no blob from the registry
+ctrd_case_no_refetch() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" before id layer gets
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    id=$(json_get .image_id <<<"$output")
+    wait_cri "$img" || return
+
+    before=$(registry_log_barrier)
+    run ctrd_crictl pull "$img"
+    assert_success
+    assert_equal "$(blob_gets "$before")" ""
+
+    # pullhelper: every layer is in the content store (Known) and is not
+    # fetched; containers/image reads the small config blob of every copy
+    # (as for oci:), and only that.
+    before=$(registry_log_barrier)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --progress-fd 3 "$img" "containerd:$img" 3>"$T/events"
+    assert_json_result
+    gets=$(blob_gets "$before")
+    assert_equal "$(grep -c . <<<"$gets")" 1
+    [[ $gets == *"/blobs/$id "* ]] || fail "fetched a blob other than the config: $gets"
+    layer=$(json_get .digest < <(grep '"type":"layer_done"' "$T/events"))
+    [[ -n $layer && $layer != "$id" ]] || fail "no layer_done event: $(cat "$T/events")"
+    grep '"type":"layer_done"' "$T/events" | grep -q '"skipped":true' || fail "the layer was not skipped: $(cat "$T/events")"
+}
+
+# a multi-arch image keeps the index digest (REPO@index) and unpacks this platform's image
+ctrd_case_multi() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:latest" id
+    id=$(config_digest fixtures/multi:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$MULTI_DIGEST"
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    local line
+    line=$(ctr_image_line "$img")
+    [[ $line == *" $MULTI_DIGEST "* ]] || fail "ctr lists $img without the index digest: $line"
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *true* ]] || fail "ctr images check: $output"
+    wait_cri "$img" || return
+    run ctrd_crictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/multi@$MULTI_DIGEST\"]"
+    # crictl pull of the same image then fetches no blob either.
+    local before
+    before=$(registry_log_barrier)
+    run ctrd_crictl pull "$img"
+    assert_success
+    assert_equal "$(blob_gets "$before")" ""
+}
+
+# force_gc: containerd's garbage collector, synchronously (deleting a lease
+# with --sync collects everything unreferenced), after our import's lease
+# is gone (none is left: ctr leases ls).
+force_gc() {
+    local id
+    assert_equal "$(ctr_k8s leases ls -q)" ""
+    id=$(ctr_k8s leases create | awk '{print $NF}')
+    [[ -n $id ]] || fail "ctr leases create gave no id"
+    ctr_k8s leases delete --sync "$id" || fail "ctr leases delete --sync failed"
+}
+
+
+# a forced GC keeps every blob and the unpacked snapshot (the gc.ref labels); --pin labels every record
+ctrd_case_gc() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:latest" line
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin "$img" "containerd:$img"
+    assert_equal "$(json_get .store.pinned <<<"$output")" true
+    for r in "$img" "$REGISTRY_HOST/fixtures/multi@$MULTI_DIGEST" "$(json_get .image_id <<<"$output")"; do
+        line=$(ctr_image_line "$r")
+        [[ $line == *io.cri-containerd.pinned=pinned* ]] || fail "$r is not pinned: $line"
+    done
+    local blobs snaps
+    blobs=$(ctr_k8s content ls -q | sort)
+    snaps=$(ctr_k8s snapshots --snapshotter native ls | wc -l)
+    force_gc
+    assert_equal "$(ctr_k8s content ls -q | sort)" "$blobs"
+    assert_equal "$(ctr_k8s snapshots --snapshotter native ls | wc -l)" "$snaps"
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check after GC: $output"
+}
+
+# --pin labels every record io.cri-containerd.pinned=pinned
+ctrd_case_pin() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" line
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin "$img" "containerd:$img"
+    assert_equal "$(json_get .store.pinned <<<"$output")" true
+    for r in "$img" "$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST" "$(json_get .image_id <<<"$output")"; do
+        line=$(ctr_image_line "$r")
+        [[ $line == *io.cri-containerd.pinned=pinned* ]] || fail "$r is not pinned: $line"
+    done
+    # containerd 2.x's CRI reads the label: the kubelet sees the image
+    # pinned (CRI Image.pinned, which its image GC never removes). 1.6's
+    # CRI does not read it.
+    if [[ ${CTRD_FLAVOR:-1.6} == 2 ]]; then
+        wait_cri "$img" || return
+        run ctrd_crictl inspecti -o json "$img"
+        assert_success
+        assert_equal "$(json_get .status.pinned <<<"$output")" true
+    fi
+}
+
+# kill -9 mid-import leaves no image ctr or crictl lists; the rerun completes
+ctrd_case_kill() {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || skip "no $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:latest"
+    mkdir -p "$OUT"
+    PULLHELPER_HOSTILE_COMMIT=hold-after-blobs:1 "$PULLHELPER_HOSTILE_BIN" pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" \
+        "$img" "containerd:$img" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    wait_for_file_match "$OUT/bg.err" "holding the commit after 1 blobs" 120 || return
+    kill -9 "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    assert_equal "$(ctr_image_line "$img")" ""
+    assert_equal "$(ctr_k8s images ls -q)" ""
+    run ctrd_crictl images -q
+    assert_success
+    assert_output ""
+
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "not listed after the rerun: $(ctr_k8s images ls)"
+    wait_cri "$img"
+    assert_no_staging "$T/staging"
+}
