@@ -6,10 +6,21 @@
 
 load helpers
 
+BUSYBOX=/bin/busybox
+
 setup_file() {
     start_registry
     push_fixture tiny
     push_fixture multi
+    # The shell fixture: busybox-static (make deps) as /bin/busybox, /bin/sh
+    # a symlink to it. The layout depends on the host's busybox, so its name
+    # carries the binary's digest (a new busybox is a new fixture).
+    if [[ -x $BUSYBOX ]]; then
+        local sum
+        sum=$(sha256sum "$BUSYBOX" | cut -c1-16)
+        push_fixture_args "shell-$sum" fixtures/shell -layers 0 -platforms "linux/$("$(_ph_go)" env GOARCH)" \
+            -file "$BUSYBOX:/bin/busybox" -symlink /bin/sh=busybox -cmd '["/bin/sh"]'
+    fi
 }
 
 teardown_file() {
@@ -33,6 +44,18 @@ setup() {
 # podman_store ARGS...: podman on the test's store only.
 podman_store() {
     CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver vfs "$@"
+}
+
+# podman_run ARGS...: podman run --rm on the test's store, with the
+# container state (--tmpdir) under the test directory, cgroupfs, the file
+# events backend and runc. The ulimits are below this environment's: podman's
+# defaults (nofile 1048576, nproc its own raised hard limit) are above the
+# hard limits here and runc's prlimit then fails with EPERM ("error setting
+# rlimit type 7/6: operation not permitted") without CAP_SYS_RESOURCE.
+podman_run() {
+    CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver vfs \
+        --tmpdir "$BATS_TEST_TMPDIR/libpod" --cgroup-manager cgroupfs --events-backend file --runtime runc \
+        run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
 }
 
 # blob_gets FROM: the blob GETs in the registry log after line FROM.
@@ -197,4 +220,24 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     # skopeo reads the platform image from the store.
     run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/multi:v1"
     assert_success
+}
+
+@test "containers-storage: podman run of the pulled shell image prints the expected output" {
+    skip_unless_cmd podman
+    skip_unless_cmd runc
+    [[ -x $BUSYBOX ]] || skip "$BUSYBOX missing (Debian busybox-static; make deps)"
+    local want ref=$REGISTRY_HOST/fixtures/shell:v1
+    want=$(registry_digest fixtures/shell:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/shell" "containers-storage:[vfs@$GRAPH+$RUN]$ref"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+
+    run podman_run "$ref" sh -c 'echo hello-from-pullhelper; echo "sh is $(readlink /bin/sh)"'
+    echo "$output"
+    assert_success
+    assert_output $'hello-from-pullhelper\nsh is busybox'
+    # The image's own Cmd (/bin/sh) runs too: a script on stdin.
+    run podman_run -i "$ref" <<<'echo from-stdin'
+    assert_success
+    assert_output from-stdin
 }
