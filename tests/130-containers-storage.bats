@@ -74,6 +74,15 @@ blob_gets() {
     assert_equal "$(json_get .digest <<<"$output")" "$want"
     assert_equal "$(json_get .destination <<<"$output")" "$DEST"
     assert_equal "$(json_get .image_id <<<"$output")" "$config"
+    # The store it went to: the driver it runs with, its roots, the conf.
+    local store
+    store=$(json_get .store <<<"$output")
+    assert_equal "$(json_get .type <<<"$store")" containers-storage
+    assert_equal "$(json_get .driver <<<"$store")" vfs
+    assert_equal "$(json_get .graph_root <<<"$store")" "$GRAPH"
+    assert_equal "$(json_get .run_root <<<"$store")" "$RUN"
+    assert_equal "$(json_get .storage_conf <<<"$store")" "$STORAGE_CONF"
+    assert_equal "$(json_get '.names[0]' <<<"$store")" "$REGISTRY_HOST/fixtures/tiny:v1"
     # Staging lived in the graph root and is gone; no OCI layout left there.
     run ls -A "$GRAPH"
     refute_output --partial .pullhelper-staging-
