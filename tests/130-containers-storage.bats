@@ -46,6 +46,15 @@ podman_store() {
     CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver vfs "$@"
 }
 
+# teardown: nothing the test's store mounted stays mounted (an overlay
+# store's container or layer mounts), innermost first.
+teardown() {
+    local m
+    findmnt -rn -o TARGET | grep -F "$BATS_TEST_TMPDIR/" | sort -r | while read -r m; do
+        umount "$m" || umount -l "$m" || true
+    done
+}
+
 # podman_run ARGS...: podman run --rm on the test's store, with the
 # container state (--tmpdir) under the test directory, cgroupfs, the file
 # events backend and runc. The ulimits are below this environment's: podman's
@@ -53,7 +62,7 @@ podman_store() {
 # hard limits here and runc's prlimit then fails with EPERM ("error setting
 # rlimit type 7/6: operation not permitted") without CAP_SYS_RESOURCE.
 podman_run() {
-    CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver vfs \
+    CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver "${DRIVER:-vfs}" \
         --tmpdir "$BATS_TEST_TMPDIR/libpod" --cgroup-manager cgroupfs --events-backend file --runtime runc \
         run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
 }
@@ -249,4 +258,42 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     run podman_run -i "$ref" <<<'echo from-stdin'
     assert_success
     assert_output from-stdin
+}
+
+# overlay_or_skip: the kernel mounts overlay in a mount namespace of the
+# test's own, on the test directory's filesystem; else skip naming why.
+overlay_or_skip() {
+    local d=$BATS_TEST_TMPDIR/ovl-probe out
+    mkdir -p "$d"/{lower,upper,work,merged}
+    if ! out=$(unshare -m sh -c 'mount -t overlay overlay -o "lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work" "$1/merged"' sh "$d" 2>&1); then
+        skip "overlay cannot be mounted on $(stat -fc %T "$d") here: ${out//$'\n'/ }"
+    fi
+    rm -rf "$d"
+}
+
+@test "containers-storage: an overlay store — podman lists the image with the registry's digest and runs the shell image" {
+    skip_unless_cmd podman
+    skip_unless_cmd runc
+    [[ -x $BUSYBOX ]] || skip "$BUSYBOX missing (Debian busybox-static; make deps)"
+    overlay_or_skip
+    DRIVER=overlay
+    printf '[storage]\ndriver = "overlay"\nrunroot = "%s"\ngraphroot = "%s"\n' "$RUN" "$GRAPH" >"$STORAGE_CONF"
+    local want ref=$REGISTRY_HOST/fixtures/shell:v1
+    want=$(registry_digest fixtures/shell:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/shell" "containers-storage:[overlay@$GRAPH+$RUN]$ref"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .store.driver <<<"$output")" overlay
+    [[ -d $GRAPH/overlay ]] || fail "no overlay driver directory in $GRAPH"
+    [[ ! -e $GRAPH/vfs-layers ]] || fail "the store used vfs"
+
+    run env CONTAINERS_STORAGE_CONF="$STORAGE_CONF" podman --root "$GRAPH" --runroot "$RUN" --storage-driver overlay \
+        images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    assert_output "$ref $want"
+
+    run podman_run "$ref" sh -c 'echo hello-from-pullhelper'
+    echo "$output"
+    assert_success
+    assert_output hello-from-pullhelper
 }
