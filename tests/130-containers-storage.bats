@@ -29,6 +29,7 @@ teardown_file() {
 
 setup() {
     ph_test_setup
+    PODMAN_CGROUP=/pullhelper-bats-podman-$$-$BATS_TEST_NUMBER
     STORE=$BATS_TEST_TMPDIR/store
     GRAPH=$STORE/graph
     RUN=$STORE/run
@@ -53,10 +54,17 @@ teardown() {
     findmnt -rn -o TARGET | grep -F "$BATS_TEST_TMPDIR/" | sort -r | while read -r m; do
         umount "$m" || umount -l "$m" || true
     done
+    # The (empty, the containers were --rm) cgroups podman_run made.
+    local c
+    for c in /sys/fs/cgroup/*/"${PODMAN_CGROUP#/}" /sys/fs/cgroup/"${PODMAN_CGROUP#/}"; do
+        [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    return 0
 }
 
 # podman_run ARGS...: podman run --rm on the test's store, with the
-# container state (--tmpdir) under the test directory, cgroupfs, the file
+# container state (--tmpdir) under the test directory, cgroupfs under a
+# cgroup parent of the test's own (teardown removes it), the file
 # events backend and runc. The ulimits are below this environment's: podman's
 # defaults (nofile 1048576, nproc its own raised hard limit) are above the
 # hard limits here and runc's prlimit then fails with EPERM ("error setting
@@ -64,7 +72,7 @@ teardown() {
 podman_run() {
     CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver "${DRIVER:-vfs}" \
         --tmpdir "$BATS_TEST_TMPDIR/libpod" --cgroup-manager cgroupfs --events-backend file --runtime runc \
-        run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
+        run --rm --network none --cgroup-parent "$PODMAN_CGROUP" --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
 }
 
 # blob_gets FROM: the blob GETs in the registry log after line FROM.
