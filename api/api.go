@@ -32,13 +32,21 @@ type Result struct {
 	Store   *Store `json:"store,omitempty"`
 }
 
-// Store is the runtime store a store DEST (containerd:) went to.
+// Store is the runtime store a store DEST went to: Type "containerd"
+// (Address, Namespace, Snapshotter, Pinned) or "containers-storage"
+// (Driver, the graph driver the store runs with; GraphRoot, RunRoot;
+// StorageConf, the storage.conf named by dest.storage_conf, "" for the
+// system's); Names are the image's names in the store.
 type Store struct {
 	Type        string   `json:"type"`
 	Address     string   `json:"address,omitempty"`
 	Namespace   string   `json:"namespace,omitempty"`
 	Snapshotter string   `json:"snapshotter,omitempty"`
 	Pinned      bool     `json:"pinned,omitempty"`
+	Driver      string   `json:"driver,omitempty"`
+	GraphRoot   string   `json:"graph_root,omitempty"`
+	RunRoot     string   `json:"run_root,omitempty"`
+	StorageConf string   `json:"storage_conf,omitempty"`
 	Names       []string `json:"names,omitempty"`
 }
 

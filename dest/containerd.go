@@ -70,7 +70,7 @@ type ContainerdSettings struct {
 	Staging string `json:"staging"`
 }
 
-// StoreReport is what a store destination (containerd:) reports after
+// StoreReport is what a store destination (containerd:, containers-storage:) reports after
 // Commit: the image ID as the runtime sees it (its config digest) and the
 // store it went to.
 type StoreReport struct {

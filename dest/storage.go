@@ -211,7 +211,13 @@ type storageDest struct {
 	// its digest: the import records it as podman and CRI-O do.
 	index       []byte
 	indexDigest digest.Digest
+	report      *StoreReport // set by Commit
 }
+
+// Committed is what Commit reported: the image ID, the store (the driver
+// the store runs with, its graph and run roots, the storage.conf) and the
+// image's names.
+func (d *storageDest) Committed() *StoreReport { return d.report }
 
 func (d *storageDest) store() (storage.Store, error) {
 	if d.spec.Store == nil || d.spec.Store.opts == nil {
@@ -376,6 +382,10 @@ func (d *storageDest) Commit(s *Stage) error {
 		if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
 			s.ImageID = "sha256:" + img.ID
 		}
+		d.report = &StoreReport{ImageID: s.ImageID, Names: img.Names, Store: map[string]string{
+			"type": "containers-storage", "driver": store.GraphDriverName(),
+			"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
+		}}
 	}
 	return nil
 }

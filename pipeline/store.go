@@ -38,5 +38,7 @@ func (p *Plan) reportStore(res *api.Result) {
 	res.Destination = p.dst.String()
 	res.ImageID = c.ImageID
 	res.Store = &api.Store{Type: c.Store["type"], Address: c.Store["address"], Namespace: c.Store["namespace"],
-		Snapshotter: c.Store["snapshotter"], Pinned: c.Store["pinned"] == "true", Names: c.Names}
+		Snapshotter: c.Store["snapshotter"], Pinned: c.Store["pinned"] == "true",
+		Driver: c.Store["driver"], GraphRoot: c.Store["graph_root"], RunRoot: c.Store["run_root"],
+		StorageConf: c.Store["storage_conf"], Names: c.Names}
 }

@@ -6,10 +6,21 @@
 
 load helpers
 
+BUSYBOX=/bin/busybox
+
 setup_file() {
     start_registry
     push_fixture tiny
     push_fixture multi
+    # The shell fixture: busybox-static (make deps) as /bin/busybox, /bin/sh
+    # a symlink to it. The layout depends on the host's busybox, so its name
+    # carries the binary's digest (a new busybox is a new fixture).
+    if [[ -x $BUSYBOX ]]; then
+        local sum
+        sum=$(sha256sum "$BUSYBOX" | cut -c1-16)
+        push_fixture_args "shell-$sum" fixtures/shell -layers 0 -platforms "linux/$("$(_ph_go)" env GOARCH)" \
+            -file "$BUSYBOX:/bin/busybox" -symlink /bin/sh=busybox -cmd '["/bin/sh"]'
+    fi
 }
 
 teardown_file() {
@@ -18,6 +29,7 @@ teardown_file() {
 
 setup() {
     ph_test_setup
+    PODMAN_CGROUP=/pullhelper-bats-podman-$$-$BATS_TEST_NUMBER
     STORE=$BATS_TEST_TMPDIR/store
     GRAPH=$STORE/graph
     RUN=$STORE/run
@@ -33,6 +45,34 @@ setup() {
 # podman_store ARGS...: podman on the test's store only.
 podman_store() {
     CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver vfs "$@"
+}
+
+# teardown: nothing the test's store mounted stays mounted (an overlay
+# store's container or layer mounts), innermost first.
+teardown() {
+    local m
+    findmnt -rn -o TARGET | grep -F "$BATS_TEST_TMPDIR/" | sort -r | while read -r m; do
+        umount "$m" || umount -l "$m" || true
+    done
+    # The (empty, the containers were --rm) cgroups podman_run made.
+    local c
+    for c in /sys/fs/cgroup/*/"${PODMAN_CGROUP#/}" /sys/fs/cgroup/"${PODMAN_CGROUP#/}"; do
+        [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    return 0
+}
+
+# podman_run ARGS...: podman run --rm on the test's store, with the
+# container state (--tmpdir) under the test directory, cgroupfs under a
+# cgroup parent of the test's own (teardown removes it), the file
+# events backend and runc. The ulimits are below this environment's: podman's
+# defaults (nofile 1048576, nproc its own raised hard limit) are above the
+# hard limits here and runc's prlimit then fails with EPERM ("error setting
+# rlimit type 7/6: operation not permitted") without CAP_SYS_RESOURCE.
+podman_run() {
+    CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$GRAPH" --runroot "$RUN" --storage-driver "${DRIVER:-vfs}" \
+        --tmpdir "$BATS_TEST_TMPDIR/libpod" --cgroup-manager cgroupfs --events-backend file --runtime runc \
+        run --rm --network none --cgroup-parent "$PODMAN_CGROUP" --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
 }
 
 # blob_gets FROM: the blob GETs in the registry log after line FROM.
@@ -51,6 +91,15 @@ blob_gets() {
     assert_equal "$(json_get .digest <<<"$output")" "$want"
     assert_equal "$(json_get .destination <<<"$output")" "$DEST"
     assert_equal "$(json_get .image_id <<<"$output")" "$config"
+    # The store it went to: the driver it runs with, its roots, the conf.
+    local store
+    store=$(json_get .store <<<"$output")
+    assert_equal "$(json_get .type <<<"$store")" containers-storage
+    assert_equal "$(json_get .driver <<<"$store")" vfs
+    assert_equal "$(json_get .graph_root <<<"$store")" "$GRAPH"
+    assert_equal "$(json_get .run_root <<<"$store")" "$RUN"
+    assert_equal "$(json_get .storage_conf <<<"$store")" "$STORAGE_CONF"
+    assert_equal "$(json_get '.names[0]' <<<"$store")" "$REGISTRY_HOST/fixtures/tiny:v1"
     # Staging lived in the graph root and is gone; no OCI layout left there.
     run ls -A "$GRAPH"
     refute_output --partial .pullhelper-staging-
@@ -197,4 +246,62 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     # skopeo reads the platform image from the store.
     run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/multi:v1"
     assert_success
+}
+
+@test "containers-storage: podman run of the pulled shell image prints the expected output" {
+    skip_unless_cmd podman
+    skip_unless_cmd runc
+    [[ -x $BUSYBOX ]] || skip "$BUSYBOX missing (Debian busybox-static; make deps)"
+    local want ref=$REGISTRY_HOST/fixtures/shell:v1
+    want=$(registry_digest fixtures/shell:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/shell" "containers-storage:[vfs@$GRAPH+$RUN]$ref"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+
+    run podman_run "$ref" sh -c 'echo hello-from-pullhelper; echo "sh is $(readlink /bin/sh)"'
+    echo "$output"
+    assert_success
+    assert_output $'hello-from-pullhelper\nsh is busybox'
+    # The image's own Cmd (/bin/sh) runs too: a script on stdin.
+    run podman_run -i "$ref" <<<'echo from-stdin'
+    assert_success
+    assert_output from-stdin
+}
+
+# overlay_or_skip: the kernel mounts overlay in a mount namespace of the
+# test's own, on the test directory's filesystem; else skip naming why.
+overlay_or_skip() {
+    local d=$BATS_TEST_TMPDIR/ovl-probe out
+    mkdir -p "$d"/{lower,upper,work,merged}
+    if ! out=$(unshare -m sh -c 'mount -t overlay overlay -o "lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work" "$1/merged"' sh "$d" 2>&1); then
+        skip "overlay cannot be mounted on $(stat -fc %T "$d") here: ${out//$'\n'/ }"
+    fi
+    rm -rf "$d"
+}
+
+@test "containers-storage: an overlay store — podman lists the image with the registry's digest and runs the shell image" {
+    skip_unless_cmd podman
+    skip_unless_cmd runc
+    [[ -x $BUSYBOX ]] || skip "$BUSYBOX missing (Debian busybox-static; make deps)"
+    overlay_or_skip
+    DRIVER=overlay
+    printf '[storage]\ndriver = "overlay"\nrunroot = "%s"\ngraphroot = "%s"\n' "$RUN" "$GRAPH" >"$STORAGE_CONF"
+    local want ref=$REGISTRY_HOST/fixtures/shell:v1
+    want=$(registry_digest fixtures/shell:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/shell" "containers-storage:[overlay@$GRAPH+$RUN]$ref"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .store.driver <<<"$output")" overlay
+    [[ -d $GRAPH/overlay ]] || fail "no overlay driver directory in $GRAPH"
+    [[ ! -e $GRAPH/vfs-layers ]] || fail "the store used vfs"
+
+    run env CONTAINERS_STORAGE_CONF="$STORAGE_CONF" podman --root "$GRAPH" --runroot "$RUN" --storage-driver overlay \
+        images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    assert_output "$ref $want"
+
+    run podman_run "$ref" sh -c 'echo hello-from-pullhelper'
+    echo "$output"
+    assert_success
+    assert_output hello-from-pullhelper
 }

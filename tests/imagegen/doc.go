@@ -21,6 +21,13 @@
 // is stored as the org.opencontainers.image.ref.name annotation, so the
 // result can be read as oci:DIR:TAG by skopeo and containers/image.
 //
+// -file HOST:PATH and -symlink PATH=TARGET (both repeatable) add one more
+// layer, the last and the same for every platform, holding the host files
+// (their permission bits, the fixed mtime, uid/gid 0; parent directories
+// 0755) and the symlinks, in flag order; -cmd '["sh","-c","..."]' sets the
+// config's Cmd (default ["/bin/true"]). The output then also depends on the
+// host files' contents: the tests name such a fixture after their digest.
+//
 // Layers are generated concurrently and streamed to disk while being hashed,
 // so a ~100 MB image takes a few seconds. On success imagegen prints the
 // digest of the tagged manifest (or index) on standard output.
@@ -29,6 +36,7 @@
 //
 //	imagegen -out DIR [-tag latest] [-layers 1] [-layer-size 4096]
 //	         [-compressible 0.5] [-seed 1] [-platforms linux/amd64,...]
+//	         [-file HOST:PATH]... [-symlink PATH=TARGET]... [-cmd JSON]
 //
 // DIR is created and must not exist or be empty.
 package main

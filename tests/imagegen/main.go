@@ -103,6 +103,12 @@ type Options struct {
 	Platforms    []Platform
 	// GzipLevel is the compress/gzip level used for layers.
 	GzipLevel int
+	// Files and Symlinks, when any is given, make one more layer (the last,
+	// the same for every platform) holding them.
+	Files    []FileSpec
+	Symlinks []SymlinkSpec
+	// Cmd is the config's Cmd (default ["/bin/true"]).
+	Cmd []string
 }
 
 // Descriptor is an OCI content descriptor.
@@ -167,6 +173,9 @@ func main() {
 	flag.Uint64Var(&o.Seed, "seed", 1, "seed for all generated content")
 	flag.StringVar(&platforms, "platforms", "linux/amd64", "comma-separated OS/ARCH[/VARIANT] list; more than one writes an image index")
 	flag.IntVar(&o.GzipLevel, "gzip-level", gzip.BestSpeed, "gzip compression level for layers")
+	flag.Var(fileList{&o.Files}, "file", "HOST:PATH: copy the host file into the image at PATH, in an extra last layer (repeatable)")
+	flag.Var(symlinkList{&o.Symlinks}, "symlink", "PATH=TARGET: a symlink in the extra last layer (repeatable)")
+	flag.Var(cmdFlag{&o.Cmd}, "cmd", `the config's Cmd as a JSON array (default ["/bin/true"])`)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagegen -out DIR [flags]\n\nWrites a deterministic OCI image layout.\n\n")
 		flag.PrintDefaults()
@@ -233,6 +242,20 @@ func Generate(o Options) (Descriptor, error) {
 	if err != nil {
 		return Descriptor{}, err
 	}
+	if len(o.Files)+len(o.Symlinks) > 0 {
+		d, diffID, err := g.writeFilesLayer()
+		if err != nil {
+			return Descriptor{}, err
+		}
+		for pi := range layers {
+			layers[pi] = append(layers[pi], d)
+			diffIDs[pi] = append(diffIDs[pi], diffID)
+		}
+	}
+	cmd := o.Cmd
+	if len(cmd) == 0 {
+		cmd = []string{"/bin/true"}
+	}
 
 	var manifests []Descriptor
 	for pi, p := range o.Platforms {
@@ -243,7 +266,7 @@ func Generate(o Options) (Descriptor, error) {
 			Variant:      p.Variant,
 			Config: execConfig{
 				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-				Cmd: []string{"/bin/true"},
+				Cmd: cmd,
 				Labels: map[string]string{
 					"org.pullhelper.imagegen.seed":     strconv.FormatUint(o.Seed, 10),
 					"org.pullhelper.imagegen.platform": p.String(),
@@ -255,10 +278,11 @@ func Generate(o Options) (Descriptor, error) {
 			cfg.RootFS.DiffIDs = []string{}
 		}
 		for k := range layers[pi] {
-			cfg.History = append(cfg.History, history{
-				Created:   cfg.Created,
-				CreatedBy: fmt.Sprintf("imagegen seed=%d platform=%s layer=%d", o.Seed, p, k),
-			})
+			by := fmt.Sprintf("imagegen seed=%d platform=%s layer=%d", o.Seed, p, k)
+			if k >= o.Layers {
+				by = fmt.Sprintf("imagegen files=%d symlinks=%d", len(o.Files), len(o.Symlinks))
+			}
+			cfg.History = append(cfg.History, history{Created: cfg.Created, CreatedBy: by})
 		}
 		cfgDesc, err := g.writeJSON(mediaTypeConfig, cfg)
 		if err != nil {

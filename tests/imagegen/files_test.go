@@ -1,0 +1,81 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestFilesLayer(t *testing.T) {
+	host := filepath.Join(t.TempDir(), "prog")
+	if err := os.WriteFile(host, []byte("#!payload\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Layers: 1, LayerSize: 16, Seed: 1, Platforms: mustPlatforms(t, "linux/amd64"),
+		Files:    []FileSpec{{Host: host, Path: "/bin/prog"}},
+		Symlinks: []SymlinkSpec{{Path: "/bin/sh", Target: "prog"}},
+		Cmd:      []string{"/bin/sh", "-c", "echo hi"}}
+	out, d := gen(t, o)
+	_, d2 := gen(t, o)
+	if d.Digest != d2.Digest {
+		t.Fatalf("not deterministic: %s vs %s", d.Digest, d2.Digest)
+	}
+	files := readTree(t, out)
+	c := &checker{t: t, files: files, visited: map[string]bool{}}
+	m := decode[Manifest](t, c.blob(d))
+	if len(m.Layers) != 2 {
+		t.Fatalf("want 2 layers (1 generated + files), got %d", len(m.Layers))
+	}
+	var cfg ImageConfig
+	if err := json.Unmarshal(c.blob(m.Config), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Config.Cmd) != 3 || cfg.Config.Cmd[2] != "echo hi" {
+		t.Errorf("Cmd = %q", cfg.Config.Cmd)
+	}
+	if len(cfg.RootFS.DiffIDs) != 2 || len(cfg.History) != 2 {
+		t.Errorf("diff_ids %d, history %d; want 2 each", len(cfg.RootFS.DiffIDs), len(cfg.History))
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(c.blob(m.Layers[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha(raw) != cfg.RootFS.DiffIDs[1] {
+		t.Errorf("diff_id mismatch")
+	}
+	tr := tar.NewReader(bytes.NewReader(raw))
+	var got []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, h.Name)
+		switch h.Name {
+		case "bin/prog":
+			b, _ := io.ReadAll(tr)
+			if string(b) != "#!payload\n" || h.Mode != 0o755 {
+				t.Errorf("bin/prog: mode %o content %q", h.Mode, b)
+			}
+		case "bin/sh":
+			if h.Typeflag != tar.TypeSymlink || h.Linkname != "prog" {
+				t.Errorf("bin/sh: type %c link %q", h.Typeflag, h.Linkname)
+			}
+		}
+	}
+	if want := []string{"bin/", "bin/prog", "bin/sh"}; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("entries %q, want %q", got, want)
+	}
+}
