@@ -2,6 +2,7 @@ package dest
 
 import (
 	"fmt"
+	"github.com/opencontainers/go-digest"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,41 @@ type Identity struct {
 type KnownBlob struct {
 	Digest string `json:"digest"`
 	Size   int64  `json:"size"`
+	// Data is the blob itself when it is small (at most KnownDataMax, all
+	// of them at most KnownDataTotal) and its digest checked by the parent:
+	// a config, which containers/image always reads from the source even
+	// when DEST has it; the copy serves it from here instead of asking the
+	// registry (and containers/image checks its digest again).
+	Data []byte `json:"data,omitempty"`
+}
+
+// Bounds of the known blobs' bytes handed to the copy.
+const (
+	KnownDataMax   = 64 << 10
+	KnownDataTotal = 4 << 20
+)
+
+// withData fills in Data of the known blobs up to the bounds, from read
+// (which returns the blob's bytes, or an error to leave it out); a blob
+// whose bytes do not match its digest is left out.
+func withData(known []KnownBlob, read func(KnownBlob) ([]byte, error)) {
+	var total int64
+	for i := range known {
+		k := &known[i]
+		if k.Size <= 0 || k.Size > KnownDataMax || total+k.Size > KnownDataTotal {
+			continue
+		}
+		d, err := digest.Parse(k.Digest)
+		if err != nil {
+			continue
+		}
+		b, err := read(*k)
+		if err != nil || int64(len(b)) != k.Size || d.Algorithm().FromBytes(b) != d {
+			continue
+		}
+		k.Data = b
+		total += k.Size
+	}
 }
 
 // StageOptions say how the copy will run.

@@ -146,6 +146,12 @@ func listBlobs(destFd int) ([]KnownBlob, error) {
 		unix.Close(afd)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Digest < out[j].Digest })
+	// The small ones' bytes (configs: containers/image reads a config from
+	// the source even when DEST has it), read beneath the held descriptor.
+	withData(out, func(k KnownBlob) ([]byte, error) {
+		alg, hex, _ := strings.Cut(k.Digest, ":")
+		return readAtMost(bfd, alg+"/"+hex, KnownDataMax)
+	})
 	return out, nil
 }
 

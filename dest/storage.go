@@ -272,9 +272,37 @@ func storeLayers(store storage.Store) ([]KnownBlob, error) {
 		add(l.CompressedDigest, l.CompressedSize)
 		add(l.UncompressedDigest, l.UncompressedSize)
 	}
+	// The images' configs (their IDs are the configs' digests; the config
+	// is the image's big data under that digest): containers/image reads a
+	// config from the source even when the store has it.
+	configs := map[string]string{} // config digest → image ID
+	if images, err := store.Images(); err == nil {
+		for _, img := range images {
+			cd := digest.NewDigestFromEncoded(digest.SHA256, img.ID)
+			if cd.Validate() != nil || seen[cd.String()] {
+				continue
+			}
+			size, err := store.ImageBigDataSize(img.ID, cd.String())
+			if err != nil || size <= 0 {
+				continue
+			}
+			seen[cd.String()] = true
+			configs[cd.String()] = img.ID
+			out = append(out, KnownBlob{Digest: cd.String(), Size: size})
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Digest < out[j].Digest })
+	withData(out, func(k KnownBlob) ([]byte, error) {
+		id, ok := configs[k.Digest]
+		if !ok {
+			return nil, errNotConfig
+		}
+		return store.ImageBigData(id, k.Digest)
+	})
 	return out, nil
 }
+
+var errNotConfig = errors.New("not an image config")
 
 func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
 	return d.staged.StagedReference(dir, known)

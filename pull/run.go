@@ -277,7 +277,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	signatures := needsSignatures(m.SignaturePolicy)
 	partial := openPartialCache(st.Partial, o.Log)
 	remote := func(ref types.ImageReference) types.ImageSource {
-		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures, partial: partial, slots: o.slots}
+		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: sys, rc: rc, cache: cache, signature: signatures, partial: partial, slots: o.slots, known: knownData(st)}
 	}
 	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g, remote)
 	if err != nil {
@@ -384,6 +384,20 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	}
 	res.Endpoints = g.hosts.endpoints()
 	return res, out, nil
+}
+
+// knownData are the bytes of DEST's small known blobs, by digest.
+func knownData(st *Stage) map[digest.Digest][]byte {
+	var m map[digest.Digest][]byte
+	for _, k := range st.Known {
+		if len(k.Data) > 0 {
+			if m == nil {
+				m = map[digest.Digest][]byte{}
+			}
+			m[digest.Digest(k.Digest)] = k.Data
+		}
+	}
+	return m
 }
 
 // served fills in the manifest the registry served for want (the instance,
