@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime"
 	"sort"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,6 +73,7 @@ func takeBack(s *Stage) (*tree, error) {
 		t.close()
 		return nil, err
 	}
+	t.presum()
 	return t, nil
 }
 
@@ -224,6 +227,7 @@ func (t *tree) sum(rel, alg string) (string, error) {
 	}
 	defer f.Close()
 	if e.sum != "" && e.alg == alg {
+		e.used = true
 		return e.sum, nil
 	}
 	h := hasher(alg)
@@ -252,6 +256,67 @@ func (t *tree) sum(rel, alg string) (string, error) {
 	}
 	e.used, e.sum, e.alg = true, hex.EncodeToString(h.Sum(nil)), alg
 	return e.sum, nil
+}
+
+// presumMin is the smallest file presum hashes ahead (small ones are not
+// worth a goroutine).
+const presumMin = 1 << 20
+
+// presum hashes (and fsyncs) the staged blobs of at least presumMin bytes
+// in parallel, one worker per CPU, before the graph is walked: the walk's
+// sum then finds each digest computed. Only names that are a digest's hex
+// (64: sha256, 128: sha512; what an OCI layout and dir: name blobs) are
+// hashed; a failure is left for sum to report. With fresh copies (a
+// shared pull uid) nothing is done: sum copies while it hashes.
+func (t *tree) presum() {
+	if t.fresh {
+		return
+	}
+	type job struct {
+		rel string
+		alg string
+	}
+	var jobs []job
+	for rel, e := range t.files {
+		if e.size < presumMin {
+			continue
+		}
+		switch base := path.Base(rel); {
+		case hexRE["sha256"].MatchString(base):
+			jobs = append(jobs, job{rel, "sha256"})
+		case hexRE["sha512"].MatchString(base):
+			jobs = append(jobs, job{rel, "sha512"})
+		}
+	}
+	if len(jobs) < 2 {
+		return // nothing to do in parallel
+	}
+	work := make(chan job)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(jobs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				f, e, err := t.open(j.rel)
+				if err != nil {
+					continue
+				}
+				h := hasher(j.alg)
+				n, err := io.Copy(h, f)
+				if err == nil && n == e.size && f.Sync() == nil {
+					// Each worker writes only its own entry.
+					e.sum, e.alg = hex.EncodeToString(h.Sum(nil)), j.alg
+				}
+				f.Close()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
 }
 
 func (t *tree) commitContent(rel string, e *entry, f *os.File, b []byte) error {
