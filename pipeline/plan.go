@@ -247,19 +247,29 @@ func resolveSignaturePolicy(l *policy.Loaded) (api.SignaturePolicy, error) {
 		": built-in policy accepts any image without signature checks (insecureAcceptAnything)"}, nil
 }
 
+// parseImage parses IMAGE (normalized: docker.io for a name without a
+// registry host), refusing an empty one or one with a scheme.
+func parseImage(image string) (reference.Named, error) {
+	if image == "" {
+		return nil, failure.New(failure.Usage, "IMAGE is empty: give a reference such as registry.example.com/repo:tag")
+	}
+	if strings.Contains(image, "://") {
+		return nil, failure.New(failure.Usage, "image %q: give a reference without a scheme, such as registry.example.com/repo:tag", image)
+	}
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, failure.New(failure.Usage, "parsing image reference %q: %v", image, err)
+	}
+	return named, nil
+}
+
 // resolveImage parses IMAGE into a fully qualified reference. A short name
 // (no registry host) is resolved only through registries.conf: an alias, or
 // exactly one unqualified-search registry; anything else is an error.
 func resolveImage(image string, sys *types.SystemContext) (reference.Named, string, error) {
-	if image == "" {
-		return nil, "", failure.New(failure.Usage, "IMAGE is empty: give a reference such as registry.example.com/repo:tag")
-	}
-	if strings.Contains(image, "://") {
-		return nil, "", failure.New(failure.Usage, "image %q: give a reference without a scheme, such as registry.example.com/repo:tag", image)
-	}
-	named, err := reference.ParseNormalizedNamed(image)
+	named, err := parseImage(image)
 	if err != nil {
-		return nil, "", failure.New(failure.Usage, "parsing image reference %q: %v", image, err)
+		return nil, "", err
 	}
 	first, _, hasSlash := strings.Cut(image, "/")
 	qualified := hasSlash && (strings.ContainsAny(first, ".:") || first == "localhost")
@@ -302,15 +312,9 @@ func resolveImage(image string, sys *types.SystemContext) (reference.Named, stri
 // (reference.ParseDockerRef: a name without a registry host is
 // docker.io's, "library/" for a single element; no tag means latest).
 func normalizeContainerd(image string) (reference.Named, string, error) {
-	if image == "" {
-		return nil, "", failure.New(failure.Usage, "IMAGE is empty: give a reference such as registry.example.com/repo:tag")
-	}
-	if strings.Contains(image, "://") {
-		return nil, "", failure.New(failure.Usage, "image %q: give a reference without a scheme, such as registry.example.com/repo:tag", image)
-	}
-	named, err := reference.ParseNormalizedNamed(image)
+	named, err := parseImage(image)
 	if err != nil {
-		return nil, "", failure.New(failure.Usage, "parsing image reference %q: %v", image, err)
+		return nil, "", err
 	}
 	how := ""
 	if first, _, hasSlash := strings.Cut(image, "/"); !hasSlash || !(strings.ContainsAny(first, ".:") || first == "localhost") {
