@@ -3,7 +3,6 @@ package pull
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -50,27 +49,13 @@ type endpoints struct {
 func (e *endpoints) add(u *url.URL) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.allowed[origin(u)] = true
+	e.allowed[registry.Origin(u)] = true
 }
 
 func (e *endpoints) has(u *url.URL) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.allowed[origin(u)]
-}
-
-// origin is scheme://host:port with the port made explicit.
-func origin(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		switch u.Scheme {
-		case "http":
-			port = "80"
-		default:
-			port = "443"
-		}
-	}
-	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	return e.allowed[registry.Origin(u)]
 }
 
 // sameHostName is Go's rule for copying Authorization on a redirect.
@@ -164,7 +149,7 @@ func (p *Request) checkRequest(u *url.URL, hosts []string, verified bool, ep *en
 		if sameHostName(u.Hostname(), hn) {
 			return &failure.Error{Code: failure.TLS, Err: errRefusedRequest, Message: fmt.Sprintf(
 				"refusing a request to %s: it is registry %s's host on another port or scheme (not its token realm), where the registry's Authorization header would be forwarded on a redirect",
-				origin(u), p.Registry)}
+				registry.Origin(u), p.Registry)}
 		}
 	}
 	return nil

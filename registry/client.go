@@ -207,14 +207,14 @@ func (h *host) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= maxRedirects {
 		return ErrTooManyRedirects
 	}
-	if origin(req.URL) != origin(via[0].URL) {
+	if Origin(req.URL) != Origin(via[0].URL) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			// A 307/308 of the token POST would carry its body (the
 			// identity token) to the other origin: refused, finally (exit
 			// 4, as the caller's refused redirects).
 			return &failure.Error{Code: failure.TLS, Err: errRefusedRedirect, Message: fmt.Sprintf(
 				"refusing to follow a redirect of a token request from %s to %s: its body holds the identity token",
-				origin(via[0].URL), origin(req.URL))}
+				Origin(via[0].URL), Origin(req.URL))}
 		}
 		req.Header.Del("Authorization")
 		req.Header.Del("Cookie")
@@ -225,8 +225,9 @@ func (h *host) checkRedirect(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// origin is scheme://host:port, the port explicit.
-func origin(u *url.URL) string {
+// Origin is scheme://host:port, the port explicit: what a credential and
+// a redirect are judged by (pull's request guard uses it too).
+func Origin(u *url.URL) string {
 	port := u.Port()
 	if port == "" {
 		port = "443"
@@ -303,7 +304,7 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 		if res.StatusCode != http.StatusUnauthorized || try >= 2 {
 			return res, nil
 		}
-		if res.Request != nil && origin(res.Request.URL) != origin(req.URL) {
+		if res.Request != nil && Origin(res.Request.URL) != Origin(req.URL) {
 			// The 401 is a redirect target's (a CDN of another origin):
 			// its challenge is not the endpoint's, and the endpoint's
 			// credential must not go to a realm it names.
@@ -339,7 +340,7 @@ func (h *host) ping(ctx context.Context) ([]challenge, error) {
 		return nil, err
 	}
 	drain(res)
-	if res.Request != nil && origin(res.Request.URL) != origin(req.URL) {
+	if res.Request != nil && Origin(res.Request.URL) != Origin(req.URL) {
 		return nil, nil // another origin's challenge, not the endpoint's
 	}
 	return parseChallenges(res.Header), nil
