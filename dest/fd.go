@@ -335,22 +335,31 @@ func lockInode(fd int, d time.Duration) (func(), error) {
 	if err := os.MkdirAll(LockDir, 0o700); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino))
+	_, unlock, err := lockFile(filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino)), d)
+	return unlock, err
+}
+
+// lockFile takes an exclusive flock on the lock file path (created 0600),
+// waiting at most d, and returns its descriptor and the function that
+// releases it. The file is removed on release, under the lock; a waiter
+// that then holds a removed file notices (its inode is no longer the
+// path's) and tries again.
+func lockFile(path string, d time.Duration) (int, func(), error) {
 	deadline := time.Now().Add(d)
 	for {
 		lfd, err := unix.Open(path, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
-			return nil, err
+			return -1, nil, err
 		}
 		if err := flockWait(lfd, time.Until(deadline)); err != nil {
 			unix.Close(lfd)
-			return nil, err
+			return -1, nil, err
 		}
 		held, err1 := fstat(lfd)
 		var now unix.Stat_t
 		err2 := unix.Stat(path, &now)
 		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
-			return func() {
+			return lfd, func() {
 				_ = unix.Unlink(path)
 				_ = unix.Flock(lfd, unix.LOCK_UN)
 				unix.Close(lfd)
@@ -359,6 +368,9 @@ func lockInode(fd int, d time.Duration) (func(), error) {
 		unix.Close(lfd) // removed by the holder we waited for: again
 	}
 }
+
+// errStillLocked: flockWait's bound passed with the lock still held.
+var errStillLocked = errors.New("still locked by another pull")
 
 // flockWait takes an exclusive flock on fd, waiting at most d.
 func flockWait(fd int, d time.Duration) error {
@@ -373,7 +385,7 @@ func flockWait(fd int, d time.Duration) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("still locked by another pull after %s", d)
+			return fmt.Errorf("%w after %s", errStillLocked, d)
 		}
 		time.Sleep(wait)
 		if wait < 200*time.Millisecond {

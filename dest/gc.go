@@ -113,17 +113,21 @@ func (s *Sweep) Close() {
 // flock, as a holder removes its own on release: a waiter that holds a
 // removed file notices and tries again (lockInode). It returns their paths.
 func SweepLocks() ([]string, error) {
-	return sweepLockFiles(LockDir)
+	return sweepLockGlob(filepath.Join(LockDir, "*.lock"), 0)
 }
 
-// sweepLockFiles removes the unheld *.lock files of dir.
-func sweepLockFiles(dir string) ([]string, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.lock"))
+// sweepLockGlob removes the unheld lock files matching pattern, at most
+// max of them when max > 0.
+func sweepLockGlob(pattern string, max int) ([]string, error) {
+	names, err := filepath.Glob(pattern)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, p := range names {
+	for i, p := range names {
+		if max > 0 && i >= max {
+			break
+		}
 		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue // gone meanwhile, or not a regular file of ours

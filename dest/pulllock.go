@@ -3,6 +3,7 @@ package dest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,55 +29,22 @@ func LockPull(spec Spec, repository string, timeout time.Duration) (func(), erro
 	}
 	sum := sha256.Sum256([]byte(spec.Path + "\x00" + repository))
 	path := filepath.Join(LockDir, "pull-"+hex.EncodeToString(sum[:16])+".lock")
-	for {
-		fd, err := unix.Open(path, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return nil, failure.Wrap(failure.Destination, err, "opening the pull lock %s", path)
-		}
-		if err := flockWait(fd, timeout); err != nil {
-			unix.Close(fd)
+	fd, unlock, err := lockFile(path, timeout)
+	if err != nil {
+		if errors.Is(err, errStillLocked) {
 			return nil, failure.New(failure.Destination,
 				"another pull of %s into %s has held its lock for %s (--lock-timeout, dest.lock_timeout); lock file %s",
 				repository, spec.Path, timeout, path)
 		}
-		held, err1 := fstat(fd)
-		var now unix.Stat_t
-		err2 := unix.Stat(path, &now)
-		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
-			_, _ = unix.Write(fd, []byte(fmt.Sprintf("%d\n", os.Getpid())))
-			sweepPullLocks(path)
-			return func() {
-				_ = unix.Unlink(path)
-				_ = unix.Flock(fd, unix.LOCK_UN)
-				unix.Close(fd)
-			}, nil
-		}
-		unix.Close(fd) // removed by the holder we waited for: again
+		return nil, failure.Wrap(failure.Destination, err, "opening the pull lock %s", path)
 	}
+	_, _ = unix.Write(fd, []byte(fmt.Sprintf("%d\n", os.Getpid())))
+	// The pull lock files killed pulls left (nobody holds them); a pull
+	// that created one and has not locked it yet notices its file is gone
+	// (lockFile compares inodes) and tries again.
+	_, _ = sweepLockGlob(filepath.Join(LockDir, "pull-*.lock"), maxPullLockSweep)
+	return unlock, nil
 }
 
-// sweepPullLocks removes the pull lock files nobody holds (left by killed
-// pulls), but own. A pull that created a file and has not locked it yet
-// notices its file is gone (LockPull compares inodes) and tries again.
-func sweepPullLocks(own string) {
-	names, err := filepath.Glob(filepath.Join(LockDir, "pull-*.lock"))
-	if err != nil {
-		return
-	}
-	for i, p := range names {
-		if i >= 4096 {
-			return
-		}
-		if p == own {
-			continue
-		}
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue
-		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
-			_ = unix.Unlink(p)
-		}
-		unix.Close(fd)
-	}
-}
+// maxPullLockSweep bounds the stale pull locks one pull removes.
+const maxPullLockSweep = 4096
