@@ -330,12 +330,6 @@ func readHost(path string, optional bool) (resolvConf, error) {
 	return r, nil
 }
 
-// readSearch returns the host file's search domains (see readHost).
-func readSearch(path string) ([]string, error) {
-	r, err := readHost(path, true)
-	return r.search, err
-}
-
 // maxResolvConf bounds the host resolv.conf read (the kubelet's
 // dns.maxResolvConfLength, 10 MiB).
 const maxResolvConf = 10 << 20
