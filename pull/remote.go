@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,7 +93,7 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 		return ep, failure.New(failure.Internal, "endpoint %s has no repository path in %q", e.Host, e.Repository)
 	}
 	ep.Repository = repo
-	ep.Resolve = len(e.Capabilities) == 0 || hasString(e.Capabilities, "resolve")
+	ep.Resolve = len(e.Capabilities) == 0 || slices.Contains(e.Capabilities, "resolve")
 	if i < len(m.Headers) && len(m.Headers[i]) > 0 {
 		ep.Header = map[string][]string{}
 		for k, v := range m.Headers[i] {
@@ -153,15 +154,6 @@ func needsSignatures(policy []byte) bool {
 	}
 	for _, r := range reqs {
 		if r.Type != "insecureAcceptAnything" && r.Type != "reject" {
-			return true
-		}
-	}
-	return false
-}
-
-func hasString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}
