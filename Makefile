@@ -11,7 +11,7 @@ HOSTILE_BIN := bin/pullhelper-hostile
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
-APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman busybox-static runc
+APT_PACKAGES := docker-registry skopeo bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman busybox-static runc go-md2man groff-base
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
@@ -25,7 +25,7 @@ CRANE := tests/.cache/bin/crane
 CRANE_VERSION := v0.22.1
 BATS_FLAGS ?=
 
-.PHONY: all deps build build-hostile test test-unit test-fuzz test-system test-vm bench fuzz demo lint clean
+.PHONY: all deps build build-hostile man test test-unit test-fuzz test-system test-vm bench fuzz demo lint clean
 
 all: build
 
@@ -53,6 +53,17 @@ build-hostile: $(HOSTILE_BIN)
 $(HOSTILE_BIN): $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
 	$(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
 
+# man: the man pages, rendered from docs/NAME.SECTION.md (go-md2man's
+# markdown) into man/ (generated, not checked in); a page groff warns about
+# (-ww: every warning) fails the target.
+MAN_PAGES := $(patsubst docs/%.md,man/%,$(wildcard docs/*.[1-8].md))
+man: $(MAN_PAGES)
+
+man/%: docs/%.md
+	@mkdir -p man
+	go-md2man -in $< -out $@
+	@w=$$(groff -man -ww -z $@ 2>&1); if [ -n "$$w" ]; then echo "$@: groff warnings:" >&2; echo "$$w" >&2; rm -f $@; exit 1; fi
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -64,9 +75,9 @@ test-unit:
 test-system: build build-hostile
 	bats $(BATS_FLAGS) tests/
 
-# test: everything CI runs (about 6 minutes here): lint, Go unit tests, the bats
+# test: everything CI runs (about 6 minutes here): lint, the man pages, Go unit tests, the bats
 # system tests on this host, and the cgroup v2 proofs in a QEMU guest.
-test: deps lint test-unit test-fuzz test-system test-vm
+test: deps lint man test-unit test-fuzz test-system test-vm
 
 # bench: pullhelper (isolated, --no-isolation) against skopeo, crane and the
 # durable floor, side by side, as ratios (ROUNDS, default 7); about 5 minutes.
@@ -114,7 +125,7 @@ demo: deps build
 	@bash tests/demo.sh
 
 clean:
-	rm -rf bin tests/.cache
+	rm -rf bin man tests/.cache
 
 # test-vm: the cgroup v2 proofs (CLONE_INTO_CGROUP, cpu.max, memory.max/high,
 # io.max on buffered writes, pids.max, cgroup.kill, usage) in a QEMU guest
