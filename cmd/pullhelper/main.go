@@ -48,6 +48,10 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// inspectCommands, when set (by tests only), is shown the complete command
+// tree before it runs.
+var inspectCommands func(root *cobra.Command)
+
 // common holds the flags that are not policy settings.
 type common struct {
 	policyFile  string
@@ -213,6 +217,9 @@ this version does not support yet are errors naming the file, line and key.`,
 	}
 	root.AddCommand(pullCmd, explainCmd, policyCmd, gcCommand(&c, &result), versionCmd)
 	root.SetArgs(args)
+	if inspectCommands != nil {
+		inspectCommands(root) // docs_test.go walks the command tree
+	}
 
 	logrus.SetOutput(stderr)
 	logrus.SetLevel(logrus.WarnLevel)
