@@ -234,6 +234,12 @@ func TestDaemonSetPrefetch(t *testing.T) {
 	}
 	if sm, _ := mountFor(c.VolumeMounts, l.Auth.PullSecrets[0]); volumes[sm.Name].Secret == nil {
 		t.Errorf("the pull secret %s is not in a Secret volume", l.Auth.PullSecrets[0])
+	} else if m := volumes[sm.Name].Secret.DefaultMode; m == nil || *m&0o077 != 0 {
+		mode := "unset (0644)"
+		if m != nil {
+			mode = fmt.Sprintf("%#o", *m)
+		}
+		t.Errorf("the pull secret's volume must be readable by root only (defaultMode 0400), not %s", mode)
 	}
 }
 
