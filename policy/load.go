@@ -493,7 +493,7 @@ func hint(k string) string {
 	first := strings.SplitN(k, ".", 2)[0]
 	for _, s := range knownSections {
 		if first == s {
-			return " (see the policy reference in the README for the keys of [" + s + "])"
+			return " (see pullhelper-policy.toml(5) for the keys of [" + s + "])"
 		}
 	}
 	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [dest], [profiles.NAME])"
