@@ -147,6 +147,11 @@ func TestManPageCoversCLI(t *testing.T) {
 		if f.Shorthand != "" && !strings.HasPrefix(e.term, "**-"+f.Shorthand+"**, ") {
 			t.Errorf("%s: flag --%s: its shorthand -%s is not documented", cliPage, n, f.Shorthand)
 		}
+		// A flag's own default (the setting flags' defaults are the
+		// policy's, documented with its keys) is in its entry.
+		if d := f.DefValue; d != "" && d != "false" && d != "[]" && !strings.Contains(e.body, d) {
+			t.Errorf("%s: flag --%s: its entry does not give its default %q", cliPage, n, d)
+		}
 		if k := keyOf[n]; k != "" && !strings.Contains(e.body, "**"+k+"**") {
 			t.Errorf("%s: flag --%s: its entry does not name its policy key **%s**", cliPage, n, k)
 		}
