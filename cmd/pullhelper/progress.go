@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ import (
 // poller is used and the flush deadline interrupts the write.
 const (
 	progressQueue   = 1024
-	progressReserve = 8 // slots only done/error may use
+	progressReserve = 8 // slots only the final lines (done/error; bootc's Start and last two) may use
 	progressFlush   = 2 * time.Second
 )
 
@@ -92,16 +93,22 @@ func isFinal(e pull.Event) bool { return e.Type == "done" || e.Type == "error" }
 
 // emit queues one event; it never blocks on the reader.
 func (w *progressWriter) emit(e pull.Event) {
+	w.emitValue(e, isFinal(e))
+}
+
+// emitValue queues v as one JSON line; reserved lines (the final ones) may
+// use the room kept for them. It never blocks on the reader.
+func (w *progressWriter) emitValue(v any, reserved bool) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	limit := cap(w.q) - progressReserve
-	if isFinal(e) {
+	if reserved {
 		limit = cap(w.q)
 	}
 	if w.closed || len(w.q) >= limit {
@@ -140,5 +147,50 @@ func (w *progressWriter) close() {
 	}
 	if n := w.dropped.Load(); n > 0 {
 		fmt.Fprintf(w.warn, "pullhelper: warning: --progress-fd %d: dropped %d events the reader was too slow to take\n", w.fd, n)
+	}
+}
+
+// progressSink returns a function queueing JSON Lines events for fd in the
+// given --progress-format, or nil for fd -1, and the function that flushes
+// them (for at most progressFlush) at the end. Writing never stalls the
+// pull. An unknown format is a usage error, with or without a descriptor.
+func progressSink(fd int, format string, warn io.Writer) (func(api.Event), func(), error) {
+	switch format {
+	case progressFormatPullhelper, progressFormatBootc:
+	default:
+		return nil, nil, failure.New(failure.Usage, "--progress-format: want %s or %s, not %q", progressFormatPullhelper, progressFormatBootc, format)
+	}
+	if fd < 0 {
+		return nil, func() {}, nil
+	}
+	w, err := newProgressWriter(fd, warn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if format == progressFormatPullhelper {
+		return w.emit, w.close, nil
+	}
+	return newBootcSink(w, time.Now).emit, w.close, nil
+}
+
+// bootcSink feeds the translator in order: events come from more than one
+// goroutine (the pipeline's start and done, the child's progress, main's
+// error), one at a time.
+type bootcSink struct {
+	mu  sync.Mutex
+	t   *bootcTranslator
+	now func() time.Time
+	w   *progressWriter
+}
+
+func newBootcSink(w *progressWriter, now func() time.Time) *bootcSink {
+	return &bootcSink{t: newBootcTranslator(), now: now, w: w}
+}
+
+func (s *bootcSink) emit(e api.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.t.handle(e, s.now()) {
+		s.w.emitValue(l.v, l.keep)
 	}
 }
