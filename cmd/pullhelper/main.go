@@ -127,7 +127,7 @@ DEST is either untouched or fully committed.`,
 	}
 	addCommon(pullCmd)
 	pullCmd.Flags().IntVar(&c.progressFD, "progress-fd", -1, "write JSON Lines progress events to this open file descriptor")
-	pullCmd.Flags().StringVar(&c.progressFmt, "progress-format", progressFormatPullhelper, "--progress-fd events: pullhelper (start, layer_*, config_*, done, error) or bootc (bootc's progress-v0: Start, ProgressBytes, ProgressSteps; at most 5 a second)")
+	pullCmd.Flags().StringVar(&c.progressFmt, "progress-format", progressFormatPullhelper, "the `FORMAT` of the --progress-fd events: pullhelper (start, layer_*, config_*, done, error) or bootc (bootc's progress-v0: Start, ProgressBytes, ProgressSteps; at most 5 a second)")
 	pullCmd.Flags().BoolVar(&c.noIsolation, "no-isolation", false, "pull in-process, without cgroup, namespace or privilege isolation (debugging, benchmarks)")
 
 	explainCmd := &cobra.Command{
