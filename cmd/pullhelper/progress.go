@@ -170,27 +170,63 @@ func progressSink(fd int, format string, warn io.Writer) (func(api.Event), func(
 	if format == progressFormatPullhelper {
 		return w.emit, w.close, nil
 	}
-	return newBootcSink(w, time.Now).emit, w.close, nil
+	s := newBootcSink(w, time.Now, func(d time.Duration, f func()) func() {
+		t := time.AfterFunc(d, f)
+		return func() { t.Stop() }
+	})
+	return s.emit, s.close, nil
 }
 
 // bootcSink feeds the translator in order: events come from more than one
 // goroutine (the pipeline's start and done, the child's progress, main's
-// error), one at a time.
+// error), one at a time. When the translator holds an update back, a timer
+// (after; time.AfterFunc but in tests) writes it once the window opens.
 type bootcSink struct {
-	mu  sync.Mutex
-	t   *bootcTranslator
-	now func() time.Time
-	w   *progressWriter
+	mu    sync.Mutex
+	t     *bootcTranslator
+	now   func() time.Time
+	after func(time.Duration, func()) (stop func())
+	stop  func() // the armed timer's, or nil
+	w     *progressWriter
 }
 
-func newBootcSink(w *progressWriter, now func() time.Time) *bootcSink {
-	return &bootcSink{t: newBootcTranslator(), now: now, w: w}
+func newBootcSink(w *progressWriter, now func() time.Time, after func(time.Duration, func()) func()) *bootcSink {
+	return &bootcSink{t: newBootcTranslator(), now: now, after: after, w: w}
 }
 
 func (s *bootcSink) emit(e api.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.t.handle(e, s.now()) {
+	s.write(s.t.handle(e, s.now()))
+}
+
+// flush is the timer's: write what the translator held back.
+func (s *bootcSink) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop = nil
+	s.write(s.t.flush(s.now()))
+}
+
+// write queues lines and arms the timer for a held update; s.mu is held.
+func (s *bootcSink) write(lines []bootcLine) {
+	for _, l := range lines {
 		s.w.emitValue(l.v, l.keep)
 	}
+	if at, ok := s.t.due(); ok && s.stop == nil {
+		s.stop = s.after(max(at.Sub(s.now()), 0), s.flush)
+	}
+}
+
+// close stops the timer and flushes the writer. A timer already firing
+// finds the translator finished (the final event came first) or the writer
+// closed; either way it writes nothing.
+func (s *bootcSink) close() {
+	s.mu.Lock()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	s.mu.Unlock()
+	s.w.close()
 }

@@ -32,8 +32,9 @@ import (
 //
 // Rate: at most api.BootcRefreshHz lines a second. An update within
 // 1/BootcRefreshHz of the last line written is not written but kept (the
-// state is cumulative: the next line carries it), and, as with bootc, Start
-// is not counted. The final lines (at done or error: the last ProgressBytes
+// state is cumulative: the next line carries it), and written when the
+// window opens even if no event comes then (the sink's timer: the commit
+// sends none), and, as with bootc, Start is not counted. The final lines (at done or error: the last ProgressBytes
 // with bytes == bytesTotal on success, then the last ProgressSteps) are
 // always written, whatever the rate. On error the current step stays
 // incomplete; the error itself goes to stdout as always (bootc's protocol
@@ -151,19 +152,34 @@ func (t *bootcTranslator) handle(e api.Event, now time.Time) []bootcLine {
 		t.finished = true
 		return append(out, bootcLine{v: t.bytesEvent(), keep: true}, bootcLine{v: t.stepsEvent(), keep: true})
 	}
-	if t.wrote && now.Sub(t.lastWrite) < t.minGap {
-		return out
+	return append(out, t.flush(now)...)
+}
+
+// flush returns the held update once the window is open at now: the steps
+// if they changed, else the bytes; nothing if nothing changed.
+func (t *bootcTranslator) flush(now time.Time) []bootcLine {
+	if t.finished || t.wrote && now.Sub(t.lastWrite) < t.minGap {
+		return nil
 	}
+	var l bootcLine
 	switch {
 	case t.stepsDirty:
-		out = append(out, bootcLine{v: t.stepsEvent()})
+		l = bootcLine{v: t.stepsEvent()}
 	case t.bytesDirty:
-		out = append(out, bootcLine{v: t.bytesEvent()})
+		l = bootcLine{v: t.bytesEvent()}
 	default:
-		return out
+		return nil
 	}
 	t.wrote, t.lastWrite = true, now
-	return out
+	return []bootcLine{l}
+}
+
+// due is when flush would next write a held update, if one is held.
+func (t *bootcTranslator) due() (time.Time, bool) {
+	if t.finished || !t.stepsDirty && !t.bytesDirty {
+		return time.Time{}, false
+	}
+	return t.lastWrite.Add(t.minGap), true
 }
 
 // blobSeen: a blob started, so the manifest was read.

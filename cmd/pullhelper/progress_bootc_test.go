@@ -543,3 +543,91 @@ func TestProgressFormatFlag(t *testing.T) {
 		t.Fatalf("pull --help (exit %d) does not document --progress-format: %s", code, stderr.String())
 	}
 }
+
+// A held update is written when its window opens even if no event comes
+// (the commit sends none): the sink arms one timer at a time for exactly
+// then, the timer writes and re-arms while something is held, close stops
+// it, and a timer firing after the final lines writes nothing.
+func TestBootcSinkFlushesHeldUpdatesOnATimer(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "events")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var warn bytes.Buffer
+	w, err := newProgressWriter(int(f.Fd()), &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	at := func(ms int) { now = t0.Add(time.Duration(ms) * time.Millisecond) }
+	type timer struct {
+		d time.Duration
+		f func()
+	}
+	var timers []timer
+	stops := 0
+	s := newBootcSink(w, func() time.Time { return now }, func(d time.Duration, f func()) func() {
+		timers = append(timers, timer{d, f})
+		return func() { stops++ }
+	})
+	wantTimers := func(n int, d time.Duration) {
+		t.Helper()
+		if len(timers) != n || n > 0 && timers[n-1].d != d {
+			t.Fatalf("timers %v, want %d, the last for %s", timers, n, d)
+		}
+	}
+	s.emit(api.Event{Type: "start", Image: img})
+	wantTimers(0, 0)
+	at(10)
+	s.emit(api.Event{Type: "layer_start", Digest: dL1, Size: 100})
+	wantTimers(1, 190*time.Millisecond)
+	at(12)
+	s.emit(api.Event{Type: "layer_progress", Digest: dL1, Size: 100, Bytes: 50})
+	wantTimers(1, 190*time.Millisecond) // one armed at a time
+	at(200)
+	timers[0].f() // the steps; the bytes are still held
+	wantTimers(2, 200*time.Millisecond)
+	at(400)
+	timers[1].f() // the bytes; nothing held
+	wantTimers(2, 200*time.Millisecond)
+	at(450)
+	s.emit(api.Event{Type: "layer_done", Digest: dL1, Size: 100, Bytes: 100})
+	wantTimers(3, 150*time.Millisecond)
+	at(500)
+	s.emit(api.Event{Type: "done", Layers: 1})
+	s.close()
+	if stops != 1 {
+		t.Fatalf("close stopped %d timers, want the armed one", stops)
+	}
+	timers[2].f() // fired anyway, after close
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		v, err := decodeBootcLine(sc.Bytes())
+		if err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		switch v := v.(type) {
+		case schemaStart:
+			got = append(got, "Start")
+		case schemaProgressSteps:
+			got = append(got, fmt.Sprintf("Steps %d", v.Steps))
+		case schemaProgressBytes:
+			got = append(got, fmt.Sprintf("Bytes %d/%d", v.Bytes, v.BytesTotal))
+		}
+	}
+	want := []string{"Start", "Steps 0", "Steps 1", "Bytes 50/100", "Bytes 100/100", "Steps 3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("lines %q, want %q", got, want)
+	}
+	if warn.Len() != 0 {
+		t.Fatalf("warnings: %s", warn.String())
+	}
+}
