@@ -58,6 +58,12 @@ var bootcSteps = []api.BootcSubTaskStep{
 	{Subtask: "committing", Description: "Verifying and committing to the destination", ID: "committing"},
 }
 
+// bootcMaxLayers bounds the layers tracked (and listed in every line): the
+// digests come from the pull child, which is not trusted, and no real image
+// comes near it (overlay stacks 128 at most). Events for further digests are
+// ignored.
+const bootcMaxLayers = 1024
+
 type bootcLayer struct {
 	digest  string
 	size    uint64
@@ -126,6 +132,9 @@ func (t *bootcTranslator) handle(e api.Event, now time.Time) []bootcLine {
 		t.blobSeen()
 		l := t.byDigest[e.Digest]
 		if l == nil {
+			if len(t.layers) >= bootcMaxLayers {
+				break
+			}
 			l = &bootcLayer{digest: e.Digest}
 			t.byDigest[e.Digest] = l
 			t.layers = append(t.layers, l)

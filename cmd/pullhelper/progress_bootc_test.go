@@ -631,3 +631,19 @@ func TestBootcSinkFlushesHeldUpdatesOnATimer(t *testing.T) {
 		t.Fatalf("warnings: %s", warn.String())
 	}
 }
+
+// The child is not trusted: endless distinct digests do not grow the state
+// (or every line) without bound.
+func TestBootcLayersAreBounded(t *testing.T) {
+	tr := newBootcTranslator()
+	t0 := time.Now()
+	tr.handle(api.Event{Type: "start", Image: img}, t0)
+	for i := range 3 * bootcMaxLayers {
+		tr.handle(api.Event{Type: "layer_start", Digest: fmt.Sprintf("sha256:%064x", i), Size: 1}, t0)
+	}
+	lines := tr.handle(api.Event{Type: "done", Layers: 3 * bootcMaxLayers}, t0)
+	pb := lines[0].v.(api.BootcProgressBytes)
+	if len(tr.layers) != bootcMaxLayers || len(pb.Subtasks) != bootcMaxLayers {
+		t.Fatalf("%d layers tracked, %d listed; want at most %d", len(tr.layers), len(pb.Subtasks), bootcMaxLayers)
+	}
+}
