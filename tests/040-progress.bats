@@ -3,7 +3,8 @@
 # --progress-fd N: JSON Lines events (start, layer_start, layer_progress,
 # layer_done, config_start/config_done, done, error), each with "type" and
 # "ts". The ~100 MB pull goes through tests/tarpit.py with a rate limit so
-# that it lasts long enough for layer_progress events.
+# that it lasts long enough for layer_progress events. At the end:
+# --progress-format bootc (bootc's progress-v0 lines).
 
 load helpers
 
@@ -366,4 +367,221 @@ EOF
     assert_output 6
     run json_get .error.message <"$OUT/stdout"
     assert_output --partial "timed out after 5s"
+}
+
+# --progress-format bootc: bootc's progress-v0 JSON Lines (api/bootc.go;
+# bootc-dev/bootc crates/lib/src/progress_jsonl.rs).
+#
+# bootc_timed_pull TIMES ARGS...: run pullhelper ARGS with fd 3 the write
+# end of a pipe that this reader drains as the lines come, writing to TIMES
+# "t0 NS" (CLOCK_MONOTONIC before the spawn) and then "NS LINE" per line, NS
+# its arrival. pullhelper's stdout and stderr go to $OUT/stdout and
+# $OUT/stderr; the exit code is pullhelper's.
+bootc_timed_pull() {
+    "$PH_PYTHON" - "$PULLHELPER" "$OUT" "$@" 3>&- <<'EOF'
+import fcntl, os, subprocess, sys, time
+
+ph, out, times = sys.argv[1:4]
+args = sys.argv[4:]
+# Both ends above 10 first: the pipe may well get fd 3 itself.
+ends = os.pipe()
+r, w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in ends)
+for fd in ends:
+    os.close(fd)
+os.dup2(w, 3)
+os.close(w)
+t0 = time.monotonic_ns()
+with open(os.path.join(out, "stdout"), "wb") as so, open(os.path.join(out, "stderr"), "wb") as se:
+    p = subprocess.Popen(["timeout", "--kill-after=10", "300", ph] + args, pass_fds=(3,), stdout=so, stderr=se,
+                         stdin=subprocess.DEVNULL)
+os.close(3)
+buf = b""
+with open(times, "w") as f, os.fdopen(r, "rb", buffering=0) as rf:
+    f.write("t0 %d\n" % t0)
+    while True:
+        chunk = rf.read(65536)
+        now = time.monotonic_ns()
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            f.write("%d %s\n" % (now, line.decode()))
+    if buf:
+        f.write("%d %s\n" % (time.monotonic_ns(), buf.decode()))
+sys.exit(p.wait())
+EOF
+}
+
+# check_bootc FILE MANIFEST CHECKS...: check the bootc lines in FILE (plain,
+# or "NS LINE" as bootc_timed_pull writes them, with CHECK timed) against
+# bootc's published schema (docs/src/progress-v0.schema.json at
+# bootc-dev/bootc 534c76ea: every property is required, uint64s are
+# non-negative integers) and against MANIFEST, the image manifest's JSON.
+# CHECKS: fresh (every layer fetched), cached (every layer already in DEST),
+# failed (the last step incomplete), timed (at most 5 lines a second but for
+# Start and the final two). Prints one line per problem; exit 1 if any.
+check_bootc() {
+    "$PH_PYTHON" - "$@" <<'EOF'
+import json, sys
+
+path, manifest = sys.argv[1:3]
+checks = set(sys.argv[3:])
+S, U, B, A = "string", "uint64", "boolean", "array"
+KEYS = {
+    "Start": {"type": S, "version": S},
+    "ProgressBytes": {"type": S, "task": S, "description": S, "id": S, "bytesCached": U, "bytes": U,
+                      "bytesTotal": U, "stepsCached": U, "steps": U, "stepsTotal": U, "subtasks": A},
+    "ProgressSteps": {"type": S, "task": S, "description": S, "id": S, "stepsCached": U, "steps": U,
+                      "stepsTotal": U, "subtasks": A},
+}
+SUB = {"ProgressBytes": {"subtask": S, "description": S, "id": S, "bytesCached": U, "bytes": U, "bytesTotal": U},
+       "ProgressSteps": {"subtask": S, "description": S, "id": S, "completed": B}}
+problems = []
+
+def kind_ok(v, k):
+    if k == S: return isinstance(v, str)
+    if k == B: return isinstance(v, bool)
+    if k == A: return isinstance(v, list)
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+
+def check_obj(o, want, where):
+    if not isinstance(o, dict):
+        problems.append("%s: not an object" % where)
+        return
+    if set(o) != set(want):
+        problems.append("%s: keys %s, bootc's schema has %s" % (where, sorted(o), sorted(want)))
+    for k, kind in want.items():
+        if k in o and not kind_ok(o[k], kind):
+            problems.append("%s: %s=%r is not a %s" % (where, k, o[k], kind))
+
+t0, times, events = None, [], []
+for n, raw in enumerate(open(path), 1):
+    raw = raw.rstrip("\n")
+    if "timed" in checks:
+        ns, _, raw = raw.partition(" ")
+        if ns == "t0":
+            t0 = int(raw)
+            continue
+        times.append(int(ns))
+    try:
+        e = json.loads(raw)
+    except ValueError as err:
+        problems.append("line %d is not JSON (%s): %r" % (n, err, raw[:200]))
+        continue
+    t = e.get("type") if isinstance(e, dict) else None
+    if t not in KEYS:
+        problems.append("line %d: type %r is not bootc's" % (n, t))
+        continue
+    check_obj(e, KEYS[t], "line %d (%s)" % (n, t))
+    for i, s in enumerate(e.get("subtasks") or []):
+        check_obj(s, SUB[t], "line %d (%s) subtask %d" % (n, t, i))
+    events.append(e)
+
+if len(events) < 3:
+    problems.append("%d lines; want Start and at least the final two" % len(events))
+else:
+    types = [e["type"] for e in events]
+    if types[0] != "Start" or events[0].get("version") != "0.1.0":
+        problems.append("first line %s, not Start version 0.1.0" % json.dumps(events[0]))
+    if types.count("Start") != 1:
+        problems.append("%d Start lines" % types.count("Start"))
+    last, fb = events[-1], events[-2]
+    if types[-1] != "ProgressSteps" or types[-2] != "ProgressBytes":
+        problems.append("the last two lines are %s, not the final ProgressBytes and ProgressSteps" % types[-2:])
+    else:
+        subs = last["subtasks"]
+        if "failed" in checks:
+            if not subs or subs[-1]["completed"] or last["steps"] >= last["stepsTotal"]:
+                problems.append("failed pull, yet the last step is complete: %s" % json.dumps(last))
+        elif last["steps"] != last["stepsTotal"] or not subs or not all(s["completed"] for s in subs) \
+                or len(subs) != last["stepsTotal"]:
+            problems.append("the final ProgressSteps is not complete: %s" % json.dumps(last))
+        layers = {l["digest"]: l["size"] for l in json.loads(manifest)["layers"]} if manifest else {}
+        total = sum(layers.values())
+        got = {s["id"]: s for s in fb["subtasks"]}
+        if "fresh" in checks or "cached" in checks:
+            if set(got) != set(layers):
+                problems.append("subtask ids %s != the manifest's layers %s" % (sorted(got), sorted(layers)))
+            for d, s in got.items():
+                if s["bytes"] != s["bytesTotal"] or s["bytesTotal"] != layers.get(d):
+                    problems.append("layer %s: bytes %d / bytesTotal %d, manifest size %s" % (d, s["bytes"], s["bytesTotal"], layers.get(d)))
+        if "fresh" in checks:
+            want = dict(bytesCached=0, bytes=total, bytesTotal=total, stepsCached=0, steps=len(layers), stepsTotal=len(layers))
+        elif "cached" in checks:
+            want = dict(bytesCached=total, bytes=0, bytesTotal=0, stepsCached=len(layers), steps=0, stepsTotal=0)
+        else:
+            want = {}
+        for k, v in want.items():
+            if fb[k] != v:
+                problems.append("final ProgressBytes %s=%d, want %d" % (k, fb[k], v))
+    prev = 0
+    for e in events:
+        if e["type"] != "ProgressBytes":
+            continue
+        if e["bytes"] < prev:
+            problems.append("ProgressBytes bytes went down: %d after %d" % (e["bytes"], prev))
+        prev = e["bytes"]
+        if e["bytes"] > e["bytesTotal"] > 0:
+            problems.append("ProgressBytes bytes %d > bytesTotal %d" % (e["bytes"], e["bytesTotal"]))
+    if "timed" in checks:
+        # The translator writes a rate-limited line at least 200 ms after
+        # the previous one (by CLOCK_MONOTONIC); Start and the final two are
+        # exempt. The first limited line is queued after t0 and the final
+        # line arrives after the last limited one was queued, so N limited
+        # lines need N <= 5 * (arrival of the last line - t0) + 1, however
+        # late the reader or the pipe delivered any of them.
+        limited = len(events) - 3
+        span = (times[-1] - t0) / 1e9
+        print("bootc: %d lines, %d rate-limited, over %.2f s" % (len(events), limited, span), file=sys.stderr)
+        if limited > 5 * span + 1:
+            problems.append("%d rate-limited lines in %.2f s: more than 5 a second" % (limited, span))
+        if limited < 5:
+            problems.append("only %d rate-limited lines: the rate check proves nothing" % limited)
+
+for p in problems:
+    print(p)
+sys.exit(1 if problems else 0)
+EOF
+}
+
+@test "progress: --progress-format bootc, a real rate-limited pull: bootc's schema, Start first, totals are the layers' sizes, at most 5 a second" {
+    start_tarpit -1 --rate 6000000
+    run bootc_timed_pull "$OUT/bootc.times" pull --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --progress-format bootc --progress-fd 3 "$TARPIT_HOST/fixtures/big" "oci:$OUT/big"
+    echo "[stderr] $(cat "$OUT/stderr")"
+    assert_success
+    run cat "$OUT/stdout"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/big:latest)"
+    run check_bootc "$OUT/bootc.times" "$(registry_manifest fixtures/big:latest)" fresh timed
+    assert_success
+    # The default format's types never appear.
+    ! grep -q '"type":"layer_' "$OUT/bootc.times" || fail "pullhelper events in the bootc stream"
+}
+
+@test "progress: --progress-format bootc counts layers already in the oci: layout as cached" {
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:a"
+    run_pullhelper pull "${PH_OPTS[@]}" --progress-format bootc --progress-fd 3 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/shared:b" 3>"$OUT/bootc.jsonl"
+    assert_json_result
+    run check_bootc "$OUT/bootc.jsonl" "$(registry_manifest fixtures/tiny:latest)" cached
+    assert_success
+}
+
+@test "progress: --progress-format bootc on not_found: Start first, the final lines leave the step incomplete" {
+    run_pullhelper 5 pull "${PH_OPTS[@]}" --progress-format bootc --progress-fd 3 \
+        "$REGISTRY_HOST/fixtures/tiny:nope" "oci:$OUT/dest" 3>"$OUT/bootc.jsonl"
+    assert_json_error not_found
+    run check_bootc "$OUT/bootc.jsonl" "" failed
+    assert_success
+}
+
+@test "progress: an unknown --progress-format is exit 2 naming the flag, before anything is pulled" {
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --progress-format yaml --progress-fd 3 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" 3>"$OUT/bootc.jsonl"
+    assert_json_error usage
+    assert_output --partial '--progress-format: want pullhelper or bootc, not \"yaml\"'
+    [[ ! -s $OUT/bootc.jsonl ]] || fail "events written for a refused format"
+    [[ ! -e $OUT/dest ]] || fail "DEST was written although the flag was refused"
 }

@@ -57,6 +57,7 @@ type common struct {
 	policyFile  string
 	profile     string
 	progressFD  int
+	progressFmt string
 	logFormat   string
 	noIsolation bool
 	debug       bool
@@ -112,7 +113,7 @@ written into a staging directory beside DEST and moved into place only when comp
 DEST is either untouched or fully committed.`,
 		Args: exactArgs(2, "IMAGE DEST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			events, closeEvents, err := progressSink(c.progressFD, stderr)
+			events, closeEvents, err := progressSink(c.progressFD, c.progressFmt, stderr)
 			if err != nil {
 				return err
 			}
@@ -130,6 +131,7 @@ DEST is either untouched or fully committed.`,
 	}
 	addCommon(pullCmd)
 	pullCmd.Flags().IntVar(&c.progressFD, "progress-fd", -1, "write JSON Lines progress events to this open file descriptor")
+	pullCmd.Flags().StringVar(&c.progressFmt, "progress-format", progressFormatPullhelper, "the `FORMAT` of the --progress-fd events: pullhelper (start, layer_*, config_*, done, error) or bootc (bootc's progress-v0: Start, ProgressBytes, ProgressSteps; at most 5 a second)")
 	pullCmd.Flags().BoolVar(&c.noIsolation, "no-isolation", false, "pull in-process, without cgroup, namespace or privilege isolation (debugging, benchmarks)")
 
 	explainCmd := &cobra.Command{
@@ -355,20 +357,6 @@ func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, failure.New(failure.Usage, "--log-format: want text or json, not %q", format)
-}
-
-// progressSink returns a function queueing JSON Lines events for fd, or nil
-// for -1, and the function that flushes them (for at most a few seconds) at
-// the end. Writing never stalls the pull; see progress.go.
-func progressSink(fd int, warn io.Writer) (func(api.Event), func(), error) {
-	if fd < 0 {
-		return nil, func() {}, nil
-	}
-	w, err := newProgressWriter(fd, warn)
-	if err != nil {
-		return nil, nil, err
-	}
-	return w.emit, w.close, nil
 }
 
 // firstSignal records the first terminating signal received.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ import (
 // poller is used and the flush deadline interrupts the write.
 const (
 	progressQueue   = 1024
-	progressReserve = 8 // slots only done/error may use
+	progressReserve = 8 // slots only the final lines (done/error; bootc's Start and last two) may use
 	progressFlush   = 2 * time.Second
 )
 
@@ -92,16 +93,22 @@ func isFinal(e pull.Event) bool { return e.Type == "done" || e.Type == "error" }
 
 // emit queues one event; it never blocks on the reader.
 func (w *progressWriter) emit(e pull.Event) {
+	w.emitValue(e, isFinal(e))
+}
+
+// emitValue queues v as one JSON line; reserved lines (the final ones) may
+// use the room kept for them. It never blocks on the reader.
+func (w *progressWriter) emitValue(v any, reserved bool) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	limit := cap(w.q) - progressReserve
-	if isFinal(e) {
+	if reserved {
 		limit = cap(w.q)
 	}
 	if w.closed || len(w.q) >= limit {
@@ -141,4 +148,85 @@ func (w *progressWriter) close() {
 	if n := w.dropped.Load(); n > 0 {
 		fmt.Fprintf(w.warn, "pullhelper: warning: --progress-fd %d: dropped %d events the reader was too slow to take\n", w.fd, n)
 	}
+}
+
+// progressSink returns a function queueing JSON Lines events for fd in the
+// given --progress-format, or nil for fd -1, and the function that flushes
+// them (for at most progressFlush) at the end. Writing never stalls the
+// pull. An unknown format is a usage error, with or without a descriptor.
+func progressSink(fd int, format string, warn io.Writer) (func(api.Event), func(), error) {
+	switch format {
+	case progressFormatPullhelper, progressFormatBootc:
+	default:
+		return nil, nil, failure.New(failure.Usage, "--progress-format: want %s or %s, not %q", progressFormatPullhelper, progressFormatBootc, format)
+	}
+	if fd < 0 {
+		return nil, func() {}, nil
+	}
+	w, err := newProgressWriter(fd, warn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if format == progressFormatPullhelper {
+		return w.emit, w.close, nil
+	}
+	s := newBootcSink(w, time.Now, func(d time.Duration, f func()) func() {
+		t := time.AfterFunc(d, f)
+		return func() { t.Stop() }
+	})
+	return s.emit, s.close, nil
+}
+
+// bootcSink feeds the translator in order: events come from more than one
+// goroutine (the pipeline's start and done, the child's progress, main's
+// error), one at a time. When the translator holds an update back, a timer
+// (after; time.AfterFunc but in tests) writes it once the window opens.
+type bootcSink struct {
+	mu    sync.Mutex
+	t     *bootcTranslator
+	now   func() time.Time
+	after func(time.Duration, func()) (stop func())
+	stop  func() // the armed timer's, or nil
+	w     *progressWriter
+}
+
+func newBootcSink(w *progressWriter, now func() time.Time, after func(time.Duration, func()) func()) *bootcSink {
+	return &bootcSink{t: newBootcTranslator(), now: now, after: after, w: w}
+}
+
+func (s *bootcSink) emit(e api.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.write(s.t.handle(e, s.now()))
+}
+
+// flush is the timer's: write what the translator held back.
+func (s *bootcSink) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop = nil
+	s.write(s.t.flush(s.now()))
+}
+
+// write queues lines and arms the timer for a held update; s.mu is held.
+func (s *bootcSink) write(lines []bootcLine) {
+	for _, l := range lines {
+		s.w.emitValue(l.v, l.keep)
+	}
+	if at, ok := s.t.due(); ok && s.stop == nil {
+		s.stop = s.after(max(at.Sub(s.now()), 0), s.flush)
+	}
+}
+
+// close stops the timer and flushes the writer. A timer already firing
+// finds the translator finished (the final event came first) or the writer
+// closed; either way it writes nothing.
+func (s *bootcSink) close() {
+	s.mu.Lock()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	s.mu.Unlock()
+	s.w.close()
 }

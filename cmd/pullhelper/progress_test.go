@@ -78,7 +78,7 @@ func fullPipe(t *testing.T) (r *os.File, wfd int) {
 func TestProgressNeverStallsOnAReaderThatDoesNotRead(t *testing.T) {
 	_, wfd := fullPipe(t)
 	var warn bytes.Buffer
-	emit, closeEvents, err := progressSink(wfd, &warn)
+	emit, closeEvents, err := progressSink(wfd, progressFormatPullhelper, &warn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestProgressNeverStallsOnAReaderThatDoesNotRead(t *testing.T) {
 func TestProgressFinalEventSurvivesDrops(t *testing.T) {
 	r, wfd := fullPipe(t)
 	var warn bytes.Buffer
-	emit, closeEvents, err := progressSink(wfd, &warn)
+	emit, closeEvents, err := progressSink(wfd, progressFormatPullhelper, &warn)
 	if err != nil {
 		t.Fatal(err)
 	}
