@@ -56,6 +56,7 @@ type common struct {
 	logFormat   string
 	noIsolation bool
 	debug       bool
+	secrets     secretFDs
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -95,6 +96,7 @@ stderr carries logs (and progress bars on a terminal). Exit codes:
 		fs.StringVar(&c.logFormat, "log-format", "text", "stderr log format: text or json")
 		fs.BoolVar(&c.debug, "debug", false, "log debug messages")
 		addSettingFlags(fs)
+		addSecretFDFlags(fs, &c.secrets)
 	}
 
 	pullCmd := &cobra.Command{
@@ -207,7 +209,7 @@ this version does not support yet are errors naming the file, line and key.`,
 		Short: "Print version information as JSON",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			result = map[string]string{"version": version, "go": runtime.Version(), "os_arch": runtime.GOOS + "/" + runtime.GOARCH}
+			result = api.Version{Version: version, Go: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH, Protocol: api.Protocol}
 			return nil
 		},
 	}
@@ -309,7 +311,11 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err := l.Validate(); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
-	plan, err := pipeline.NewPlan(l, pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"})
+	in := pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"}
+	if in.PullSecrets, in.Authfile, err = c.secrets.read(cmd.Context(), cmd.Flags(), c.progressFD); err != nil {
+		return nil, nil, err
+	}
+	plan, err := pipeline.NewPlan(l, in)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,137 @@
+package main
+
+// Inline secrets: --pull-secret-fd N and --authfile-fd N name descriptors
+// the spawning program opened for this run (a pipe, usually; package client
+// passes them so). The parent reads each once, to EOF and at most
+// maxSecretFD bytes, closes it, and keeps the bytes in memory only: they go
+// through the same parsing as --pull-secret / --authfile files (auth), and
+// the child receives the chosen credentials with the rest of its material
+// on fd 3, as for the file forms. Nothing is written to disk and a
+// descriptor is never passed on to the child.
+//
+// They are flags, not policy keys: a descriptor belongs to one run, and a
+// policy file names what is true for every run. A policy's
+// auth.pull_secrets files are read as usual and come first; --authfile-fd
+// replaces auth.authfile (as --authfile does) and cannot be combined with
+// --authfile.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+)
+
+// maxSecretFD bounds what one descriptor may carry (4 MiB): the bound the
+// parent puts on the configuration files it reads whole; a Kubernetes Secret
+// is at most 1 MiB.
+const maxSecretFD = 4 << 20
+
+// secretFDs holds the descriptor flags.
+type secretFDs struct {
+	pullSecret textFlag
+	authfile   textFlag
+}
+
+func addSecretFDFlags(fs *pflag.FlagSet, s *secretFDs) {
+	s.pullSecret.typ, s.authfile.typ = "N", "N"
+	fs.Var(&s.pullSecret, "pull-secret-fd", "read a Kubernetes pull secret (as --pull-secret) from open file descriptor N, once, to EOF (repeatable; after the --pull-secret files)")
+	fs.Var(&s.authfile, "authfile-fd", "read the containers-auth.json(5) file (as --authfile) from open file descriptor N, once, to EOF")
+}
+
+// read reads and closes every descriptor named, after checking them all:
+// a bad one is a usage error naming its flag, before anything is read.
+func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int) ([]auth.Inline, *auth.Inline, error) {
+	if len(s.authfile.vals) > 1 {
+		return nil, nil, failure.New(failure.Usage, "--authfile-fd: given %d times; there is one auth file", len(s.authfile.vals))
+	}
+	if len(s.authfile.vals) == 1 && fs.Changed("authfile") {
+		return nil, nil, failure.New(failure.Usage, "--authfile-fd and --authfile both name the auth file; give one")
+	}
+	type named struct {
+		flag string
+		fd   int
+	}
+	var all []named
+	seen := map[int]string{}
+	for _, g := range []struct {
+		flag string
+		vals []string
+	}{{"--pull-secret-fd", s.pullSecret.vals}, {"--authfile-fd", s.authfile.vals}} {
+		for _, v := range g.vals {
+			fd, err := strconv.Atoi(v)
+			switch {
+			case err != nil || fd < 0:
+				return nil, nil, failure.New(failure.Usage, "%s %q: want a file descriptor number", g.flag, v)
+			case fd == 1 || fd == 2:
+				return nil, nil, failure.New(failure.Usage, "%s %d: stdout and stderr carry the result and logs; pass the secret on another descriptor", g.flag, fd)
+			case fd == progressFD:
+				return nil, nil, failure.New(failure.Usage, "%s %d: also --progress-fd; pass the secret on its own descriptor", g.flag, fd)
+			case seen[fd] != "":
+				return nil, nil, failure.New(failure.Usage, "%s %d: already given (%s); a descriptor is read once", g.flag, fd, seen[fd])
+			}
+			// Inherited descriptors are open without FD_CLOEXEC; every one
+			// the Go runtime opens itself (epoll, its pipes) has it, and
+			// must not be mistaken for the caller's.
+			if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC != 0 {
+				return nil, nil, failure.New(failure.Usage, "%s %d: not an open file descriptor inherited from the caller", g.flag, fd)
+			}
+			seen[fd] = g.flag
+			all = append(all, named{g.flag, fd})
+		}
+	}
+	var secrets []auth.Inline
+	var authfile *auth.Inline
+	for _, n := range all {
+		data, err := readFD(ctx, n.fd)
+		if err != nil {
+			return nil, nil, failure.New(failure.Usage, "%s %d: %v", n.flag, n.fd, err)
+		}
+		in := auth.Inline{Name: "fd:" + strconv.Itoa(n.fd), Data: data}
+		if n.flag == "--authfile-fd" {
+			authfile = &in
+		} else {
+			secrets = append(secrets, in)
+		}
+	}
+	return secrets, authfile, nil
+}
+
+// readFD reads fd to EOF, at most maxSecretFD bytes, and closes it. A pipe
+// is read through the runtime poller, so that a writer that never closes
+// its end does not outlive the run's cancellation (SIGINT, SIGTERM).
+func readFD(ctx context.Context, fd int) ([]byte, error) {
+	// O_NONBLOCK lets os.NewFile use the poller (deadlines); harmless on a
+	// regular file.
+	_ = unix.SetNonblock(fd, true)
+	f := os.NewFile(uintptr(fd), "fd:"+strconv.Itoa(fd))
+	defer f.Close()
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now()) })
+	defer stop()
+	data, err := io.ReadAll(io.LimitReader(f, maxSecretFD+1))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, fmt.Errorf("interrupted while reading (the writer did not close its end)")
+	case err != nil:
+		return nil, fmt.Errorf("reading: %v", unwrapPath(err))
+	case len(data) > maxSecretFD:
+		return nil, fmt.Errorf("more than %d bytes (4 MiB), the limit; a pull secret or auth file is a few KiB", maxSecretFD)
+	}
+	return data, nil
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
