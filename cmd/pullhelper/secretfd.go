@@ -22,7 +22,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -105,27 +104,37 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int)
 	return secrets, authfile, nil
 }
 
-// readFD reads fd to EOF, at most maxSecretFD bytes, and closes it. A pipe
-// is read through the runtime poller, so that a writer that never closes
-// its end does not outlive the run's cancellation (SIGINT, SIGTERM).
+// readFD reads fd to EOF, at most maxSecretFD bytes, and closes it. The
+// descriptor is left in its mode (O_NONBLOCK belongs to the open file
+// description, which the caller may share, e.g. a terminal on stdin), so a
+// blocking read runs in its own goroutine: a writer that never closes its
+// end does not outlive the run's cancellation (SIGINT, SIGTERM), which
+// returns at once and leaves the read to the process's exit.
 func readFD(ctx context.Context, fd int) ([]byte, error) {
-	// O_NONBLOCK lets os.NewFile use the poller (deadlines); harmless on a
-	// regular file.
-	_ = unix.SetNonblock(fd, true)
 	f := os.NewFile(uintptr(fd), "fd:"+strconv.Itoa(fd))
-	defer f.Close()
-	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now()) })
-	defer stop()
-	data, err := io.ReadAll(io.LimitReader(f, maxSecretFD+1))
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	type read struct {
+		data []byte
+		err  error
+	}
+	ch := make(chan read, 1)
+	go func() {
+		data, err := io.ReadAll(io.LimitReader(f, maxSecretFD+1))
+		f.Close()
+		ch <- read{data, err}
+	}()
+	var r read
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
 		return nil, fmt.Errorf("interrupted while reading (the writer did not close its end)")
-	case err != nil:
-		return nil, fmt.Errorf("reading: %v", unwrapPath(err))
-	case len(data) > maxSecretFD:
+	}
+	switch {
+	case r.err != nil:
+		return nil, fmt.Errorf("reading: %v", unwrapPath(r.err))
+	case len(r.data) > maxSecretFD:
 		return nil, fmt.Errorf("more than %d bytes (4 MiB), the limit; a pull secret or auth file is a few KiB", maxSecretFD)
 	}
-	return data, nil
+	return r.data, nil
 }
 
 func unwrapPath(err error) error {
