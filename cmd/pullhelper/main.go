@@ -35,6 +35,8 @@ var version = "dev"
 func init() { policy.CertsDSearch = auth.DefaultCertsD }
 
 func main() {
+	// Before anything opens or marks a descriptor (--pull-secret-fd).
+	recordInheritedFDs()
 	// go.podman.io/storage re-executes the binary to apply a layer in a
 	// chroot (storage-applyLayer, as root, for the containers-storage:
 	// import in the parent); that process never reaches the CLI either.

@@ -34,6 +34,30 @@ import (
 // is at most 1 MiB.
 const maxSecretFD = 4 << 20
 
+// inheritedFDs are the descriptors the process started with: open without
+// FD_CLOEXEC (the Go runtime opens every one of its own, epoll and its
+// pipes, with O_CLOEXEC, and they must not be mistaken for the caller's).
+// main records them first, before reexec.Dispatch marks every fd from 3 up
+// close-on-exec.
+var inheritedFDs map[int]bool
+
+func recordInheritedFDs() {
+	inheritedFDs = map[int]bool{}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
+			inheritedFDs[fd] = true
+		}
+	}
+}
+
 // secretFDs holds the descriptor flags.
 type secretFDs struct {
 	pullSecret textFlag
@@ -77,10 +101,7 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int)
 			case seen[fd] != "":
 				return nil, nil, failure.New(failure.Usage, "%s %d: already given (%s); a descriptor is read once", g.flag, fd, seen[fd])
 			}
-			// Inherited descriptors are open without FD_CLOEXEC; every one
-			// the Go runtime opens itself (epoll, its pipes) has it, and
-			// must not be mistaken for the caller's.
-			if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC != 0 {
+			if !inheritedFDs[fd] {
 				return nil, nil, failure.New(failure.Usage, "%s %d: not an open file descriptor inherited from the caller", g.flag, fd)
 			}
 			seen[fd] = g.flag
