@@ -169,6 +169,10 @@ func NewKeyring(c Config) (*Keyring, error) {
 	var err error
 	if len(c.PullSecrets) > 0 || len(c.InlinePullSecrets) > 0 {
 		if k.secrets, err = LoadPullSecrets(c.PullSecrets, c.InlinePullSecrets...); err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return nil, ce
+			}
 			return bad("auth.pull_secrets", err)
 		}
 	}

@@ -442,6 +442,9 @@ func LoadPullSecrets(files []string, inline ...Inline) (*KubeletKeyring, error) 
 	// same parsing and the same errors, naming Name instead of a path.
 	for _, in := range inline {
 		if err := k.addPullSecretFile(in.Data, in.Name); err != nil {
+			if in.Setting != "" {
+				return nil, &ConfigError{Setting: in.Setting, Err: err}
+			}
 			return nil, err
 		}
 	}
@@ -450,10 +453,13 @@ func LoadPullSecrets(files []string, inline ...Inline) (*KubeletKeyring, error) 
 
 // Inline is a credential file's content that the caller read once (from a
 // pipe: --pull-secret-fd, --authfile-fd) instead of a path. Name stands for
-// the path in results and errors ("fd:N"); Data is secret and never marshals.
+// the path in results and errors ("fd:N"); Setting, when set, is what a
+// load error names instead of the policy key ("--pull-secret-fd N"); Data is
+// secret and never marshals.
 type Inline struct {
-	Name string `json:"name"`
-	Data []byte `json:"-"`
+	Name    string `json:"name"`
+	Setting string `json:"-"`
+	Data    []byte `json:"-"`
 }
 
 func (k *KubeletKeyring) addPullSecretFile(data []byte, file string) error {

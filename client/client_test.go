@@ -141,6 +141,7 @@ func TestSentinels(t *testing.T) {
 			r.Dest = "oci:" + filepath.Join(t.TempDir(), "missing", "dest")
 		}, "missing"},
 		{"unknown flag", client.ErrUsage, "usage", 2, func(r *client.Request) { r.Extra = []string{"--no-such-flag"} }, "--no-such-flag"},
+		{"malformed pull secret", client.ErrUsage, "usage", 2, func(r *client.Request) { r.PullSecrets = [][]byte{[]byte("{s3cr3t")} }, "--pull-secret-fd 3: parsing pull secret fd:3"},
 		{"bad descriptor", client.ErrUsage, "usage", 2, func(r *client.Request) { r.Extra = []string{"--pull-secret-fd", "99"} }, "--pull-secret-fd 99"},
 		{"missing netns", client.ErrIsolation, "isolation", 7, func(r *client.Request) { r.Netns = "/nonexistent-netns-" + strconv.Itoa(os.Getpid()) }, "/nonexistent-netns-"},
 		{"signature policy rejects", client.ErrVerification, "verification", 8, func(r *client.Request) { r.Extra = []string{"--signature-policy", reject} }, "reject"},
@@ -164,6 +165,9 @@ func TestSentinels(t *testing.T) {
 			}
 			if e.Code != c.code || e.Exit != c.exit || strings.Contains(e.Message, "\n") || !strings.Contains(e.Message, c.msg) {
 				t.Errorf("error code %q exit %d message %q: want code %q, exit %d, one line naming %q", e.Code, e.Exit, e.Message, c.code, c.exit, c.msg)
+			}
+			if strings.Contains(e.Message, "s3cr3t") || strings.Contains(e.Message, w.password) {
+				t.Errorf("the message quotes the secret: %q", e.Message)
 			}
 			if err.Error() != "pullhelper: "+e.Message {
 				t.Errorf("Error() %q does not carry the helper's message %q", err.Error(), e.Message)

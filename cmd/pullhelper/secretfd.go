@@ -115,7 +115,7 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int)
 		if err != nil {
 			return nil, nil, failure.New(failure.Usage, "%s %d: %v", n.flag, n.fd, err)
 		}
-		in := auth.Inline{Name: "fd:" + strconv.Itoa(n.fd), Data: data}
+		in := auth.Inline{Name: "fd:" + strconv.Itoa(n.fd), Setting: n.flag + " " + strconv.Itoa(n.fd), Data: data}
 		if n.flag == "--authfile-fd" {
 			authfile = &in
 		} else {
