@@ -217,8 +217,14 @@ func (c *Client) Pull(ctx context.Context, r Request) (*api.Result, error) {
 	}
 	wg.Wait()
 	// The helper's end of the event pipe closed when it exited (its child
-	// never holds it); the reader drains what is left and stops at EOF.
-	<-evDone
+	// never holds it); the reader drains what is left and stops at EOF. A
+	// process that still held it would be a bug: stop reading after a while.
+	select {
+	case <-evDone:
+	case <-time.After(5 * time.Second):
+		events.Close()
+		<-evDone
+	}
 
 	herr := c.outcome(state, killed, stdout, stderr)
 	if herr == nil {
