@@ -87,8 +87,11 @@ type Config struct {
 	// ServiceAccountToken is the token file offered to the hosts matching
 	// ServiceAccountRegistries, with ServiceAccountUsername ("" =
 	// DefaultServiceAccountUsername).
+	// InlineServiceAccountToken (--service-account-token-fd), when not
+	// nil, is the token itself; it replaces ServiceAccountToken.
 	ServiceAccountToken, ServiceAccountUsername string
 	ServiceAccountRegistries                    []string
+	InlineServiceAccountToken                   *Inline
 	// Authfile is --authfile / auth.authfile; Env the environment of the
 	// default auth-file search. InlineAuthfile (--authfile-fd), when not
 	// nil, replaces both: it is the only auth file, as --authfile's is.
@@ -162,6 +165,9 @@ type scopedPattern struct {
 // NewKeyring reads every configured source. Errors are *ConfigError and
 // never quote a secret.
 func NewKeyring(c Config) (*Keyring, error) {
+	if c.InlineServiceAccountToken != nil {
+		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
+	}
 	k := &Keyring{c: c, provCache: map[string][]Credential{}, ids: map[string]string{}}
 	bad := func(setting string, err error) (*Keyring, error) {
 		return nil, &ConfigError{Setting: setting, Err: err}
@@ -307,7 +313,11 @@ func (k *Keyring) lookup(q query) []Credential {
 		}
 	}
 	if k.c.ServiceAccountToken != "" {
-		c, err := serviceAccountToken(k.c.ServiceAccountToken, k.c.ServiceAccountUsername, k.saPatterns, q.host)
+		var data []byte
+		if k.c.InlineServiceAccountToken != nil {
+			data = k.c.InlineServiceAccountToken.Data
+		}
+		c, err := serviceAccountToken(k.c.ServiceAccountToken, data, k.c.ServiceAccountUsername, k.saPatterns, q.host)
 		if err != nil {
 			k.warn(err.Error())
 		} else if c != nil {

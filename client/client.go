@@ -63,6 +63,12 @@ type Request struct {
 	// (--authfile-fd); it is then the only auth file. Exclusive with
 	// AuthFilePath.
 	AuthFile []byte
+	// ServiceAccountToken is a token offered as the password (user
+	// "serviceaccount") to the registries matching ServiceAccountRegistries
+	// (host[:port] or *.domain[:port]; --service-account-registry), passed
+	// over a pipe (--service-account-token-fd).
+	ServiceAccountToken      []byte
+	ServiceAccountRegistries []string
 	// PullSecretFiles (--pull-secret FILE) and AuthFilePath (--authfile
 	// FILE) name credential files the helper reads itself.
 	PullSecretFiles []string
@@ -166,6 +172,11 @@ func (c *Client) Pull(ctx context.Context, r Request) (*api.Result, error) {
 			return nil, err
 		}
 	}
+	if r.ServiceAccountToken != nil {
+		if err := addSecret("--service-account-token-fd", r.ServiceAccountToken); err != nil {
+			return nil, err
+		}
+	}
 	args = append(args, r.flags()...)
 	args = append(args, "--", r.Image, r.Dest)
 
@@ -253,6 +264,9 @@ func (r *Request) flags() []string {
 	add("--authfile", r.AuthFilePath)
 	for _, f := range r.PullSecretFiles {
 		add("--pull-secret", f)
+	}
+	for _, p := range r.ServiceAccountRegistries {
+		add("--service-account-registry", p)
 	}
 	add("--cert-dir", r.CertDir)
 	if r.TLSVerify != nil {

@@ -110,6 +110,23 @@ func TestPullInlineAuthFile(t *testing.T) {
 	}
 }
 
+func TestPullInlineServiceAccountToken(t *testing.T) {
+	w := env(t)
+	r := w.request(t, "tiny")
+	r.PullSecrets, r.ServiceAccountToken, r.ServiceAccountRegistries = nil, []byte(w.token+"\n"), []string{w.host}
+	res, err := w.client().Pull(testCtx(t), r)
+	if err != nil {
+		t.Fatalf("Pull: %v", err)
+	}
+	if res.Credential == nil || res.Credential.Source != "service-account-token" || !strings.HasPrefix(res.Credential.File, "fd:") || res.Credential.Username != "serviceaccount" {
+		t.Errorf("credential %+v: want the inline token (service-account-token, fd:N, serviceaccount)", res.Credential)
+	}
+	r.ServiceAccountRegistries = nil
+	if _, err := w.client().Pull(testCtx(t), r); !errors.Is(err, client.ErrUsage) || !strings.Contains(err.Error(), "--service-account-registry") {
+		t.Errorf("a token without registries: err %v, want ErrUsage naming --service-account-registry", err)
+	}
+}
+
 // Each sentinel from a real cause.
 func TestSentinels(t *testing.T) {
 	w := env(t)
@@ -348,7 +365,7 @@ func TestSecretNotInProc(t *testing.T) {
 	w := env(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	needles := [][]byte{[]byte(w.password), []byte(base64.StdEncoding.EncodeToString([]byte(w.user + ":" + w.password)))}
+	needles := [][]byte{[]byte(w.password), []byte(base64.StdEncoding.EncodeToString([]byte(w.user + ":" + w.password))), []byte(w.token)}
 	var helpers map[int]string
 	var leaks []string
 	var scanned atomic.Int64
@@ -378,6 +395,7 @@ func TestSecretNotInProc(t *testing.T) {
 			}
 		}
 	})
+	r.ServiceAccountToken, r.ServiceAccountRegistries = []byte(w.token), []string{w.host}
 	_, _ = w.client().Pull(ctx, r)
 	if len(helpers) < 2 || scanned.Load() < 4 {
 		t.Fatalf("scanned %d files of the helper processes %v; want cmdline and environ of the helper and its child", scanned.Load(), helpers)

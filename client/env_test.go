@@ -49,6 +49,7 @@ type world struct {
 	certDir  string // holds ca.crt only
 	user     string
 	password string
+	token    string // the password of user "serviceaccount"
 	authJSON []byte // containers auth.json with the right password
 	badJSON  []byte // same user, wrong password
 	digests  map[string]string
@@ -116,6 +117,8 @@ func setup() (*world, error) {
 	pw := make([]byte, 16)
 	_, _ = rand.Read(pw)
 	w.password = hex.EncodeToString(pw)
+	_, _ = rand.Read(pw)
+	w.token = "sa." + hex.EncodeToString(pw)
 	w.authJSON = w.authFile(w.password)
 	w.badJSON = w.authFile("wrong-" + w.password)
 	if err := w.startRegistry(); err != nil {
@@ -248,6 +251,11 @@ func (w *world) startRegistry() error {
 	htpasswd := filepath.Join(w.dir, "htpasswd")
 	cmd := exec.Command("htpasswd", "-B", "-i", "-c", htpasswd, w.user)
 	cmd.Stdin = strings.NewReader(w.password)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("htpasswd: %v\n%s", err, out)
+	}
+	cmd = exec.Command("htpasswd", "-B", "-i", htpasswd, "serviceaccount")
+	cmd.Stdin = strings.NewReader(w.token)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("htpasswd: %v\n%s", err, out)
 	}

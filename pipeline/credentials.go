@@ -28,7 +28,7 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 		ServiceAccountRegistries:    a.ServiceAccountRegistries,
 		ProviderServiceAccountToken: a.ProviderServiceAccountToken,
 		Authfile:                    a.Authfile, Env: in.Env,
-		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile,
+		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
 		RegistriesConf: registriesConf,
 		CertDir:        t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
 		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",

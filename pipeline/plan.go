@@ -89,8 +89,11 @@ type Inputs struct {
 	// PullSecrets are pull secrets the caller read from descriptors
 	// (--pull-secret-fd), used after auth.pull_secrets' files; Authfile,
 	// when not nil, is the --authfile-fd content, the only auth file.
-	PullSecrets []auth.Inline
-	Authfile    *auth.Inline
+	// ServiceAccountToken, when not nil, is the --service-account-token-fd
+	// token, offered as auth.service_account_token's would be.
+	PullSecrets         []auth.Inline
+	Authfile            *auth.Inline
+	ServiceAccountToken *auth.Inline
 }
 
 // NewPlan resolves everything a pull needs without touching the network.

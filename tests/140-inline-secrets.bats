@@ -9,7 +9,9 @@ load helpers
 
 setup_file() {
     [[ $(id -u) == 0 ]] || skip "the isolated pull needs root"
-    start_registry
+    # A second htpasswd user, "serviceaccount", whose password is a token.
+    head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$BATS_FILE_TMPDIR/sa-token"
+    PH_REGISTRY_EXTRA_USERS="serviceaccount=$BATS_FILE_TMPDIR/sa-token" start_registry
     push_fixture tiny
 }
 
@@ -72,4 +74,16 @@ setup() {
     run_pullhelper explain --pull-secret-fd 5 "$REGISTRY_HOST/fixtures/tiny" 5<"$REGISTRY_AUTHFILE"
     assert_equal "$(json_get '.plan.credentials[0].file' <<<"$output")" fd:5
     ! grep -qF "$(cat "$REGISTRY_DIR/password")" <<<"$output$stderr" || fail "the password is in explain's output"
+}
+
+@test "--service-account-token-fd: the token on a descriptor; without a registry pattern exit 2" {
+    run_pullhelper pull --cert-dir "$REGISTRY_CERT_DIR" --service-account-token-fd 5 \
+        --service-account-registry "$REGISTRY_HOST" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" 5<"$BATS_FILE_TMPDIR/sa-token"
+    assert_equal "$(json_get .credential.source <<<"$output")" service-account-token
+    assert_equal "$(json_get .credential.file <<<"$output")" fd:5
+    run_pullhelper 2 pull --cert-dir "$REGISTRY_CERT_DIR" --service-account-token-fd 5 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2" 5<"$BATS_FILE_TMPDIR/sa-token"
+    assert_json_error usage
+    [[ $ph_error_message == *--service-account-registry* ]] || fail "message does not name --service-account-registry: $ph_error_message"
+    ! grep -qF "$(cat "$BATS_FILE_TMPDIR/sa-token")" <<<"$output$stderr" || fail "the token is in the output"
 }

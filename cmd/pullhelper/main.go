@@ -314,9 +314,11 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
 	in := pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"}
-	if in.PullSecrets, in.Authfile, err = c.secrets.read(cmd.Context(), cmd.Flags(), c.progressFD); err != nil {
+	inl, err := c.secrets.read(cmd.Context(), cmd.Flags(), c.progressFD, l.Auth.ServiceAccountRegistries)
+	if err != nil {
 		return nil, nil, err
 	}
+	in.PullSecrets, in.Authfile, in.ServiceAccountToken = inl.pullSecrets, inl.authfile, inl.saToken
 	plan, err := pipeline.NewPlan(l, in)
 	if err != nil {
 		return nil, nil, err

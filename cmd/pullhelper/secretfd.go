@@ -1,10 +1,12 @@
 package main
 
-// Inline secrets: --pull-secret-fd N and --authfile-fd N name descriptors
+// Inline secrets: --pull-secret-fd N, --authfile-fd N and
+// --service-account-token-fd N name descriptors
 // the spawning program opened for this run (a pipe, usually; package client
 // passes them so). The parent reads each once, to EOF and at most
 // maxSecretFD bytes, closes it, and keeps the bytes in memory only: they go
-// through the same parsing as --pull-secret / --authfile files (auth), and
+// through the same parsing as --pull-secret / --authfile /
+// --service-account-token files (auth), and
 // the child receives the chosen credentials with the rest of its material
 // on fd 3, as for the file forms. Nothing is written to disk and a
 // descriptor is never passed on to the child.
@@ -13,7 +15,8 @@ package main
 // policy file names what is true for every run. A policy's
 // auth.pull_secrets files are read as usual and come first; --authfile-fd
 // replaces auth.authfile (as --authfile does) and cannot be combined with
-// --authfile.
+// --authfile; --service-account-token-fd replaces auth.service_account_token
+// and needs --service-account-registry (or auth.service_account_registries).
 
 import (
 	"context"
@@ -22,6 +25,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -62,22 +66,43 @@ func recordInheritedFDs() {
 type secretFDs struct {
 	pullSecret textFlag
 	authfile   textFlag
+	saToken    textFlag
+}
+
+// inlineSecrets are what the descriptors held.
+type inlineSecrets struct {
+	pullSecrets []auth.Inline
+	authfile    *auth.Inline
+	saToken     *auth.Inline
 }
 
 func addSecretFDFlags(fs *pflag.FlagSet, s *secretFDs) {
-	s.pullSecret.typ, s.authfile.typ = "N", "N"
+	s.pullSecret.typ, s.authfile.typ, s.saToken.typ = "N", "N", "N"
 	fs.Var(&s.pullSecret, "pull-secret-fd", "read a Kubernetes pull secret (as --pull-secret) from open file descriptor N, once, to EOF (repeatable; after the --pull-secret files)")
 	fs.Var(&s.authfile, "authfile-fd", "read the containers-auth.json(5) file (as --authfile) from open file descriptor N, once, to EOF")
+	fs.Var(&s.saToken, "service-account-token-fd", "read the token offered to --service-account-registry registries (as --service-account-token) from open file descriptor N, once, to EOF")
 }
 
 // read reads and closes every descriptor named, after checking them all:
 // a bad one is a usage error naming its flag, before anything is read.
-func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int) ([]auth.Inline, *auth.Inline, error) {
-	if len(s.authfile.vals) > 1 {
-		return nil, nil, failure.New(failure.Usage, "--authfile-fd: given %d times; there is one auth file", len(s.authfile.vals))
+func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int, saRegistries []string) (inlineSecrets, error) {
+	var out inlineSecrets
+	usage := func(format string, a ...any) (inlineSecrets, error) {
+		return inlineSecrets{}, failure.New(failure.Usage, format, a...)
 	}
-	if len(s.authfile.vals) == 1 && fs.Changed("authfile") {
-		return nil, nil, failure.New(failure.Usage, "--authfile-fd and --authfile both name the auth file; give one")
+	for _, one := range []struct {
+		fd, file string
+		vals     []string
+	}{{"--authfile-fd", "--authfile", s.authfile.vals}, {"--service-account-token-fd", "--service-account-token", s.saToken.vals}} {
+		if len(one.vals) > 1 {
+			return usage("%s: given %d times; there is one", one.fd, len(one.vals))
+		}
+		if len(one.vals) == 1 && fs.Changed(strings.TrimPrefix(one.file, "--")) {
+			return usage("%s and %s both name the same file; give one", one.fd, one.file)
+		}
+	}
+	if len(s.saToken.vals) == 1 && len(saRegistries) == 0 {
+		return usage("--service-account-token-fd needs --service-account-registry (the registries to offer the token to)")
 	}
 	type named struct {
 		flag string
@@ -88,41 +113,41 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int)
 	for _, g := range []struct {
 		flag string
 		vals []string
-	}{{"--pull-secret-fd", s.pullSecret.vals}, {"--authfile-fd", s.authfile.vals}} {
+	}{{"--pull-secret-fd", s.pullSecret.vals}, {"--authfile-fd", s.authfile.vals}, {"--service-account-token-fd", s.saToken.vals}} {
 		for _, v := range g.vals {
 			fd, err := strconv.Atoi(v)
 			switch {
 			case err != nil || fd < 0:
-				return nil, nil, failure.New(failure.Usage, "%s %q: want a file descriptor number", g.flag, v)
+				return usage("%s %q: want a file descriptor number", g.flag, v)
 			case fd == 1 || fd == 2:
-				return nil, nil, failure.New(failure.Usage, "%s %d: stdout and stderr carry the result and logs; pass the secret on another descriptor", g.flag, fd)
+				return usage("%s %d: stdout and stderr carry the result and logs; pass the secret on another descriptor", g.flag, fd)
 			case fd == progressFD:
-				return nil, nil, failure.New(failure.Usage, "%s %d: also --progress-fd; pass the secret on its own descriptor", g.flag, fd)
+				return usage("%s %d: also --progress-fd; pass the secret on its own descriptor", g.flag, fd)
 			case seen[fd] != "":
-				return nil, nil, failure.New(failure.Usage, "%s %d: already given (%s); a descriptor is read once", g.flag, fd, seen[fd])
-			}
-			if !inheritedFDs[fd] {
-				return nil, nil, failure.New(failure.Usage, "%s %d: not an open file descriptor inherited from the caller", g.flag, fd)
+				return usage("%s %d: already given (%s); a descriptor is read once", g.flag, fd, seen[fd])
+			case !inheritedFDs[fd]:
+				return usage("%s %d: not an open file descriptor inherited from the caller", g.flag, fd)
 			}
 			seen[fd] = g.flag
 			all = append(all, named{g.flag, fd})
 		}
 	}
-	var secrets []auth.Inline
-	var authfile *auth.Inline
 	for _, n := range all {
 		data, err := readFD(ctx, n.fd)
 		if err != nil {
-			return nil, nil, failure.New(failure.Usage, "%s %d: %v", n.flag, n.fd, err)
+			return usage("%s %d: %v", n.flag, n.fd, err)
 		}
 		in := auth.Inline{Name: "fd:" + strconv.Itoa(n.fd), Setting: n.flag + " " + strconv.Itoa(n.fd), Data: data}
-		if n.flag == "--authfile-fd" {
-			authfile = &in
-		} else {
-			secrets = append(secrets, in)
+		switch n.flag {
+		case "--authfile-fd":
+			out.authfile = &in
+		case "--service-account-token-fd":
+			out.saToken = &in
+		default:
+			out.pullSecrets = append(out.pullSecrets, in)
 		}
 	}
-	return secrets, authfile, nil
+	return out, nil
 }
 
 // readFD reads fd to EOF, at most maxSecretFD bytes, and closes it. The
