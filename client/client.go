@@ -371,9 +371,9 @@ func (c *Client) outcome(state *os.ProcessState, killed bool, stdout *capWriter,
 		return newError(out.Error.Code, exit, out.Error.Message)
 	}
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		msg := fmt.Sprintf("killed by %v", ws.Signal())
+		msg := fmt.Sprintf("ended by signal %d (%v) before it reported a result", ws.Signal(), ws.Signal())
 		if killed {
-			msg = fmt.Sprintf("killed by %v: it did not exit within %v of SIGTERM; its cgroup and staging are left for the next run to reclaim", ws.Signal(), c.grace())
+			msg = fmt.Sprintf("did not exit within %v of SIGTERM and was killed (SIGKILL); its cgroup and staging are left for the next run (or pullhelper gc) to reclaim", c.grace())
 		}
 		e := newError("", exit, msg)
 		e.sentinel = ErrInterrupted
