@@ -66,6 +66,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(agentEnv) != "" {
+		os.Exit(runAgent())
+	}
 	code := m.Run()
 	if theWorld != nil && theWorld.reg != nil && theWorld.reg.Process != nil {
 		_ = theWorld.reg.Process.Kill()

@@ -399,6 +399,11 @@ func signalContext(seen *firstSignal) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	// A caller that dies leaves stdout and stderr broken pipes: a log line
+	// or the final JSON must then fail with EPIPE, not kill the process by
+	// SIGPIPE in the middle of its cleanup (cgroup, staging). Notify, unlike
+	// Ignore, does not pass on to the children (exec resets handlers).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	go func() {
 		select {
 		case s := <-ch:
