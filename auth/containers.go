@@ -32,6 +32,10 @@ type Credential struct {
 type AuthFile struct {
 	Path   string `json:"path"`
 	Legacy bool   `json:"legacy,omitempty"` // .dockercfg format
+	// Data, when not nil, is the file's content, read once by the
+	// caller (an --authfile-fd pipe); Path then only names it ("fd:N").
+	// It never marshals.
+	Data []byte `json:"-"`
 }
 
 // Env is the part of the environment the default search depends on. Tests
@@ -129,7 +133,10 @@ func LookupContainers(files []AuthFile, name string) (*Credential, error) {
 }
 
 func lookupFile(f AuthFile, name, registry string) (*Credential, error) {
-	data, err := os.ReadFile(f.Path)
+	data, err := f.Data, error(nil)
+	if data == nil {
+		data, err = os.ReadFile(f.Path)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -61,8 +61,11 @@ type ScopedFile struct {
 // Config is everything the keyring reads. The pipeline fills it from the
 // policy; auth imports no policy. Empty fields turn their source off.
 type Config struct {
-	// PullSecrets are pull secret files (auth.pull_secrets).
-	PullSecrets []string
+	// PullSecrets are pull secret files (auth.pull_secrets);
+	// InlinePullSecrets pull secrets already read (--pull-secret-fd),
+	// used after the files.
+	PullSecrets       []string
+	InlinePullSecrets []Inline
 	// KubeletDockerConfig is "", "auto" (root dir /var/lib/kubelet) or the
 	// kubelet's root dir (auth.kubelet_docker_config).
 	KubeletDockerConfig string
@@ -84,12 +87,17 @@ type Config struct {
 	// ServiceAccountToken is the token file offered to the hosts matching
 	// ServiceAccountRegistries, with ServiceAccountUsername ("" =
 	// DefaultServiceAccountUsername).
+	// InlineServiceAccountToken (--service-account-token-fd), when not
+	// nil, is the token itself; it replaces ServiceAccountToken.
 	ServiceAccountToken, ServiceAccountUsername string
 	ServiceAccountRegistries                    []string
+	InlineServiceAccountToken                   *Inline
 	// Authfile is --authfile / auth.authfile; Env the environment of the
-	// default auth-file search.
-	Authfile string
-	Env      Env
+	// default auth-file search. InlineAuthfile (--authfile-fd), when not
+	// nil, replaces both: it is the only auth file, as --authfile's is.
+	Authfile       string
+	InlineAuthfile *Inline
+	Env            Env
 	// RegistriesConf is the effective registries.conf ("" = the
 	// containers default search); RegistriesConfDir the drop-in directory
 	// ("" = the containers default drop-in directories).
@@ -157,13 +165,20 @@ type scopedPattern struct {
 // NewKeyring reads every configured source. Errors are *ConfigError and
 // never quote a secret.
 func NewKeyring(c Config) (*Keyring, error) {
+	if c.InlineServiceAccountToken != nil {
+		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
+	}
 	k := &Keyring{c: c, provCache: map[string][]Credential{}, ids: map[string]string{}}
 	bad := func(setting string, err error) (*Keyring, error) {
 		return nil, &ConfigError{Setting: setting, Err: err}
 	}
 	var err error
-	if len(c.PullSecrets) > 0 {
-		if k.secrets, err = LoadPullSecrets(c.PullSecrets); err != nil {
+	if len(c.PullSecrets) > 0 || len(c.InlinePullSecrets) > 0 {
+		if k.secrets, err = LoadPullSecrets(c.PullSecrets, c.InlinePullSecrets...); err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return nil, ce
+			}
 			return bad("auth.pull_secrets", err)
 		}
 	}
@@ -210,7 +225,11 @@ func NewKeyring(c Config) (*Keyring, error) {
 		return bad("trust.insecure_registries", err)
 	}
 	var warnings []string
-	k.authFiles, k.authUserSpecified, warnings = ContainersAuthFiles(c.Authfile, c.Env)
+	if c.InlineAuthfile != nil {
+		k.authFiles, k.authUserSpecified = []AuthFile{{Path: c.InlineAuthfile.Name, Data: c.InlineAuthfile.Data}}, true
+	} else {
+		k.authFiles, k.authUserSpecified, warnings = ContainersAuthFiles(c.Authfile, c.Env)
+	}
 	k.Warnings = append(k.Warnings, warnings...)
 	k.sys = &types.SystemContext{SystemRegistriesConfPath: c.RegistriesConf, SystemRegistriesConfDirPath: c.RegistriesConfDir}
 	if k.helpers, err = sysregistriesv2.CredentialHelpers(k.sys); err != nil {
@@ -294,7 +313,11 @@ func (k *Keyring) lookup(q query) []Credential {
 		}
 	}
 	if k.c.ServiceAccountToken != "" {
-		c, err := serviceAccountToken(k.c.ServiceAccountToken, k.c.ServiceAccountUsername, k.saPatterns, q.host)
+		var data []byte
+		if k.c.InlineServiceAccountToken != nil {
+			data = k.c.InlineServiceAccountToken.Data
+		}
+		c, err := serviceAccountToken(k.c.ServiceAccountToken, data, k.c.ServiceAccountUsername, k.saPatterns, q.host)
 		if err != nil {
 			k.warn(err.Error())
 		} else if c != nil {

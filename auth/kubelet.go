@@ -427,7 +427,7 @@ type secretManifest struct {
 // .dockerconfigjson and kubernetes.io/dockercfg with .dockercfg are used;
 // stringData overrides data; other types or keys and empty data are ignored.
 // A read or decode error in any file fails the whole load.
-func LoadPullSecrets(files []string) (*KubeletKeyring, error) {
+func LoadPullSecrets(files []string, inline ...Inline) (*KubeletKeyring, error) {
 	k := &KubeletKeyring{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -438,7 +438,28 @@ func LoadPullSecrets(files []string) (*KubeletKeyring, error) {
 			return nil, err
 		}
 	}
+	// Inline secrets (--pull-secret-fd) come after the files, with the
+	// same parsing and the same errors, naming Name instead of a path.
+	for _, in := range inline {
+		if err := k.addPullSecretFile(in.Data, in.Name); err != nil {
+			if in.Setting != "" {
+				return nil, &ConfigError{Setting: in.Setting, Err: err}
+			}
+			return nil, err
+		}
+	}
 	return k, nil
+}
+
+// Inline is a credential file's content that the caller read once (from a
+// pipe: --pull-secret-fd, --authfile-fd) instead of a path. Name stands for
+// the path in results and errors ("fd:N"); Setting, when set, is what a
+// load error names instead of the policy key ("--pull-secret-fd N"); Data is
+// secret and never marshals.
+type Inline struct {
+	Name    string `json:"name"`
+	Setting string `json:"-"`
+	Data    []byte `json:"-"`
 }
 
 func (k *KubeletKeyring) addPullSecretFile(data []byte, file string) error {

@@ -47,7 +47,10 @@ const (
 // DefaultServiceAccountUsername. Surrounding whitespace (the trailing
 // newline) is trimmed from the token; an empty token is an error. Errors
 // name the file or the pattern, never the token.
-func serviceAccountToken(tokenFile, username string, pats []regpattern.Pattern, imageRegistry string) (*Credential, error) {
+//
+// data, when not nil, is the token already read (--service-account-token-fd;
+// tokenFile then only names it).
+func serviceAccountToken(tokenFile string, data []byte, username string, pats []regpattern.Pattern, imageRegistry string) (*Credential, error) {
 	registry, _, _ := strings.Cut(imageRegistry, "/")
 	if registry == "" {
 		return nil, errors.New("service account token: the image registry is empty")
@@ -56,7 +59,7 @@ func serviceAccountToken(tokenFile, username string, pats []regpattern.Pattern, 
 	if !ok {
 		return nil, nil
 	}
-	token, err := satReadToken(tokenFile)
+	token, err := satToken(tokenFile, data)
 	if err != nil {
 		return nil, err
 	}
@@ -70,17 +73,25 @@ func serviceAccountToken(tokenFile, username string, pats []regpattern.Pattern, 
 }
 
 func satReadToken(file string) (string, error) {
+	return satToken(file, nil)
+}
+
+// satToken reads file, or takes data when not nil (an inline token), with
+// the same bounds and checks either way.
+func satToken(file string, data []byte) (string, error) {
 	if file == "" {
 		return "", errors.New("service account token: no token file configured")
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		return "", fmt.Errorf("reading service account token %s: %v", file, cpPathErr(err))
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, satMaxTokenSize+1))
-	if err != nil {
-		return "", fmt.Errorf("reading service account token %s: %v", file, cpPathErr(err))
+	if data == nil {
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("reading service account token %s: %v", file, cpPathErr(err))
+		}
+		defer f.Close()
+		data, err = io.ReadAll(io.LimitReader(f, satMaxTokenSize+1))
+		if err != nil {
+			return "", fmt.Errorf("reading service account token %s: %v", file, cpPathErr(err))
+		}
 	}
 	if len(data) > satMaxTokenSize {
 		return "", fmt.Errorf("service account token %s is larger than %d bytes", file, satMaxTokenSize)

@@ -28,6 +28,7 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 		ServiceAccountRegistries:    a.ServiceAccountRegistries,
 		ProviderServiceAccountToken: a.ProviderServiceAccountToken,
 		Authfile:                    a.Authfile, Env: in.Env,
+		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
 		RegistriesConf: registriesConf,
 		CertDir:        t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
 		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",
@@ -65,7 +66,7 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	}
 	files, userSpecified := k.AuthFiles()
 	p.AuthFiles = files
-	if userSpecified {
+	if userSpecified && in.Authfile == nil {
 		what := "--authfile"
 		if l.Auth.Authfile == "" {
 			what = "REGISTRY_AUTH_FILE"

@@ -86,6 +86,14 @@ type Inputs struct {
 	// Explain builds the plan for explain: nothing runs (no credential
 	// provider plugin) and nothing is written.
 	Explain bool
+	// PullSecrets are pull secrets the caller read from descriptors
+	// (--pull-secret-fd), used after auth.pull_secrets' files; Authfile,
+	// when not nil, is the --authfile-fd content, the only auth file.
+	// ServiceAccountToken, when not nil, is the --service-account-token-fd
+	// token, offered as auth.service_account_token's would be.
+	PullSecrets         []auth.Inline
+	Authfile            *auth.Inline
+	ServiceAccountToken *auth.Inline
 }
 
 // NewPlan resolves everything a pull needs without touching the network.

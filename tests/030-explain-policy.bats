@@ -391,12 +391,14 @@ assert_policy_error() {
 ###############################################################################
 # version
 
-@test "version: prints one JSON object with a version" {
+@test "version: prints one JSON object with a version and an integer protocol" {
     run_pullhelper version
     assert_json_result
     local v
     v=$(json_get .version <<<"$output")
     [[ -n $v && $v != null ]] || fail "no version in $output"
+    v=$(json_get .protocol <<<"$output")
+    [[ $v =~ ^[1-9][0-9]*$ ]] || fail "protocol is not a positive integer in $output"
 }
 
 ###############################################################################

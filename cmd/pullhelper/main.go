@@ -35,6 +35,8 @@ var version = "dev"
 func init() { policy.CertsDSearch = auth.DefaultCertsD }
 
 func main() {
+	// Before anything opens or marks a descriptor (--pull-secret-fd).
+	recordInheritedFDs()
 	// go.podman.io/storage re-executes the binary to apply a layer in a
 	// chroot (storage-applyLayer, as root, for the containers-storage:
 	// import in the parent); that process never reaches the CLI either.
@@ -61,6 +63,7 @@ type common struct {
 	logFormat   string
 	noIsolation bool
 	debug       bool
+	secrets     secretFDs
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -100,6 +103,7 @@ stderr carries logs (and progress bars on a terminal). Exit codes:
 		fs.StringVar(&c.logFormat, "log-format", "text", "stderr log format: text or json")
 		fs.BoolVar(&c.debug, "debug", false, "log debug messages")
 		addSettingFlags(fs)
+		addSecretFDFlags(fs, &c.secrets)
 	}
 
 	pullCmd := &cobra.Command{
@@ -213,7 +217,7 @@ this version does not support yet are errors naming the file, line and key.`,
 		Short: "Print version information as JSON",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			result = map[string]string{"version": version, "go": runtime.Version(), "os_arch": runtime.GOOS + "/" + runtime.GOARCH}
+			result = api.Version{Version: version, Go: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH, Protocol: api.Protocol}
 			return nil
 		},
 	}
@@ -318,7 +322,13 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err := l.Validate(); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
-	plan, err := pipeline.NewPlan(l, pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"})
+	in := pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"}
+	inl, err := c.secrets.read(cmd.Context(), cmd.Flags(), c.progressFD, l.Auth.ServiceAccountRegistries)
+	if err != nil {
+		return nil, nil, err
+	}
+	in.PullSecrets, in.Authfile, in.ServiceAccountToken = inl.pullSecrets, inl.authfile, inl.saToken
+	plan, err := pipeline.NewPlan(l, in)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -384,6 +394,11 @@ func signalContext(seen *firstSignal) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	// A caller that dies leaves stdout and stderr broken pipes: a log line
+	// or the final JSON must then fail with EPIPE, not kill the process by
+	// SIGPIPE in the middle of its cleanup (cgroup, staging). Notify, unlike
+	// Ignore, does not pass on to the children (exec resets handlers).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	go func() {
 		select {
 		case s := <-ch:

@@ -1,0 +1,563 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pullhelper/pullhelper/api"
+)
+
+// DefaultGrace is how long Pull waits after SIGTERM before SIGKILL when ctx
+// ends (Client.Grace zero).
+const DefaultGrace = 10 * time.Second
+
+// Client runs one pullhelper binary. The zero value is ready to use: it runs
+// "pullhelper" from $PATH with the process's environment. A Client is safe
+// for concurrent use.
+type Client struct {
+	// Binary is the pullhelper executable: a path, or a name looked up in
+	// $PATH (default "pullhelper").
+	Binary string
+	// Grace is how long the helper may take to clean up after SIGTERM once
+	// ctx ends, before SIGKILL (default DefaultGrace). A helper killed so
+	// leaves its cgroup and staging for the next run to reclaim.
+	Grace time.Duration
+	// Env is the helper's environment (nil: this process's). Secrets do not
+	// belong here; use Request.PullSecrets and Request.AuthFile.
+	Env []string
+	// Stderr receives the helper's logs (nil: discarded). They never hold
+	// a secret.
+	Stderr io.Writer
+}
+
+// Request is one pull. Empty fields leave the setting to the policy file
+// and the binary's defaults; each maps to one flag of `pullhelper pull`
+// (pullhelper(1)).
+type Request struct {
+	// Image is the docker reference to pull (host[:port]/repo[:tag][@digest]).
+	Image string
+	// Dest is the containers transport to pull into (oci:PATH[:TAG], dir:PATH, ...).
+	Dest string
+
+	Policy  string // --policy FILE
+	Profile string // --profile NAME
+
+	// PullSecrets are Kubernetes pull secrets (a .dockerconfigjson or
+	// .dockercfg document, or a Secret manifest), each passed over its own
+	// pipe (--pull-secret-fd), after PullSecretFiles.
+	PullSecrets [][]byte
+	// AuthFile is a containers-auth.json(5) document passed over a pipe
+	// (--authfile-fd); it is then the only auth file. Exclusive with
+	// AuthFilePath.
+	AuthFile []byte
+	// ServiceAccountToken is a token offered as the password (user
+	// "serviceaccount") to the registries matching ServiceAccountRegistries
+	// (host[:port] or *.domain[:port]; --service-account-registry), passed
+	// over a pipe (--service-account-token-fd).
+	ServiceAccountToken      []byte
+	ServiceAccountRegistries []string
+	// PullSecretFiles (--pull-secret FILE) and AuthFilePath (--authfile
+	// FILE) name credential files the helper reads itself.
+	PullSecretFiles []string
+	AuthFilePath    string
+
+	CertDir      string        // --cert-dir DIR
+	TLSVerify    *bool         // --tls-verify (nil: the policy's, default true)
+	CgroupParent string        // --cgroup-parent PATH
+	Cgroup       string        // --cgroup PATH (join an existing cgroup)
+	Netns        string        // --netns PATH|NAME|pid:PID
+	Timeout      time.Duration // --timeout (0: the policy's)
+	Retries      *int          // --retries N (nil: the policy's)
+	NoIsolation  bool          // --no-isolation
+
+	// Extra are further flags for `pullhelper pull`, put before IMAGE and
+	// DEST (e.g. "--memory-max", "256Mi").
+	Extra []string
+
+	// OnEvent, when set, receives every progress event (--progress-fd) in
+	// order, from one goroutine, and never after Pull returns. A slow
+	// callback loses progress events, never the pull's speed: the helper
+	// drops what its reader does not take in time (done and error excepted).
+	OnEvent func(api.Event)
+}
+
+// Pull runs a pull with the zero Client.
+func Pull(ctx context.Context, r Request) (*api.Result, error) {
+	return (&Client{}).Pull(ctx, r)
+}
+
+// Limits on what is read from the helper.
+const (
+	maxStdout    = 16 << 20 // the result is a few KiB
+	maxEventLine = 16 << 20 // the helper's own bound on a line
+	stderrTail   = 8 << 10  // kept for a message when stdout has none
+)
+
+// Pull checks the binary's protocol (once per binary file), then runs
+// `pullhelper pull` for r and returns its result. A failure the helper
+// reports is an *Error matching one sentinel (ErrUnauthorized, ...); when ctx
+// ended the pull, the error also matches ctx.Err().
+func (c *Client) Pull(ctx context.Context, r Request) (*api.Result, error) {
+	if r.Image == "" || r.Dest == "" {
+		return nil, newError("usage", 2, "client: Request needs Image and Dest")
+	}
+	if r.AuthFile != nil && r.AuthFilePath != "" {
+		return nil, newError("usage", 2, "client: Request.AuthFile and Request.AuthFilePath both name the auth file; give one")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	bin, err := c.binary()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.checkVersion(ctx, bin); err != nil {
+		return nil, err
+	}
+
+	args := []string{"pull"}
+	var extra []*os.File // the helper's fds 3, 4, ...
+	var secrets []pipeSecret
+	defer func() {
+		for _, f := range extra {
+			f.Close()
+		}
+		for _, s := range secrets {
+			s.w.Close()
+		}
+	}()
+	nextFD := func(f *os.File) string {
+		extra = append(extra, f)
+		return strconv.Itoa(2 + len(extra))
+	}
+	var events *os.File
+	if r.OnEvent != nil {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("client: creating the progress pipe: %w", err)
+		}
+		events = pr
+		defer pr.Close()
+		args = append(args, "--progress-fd", nextFD(pw))
+	}
+	addSecret := func(flag string, data []byte) error {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("client: creating a pipe for %s: %w", flag, err)
+		}
+		secrets = append(secrets, pipeSecret{pw, data})
+		args = append(args, flag, nextFD(pr))
+		return nil
+	}
+	for _, s := range r.PullSecrets {
+		if err := addSecret("--pull-secret-fd", s); err != nil {
+			return nil, err
+		}
+	}
+	if r.AuthFile != nil {
+		if err := addSecret("--authfile-fd", r.AuthFile); err != nil {
+			return nil, err
+		}
+	}
+	if r.ServiceAccountToken != nil {
+		if err := addSecret("--service-account-token-fd", r.ServiceAccountToken); err != nil {
+			return nil, err
+		}
+	}
+	args = append(args, r.flags()...)
+	args = append(args, "--", r.Image, r.Dest)
+
+	cmd := exec.Command(bin, args...)
+	cmd.Env = c.Env
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	stdout := &capWriter{max: maxStdout}
+	stderr := &tailWriter{w: c.Stderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Stop waiting for stdout and stderr this long after the helper exited
+	// (a process it left behind may still hold them).
+	cmd.WaitDelay = 5 * time.Second
+
+	p, err := start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("client: starting %s: %w", bin, err)
+	}
+	// The helper holds its ends now.
+	for _, f := range extra {
+		f.Close()
+	}
+	extra = nil
+	var wg sync.WaitGroup
+	for _, s := range secrets {
+		wg.Add(1)
+		go func(s pipeSecret) {
+			defer wg.Done()
+			// An error (EPIPE: the helper exited before reading) is the
+			// helper's to report.
+			_, _ = s.w.Write(s.data)
+			s.w.Close()
+		}(s)
+	}
+	evDone := make(chan struct{})
+	if events != nil {
+		go func() {
+			defer close(evDone)
+			readEvents(events, r.OnEvent)
+		}()
+	} else {
+		close(evDone)
+	}
+
+	state, killed := c.wait(ctx, p)
+	// Every secret was read or is no longer wanted.
+	for _, s := range secrets {
+		s.w.Close()
+	}
+	wg.Wait()
+	// The helper's end of the event pipe closed when it exited (its child
+	// never holds it); the reader drains what is left and stops at EOF. A
+	// process that still held it would be a bug: stop reading after a while.
+	select {
+	case <-evDone:
+	case <-time.After(5 * time.Second):
+		events.Close()
+		<-evDone
+	}
+
+	herr := c.outcome(state, killed, stdout, stderr)
+	if herr == nil {
+		var res api.Result
+		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+			return nil, newError("", 0, fmt.Sprintf("exited 0 but its result on stdout is not JSON (%v)", err))
+		}
+		return &res, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%w)", herr, ctx.Err())
+	}
+	return nil, herr
+}
+
+// flags are r's typed settings as flags.
+func (r *Request) flags() []string {
+	var a []string
+	add := func(flag, v string) {
+		if v != "" {
+			a = append(a, flag, v)
+		}
+	}
+	add("--policy", r.Policy)
+	add("--profile", r.Profile)
+	add("--authfile", r.AuthFilePath)
+	for _, f := range r.PullSecretFiles {
+		add("--pull-secret", f)
+	}
+	for _, p := range r.ServiceAccountRegistries {
+		add("--service-account-registry", p)
+	}
+	add("--cert-dir", r.CertDir)
+	if r.TLSVerify != nil {
+		a = append(a, "--tls-verify="+strconv.FormatBool(*r.TLSVerify))
+	}
+	add("--cgroup-parent", r.CgroupParent)
+	add("--cgroup", r.Cgroup)
+	add("--netns", r.Netns)
+	if r.Timeout > 0 {
+		add("--timeout", r.Timeout.String())
+	}
+	if r.Retries != nil {
+		add("--retries", strconv.Itoa(*r.Retries))
+	}
+	if r.NoIsolation {
+		a = append(a, "--no-isolation")
+	}
+	return append(a, r.Extra...)
+}
+
+type pipeSecret struct {
+	w    *os.File
+	data []byte
+}
+
+// proc is a started helper; done is closed once Wait returned.
+type proc struct {
+	cmd   *exec.Cmd
+	done  chan struct{}
+	state *os.ProcessState
+}
+
+// start starts cmd from a goroutine locked to its OS thread until the
+// helper exits: Pdeathsig fires when the forking thread ends (golang/go
+// issue 27505), and this thread then ends only with the helper or with
+// this process.
+func start(cmd *exec.Cmd) (*proc, error) {
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		p.state = cmd.ProcessState
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// wait waits for the helper; when ctx ends first it sends SIGTERM, then
+// SIGKILL after the grace period, and still waits. killed says SIGKILL was
+// sent.
+func (c *Client) wait(ctx context.Context, p *proc) (state *os.ProcessState, killed bool) {
+	select {
+	case <-p.done:
+		return p.state, false
+	case <-ctx.Done():
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(c.grace())
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.state, false
+	case <-t.C:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return p.state, true
+}
+
+func (c *Client) grace() time.Duration {
+	if c.Grace <= 0 {
+		return DefaultGrace
+	}
+	return c.Grace
+}
+
+// outcome classifies the exit: nil for success, else an *Error from the
+// JSON error object on stdout, or from the exit status and the last line
+// of stderr when there is none.
+func (c *Client) outcome(state *os.ProcessState, killed bool, stdout *capWriter, stderr *tailWriter) *Error {
+	exit := state.ExitCode()
+	if exit == 0 {
+		return nil
+	}
+	var out struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(stdout.Bytes(), &out) == nil && out.Error != nil && (out.Error.Code != "" || out.Error.Message != "") {
+		return newError(out.Error.Code, exit, out.Error.Message)
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		msg := fmt.Sprintf("ended by signal %d (%v) before it reported a result", ws.Signal(), ws.Signal())
+		if killed {
+			msg = fmt.Sprintf("did not exit within %v of SIGTERM and was killed (SIGKILL); its cgroup and staging are left for the next run (or pullhelper gc) to reclaim", c.grace())
+		}
+		e := newError("", exit, msg)
+		e.sentinel = ErrInterrupted
+		return e
+	}
+	return newError("", exit, stderr.lastLine())
+}
+
+// readEvents decodes JSON Lines events from r for fn until EOF. A line that
+// is not an event, or longer than maxEventLine, is skipped.
+func readEvents(r io.Reader, fn func(api.Event)) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := readLine(br)
+		if len(line) > 0 {
+			var e api.Event
+			if json.Unmarshal(line, &e) == nil && e.Type != "" {
+				fn(e)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readLine returns the next line, or nil for one over maxEventLine (read
+// and dropped).
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	over := false
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !over {
+			if len(buf)+len(frag) > maxEventLine {
+				over, buf = true, nil
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if over {
+			return nil, err
+		}
+		return bytes.TrimSpace(buf), err
+	}
+}
+
+// capWriter keeps the first max bytes written.
+type capWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if room := w.max - w.buf.Len(); room > 0 {
+		if len(p) > room {
+			w.buf.Write(p[:room])
+		} else {
+			w.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+func (w *capWriter) Bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Bytes()
+}
+
+// tailWriter passes stderr on to w (if any) and keeps its last stderrTail
+// bytes.
+type tailWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	tail []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.w != nil {
+		_, _ = t.w.Write(p)
+	}
+	t.tail = append(t.tail, p...)
+	if len(t.tail) > stderrTail {
+		t.tail = append([]byte(nil), t.tail[len(t.tail)-stderrTail:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) lastLine() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(t.tail)), "\n")
+	return strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "pullhelper: ")
+}
+
+// binary resolves Client.Binary.
+func (c *Client) binary() (string, error) {
+	name := c.Binary
+	if name == "" {
+		name = "pullhelper"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%w: finding %s: %v", ErrProtocol, name, err)
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	return p, nil
+}
+
+// versions caches `pullhelper version` per binary file (path, device,
+// inode, size, mtime: a replaced binary is asked again).
+var versions sync.Map
+
+// Version runs `pullhelper version` and checks its protocol: ErrProtocol
+// when it is older than api.Protocol or missing, or the output is not the
+// version object.
+func (c *Client) Version(ctx context.Context) (*api.Version, error) {
+	bin, err := c.binary()
+	if err != nil {
+		return nil, err
+	}
+	return c.checkVersion(ctx, bin)
+}
+
+func (c *Client) checkVersion(ctx context.Context, bin string) (*api.Version, error) {
+	key := bin
+	if st, err := os.Stat(bin); err == nil {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok {
+			key = fmt.Sprintf("%s\x00%d:%d:%d:%d", bin, s.Dev, s.Ino, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	v, ok := versions.Load(key)
+	if !ok {
+		got, err := c.runVersion(ctx, bin)
+		if err != nil {
+			return nil, err
+		}
+		v, _ = versions.LoadOrStore(key, got)
+	}
+	ver := v.(*api.Version)
+	if ver.Protocol < api.Protocol {
+		what := fmt.Sprintf("protocol %d", ver.Protocol)
+		if ver.Protocol == 0 {
+			what = "no protocol"
+		}
+		return nil, fmt.Errorf("%w: %s (version %q) reports %s; this client needs protocol %d or later: install a newer pullhelper", ErrProtocol, bin, ver.Version, what, api.Protocol)
+	}
+	return ver, nil
+}
+
+func (c *Client) runVersion(ctx context.Context, bin string) (*api.Version, error) {
+	cmd := exec.CommandContext(ctx, bin, "version")
+	cmd.Env = c.Env
+	stdout := &capWriter{max: 1 << 20}
+	stderr := &tailWriter{w: c.Stderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s version: %v (%s)", ErrProtocol, bin, err, stderr.lastLine())
+	}
+	var raw map[string]json.RawMessage
+	var v api.Version
+	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
+		return nil, fmt.Errorf("%w: %s version did not print a JSON object", ErrProtocol, bin)
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
+		return nil, fmt.Errorf("%w: %s version: %v", ErrProtocol, bin, err)
+	}
+	if _, ok := raw["protocol"]; !ok {
+		v.Protocol = 0
+	}
+	return &v, nil
+}
