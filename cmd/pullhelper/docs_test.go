@@ -22,11 +22,6 @@ const (
 	policyPage = "../../docs/pullhelper-policy.toml.5.md"
 )
 
-// pendingFlags are documented in pullhelper(1) ahead of the branches that
-// add them (issue 17). Only the stale-entry check skips them; delete each
-// one once its flag is in the CLI.
-var pendingFlags = map[string]bool{"pull-secret-fd": true, "authfile-fd": true, "progress-format": true}
-
 // docEntry is one definition-list entry of a page: the term line
 // ("**--flag** *ARG*", "**key.path** = *type*") and its definition.
 type docEntry struct{ term, body string }
@@ -157,7 +152,7 @@ func TestManPageCoversCLI(t *testing.T) {
 		}
 	}
 	for name := range entries {
-		if n, ok := strings.CutPrefix(name, "--"); ok && flags[n] == nil && !pendingFlags[n] {
+		if n, ok := strings.CutPrefix(name, "--"); ok && flags[n] == nil {
 			t.Errorf("%s: documents --%s, which no command has", cliPage, n)
 		}
 	}
