@@ -6,6 +6,8 @@
 #   build.sh --overlay DIR OUT    also: OUT = base initramfs + a second cpio
 #                                 archive of DIR's tree (laid at /), for the
 #                                 per-run files (registry CA, auth.json)
+#   PH_VM_KERNEL_ONLY=1 build.sh  packages, kernel and modules only (for
+#                                 tests/vm/systemd/build.sh)
 #
 # - qemu-system-x86 and busybox-static are installed with apt-get when missing
 #   (apt-get update only then).
@@ -154,6 +156,13 @@ if [[ ! -f $KDIR/vmlinuz || ! -f $KDIR/modules/load.order || $(cat "$KDIR/.stamp
     rm -rf "$tmp"
     trap - EXIT
     log "kernel $kver with modules: $(tr '\n' ' ' <"$KDIR/modules/load.order")"
+fi
+
+if [[ ${PH_VM_KERNEL_ONLY:-0} == 1 ]]; then
+    # tests/vm/systemd/build.sh: only the kernel and modules.
+    echo "VM_KERNEL_PKG=$kpkg"
+    echo "VM_KERNEL=$KDIR/vmlinuz"
+    exit 0
 fi
 
 ###############################################################################
