@@ -215,7 +215,7 @@ EOF
     for p in "$CHILD" "$ANCHOR"; do
         [ -z "$p" ] || [ "$(awk '/^PPid:/ { print $2 }' "/proc/$p/status")" = "$BG" ] || bad "$p is not the parent's child"
     done
-    ev "procs=$procs (child $CHILD, anchor $ANCHOR with $(ls "/proc/$ANCHOR/task" 2>/dev/null | wc -l) threads)"
+    ev "procs=$procs (child $CHILD, anchor $ANCHOR with $(ls "/proc/$ANCHOR/task" 2>/dev/null | wc -l) threads, $(awk '/^VmRSS:/ { print $2 $3 }' "/proc/$ANCHOR/status") RSS)"
     # Born in the scope (CLONE_INTO_CGROUP), never moved there: the kernel
     # traces every move into a cgroup (systemd moving the anchor is one).
     moved=$(grep 'cgroup_attach_task:' "$TR/trace" | grep "dst_path=$want_cg " | grep -v "pid=$ANCHOR ")
@@ -368,7 +368,7 @@ t_parent_killed() {
     [ ! -e "/proc/$CHILD" ] || bad "the child $CHILD survived its parent"
     [ -n "$anchor" ] && [ ! -e "/proc/$anchor" ] || bad "the anchor '$anchor' survived its parent"
     [ -z "$(pull_children)" ] || bad "pullhelper-child processes left"
-    ev "parent SIGKILLed: child $CHILD and anchor $anchor gone, $unit collected by systemd after $((i * 100)) ms or less"
+    ev "parent SIGKILLed: child $CHILD and anchor $anchor gone, $unit collected by systemd (polls: $i)"
 }
 
 # The pod: a container scope (Delegate=yes, MemoryMax from systemd) in a pod
