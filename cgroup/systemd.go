@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,9 +18,11 @@ import (
 // reexec.Dispatch runs RunAnchor for it.
 const AnchorName = "pullhelper-cgroup-anchor"
 
-// RunAnchor is the anchor's whole life: it waits, doing nothing, until it
-// is killed (by the pull's cgroup kill, or by its parent's death).
+// RunAnchor is the anchor's whole life: it gives back what the packages'
+// initialisation allocated (it is charged to the scope) and waits, doing
+// nothing, until it is killed (by Remove, or by its parent's death).
 func RunAnchor() {
+	debug.FreeOSMemory()
 	for {
 		_ = unix.Pause()
 	}
@@ -52,7 +55,7 @@ func startAnchor() (*anchor, error) {
 			Args: []string{AnchorName},
 			Dir:  "/",
 			// One P: the fewest runtime threads (they count in TasksMax).
-			Env:         []string{"GOMAXPROCS=1", "GOGC=off"},
+			Env:         []string{"GOMAXPROCS=1"},
 			SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true},
 		}
 		if err := cmd.Start(); err != nil {

@@ -215,7 +215,7 @@ EOF
     for p in "$CHILD" "$ANCHOR"; do
         [ -z "$p" ] || [ "$(awk '/^PPid:/ { print $2 }' "/proc/$p/status")" = "$BG" ] || bad "$p is not the parent's child"
     done
-    ev "procs=$procs (child $CHILD, anchor $ANCHOR with $(ls "/proc/$ANCHOR/task" 2>/dev/null | wc -l) threads, $(awk '/^VmRSS:/ { print $2 $3 }' "/proc/$ANCHOR/status") RSS)"
+    ev "procs=$procs (child $CHILD, anchor $ANCHOR with $(ls "/proc/$ANCHOR/task" 2>/dev/null | wc -l) threads, $(awk '/^RssAnon:/ { print $2 $3 }' "/proc/$ANCHOR/status") anonymous memory)"
     # Born in the scope (CLONE_INTO_CGROUP), never moved there: the kernel
     # traces every move into a cgroup (systemd moving the anchor is one).
     moved=$(grep 'cgroup_attach_task:' "$TR/trace" | grep "dst_path=$want_cg " | grep -v "pid=$ANCHOR ")
