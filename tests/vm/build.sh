@@ -71,7 +71,9 @@ if [[ -n $missing ]]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found after installing qemu-system-x86"
-[[ -x $BUSYBOX ]] && "$BUSYBOX" --list | grep -qx cpio || die "$BUSYBOX (busybox-static) missing or without cpio"
+# grep without -q reads the whole list: -q would exit at the match and fail the
+# pipeline (pipefail) with busybox killed by SIGPIPE, now and then.
+[[ -x $BUSYBOX ]] && "$BUSYBOX" --list | grep -x cpio >/dev/null || die "$BUSYBOX (busybox-static) missing or without cpio"
 
 ###############################################################################
 # Kernel
