@@ -14,7 +14,8 @@
 # PH_VM_KEEP=1 keeps the work directory (serial log, disk image),
 # PH_VM_ONLY="name ..." runs only those guest tests, and
 # PH_VM_GUEST_SCRIPT=FILE boots with FILE as the guest tests (development).
-# The serial log of the last run is copied to tests/.cache/vm/serial.log.
+# The serial log of the last run is copied to tests/.cache/vm/serial.log
+# (tests/.cache/vm-systemd/serial.log with --systemd).
 set -euo pipefail
 start_s=$SECONDS
 VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

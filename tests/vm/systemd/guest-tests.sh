@@ -230,14 +230,12 @@ EOF
         [ "$(cat "$t/cgroup")" = "0::$want_cg" ] || bad "child thread ${t##*/} is in $(cat "$t/cgroup")"
     done
     # systemd knows the child as the scope's process.
-    sdpids=$(systemctl show -P MainPID "$UNIT")
     grep -qx "$CHILD" < <(systemd-cgls --no-pager -l -u "$UNIT" 2>/dev/null | grep -oE '[0-9]+ pullhelper-child' | cut -d' ' -f1) ||
         bad "systemd-cgls -u $UNIT does not show the child $CHILD: $(systemd-cgls --no-pager -u "$UNIT" 2>&1 | oneline)"
     ev "child=$CHILD in the scope (systemd-cgls)"
     pcg=$(sed -n 's/^0:://p' "/proc/$BG/cgroup")
     [ "$pcg" = /system.slice/pullhelper-vmtest.service ] || bad "the parent is in $pcg, want the caller's service cgroup"
     ev "parent=$BG in $pcg"
-    : "$sdpids"
 }
 
 t_scope_limits() {
