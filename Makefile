@@ -25,7 +25,7 @@ CRANE := tests/.cache/bin/crane
 CRANE_VERSION := v0.22.1
 BATS_FLAGS ?=
 
-.PHONY: all deps build build-hostile man test test-unit test-fuzz test-system test-vm bench fuzz demo lint clean
+.PHONY: all deps build build-hostile man test test-unit test-fuzz test-system test-vm test-vm-systemd bench fuzz demo lint clean
 
 all: build
 
@@ -75,9 +75,10 @@ test-unit:
 test-system: build build-hostile
 	bats $(BATS_FLAGS) tests/
 
-# test: everything CI runs (about 6 minutes here): lint, the man pages, Go unit tests, the bats
-# system tests on this host, and the cgroup v2 proofs in a QEMU guest.
-test: deps lint man test-unit test-fuzz test-system test-vm
+# test: everything CI runs (about 12 minutes here): lint, the man pages, Go
+# unit tests, the bats system tests on this host, the cgroup v2 proofs in a
+# QEMU guest and the systemd driver's in a second one.
+test: deps lint man test-unit test-fuzz test-system test-vm test-vm-systemd
 
 # bench: pullhelper (isolated, --no-isolation) against skopeo, crane and the
 # durable floor, side by side, as ratios (ROUNDS, default 7); about 5 minutes.
@@ -133,3 +134,12 @@ clean:
 .PHONY: test-vm
 test-vm: deps build
 	bash tests/vm/run.sh
+
+# test-vm-systemd: the systemd cgroup driver's proofs (the per-pull transient
+# scope in its slice with its limits as systemd properties and cgroup files,
+# usage, kill on SIGTERM, removal, --cgroup joining a pod's scope and slice)
+# in a QEMU guest whose PID 1 is Debian's systemd, on a root filesystem built
+# with mmdebstrap and cached in tests/.cache/vm-systemd; about 3 minutes
+# (one more to build the root filesystem); see tests/vm/systemd/.
+test-vm-systemd: deps build
+	bash tests/vm/run.sh --systemd

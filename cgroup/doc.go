@@ -19,6 +19,14 @@
 //     the pull, the joined cgroup itself is never changed or removed, and
 //     the pull can still be killed as a whole and measured on its own.
 //
+// With the systemd driver the per-pull cgroup is a transient scope
+// pullhelper-pull-<…>.scope in the slice named by PARENT, started over D-Bus
+// before the child exists, with its limits as the scope's properties
+// (systemd re-applies them whenever it realises the unit) and one anchor
+// process (AnchorName, see systemd.go) that holds it: systemd stops a scope
+// the moment it is empty, and the usage must still be read after the child
+// is gone. Kill spares the anchor; Remove kills it last and stops the scope.
+//
 // Invariant: every process of the pull's cgroup (the per-pull one or the
 // sub-cgroup) is dead and that cgroup is removed on every path out of a
 // pull (Kill, then Remove). On v1 the child is born inside (EnterThread: the

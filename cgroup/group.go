@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,6 +39,8 @@ type Group struct {
 	// ownsParent: pullhelper created the parent (a marker says so, see
 	// parents.go), so the last pull to leave it removes it.
 	ownsParent bool
+	// anchor holds a per-pull systemd scope open (see systemd.go).
+	anchor *anchor
 }
 
 // Usage is what the cgroup reports after the pull; a field the kernel does
@@ -88,6 +91,9 @@ func Create(cfg Config) (*Group, error) {
 	if sd {
 		// A transient scope pullhelper-NAME.scope under the parent slice.
 		c.Parent, c.ScopePrefix, c.Name = systemdSlice(cfg.Parent), "pullhelper", name
+		if g.v2 {
+			c.SystemdProps = systemdIOProps(cfg.Limits)
+		}
 	} else {
 		c.Path = filepath.Join(cfg.Parent, name)
 	}
@@ -102,32 +108,48 @@ func Create(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("setting up cgroup %s: %w", g.describe(), err)
 	}
 	g.mgr = m
-	if !sd {
-		// Create without joining (pid -1), then write the limits. The
-		// parents lock keeps a concurrent pull from removing the parent
-		// between its check and the mkdir.
-		err := withParentsLock(func() error {
-			owned, err := claimParent(cfg.Parent)
-			if err != nil {
-				return err
-			}
-			g.ownsParent = owned
-			if err := m.Apply(-1); err != nil {
-				_ = m.Destroy()
-				return fmt.Errorf("creating cgroup %s: %w", g.path, err)
-			}
-			return nil
-		})
+	if sd {
+		// The scope is started now, with the anchor as its process, and
+		// its limits set: the child is born in it like in a cgroupfs one.
+		a, err := startAnchor()
 		if err != nil {
-			g.releaseParent()
 			return nil, err
 		}
-		g.created = true
-		if err := m.Set(c.Resources); err != nil {
-			_ = m.Destroy()
-			g.releaseParent()
-			return nil, fmt.Errorf("setting limits on cgroup %s: %w", g.path, err)
+		if err := m.Apply(a.pid); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("starting systemd scope %s: %w", g.describe(), err)
 		}
+		g.anchor, g.created = a, true
+		if err := m.Set(c.Resources); err != nil {
+			_ = g.Remove()
+			return nil, fmt.Errorf("setting limits on systemd scope %s: %w", g.SubPath(), err)
+		}
+		return g, nil
+	}
+	// Create without joining (pid -1), then write the limits. The
+	// parents lock keeps a concurrent pull from removing the parent
+	// between its check and the mkdir.
+	err = withParentsLock(func() error {
+		owned, err := claimParent(cfg.Parent)
+		if err != nil {
+			return err
+		}
+		g.ownsParent = owned
+		if err := m.Apply(-1); err != nil {
+			_ = m.Destroy()
+			return fmt.Errorf("creating cgroup %s: %w", g.path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		g.releaseParent()
+		return nil, err
+	}
+	g.created = true
+	if err := m.Set(c.Resources); err != nil {
+		_ = m.Destroy()
+		g.releaseParent()
+		return nil, fmt.Errorf("setting limits on cgroup %s: %w", g.path, err)
 	}
 	return g, nil
 }
@@ -222,10 +244,10 @@ func (g *Group) Paths() map[string]string { return g.mgr.GetPaths() }
 // in a sub-cgroup of its own inside it).
 func (g *Group) Joined() bool { return g.cfg.Joined() }
 
-// OpenDir opens the unified cgroup directory for CLONE_INTO_CGROUP (v2 and
-// cgroupfs only; nil otherwise).
+// OpenDir opens the unified cgroup directory for CLONE_INTO_CGROUP (v2, with
+// either driver; nil otherwise).
 func (g *Group) OpenDir() (*os.File, error) {
-	if !g.v2 || g.systemd {
+	if !g.v2 {
 		return nil, nil
 	}
 	return os.OpenFile(g.mgr.Path(""), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
@@ -253,9 +275,11 @@ func (g *Group) paths() map[string]string {
 	return out
 }
 
-// Place moves pid into the cgroup, in every controller.
+// Place moves pid into the cgroup, in every controller (a systemd scope
+// exists by then, holding its anchor: the pid is written into its
+// directories as into a joined cgroup's).
 func (g *Group) Place(pid int) error {
-	if g.cfg.Joined() {
+	if g.cfg.Joined() || g.systemd {
 		for _, dir := range g.paths() {
 			if err := cg.WriteCgroupProc(dir, pid); err != nil {
 				return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, dir, err)
@@ -265,12 +289,6 @@ func (g *Group) Place(pid int) error {
 	}
 	if err := g.mgr.Apply(pid); err != nil {
 		return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, g.Path(), err)
-	}
-	if g.systemd && !g.created {
-		g.created = true
-		if err := g.mgr.Set(resources(g.cfg.Limits, g.v2)); err != nil {
-			return fmt.Errorf("setting limits on cgroup %s: %w", g.Path(), err)
-		}
 	}
 	return nil
 }
@@ -368,14 +386,16 @@ func readKeyed(dir, file, key string) (uint64, error) {
 // none is left: cgroup.kill where the kernel has it, otherwise freeze,
 // SIGKILL each process, thaw (or, without a freezer hierarchy, SIGKILL
 // until empty). The calling process is never signalled, should one of its
-// threads be inside (see EnterThread).
+// threads be inside (see EnterThread), nor a systemd scope's anchor, which
+// must hold the scope until Remove (so there the freeze is used: cgroup.kill
+// would take the anchor too).
 func (g *Group) Kill(only ...int) error {
 	for _, pid := range only {
 		if pid > 0 && pid != os.Getpid() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	if g.v2 {
+	if g.v2 && g.anchor == nil {
 		if err := cg.WriteFile(g.mgr.Path(""), "cgroup.kill", "1"); err == nil {
 			return g.waitEmpty()
 		}
@@ -396,10 +416,19 @@ func killAll(pids []int) {
 	}
 }
 
-// allPids lists every process in the cgroup. On v1 the library reads the
+// allPids lists every process in the cgroup but a systemd scope's anchor.
+func (g *Group) allPids() ([]int, error) {
+	pids, err := g.cgroupPids()
+	if g.anchor != nil {
+		pids = slices.DeleteFunc(pids, func(p int) bool { return p == g.anchor.pid })
+	}
+	return pids, err
+}
+
+// cgroupPids lists every process in the cgroup. On v1 the library reads the
 // devices hierarchy, which a pull does not join (SkipDevices), so read the
 // pids (or freezer, or memory) hierarchy instead.
-func (g *Group) allPids() ([]int, error) {
+func (g *Group) cgroupPids() ([]int, error) {
 	if g.v2 {
 		return g.mgr.GetAllPids()
 	}
@@ -440,6 +469,7 @@ func (g *Group) Remove() error {
 	if err := g.Kill(); err != nil {
 		return err
 	}
+	g.anchor.stop() // killed with the cgroup: reap it
 	// Copy: Destroy deletes entries from the library's own map.
 	paths := maps.Clone(g.mgr.GetPaths())
 	if err := g.mgr.Destroy(); err != nil {

@@ -13,8 +13,8 @@ import (
 
 // BornInside reports whether a child forked after EnterThread is born in
 // the cgroup: cgroup v1 (or hybrid) with the cgroupfs driver, per-pull or
-// joined. v2 has CLONE_INTO_CGROUP (OpenDir); the systemd driver places the
-// child after fork (Place).
+// joined. v2 has CLONE_INTO_CGROUP (OpenDir), with either driver; the
+// systemd driver on v1 places the child after fork (Place).
 func (g *Group) BornInside() bool { return !g.v2 && !g.systemd }
 
 // EnterThread moves the calling OS thread, and only it, into the cgroup in

@@ -255,7 +255,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		}
 	}()
 	iso := p.Isolation
-	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), cfg.Driver, g.Joined()
+	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), g.Driver(), g.Joined()
 	iso.Reclaimed = append(reclaimed, st.Reclaimed...)
 	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
 	iso.Netns = p.Network.Netns

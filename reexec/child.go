@@ -32,6 +32,9 @@ var dispatched bool
 // closes any inherited fd above its protocol pipes that it finds anyway.
 func Dispatch() (bool, int) {
 	dispatched = true
+	if filepath.Base(os.Args[0]) == cgroup.AnchorName {
+		cgroup.RunAnchor() // the process holding a systemd scope open; never returns
+	}
 	if filepath.Base(os.Args[0]) != ChildName {
 		markInheritedCloexec()
 		return false, 0

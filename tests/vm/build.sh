@@ -6,6 +6,8 @@
 #   build.sh --overlay DIR OUT    also: OUT = base initramfs + a second cpio
 #                                 archive of DIR's tree (laid at /), for the
 #                                 per-run files (registry CA, auth.json)
+#   PH_VM_KERNEL_ONLY=1 build.sh  packages, kernel and modules only (for
+#                                 tests/vm/systemd/build.sh)
 #
 # - qemu-system-x86 and busybox-static are installed with apt-get when missing
 #   (apt-get update only then).
@@ -69,7 +71,9 @@ if [[ -n $missing ]]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found after installing qemu-system-x86"
-[[ -x $BUSYBOX ]] && "$BUSYBOX" --list | grep -qx cpio || die "$BUSYBOX (busybox-static) missing or without cpio"
+# grep without -q reads the whole list: -q would exit at the match and fail the
+# pipeline (pipefail) with busybox killed by SIGPIPE, now and then.
+[[ -x $BUSYBOX ]] && "$BUSYBOX" --list | grep -x cpio >/dev/null || die "$BUSYBOX (busybox-static) missing or without cpio"
 
 ###############################################################################
 # Kernel
@@ -154,6 +158,13 @@ if [[ ! -f $KDIR/vmlinuz || ! -f $KDIR/modules/load.order || $(cat "$KDIR/.stamp
     rm -rf "$tmp"
     trap - EXIT
     log "kernel $kver with modules: $(tr '\n' ' ' <"$KDIR/modules/load.order")"
+fi
+
+if [[ ${PH_VM_KERNEL_ONLY:-0} == 1 ]]; then
+    # tests/vm/systemd/build.sh: only the kernel and modules.
+    echo "VM_KERNEL_PKG=$kpkg"
+    echo "VM_KERNEL=$KDIR/vmlinuz"
+    exit 0
 fi
 
 ###############################################################################

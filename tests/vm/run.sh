@@ -6,21 +6,42 @@
 # tests/vm/guest-tests.sh against them through QEMU's user network, and
 # asserts the result lines it prints on the serial console.
 #
+# run.sh --systemd (make test-vm-systemd): the same with Debian's systemd as
+# PID 1 on a root filesystem built by tests/vm/systemd/build.sh (mmdebstrap),
+# running tests/vm/systemd/guest-tests.sh: the systemd cgroup driver.
+#
 # Environment: PH_VM_TIMEOUT (seconds QEMU may run, default 480),
 # PH_VM_KEEP=1 keeps the work directory (serial log, disk image),
 # PH_VM_ONLY="name ..." runs only those guest tests, and
 # PH_VM_GUEST_SCRIPT=FILE boots with FILE as the guest tests (development).
-# The serial log of the last run is copied to tests/.cache/vm/serial.log.
+# The serial log of the last run is copied to tests/.cache/vm/serial.log
+# (tests/.cache/vm-systemd/serial.log with --systemd).
 set -euo pipefail
 start_s=$SECONDS
 VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TESTS_DIR=$(cd "$VM_DIR/.." && pwd)
 ROOT=$(cd "$TESTS_DIR/.." && pwd)
-CACHE=${PH_VM_CACHE:-$ROOT/tests/.cache/vm}
+MODE=cgroupfs
+if [[ ${1:-} == --systemd ]]; then
+    MODE=systemd
+elif [[ -n ${1:-} ]]; then
+    echo "run.sh: unknown argument $1 (only --systemd)" >&2
+    exit 2
+fi
 VM_TIMEOUT=${PH_VM_TIMEOUT:-480}
 
 # Every test the guest must report (in this order); a missing one fails.
-EXPECTED="born_in_cgroup limit_files privilege_drop mount_namespace sigterm dns_mount_namespace usage pids_max memory_max io_throttle_pull io_throttle_buffered cpu_throttle"
+if [[ $MODE == systemd ]]; then
+    CACHE=${PH_VM_SYSTEMD_CACHE:-$ROOT/tests/.cache/vm-systemd}
+    BUILD=$VM_DIR/systemd/build.sh
+    EXPECTED="systemd_pid1 scope_in_slice scope_limits sigterm usage_and_removal parent_killed join_pod_scope join_pod_slice"
+    FIXTURES="tiny medium"
+else
+    CACHE=${PH_VM_CACHE:-$ROOT/tests/.cache/vm}
+    BUILD=$VM_DIR/build.sh
+    EXPECTED="born_in_cgroup limit_files privilege_drop mount_namespace sigterm dns_mount_namespace usage pids_max memory_max io_throttle_pull io_throttle_buffered cpu_throttle"
+    FIXTURES="tiny medium mem"
+fi
 # Reported as skipped: not implemented in pullhelper yet.
 SKIPPABLE=""
 
@@ -77,9 +98,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 ###############################################################################
-log "building (cached): kernel, modules, initramfs"
+log "building (cached): kernel, modules, initramfs$([[ $MODE == systemd ]] && echo ", root filesystem")"
 t=$SECONDS
-vars=$(bash "$VM_DIR/build.sh")
+vars=$(bash "$BUILD")
 eval "$vars"
 echo "kernel package $VM_KERNEL_PKG; build step $((SECONDS - t)) s" >&2
 
@@ -94,7 +115,8 @@ start_registry
 # alone outgrows a 64 MiB memory.max).
 push_fixture tiny
 push_fixture_args medium fixtures/medium -layers 2 -layer-size 10485760 -compressible 0 -seed 5
-push_fixture_args mem fixtures/mem -layers 3 -layer-size 26214400 -compressible 0 -seed 6
+[[ " $FIXTURES " != *" mem "* ]] ||
+    push_fixture_args mem fixtures/mem -layers 3 -layer-size 26214400 -compressible 0 -seed 6
 # Stops forwarding the registry's data after 2 MB on each connection: a pull
 # through it stalls mid-layer and stays there (for the tests that look at a
 # running pull).
@@ -123,7 +145,7 @@ chmod 0600 "$OV/etc/phvm/auth.json"
 {
     echo "REG=10.0.2.2:$REGISTRY_PORT"
     echo "TARPIT=10.0.2.2:${TARPIT_HOST##*:}"
-    for f in tiny medium mem; do
+    for f in $FIXTURES; do
         echo "DIGEST_$f=$(registry_digest "fixtures/$f:latest")"
     done
     echo "ONLY=\"${PH_VM_ONLY:-}\""
@@ -133,13 +155,23 @@ if [[ -n ${PH_VM_GUEST_SCRIPT:-} ]]; then
     mkdir -p "$OV/phvm"
     install -m 0755 "$PH_VM_GUEST_SCRIPT" "$OV/phvm/guest-tests.sh"
 fi
-bash "$VM_DIR/build.sh" --overlay "$OV" "$WORK/initrd" >/dev/null
+bash "$BUILD" --overlay "$OV" "$WORK/initrd" >/dev/null
 
-# Scratch disk for the IO tests (virtio-blk; the guest makes the filesystem).
-truncate -s 1G "$WORK/disk.img"
+if [[ $MODE == systemd ]]; then
+    # The root filesystem image, never written: QEMU keeps the guest's
+    # writes in a temporary file (snapshot=on). /init mounts it, systemd
+    # runs from it.
+    DISK_ARGS=(-drive file="$VM_ROOTFS",if=virtio,format=raw,snapshot=on,cache=unsafe)
+    APPEND="systemd.show_status=0"
+else
+    # Scratch disk for the IO tests (virtio-blk; the guest makes the filesystem).
+    truncate -s 1G "$WORK/disk.img"
+    DISK_ARGS=(-drive file="$WORK/disk.img",if=virtio,format=raw,cache=unsafe)
+    APPEND=""
+fi
 
 ###############################################################################
-log "booting the guest (QEMU TCG, pure cgroup v2), at most ${VM_TIMEOUT}s"
+log "booting the guest (QEMU TCG, pure cgroup v2$([[ $MODE == systemd ]] && echo ", systemd as PID 1")), at most ${VM_TIMEOUT}s"
 SERIAL="$WORK/serial.log"
 : >"$SERIAL"
 t=$SECONDS
@@ -150,9 +182,9 @@ timeout --kill-after=10 "$VM_TIMEOUT" \
     qemu-system-x86_64 -machine pc -cpu max -smp 2 -m 1024 \
     -nographic -no-reboot -nodefaults -serial stdio -monitor none \
     -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
-    -append "console=ttyS0 panic=-1 loglevel=1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all rdinit=/init" \
+    -append "console=ttyS0 panic=-1 loglevel=1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all rdinit=/init $APPEND" \
     -netdev user,id=n0,net=10.0.2.0/24,host=10.0.2.2 -device e1000,netdev=n0 \
-    -drive file="$WORK/disk.img",if=virtio,format=raw,cache=unsafe \
+    "${DISK_ARGS[@]}" \
     </dev/null >"$SERIAL" 2>"$WORK/qemu.err" &
 QEMU_PID=$!
 # Boot time: from starting QEMU to the guest's "PHVM BEGIN" (modules
