@@ -198,6 +198,9 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if err != nil {
 		return nil, err
 	}
+	if err := handOver(o, part, st, copied); err != nil {
+		return nil, err
+	}
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
@@ -324,6 +327,9 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if res.Reference, err = p.byDigest(res.Digest); err != nil {
 		return nil, err
 	}
+	if err := handOver(o, part, st, copied); err != nil {
+		return nil, err
+	}
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
 		return nil, err
 	}
@@ -349,6 +355,24 @@ func (p *Plan) partial(o *Options, st *dest.Stage, id *dest.Identity) *dest.Part
 		o.Log.Info("resuming from the partial-blob cache", "path", part.Path, "kept_bytes", part.Kept)
 	}
 	return part
+}
+
+// handOver moves the whole blobs the copy left in the partial-blob cache
+// into the staged layout (pull.Copied.Handed), where Verify hashes them
+// like every staged file.
+func handOver(o *Options, part *dest.Partial, st *dest.Stage, copied *pull.Copied) error {
+	if copied == nil || len(copied.Handed) == 0 {
+		return nil
+	}
+	if part == nil {
+		return failure.New(failure.Verification, "the copy handed over %d blobs but this pull has no partial-blob cache", len(copied.Handed))
+	}
+	n, err := part.HandOver(st, copied.Handed)
+	if err != nil {
+		return failure.Wrap(failure.Verification, err, "taking the copy's blobs from the partial-blob cache")
+	}
+	o.Log.Debug("took whole blobs from the partial-blob cache into staging", "blobs", n)
+	return nil
 }
 
 // removePartial removes the cache after a commit: every blob it kept is in

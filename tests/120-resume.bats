@@ -405,3 +405,24 @@ plant() {
     run_pullhelper gc "oci:$OUT/dest"
     assert_equal "$(json_get '.partial' <<<"$output")" "[]"
 }
+
+@test "resume: each layer is written once: the copy leaves whole layers in the cache and the parent moves them into staging, where it verifies them (isolated and --no-isolation)" {
+    local mode
+    for mode in isolated --no-isolation; do
+        rm -rf "$OUT/dest"
+        local opts=("${PH_OPTS[@]}" --debug)
+        [[ $mode == isolated ]] || opts+=("$mode")
+        run_pullhelper pull "${opts[@]}" "$IMAGE" "oci:$OUT/dest:big"
+        assert_json_result
+        [[ $stderr == *'took whole blobs from the partial-blob cache into staging" blobs=4'* ]] ||
+            fail "$mode: the 4 layers were not handed over: $stderr"
+        [[ ! -e $PARTIAL ]] || fail "$mode: the cache is left after the commit"
+        local l
+        for l in "${LAYER[@]}"; do
+            (cd "$OUT/dest/blobs/sha256" && sha256sum -c --quiet <<<"${l#sha256:}  ${l#sha256:}") ||
+                fail "$mode: DEST's layer $l does not match its digest"
+            [[ $(stat -c '%u %a %h' "$OUT/dest/blobs/sha256/${l#sha256:}") == "0 644 1" ]] ||
+                fail "$mode: layer $l is $(stat -c '%u %a %h' "$OUT/dest/blobs/sha256/${l#sha256:}"), want root 0644 with one link"
+        done
+    done
+}
