@@ -40,6 +40,8 @@ type Options struct {
 	LockDir   string
 	LogFormat string
 	Debug     bool
+
+	phases phases // for the result's Timings
 }
 
 func (o *Options) emit(e api.Event) {
@@ -85,6 +87,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 		return nil, err
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
+	res.Timings = o.phases.timings(start, res.DurationMS)
 	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
 	return res, nil
 }
@@ -111,15 +114,18 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	if copied != nil {
 		e.IndexRaw, e.Manifest, e.Served = copied.IndexRaw, copied.Manifest, copied.Served
 	}
+	o.phases.copyEnd = time.Now()
 	if err := p.dst.Verify(st, e); err != nil {
 		return err
 	}
 	if err := p.recheckSignature(ctx, m, res, copied, func(w string) { o.Log.Warn(w) }); err != nil {
 		return err
 	}
+	o.phases.verifyEnd = time.Now()
 	if err := p.dst.Commit(st); err != nil {
 		return err
 	}
+	o.phases.commitEnd = time.Now()
 	p.reportStore(res)
 	if st.ImageID != "" {
 		res.ImageID = st.ImageID
@@ -194,6 +200,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 		defer stop()
 		po.Node = rates
 	}
+	o.phases.copyStart = time.Now()
 	res, copied, err := pull.Copy(ctx, &p.Request, m, pst, po)
 	if err != nil {
 		return nil, err
@@ -289,6 +296,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		return nil, err
 	}
 	iso.ChildPID = c.PID()
+	o.phases.copyStart = time.Now()
 	// From here on the child exists: Run kills and reaps it on every path.
 	// The child is told no host path: DEST stands anonymous in its copy of
 	// the request, and the staging area is a mount it gets by fd.
@@ -355,6 +363,23 @@ func (p *Plan) partial(o *Options, st *dest.Stage, id *dest.Identity) *dest.Part
 		o.Log.Info("resuming from the partial-blob cache", "path", part.Path, "kept_bytes", part.Kept)
 	}
 	return part
+}
+
+// phases are the moments Timings is made of (zero: not reached).
+type phases struct {
+	copyStart, copyEnd, verifyEnd, commitEnd time.Time
+}
+
+// timings splits total (the result's DurationMS, from start): each phase
+// is the milliseconds from start to its end less those before it, so that
+// they add up to total.
+func (p phases) timings(start time.Time, total int64) *api.Timings {
+	if p.copyStart.IsZero() || p.copyEnd.IsZero() || p.verifyEnd.IsZero() || p.commitEnd.IsZero() {
+		return nil
+	}
+	at := func(t time.Time) int64 { return min(t.Sub(start).Milliseconds(), total) }
+	s, c, v, m := at(p.copyStart), at(p.copyEnd), at(p.verifyEnd), at(p.commitEnd)
+	return &api.Timings{SetupMS: s, CopyMS: c - s, VerifyMS: v - c, CommitMS: m - v, CleanupMS: total - m}
 }
 
 // handOver moves the whole blobs the copy left in the partial-blob cache

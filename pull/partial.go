@@ -115,7 +115,10 @@ func (c *partialCache) claim(d digest.Digest, size int64) *resumeReader {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.active[d]
-	if r == nil || r.size != size || r.ended || r.handover {
+	// A reader that already stopped keeping (no room, a write error,
+	// perhaps while containers/image peeked at the stream) cannot hand
+	// its blob over: the copy writes it as usual.
+	if r == nil || r.size != size || r.ended || r.handover || !r.keep {
 		return nil
 	}
 	r.handover = true
@@ -323,12 +326,12 @@ func (r *resumeReader) append(b []byte) {
 	// A handed-over blob is written here instead of into staging: it
 	// takes the room the image was counted with, not the cache's.
 	if !r.claimed() && !r.c.take(int64(len(b))) {
-		r.keep = false
+		r.stopKeeping()
 		r.c.log.Info("the partial-blob cache stopped keeping this blob: DEST's filesystem has no room beyond the image", "digest", r.d.String(), "kept", r.written)
 		return
 	}
 	if _, err := r.f.WriteAt(b, r.written); err != nil {
-		r.keep = false
+		r.stopKeeping()
 		r.c.log.Warn("the partial-blob cache stopped keeping this blob", "digest", r.d.String(), "kept", r.written, "error", err.Error())
 		return
 	}
@@ -370,6 +373,14 @@ func (r *resumeReader) finish() error {
 	return nil // a fresh stream: containers/image checks its digest
 }
 
+// stopKeeping stops appending to f (under the cache's lock: claim reads
+// keep from PutBlob's goroutine).
+func (r *resumeReader) stopKeeping() {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	r.keep = false
+}
+
 // claimed reports whether PutBlob claimed r (claim).
 func (r *resumeReader) claimed() bool {
 	r.c.mu.Lock()
@@ -394,7 +405,7 @@ func (r *resumeReader) drop(why string) {
 		r.c.log.Warn("discarding a kept partial blob", "digest", r.d.String(), "reason", why)
 	}
 	_ = os.Remove(r.path)
-	r.keep = false
+	r.stopKeeping()
 	r.closeFile()
 }
 
