@@ -38,6 +38,8 @@ type tree struct {
 	files map[string]*entry
 	owner Identity
 	fresh bool
+	// presums are digests computed ahead (Prehash), by inode.
+	presums Presums
 }
 
 func (t *tree) close() {
@@ -68,7 +70,7 @@ func takeBack(s *Stage) (*tree, error) {
 	if err != nil {
 		return nil, badStaged("%s: %v", s.Name, errnoText(err))
 	}
-	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy}
+	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy, presums: s.presums}
 	if err := t.walk(fd, "", 0); err != nil {
 		t.close()
 		return nil, err
@@ -134,7 +136,11 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if err != nil {
 				return err
 			}
-			t.files[r] = &entry{size: got.Size, ino: got.Ino}
+			e := &entry{size: got.Size, ino: got.Ino}
+			if ps, ok := t.presums[[2]uint64{got.Dev, got.Ino}]; ok && ps.Size == got.Size && !t.fresh {
+				e.sum, e.alg = ps.Sum, ps.Alg
+			}
+			t.files[r] = e
 		case unix.S_IFLNK:
 			return badStaged("%s is a symbolic link", r)
 		default:
@@ -278,7 +284,7 @@ func (t *tree) presum() {
 	}
 	var jobs []job
 	for rel, e := range t.files {
-		if e.size < presumMin {
+		if e.size < presumMin || e.sum != "" {
 			continue
 		}
 		switch base := path.Base(rel); {

@@ -295,6 +295,23 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		}
 		return nil, err
 	}
+	// Whole blobs the child hands over are hashed as each is done, while
+	// it goes on (dest.Prehash); not with a shared uid, whose other
+	// processes may hold descriptors on them (those are copied fresh).
+	var pre *dest.Prehash
+	if lease.Source == "dynamic" {
+		pre = part.Prehash()
+	}
+	defer pre.Finish() // every path: leases let go, descriptors closed
+	events := progressOnly(o.Events)
+	onEvent := func(e api.Event) {
+		if e.Type == api.EventLayerDone {
+			pre.Blob(e.Digest)
+		}
+		if events != nil {
+			events(e)
+		}
+	}
 	iso.ChildPID = c.PID()
 	o.phases.copyStart = time.Now()
 	// From here on the child exists: Run kills and reaps it on every path.
@@ -307,7 +324,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,
-	}, progressOnly(o.Events), o.Log)
+	}, onEvent, o.Log)
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
 	// cache is root's again before anything else happens.
@@ -324,6 +341,9 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := g.Kill(); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
+	// Every process of the pull is dead: the digests whose leases held
+	// are good (before HandOver moves the files).
+	st.UsePresums(pre.Finish())
 	// What the parent knows itself is never taken from the child: the
 	// image, the destination, the signature policy in force, and the
 	// reference (the plan's name with the digest Verify ties the stored
