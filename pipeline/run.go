@@ -191,7 +191,9 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if part != nil {
 		pst.Partial = part.Path
 	}
-	po := pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log}
+	pre := part.Prehash() // as in isolated: handed blobs hashed as each is done
+	defer pre.Finish()
+	po := pull.Options{Events: prehashing(pre, progressOnly(o.Events)), Report: o.Report, Log: o.Log}
 	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
 		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
 		if err != nil {
@@ -205,6 +207,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if err != nil {
 		return nil, err
 	}
+	st.UsePresums(pre.Finish())
 	if err := handOver(o, part, st, copied); err != nil {
 		return nil, err
 	}
@@ -303,15 +306,6 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		pre = part.Prehash()
 	}
 	defer pre.Finish() // every path: leases let go, descriptors closed
-	events := progressOnly(o.Events)
-	onEvent := func(e api.Event) {
-		if e.Type == api.EventLayerDone {
-			pre.Blob(e.Digest)
-		}
-		if events != nil {
-			events(e)
-		}
-	}
 	iso.ChildPID = c.PID()
 	o.phases.copyStart = time.Now()
 	// From here on the child exists: Run kills and reaps it on every path.
@@ -324,7 +318,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,
-	}, onEvent, o.Log)
+	}, prehashing(pre, progressOnly(o.Events)), o.Log)
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
 	// cache is root's again before anything else happens.
@@ -400,6 +394,22 @@ func (p phases) timings(start time.Time, total int64) *api.Timings {
 	at := func(t time.Time) int64 { return min(t.Sub(start).Milliseconds(), total) }
 	s, c, v, m := at(p.copyStart), at(p.copyEnd), at(p.verifyEnd), at(p.commitEnd)
 	return &api.Timings{SetupMS: s, CopyMS: c - s, VerifyMS: v - c, CommitMS: m - v, CleanupMS: total - m}
+}
+
+// prehashing passes events on, and starts hashing each blob that is done
+// ahead (dest.Prehash).
+func prehashing(pre *dest.Prehash, events func(api.Event)) func(api.Event) {
+	if pre == nil {
+		return events
+	}
+	return func(e api.Event) {
+		if e.Type == api.EventLayerDone {
+			pre.Blob(e.Digest)
+		}
+		if events != nil {
+			events(e)
+		}
+	}
 }
 
 // handOver moves the whole blobs the copy left in the partial-blob cache
