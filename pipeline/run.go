@@ -114,7 +114,9 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	if copied != nil {
 		e.IndexRaw, e.Manifest, e.Served = copied.IndexRaw, copied.Manifest, copied.Served
 	}
-	o.phases.copyEnd = time.Now()
+	if o.phases.copyEnd.IsZero() {
+		o.phases.copyEnd = time.Now()
+	}
 	if err := p.dst.Verify(st, e); err != nil {
 		return err
 	}
@@ -207,6 +209,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if err != nil {
 		return nil, err
 	}
+	o.phases.copyEnd = time.Now()
 	st.UsePresums(pre.Finish())
 	if err := handOver(o, part, st, copied); err != nil {
 		return nil, err
@@ -319,6 +322,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,
 	}, prehashing(pre, progressOnly(o.Events)), o.Log)
+	o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
 	// cache is root's again before anything else happens.
