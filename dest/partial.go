@@ -312,7 +312,15 @@ func (p *Partial) tidy(owner Identity, olderThan time.Time) error {
 			}
 			continue
 		}
-		fd, err := openAt(dfd, n, unix.O_RDONLY, 0)
+		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err == unix.EAGAIN {
+			// Under another process's lease (a shared uid's): never
+			// waited for, not kept.
+			if err := removeAllAt(dfd, n); err != nil {
+				return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
 		}
@@ -457,10 +465,29 @@ func (p *Partial) HandOver(s *Stage, digests []string) (int, error) {
 		case unix.EEXIST:
 			// The copy wrote it too: Verify judges the staged one.
 		default:
-			return moved, fmt.Errorf("moving %s from the partial-blob cache into staging: %s", name, errnoText(err))
+			return moved, fmt.Errorf("moving %s from the partial-blob cache into staging: %v", name, err)
 		}
 	}
 	return moved, nil
+}
+
+// CanHandOver reports whether HandOver can move the cache's files into
+// s by rename: both on one mount (a DEST that is a mount point stages
+// inside it, apart from the cache in its parent). Nil-safe.
+func (p *Partial) CanHandOver(s *Stage) bool {
+	if p == nil || p.Dir == nil || s == nil || s.Work == nil {
+		return false
+	}
+	var a, b unix.Statx_t
+	const mask = unix.STATX_MNT_ID
+	if unix.Statx(int(p.Dir.Fd()), "", unix.AT_EMPTY_PATH, mask, &a) != nil ||
+		unix.Statx(int(s.Work.Fd()), "", unix.AT_EMPTY_PATH, mask, &b) != nil {
+		return false
+	}
+	if a.Mask&mask == 0 || b.Mask&mask == 0 {
+		return false // a kernel without mount IDs: no handover
+	}
+	return a.Mnt_id == b.Mnt_id && a.Dev_major == b.Dev_major && a.Dev_minor == b.Dev_minor
 }
 
 // blobDir opens (making it when missing) blobs/<alg> beneath the staged

@@ -2,12 +2,14 @@ package dest
 
 import (
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -55,12 +57,16 @@ type Prehash struct {
 	seen   map[string]bool
 	jobs   []*preJob
 	closed bool
+	budget int64       // bytes still to hash: the image's limit, in all
+	stop   atomic.Bool // Abort: hashing ends at the next chunk
 
 	work    chan *preJob
 	wg      sync.WaitGroup
 	pending sync.WaitGroup // jobs queued and not yet hashed (tests wait on it)
-	sigs    chan os.Signal
-	done    chan struct{}
+	// releaser: releaseBroken's goroutine.
+	releaser sync.WaitGroup
+	sigs     chan os.Signal
+	done     chan struct{}
 }
 
 type preJob struct {
@@ -74,9 +80,12 @@ type preJob struct {
 }
 
 // Prehash starts hashing ahead for the cache (nil without one, or when its
-// descriptor cannot be duplicated: nothing is hashed ahead then). Call
-// Finish on every path.
-func (p *Partial) Prehash() *Prehash {
+// descriptor cannot be duplicated: nothing is hashed ahead then), at most
+// maxBytes in all (the image's size limit: the child names the files and
+// may make them as large as it likes; beyond the budget Verify hashes, and
+// its size checks refuse). Call Finish once every process of the pull is
+// dead, and Abort on every path (after Finish it does nothing).
+func (p *Partial) Prehash(maxBytes int64) *Prehash {
 	if p == nil || p.Dir == nil {
 		return nil
 	}
@@ -84,10 +93,11 @@ func (p *Partial) Prehash() *Prehash {
 	if err != nil {
 		return nil
 	}
-	h := &Prehash{cache: os.NewFile(uintptr(fd), p.Path), seen: map[string]bool{},
+	h := &Prehash{cache: os.NewFile(uintptr(fd), p.Path), seen: map[string]bool{}, budget: maxBytes,
 		work: make(chan *preJob, maxPrehash), sigs: make(chan os.Signal, 1), done: make(chan struct{})}
 	// A broken lease's opener waits until we let go: let go at once.
 	signal.Notify(h.sigs, syscall.SIGIO)
+	h.releaser.Add(1)
 	go h.releaseBroken()
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		h.wg.Add(1)
@@ -128,18 +138,35 @@ func (h *Prehash) worker() {
 }
 
 // hash leases, hashes and syncs one file; any failure leaves it to Verify.
+// The name is opened O_PATH first and reopened for reading only once it
+// is a regular file (an open of a device may act on the device).
 func (h *Prehash) hash(j *preJob) {
-	fd, err := openAt(int(h.cache.Fd()), j.name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	pfd, err := openAt(int(h.cache.Fd()), j.name, unix.O_PATH, 0)
+	if err != nil {
+		return
+	}
+	st, err := fstat(pfd)
+	if err != nil || !isReg(st) || st.Nlink != 1 || st.Size <= 0 {
+		unix.Close(pfd)
+		return
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	unix.Close(pfd)
 	if err != nil {
 		return
 	}
 	f := os.NewFile(uintptr(fd), j.name)
-	st, err := fstat(fd)
-	if err != nil || !isReg(st) || st.Nlink != 1 || st.Size <= 0 {
+	if now, err := fstat(fd); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
 		f.Close()
 		return
 	}
 	h.mu.Lock()
+	if st.Size > h.budget {
+		h.mu.Unlock()
+		f.Close()
+		return
+	}
+	h.budget -= st.Size
 	// The lease is taken under the lock, so that releaseBroken sees every
 	// lease taken.
 	_, err = unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_RDLCK)
@@ -151,8 +178,19 @@ func (h *Prehash) hash(j *preJob) {
 	j.f, j.dev, j.ino, j.size = f, st.Dev, st.Ino, st.Size
 	h.mu.Unlock()
 	hs := hasher(j.alg)
-	n, err := io.Copy(hs, io.NewSectionReader(f, 0, st.Size))
-	if err != nil || n != st.Size || f.Sync() != nil {
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < st.Size; {
+		if h.stop.Load() {
+			return
+		}
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), st.Size-off)], off)
+		hs.Write(buf[:n])
+		off += int64(n)
+		if err != nil && (err != io.EOF || off != st.Size) {
+			return
+		}
+	}
+	if f.Sync() != nil {
 		return
 	}
 	h.mu.Lock()
@@ -163,6 +201,7 @@ func (h *Prehash) hash(j *preJob) {
 // releaseBroken lets go of every lease a writer broke (the writer's open
 // waits until then), marking it broken.
 func (h *Prehash) releaseBroken() {
+	defer h.releaser.Done()
 	for {
 		select {
 		case <-h.done:
@@ -205,6 +244,7 @@ func (h *Prehash) Finish() Presums {
 	h.wg.Wait()
 	signal.Stop(h.sigs)
 	close(h.done)
+	h.releaser.Wait() // no scan of the leases runs any more
 	out := Presums{}
 	for _, j := range h.jobs {
 		if j.f == nil {
@@ -221,6 +261,18 @@ func (h *Prehash) Finish() Presums {
 	}
 	h.cache.Close()
 	return out
+}
+
+// Abort ends hashing ahead at the next chunk and lets everything go
+// (Finish, keeping nothing): the path of a pull that failed or was
+// stopped, which must not wait for a hash. Nil-safe; after Finish it does
+// nothing.
+func (h *Prehash) Abort() {
+	if h == nil {
+		return
+	}
+	h.stop.Store(true)
+	h.Finish()
 }
 
 // UsePresums gives Verify the digests Prehash computed: a staged file that

@@ -35,7 +35,20 @@ func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 	busy, err := os.OpenFile(path("busy"), os.O_WRONLY, 0)
 	must(t, err)
 
-	h := p.Prehash()
+	// A FIFO under a blob's name is never opened for reading; a file
+	// beyond what is left of the budget is not hashed.
+	fifo := filepath.Join(p.Path, "sha256-"+sha([]byte("fifo"))[7:]+".partial")
+	must(t, syscall.Mkfifo(fifo, 0o600))
+	// The budget is the five files' sizes; the sixth is larger than all
+	// of it, so whatever order the workers take them in, it never fits.
+	var budget int64
+	for _, name := range []string{"untouched", "written", "truncated", "busy", "swapped"} {
+		budget += int64(len(blobs[name]))
+	}
+	big := make([]byte, budget+1)
+	blobs["big"] = big
+	must(t, os.WriteFile(path("big"), big, 0o600))
+	h := p.Prehash(budget)
 	if h == nil {
 		t.Fatal("Prehash returned nil for an open cache")
 	}
@@ -43,6 +56,8 @@ func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 		h.Blob(sha(blobs[name]))
 	}
 	h.Blob("sha256:../../etc/passwd") // not a digest: ignored
+	h.Blob(sha([]byte("fifo")))
+	h.Blob(sha(big))
 	dest.WaitPrehash(h)
 	busy.Close()
 
@@ -64,7 +79,7 @@ func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 	if got, ok := dest.PresumOf(ps, path("untouched")); !ok || "sha256:"+got.Sum != sha(blobs["untouched"]) || got.Size != int64(len(blobs["untouched"])) {
 		t.Fatalf("untouched: presum %+v %v, want its digest", got, ok)
 	}
-	for _, name := range []string{"written", "truncated", "busy", "swapped"} {
+	for _, name := range []string{"written", "truncated", "busy", "swapped", "big"} {
 		if got, ok := dest.PresumOf(ps, path(name)); ok {
 			t.Errorf("%s: kept a digest ahead (%+v) though the file may have changed", name, got)
 		}

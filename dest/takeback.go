@@ -354,7 +354,13 @@ func (t *tree) freshCopy(rel string, r io.Reader, h hash.Hash) (int64, error) {
 	if h != nil {
 		w = io.MultiWriter(out, h)
 	}
-	n, err := io.CopyBuffer(w, r, make([]byte, 1<<20))
+	// At most one byte more than was taken back (another process of a
+	// shared uid may still be appending): the caller checks the size.
+	limit := int64(1 << 62)
+	if e, ok := t.files[rel]; ok {
+		limit = e.size + 1
+	}
+	n, err := io.CopyBuffer(w, io.LimitReader(r, limit), make([]byte, 1<<20))
 	if err != nil {
 		return n, err
 	}

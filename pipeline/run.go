@@ -191,10 +191,10 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	defer part.Close()
 	pst := &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config}
 	if part != nil {
-		pst.Partial = part.Path
+		pst.Partial, pst.HandOver = part.Path, part.CanHandOver(st)
 	}
-	pre := part.Prehash() // as in isolated: handed blobs hashed as each is done
-	defer pre.Finish()
+	pre := part.Prehash(p.MaxImageBytes) // as in isolated: handed blobs hashed as each is done
+	defer pre.Abort()
 	po := pull.Options{Events: prehashing(pre, progressOnly(o.Events)), Report: o.Report, Log: o.Log}
 	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
 		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
@@ -306,9 +306,9 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	// processes may hold descriptors on them (those are copied fresh).
 	var pre *dest.Prehash
 	if lease.Source == "dynamic" {
-		pre = part.Prehash()
+		pre = part.Prehash(p.MaxImageBytes)
 	}
-	defer pre.Finish() // every path: leases let go, descriptors closed
+	defer pre.Abort() // every other path: hashing stops, leases let go, descriptors closed
 	iso.ChildPID = c.PID()
 	o.phases.copyStart = time.Now()
 	// From here on the child exists: Run kills and reaps it on every path.
@@ -317,7 +317,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	copyReq := p.Request
 	copyReq.Destination = p.Destination.Anonymous()
 	res, copied, err := c.Run(ctx, g, reexec.Request{
-		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil), Cgroup: g.Expected(),
+		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil, lease.Source == "dynamic" && part.CanHandOver(st)), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,

@@ -312,7 +312,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
 	destRef := guardedRef{ImageReference: stageRef, g: g}
-	if partial != nil && st.Name == "image" && stageRef.Transport().Name() == "oci" {
+	if partial != nil && st.HandOver && st.Name == "image" && stageRef.Transport().Name() == "oci" {
 		// An OCI layout in staging: whole blobs the cache keeps are
 		// handed over rather than written twice (Copied.Handed).
 		partial.handover, destRef.partial = true, partial

@@ -53,6 +53,7 @@ setup() {
 teardown() {
     _kill_bg
     stop_all_faultproxies
+    if mountpoint -q "$OUT/mp" 2>/dev/null; then umount "$OUT/mp" || umount -l "$OUT/mp"; fi
 }
 
 # dest_sum: one checksum over every file of DEST (names and bytes).
@@ -446,5 +447,18 @@ plant() {
         assert_json_error verification
         [[ $stderr == *"hostile: changed 4 handed-over blobs"* ]] || fail "$action: the child did not change the 4 layers: $stderr"
         [[ $(dest_sum) == "$OLD_SUM" ]] || fail "$action: DEST changed"
+    done
+}
+
+@test "resume: an oci: DEST that is a mount point stages inside it, apart from the cache: the blobs are written there, not handed over across mounts; the pull commits" {
+    mkdir -p "$OUT/mp"
+    mount -t tmpfs -o size=256m tmpfs "$OUT/mp" || fail "mounting a tmpfs on $OUT/mp"
+    run_pullhelper pull "${PH_OPTS[@]}" --debug "$IMAGE" "oci:$OUT/mp:big"
+    assert_json_result
+    [[ $stderr != *"took whole blobs from the partial-blob cache"* ]] || fail "blobs were handed over across mounts: $stderr"
+    local l
+    for l in "${LAYER[@]}"; do
+        (cd "$OUT/mp/blobs/sha256" && sha256sum -c --quiet <<<"${l#sha256:}  ${l#sha256:}") ||
+            fail "the mount-point DEST's layer $l does not match its digest"
     done
 }
