@@ -54,7 +54,11 @@ func (t *tree) close() {
 // other process can add or rename entries), files are checked to be
 // regular with nlink 1 and get owner 0644 through a descriptor opened with
 // O_NOFOLLOW. Anything else is refused (failure.Verification).
-func takeBack(s *Stage) (*tree, error) {
+//
+// maxBytes (the image's limit, 0: none) bounds what presum hashes ahead:
+// a staged file larger than that, or beyond that in all, is left to the
+// graph's checks, which refuse it without reading it.
+func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 	wfd := int(s.Work.Fd())
 	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
 		return nil, fmt.Errorf("taking back the work directory: %w", err)
@@ -75,7 +79,7 @@ func takeBack(s *Stage) (*tree, error) {
 		t.close()
 		return nil, err
 	}
-	t.presum()
+	t.presum(maxBytes)
 	return t, nil
 }
 
@@ -274,9 +278,13 @@ const presumMin = 1 << 20
 // (64: sha256, 128: sha512; what an OCI layout and dir: name blobs) are
 // hashed; a failure is left for sum to report. With fresh copies (a
 // shared pull uid) nothing is done: sum copies while it hashes.
-func (t *tree) presum() {
+func (t *tree) presum(maxBytes int64) {
 	if t.fresh {
 		return
+	}
+	budget := maxBytes
+	if budget <= 0 {
+		budget = 1 << 62
 	}
 	type job struct {
 		rel string
@@ -284,14 +292,16 @@ func (t *tree) presum() {
 	}
 	var jobs []job
 	for rel, e := range t.files {
-		if e.size < presumMin || e.sum != "" {
+		if e.size < presumMin || e.sum != "" || e.size > budget {
 			continue
 		}
 		switch base := path.Base(rel); {
 		case hexRE["sha256"].MatchString(base):
 			jobs = append(jobs, job{rel, "sha256"})
+			budget -= e.size
 		case hexRE["sha512"].MatchString(base):
 			jobs = append(jobs, job{rel, "sha512"})
+			budget -= e.size
 		}
 	}
 	if len(jobs) < 2 {
