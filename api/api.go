@@ -19,6 +19,8 @@ type Result struct {
 	SignaturePolicy   SignaturePolicy `json:"signature_policy"`
 	Isolation         Isolation       `json:"isolation"`
 	Usage             *Usage          `json:"usage,omitempty"`
+	// Timings says where the pull's wall time went (informational).
+	Timings *Timings `json:"timings,omitempty"`
 	// Endpoints are the hosts that served this pull (its successful
 	// attempt): a registries.conf mirror, a containerd hosts.toml host or
 	// the registry itself. Informational only: in the isolated child it is
@@ -177,4 +179,21 @@ type Usage struct {
 	PidsPeak        *uint64 `json:"pids_peak,omitempty"`
 	OOMKills        *uint64 `json:"oom_kills,omitempty"`
 	PidsMaxHits     *uint64 `json:"pids_max_hits,omitempty"`
+}
+
+// Timings splits a pull's wall time (DurationMS) into its phases, in
+// milliseconds: Setup, from the start to the copy's start (configuration,
+// locks, staging; isolated, also the cgroup and starting the child in it);
+// Copy, until the copy ended (isolated: the child setting itself up,
+// dropping its privileges, copying and exiting); Verify, the parent taking the staged
+// image back and hashing and checking it (and the signature policy's
+// re-check); Commit, moving it into DEST (or importing it into a store);
+// Cleanup, the rest (removing the cgroup and the staging area, releasing
+// the pull uid): the five add up to DurationMS.
+type Timings struct {
+	SetupMS   int64 `json:"setup_ms"`
+	CopyMS    int64 `json:"copy_ms"`
+	VerifyMS  int64 `json:"verify_ms"`
+	CommitMS  int64 `json:"commit_ms"`
+	CleanupMS int64 `json:"cleanup_ms"`
 }

@@ -90,6 +90,7 @@ def run(tool, img, proxy=False, extra=()):
             res = json.loads(f.read())
         r["usage"] = res.get("usage")
         r["bytes"] = res.get("bytes")
+        r["timings"] = res.get("timings")
         # The phase after the last blob arrived (parent's verification,
         # signature re-check, commit): done's ts minus the last progress ts.
         evs = [json.loads(l) for l in open(prog) if l.strip()]
@@ -177,6 +178,9 @@ for img in IMAGES:
         u = [r.get("usage") or {} for r in runs[img][t]]
         s[t]["cgroup_memory_peak_mib"] = med((x.get("memory_peak_bytes") or 0) / 2**20 for x in u if x) if any(u) else None
         s[t]["cgroup_cpu_s"] = med((x.get("cpu_usage_ns") or 0) / 1e9 for x in u if x) if any(u) else None
+    for t in (ISO, NOISO):
+        ts = [r.get("timings") or {} for r in runs[img][t]]
+        s[t]["phases_ms"] = {k: med(x.get(k + "_ms") for x in ts) for k in ("setup", "copy", "verify", "commit")}
     results["images"][img] = {"tools": s, "isolation_overhead_s": med(pairs[img]),
                               "isolation_overhead_pairs_s": [round(x, 4) for x in pairs[img]]}
 results["ttfb"] = {t: {"first_request_s": med(r["first_request_s"] for r in ttfb[t]),
@@ -203,11 +207,21 @@ for img in IMAGES:
     pc = results["images"][img]["tools"][ISO]["post_copy_s"]
     pcn = results["images"][img]["tools"][NOISO]["post_copy_s"]
     wall = results["images"][img]["tools"][ISO]["wall_s"]
-    extra = max(0.0, pc - pcn) if pc is not None and pcn is not None else None
+    vi = results["images"][img]["tools"][ISO]["phases_ms"]["verify"]
+    vn = results["images"][img]["tools"][NOISO]["phases_ms"]["verify"]
+    if vi is not None and vn is not None:
+        extra, how = max(0.0, (vi - vn) / 1000), "isolated minus --no-isolation verify_ms"
+    else:
+        extra, how = (max(0.0, pc - pcn) if pc is not None and pcn is not None else None), "isolated minus --no-isolation post-copy phase"
     target(f"{img}: isolation overhead <= 20 ms + verification pass", extra is not None and ov <= 0.020 + extra,
-           f"overhead {ov*1000:.0f} ms; allowance 20 + {extra*1000:.0f} ms (isolated minus --no-isolation post-copy phase)")
-    target(f"{img}: verification pass <= 5 % of the pull", pc is not None and pc <= 0.05 * wall,
-           f"{pc*1000:.0f} ms of {wall*1000:.0f} ms = {100*pc/wall:.1f} % (post-copy phase: verify, re-check, commit; an upper bound)")
+           f"overhead {ov*1000:.0f} ms; allowance 20 + {extra*1000:.0f} ms ({how})" if extra is not None else f"overhead {ov*1000:.0f} ms")
+    pv = results["images"][img]["tools"][ISO]["phases_ms"]["verify"]
+    if pv is not None:
+        target(f"{img}: verification pass <= 5 % of the pull", pv / 1000 <= 0.05 * wall,
+               f"{pv:.0f} ms of {wall*1000:.0f} ms = {100*pv/1000/wall:.1f} % (the result's timings.verify_ms: take back, hash every staged file, check the graph)")
+    else:
+        target(f"{img}: verification pass <= 5 % of the pull", pc is not None and pc <= 0.05 * wall,
+               f"{pc*1000:.0f} ms of {wall*1000:.0f} ms = {100*pc/wall:.1f} % (post-copy phase: verify, re-check, commit; an upper bound)")
 s = results["images"]["big"]["tools"][ISO]
 target("big: parent peak RSS <= 48 MiB", s["self_peak_rss_mib"] <= 48, f"{s['self_peak_rss_mib']:.1f} MiB")
 target("big: child peak RSS <= 48 MiB", s["desc_peak_rss_mib"] <= 48, f"{s['desc_peak_rss_mib']:.1f} MiB")
@@ -240,6 +254,11 @@ for img in IMAGES:
     print(f"{img:10} isolation overhead (median of paired iso - no-iso): {o['isolation_overhead_s']*1000:.0f} ms; "
           f"post-copy phase (verify, re-check, commit) isolated {o['tools'][ISO]['post_copy_s']*1000:.0f} ms, "
           f"--no-isolation {o['tools'][NOISO]['post_copy_s']*1000:.0f} ms")
+print("\npullhelper's own account of its wall time (result timings, median ms: setup, copy, verify, commit):")
+for img in IMAGES:
+    for t in (ISO, NOISO):
+        p = results["images"][img]["tools"][t]["phases_ms"]
+        print(f"  {img:10} {t:26} " + ", ".join(f"{k} {v:.0f}" if v is not None else f"{k} -" for k, v in p.items()))
 print("\ntime to first registry byte (relay, medium, median of %d): " % TTFB_ROUNDS +
       "; ".join(f"{t} {v['first_request_s']*1000:.0f} ms (response {v['first_response_s']*1000:.0f} ms)"
                 for t, v in results["ttfb"].items()))

@@ -1,5 +1,7 @@
 package dest
 
+import "golang.org/x/sys/unix"
+
 // SetCommitHook lets tests observe DEST between the steps of a dir: commit.
 func SetCommitHook(f func(step string)) { commitHook = f }
 
@@ -8,4 +10,18 @@ func SetCommitHook(f func(step string)) { commitHook = f }
 func ForceWalk() func() {
 	openat2Missing = true
 	return func() { openat2Missing = false }
+}
+
+// WaitPrehash waits until every blob given to h so far is hashed (or
+// given up on).
+func WaitPrehash(h *Prehash) { h.pending.Wait() }
+
+// PresumOf is the digest Prehash computed for path's inode, if any.
+func PresumOf(p Presums, path string) (Presum, bool) {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return Presum{}, false
+	}
+	ps, ok := p[[2]uint64{st.Dev, st.Ino}]
+	return ps, ok
 }

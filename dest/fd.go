@@ -30,9 +30,12 @@ func openAt(dirfd int, name string, flags int, mode uint32) (int, error) {
 	}
 	flags |= unix.O_NOFOLLOW | unix.O_CLOEXEC
 	if !openat2Missing {
-		for {
+		// EAGAIN is openat2's "a rename raced the resolution, try again"
+		// — and also EWOULDBLOCK, an O_NONBLOCK open of a file under
+		// another process's lease: a few tries, never a spin.
+		for tries := 0; ; tries++ {
 			fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolveFlags})
-			if err == unix.EINTR || err == unix.EAGAIN {
+			if err == unix.EINTR || (err == unix.EAGAIN && tries < 3) {
 				continue
 			}
 			if err != unix.ENOSYS {

@@ -178,7 +178,7 @@ func (d *ociDest) Verify(s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
 	}
-	t, err := takeBack(s)
+	t, err := takeBack(s, e.MaxBytes)
 	if err != nil {
 		return verr(err)
 	}

@@ -70,6 +70,8 @@ type Stage struct {
 	// reclaim that salvaged blobs into it; OpenPartial takes it over.
 	cache     *os.File
 	cacheName string
+
+	presums Presums // digests computed ahead (UsePresums)
 }
 
 // lockTimeout is the commit lock's bound.

@@ -38,6 +38,8 @@ type tree struct {
 	files map[string]*entry
 	owner Identity
 	fresh bool
+	// presums are digests computed ahead (Prehash), by inode.
+	presums Presums
 }
 
 func (t *tree) close() {
@@ -52,7 +54,11 @@ func (t *tree) close() {
 // other process can add or rename entries), files are checked to be
 // regular with nlink 1 and get owner 0644 through a descriptor opened with
 // O_NOFOLLOW. Anything else is refused (failure.Verification).
-func takeBack(s *Stage) (*tree, error) {
+//
+// maxBytes (the image's limit, 0: none) bounds what presum hashes ahead:
+// a staged file larger than that, or beyond that in all, is left to the
+// graph's checks, which refuse it without reading it.
+func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 	wfd := int(s.Work.Fd())
 	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
 		return nil, fmt.Errorf("taking back the work directory: %w", err)
@@ -68,12 +74,12 @@ func takeBack(s *Stage) (*tree, error) {
 	if err != nil {
 		return nil, badStaged("%s: %v", s.Name, errnoText(err))
 	}
-	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy}
+	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy, presums: s.presums}
 	if err := t.walk(fd, "", 0); err != nil {
 		t.close()
 		return nil, err
 	}
-	t.presum()
+	t.presum(maxBytes)
 	return t, nil
 }
 
@@ -134,7 +140,11 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if err != nil {
 				return err
 			}
-			t.files[r] = &entry{size: got.Size, ino: got.Ino}
+			e := &entry{size: got.Size, ino: got.Ino}
+			if ps, ok := t.presums[[2]uint64{got.Dev, got.Ino}]; ok && ps.Size == got.Size && !t.fresh {
+				e.sum, e.alg = ps.Sum, ps.Alg
+			}
+			t.files[r] = e
 		case unix.S_IFLNK:
 			return badStaged("%s is a symbolic link", r)
 		default:
@@ -268,9 +278,13 @@ const presumMin = 1 << 20
 // (64: sha256, 128: sha512; what an OCI layout and dir: name blobs) are
 // hashed; a failure is left for sum to report. With fresh copies (a
 // shared pull uid) nothing is done: sum copies while it hashes.
-func (t *tree) presum() {
+func (t *tree) presum(maxBytes int64) {
 	if t.fresh {
 		return
+	}
+	budget := maxBytes
+	if budget <= 0 {
+		budget = 1 << 62
 	}
 	type job struct {
 		rel string
@@ -278,14 +292,16 @@ func (t *tree) presum() {
 	}
 	var jobs []job
 	for rel, e := range t.files {
-		if e.size < presumMin {
+		if e.size < presumMin || e.sum != "" || e.size > budget {
 			continue
 		}
 		switch base := path.Base(rel); {
 		case hexRE["sha256"].MatchString(base):
 			jobs = append(jobs, job{rel, "sha256"})
+			budget -= e.size
 		case hexRE["sha512"].MatchString(base):
 			jobs = append(jobs, job{rel, "sha512"})
+			budget -= e.size
 		}
 	}
 	if len(jobs) < 2 {
@@ -348,7 +364,13 @@ func (t *tree) freshCopy(rel string, r io.Reader, h hash.Hash) (int64, error) {
 	if h != nil {
 		w = io.MultiWriter(out, h)
 	}
-	n, err := io.CopyBuffer(w, r, make([]byte, 1<<20))
+	// At most one byte more than was taken back (another process of a
+	// shared uid may still be appending): the caller checks the size.
+	limit := int64(1 << 62)
+	if e, ok := t.files[rel]; ok {
+		limit = e.size + 1
+	}
+	n, err := io.CopyBuffer(w, io.LimitReader(r, limit), make([]byte, 1<<20))
 	if err != nil {
 		return n, err
 	}

@@ -40,6 +40,8 @@ type Options struct {
 	LockDir   string
 	LogFormat string
 	Debug     bool
+
+	phases phases // for the result's Timings
 }
 
 func (o *Options) emit(e api.Event) {
@@ -85,6 +87,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 		return nil, err
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
+	res.Timings = o.phases.timings(start, res.DurationMS)
 	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
 	return res, nil
 }
@@ -111,15 +114,20 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	if copied != nil {
 		e.IndexRaw, e.Manifest, e.Served = copied.IndexRaw, copied.Manifest, copied.Served
 	}
+	if o.phases.copyEnd.IsZero() {
+		o.phases.copyEnd = time.Now()
+	}
 	if err := p.dst.Verify(st, e); err != nil {
 		return err
 	}
 	if err := p.recheckSignature(ctx, m, res, copied, func(w string) { o.Log.Warn(w) }); err != nil {
 		return err
 	}
+	o.phases.verifyEnd = time.Now()
 	if err := p.dst.Commit(st); err != nil {
 		return err
 	}
+	o.phases.commitEnd = time.Now()
 	p.reportStore(res)
 	if st.ImageID != "" {
 		res.ImageID = st.ImageID
@@ -183,9 +191,11 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	defer part.Close()
 	pst := &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config}
 	if part != nil {
-		pst.Partial = part.Path
+		pst.Partial, pst.HandOver = part.Path, part.CanHandOver(st)
 	}
-	po := pull.Options{Events: progressOnly(o.Events), Report: o.Report, Log: o.Log}
+	pre := part.Prehash(p.MaxImageBytes) // as in isolated: handed blobs hashed as each is done
+	defer pre.Abort()
+	po := pull.Options{Events: prehashing(pre, progressOnly(o.Events)), Report: o.Report, Log: o.Log}
 	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
 		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
 		if err != nil {
@@ -194,8 +204,14 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 		defer stop()
 		po.Node = rates
 	}
+	o.phases.copyStart = time.Now()
 	res, copied, err := pull.Copy(ctx, &p.Request, m, pst, po)
 	if err != nil {
+		return nil, err
+	}
+	o.phases.copyEnd = time.Now()
+	st.UsePresums(pre.Finish())
+	if err := handOver(o, part, st, copied); err != nil {
 		return nil, err
 	}
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
@@ -285,18 +301,28 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		}
 		return nil, err
 	}
+	// Whole blobs the child hands over are hashed as each is done, while
+	// it goes on (dest.Prehash); not with a shared uid, whose other
+	// processes may hold descriptors on them (those are copied fresh).
+	var pre *dest.Prehash
+	if lease.Source == "dynamic" {
+		pre = part.Prehash(p.MaxImageBytes)
+	}
+	defer pre.Abort() // every other path: hashing stops, leases let go, descriptors closed
 	iso.ChildPID = c.PID()
+	o.phases.copyStart = time.Now()
 	// From here on the child exists: Run kills and reaps it on every path.
 	// The child is told no host path: DEST stands anonymous in its copy of
 	// the request, and the staging area is a mount it gets by fd.
 	copyReq := p.Request
 	copyReq.Destination = p.Destination.Anonymous()
 	res, copied, err := c.Run(ctx, g, reexec.Request{
-		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil), Cgroup: g.Expected(),
+		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil, lease.Source == "dynamic" && part.CanHandOver(st)), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,
-	}, progressOnly(o.Events), o.Log)
+	}, prehashing(pre, progressOnly(o.Events)), o.Log)
+	o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
 	// cache is root's again before anything else happens.
@@ -313,6 +339,9 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := g.Kill(); err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
+	// Every process of the pull is dead: the digests whose leases held
+	// are good (before HandOver moves the files).
+	st.UsePresums(pre.Finish())
 	// What the parent knows itself is never taken from the child: the
 	// image, the destination, the signature policy in force, and the
 	// reference (the plan's name with the digest Verify ties the stored
@@ -322,6 +351,9 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		return nil, err
 	}
 	if res.Reference, err = p.byDigest(res.Digest); err != nil {
+		return nil, err
+	}
+	if err := handOver(o, part, st, copied); err != nil {
 		return nil, err
 	}
 	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
@@ -349,6 +381,57 @@ func (p *Plan) partial(o *Options, st *dest.Stage, id *dest.Identity) *dest.Part
 		o.Log.Info("resuming from the partial-blob cache", "path", part.Path, "kept_bytes", part.Kept)
 	}
 	return part
+}
+
+// phases are the moments Timings is made of (zero: not reached).
+type phases struct {
+	copyStart, copyEnd, verifyEnd, commitEnd time.Time
+}
+
+// timings splits total (the result's DurationMS, from start): each phase
+// is the milliseconds from start to its end less those before it, so that
+// they add up to total.
+func (p phases) timings(start time.Time, total int64) *api.Timings {
+	if p.copyStart.IsZero() || p.copyEnd.IsZero() || p.verifyEnd.IsZero() || p.commitEnd.IsZero() {
+		return nil
+	}
+	at := func(t time.Time) int64 { return min(t.Sub(start).Milliseconds(), total) }
+	s, c, v, m := at(p.copyStart), at(p.copyEnd), at(p.verifyEnd), at(p.commitEnd)
+	return &api.Timings{SetupMS: s, CopyMS: c - s, VerifyMS: v - c, CommitMS: m - v, CleanupMS: total - m}
+}
+
+// prehashing passes events on, and starts hashing each blob that is done
+// ahead (dest.Prehash).
+func prehashing(pre *dest.Prehash, events func(api.Event)) func(api.Event) {
+	if pre == nil {
+		return events
+	}
+	return func(e api.Event) {
+		if e.Type == api.EventLayerDone {
+			pre.Blob(e.Digest)
+		}
+		if events != nil {
+			events(e)
+		}
+	}
+}
+
+// handOver moves the whole blobs the copy left in the partial-blob cache
+// into the staged layout (pull.Copied.Handed), where Verify hashes them
+// like every staged file.
+func handOver(o *Options, part *dest.Partial, st *dest.Stage, copied *pull.Copied) error {
+	if copied == nil || len(copied.Handed) == 0 {
+		return nil
+	}
+	if part == nil {
+		return failure.New(failure.Verification, "the copy handed over %d blobs but this pull has no partial-blob cache", len(copied.Handed))
+	}
+	n, err := part.HandOver(st, copied.Handed)
+	if err != nil {
+		return failure.Wrap(failure.Verification, err, "taking the copy's blobs from the partial-blob cache")
+	}
+	o.Log.Debug("took whole blobs from the partial-blob cache into staging", "blobs", n)
+	return nil
 }
 
 // removePartial removes the cache after a commit: every blob it kept is in

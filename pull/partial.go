@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/opencontainers/go-digest"
@@ -30,7 +31,8 @@ import (
 // of the whole stream and the parent hashes the staged blob again. The
 // reader checks the digest too, so that it knows what to keep: a blob whose
 // stream matches is complete and its file is removed (the blob is in
-// staging now); a kept prefix that turns out wrong is removed and the read
+// staging now), or, handed over (claim), stays for the parent to move into
+// the staged OCI layout, so that its bytes are written once; a kept prefix that turns out wrong is removed and the read
 // fails as a network error (the attempt is retried, this time from byte 0).
 // A kept file longer than the declared size is removed before use; one of
 // exactly the declared size is hashed first and served without a request
@@ -54,6 +56,14 @@ type partialCache struct {
 
 	mu   sync.Mutex
 	busy map[digest.Digest]bool // one reader per blob keeps a file
+	// handover: the staging area is an OCI layout whose blobs the parent
+	// may take from the cache (Stage.HandOver). A blob kept whole is then
+	// not written a second time: PutBlob claims its reader (claim), the
+	// kept file stays in the cache, and handed lists it for the parent,
+	// which moves it into staging before it verifies (dest.Partial.HandOver).
+	handover bool
+	active   map[digest.Digest]*resumeReader
+	handed   []digest.Digest
 	// room is how many bytes this copy may still append: the kept bytes
 	// double what a blob takes on DEST's filesystem until it completes, so
 	// they may use only the space the image does not need (allow).
@@ -91,7 +101,58 @@ func openPartialCache(dir string, log *slog.Logger) *partialCache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &partialCache{dir: dir, log: log, busy: map[digest.Digest]bool{}}
+	return &partialCache{dir: dir, log: log, busy: map[digest.Digest]bool{}, active: map[digest.Digest]*resumeReader{}}
+}
+
+// claim hands the blob d of size bytes over in the cache instead of
+// having the copy write it into staging: it returns the reader keeping d,
+// which from now on keeps the file when the blob is complete, or nil
+// (no handover: the copy writes the blob as usual). Nil-safe.
+func (c *partialCache) claim(d digest.Digest, size int64) *resumeReader {
+	if c == nil || !c.handover {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.active[d]
+	// A reader that already stopped keeping (no room, a write error,
+	// perhaps while containers/image peeked at the stream) cannot hand
+	// its blob over: the copy writes it as usual.
+	if r == nil || r.size != size || r.ended || r.handover || !r.keep {
+		return nil
+	}
+	r.handover = true
+	return r
+}
+
+// wasHanded reports whether r kept its whole blob for the parent.
+func (c *partialCache) wasHanded(r *resumeReader) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return r.handed
+}
+
+// addHanded records that the whole of d sits in the cache, checked.
+func (c *partialCache) addHanded(d digest.Digest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.handed, d) {
+		c.handed = append(c.handed, d)
+	}
+}
+
+// handedOver lists the blobs to move into staging (nil-safe).
+func (c *partialCache) handedOver() []string {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, d := range c.handed {
+		out = append(out, d.String())
+	}
+	return out
 }
 
 // partialFile is the cache's name for d.
@@ -113,6 +174,14 @@ func (c *partialCache) release(d digest.Digest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.busy, d)
+	delete(c.active, d)
+}
+
+// track makes r the reader claim finds for its blob.
+func (c *partialCache) track(r *resumeReader) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active[r.d] = r
 }
 
 // blob is GetBlob through the cache: kept bytes first, then the network
@@ -145,6 +214,7 @@ func (c *partialCache) blob(ctx context.Context, rc *registry.Client, info types
 		if sum, err := hashPrefix(f, k, d.Algorithm()); err == nil && sum == d {
 			c.log.Info("serving a kept blob in full", "digest", d.String(), "bytes", k)
 			r.kept, r.done = k, true
+			c.track(r)
 			return r, size, nil
 		}
 		c.log.Warn("discarding a kept blob that does not match its digest", "digest", d.String(), "bytes", k)
@@ -163,6 +233,7 @@ func (c *partialCache) blob(ctx context.Context, rc *registry.Client, info types
 		return nil, 0, err
 	}
 	r.kept, r.written, r.synced, r.body = k, k, k, body
+	c.track(r)
 	// A server announcing more than the declared size is refused by the
 	// caller's size check: pass its announcement on.
 	if announced > size {
@@ -198,6 +269,10 @@ type resumeReader struct {
 	done    bool          // the whole blob is in f, verified
 	keep    bool          // still appending to f
 	ended   bool          // the digest was checked
+	// handover: claimed by PutBlob; a complete blob's file stays in the
+	// cache (handed) instead of being removed.
+	handover bool
+	handed   bool
 }
 
 func (r *resumeReader) Read(p []byte) (int, error) {
@@ -248,13 +323,15 @@ func (r *resumeReader) append(b []byte) {
 	if !r.keep || r.f == nil {
 		return
 	}
-	if !r.c.take(int64(len(b))) {
-		r.keep = false
+	// A handed-over blob is written here instead of into staging: it
+	// takes the room the image was counted with, not the cache's.
+	if !r.claimed() && !r.c.take(int64(len(b))) {
+		r.stopKeeping()
 		r.c.log.Info("the partial-blob cache stopped keeping this blob: DEST's filesystem has no room beyond the image", "digest", r.d.String(), "kept", r.written)
 		return
 	}
 	if _, err := r.f.WriteAt(b, r.written); err != nil {
-		r.keep = false
+		r.stopKeeping()
 		r.c.log.Warn("the partial-blob cache stopped keeping this blob", "digest", r.d.String(), "kept", r.written, "error", err.Error())
 		return
 	}
@@ -269,17 +346,46 @@ func (r *resumeReader) append(b []byte) {
 // finish checks the digest of the whole stream: a match removes the kept
 // file (the blob is in staging); a mismatch removes it too, and when kept
 // bytes were used it is an error of its own (retried from byte 0).
+//
+// A handed-over blob (claim) keeps its file when it is complete: closed
+// (and synced) but not removed, handed set; PutBlob reports it to the
+// parent only once containers/image has checked the stream's digest.
 func (r *resumeReader) finish() error {
+	r.c.mu.Lock()
 	r.ended = true
-	r.drop("")
-	if r.kept == 0 {
-		return nil // a fresh stream: containers/image checks its digest
+	handover := r.handover
+	r.c.mu.Unlock()
+	if r.kept > 0 {
+		sum := digest.NewDigest(r.d.Algorithm(), r.h)
+		if r.pos != r.size || sum != r.d {
+			r.drop("")
+			return failure.New(failure.Network, "blob %s resumed from %d kept bytes does not match its digest (got %s); the kept bytes are discarded and the blob is fetched again", r.d, r.kept, sum)
+		}
 	}
-	sum := digest.NewDigest(r.d.Algorithm(), r.h)
-	if r.pos == r.size && sum == r.d {
+	if handover && r.keep && r.f != nil && r.pos == r.size && (r.done || r.written == r.size) {
+		r.closeFile() // synced: on cgroup v1 the write-back is the pull's
+		r.c.mu.Lock()
+		r.handed = true
+		r.c.mu.Unlock()
 		return nil
 	}
-	return failure.New(failure.Network, "blob %s resumed from %d kept bytes does not match its digest (got %s); the kept bytes are discarded and the blob is fetched again", r.d, r.kept, sum)
+	r.drop("")
+	return nil // a fresh stream: containers/image checks its digest
+}
+
+// stopKeeping stops appending to f (under the cache's lock: claim reads
+// keep from PutBlob's goroutine).
+func (r *resumeReader) stopKeeping() {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	r.keep = false
+}
+
+// claimed reports whether PutBlob claimed r (claim).
+func (r *resumeReader) claimed() bool {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	return r.handover
 }
 
 // restart empties f (its bytes are not the blob's) and returns 0.
@@ -299,7 +405,7 @@ func (r *resumeReader) drop(why string) {
 		r.c.log.Warn("discarding a kept partial blob", "digest", r.d.String(), "reason", why)
 	}
 	_ = os.Remove(r.path)
-	r.keep = false
+	r.stopKeeping()
 	r.closeFile()
 }
 

@@ -51,6 +51,12 @@ type Copied struct {
 	// its signatures, so that the parent can judge it again.
 	Served     []byte   `json:"served,omitempty"`
 	Signatures [][]byte `json:"signatures,omitempty"`
+	// Handed are the blobs the copy left whole in the partial-blob cache
+	// instead of writing them into the staged OCI layout: the parent
+	// moves them to blobs/<alg>/<hex> there before it verifies
+	// (dest.Partial.HandOver). Like every word of the child's, a claim
+	// only: the parent hashes each moved file as any staged blob.
+	Handed []string `json:"handed,omitempty"`
 }
 
 // Options are the caller's hooks; all may be nil.
@@ -306,6 +312,11 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
 	destRef := guardedRef{ImageReference: stageRef, g: g}
+	if partial != nil && st.HandOver && st.Name == "image" && stageRef.Transport().Name() == "oci" {
+		// An OCI layout in staging: whole blobs the cache keeps are
+		// handed over rather than written twice (Copied.Handed).
+		partial.handover, destRef.partial = true, partial
+	}
 	progress := make(chan types.ProgressProperties, 64)
 	var (
 		wg    sync.WaitGroup
@@ -372,7 +383,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if d, err := manifest.Digest(copied); err == nil && d != want {
 		res.DestinationDigest = d.String()
 	}
-	out := &Copied{Manifest: copied}
+	out := &Copied{Manifest: copied, Handed: partial.handedOver()}
 	if manifest.MIMETypeIsMultiImage(mime) {
 		out.IndexRaw = raw
 	}

@@ -223,6 +223,9 @@ func checkManifest(raw []byte, mime string, instance bool, max int64) error {
 type guardedRef struct {
 	types.ImageReference
 	g *guard
+	// partial, on a staging destination, is the partial-blob cache whose
+	// whole blobs are handed over instead of written again (claim).
+	partial *partialCache
 	// remote, when set, opens the image source (the registry client's,
 	// remote.go) instead of the reference's own.
 	remote func(types.ImageReference) types.ImageSource
@@ -254,7 +257,7 @@ func (r guardedRef) NewImageDestination(ctx context.Context, sys *types.SystemCo
 	if err != nil {
 		return nil, err
 	}
-	return &guardedDest{ImageDestination: dest, ref: r, g: r.g}, nil
+	return &guardedDest{ImageDestination: dest, ref: r, g: r.g, partial: r.partial}, nil
 }
 
 // guardedSource caps every read from the registry. It implements only the
@@ -380,14 +383,40 @@ func (r *cappedReader) Close() error {
 // gzip bomb expands here): beyond the image limit, PutBlob fails.
 type guardedDest struct {
 	types.ImageDestination
-	ref guardedRef
-	g   *guard
+	ref     guardedRef
+	g       *guard
+	partial *partialCache
 }
 
 func (d *guardedDest) Reference() types.ImageReference { return d.ref }
 
+// PutBlob writes a blob into staging, or, when the partial-blob cache is
+// keeping the whole of it anyway (claim), reads the stream to its end
+// (containers/image checks its digest as it is read) and leaves the blob
+// in the cache for the parent to move into staging: each byte is written
+// once, not twice.
 func (d *guardedDest) PutBlob(ctx context.Context, stream io.Reader, info types.BlobInfo, cache types.BlobInfoCache, isConfig bool) (types.BlobInfo, error) {
-	return d.ImageDestination.PutBlob(ctx, &countingReader{r: stream, g: d.g}, info, cache, isConfig)
+	counted := &countingReader{r: stream, g: d.g}
+	if isConfig || info.Digest.Validate() != nil || info.Size <= 0 {
+		return d.ImageDestination.PutBlob(ctx, counted, info, cache, isConfig)
+	}
+	r := d.partial.claim(info.Digest, info.Size)
+	if r == nil {
+		return d.ImageDestination.PutBlob(ctx, counted, info, cache, isConfig)
+	}
+	// (io.Discard's own ReadFrom would read in 8 KiB pieces.)
+	n, err := io.CopyBuffer(struct{ io.Writer }{io.Discard}, counted, make([]byte, 128<<10))
+	if err != nil {
+		return types.BlobInfo{}, err
+	}
+	if n != info.Size {
+		return types.BlobInfo{}, verification(nil, "blob %s: %d bytes arrived, the manifest declares %d", info.Digest, n, info.Size)
+	}
+	if !d.partial.wasHanded(r) {
+		return types.BlobInfo{}, failure.New(failure.Destination, "blob %s: the partial-blob cache could not keep it whole (see the warning above)", info.Digest)
+	}
+	d.partial.addHanded(info.Digest)
+	return types.BlobInfo{Digest: info.Digest, Size: n}, nil
 }
 
 type countingReader struct {

@@ -29,6 +29,11 @@ type Stage struct {
 	// In the child it is /tmp/partial, a mount of the directory the parent
 	// holds.
 	Partial string `json:"partial,omitempty"`
+	// HandOver: whole blobs may stay in the partial-blob cache for the
+	// parent to move into the staged OCI layout (Copied.Handed) instead of
+	// being written twice. The parent sets it when it can rename from the
+	// cache into staging (one mount) and the uid is the pull's alone.
+	HandOver bool `json:"hand_over,omitempty"`
 
 	// spare is the free space of DEST's filesystem beyond what the image
 	// needs (set by checkSpace): all the partial-blob cache may append.

@@ -46,10 +46,10 @@ const (
 // directory at /tmp/stage, the configuration in /tmp/config.
 // With partial, the copy keeps and resumes partial blobs in
 // /tmp/partial (the cache the parent passes as fd 6).
-func StageInChild(name string, known []dest.KnownBlob, partial bool) *pull.Stage {
+func StageInChild(name string, known []dest.KnownBlob, partial, handOver bool) *pull.Stage {
 	s := &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
 	if partial {
-		s.Partial = partialInChild
+		s.Partial, s.HandOver = partialInChild, handOver
 	}
 	return s
 }

@@ -60,6 +60,16 @@ assert_layout_blobs_verify() {
     ms=$(json_get .duration_ms <<<"$output")
     [[ $bytes =~ ^[0-9]+$ && $bytes -gt 0 ]] || fail "bytes is '$bytes'"
     [[ $ms =~ ^[0-9]+$ ]] || fail "duration_ms is '$ms'"
+    # timings split duration_ms into its phases, none negative, the copy
+    # the child's.
+    local sum
+    sum=$("$PH_PYTHON" -c '
+import json, sys
+t = json.load(sys.stdin)["timings"]
+ks = ("setup_ms", "copy_ms", "verify_ms", "commit_ms", "cleanup_ms")
+assert set(t) == set(ks) and all(isinstance(t[k], int) and t[k] >= 0 for k in ks) and t["copy_ms"] > 0, t
+print(sum(t[k] for k in ks))' <<<"$output") || fail "bad timings in the result"
+    ((sum == ms)) || fail "timings sum to $sum ms, duration_ms is $ms"
     [[ $(json_get .isolation <<<"$output") != null ]] || fail "no isolation field"
     [[ $(json_get .signature_policy.source <<<"$output") =~ ^(flag|policy-file|system|builtin)$ ]] ||
         fail "bad signature_policy.source"

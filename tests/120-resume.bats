@@ -53,6 +53,7 @@ setup() {
 teardown() {
     _kill_bg
     stop_all_faultproxies
+    if mountpoint -q "$OUT/mp" 2>/dev/null; then umount "$OUT/mp" || umount -l "$OUT/mp"; fi
 }
 
 # dest_sum: one checksum over every file of DEST (names and bytes).
@@ -141,9 +142,14 @@ dest_old_intact() {
     done < <(cd "$OUT/dest" && find . -type f | sort)
 }
 
-_all_staged() {
+# _all_copied: every layer is whole in staging or, handed over by the copy
+# (written once, into the cache; the parent moves it into staging), whole
+# in the cache.
+_all_copied() {
     local i
-    for i in "${!LAYER[@]}"; do [[ $(staged "${LAYER[$i]}") == "${SIZE[$i]}" ]] || return 1; done
+    for i in "${!LAYER[@]}"; do
+        [[ $(staged "${LAYER[$i]}") == "${SIZE[$i]}" || $(kept "${LAYER[$i]}") == "${SIZE[$i]}" ]] || return 1
+    done
 }
 _child_of() { pgrep -P "$1" -f '^pullhelper-child'; }
 _holds_file() { ls -l "/proc/$1/fd" 2>/dev/null | grep -qF -- "$2"; }
@@ -159,7 +165,8 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
 #   layer I AT  the proxy stalls layer I after AT bytes (the layers before
 #               it complete); the kill once the cache holds exactly AT
 #   copied      the test build holds the child after the copy (every layer
-#               staged, no result sent; reexec/hostile_resume.go)
+#               whole in staging or, handed over, in the cache; no result
+#               sent; reexec/hostile_resume.go)
 #   lock        the test holds DEST's commit lock: the parent has verified
 #               the staged image and waits for the lock
 #   commit N    the test build holds the commit after N blobs were renamed
@@ -208,7 +215,10 @@ kill_trial() {
             wait_until 120 "the proxy to stall layer $li after $at bytes" _stalled || return
             wait_until 60 "the cache to hold $at bytes of layer $li (has $(kept "${LAYER[$li]}"))" _kept_is "${LAYER[$li]}" "$at" || return
             ;;
-        copied) wait_until 120 "every layer to be staged, the child held after the copy" _all_staged || return ;;
+        copied)
+            wait_until 120 "the child to be held after the copy" _said "pullhelper-child: hostile: holding" || return
+            _all_copied || { fail "the child is held after the copy, but not every layer is whole in staging or the cache"; return; }
+            ;;
         lock) wait_until 120 "the parent to wait for DEST's commit lock" _holds_file "$BG_PID" "$lockfile" || return ;;
         commit) wait_until 120 "the commit to be held after $n blobs" _said "holding the commit after $n blobs" || return ;;
     esac
@@ -320,7 +330,7 @@ pct() { echo $((SIZE[$1] * $2 / 100)); }
     kill_trial k7 child layer 0 1
 }
 
-@test "resume: kill -9 of the child with every layer staged (held after the copy): the parent keeps them, no layer is fetched again" {
+@test "resume: kill -9 of the child with every layer copied (held after the copy): the parent keeps them, no layer is fetched again" {
     kill_trial k8 child copied
 }
 
@@ -404,4 +414,51 @@ plant() {
     [[ ! -e $PARTIAL ]] || fail "gc left $PARTIAL"
     run_pullhelper gc "oci:$OUT/dest"
     assert_equal "$(json_get '.partial' <<<"$output")" "[]"
+}
+
+@test "resume: each layer is written once: the copy leaves whole layers in the cache and the parent moves them into staging, where it verifies them (isolated and --no-isolation)" {
+    local mode
+    for mode in isolated --no-isolation; do
+        rm -rf "$OUT/dest"
+        local opts=("${PH_OPTS[@]}" --debug)
+        [[ $mode == isolated ]] || opts+=("$mode")
+        run_pullhelper pull "${opts[@]}" "$IMAGE" "oci:$OUT/dest:big"
+        assert_json_result
+        [[ $stderr == *'took whole blobs from the partial-blob cache into staging" blobs=4'* ]] ||
+            fail "$mode: the 4 layers were not handed over: $stderr"
+        [[ ! -e $PARTIAL ]] || fail "$mode: the cache is left after the commit"
+        local l
+        for l in "${LAYER[@]}"; do
+            (cd "$OUT/dest/blobs/sha256" && sha256sum -c --quiet <<<"${l#sha256:}  ${l#sha256:}") ||
+                fail "$mode: DEST's layer $l does not match its digest"
+            [[ $(stat -c '%u %a %h' "$OUT/dest/blobs/sha256/${l#sha256:}") == "0 644 1" ]] ||
+                fail "$mode: layer $l is $(stat -c '%u %a %h' "$OUT/dest/blobs/sha256/${l#sha256:}"), want root 0644 with one link"
+        done
+    done
+}
+
+@test "resume: a handed-over blob the child rewrites (O_WRONLY) or empties (O_RDONLY|O_TRUNC) after the parent hashed it ahead is caught: exit 8, DEST unchanged" {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    local action
+    for action in rewrite-handed truncate-handed; do
+        rm -rf "$PARTIAL" # what the first trial's failure kept
+        PULLHELPER_HOSTILE=after-copy:$action PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+            run_pullhelper 8 pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
+        assert_json_error verification
+        [[ $stderr == *"hostile: changed 4 handed-over blobs"* ]] || fail "$action: the child did not change the 4 layers: $stderr"
+        [[ $(dest_sum) == "$OLD_SUM" ]] || fail "$action: DEST changed"
+    done
+}
+
+@test "resume: an oci: DEST that is a mount point stages inside it, apart from the cache: the blobs are written there, not handed over across mounts; the pull commits" {
+    mkdir -p "$OUT/mp"
+    mount -t tmpfs -o size=256m tmpfs "$OUT/mp" || fail "mounting a tmpfs on $OUT/mp"
+    run_pullhelper pull "${PH_OPTS[@]}" --debug "$IMAGE" "oci:$OUT/mp:big"
+    assert_json_result
+    [[ $stderr != *"took whole blobs from the partial-blob cache"* ]] || fail "blobs were handed over across mounts: $stderr"
+    local l
+    for l in "${LAYER[@]}"; do
+        (cd "$OUT/mp/blobs/sha256" && sha256sum -c --quiet <<<"${l#sha256:}  ${l#sha256:}") ||
+            fail "the mount-point DEST's layer $l does not match its digest"
+    done
 }
