@@ -131,8 +131,9 @@ func (h *Prehash) Blob(d string) {
 
 func (h *Prehash) worker() {
 	defer h.wg.Done()
+	buf := make([]byte, 256<<10) // one per worker: a buffer per file was most of the CPU on many small blobs
 	for j := range h.work {
-		h.hash(j)
+		h.hash(j, buf)
 		h.pending.Done()
 	}
 }
@@ -140,7 +141,7 @@ func (h *Prehash) worker() {
 // hash leases, hashes and syncs one file; any failure leaves it to Verify.
 // The name is opened O_PATH first and reopened for reading only once it
 // is a regular file (an open of a device may act on the device).
-func (h *Prehash) hash(j *preJob) {
+func (h *Prehash) hash(j *preJob, buf []byte) {
 	pfd, err := openAt(int(h.cache.Fd()), j.name, unix.O_PATH, 0)
 	if err != nil {
 		return
@@ -178,7 +179,6 @@ func (h *Prehash) hash(j *preJob) {
 	j.f, j.dev, j.ino, j.size = f, st.Dev, st.Ino, st.Size
 	h.mu.Unlock()
 	hs := hasher(j.alg)
-	buf := make([]byte, 1<<20)
 	for off := int64(0); off < st.Size; {
 		if h.stop.Load() {
 			return
@@ -263,7 +263,7 @@ func (h *Prehash) Finish() Presums {
 	return out
 }
 
-// Abort ends hashing ahead at the next chunk and lets everything go
+// Abort ends hashing ahead at the next chunk (256 KiB) and lets everything go
 // (Finish, keeping nothing): the path of a pull that failed or was
 // stopped, which must not wait for a hash. Nil-safe; after Finish it does
 // nothing.
