@@ -111,10 +111,12 @@ stderr carries logs (and progress bars on a terminal). Exit codes:
 		Short: "Pull IMAGE into DEST",
 		Long: `Pull IMAGE (host[:port]/repo[:tag][@digest]) into DEST, one of
   oci:PATH[:TAG]   dir:PATH   oci-archive:PATH[:TAG]   docker-archive:PATH[:REF]
+  containerd:REF   containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF
 
 The tag is resolved to a digest first and exactly that digest is copied. The image is
 written into a staging directory beside DEST and moved into place only when complete:
-DEST is either untouched or fully committed.`,
+DEST is either untouched or fully committed (a store DEST: imported only once verified).
+The result is one JSON object on stdout; exit codes: pullhelper(1), EXIT STATUS.`,
 		Args: exactArgs(2, "IMAGE DEST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			events, closeEvents, err := progressSink(c.progressFD, c.progressFmt, stderr)
