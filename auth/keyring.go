@@ -92,6 +92,10 @@ type Config struct {
 	ServiceAccountToken, ServiceAccountUsername string
 	ServiceAccountRegistries                    []string
 	InlineServiceAccountToken                   *Inline
+	// InlineProviderServiceAccountToken (--provider-service-account-token-fd),
+	// when not nil, is the pod service-account token for credential
+	// providers, instead of ProviderServiceAccountToken's file.
+	InlineProviderServiceAccountToken *Inline
 	// Authfile is --authfile / auth.authfile; Env the environment of the
 	// default auth-file search. InlineAuthfile (--authfile-fd), when not
 	// nil, replaces both: it is the only auth file, as --authfile's is.
@@ -167,6 +171,9 @@ type scopedPattern struct {
 func NewKeyring(c Config) (*Keyring, error) {
 	if c.InlineServiceAccountToken != nil {
 		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
+	}
+	if c.InlineProviderServiceAccountToken != nil {
+		c.ProviderServiceAccountToken = c.InlineProviderServiceAccountToken.Name
 	}
 	k := &Keyring{c: c, provCache: map[string][]Credential{}, ids: map[string]string{}}
 	bad := func(setting string, err error) (*Keyring, error) {
@@ -371,6 +378,9 @@ func (k *Keyring) providerCredentials(repository string) []Credential {
 	var sa *ProviderServiceAccount
 	if k.c.ProviderServiceAccountToken != "" {
 		sa = &ProviderServiceAccount{TokenFile: k.c.ProviderServiceAccountToken, Annotations: k.c.ProviderServiceAccountAnnotations}
+		if k.c.InlineProviderServiceAccountToken != nil {
+			sa.TokenData = k.c.InlineProviderServiceAccountToken.Data
+		}
 	}
 	var creds []Credential
 	var skipped []string

@@ -57,6 +57,9 @@ type ProviderServiceAccount struct {
 	// TokenFile holds the service-account token (read when a provider needs
 	// it; never logged).
 	TokenFile string
+	// TokenData, when not nil, is the token itself (an inline token,
+	// --provider-service-account-token-fd; TokenFile then only names it).
+	TokenData []byte
 	// Annotations are the service account's annotations; only the keys a
 	// provider lists in tokenAttributes are sent to it.
 	Annotations map[string]string
@@ -175,7 +178,7 @@ func cpPlan(cfg *ProviderConfig, repo string, sa *ProviderServiceAccount) []Prov
 			}
 			if !read {
 				read = true
-				token, tokenErr = satReadToken(sa.TokenFile)
+				token, tokenErr = satToken(sa.TokenFile, sa.TokenData)
 				if tokenErr == nil {
 					claims = cpParseToken(token)
 				}

@@ -69,6 +69,13 @@ type Request struct {
 	// over a pipe (--service-account-token-fd).
 	ServiceAccountToken      []byte
 	ServiceAccountRegistries []string
+	// ProviderServiceAccountToken is the pod's service-account token for
+	// kubelet credential providers with tokenAttributes (KEP-4412), passed
+	// over a pipe (--provider-service-account-token-fd); its annotations go
+	// in ProviderServiceAccountAnnotations (KEY=VALUE,
+	// --provider-service-account-annotation).
+	ProviderServiceAccountToken       []byte
+	ProviderServiceAccountAnnotations []string
 	// PullSecretFiles (--pull-secret FILE) and AuthFilePath (--authfile
 	// FILE) name credential files the helper reads itself.
 	PullSecretFiles []string
@@ -177,6 +184,11 @@ func (c *Client) Pull(ctx context.Context, r Request) (*api.Result, error) {
 			return nil, err
 		}
 	}
+	if r.ProviderServiceAccountToken != nil {
+		if err := addSecret("--provider-service-account-token-fd", r.ProviderServiceAccountToken); err != nil {
+			return nil, err
+		}
+	}
 	args = append(args, r.flags()...)
 	args = append(args, "--", r.Image, r.Dest)
 
@@ -267,6 +279,9 @@ func (r *Request) flags() []string {
 	}
 	for _, p := range r.ServiceAccountRegistries {
 		add("--service-account-registry", p)
+	}
+	for _, kv := range r.ProviderServiceAccountAnnotations {
+		add("--provider-service-account-annotation", kv)
 	}
 	add("--cert-dir", r.CertDir)
 	if r.TLSVerify != nil {

@@ -12,9 +12,10 @@
 //	})
 //
 // Invariants:
-//   - Inline secrets (Request.PullSecrets, AuthFile, ServiceAccountToken) reach the helper
-//     only through pipes it inherits (--pull-secret-fd, --authfile-fd,
-//     --service-account-token-fd):
+//   - Inline secrets (Request.PullSecrets, AuthFile, ServiceAccountToken,
+//     ProviderServiceAccountToken) reach the helper only through pipes it
+//     inherits (--pull-secret-fd, --authfile-fd, --service-account-token-fd,
+//     --provider-service-account-token-fd):
 //     never argv, the environment, a file or an error message.
 //   - A pull is only started with a binary whose `pullhelper version`
 //     reports a protocol at least api.Protocol (ErrProtocol otherwise).

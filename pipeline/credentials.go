@@ -29,8 +29,9 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 		ProviderServiceAccountToken: a.ProviderServiceAccountToken,
 		Authfile:                    a.Authfile, Env: in.Env,
 		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
-		RegistriesConf: registriesConf,
-		CertDir:        t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
+		InlineProviderServiceAccountToken: in.ProviderServiceAccountToken,
+		RegistriesConf:                    registriesConf,
+		CertDir:                           t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
 		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",
 	}
 	if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {

@@ -94,6 +94,9 @@ type Inputs struct {
 	PullSecrets         []auth.Inline
 	Authfile            *auth.Inline
 	ServiceAccountToken *auth.Inline
+	// ProviderServiceAccountToken: --provider-service-account-token-fd's
+	// token for credential providers (replaces the policy's file).
+	ProviderServiceAccountToken *auth.Inline
 }
 
 // NewPlan resolves everything a pull needs without touching the network.

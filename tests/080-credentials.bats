@@ -576,6 +576,36 @@ provider_token_attrs() {
     [[ $stderr != *pod-token-other* && $output != *pod-token-other* ]] || fail "the other token appears in the output"
 }
 
+@test "provider service-account token on a descriptor (--provider-service-account-token-fd): the plugin gets that token and the annotations, explain names fd:N; with the file form too, exit 2" {
+    local pat="$T/pod-token"
+    (
+        umask 077
+        printf 'pod-token-%s\n' "$(openssl rand -hex 16)" >"$pat"
+    )
+    provider_setup FAKE_PROVIDER_EXPECT_TOKEN_FILE="$pat"
+    provider_token_attrs true '"example.com/role"'
+    run_pullhelper pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" --provider-service-account-token-fd 5 \
+        --provider-service-account-annotation example.com/role=puller "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a" 5<"$pat"
+    assert_credential credential-provider fake-provider "$REGISTRY_HOST" "$REGISTRY_USER"
+    local tok
+    tok=$(tr -d '\n' <"$pat")
+    [[ $output != *"$tok"* && $stderr != *"$tok"* ]] || fail "the pod token appears in the output"
+    assert_equal "$(provider_runs)" 1
+    assert_equal "$(json_get .request.serviceAccountTokenSha256 <"$PROVIDER_RECORD")" "$(printf %s "$tok" | sha256sum | cut -d' ' -f1)"
+    assert_equal "$(json_get .request.serviceAccountAnnotations <"$PROVIDER_RECORD")" '{"example.com/role":"puller"}'
+
+    run_pullhelper explain "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" --provider-service-account-token-fd 5 \
+        --provider-service-account-annotation example.com/role=puller "$REGISTRY_HOST/fixtures/tiny" 5<"$pat"
+    [[ $output == *'"fd:5"'* ]] || fail "explain does not name the token fd:5: $output"
+    [[ $output != *"$tok"* ]] || fail "explain shows the token"
+
+    run_pullhelper 2 pull "${PH_OPTS[@]}" "${PROVIDER_OPTS[@]}" --provider-service-account-token-fd 5 \
+        --provider-service-account-token "$pat" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b" 5<"$pat"
+    assert_json_error usage
+    [[ $ph_error_message == *--provider-service-account-token-fd* ]] || fail "the message does not name the flag: $ph_error_message"
+    [[ ! -e $OUT/b ]] || fail "DEST was created"
+}
+
 @test "provider service-account token: a provider that requires a service account gets none — skipped as the kubelet skips it, explain says why, the pull is anonymous" {
     provider_setup
     provider_token_attrs true

@@ -321,6 +321,11 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err := applySettingFlags(cmd.Flags(), l); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
+	// The provider token on a descriptor stands for the policy's file, so
+	// that annotations validate against it (read() refuses both forms).
+	if v := c.secrets.provToken.vals; len(v) == 1 && !cmd.Flags().Changed("provider-service-account-token") {
+		l.Auth.ProviderServiceAccountToken = "fd:" + v[0]
+	}
 	if err := l.Validate(); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
@@ -329,7 +334,7 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err != nil {
 		return nil, nil, err
 	}
-	in.PullSecrets, in.Authfile, in.ServiceAccountToken = inl.pullSecrets, inl.authfile, inl.saToken
+	in.PullSecrets, in.Authfile, in.ServiceAccountToken, in.ProviderServiceAccountToken = inl.pullSecrets, inl.authfile, inl.saToken, inl.provToken
 	plan, err := pipeline.NewPlan(l, in)
 	if err != nil {
 		return nil, nil, err

@@ -1,7 +1,8 @@
 package main
 
-// Inline secrets: --pull-secret-fd N, --authfile-fd N and
-// --service-account-token-fd N name descriptors
+// Inline secrets: --pull-secret-fd N, --authfile-fd N,
+// --service-account-token-fd N and --provider-service-account-token-fd N
+// name descriptors
 // the spawning program opened for this run (a pipe, usually; package client
 // passes them so). The parent reads each once, to EOF and at most
 // maxSecretFD bytes, closes it, and keeps the bytes in memory only: they go
@@ -16,7 +17,11 @@ package main
 // auth.pull_secrets files are read as usual and come first; --authfile-fd
 // replaces auth.authfile (as --authfile does) and cannot be combined with
 // --authfile; --service-account-token-fd replaces auth.service_account_token
-// and needs --service-account-registry (or auth.service_account_registries).
+// and needs --service-account-registry (or auth.service_account_registries);
+// --provider-service-account-token-fd replaces
+// auth.provider_service_account_token (the pod's token for credential
+// providers with tokenAttributes) and cannot be combined with
+// --provider-service-account-token.
 
 import (
 	"context"
@@ -67,6 +72,7 @@ type secretFDs struct {
 	pullSecret textFlag
 	authfile   textFlag
 	saToken    textFlag
+	provToken  textFlag
 }
 
 // inlineSecrets are what the descriptors held.
@@ -74,13 +80,15 @@ type inlineSecrets struct {
 	pullSecrets []auth.Inline
 	authfile    *auth.Inline
 	saToken     *auth.Inline
+	provToken   *auth.Inline
 }
 
 func addSecretFDFlags(fs *pflag.FlagSet, s *secretFDs) {
-	s.pullSecret.typ, s.authfile.typ, s.saToken.typ = "N", "N", "N"
+	s.pullSecret.typ, s.authfile.typ, s.saToken.typ, s.provToken.typ = "N", "N", "N", "N"
 	fs.Var(&s.pullSecret, "pull-secret-fd", "read a Kubernetes pull secret (as --pull-secret) from open file descriptor N, once, to EOF (repeatable; after the --pull-secret files)")
 	fs.Var(&s.authfile, "authfile-fd", "read the containers-auth.json(5) file (as --authfile) from open file descriptor N, once, to EOF")
 	fs.Var(&s.saToken, "service-account-token-fd", "read the token offered to --service-account-registry registries (as --service-account-token) from open file descriptor N, once, to EOF")
+	fs.Var(&s.provToken, "provider-service-account-token-fd", "read the pod service-account token for credential providers (as --provider-service-account-token) from open file descriptor N, once, to EOF")
 }
 
 // read reads and closes every descriptor named, after checking them all:
@@ -93,7 +101,8 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int,
 	for _, one := range []struct {
 		fd, file string
 		vals     []string
-	}{{"--authfile-fd", "--authfile", s.authfile.vals}, {"--service-account-token-fd", "--service-account-token", s.saToken.vals}} {
+	}{{"--authfile-fd", "--authfile", s.authfile.vals}, {"--service-account-token-fd", "--service-account-token", s.saToken.vals},
+		{"--provider-service-account-token-fd", "--provider-service-account-token", s.provToken.vals}} {
 		if len(one.vals) > 1 {
 			return usage("%s: given %d times; there is one", one.fd, len(one.vals))
 		}
@@ -113,7 +122,8 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int,
 	for _, g := range []struct {
 		flag string
 		vals []string
-	}{{"--pull-secret-fd", s.pullSecret.vals}, {"--authfile-fd", s.authfile.vals}, {"--service-account-token-fd", s.saToken.vals}} {
+	}{{"--pull-secret-fd", s.pullSecret.vals}, {"--authfile-fd", s.authfile.vals}, {"--service-account-token-fd", s.saToken.vals},
+		{"--provider-service-account-token-fd", s.provToken.vals}} {
 		for _, v := range g.vals {
 			fd, err := strconv.Atoi(v)
 			switch {
@@ -143,6 +153,8 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int,
 			out.authfile = &in
 		case "--service-account-token-fd":
 			out.saToken = &in
+		case "--provider-service-account-token-fd":
+			out.provToken = &in
 		default:
 			out.pullSecrets = append(out.pullSecrets, in)
 		}
