@@ -25,3 +25,6 @@ func PresumOf(p Presums, path string) (Presum, bool) {
 	ps, ok := p[[2]uint64{st.Dev, st.Ino}]
 	return ps, ok
 }
+
+// LeaseFS is leaseFS.
+var LeaseFS = leaseFS

@@ -38,6 +38,19 @@ import (
 // maxPrehash bounds the blobs hashed ahead (the child names them).
 const maxPrehash = 1000
 
+// leaseFS reports whether a read lease on a file of the filesystem with
+// this magic number is broken by every write to it: the local filesystems
+// whose files have one inode only. Elsewhere nothing is hashed ahead: an
+// NFS or FUSE file can be written by its server, an overlay's through its
+// upper layer, neither breaking a lease on this inode.
+func leaseFS(magic int64) bool {
+	switch magic {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC:
+		return true
+	}
+	return false
+}
+
 // Presum is a digest computed ahead, for the inode it was computed on.
 type Presum struct {
 	Size int64
@@ -87,6 +100,10 @@ type preJob struct {
 // dead, and Abort on every path (after Finish it does nothing).
 func (p *Partial) Prehash(maxBytes int64) *Prehash {
 	if p == nil || p.Dir == nil {
+		return nil
+	}
+	var fs unix.Statfs_t
+	if unix.Fstatfs(int(p.Dir.Fd()), &fs) != nil || !leaseFS(int64(fs.Type)) {
 		return nil
 	}
 	fd, err := unix.FcntlInt(p.Dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"golang.org/x/sys/unix"
 )
 
 // Prehash keeps a digest only when nothing could have changed the file
@@ -89,5 +90,25 @@ func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 	}
 	if h.Finish() != nil {
 		t.Error("a second Finish returned digests")
+	}
+}
+
+// Hashing ahead is only for local filesystems whose files have one inode
+// (a lease there is broken by every write); NFS, FUSE and overlayfs files
+// can be written without breaking it.
+func TestLeaseFS(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		magic int64
+		want  bool
+	}{
+		{"ext4", unix.EXT4_SUPER_MAGIC, true}, {"xfs", unix.XFS_SUPER_MAGIC, true},
+		{"btrfs", unix.BTRFS_SUPER_MAGIC, true}, {"tmpfs", unix.TMPFS_MAGIC, true},
+		{"nfs", unix.NFS_SUPER_MAGIC, false}, {"fuse", unix.FUSE_SUPER_MAGIC, false},
+		{"overlayfs", unix.OVERLAYFS_SUPER_MAGIC, false}, {"cifs", unix.CIFS_SUPER_MAGIC, false},
+	} {
+		if got := dest.LeaseFS(c.magic); got != c.want {
+			t.Errorf("%s: leaseFS = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
