@@ -2,15 +2,11 @@ package main
 
 import (
 	"archive/tar"
-	"bufio"
-	"compress/gzip"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 )
 
@@ -82,25 +78,12 @@ func cleanImagePath(p string) (string, error) {
 // file's permission bits, content read from the host) and the symlinks, in
 // flag order, with the fixed mtime and uid/gid 0.
 func (g *generator) writeFilesLayer() (_ Descriptor, diffID string, err error) {
-	f, err := os.CreateTemp(g.o.Out, ".imagegen-layer-*")
+	lf, err := g.newLayerFile()
 	if err != nil {
 		return Descriptor{}, "", err
 	}
-	defer func() {
-		if f != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	compressedHash := sha256.New()
-	counter := &countingWriter{w: io.MultiWriter(bw, compressedHash)}
-	gz, err := gzip.NewWriterLevel(counter, g.o.GzipLevel)
-	if err != nil {
-		return Descriptor{}, "", err
-	}
-	diffHash := sha256.New()
-	tw := tar.NewWriter(io.MultiWriter(gz, diffHash))
+	defer lf.discard()
+	tw := lf.tw
 
 	seenDir := map[string]bool{}
 	mkParents := func(name string) error {
@@ -161,28 +144,5 @@ func (g *generator) writeFilesLayer() (_ Descriptor, diffID string, err error) {
 			return Descriptor{}, "", err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return Descriptor{}, "", err
-	}
-	if err := gz.Close(); err != nil {
-		return Descriptor{}, "", err
-	}
-	if err := bw.Flush(); err != nil {
-		return Descriptor{}, "", err
-	}
-	if err := f.Close(); err != nil {
-		return Descriptor{}, "", err
-	}
-	digest := digestOf(compressedHash)
-	name := f.Name()
-	f = nil
-	if err := os.Chmod(name, 0o644); err != nil {
-		os.Remove(name)
-		return Descriptor{}, "", err
-	}
-	if err := os.Rename(name, filepath.Join(g.blobDir, strings.TrimPrefix(digest, "sha256:"))); err != nil {
-		os.Remove(name)
-		return Descriptor{}, "", err
-	}
-	return Descriptor{MediaType: mediaTypeLayer, Digest: digest, Size: counter.n}, digestOf(diffHash), nil
+	return lf.finish(g.blobDir)
 }

@@ -425,28 +425,12 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // hashing both the compressed and the uncompressed stream, then renames the
 // file to its digest.
 func (g *generator) writeLayer(p Platform, layer int) (_ Descriptor, diffID string, err error) {
-	f, err := os.CreateTemp(g.o.Out, ".imagegen-layer-*")
+	lf, err := g.newLayerFile()
 	if err != nil {
 		return Descriptor{}, "", err
 	}
-	defer func() {
-		if f != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-
-	bw := bufio.NewWriterSize(f, 1<<20)
-	compressedHash := sha256.New()
-	counter := &countingWriter{w: io.MultiWriter(bw, compressedHash)}
-	gz, err := gzip.NewWriterLevel(counter, g.o.GzipLevel)
-	if err != nil {
-		return Descriptor{}, "", err
-	}
-	// gzip.Writer's zero Header has no name, no comment and a zero mtime,
-	// which keeps the stream deterministic.
-	diffHash := sha256.New()
-	tw := tar.NewWriter(io.MultiWriter(gz, diffHash))
+	defer lf.discard()
+	tw := lf.tw
 
 	dir := fmt.Sprintf("layer-%d", layer)
 	if err := tw.WriteHeader(&tar.Header{
@@ -489,28 +473,73 @@ func (g *generator) writeLayer(p Platform, layer int) (_ Descriptor, diffID stri
 		}
 		size -= int64(n)
 	}
-	if err := tw.Close(); err != nil {
+	return lf.finish(g.blobDir)
+}
+
+// layerFile is a gzip-compressed layer being written to a temporary file
+// in Out: tw writes the tar stream; the uncompressed (diff_id) and the
+// compressed (digest) streams are hashed as they are written.
+type layerFile struct {
+	f              *os.File // nil once finished
+	bw             *bufio.Writer
+	gz             *gzip.Writer
+	tw             *tar.Writer
+	counter        *countingWriter
+	compressedHash hash.Hash
+	diffHash       hash.Hash
+}
+
+func (g *generator) newLayerFile() (*layerFile, error) {
+	f, err := os.CreateTemp(g.o.Out, ".imagegen-layer-*")
+	if err != nil {
+		return nil, err
+	}
+	lf := &layerFile{f: f, bw: bufio.NewWriterSize(f, 1<<20), compressedHash: sha256.New(), diffHash: sha256.New()}
+	lf.counter = &countingWriter{w: io.MultiWriter(lf.bw, lf.compressedHash)}
+	// gzip.Writer's zero Header has no name, no comment and a zero mtime,
+	// which keeps the stream deterministic.
+	if lf.gz, err = gzip.NewWriterLevel(lf.counter, g.o.GzipLevel); err != nil {
+		lf.discard()
+		return nil, err
+	}
+	lf.tw = tar.NewWriter(io.MultiWriter(lf.gz, lf.diffHash))
+	return lf, nil
+}
+
+// discard removes the temporary file of a layer that was not finished.
+func (lf *layerFile) discard() {
+	if lf.f != nil {
+		lf.f.Close()
+		os.Remove(lf.f.Name())
+		lf.f = nil
+	}
+}
+
+// finish closes the streams and renames the file into blobDir under its
+// digest; it returns the layer's descriptor and diff_id.
+func (lf *layerFile) finish(blobDir string) (Descriptor, string, error) {
+	if err := lf.tw.Close(); err != nil {
 		return Descriptor{}, "", err
 	}
-	if err := gz.Close(); err != nil {
+	if err := lf.gz.Close(); err != nil {
 		return Descriptor{}, "", err
 	}
-	if err := bw.Flush(); err != nil {
+	if err := lf.bw.Flush(); err != nil {
 		return Descriptor{}, "", err
 	}
-	if err := f.Close(); err != nil {
+	if err := lf.f.Close(); err != nil {
 		return Descriptor{}, "", err
 	}
-	digest := digestOf(compressedHash)
-	name := f.Name()
-	f = nil
+	digest := digestOf(lf.compressedHash)
+	name := lf.f.Name()
+	lf.f = nil
 	if err := os.Chmod(name, 0o644); err != nil {
 		os.Remove(name)
 		return Descriptor{}, "", err
 	}
-	if err := os.Rename(name, filepath.Join(g.blobDir, strings.TrimPrefix(digest, "sha256:"))); err != nil {
+	if err := os.Rename(name, filepath.Join(blobDir, strings.TrimPrefix(digest, "sha256:"))); err != nil {
 		os.Remove(name)
 		return Descriptor{}, "", err
 	}
-	return Descriptor{MediaType: mediaTypeLayer, Digest: digest, Size: counter.n}, digestOf(diffHash), nil
+	return Descriptor{MediaType: mediaTypeLayer, Digest: digest, Size: lf.counter.n}, digestOf(lf.diffHash), nil
 }
