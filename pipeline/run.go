@@ -114,9 +114,6 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	if copied != nil {
 		e.IndexRaw, e.Manifest, e.Served = copied.IndexRaw, copied.Manifest, copied.Served
 	}
-	if o.phases.copyEnd.IsZero() {
-		o.phases.copyEnd = time.Now()
-	}
 	if err := p.dst.Verify(st, e); err != nil {
 		return err
 	}
@@ -193,7 +190,10 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	if part != nil {
 		pst.Partial, pst.HandOver = part.Path, part.CanHandOver(st)
 	}
-	pre := part.Prehash(p.MaxImageBytes) // as in isolated: handed blobs hashed as each is done
+	var pre *dest.Prehash // as in isolated: handed blobs hashed as each is done
+	if pst.HandOver {
+		pre = part.Prehash(p.MaxImageBytes)
+	}
 	defer pre.Abort()
 	po := pull.Options{Events: prehashing(pre, progressOnly(o.Events)), Report: o.Report, Log: o.Log}
 	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
@@ -301,11 +301,12 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		}
 		return nil, err
 	}
-	// Whole blobs the child hands over are hashed as each is done, while
-	// it goes on (dest.Prehash); not with a shared uid, whose other
-	// processes may hold descriptors on them (those are copied fresh).
+	// Whole blobs the child hands over (only with a uid of the pull's
+	// own: another process of a shared one may hold descriptors on them)
+	// are hashed as each is done, while it goes on (dest.Prehash).
+	handOverOK := lease.Source == "dynamic" && part.CanHandOver(st)
 	var pre *dest.Prehash
-	if lease.Source == "dynamic" {
+	if handOverOK {
 		pre = part.Prehash(p.MaxImageBytes)
 	}
 	defer pre.Abort() // every other path: hashing stops, leases let go, descriptors closed
@@ -317,7 +318,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	copyReq := p.Request
 	copyReq.Destination = p.Destination.Anonymous()
 	res, copied, err := c.Run(ctx, g, reexec.Request{
-		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil, lease.Source == "dynamic" && part.CanHandOver(st)), Cgroup: g.Expected(),
+		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil, handOverOK), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,

@@ -56,14 +56,14 @@ type partialCache struct {
 
 	mu   sync.Mutex
 	busy map[digest.Digest]bool // one reader per blob keeps a file
-	// handover: the staging area is an OCI layout whose blobs the parent
-	// may take from the cache (Stage.HandOver). A blob kept whole is then
-	// not written a second time: PutBlob claims its reader (claim), the
-	// kept file stays in the cache, and handed lists it for the parent,
-	// which moves it into staging before it verifies (dest.Partial.HandOver).
-	handover bool
-	active   map[digest.Digest]*resumeReader
-	handed   []digest.Digest
+	// When the staging area is an OCI layout whose blobs the parent may
+	// take from the cache (Stage.HandOver), a blob kept whole is not
+	// written a second time: PutBlob claims its reader in active (claim),
+	// the kept file stays in the cache, and handed lists it for the
+	// parent, which moves it into staging before it verifies
+	// (dest.Partial.HandOver).
+	active map[digest.Digest]*resumeReader
+	handed []digest.Digest
 	// room is how many bytes this copy may still append: the kept bytes
 	// double what a blob takes on DEST's filesystem until it completes, so
 	// they may use only the space the image does not need (allow).
@@ -107,9 +107,10 @@ func openPartialCache(dir string, log *slog.Logger) *partialCache {
 // claim hands the blob d of size bytes over in the cache instead of
 // having the copy write it into staging: it returns the reader keeping d,
 // which from now on keeps the file when the blob is complete, or nil
-// (no handover: the copy writes the blob as usual). Nil-safe.
+// (no handover: the copy writes the blob as usual). Nil-safe: only a
+// destination with a handover has a cache to claim from.
 func (c *partialCache) claim(d digest.Digest, size int64) *resumeReader {
-	if c == nil || !c.handover {
+	if c == nil {
 		return nil
 	}
 	c.mu.Lock()

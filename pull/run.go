@@ -315,7 +315,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if partial != nil && st.HandOver && st.Name == "image" && stageRef.Transport().Name() == "oci" {
 		// An OCI layout in staging: whole blobs the cache keeps are
 		// handed over rather than written twice (Copied.Handed).
-		partial.handover, destRef.partial = true, partial
+		destRef.partial = partial
 	}
 	progress := make(chan types.ProgressProperties, 64)
 	var (

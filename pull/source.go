@@ -397,10 +397,10 @@ func (d *guardedDest) Reference() types.ImageReference { return d.ref }
 // once, not twice.
 func (d *guardedDest) PutBlob(ctx context.Context, stream io.Reader, info types.BlobInfo, cache types.BlobInfoCache, isConfig bool) (types.BlobInfo, error) {
 	counted := &countingReader{r: stream, g: d.g}
-	if isConfig || info.Digest.Validate() != nil || info.Size <= 0 {
-		return d.ImageDestination.PutBlob(ctx, counted, info, cache, isConfig)
+	var r *resumeReader // only a blob the cache tracks (a valid digest, a size) is claimed
+	if !isConfig {
+		r = d.partial.claim(info.Digest, info.Size)
 	}
-	r := d.partial.claim(info.Digest, info.Size)
 	if r == nil {
 		return d.ImageDestination.PutBlob(ctx, counted, info, cache, isConfig)
 	}
