@@ -135,7 +135,7 @@ func codeOf(err error) failure.Code {
 			return failure.Unauthorized
 		case v2.ErrorCodeManifestUnknown, v2.ErrorCodeNameUnknown, v2.ErrorCodeBlobUnknown:
 			return failure.NotFound
-		case errcode.ErrorCodeTooManyRequests, errcode.ErrorCodeUnavailable:
+		default: // TOOMANYREQUESTS, UNAVAILABLE, any other: the registry's
 			return failure.Network
 		}
 	case errors.As(err, &httpErr):
@@ -144,7 +144,7 @@ func codeOf(err error) failure.Code {
 			return failure.Unauthorized
 		case httpErr.StatusCode == 404:
 			return failure.NotFound
-		case httpErr.StatusCode == 429 || httpErr.StatusCode >= 500:
+		default: // 429, a 5xx, another answer: as statusCode
 			return failure.Network
 		}
 	case errors.Is(err, docker.ErrTooManyRequests):
@@ -162,7 +162,7 @@ func codeOf(err error) failure.Code {
 			return failure.Unauthorized
 		case status == 404:
 			return failure.NotFound
-		case status == 429:
+		default: // as statusCode: a registry's answer is never internal
 			return failure.Network
 		}
 	}
@@ -196,10 +196,11 @@ func statusCode(e *registry.StatusError) failure.Code {
 		return failure.Unauthorized
 	case e.StatusCode == 404:
 		return failure.NotFound
-	case e.StatusCode == 429 || e.StatusCode >= 500:
-		return failure.Network
 	}
-	return failure.Internal
+	// 429, a 5xx, and any other answer a registry gave instead of the
+	// one asked for (a 400, 405, 410 without a code of the table): the
+	// registry's failure, never pullhelper's own (exit 1 is for bugs).
+	return failure.Network
 }
 
 // isOversized recognises containers/image's size limits

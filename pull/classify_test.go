@@ -15,6 +15,7 @@ import (
 	v2 "github.com/docker/distribution/registry/api/v2"
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/types"
@@ -80,6 +81,8 @@ func TestClassifyRegistryBodies(t *testing.T) {
 		{404, `{"errors":[{"code":"NAME_UNKNOWN"}]}`, failure.NotFound},
 		{404, `not json at all`, failure.NotFound},
 		{200, huge, failure.Verification},
+		{400, `{"errors":[{"code":"UNAVAILABLE","message":"` + strings.Repeat("x", 1<<20) + `"}]}`, failure.Network},
+		{400, `{"errors":[{"code":"SOMETHING_ELSE"}]}`, failure.Network},
 	} {
 		err := manifestError(t, tc.status, tc.body)
 		short := tc.body
@@ -108,6 +111,13 @@ func TestClassifyLibraryErrors(t *testing.T) {
 		{fmt.Errorf("reading manifest: %w", errors.New("exceeded maximum allowed size of 4194304 bytes")), failure.Verification},
 		{fmt.Errorf("copying: %w", verification(errBlobTooLarge, "blob x is larger")), failure.Verification},
 		{fmt.Errorf("pinging: %w", &failure.Error{Code: failure.TLS, Message: "refused", Err: errRefusedRequest}), failure.TLS},
+		// A registry's answer is never exit 1: a code of the table
+		// decides whatever the status, else the status.
+		{&registry.StatusError{Host: "r", StatusCode: 400, Code: "UNAVAILABLE"}, failure.Network},
+		{&registry.StatusError{Host: "r", StatusCode: 400, Code: "TOOMANYREQUESTS"}, failure.Network},
+		{&registry.StatusError{Host: "r", StatusCode: 400, Code: "MANIFEST_INVALID"}, failure.Network},
+		{&registry.StatusError{Host: "r", StatusCode: 405}, failure.Network},
+		{&registry.StatusError{Host: "r", StatusCode: 400, Code: "DENIED"}, failure.Unauthorized},
 	} {
 		got := p.classify(tc.err)
 		if failure.CodeOf(got) != tc.want {

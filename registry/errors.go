@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,6 +138,13 @@ func responseError(res *http.Response, host, op string, secrets ...string) error
 		e.Code, e.Message = strings.ToUpper(sanitize(body.Errors[0].Code, 64)), sanitize(body.Errors[0].Message, 200)
 		return e
 	}
+	// A body longer than what is read (a message of a megabyte) is cut
+	// short and no longer parses: its first error's code, and its message
+	// as far as it was read, still say what the registry meant.
+	if code, msg, ok := firstError(b); ok {
+		e.Code, e.Message = strings.ToUpper(sanitize(code, 64)), sanitize(msg, 200)
+		return e
+	}
 	t := strings.Trim(strings.TrimSpace(string(b)), `"`)
 	if isCode(t) {
 		e.Code = strings.ToUpper(t)
@@ -144,6 +152,70 @@ func responseError(res *http.Response, host, op string, secrets ...string) error
 	}
 	e.Message = sanitize(strings.TrimSpace(string(b)), 200)
 	return e
+}
+
+// firstError reads the code and message of the first entry of a
+// distribution-spec error body ({"errors":[{"code":…,"message":…},…]})
+// that may be cut short anywhere: the code must be read whole; of a
+// message cut short, what was read (escapes left as sent).
+func firstError(b []byte) (code, msg string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	expect := func(want json.Delim) bool {
+		t, err := dec.Token()
+		d, isDelim := t.(json.Delim)
+		return err == nil && isDelim && d == want
+	}
+	if !expect('{') {
+		return "", "", false
+	}
+	for {
+		t, err := dec.Token()
+		key, isKey := t.(string)
+		if err != nil || !isKey {
+			return "", "", false
+		}
+		if key == "errors" {
+			break
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return "", "", false
+		}
+	}
+	if !expect('[') || !expect('{') {
+		return "", "", false
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		key, isKey := t.(string)
+		if err != nil || !isKey {
+			break
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			if key == "message" { // cut off inside: keep what was read
+				rest := strings.TrimLeft(string(b[dec.InputOffset():]), " \t\r\n:")
+				if m, ok := strings.CutPrefix(rest, `"`); ok {
+					msg = m
+				}
+			}
+			break
+		}
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			continue
+		}
+		switch key {
+		case "code":
+			code = s
+		case "message":
+			msg = s
+		}
+	}
+	if !isCode(code) {
+		return "", "", false
+	}
+	return code, msg, true
 }
 
 // isCode: a bare registry error code (MANIFEST_UNKNOWN, toomanyrequests).

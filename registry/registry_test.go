@@ -572,3 +572,53 @@ func TestBlobFromOffset(t *testing.T) {
 		t.Error("an offset past the size was accepted")
 	}
 }
+
+// A 400 whose error body is a megabyte long (read only in part) with the
+// code UNAVAILABLE: the code is still read, and the request is retried like
+// a 5xx (containers/common retries on the code whatever the status).
+func TestHugeErrorBodyKeepsItsCode(t *testing.T) {
+	var mu sync.Mutex
+	asked := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"errors":[{"code":"UNAVAILABLE","message":"` + strings.Repeat("busy ", 1<<18) + `"}]}`))
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	c := New([]Endpoint{{Scheme: "http", Host: u.Host, Path: "/v2", Repository: "app", Resolve: true}}, Hooks{Retries: 2})
+	_, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20)
+	var se *StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || se.Code != "UNAVAILABLE" {
+		t.Fatalf("err = %v, want a 400 with the code UNAVAILABLE", err)
+	}
+	if !strings.HasPrefix(se.Message, "busy busy") || len(se.Message) > 210 {
+		t.Errorf("message %q: want the start of the registry's, bounded", se.Message)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked != 3 {
+		t.Errorf("asked %d times, want 3 (two retries)", asked)
+	}
+}
+
+func TestFirstErrorOfACutBody(t *testing.T) {
+	for _, tc := range []struct {
+		body, code, msg string
+		ok              bool
+	}{
+		{`{"errors":[{"code":"UNAVAILABLE","message":"bus`, "UNAVAILABLE", "bus", true},
+		{`{"other":{"a":[1,2]},"errors":[{"message":"m","code":"DENIED"},{"code":"X"`, "DENIED", "m", true},
+		{`{"errors":[{"message":"cut before the co`, "", "", false},
+		{`{"errors":[{"code":"not a code!"}]}`, "", "", false},
+		{`["errors"]`, "", "", false},
+	} {
+		code, msg, ok := firstError([]byte(tc.body))
+		if code != tc.code || msg != tc.msg || ok != tc.ok {
+			t.Errorf("%s: %q %q %v, want %q %q %v", tc.body, code, msg, ok, tc.code, tc.msg, tc.ok)
+		}
+	}
+}

@@ -63,8 +63,9 @@ func mayPass(err error) bool {
 	return transient(err)
 }
 
-// transient: a connection error, a broken body, 408, 429 or a 5xx; not a
-// refusal by the caller's hooks, a TLS failure, a size limit, a 4xx.
+// transient: a connection error, a broken body, 408, 429, a 5xx or the
+// codes UNAVAILABLE and TOOMANYREQUESTS; not a refusal by the caller's
+// hooks, a TLS failure, a size limit, another 4xx.
 func transient(err error) bool {
 	var (
 		fe   *failure.Error
@@ -84,7 +85,11 @@ func transient(err error) bool {
 		errors.As(err, &rh), errors.As(err, &al):
 		return false
 	case errors.As(err, &se):
-		return se.StatusCode == 408 || se.StatusCode == 429 || se.StatusCode >= 500
+		// A registry that says it is unavailable or rate-limiting is
+		// asked again whatever the status it says it with (a 400 with
+		// UNAVAILABLE), as containers/common's retry treats these codes.
+		return se.StatusCode == 408 || se.StatusCode == 429 || se.StatusCode >= 500 ||
+			se.Code == "UNAVAILABLE" || se.Code == "TOOMANYREQUESTS"
 	}
 	var te *TokenError
 	var he *HostError
