@@ -30,6 +30,8 @@ type hostLog struct {
 	manifests map[string]string        // tag or digest → host
 	blobs     map[digest.Digest]string // blob → host
 	bytes     map[digest.Digest]int64  // blob → bytes read in its last fetch
+	// lastManifest is the host a manifest was last asked of.
+	lastManifest string
 }
 
 func newHostLog() *hostLog {
@@ -82,6 +84,7 @@ func (h *hostLog) record(u *url.URL) {
 	switch kind {
 	case "manifests":
 		h.manifests[ref] = host
+		h.lastManifest = host
 	case "blobs":
 		d, err := digest.Parse(ref)
 		if err != nil {
@@ -104,6 +107,13 @@ func (h *hostLog) blobHost(d digest.Digest) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.blobs[d]
+}
+
+// manifestHost is the host a manifest was last asked of, or "".
+func (h *hostLog) manifestHost() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastManifest
 }
 
 // startBlob starts counting a fetch of d afresh (the last fetch wins).

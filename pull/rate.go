@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/opencontainers/go-digest"
 )
 
 // Rates: the bandwidth cap and the minimum-rate watchdog. Both act on the
@@ -18,7 +16,7 @@ import (
 // sees every blob byte of the attempt.
 
 // errTooSlow marks an attempt ended by the minimum-rate watchdog.
-var errTooSlow = errors.New("blob arriving below the minimum rate")
+var errTooSlow = errors.New("data arriving below the minimum rate")
 
 // nodeLimits are the limiter and the download slots of one Copy: the
 // rate is the tighter of the pull's own cap (max) and the node's share,
@@ -194,9 +192,11 @@ func (l *limiter) wait(ctx context.Context, n int) error {
 	return l.sleep(ctx, d)
 }
 
-// meter counts one blob fetch's bytes for the rate watchdog.
+// meter counts one fetch's bytes (a blob's, a manifest's) for the rate
+// watchdog.
 type meter struct {
-	d     digest.Digest
+	what  string        // "blob sha256:…", "the manifest"
+	host  func() string // where it is being fetched from
 	start time.Time
 	bytes atomic.Int64
 
@@ -212,8 +212,8 @@ type meters struct {
 	m  map[*meter]bool
 }
 
-func (ms *meters) add(d digest.Digest) *meter {
-	m := &meter{d: d, start: time.Now()}
+func (ms *meters) add(what string, host func() string) *meter {
+	m := &meter{what: what, host: host, start: time.Now()}
 	ms.mu.Lock()
 	if ms.m == nil {
 		ms.m = map[*meter]bool{}
@@ -242,7 +242,7 @@ func (ms *meters) list() []*meter {
 
 // rateError is the cause of an attempt ended by the watchdog.
 type rateError struct {
-	d        digest.Digest
+	what     string
 	host     string
 	rate     float64
 	min      int64
@@ -251,13 +251,13 @@ type rateError struct {
 }
 
 func (e *rateError) Error() string {
-	return fmt.Sprintf("blob %s from %s arrived at %.0f B/s over the last %s (%d bytes), below the minimum rate of %d B/s (pull.min_rate, --min-rate)",
-		e.d, e.host, e.rate, e.window, e.received, e.min)
+	return fmt.Sprintf("%s from %s arrived at %.0f B/s over the last %s (%d bytes), below the minimum rate of %d B/s (pull.min_rate, --min-rate)",
+		e.what, e.host, e.rate, e.window, e.received, e.min)
 }
 
 func (e *rateError) Is(target error) bool { return target == errTooSlow }
 
-// watchRates ends the attempt (cancel) when a blob in flight for at least
+// watchRates ends the attempt (cancel) when a blob or manifest in flight for at least
 // window received fewer than minRate×window bytes in the last window. It
 // samples every window/20 (at most every second) until done closes.
 func (g *guard) watchRates(minRate int64, window time.Duration, cancel context.CancelCauseFunc, done <-chan struct{}) {
@@ -271,16 +271,25 @@ func (g *guard) watchRates(minRate int64, window time.Duration, cancel context.C
 			return
 		case <-t.C:
 		}
-		span := time.Duration(n-1) * tick
-		for _, m := range g.meters.list() {
-			got, full := m.observe(n, m.bytes.Load())
-			if full && float64(got) < float64(minRate)*span.Seconds() {
-				cancel(&rateError{d: m.d, host: g.hosts.blobHost(m.d), rate: float64(got) / span.Seconds(),
-					min: minRate, window: span, received: got})
-				return
-			}
+		if e := g.checkRates(n, time.Duration(n-1)*tick, minRate); e != nil {
+			cancel(e)
+			return
 		}
 	}
+}
+
+// checkRates is one tick of the watchdog: it samples every fetch in flight
+// (rings of n samples spanning span) and returns the error of the first
+// that received fewer than minRate×span bytes over a whole span.
+func (g *guard) checkRates(n int, span time.Duration, minRate int64) *rateError {
+	for _, m := range g.meters.list() {
+		got, full := m.observe(n, m.bytes.Load())
+		if full && float64(got) < float64(minRate)*span.Seconds() {
+			return &rateError{what: m.what, host: m.host(), rate: float64(got) / span.Seconds(),
+				min: minRate, window: span, received: got}
+		}
+	}
+	return nil
 }
 
 // observe records the byte count b at one tick, in a ring of n samples,

@@ -2,8 +2,13 @@ package pull
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/registry"
+	"go.podman.io/image/v5/types"
 )
 
 // A virtual clock: sleeping advances it, so the limiter's arithmetic is
@@ -82,7 +87,7 @@ func TestMeterWindow(t *testing.T) {
 }
 
 func TestRateErrorNamesBlobHostAndRate(t *testing.T) {
-	e := &rateError{d: "sha256:abc", host: "mirror:5000", rate: 102.4, min: 1024, window: time.Minute, received: 6144}
+	e := &rateError{what: "blob sha256:abc", host: "mirror:5000", rate: 102.4, min: 1024, window: time.Minute, received: 6144}
 	want := "blob sha256:abc from mirror:5000 arrived at 102 B/s over the last 1m0s (6144 bytes), below the minimum rate of 1024 B/s (pull.min_rate, --min-rate)"
 	if e.Error() != want {
 		t.Errorf("got %q\nwant %q", e.Error(), want)
@@ -120,4 +125,62 @@ func TestSlotsBoundDownloads(t *testing.T) {
 		t.Fatalf("after raising the limit: %v", err)
 	}
 	close(node)
+}
+
+// manifestSource serves a manifest the way the registry client does: each
+// chunk of the body is told to the function the context carries
+// (registry.WithReceived), here one byte at a time, with a tick of the rate
+// watchdog after each.
+type manifestSource struct {
+	types.ImageSource
+	t     *testing.T
+	g     *guard
+	ticks int
+	errs  []*rateError
+	// untouched counts the bytes after which the stall watchdog's
+	// last-data time was not set
+	untouched int
+}
+
+func (s *manifestSource) GetManifest(ctx context.Context, _ *digest.Digest) ([]byte, string, error) {
+	f := registry.Received(ctx)
+	if f == nil {
+		s.t.Fatal("the manifest fetch is not metered: no byte callback in its context")
+	}
+	for i := 0; i < s.ticks; i++ {
+		s.g.last.Store(0)
+		f(1)
+		if s.g.last.Load() == 0 {
+			s.untouched++
+		}
+		if e := s.g.checkRates(s.ticks, 10*time.Second, 1024); e != nil {
+			s.errs = append(s.errs, e)
+		}
+	}
+	return []byte(`{}`), "application/vnd.oci.image.manifest.v1+json", nil
+}
+
+// A manifest trickling in is below the minimum rate, not a stall: every
+// byte counts as data for the stall watchdog, and the rate watchdog judges
+// the manifest (issue 22, finding 16).
+func TestManifestBelowTheMinimumRate(t *testing.T) {
+	g := newGuard("reg.example", 1<<30)
+	src := &manifestSource{t: t, g: g, ticks: 5}
+	gs := &guardedSource{ImageSource: src, g: g}
+	_, _, _ = gs.GetManifest(context.Background(), nil)
+	if src.untouched > 0 {
+		t.Errorf("%d bytes of the manifest did not count as data for the stall watchdog", src.untouched)
+	}
+	if len(src.errs) == 0 {
+		t.Fatal("a manifest at 1 B/s under a minimum of 1024 B/s passed the rate watchdog")
+	}
+	msg := src.errs[0].Error()
+	for _, want := range []string{"the manifest from reg.example", "below the minimum rate of 1024 B/s", "over the last 10s"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q does not say %q", msg, want)
+		}
+	}
+	if len(g.meters.list()) != 0 {
+		t.Error("the manifest's meter is left after the fetch")
+	}
 }

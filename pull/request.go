@@ -33,7 +33,7 @@ type Request struct {
 	RetryDelay   time.Duration       `json:"retry_delay_ns"`
 	Timeout      time.Duration       `json:"timeout_ns"`
 	StallTimeout time.Duration       `json:"stall_timeout_ns"`
-	// MinRate (bytes/s) over StallWindow: a blob arriving slower fails the
+	// MinRate (bytes/s) over StallWindow: a blob or manifest arriving slower fails the
 	// attempt (0: no rate watchdog).
 	MinRate     int64         `json:"min_rate,omitempty"`
 	StallWindow time.Duration `json:"stall_window_ns,omitempty"`

@@ -1,6 +1,7 @@
 package pull
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
@@ -281,7 +283,15 @@ func (s *guardedSource) GetManifest(ctx context.Context, instanceDigest *digest.
 		what = "the manifest " + instanceDigest.String()
 	}
 	done := s.g.begin(what)
-	raw, mime, err := s.ImageSource.GetManifest(ctx, instanceDigest)
+	// Every byte of the manifest counts, for the stall watchdog (data is
+	// arriving) and for the rate watchdog (fast enough): a manifest at
+	// 1 B/s is below the minimum rate, not a stall.
+	m := s.g.meters.add(what, func() string { return cmp.Or(s.g.hosts.manifestHost(), s.g.host) })
+	raw, mime, err := s.ImageSource.GetManifest(registry.WithReceived(ctx, func(n int) {
+		s.g.touch()
+		m.bytes.Add(int64(n))
+	}), instanceDigest)
+	s.g.meters.remove(m)
 	done()
 	if err != nil {
 		return nil, "", err
@@ -313,7 +323,7 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 		_ = rc.Close()
 		return nil, 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d (the registry announces %d bytes)", info.Digest, info.Size, size)
 	}
-	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, g: s.g, done: done, m: s.g.meters.add(info.Digest)}, size, nil
+	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, g: s.g, done: done, m: s.g.meters.add(what, func() string { return s.g.hosts.blobHost(info.Digest) })}, size, nil
 }
 
 // discarded accounts bytes the registry client skips (a full answer to a

@@ -73,7 +73,7 @@ func (h *host) manifest(ctx context.Context, ref string, accept []string, max in
 	if res.ContentLength > max {
 		return nil, "", &TooLargeError{Host: h.name(), What: "the manifest " + ref, Limit: max, Size: res.ContentLength}
 	}
-	b, err := io.ReadAll(io.LimitReader(res.Body, max+1))
+	b, err := io.ReadAll(io.LimitReader(&receivedReader{r: res.Body, f: Received(ctx)}, max+1))
 	if err != nil {
 		return nil, "", h.hostError(op, err)
 	}
@@ -85,6 +85,35 @@ func (h *host) manifest(ctx context.Context, ref string, accept []string, max in
 		mt = parsed
 	}
 	return b, mt, nil
+}
+
+type receivedKey struct{}
+
+// WithReceived returns ctx carrying f, which a Manifest fetched under it
+// calls with the size of each chunk of the body as it arrives (the caller's
+// stall and rate watchdogs see a manifest that trickles in).
+func WithReceived(ctx context.Context, f func(n int)) context.Context {
+	return context.WithValue(ctx, receivedKey{}, f)
+}
+
+// Received is the function WithReceived put into ctx (nil for none).
+func Received(ctx context.Context) func(int) {
+	f, _ := ctx.Value(receivedKey{}).(func(int))
+	return f
+}
+
+// receivedReader tells f of every chunk read.
+type receivedReader struct {
+	r io.Reader
+	f func(int)
+}
+
+func (r *receivedReader) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if n > 0 && r.f != nil {
+		r.f(n)
+	}
+	return n, err
 }
 
 // TooLargeError: a server sent (or announced) more than the limit.

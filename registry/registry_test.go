@@ -622,3 +622,17 @@ func TestFirstErrorOfACutBody(t *testing.T) {
 		}
 	}
 }
+
+// WithReceived: the manifest's body is told chunk by chunk, every byte.
+func TestManifestBytesAreTold(t *testing.T) {
+	f, _, _ := newFake(t, "app")
+	c := New([]Endpoint{endpointOf(t, f)}, Hooks{})
+	var told int
+	raw, _, _, err := c.Manifest(WithReceived(context.Background(), func(n int) { told += n }), "latest", nil, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if told != len(raw) || told == 0 {
+		t.Errorf("told %d bytes of a %d-byte manifest", told, len(raw))
+	}
+}

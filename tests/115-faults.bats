@@ -347,6 +347,20 @@ assert e["action"] == "trickle" and e["bytes"] == int(sys.argv[3]) and e["writes
     assert_unchanged
 }
 
+@test "a manifest trickling at 20 B/s under --min-rate 1KiB/s over 1s: exit 6 below the minimum rate, not a stall" {
+    # Each byte of the manifest is data (the 10s stall timeout never ends
+    # the attempt, as it did when the manifest's bytes went uncounted) and
+    # the rate watchdog judges the manifest as it judges a blob.
+    row "trickle 20 B/s (the tag's manifest)" "exit 6 network, below the minimum rate"
+    rules '[{"match": {"path": "/manifests/latest$", "header": ["Authorization"]}, "trickle": 20}]'
+    pull 6 --retries 0 --stall-timeout 10s --min-rate 1KiB/s --stall-window 1s
+    assert_json_error network
+    [[ $ph_error_message == *"the manifest"*"from $FP_X_HOST"* ]] || fail "the message does not name the manifest and the host: $ph_error_message"
+    [[ $ph_error_message == *"below the minimum rate of 1024 B/s"* ]] || fail "the message does not say the rate was too low: $ph_error_message"
+    [[ $ph_error_message != *"no data received"* ]] || fail "reported as a stall: $ph_error_message"
+    assert_unchanged
+}
+
 @test "a redirect loop on a layer: exit 8 (an answer over its bounds), not retried" {
     # The README names no exit code for a redirect loop. Redirects are one
     # of the bounds registry/doc.go sets on what a server sends ("redirects

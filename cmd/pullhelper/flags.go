@@ -38,7 +38,7 @@ var settingFlags = []settingFlag{
 	{"max-bandwidth", "pull.max_bandwidth", policy.String, "RATE", "cap this pull's download rate (e.g. 20MiB/s; TCP flow control slows the sender; default none)", false},
 	{"node-bandwidth", "pull.node_bandwidth", policy.String, "RATE", "a node-wide cap shared evenly by every concurrent pull that sets it (e.g. 100MiB/s; default none)", false},
 	{"node-parallel-layers", "pull.node_parallel_layers", policy.Int, "N", "a node-wide limit on concurrent layer downloads, split evenly among concurrent pulls that set it (at least 1 each; default none)", false},
-	{"min-rate", "pull.min_rate", policy.String, "RATE", "fail a blob arriving slower than RATE over --stall-window (default 1KiB/s; 0 disables)", false},
+	{"min-rate", "pull.min_rate", policy.String, "RATE", "fail a blob or manifest arriving slower than RATE over --stall-window (default 1KiB/s; 0 disables)", false},
 	{"stall-window", "pull.stall_window", policy.String, "DURATION", "the window --min-rate is averaged over (default 60s)", false},
 	{"authfile", "auth.authfile", policy.String, "FILE", "containers-auth.json(5) file; the only one read (also REGISTRY_AUTH_FILE)", true},
 	{"pull-secret", "auth.pull_secrets", policy.Strings, "FILE", "Kubernetes pull secret: .dockerconfigjson/.dockercfg file or Secret manifest (repeatable; kubelet semantics)", true},
