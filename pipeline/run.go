@@ -172,8 +172,27 @@ func (p *Plan) pinned() string {
 	return ""
 }
 
+// lockDir is where the dynamic uid locks are.
+func (o *Options) lockDir() string {
+	if o.LockDir == "" {
+		return privdrop.DefaultLockDir
+	}
+	return o.LockDir
+}
+
+// reclaimUIDLocks removes the uid lock files of pulls killed before their
+// Release (nobody holds them) and logs each.
+func (o *Options) reclaimUIDLocks() []string {
+	out := privdrop.Sweep(o.lockDir())
+	for _, r := range out {
+		o.Log.Warn("reclaimed a stale uid lock left by a pullhelper that died", "path", r)
+	}
+	return out
+}
+
 // inProcess is --no-isolation: the copy runs here, as the caller.
 func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
+	reclaimedLocks := o.reclaimUIDLocks()
 	st, err := p.stage(o, nil, false)
 	if err != nil {
 		return nil, err
@@ -219,6 +238,9 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	}
 	removePartial(o, part)
 	res.Isolation = p.Isolation
+	if len(reclaimedLocks) > 0 {
+		res.Isolation.Reclaimed = reclaimedLocks
+	}
 	return res, nil
 }
 
@@ -231,14 +253,19 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := cgroup.CheckLimits(o.Cgroup.Limits); err != nil {
 		return nil, err
 	}
-	lockDir := o.LockDir
-	if lockDir == "" {
-		lockDir = privdrop.DefaultLockDir
-	}
+	// The uid locks of pulls killed before their Release are reclaimed at
+	// every pull's start, as the cgroups are (and again by a dynamic
+	// allocation once it holds its own).
+	lockDir := o.lockDir()
+	reclaimedLocks := o.reclaimUIDLocks()
 	lease, err := privdrop.Allocate(o.User, lockDir)
 	if err != nil {
 		return nil, failure.Wrap(failure.Isolation, err, "")
 	}
+	for _, r := range lease.Reclaimed {
+		o.Log.Warn("reclaimed a stale uid lock left by a pullhelper that died", "path", r)
+	}
+	reclaimedLocks = append(reclaimedLocks, lease.Reclaimed...)
 	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
 	// A uid shared with other processes (--user NAME|UID) may have
 	// descriptors on staged files: commit fresh copies only.
@@ -272,7 +299,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	}()
 	iso := p.Isolation
 	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), g.Driver(), g.Joined()
-	iso.Reclaimed = append(reclaimed, st.Reclaimed...)
+	iso.Reclaimed = append(append(reclaimed, st.Reclaimed...), reclaimedLocks...)
 	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
 	iso.Netns = p.Network.Netns
 	if p.Network.DNS != nil {

@@ -24,9 +24,12 @@ const DefaultLockDir = "/run/pullhelper/uids"
 // Lease is an identity held for one pull. Release frees a dynamic uid.
 type Lease struct {
 	Identity
-	Source   string `json:"source"` // "dynamic", "user NAME", "uid N"
-	lock     *os.File
-	lockPath string
+	Source string `json:"source"` // "dynamic", "user NAME", "uid N"
+	// Reclaimed are the stale lock files (of pulls killed before their
+	// Release) the allocation removed once it held its own (Sweep).
+	Reclaimed []string `json:"-"`
+	lock      *os.File
+	lockPath  string
 }
 
 // Release frees the uid: it removes the lock file while still holding its
@@ -97,25 +100,10 @@ func allocateDynamic(lockDir string) (*Lease, error) {
 		if f == nil {
 			continue // another pull holds it
 		}
-		sweep(lockDir, path)
-		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", lock: f, lockPath: path}, nil
+		reclaimed := sweepExcept(lockDir, path)
+		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", Reclaimed: reclaimed, lock: f, lockPath: path}, nil
 	}
 	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)
-}
-
-// sweep removes lock files nobody holds (left by a pullhelper that was
-// killed before its Release), each under its own flock like Release.
-func sweep(lockDir, keep string) {
-	names, _ := filepath.Glob(filepath.Join(lockDir, "*.lock"))
-	for _, p := range names {
-		if p == keep {
-			continue
-		}
-		if f, err := lockUID(p); err == nil && f != nil {
-			_ = os.Remove(p)
-			f.Close()
-		}
-	}
 }
 
 // lockUID takes the flock of the lock file at path: the open file, or nil

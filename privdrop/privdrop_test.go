@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -319,5 +320,52 @@ func TestAllocateSweepsStaleLockFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(fmt.Sprintf("%s/%d.lock", dir, held.UID)); err != nil {
 		t.Fatalf("the held lock file was removed: %v", err)
+	}
+}
+
+// Sweep removes only unheld lock files of this user's, in a directory
+// nobody else may write: never a file of another owner, a FIFO (without
+// blocking), a file with another link, or anything in a directory others
+// can write (issue 22, finding 16).
+func TestSweepOwnerChecks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (files of another owner)")
+	}
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "61200.lock")
+	foreign := filepath.Join(dir, "61201.lock")
+	fifo := filepath.Join(dir, "61202.lock")
+	linked := filepath.Join(dir, "61203.lock")
+	for _, f := range []string{stale, foreign, linked} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(foreign, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(linked, filepath.Join(dir, "other")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if got := privdrop.Sweep(dir); len(got) != 0 {
+		t.Fatalf("swept %v in a directory others may write", got)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got := privdrop.Sweep(dir)
+	if len(got) != 1 || got[0] != stale {
+		t.Fatalf("swept %v, want [%s] alone", got, stale)
+	}
+	for _, f := range []string{foreign, fifo, linked} {
+		if _, err := os.Lstat(f); err != nil {
+			t.Errorf("%s was removed: %v", f, err)
+		}
 	}
 }

@@ -282,6 +282,36 @@ tree_sum() {
     assert_output '{"staging":[],"uid_locks":[],"commit_locks":[],"cgroups":[],"partial":[]}'
 }
 
+@test "the next pull reclaims the uid lock a kill -9 left, even one that allocates no dynamic uid: removed at its start, reported and logged" {
+    start_stalled_pull "$OUT/dest"
+    local lock cg
+    lock=$(ns_exec find /run/pullhelper/uids -name '*.lock')
+    [[ -n $lock ]] || fail "no uid lock while the pull runs"
+    cg=$(pull_cgroups)
+    kill -KILL "$BG_PID"
+    wait_background_pull 20
+    assert_equal "$BG_RC" 137
+    local deadline=$((SECONDS + 20))
+    while [[ -s $cg/cgroup.procs ]]; do
+        ((SECONDS < deadline)) || fail "the pull's cgroup still has processes: $(cat "$cg/cgroup.procs")"
+        sleep 0.05
+    done
+    ns_exec test -e "$lock" || fail "kill -9 left no uid lock: nothing to reclaim"
+
+    # --user 65534: this pull takes no dynamic uid (whose allocation sweeps
+    # too); the sweep at every pull's start removes the lock all the same.
+    run_pullhelper pull "${PH_OPTS[@]}" --user 65534 --cgroup-parent "$PH_CGPARENT" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/other"
+    assert_json_result
+    ! ns_exec test -e "$lock" || fail "the next pull left the stale uid lock $lock"
+    json_get '.isolation.reclaimed[]' <<<"$output" | grep -qxF "$lock" ||
+        fail "isolation.reclaimed does not name $lock: $(json_get '.isolation.reclaimed' <<<"$output")"
+    [[ $stderr == *"reclaimed a stale uid lock"*"$lock"* ]] || fail "the reclaim is not logged: $stderr"
+    # The killed pull's staging beside its own DEST: gc's.
+    run_pullhelper gc --cgroup-parent "$PH_CGPARENT" "oci:$OUT/dest"
+    assert_no_staging "$OUT"
+}
+
 @test "gc: a live pull's staging, uid lock and cgroup survive; an unheld commit lock goes, a held one stays" {
     start_stalled_pull "$OUT/dest"
     local staging lock cg
