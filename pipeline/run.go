@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -198,14 +197,15 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 		return nil, err
 	}
 	defer st.Remove()
-	config, err := os.MkdirTemp("", "pullhelper-config-")
+	// The auth file and the client keys stay in memory (memconfig.go).
+	config, err := newMemConfig()
 	if err != nil {
-		return nil, failure.Wrap(failure.Internal, err, "creating a private configuration directory")
+		return nil, err
 	}
-	defer os.RemoveAll(config)
+	defer config.Close()
 	part := p.partial(o, st, nil)
 	defer part.Close()
-	pst := &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config}
+	pst := &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config.Path()}
 	if part != nil {
 		pst.Partial, pst.HandOver = part.Path, part.CanHandOver(st)
 	}

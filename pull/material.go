@@ -42,8 +42,9 @@ type Secret struct {
 }
 
 // systemContext is the one place a Request and its Material become
-// containers/image settings. Certificates are written into a private
-// directory inside the staging area, so nothing outside it is read.
+// containers/image settings. Certificates, the auth file and the rendered
+// configuration are written into the private configuration directory
+// (Stage.Config, in memory), so nothing outside it is read.
 func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, error) {
 	config := st.Config
 	if err := os.Mkdir(config, 0o700); err != nil && !os.IsExist(err) {

@@ -21,7 +21,8 @@ type Stage struct {
 	Known []dest.KnownBlob `json:"known,omitempty"`
 	// Config is where the copy writes its configuration and key material
 	// (certificates, auth file, registries.conf): the child's private
-	// tmpfs; in process, a private temporary directory.
+	// tmpfs; in process (--no-isolation), a tmpfs mounted nowhere that the
+	// parent holds by descriptor, /proc/self/fd/N: never on a disk.
 	Config string `json:"config"`
 	// Partial is DEST's partial-blob cache ("" for none): the copy keeps
 	// the bytes of each blob it receives there until the blob is complete,

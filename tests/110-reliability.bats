@@ -238,6 +238,49 @@ tree_sum() {
 }
 
 ###############################################################################
+# --no-isolation: the copy's secrets stay in memory
+
+@test "--no-isolation SIGKILLed mid-pull: no file under TMPDIR, /tmp, /var/tmp or /run holds the password or the client key; nothing left" {
+    # A client key pair beside the registry's CA: the copy loads it (the
+    # registry asks for none) and writes it with the auth file into its
+    # configuration directory, which was $TMPDIR/pullhelper-config-* on disk.
+    local certs=$OUT/certs tmpdir=$OUT/tmpdir pat=$OUT/secrets
+    mkdir -p "$certs" "$tmpdir"
+    cp "$REGISTRY_CERT_DIR"/*.crt "$certs/"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$certs/client.key" -out "$certs/client.cert" \
+        -days 1 -subj /CN=ph110-client 2>/dev/null || fail "openssl could not make a client pair"
+    start_tarpit 1000000
+    (
+        umask 077
+        tr -d '\n' <"$REGISTRY_DIR/password" >"$pat"
+        printf '\n%s\n' "$(_ph_auth_field)" >>"$pat"
+        sed -n 2p "$certs/client.key" >>"$pat" # a line of the private key's base64
+    )
+    [[ $(grep -c . "$pat") == 3 ]] || fail "the secrets to look for are not all known"
+    touch "$OUT/marker"
+    TMPDIR=$tmpdir start_background_pull "$OUT/progress.jsonl" --no-isolation --authfile "$TARPIT_AUTHFILE" \
+        --cert-dir "$certs" --stall-timeout 5m "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    wait_for_file_match "$OUT/progress.jsonl" '"type":"layer_start"' 30
+    kill -KILL "$BG_PID"
+    wait_background_pull 20
+    assert_equal "$BG_RC" 137
+
+    # Every regular file written since the pull started, as the pull saw
+    # the tree (its mount namespace), but the test's own copies of the
+    # secrets.
+    local hits
+    hits=$(ns_exec find "$tmpdir" /tmp /var/tmp /run \( -path "$REGISTRY_DIR" -o -path "$TARPIT_DIR" -o -path "$certs" \
+        -o -path "$pat" -o -path /run/user \) -prune -o -type f -newer "$OUT/marker" -size -4M -print0 |
+        xargs -0 -r grep -lF -f "$pat" -- 2>/dev/null || true)
+    [[ -z $hits ]] || fail "files holding the password, its auth field or the client key after the kill: $hits"
+    run ns_exec find "$tmpdir" /tmp /var/tmp -maxdepth 1 -name 'pullhelper-config-*'
+    assert_output ""
+    # The killed pull's staging beside DEST is gc's, as ever.
+    run_pullhelper gc "oci:$OUT/dest"
+    assert_no_staging "$OUT"
+}
+
+###############################################################################
 # pullhelper gc
 
 @test "gc: removes the staging, uid lock and cgroup a kill -9 left mid-pull, reports each, then finds nothing" {
@@ -304,7 +347,7 @@ tree_sum() {
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/other"
     assert_json_result
     ! ns_exec test -e "$lock" || fail "the next pull left the stale uid lock $lock"
-    json_get '.isolation.reclaimed[]' <<<"$output" | grep -qxF "$lock" ||
+    [[ $(json_get '.isolation.reclaimed' <<<"$output") == *"\"$lock\""* ]] ||
         fail "isolation.reclaimed does not name $lock: $(json_get '.isolation.reclaimed' <<<"$output")"
     [[ $stderr == *"reclaimed a stale uid lock"*"$lock"* ]] || fail "the reclaim is not logged: $stderr"
     # The killed pull's staging beside its own DEST: gc's.
