@@ -20,8 +20,10 @@
 //     is capped at its declared size, an image at Request.MaxImageBytes
 //     (read and written), manifests at 4 MiB; descriptors must be valid
 //     sha256; credentials go only to each endpoint and the realm its
-//     challenge names, never over plain http while the registry is verified,
-//     and never to its host on another port through a redirect.
+//     challenge names (approved for that endpoint alone, never on another
+//     endpoint's host at another port), never over plain http while the
+//     registry is verified, and never to its host on another port through
+//     a redirect.
 //   - Every error leaving Copy carries a failure.Code; messages name
 //     registries, files and directories, never a secret.
 package pull

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
@@ -38,24 +39,80 @@ import (
 // Both are refused as failure.TLS (exit 4): the transport would lose the
 // protection the operator's TLS configuration promises.
 
+// Approvals are per endpoint. A realm an endpoint's challenge named is
+// approved for that endpoint alone: the requests made for it (its token
+// request, a redirect of its requests) pass the guard, another endpoint's
+// do not, and an endpoint whose challenge names a realm on another
+// endpoint's host (at a port or scheme that is not that endpoint's) is
+// refused before its credential goes there. containers/image's requests
+// (signatures) carry no endpoint: for them a realm counts as approved only
+// when an endpoint whose Authorization Go would forward to it (the same
+// host name, or a parent domain of its) named it.
+
 // errRefusedRequest marks a request refused by requestGuard.
 var errRefusedRequest = errors.New("request refused")
 
+// endpoints is one attempt's guard state: the registry's own endpoint
+// origins (by configuration) and the realms approved, per endpoint.
 type endpoints struct {
-	mu      sync.Mutex
-	allowed map[string]bool // scheme://host:port
+	mu     sync.Mutex
+	own    map[string]bool                        // scheme://host:port
+	realms map[*registry.Endpoint]map[string]bool // endpoint → approved realm origins
+
+	// Set by guardedSystemContext: the registry host names, whether the
+	// registry is verified over https, and the proxy sys would use.
+	hosts    []string
+	verified bool
+	next     func(*url.URL) (*url.URL, error)
 }
 
-func (e *endpoints) add(u *url.URL) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.allowed[registry.Origin(u)] = true
+func newEndpoints() *endpoints {
+	return &endpoints{own: map[string]bool{}, realms: map[*registry.Endpoint]map[string]bool{}}
 }
 
-func (e *endpoints) has(u *url.URL) bool {
+// addOwn allows u's origin for every request: one of the registry's own
+// endpoints.
+func (e *endpoints) addOwn(u *url.URL) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.allowed[registry.Origin(u)]
+	e.own[registry.Origin(u)] = true
+}
+
+// ownOrigin: u's origin is one of the registry's own endpoints.
+func (e *endpoints) ownOrigin(u *url.URL) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.own[registry.Origin(u)]
+}
+
+// approve allows u's origin for the requests made for endpoint ep.
+func (e *endpoints) approve(ep *registry.Endpoint, u *url.URL) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.realms[ep] == nil {
+		e.realms[ep] = map[string]bool{}
+	}
+	e.realms[ep][registry.Origin(u)] = true
+}
+
+// has: a request to u made for endpoint ep (nil: containers/image's, which
+// names none) is allowed without the guard's checks.
+func (e *endpoints) has(ep *registry.Endpoint, u *url.URL) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := registry.Origin(u)
+	if e.own[o] {
+		return true
+	}
+	if ep != nil {
+		return e.realms[ep][o]
+	}
+	for other, approved := range e.realms {
+		if approved[o] && sameHostName(u.Hostname(), (&url.URL{Host: other.Host}).Hostname()) {
+			return true
+		}
+	}
+	return false
 }
 
 // sameHostName is Go's rule for copying Authorization on a redirect.
@@ -100,21 +157,22 @@ func (p *Request) registryHosts(sys *types.SystemContext) []string {
 
 // guardedSystemContext returns a copy of sys whose DockerProxy refuses requests
 // that would send credentials where they must not go (see above), and
-// then defers to the proxy sys would have used.
+// then defers to the proxy sys would have used; it records in ep what the
+// registry client's guard (endpointProxy) needs.
 func (p *Request) guardedSystemContext(sys *types.SystemContext, ep *endpoints) *types.SystemContext {
 	s := *sys
 	verified := sys.DockerInsecureSkipTLSVerify != types.OptionalBoolTrue
 	hosts := p.registryHosts(sys)
 	for _, h := range hosts {
-		ep.add(&url.URL{Scheme: "https", Host: h})
+		ep.addOwn(&url.URL{Scheme: "https", Host: h})
 		if !verified {
-			ep.add(&url.URL{Scheme: "http", Host: h})
+			ep.addOwn(&url.URL{Scheme: "http", Host: h})
 		}
 	}
 	// An endpoint the parent marked insecure may be reached over http.
 	for _, e := range p.Endpoints {
 		if e.Insecure || !e.Trust.Verify || e.Scheme == "http" {
-			ep.add(&url.URL{Scheme: "http", Host: e.Host})
+			ep.addOwn(&url.URL{Scheme: "http", Host: e.Host})
 		}
 	}
 	next := func(u *url.URL) (*url.URL, error) {
@@ -126,8 +184,9 @@ func (p *Request) guardedSystemContext(sys *types.SystemContext, ep *endpoints) 
 	case sys.DockerProxyURL != nil:
 		next = func(*url.URL) (*url.URL, error) { return sys.DockerProxyURL, nil }
 	}
+	ep.hosts, ep.verified, ep.next = hosts, verified, next
 	s.DockerProxy = func(u *url.URL) (*url.URL, error) {
-		if err := p.checkRequest(u, hosts, verified, ep); err != nil {
+		if err := p.checkRequest(nil, u, hosts, verified, ep); err != nil {
 			return nil, err
 		}
 		return next(u)
@@ -135,8 +194,28 @@ func (p *Request) guardedSystemContext(sys *types.SystemContext, ep *endpoints) 
 	return &s
 }
 
-func (p *Request) checkRequest(u *url.URL, hosts []string, verified bool, ep *endpoints) error {
-	if ep.has(u) {
+// endpointProxy is the registry client's Proxy hook: the request guard for
+// a request made for endpoint e (its own approvals count, no other
+// endpoint's), then the proxy sys would use; what passes is recorded in
+// log (which host served what).
+func (p *Request) endpointProxy(ep *endpoints, log *hostLog) func(*registry.Endpoint, *url.URL) (*url.URL, error) {
+	return func(e *registry.Endpoint, u *url.URL) (*url.URL, error) {
+		if err := p.checkRequest(e, u, ep.hosts, ep.verified, ep); err != nil {
+			return nil, err
+		}
+		proxy, err := ep.next(u)
+		if err != nil {
+			return nil, err
+		}
+		log.record(u)
+		return proxy, nil
+	}
+}
+
+// checkRequest is the request guard for u, made for endpoint e (nil:
+// containers/image's).
+func (p *Request) checkRequest(e *registry.Endpoint, u *url.URL, hosts []string, verified bool, ep *endpoints) error {
+	if ep.has(e, u) {
 		return nil
 	}
 	if verified && strings.EqualFold(u.Scheme, "http") {
@@ -155,11 +234,24 @@ func (p *Request) checkRequest(u *url.URL, hosts []string, verified bool, ep *en
 	return nil
 }
 
+// endpointHost is the host name the registry client asks for endpoint e
+// (docker.io is served by registry-1.docker.io, as registryEndpoint says).
+func endpointHost(e auth.Endpoint) string {
+	h := e.Host
+	if h == "docker.io" && !strings.HasPrefix(e.Source, "containerd") {
+		h = "registry-1.docker.io"
+	}
+	return strings.ToLower((&url.URL{Host: h}).Hostname())
+}
+
 // realmHook is the registry client's Realm hook: before a token is
 // requested from the realm an endpoint's challenge names (and so before
 // any credential goes there), it refuses a plain-http realm of an endpoint
-// verified over https, and otherwise allows the realm through the request
-// guard (which would refuse the registry's host name on another port).
+// verified over https and a realm on another endpoint's host name (at a
+// port or scheme that is not one of the registry's endpoints: where that
+// endpoint's Authorization would be forwarded on a redirect, and not this
+// endpoint's to name), and otherwise approves the realm for this endpoint
+// alone (the request guard lets this endpoint's requests through to it).
 func (p *Request) realmHook(ep *endpoints) func(*registry.Endpoint, *url.URL) error {
 	return func(e *registry.Endpoint, u *url.URL) error {
 		verified := strings.EqualFold(e.Scheme, "https") && (e.TLS == nil || !e.TLS.InsecureSkipVerify)
@@ -168,7 +260,21 @@ func (p *Request) realmHook(ep *endpoints) func(*registry.Endpoint, *url.URL) er
 				"registry %s (endpoint %s) is verified over https but names a plain-http token realm %s; refusing to send credentials there (serve the realm over https)",
 				p.Registry, e.Host, u.Redacted())}
 		}
-		ep.add(u)
+		if !ep.ownOrigin(u) {
+			own := strings.ToLower((&url.URL{Host: e.Host}).Hostname())
+			realm := strings.ToLower(u.Hostname())
+			for _, other := range p.Endpoints {
+				if other.Blocked || other.Host == "" {
+					continue
+				}
+				if h := endpointHost(other); h == realm && h != own {
+					return &failure.Error{Code: failure.TLS, Err: errRefusedRequest, Message: fmt.Sprintf(
+						"endpoint %s of registry %s names the token realm %s, on endpoint %s's host at another port or scheme; refusing to send %s's credential there (a realm is approved for the endpoint whose challenge names it, on a host of its own or of nobody's)",
+						e.Host, p.Registry, registry.Origin(u), other.Host, e.Host)}
+				}
+			}
+		}
+		ep.approve(e, u)
 		return nil
 	}
 }

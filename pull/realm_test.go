@@ -1,19 +1,32 @@
 package pull
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/registry"
+	"go.podman.io/image/v5/types"
 )
 
 func TestCheckRequest(t *testing.T) {
 	p := &Request{Registry: "reg.example:5000"}
 	hosts := []string{"reg.example:5000"}
-	ep := &endpoints{allowed: map[string]bool{}}
-	ep.add(&url.URL{Scheme: "https", Host: "reg.example:5000"})
-	ep.add(&url.URL{Scheme: "https", Host: "reg.example:5001"}) // its realm
+	ep := newEndpoints()
+	ep.addOwn(&url.URL{Scheme: "https", Host: "reg.example:5000"})
+	reg := &registry.Endpoint{Scheme: "https", Host: "reg.example:5000"}
+	ep.approve(reg, &url.URL{Scheme: "https", Host: "reg.example:5001"}) // its realm
 	for _, tc := range []struct {
 		url      string
 		verified bool
@@ -32,12 +45,142 @@ func TestCheckRequest(t *testing.T) {
 		{"https://reg.example:6000/v2/x", false, "another port"},
 	} {
 		u, _ := url.Parse(tc.url)
-		err := p.checkRequest(u, hosts, tc.verified, ep)
+		err := p.checkRequest(reg, u, hosts, tc.verified, ep)
 		switch {
 		case tc.refused == "" && err != nil:
 			t.Errorf("%s (verified %v): refused: %v", tc.url, tc.verified, err)
 		case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused) || failure.CodeOf(err) != failure.TLS):
 			t.Errorf("%s (verified %v): %v, want a tls refusal with %q", tc.url, tc.verified, err, tc.refused)
 		}
+	}
+}
+
+// Approvals are per endpoint: a realm one endpoint's challenge named lets
+// that endpoint's requests through, not another's; containers/image's
+// requests (no endpoint) count it only for the endpoint whose Authorization
+// Go would forward there.
+func TestRealmApprovedPerEndpoint(t *testing.T) {
+	p := &Request{Registry: "reg.example:5000"}
+	hosts := []string{"reg.example:5000", "mirror.example:5000"}
+	ep := newEndpoints()
+	a := &registry.Endpoint{Scheme: "https", Host: "reg.example:5000"}
+	b := &registry.Endpoint{Scheme: "http", Host: "mirror.example:5000"}
+	realmA, _ := url.Parse("https://reg.example:5001/token")
+	realmB, _ := url.Parse("http://auth.example/token")
+	ep.approve(a, realmA)
+	ep.approve(b, realmB)
+	if err := p.checkRequest(a, realmA, hosts, true, ep); err != nil {
+		t.Errorf("A's own realm refused for A: %v", err)
+	}
+	if err := p.checkRequest(b, realmA, hosts, true, ep); err == nil {
+		t.Error("A's realm on A's host at another port let B's request through")
+	}
+	if err := p.checkRequest(b, realmB, hosts, true, ep); err != nil {
+		t.Errorf("B's plain-http realm refused for B: %v", err)
+	}
+	if err := p.checkRequest(a, realmB, hosts, true, ep); err == nil {
+		t.Error("B's plain-http realm let a request of A (verified) through")
+	}
+	if err := p.checkRequest(nil, realmA, hosts, true, ep); err != nil {
+		t.Errorf("containers/image refused A's realm on A's host: %v", err)
+	}
+	if err := p.checkRequest(nil, realmB, hosts, true, ep); err == nil {
+		t.Error("containers/image got B's plain-http realm while the registry is verified")
+	}
+}
+
+// tokenServer is a realm that records who asked it for a token (the
+// Basic user) and grants "tok-USER".
+type tokenServer struct {
+	mu    sync.Mutex
+	users []string
+}
+
+func (s *tokenServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u, _, _ := r.BasicAuth()
+	s.mu.Lock()
+	s.users = append(s.users, u)
+	s.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(map[string]string{"token": "tok-" + u})
+}
+
+func (s *tokenServer) asked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.users...)
+}
+
+// bearerRegistry serves /v2/app/manifests/latest (and 404 for blobs when
+// noBlobs) behind a bearer challenge naming realm, to "Bearer tok-USER".
+func bearerRegistry(t *testing.T, realm *string, user string, noBlobs bool) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok-"+user {
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="%s",service="s"`, *realm))
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		switch {
+		case strings.Contains(r.URL.Path, "/manifests/"):
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			_, _ = w.Write([]byte(`{"schemaVersion":2}`))
+		case noBlobs:
+			w.WriteHeader(http.StatusNotFound)
+		default:
+			_, _ = w.Write([]byte("blob"))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// The attack of issue 22, finding 15: endpoint A (the registry) names its
+// token realm on its own host at another port; endpoint B (a mirror, on
+// another host name) names the same realm. A's token request goes there;
+// B's credential must not: B's request is refused (exit 4) before its
+// credential is sent, though the realm was approved — for A.
+func TestRealmOfOneEndpointGetsNoOtherCredential(t *testing.T) {
+	tokens := &tokenServer{}
+	rs := httptest.NewServer(tokens)
+	defer rs.Close()
+	realm := rs.URL + "/token" // http://127.0.0.1:PR: A's host name
+	a := bearerRegistry(t, &realm, "usera", true)
+	b := bearerRegistry(t, &realm, "userb", false)
+	aHost := strings.TrimPrefix(a.URL, "http://")
+	bHost := "localhost:" + b.URL[strings.LastIndex(b.URL, ":")+1:] // another host name, same loopback
+	conf := filepath.Join(t.TempDir(), "registries.conf")
+	if err := os.WriteFile(conf, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Request{Registry: aHost, Reference: aHost + "/app:latest", Endpoints: []auth.Endpoint{
+		{Host: aHost, Scheme: "http", Repository: aHost + "/app"},
+		{Host: bHost, Scheme: "http", Repository: aHost + "/app"},
+	}}
+	sys := &types.SystemContext{SystemRegistriesConfPath: conf, SystemRegistriesConfDirPath: "/nonexistent"}
+	ep := newEndpoints()
+	p.guardedSystemContext(sys, ep)
+	c := registry.New([]registry.Endpoint{
+		{Scheme: "http", Host: aHost, Path: "/v2", Repository: "app", Resolve: true, Credential: &registry.Credential{Username: "usera", Password: "pa"}},
+		{Scheme: "http", Host: bHost, Path: "/v2", Repository: "app", Resolve: true, Credential: &registry.Credential{Username: "userb", Password: "pb"}},
+	}, registry.Hooks{Proxy: p.endpointProxy(ep, newHostLog()), Realm: p.realmHook(ep)})
+	defer c.Close()
+	if _, _, served, err := c.Manifest(context.Background(), "latest", nil, 1<<20); err != nil || served != aHost {
+		t.Fatalf("manifest from A: served by %q, %v", served, err)
+	}
+	// A has no blobs: the blob is asked of B next, whose challenge names
+	// the realm approved for A.
+	_, _, err := c.Blob(context.Background(), digest.Digest("sha256:"+strings.Repeat("a", 64)), -1)
+	if err == nil {
+		t.Fatal("the blob was served: B's token came from A's realm")
+	}
+	if got := failure.CodeOf(err); got != failure.TLS {
+		t.Errorf("B's refused realm: %v (code %s), want a tls refusal", err, got)
+	}
+	for _, u := range tokens.asked() {
+		if u != "usera" {
+			t.Errorf("the realm approved for A received the credential of %q", u)
+		}
+	}
+	if got := tokens.asked(); len(got) == 0 {
+		t.Error("A never asked its own realm")
 	}
 }

@@ -40,7 +40,7 @@ import (
 // remoteClient builds the registry client of one attempt in credential
 // round `round`: every endpoint that is not blocked, in order, with its
 // round-th candidate (its last when it has fewer).
-func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int, proxy func(*url.URL) (*url.URL, error), realm func(*registry.Endpoint, *url.URL) error, discard func(int) error, log *slog.Logger) (*registry.Client, error) {
+func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int, proxy func(*registry.Endpoint, *url.URL) (*url.URL, error), realm func(*registry.Endpoint, *url.URL) error, discard func(int) error, log *slog.Logger) (*registry.Client, error) {
 	var eps []registry.Endpoint
 	for i, e := range p.Endpoints {
 		if e.Blocked || e.Host == "" {

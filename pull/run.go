@@ -266,13 +266,13 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 			}
 		}()
 	}
-	ep := &endpoints{allowed: map[string]bool{}}
+	ep := newEndpoints()
 	sys = g.hosts.wrap(p.guardedSystemContext(sys, ep))
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
-	rc, err := p.remoteClient(m, sys, round, sys.DockerProxy, p.realmHook(ep), g.discarded, o.Log)
+	rc, err := p.remoteClient(m, sys, round, p.endpointProxy(ep, g.hosts), p.realmHook(ep), g.discarded, o.Log)
 	if err != nil {
 		return nil, nil, err
 	}

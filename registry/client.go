@@ -74,10 +74,11 @@ type Endpoint struct {
 // Hooks are the caller's controls; all may be nil.
 type Hooks struct {
 	// Proxy sees every request URL before a connection is made (the
-	// endpoint, its token realm, a redirect target): an error refuses the
-	// request; a URL sends it through that proxy. nil: the environment's
-	// proxy settings.
-	Proxy func(*url.URL) (*url.URL, error)
+	// endpoint, its token realm, a redirect target), with the endpoint
+	// the request is made for (the same pointer Realm gets): an error
+	// refuses the request; a URL sends it through that proxy. nil: the
+	// environment's proxy settings.
+	Proxy func(ep *Endpoint, u *url.URL) (*url.URL, error)
 	// Realm is asked before a token is requested from the realm an
 	// endpoint's challenge names (before any credential goes there).
 	Realm func(ep *Endpoint, realm *url.URL) error
@@ -167,10 +168,11 @@ func newHost(c *Client, ep Endpoint) *host {
 	if tlsc == nil {
 		tlsc = &tls.Config{}
 	}
+	h := &host{c: c, ep: ep, scheme: ep.Scheme, tokens: map[string]*token{}}
 	tr := &http.Transport{
 		Proxy: func(r *http.Request) (*url.URL, error) {
 			if c.hooks.Proxy != nil {
-				return c.hooks.Proxy(r.URL)
+				return c.hooks.Proxy(&h.ep, r.URL)
 			}
 			return http.ProxyFromEnvironment(r)
 		},
@@ -183,7 +185,6 @@ func newHost(c *Client, ep Endpoint) *host {
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: ep.HeaderTimeout,
 	}
-	h := &host{c: c, ep: ep, scheme: ep.Scheme, tokens: map[string]*token{}}
 	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
 	return h
 }

@@ -32,8 +32,9 @@
 //     failed URL's query, and a server's text in it is printable ASCII,
 //     bounded.
 //   - Every request URL (to the endpoint, its realm, a redirect target)
-//     passes the caller's Proxy hook before a connection is made, so the
-//     caller can refuse it and record which host served what.
+//     passes the caller's Proxy hook, with the endpoint it is made for,
+//     before a connection is made, so the caller can refuse it (per
+//     endpoint) and record which host served what.
 //   - Everything a server sends is bounded: manifests by the caller's limit,
 //     error bodies to 64 KiB, token responses to 1 MiB, redirects to 10,
 //     a Retry-After to 5 minutes, the wait for an answer's headers to the
