@@ -285,13 +285,21 @@ func (s *guardedSource) GetManifest(ctx context.Context, instanceDigest *digest.
 	done := s.g.begin(what)
 	// Every byte of the manifest counts, for the stall watchdog (data is
 	// arriving) and for the rate watchdog (fast enough): a manifest at
-	// 1 B/s is below the minimum rate, not a stall.
-	m := s.g.meters.add(what, func() string { return cmp.Or(s.g.hosts.manifestHost(), s.g.host) })
+	// 1 B/s is below the minimum rate, not a stall. The rate is judged
+	// from the first byte of the body on, as a blob's is (the wait for the
+	// answer and the retries before it are the stall timeout's). The
+	// registry client calls back in this goroutine.
+	var m *meter
 	raw, mime, err := s.ImageSource.GetManifest(registry.WithReceived(ctx, func(n int) {
 		s.g.touch()
+		if m == nil {
+			m = s.g.meters.add(what, func() string { return cmp.Or(s.g.hosts.manifestHost(), s.g.host) })
+		}
 		m.bytes.Add(int64(n))
 	}), instanceDigest)
-	s.g.meters.remove(m)
+	if m != nil {
+		s.g.meters.remove(m)
+	}
 	done()
 	if err != nil {
 		return nil, "", err
