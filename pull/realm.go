@@ -45,9 +45,10 @@ import (
 // do not, and an endpoint whose challenge names a realm on another
 // endpoint's host (at a port or scheme that is not that endpoint's) is
 // refused before its credential goes there. containers/image's requests
-// (signatures) carry no endpoint: for them a realm counts as approved only
-// when an endpoint whose Authorization Go would forward to it (the same
-// host name, or a parent domain of its) named it.
+// (signatures) carry no endpoint: for them an https realm counts as
+// approved when any endpoint named it, a plain-http one only on the host
+// of the endpoint that named it (a plain-http realm of an insecure mirror
+// does not become a way to clear text for a verified registry).
 
 // errRefusedRequest marks a request refused by requestGuard.
 var errRefusedRequest = errors.New("request refused")
@@ -107,8 +108,13 @@ func (e *endpoints) has(ep *registry.Endpoint, u *url.URL) bool {
 	if ep != nil {
 		return e.realms[ep][o]
 	}
+	// containers/image's: an https realm any endpoint named (its token
+	// request carries the credential of the endpoint whose challenge named
+	// it, which the realm hook judged); a plain-http one only on the host
+	// of the endpoint that named it, never another's on its way to clear
+	// text.
 	for other, approved := range e.realms {
-		if approved[o] && sameHostName(u.Hostname(), (&url.URL{Host: other.Host}).Hostname()) {
+		if approved[o] && (strings.EqualFold(u.Scheme, "https") || sameHostName(u.Hostname(), (&url.URL{Host: other.Host}).Hostname())) {
 			return true
 		}
 	}

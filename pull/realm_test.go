@@ -57,8 +57,8 @@ func TestCheckRequest(t *testing.T) {
 
 // Approvals are per endpoint: a realm one endpoint's challenge named lets
 // that endpoint's requests through, not another's; containers/image's
-// requests (no endpoint) count it only for the endpoint whose Authorization
-// Go would forward there.
+// requests (no endpoint) count an https realm any endpoint named, a
+// plain-http one only on that endpoint's host.
 func TestRealmApprovedPerEndpoint(t *testing.T) {
 	p := &Request{Registry: "reg.example:5000"}
 	hosts := []string{"reg.example:5000", "mirror.example:5000"}
@@ -86,6 +86,21 @@ func TestRealmApprovedPerEndpoint(t *testing.T) {
 	}
 	if err := p.checkRequest(nil, realmB, hosts, true, ep); err == nil {
 		t.Error("containers/image got B's plain-http realm while the registry is verified")
+	}
+	// Docker Hub: the realm auth.docker.io is a subdomain of the registry
+	// name docker.io, named by the endpoint registry-1.docker.io.
+	hub := &registry.Endpoint{Scheme: "https", Host: "registry-1.docker.io"}
+	hubRealm, _ := url.Parse("https://auth.docker.io/token")
+	ep.approve(hub, hubRealm)
+	dockerHub := &Request{Registry: "docker.io", Endpoints: []auth.Endpoint{{Host: "mirror.example"}, {Host: "docker.io"}}}
+	if err := dockerHub.realmHook(newEndpoints())(hub, hubRealm); err != nil {
+		t.Errorf("the realm hook refused Docker Hub's realm: %v", err)
+	}
+	hubHosts := []string{"docker.io", "registry-1.docker.io"}
+	for _, e := range []*registry.Endpoint{hub, nil} {
+		if err := p.checkRequest(e, hubRealm, hubHosts, true, ep); err != nil {
+			t.Errorf("Docker Hub's realm refused (endpoint %v): %v", e, err)
+		}
 	}
 }
 
