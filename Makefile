@@ -23,6 +23,11 @@ CONTAINERD2 := tests/.cache/bin/containerd-$(CONTAINERD2_VERSION)/containerd
 # crane for make bench (crane pull --format oci), from the Go module proxy.
 CRANE := tests/.cache/bin/crane
 CRANE_VERSION := v0.22.1
+# staticcheck and deadcode for make lint, pinned, from the Go module proxy.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := tests/.cache/bin/staticcheck-$(STATICCHECK_VERSION)
+XTOOLS_VERSION := v0.52.0
+DEADCODE := tests/.cache/bin/deadcode-$(XTOOLS_VERSION)
 BATS_FLAGS ?=
 
 .PHONY: all deps build build-hostile man test test-unit test-fuzz test-system test-vm test-vm-systemd bench fuzz demo lint clean
@@ -39,6 +44,8 @@ deps:
 	fi
 	@$(GO) mod download
 	@test -x $(CRICTL) || { echo "building crictl $(CRICTL_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION); }
+	@test -x $(STATICCHECK) || { echo "building staticcheck $(STATICCHECK_VERSION)"; d=$$(mktemp -d) && GOBIN=$$d GOFLAGS= CGO_ENABLED=0 $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mkdir -p $(dir $(STATICCHECK)) && mv $$d/staticcheck $(STATICCHECK) && rmdir $$d; }
+	@test -x $(DEADCODE) || { echo "building deadcode $(XTOOLS_VERSION)"; d=$$(mktemp -d) && GOBIN=$$d GOFLAGS= CGO_ENABLED=0 $(GO) install golang.org/x/tools/cmd/deadcode@$(XTOOLS_VERSION) && mkdir -p $(dir $(DEADCODE)) && mv $$d/deadcode $(DEADCODE) && rmdir $$d; }
 	@test -x $(CONTAINERD2) || { echo "building containerd $(CONTAINERD2_VERSION)"; GOBIN=$(CURDIR)/$(dir $(CONTAINERD2)) GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION); }
 
 build: $(BIN)
@@ -64,10 +71,19 @@ man/%: docs/%.md
 	go-md2man -in $< -out $@
 	@w=$$(groff -man -ww -z $@ 2>&1); if [ -n "$$w" ]; then echo "$@: groff warnings:" >&2; echo "$$w" >&2; rm -f $@; exit 1; fi
 
+# lint: gofmt, go vet, staticcheck (both builds) and deadcode: a function
+# nothing reaches, from the binary or the tests, fails it unless it is listed
+# in .ci/deadcode-allow (the client's public API, which agents call).
 lint:
+	@test -x $(STATICCHECK) -a -x $(DEADCODE) || $(MAKE) --no-print-directory deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/ ./dest/
+	@raw=$$(GOFLAGS= $(DEADCODE) -test -tags $(subst $(eval) ,$(comma),$(TAGS)) -f '{{range .Funcs}}{{$$.Path}}.{{.Name}}{{"\n"}}{{end}}' ./...) || { echo "$$raw"; exit 1; }; \
+	out=$$(printf '%s\n' "$$raw" | sed 's,^github.com/pullhelper/pullhelper/,,' | grep -v -x -F -f <(sed -e 's/[[:space:]]*#.*//' -e '/^$$/d' .ci/deadcode-allow) || true); \
+	if [ -n "$$out" ]; then echo "deadcode: unreachable from the binary and the tests (remove it, or list it in .ci/deadcode-allow with the reason):"; echo "$$out"; exit 1; fi
 
 test-unit:
 	$(GO) test -count=1 ./...

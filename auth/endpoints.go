@@ -246,9 +246,7 @@ func (k *Keyring) containerdEndpoints(named reference.Named) ([]Endpoint, error)
 			ep.NamespaceProxy = refHost
 		}
 		ep.Trust.CAFiles = appendNew(ep.Trust.CAFiles, ce.tls.CAFiles...)
-		for _, p := range ce.tls.ClientPairs {
-			ep.Trust.ClientPairs = append(ep.Trust.ClientPairs, p)
-		}
+		ep.Trust.ClientPairs = append(ep.Trust.ClientPairs, ce.tls.ClientPairs...)
 		if ce.tls.SkipVerify && ep.Trust.Verify {
 			ep.Trust.Verify, ep.Trust.InsecureBy = false, "containerd skip_verify ("+ce.file+")"
 		}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +27,7 @@ func provBuildFake(t *testing.T) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin = "/usr/local/go/bin/go"
 	}
 	out := filepath.Join(t.TempDir(), "fake-provider")
 	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/fake-provider")

@@ -3,7 +3,6 @@ package dest
 import (
 	"archive/tar"
 	"encoding/hex"
-	"errors"
 	"io"
 	"os"
 	"path"
@@ -229,5 +228,3 @@ func (d *archiveBase) commitFile(s *Stage) error {
 	}
 	return d.commitErr(unix.Fsync(pfd))
 }
-
-func isNotExist(err error) bool { return errors.Is(err, unix.ENOENT) }

@@ -80,7 +80,6 @@ func (d *dirDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReferen
 }
 
 var (
-	dirBlobRE      = regexp.MustCompile(`^(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})$`)
 	dirSignatureRE = regexp.MustCompile(`^(?:(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})\.)?signature-[0-9]+$`)
 )
 

@@ -136,7 +136,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 			return nil, err
 		}
 		p.RegistriesConf = l.Pull.RegistriesConf
-	} else if f := sysregistriesv2.ConfigPath(nil); fileExists(f) {
+	} else if f := systemRegistriesConf(); fileExists(f) {
 		// Pin the file this (root) process would read, so that the child,
 		// whose HOME is not root's, reads the same one.
 		p.RegistriesConf = f
@@ -337,4 +337,11 @@ func normalizeContainerd(image string) (reference.Named, string, error) {
 func mustParse(s string) reference.Named {
 	n, _ := reference.ParseNormalizedNamed(s)
 	return n
+}
+
+// systemRegistriesConf is the registries.conf containers/image reads for
+// this (root) process when none is named.
+func systemRegistriesConf() string {
+	//lint:ignore SA1019 the path itself is what is needed: the child, whose HOME is not root's, is told to read this very file
+	return sysregistriesv2.ConfigPath(nil)
 }
