@@ -61,3 +61,57 @@ func init() {
 		return false, 0
 	})
 }
+
+func init() {
+	// unlisted: system calls outside the child's allowlist (privdrop.Allowed),
+	// harmless ones included, each with arguments that would work (or fail
+	// only in the kernel) without the filter. Every one refused with EPERM:
+	// exit 42. Any other outcome: listed, exit 0 (execve of /bin/true that
+	// succeeds ends the child with true's status 0).
+	registerHostile("unlisted", func(*hostileEnv) (bool, int) {
+		var si unix.Sysinfo_t
+		var cpu, node uint32
+		var params [120]byte // struct io_uring_params
+		path, _ := unix.BytePtrFromString("/bin/true")
+		argv := []*byte{path, nil}
+		calls := []struct {
+			name    string
+			trap    uintptr
+			a, b, c uintptr
+		}{
+			{"sysinfo", unix.SYS_SYSINFO, uintptr(unsafe.Pointer(&si)), 0, 0},
+			{"getcpu", unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0},
+			{"execve", unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argv[0])), 0},
+			{"socket(AF_UNIX)", unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0},
+			{"socket(AF_NETLINK, NETLINK_SOCK_DIAG)", unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG},
+			{"ptrace(PTRACE_TRACEME)", unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0},
+			{"keyctl(KEYCTL_GET_KEYRING_ID)", unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, 0xfffffffd, 0},
+			{"io_uring_setup", unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0},
+			{"prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 1, 0},
+			{"personality(ADDR_NO_RANDOMIZE)", unix.SYS_PERSONALITY, 0x0040000, 0, 0},
+		}
+		var got []string
+		for _, c := range calls {
+			r, _, e := unix.Syscall(c.trap, c.a, c.b, c.c)
+			if e == 0 && int(r) > 2 && c.trap != unix.SYS_PERSONALITY && c.trap != unix.SYS_PRCTL {
+				unix.Close(int(r))
+			}
+			if e != unix.EPERM {
+				got = append(got, fmt.Sprintf("%s: %v", c.name, errnoText(e)))
+			}
+		}
+		if len(got) > 0 {
+			fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: unlisted not refused: %s\n", strings.Join(got, "; "))
+			return true, 0
+		}
+		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: unlisted: every call refused with EPERM (%d calls)\n", len(calls))
+		return true, 42
+	})
+}
+
+func errnoText(e unix.Errno) string {
+	if e == 0 {
+		return "ok"
+	}
+	return e.Error()
+}

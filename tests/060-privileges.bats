@@ -234,6 +234,20 @@ hostile_bin() {
     [[ ! -e $OUT/dest ]] || fail "DEST was created"
 }
 
+@test "a compromised child gets EPERM for every system call outside the allowlist (execve, sysinfo, AF_UNIX, ptrace, keyctl, io_uring...)" {
+    hostile_bin || return
+    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=after-drop:unlisted \
+        run_pullhelper '?' pull --retries 0 127.0.0.1:1/hostile/unlisted:latest "oci:$OUT/dest"
+    echo "$stderr"
+    ((status != 0)) || fail "the pull succeeded"
+    assert_json_error internal
+    [[ $stderr == *"hostile: running unlisted at after-drop"* ]] || fail "the hostile action did not run"
+    [[ $stderr != *"unlisted not refused"* ]] || fail "a call outside the allowlist was not refused with EPERM"
+    [[ $stderr == *"unlisted: every call refused with EPERM"* ]] || fail "want every call refused with EPERM (not SIGSYS)"
+    [[ $stderr == *"exit status 42"* ]] || fail "the child did not end with the action's status 42"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+}
+
 @test "the release binary has no hostile hooks: PULLHELPER_HOSTILE does nothing" {
     PULLHELPER_HOSTILE=after-drop:exit42 run_pullhelper 6 pull --retries 0 127.0.0.1:1/probe/none:latest "oci:$OUT/dest"
     assert_json_error network
