@@ -20,8 +20,10 @@
 // with a namespace flag gets EPERM and clone3 ENOSYS, so callers fall back
 // to clone; socket only for AF_INET, AF_INET6 and AF_NETLINK with
 // NETLINK_ROUTE (no AF_UNIX: no fd passing); prctl only for the options in
-// allowedPrctls; personality values Docker refuses and ioctl TIOCSTI and
-// TIOCLINUX get EPERM. No form of namespace creation or entry is left.
+// allowedPrctls; mmap and mprotect without PROT_EXEC; kill, tgkill and
+// prlimit64 only on the calling process; personality values Docker refuses
+// and ioctl TIOCSTI and TIOCLINUX get EPERM. No form of namespace creation
+// or entry, and no execve, is left.
 //
 // Invariant: capabilities, the bounding set and no_new_privs are per thread
 // in Linux, and a Go process has many threads. Every step therefore runs on

@@ -151,8 +151,9 @@ var deniedIoctls = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
 // Offsets in struct seccomp_data: nr, arch, then args[6] of 64 bits. The
 // low 32 bits of an argument are at its offset on both little-endian
 // architectures; every argument checked here is an int or unsigned int
-// (clone's flags: the kernel uses their low 32 bits), so the high half an
-// attacker could set is ignored by the kernel too.
+// (clone's flags: the kernel uses their low 32 bits; mmap's and mprotect's
+// prot), so the high half an attacker could set is ignored by the kernel
+// too.
 const (
 	offNr   = 0
 	offArch = 4
@@ -175,11 +176,14 @@ func retErrno(e syscall.Errno) bpf.RetConstant {
 //     only lists native numbers would let them through unchecked;
 //   - clone3 gets ENOSYS (its flags live in memory a filter cannot read, so
 //     glibc and Go fall back to clone, which the filter checks); clone with
-//     a namespace flag gets EPERM;
+//     a namespace flag gets EPERM; mmap and mprotect with PROT_EXEC get
+//     EPERM (the Go runtime never maps code: the kernel mapped the binary
+//     and the vDSO before the filter, so no new executable memory);
 //   - socket outside AF_INET, AF_INET6 and AF_NETLINK/NETLINK_ROUTE gets
 //     EPERM; prctl outside allowedPrctls, personality outside
 //     allowedPersonalities and ioctl with deniedIoctls (TIOCSTI, TIOCLINUX)
-//     get EPERM;
+//     get EPERM; kill, tgkill and prlimit64 get EPERM unless they name the
+//     calling process (the filter is built in the process it is for);
 //   - the calls in Allowed are allowed; every other call gets EPERM.
 //
 // Every jump is local (at most a few instructions), so the program needs no
@@ -218,16 +222,23 @@ func Filter() ([]bpf.Instruction, error) {
 		return nil, err
 	}
 	p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 1}, retErrno(unix.ENOSYS))
-	// clone: EPERM if arg0 has a namespace flag.
-	if n, err = need("clone"); err != nil {
-		return nil, err
+	// EPERM if the argument has one of the bits: clone (arg0, the flags)
+	// with a namespace flag; mmap and mprotect (arg2, prot) with PROT_EXEC.
+	for _, r := range []struct {
+		name string
+		off  uint32
+		bits uint32
+	}{{"clone", offArg0, namespaceFlags}, {"mmap", offArg2, unix.PROT_EXEC}, {"mprotect", offArg2, unix.PROT_EXEC}} {
+		if n, err = need(r.name); err != nil {
+			return nil, err
+		}
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 4},
+			bpf.LoadAbsolute{Off: r.off, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: r.bits, SkipFalse: 1},
+			retErrno(unix.EPERM),
+			loadNr)
 	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 4},
-		bpf.LoadAbsolute{Off: offArg0, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: namespaceFlags, SkipFalse: 1},
-		retErrno(unix.EPERM),
-		loadNr)
 	// socket: allowed domains go on to the allowlist; AF_NETLINK only
 	// with protocol (arg2) NETLINK_ROUTE; anything else EPERM.
 	if n, err = need("socket"); err != nil {
@@ -246,11 +257,16 @@ func Filter() ([]bpf.Instruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
 		retErrno(unix.EPERM),
 		loadNr)
-	// personality, prctl: EPERM unless arg0 is allowed.
+	// personality, prctl: EPERM unless arg0 is allowed. kill, tgkill and
+	// prlimit64: EPERM unless arg0 (the pid) is this process (or 0: its
+	// own process group, its own limits), so the child signals and limits
+	// nothing else, even where its uid is not its own (--user nobody).
+	pid := uint32(os.Getpid())
 	for _, r := range []struct {
 		name   string
 		values []uint32
-	}{{"personality", allowedPersonalities}, {"prctl", allowedPrctls}} {
+	}{{"personality", allowedPersonalities}, {"prctl", allowedPrctls},
+		{"kill", []uint32{0, pid}}, {"tgkill", []uint32{pid}}, {"prlimit64", []uint32{0, pid}}} {
 		if n, err = need(r.name); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package privdrop_test
 
 import (
 	"encoding/binary"
+	"os"
 	"runtime"
 	"sort"
 	"testing"
@@ -91,6 +92,8 @@ func TestFilterIsAnAllowlist(t *testing.T) {
 			args[0] = unix.PR_SET_PDEATHSIG
 		case "ioctl":
 			args[1] = unix.TCGETS
+		case "tgkill":
+			args[0] = uint32(os.Getpid())
 		}
 		got := verdict(t, vm, privdrop.NativeArch, n, args...)
 		want := uint32(errEPERM)
@@ -104,11 +107,16 @@ func TestFilterIsAnAllowlist(t *testing.T) {
 			t.Errorf("syscall %d (%s): verdict %#x, want %#x", n, names[n], got, want)
 		}
 	}
-	for _, name := range []string{"sysinfo", "getcpu", "execve", "listen", "accept", "accept4", "socketpair", "setuid", "seccomp", "mprotect"} {
-		if n, ok := privdrop.SyscallNumber(name); ok {
-			if got := verdict(t, vm, privdrop.NativeArch, n); got != errEPERM {
-				t.Errorf("%s: verdict %#x, want EPERM", name, got)
-			}
+	// Calls in neither list, by their numbers here (the loop above checked
+	// them too; this says which ones matter).
+	for name, n := range map[string]uint32{"sysinfo": unix.SYS_SYSINFO, "getcpu": unix.SYS_GETCPU,
+		"execve": unix.SYS_EXECVE, "execveat": unix.SYS_EXECVEAT, "listen": unix.SYS_LISTEN,
+		"accept": unix.SYS_ACCEPT, "accept4": unix.SYS_ACCEPT4, "socketpair": unix.SYS_SOCKETPAIR,
+		"setuid": unix.SYS_SETUID, "setsid": unix.SYS_SETSID, "tkill": unix.SYS_TKILL,
+		"seccomp": unix.SYS_SECCOMP, "pkey_mprotect": unix.SYS_PKEY_MPROTECT, "memfd_create": unix.SYS_MEMFD_CREATE,
+		"pidfd_open": unix.SYS_PIDFD_OPEN, "symlinkat": unix.SYS_SYMLINKAT, "fchownat": unix.SYS_FCHOWNAT} {
+		if got := verdict(t, vm, privdrop.NativeArch, n); got != errEPERM {
+			t.Errorf("%s: verdict %#x, want EPERM", name, got)
 		}
 	}
 	for _, name := range privdrop.Denied {
@@ -141,6 +149,10 @@ func TestFilterArgumentRules(t *testing.T) {
 		{"clone CLONE_NEWUSER", nr("clone"), []uint32{unix.CLONE_NEWUSER | uint32(unix.SIGCHLD)}, errEPERM},
 		{"clone CLONE_NEWTIME", nr("clone"), []uint32{unix.CLONE_NEWTIME}, errEPERM},
 		{"clone3", nr("clone3"), nil, errNOSYS},
+		{"mmap PROT_READ|PROT_WRITE", nr("mmap"), []uint32{0, 4096, unix.PROT_READ | unix.PROT_WRITE}, allow},
+		{"mmap PROT_READ|PROT_EXEC", nr("mmap"), []uint32{0, 4096, unix.PROT_READ | unix.PROT_EXEC}, errEPERM},
+		{"mprotect PROT_NONE", nr("mprotect"), []uint32{0, 4096, unix.PROT_NONE}, allow},
+		{"mprotect PROT_EXEC", nr("mprotect"), []uint32{0, 4096, unix.PROT_EXEC}, errEPERM},
 		{"socket AF_INET", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_STREAM}, allow},
 		{"socket AF_INET6", nr("socket"), []uint32{unix.AF_INET6, unix.SOCK_DGRAM}, allow},
 		{"socket AF_NETLINK ROUTE", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, allow},
@@ -160,6 +172,15 @@ func TestFilterArgumentRules(t *testing.T) {
 		{"ioctl TCGETS", nr("ioctl"), []uint32{0, unix.TCGETS}, allow},
 		{"ioctl TIOCSTI", nr("ioctl"), []uint32{0, unix.TIOCSTI}, errEPERM},
 		{"ioctl TIOCLINUX", nr("ioctl"), []uint32{0, unix.TIOCLINUX}, errEPERM},
+		{"kill self", nr("kill"), []uint32{uint32(os.Getpid()), uint32(unix.SIGURG)}, allow},
+		{"kill own process group", nr("kill"), []uint32{0, uint32(unix.SIGTERM)}, allow},
+		{"kill -1 (every process of the uid)", nr("kill"), []uint32{0xffffffff, uint32(unix.SIGKILL)}, errEPERM},
+		{"kill pid 1", nr("kill"), []uint32{1, uint32(unix.SIGKILL)}, errEPERM},
+		{"kill the parent", nr("kill"), []uint32{uint32(os.Getppid()), uint32(unix.SIGKILL)}, errEPERM},
+		{"tgkill own thread", nr("tgkill"), []uint32{uint32(os.Getpid()), uint32(unix.Gettid()), uint32(unix.SIGURG)}, allow},
+		{"tgkill another process", nr("tgkill"), []uint32{uint32(os.Getppid()), uint32(os.Getppid()), uint32(unix.SIGKILL)}, errEPERM},
+		{"prlimit64 self (0)", nr("prlimit64"), []uint32{0, unix.RLIMIT_NOFILE}, allow},
+		{"prlimit64 another process", nr("prlimit64"), []uint32{1, unix.RLIMIT_NOFILE}, errEPERM},
 		{"read, foreign arch", nr("read"), nil, kill},
 	}
 	for _, c := range cases {

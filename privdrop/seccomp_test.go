@@ -149,8 +149,20 @@ var probes = map[string]struct {
 	"prctl-timerslack": {run: func() string {
 		return raw(unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, 50000, 0)
 	}, want: eperm, wantControl: true},
+	// No new executable memory; other mappings still work.
+	"mmap-exec": {run: func() string { return mmapProbe(unix.PROT_READ | unix.PROT_EXEC) }, want: eperm, wantControl: true},
+	"mmap-rw":   {run: func() string { return mmapProbe(unix.PROT_READ | unix.PROT_WRITE) }, want: "ok", wantControl: true},
 	// What the Go runtime and a pull do keep working under the filter.
 	"allowed-runtime": {run: runtimeWorks, want: "ok", wantControl: true},
+}
+
+// mmapProbe maps one anonymous page with prot, and unmaps it.
+func mmapProbe(prot uintptr) string {
+	r, _, e := unix.RawSyscall6(unix.SYS_MMAP, 0, 4096, prot, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uintptr(0), 0)
+	if e == 0 {
+		unix.RawSyscall(unix.SYS_MUNMAP, r, 4096, 0)
+	}
+	return fromErrno(e)
 }
 
 // loopback is a TCP listener made before the filter (listen and accept are

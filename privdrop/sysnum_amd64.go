@@ -100,6 +100,8 @@ var sysnum = map[string]uint32{
 	"socketpair":              unix.SYS_SOCKETPAIR,
 	"personality":             unix.SYS_PERSONALITY,
 	// Allowed
+	"mprotect":          unix.SYS_MPROTECT,
+	"brk":               unix.SYS_BRK,
 	"wait4":             unix.SYS_WAIT4,
 	"waitid":            unix.SYS_WAITID,
 	"bind":              unix.SYS_BIND,
