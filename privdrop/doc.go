@@ -21,8 +21,9 @@
 // to clone; socket only for AF_INET, AF_INET6 and AF_NETLINK with
 // NETLINK_ROUTE (no AF_UNIX: no fd passing); prctl only for the options in
 // allowedPrctls; mmap and mprotect without PROT_EXEC; kill, tgkill and
-// prlimit64 only on the calling process; personality values Docker refuses
-// and ioctl TIOCSTI and TIOCLINUX get EPERM. No form of namespace creation
+// prlimit64 only on the calling process; ioctl only for allowedIoctls
+// (TIOCSTI and TIOCLINUX never); personality values Docker refuses get
+// EPERM. No form of namespace creation
 // or entry, and no execve, is left.
 //
 // Invariant: capabilities, the bounding set and no_new_privs are per thread

@@ -142,10 +142,18 @@ var allowedPrctls = []uint32{
 	unix.PR_GET_SECCOMP, unix.PR_CAPBSET_READ, unix.PR_GET_NO_NEW_PRIVS, unix.PR_SET_VMA,
 }
 
-// deniedIoctls: ioctl with these requests gets EPERM. TIOCSTI pushes input
-// into a terminal (a child that still held the caller's terminal could type
-// commands into the root shell that ran pullhelper) and TIOCLINUX has
-// subcommands that do the same on a virtual console; a pull needs neither.
+// allowedIoctls: ioctl is allowed with these requests only. The child
+// asks its terminal (stderr, when the caller's is one) whether it is one
+// and how wide it is, for the progress bars (TCGETS, TIOCGWINSZ: all the
+// suite saw; Go sets descriptor flags with fcntl). Every other request, on
+// whatever device the child can open, gets EPERM.
+var allowedIoctls = []uint32{unix.TCGETS, unix.TIOCGWINSZ}
+
+// deniedIoctls must never join allowedIoctls (Filter refuses to build):
+// TIOCSTI pushes input into a terminal (a child that still held the
+// caller's terminal could type commands into the root shell that ran
+// pullhelper) and TIOCLINUX has subcommands that do the same on a virtual
+// console; a pull needs neither.
 var deniedIoctls = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
 
 // Offsets in struct seccomp_data: nr, arch, then args[6] of 64 bits. The
@@ -181,8 +189,8 @@ func retErrno(e syscall.Errno) bpf.RetConstant {
 //     and the vDSO before the filter, so no new executable memory);
 //   - socket outside AF_INET, AF_INET6 and AF_NETLINK/NETLINK_ROUTE gets
 //     EPERM; prctl outside allowedPrctls, personality outside
-//     allowedPersonalities and ioctl with deniedIoctls (TIOCSTI, TIOCLINUX)
-//     get EPERM; kill, tgkill and prlimit64 get EPERM unless they name the
+//     allowedPersonalities and ioctl outside allowedIoctls (TIOCSTI and
+//     TIOCLINUX above all) get EPERM; kill, tgkill and prlimit64 get EPERM unless they name the
 //     calling process (the filter is built in the process it is for);
 //   - the calls in Allowed are allowed; every other call gets EPERM.
 //
@@ -257,40 +265,39 @@ func Filter() ([]bpf.Instruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
 		retErrno(unix.EPERM),
 		loadNr)
-	// personality, prctl: EPERM unless arg0 is allowed. kill, tgkill and
-	// prlimit64: EPERM unless arg0 (the pid) is this process (or 0: its
-	// own process group, its own limits), so the child signals and limits
-	// nothing else, even where its uid is not its own (--user nobody).
+	// personality, prctl: EPERM unless arg0 is allowed; ioctl: EPERM
+	// unless arg1 (the request; the kernel reads its low 32 bits) is.
+	// kill, tgkill and prlimit64: EPERM unless arg0 (the pid) is this
+	// process (or 0: its own process group, its own limits), so the child
+	// signals and limits nothing else, even where its uid is not its own
+	// (--user nobody).
+	for _, d := range deniedIoctls {
+		for _, a := range allowedIoctls {
+			if d == a {
+				return nil, fmt.Errorf("seccomp filter: ioctl %#x is both allowed and denied", d)
+			}
+		}
+	}
 	pid := uint32(os.Getpid())
 	for _, r := range []struct {
 		name   string
+		off    uint32
 		values []uint32
-	}{{"personality", allowedPersonalities}, {"prctl", allowedPrctls},
-		{"kill", []uint32{0, pid}}, {"tgkill", []uint32{pid}}, {"prlimit64", []uint32{0, pid}}} {
+	}{{"personality", offArg0, allowedPersonalities}, {"prctl", offArg0, allowedPrctls},
+		{"ioctl", offArg1, allowedIoctls},
+		{"kill", offArg0, []uint32{0, pid}}, {"tgkill", offArg0, []uint32{pid}}, {"prlimit64", offArg0, []uint32{0, pid}}} {
 		if n, err = need(r.name); err != nil {
 			return nil, err
 		}
 		k := len(r.values)
 		p = append(p,
 			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(k + 3)},
-			bpf.LoadAbsolute{Off: offArg0, Size: 4})
+			bpf.LoadAbsolute{Off: r.off, Size: 4})
 		for i, v := range r.values {
 			p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(k - i)})
 		}
 		p = append(p, retErrno(unix.EPERM), loadNr)
 	}
-	// ioctl: EPERM for deniedIoctls (arg1, the request; the kernel reads
-	// its low 32 bits).
-	if n, err = need("ioctl"); err != nil {
-		return nil, err
-	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(2 + 2*len(deniedIoctls))},
-		bpf.LoadAbsolute{Off: offArg1, Size: 4})
-	for _, r := range deniedIoctls {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: r, SkipTrue: 1}, retErrno(unix.EPERM))
-	}
-	p = append(p, loadNr)
 	// The allowlist; then EPERM for everything else.
 	seen := map[string]bool{}
 	for _, name := range Allowed {

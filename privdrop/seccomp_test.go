@@ -118,11 +118,14 @@ var probes = map[string]struct {
 		return inFork(rawsys.Native, unix.SYS_PERSONALITY, addrNoRandomize, 0, 0)
 	}, want: eperm},
 	// Terminal input injection (TIOCSTI, TIOCLINUX) is refused before the
-	// fd is even looked at; other ioctls still reach the kernel (EBADF).
+	// fd is even looked at; the allowed ioctls still reach the kernel
+	// (EBADF).
 	"ioctl-tiocsti":    {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TIOCSTI, 0) }, want: eperm},
 	"ioctl-tiocsti-hi": {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TIOCSTI|1<<32, 0) }, want: eperm},
 	"ioctl-tioclinux":  {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TIOCLINUX, 0) }, want: eperm},
 	"ioctl-tcgets":     {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TCGETS, 0) }, want: "errno 9 (bad file descriptor)"},
+	// Only the listed requests reach the kernel (default deny).
+	"ioctl-tunsetiff": {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TUNSETIFF, 0) }, want: eperm},
 	// Every name of Denied, with zero arguments.
 	"denied-sweep": {run: sweepDenied, want: "ok"},
 	// Default deny: calls in neither list get EPERM too, harmless ones
