@@ -134,8 +134,8 @@ var allowedPersonalities = []uint32{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
 // allowedPrctls: prctl is allowed with these options only. The child sets
 // its parent-death signal after the drop (KeepParentDeathSignal); the Go
-// runtime names its anonymous mappings (PR_SET_VMA) and threads; the rest
-// only read. Everything else gets EPERM (PR_SET_DUMPABLE, PR_SET_MM,
+// runtime names its anonymous mappings (PR_SET_VMA); the rest only name
+// the thread or read. Everything else gets EPERM (PR_SET_DUMPABLE, PR_SET_MM,
 // PR_SET_PTRACER, PR_SET_SECCOMP, speculation controls, ...).
 var allowedPrctls = []uint32{
 	unix.PR_SET_PDEATHSIG, unix.PR_GET_PDEATHSIG, unix.PR_GET_DUMPABLE, unix.PR_SET_NAME, unix.PR_GET_NAME,
@@ -190,8 +190,9 @@ func retErrno(e syscall.Errno) bpf.RetConstant {
 //   - socket outside AF_INET, AF_INET6 and AF_NETLINK/NETLINK_ROUTE gets
 //     EPERM; prctl outside allowedPrctls, personality outside
 //     allowedPersonalities and ioctl outside allowedIoctls (TIOCSTI and
-//     TIOCLINUX above all) get EPERM; kill, tgkill and prlimit64 get EPERM unless they name the
-//     calling process (the filter is built in the process it is for);
+//     TIOCLINUX above all) get EPERM; kill, tgkill and prlimit64 get EPERM
+//     unless they name the calling process (the filter is built in the
+//     process it is for);
 //   - the calls in Allowed are allowed; every other call gets EPERM.
 //
 // Every jump is local (at most a few instructions), so the program needs no
