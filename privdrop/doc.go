@@ -11,12 +11,20 @@
 // first checks the architecture: a system call through any ABI but the
 // native one (on amd64 the i386 `int $0x80` entry and x32) kills the
 // process, because a list of native numbers says nothing about the others.
-// Then it refuses with EPERM every call in Denied (a superset of what
-// Docker's default profile refuses an unprivileged container, io_uring
-// included), clone with a namespace flag, socket/socketpair for AF_UNIX
-// (no fd passing), AF_ALG and AF_VSOCK, and personality values Docker
-// refuses; clone3 gets ENOSYS so callers fall back to clone. No form of
-// namespace creation or entry is left. Everything else is allowed.
+// Then it is default-deny: only the calls in Allowed (allowlist.go: what
+// the child was seen to call across the test suite, tests/seccomp-derive.sh,
+// plus what the Go runtime may call) are allowed; every other call gets
+// EPERM, Denied (a superset of what Docker's default profile refuses an
+// unprivileged container, io_uring included) among them, and Filter will
+// not build if the two lists meet. Argument rules on allowed calls: clone
+// with a namespace flag gets EPERM and clone3 ENOSYS, so callers fall back
+// to clone; socket only for AF_INET, AF_INET6 and AF_NETLINK with
+// NETLINK_ROUTE (no AF_UNIX: no fd passing); prctl only for the options in
+// allowedPrctls; mmap and mprotect without PROT_EXEC; kill, tgkill and
+// prlimit64 only on the calling process; ioctl only for allowedIoctls
+// (TIOCSTI and TIOCLINUX never); personality values Docker refuses get
+// EPERM. No form of namespace creation
+// or entry, and no execve, is left.
 //
 // Invariant: capabilities, the bounding set and no_new_privs are per thread
 // in Linux, and a Go process has many threads. Every step therefore runs on

@@ -69,18 +69,18 @@ func Drop(id Identity, withSeccomp bool) error {
 	return nil
 }
 
-// Denied lists the system calls the child may never make (EPERM): nothing
-// a registry client needs, everything an attacker who owns the parser wants.
+// Denied lists system calls the child must never be allowed (EPERM, like
+// every call outside Allowed): nothing a registry client needs, everything
+// an attacker who owns the parser wants. The filter is default-deny, so
+// this list no longer builds it; Filter refuses to build if Allowed names
+// one of these, and the tests call each of them under the filter.
 //
 // It holds every call Docker's default seccomp profile refuses a container
 // without capabilities (moby/profiles seccomp/default.json, checked at
 // moby/moby b985e2313a86), plus ptrace, process_vm_readv/writev, adjtimex,
 // clock_adjtime and name_to_handle_at, which Docker allows and a pull never
-// makes. Docker's conditional rules are below: clone (namespace flags),
-// socket (AF_ALG, AF_VSOCK, and AF_UNIX here) and personality. Nothing
-// Docker refuses is allowed here: the Go runtime (threads are clone without
-// namespace flags, the netpoller is epoll and eventfd) and containers/image
-// (HTTP over TCP, files, gzip/zstd in Go) need none of them.
+// makes. Docker's conditional rules have their own rules below: clone
+// (namespace flags), socket (an allowlist of families) and personality.
 var Denied = []string{
 	// mounts and namespaces
 	"mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "open_tree_attr", "fsopen",
@@ -109,20 +109,22 @@ var Denied = []string{
 }
 
 // namespaceFlags are the clone flags that create namespaces; clone with any
-// of them is refused (unshare and setns are refused outright, clone3 gets
+// of them is refused (unshare and setns are outside Allowed, clone3 gets
 // ENOSYS). Docker's mask is the same without CLONE_NEWTIME.
 const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 	unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
-// deniedSocketDomains: socket and socketpair with these domains get EPERM.
-// AF_UNIX because a Unix socket is how a process hands file descriptors to
-// another (SCM_RIGHTS) or talks to a local daemon, and the pull needs none:
-// containers/image speaks HTTP over TCP, Go's resolver (CGO_ENABLED=0)
-// speaks UDP/TCP to the nameservers, and the protocol fds are pipes.
-// AF_ALG (kernel crypto) and AF_VSOCK as in Docker's profile. AF_NETLINK
-// stays allowed: Go's net package reads interfaces over it (net.Interfaces,
-// IPv6 zones), Docker allows it, and unprivileged netlink changes nothing.
-var deniedSocketDomains = []uint32{unix.AF_UNIX, unix.AF_ALG, unix.AF_VSOCK}
+// socket is allowed for AF_INET and AF_INET6 (containers/image speaks HTTP
+// over TCP, Go's resolver (CGO_ENABLED=0) UDP/TCP to the nameservers) and
+// for AF_NETLINK with NETLINK_ROUTE only (Go's net package reads the
+// interfaces over it: net.Interfaces, IPv6 zones). Every other family gets
+// EPERM: AF_UNIX above all, because a Unix socket is how a process hands
+// file descriptors to another (SCM_RIGHTS) or talks to a local daemon, and
+// the protocol fds are pipes; AF_ALG (kernel crypto) and AF_VSOCK as in
+// Docker's profile; AF_PACKET, AF_KEY, AF_BLUETOOTH and the rest. Other
+// netlink protocols (sock_diag lists every socket of the host, uevents,
+// audit) are refused too. socketpair is outside Allowed.
+var allowedSocketDomains = []uint32{unix.AF_INET, unix.AF_INET6}
 
 // allowedPersonalities: personality is allowed with these values only
 // (Docker's list: PER_LINUX, PER_LINUX32, UNAME26 variants and the query
@@ -130,22 +132,42 @@ var deniedSocketDomains = []uint32{unix.AF_UNIX, unix.AF_ALG, unix.AF_VSOCK}
 // gets EPERM.
 var allowedPersonalities = []uint32{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
-// deniedIoctls: ioctl with these requests gets EPERM. TIOCSTI pushes input
-// into a terminal (a child that still held the caller's terminal could type
-// commands into the root shell that ran pullhelper) and TIOCLINUX has
-// subcommands that do the same on a virtual console; a pull needs neither.
+// allowedPrctls: prctl is allowed with these options only. The child sets
+// its parent-death signal after the drop (KeepParentDeathSignal); the Go
+// runtime names its anonymous mappings (PR_SET_VMA); the rest only name
+// the thread or read. Everything else gets EPERM (PR_SET_DUMPABLE, PR_SET_MM,
+// PR_SET_PTRACER, PR_SET_SECCOMP, speculation controls, ...).
+var allowedPrctls = []uint32{
+	unix.PR_SET_PDEATHSIG, unix.PR_GET_PDEATHSIG, unix.PR_GET_DUMPABLE, unix.PR_SET_NAME, unix.PR_GET_NAME,
+	unix.PR_GET_SECCOMP, unix.PR_CAPBSET_READ, unix.PR_GET_NO_NEW_PRIVS, unix.PR_SET_VMA,
+}
+
+// allowedIoctls: ioctl is allowed with these requests only. The child
+// asks its terminal (stderr, when the caller's is one) whether it is one
+// and how wide it is, for the progress bars (TCGETS, TIOCGWINSZ: all the
+// suite saw; Go sets descriptor flags with fcntl). Every other request, on
+// whatever device the child can open, gets EPERM.
+var allowedIoctls = []uint32{unix.TCGETS, unix.TIOCGWINSZ}
+
+// deniedIoctls must never join allowedIoctls (Filter refuses to build):
+// TIOCSTI pushes input into a terminal (a child that still held the
+// caller's terminal could type commands into the root shell that ran
+// pullhelper) and TIOCLINUX has subcommands that do the same on a virtual
+// console; a pull needs neither.
 var deniedIoctls = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
 
 // Offsets in struct seccomp_data: nr, arch, then args[6] of 64 bits. The
 // low 32 bits of an argument are at its offset on both little-endian
 // architectures; every argument checked here is an int or unsigned int
-// (clone's flags: the kernel uses their low 32 bits), so the high half an
-// attacker could set is ignored by the kernel too.
+// (clone's flags: the kernel uses their low 32 bits; mmap's and mprotect's
+// prot), so the high half an attacker could set is ignored by the kernel
+// too.
 const (
 	offNr   = 0
 	offArch = 4
 	offArg0 = 16
 	offArg1 = 24
+	offArg2 = 32
 )
 
 const retKill = unix.SECCOMP_RET_KILL_PROCESS
@@ -160,16 +182,23 @@ func retErrno(e syscall.Errno) bpf.RetConstant {
 //     the i386 entry (`int $0x80`, AUDIT_ARCH_I386) and x32 (numbers with
 //     __X32_SYSCALL_BIT), on arm64 the 32-bit compat entry. A filter that
 //     only lists native numbers would let them through unchecked;
-//   - Denied gets EPERM; clone with a namespace flag gets EPERM; clone3 gets
-//     ENOSYS (its flags live in memory a filter cannot read, so glibc and Go
-//     fall back to clone, which the filter checks);
-//   - socket and socketpair in deniedSocketDomains get EPERM; personality
-//     outside allowedPersonalities gets EPERM; ioctl with deniedIoctls
-//     (TIOCSTI, TIOCLINUX) gets EPERM;
-//   - everything else is allowed.
+//   - clone3 gets ENOSYS (its flags live in memory a filter cannot read, so
+//     glibc and Go fall back to clone, which the filter checks); clone with
+//     a namespace flag gets EPERM; mmap and mprotect with PROT_EXEC get
+//     EPERM (the Go runtime never maps code: the kernel mapped the binary
+//     and the vDSO before the filter, so no new executable memory);
+//   - socket outside AF_INET, AF_INET6 and AF_NETLINK/NETLINK_ROUTE gets
+//     EPERM; prctl outside allowedPrctls, personality outside
+//     allowedPersonalities and ioctl outside allowedIoctls (TIOCSTI and
+//     TIOCLINUX above all) get EPERM; kill, tgkill and prlimit64 get EPERM
+//     unless they name the calling process (the filter is built in the
+//     process it is for);
+//   - the calls in Allowed are allowed; every other call gets EPERM.
 //
 // Every jump is local (at most a few instructions), so the program needs no
-// long jumps whatever the lists hold.
+// long jumps whatever the lists hold. Only the argument rules load an
+// argument, so for every other number the verdict depends on the number
+// alone and the kernel caches it (no filter run for an allowed call).
 func Filter() ([]bpf.Instruction, error) {
 	if nativeArch == 0 {
 		return nil, fmt.Errorf("no seccomp filter for GOARCH %s: run with seccomp disabled in the policy or add the architecture", runtime.GOARCH)
@@ -180,6 +209,10 @@ func Filter() ([]bpf.Instruction, error) {
 			return 0, fmt.Errorf("seccomp filter: %s has no number on %s", name, runtime.GOARCH)
 		}
 		return n, nil
+	}
+	denied := map[string]bool{}
+	for _, name := range Denied {
+		denied[name] = true
 	}
 	loadNr := bpf.LoadAbsolute{Off: offNr, Size: 4}
 	p := []bpf.Instruction{
@@ -193,10 +226,86 @@ func Filter() ([]bpf.Instruction, error) {
 			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallBit, SkipFalse: 1},
 			bpf.RetConstant{Val: retKill})
 	}
-	deny := func(n uint32, e syscall.Errno) {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 1}, retErrno(e))
+	n, err := need("clone3")
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range Denied {
+	p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 1}, retErrno(unix.ENOSYS))
+	// EPERM if the argument has one of the bits: clone (arg0, the flags)
+	// with a namespace flag; mmap and mprotect (arg2, prot) with PROT_EXEC.
+	for _, r := range []struct {
+		name string
+		off  uint32
+		bits uint32
+	}{{"clone", offArg0, namespaceFlags}, {"mmap", offArg2, unix.PROT_EXEC}, {"mprotect", offArg2, unix.PROT_EXEC}} {
+		if n, err = need(r.name); err != nil {
+			return nil, err
+		}
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 4},
+			bpf.LoadAbsolute{Off: r.off, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: r.bits, SkipFalse: 1},
+			retErrno(unix.EPERM),
+			loadNr)
+	}
+	// socket: allowed domains go on to the allowlist; AF_NETLINK only
+	// with protocol (arg2) NETLINK_ROUTE; anything else EPERM.
+	if n, err = need("socket"); err != nil {
+		return nil, err
+	}
+	k := len(allowedSocketDomains)
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(k + 6)},
+		bpf.LoadAbsolute{Off: offArg0, Size: 4})
+	for i, d := range allowedSocketDomains {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: d, SkipTrue: uint8(k - i + 3)})
+	}
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.AF_NETLINK, SkipTrue: 2},
+		bpf.LoadAbsolute{Off: offArg2, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
+		retErrno(unix.EPERM),
+		loadNr)
+	// personality, prctl: EPERM unless arg0 is allowed; ioctl: EPERM
+	// unless arg1 (the request; the kernel reads its low 32 bits) is.
+	// kill, tgkill and prlimit64: EPERM unless arg0 (the pid) is this
+	// process (or 0: its own process group, its own limits), so the child
+	// signals and limits nothing else, even where its uid is not its own
+	// (--user nobody).
+	for _, d := range deniedIoctls {
+		for _, a := range allowedIoctls {
+			if d == a {
+				return nil, fmt.Errorf("seccomp filter: ioctl %#x is both allowed and denied", d)
+			}
+		}
+	}
+	pid := uint32(os.Getpid())
+	for _, r := range []struct {
+		name   string
+		off    uint32
+		values []uint32
+	}{{"personality", offArg0, allowedPersonalities}, {"prctl", offArg0, allowedPrctls},
+		{"ioctl", offArg1, allowedIoctls},
+		{"kill", offArg0, []uint32{0, pid}}, {"tgkill", offArg0, []uint32{pid}}, {"prlimit64", offArg0, []uint32{0, pid}}} {
+		if n, err = need(r.name); err != nil {
+			return nil, err
+		}
+		k := len(r.values)
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(k + 3)},
+			bpf.LoadAbsolute{Off: r.off, Size: 4})
+		for i, v := range r.values {
+			p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(k - i)})
+		}
+		p = append(p, retErrno(unix.EPERM), loadNr)
+	}
+	// The allowlist; then EPERM for everything else.
+	seen := map[string]bool{}
+	for _, name := range Allowed {
+		if denied[name] || seen[name] {
+			return nil, fmt.Errorf("seccomp filter: %s is listed twice or both allowed and denied", name)
+		}
+		seen[name] = true
 		if notOnThisArch[name] {
 			continue
 		}
@@ -204,61 +313,9 @@ func Filter() ([]bpf.Instruction, error) {
 		if err != nil {
 			return nil, err // a name nobody listed as absent: fail closed
 		}
-		deny(n, unix.EPERM)
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 1}, bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
 	}
-	n, err := need("clone3")
-	if err != nil {
-		return nil, err
-	}
-	deny(n, unix.ENOSYS)
-	// clone: EPERM if arg0 has a namespace flag.
-	if n, err = need("clone"); err != nil {
-		return nil, err
-	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: 4},
-		bpf.LoadAbsolute{Off: offArg0, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: namespaceFlags, SkipFalse: 1},
-		retErrno(unix.EPERM),
-		loadNr)
-	// socket, socketpair: EPERM if arg0 (the domain) is denied.
-	for _, name := range []string{"socket", "socketpair"} {
-		if n, err = need(name); err != nil {
-			return nil, err
-		}
-		p = append(p,
-			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(2 + 2*len(deniedSocketDomains))},
-			bpf.LoadAbsolute{Off: offArg0, Size: 4})
-		for _, d := range deniedSocketDomains {
-			p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: d, SkipTrue: 1}, retErrno(unix.EPERM))
-		}
-		p = append(p, loadNr)
-	}
-	// personality: EPERM unless arg0 is allowed.
-	if n, err = need("personality"); err != nil {
-		return nil, err
-	}
-	k := len(allowedPersonalities)
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(k + 3)},
-		bpf.LoadAbsolute{Off: offArg0, Size: 4})
-	for i, v := range allowedPersonalities {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(k - i)})
-	}
-	p = append(p, retErrno(unix.EPERM), loadNr)
-	// ioctl: EPERM for deniedIoctls (arg1, the request; the kernel reads
-	// its low 32 bits).
-	if n, err = need("ioctl"); err != nil {
-		return nil, err
-	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(2 + 2*len(deniedIoctls))},
-		bpf.LoadAbsolute{Off: offArg1, Size: 4})
-	for _, r := range deniedIoctls {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: r, SkipTrue: 1}, retErrno(unix.EPERM))
-	}
-	p = append(p, loadNr)
-	p = append(p, bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	p = append(p, retErrno(unix.EPERM))
 	return p, nil
 }
 

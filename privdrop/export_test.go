@@ -8,3 +8,7 @@ var LoadFilter = loadFilter
 func SyscallNumber(name string) (uint32, bool) { n, ok := sysnum[name]; return n, ok }
 
 var NotOnThisArch = notOnThisArch
+
+const NativeArch = nativeArch
+
+func SyscallNames() map[string]uint32 { return sysnum }

@@ -1,14 +1,18 @@
 package privdrop_test
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/pullhelper/pullhelper/internal/rawsys"
@@ -114,13 +118,120 @@ var probes = map[string]struct {
 		return inFork(rawsys.Native, unix.SYS_PERSONALITY, addrNoRandomize, 0, 0)
 	}, want: eperm},
 	// Terminal input injection (TIOCSTI, TIOCLINUX) is refused before the
-	// fd is even looked at; other ioctls still reach the kernel (EBADF).
+	// fd is even looked at; the allowed ioctls still reach the kernel
+	// (EBADF).
 	"ioctl-tiocsti":    {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TIOCSTI, 0) }, want: eperm},
 	"ioctl-tiocsti-hi": {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TIOCSTI|1<<32, 0) }, want: eperm},
 	"ioctl-tioclinux":  {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TIOCLINUX, 0) }, want: eperm},
 	"ioctl-tcgets":     {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TCGETS, 0) }, want: "errno 9 (bad file descriptor)"},
+	// Only the listed requests reach the kernel (default deny).
+	"ioctl-tunsetiff": {run: func() string { return raw(unix.SYS_IOCTL, ^uintptr(0), unix.TUNSETIFF, 0) }, want: eperm},
 	// Every name of Denied, with zero arguments.
 	"denied-sweep": {run: sweepDenied, want: "ok"},
+	// Default deny: calls in neither list get EPERM too, harmless ones
+	// included (they worked under the deny-list filter).
+	"unlisted-sysinfo": {run: func() string {
+		var si unix.Sysinfo_t
+		return raw(unix.SYS_SYSINFO, uintptr(unsafe.Pointer(&si)), 0, 0)
+	}, want: eperm, wantControl: true},
+	"unlisted-getcpu": {run: func() string {
+		var cpu, node uint32
+		return raw(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0)
+	}, want: eperm, wantControl: true},
+	// execve with a NULL path: EFAULT from the kernel, EPERM from the filter.
+	"unlisted-execve": {run: func() string { return raw(unix.SYS_EXECVE, 0, 0, 0) }, want: eperm},
+	"unlisted-listen": {run: func() string { return raw(unix.SYS_LISTEN, ^uintptr(0), 1, 0) }, want: eperm},
+	"socketpair-inet": {run: func() string { return socketpair(unix.AF_INET) }, want: eperm},
+	// Other netlink protocols: sock_diag lists every socket of the host.
+	"socket-netlink-sockdiag": {run: func() string {
+		return raw(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG)
+	}, want: eperm, wantControl: true},
+	"socket-inet6-dgram": {run: func() string { return raw(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0) }, want: "ok", wantControl: true},
+	// prctl: what the child needs works, the rest is refused.
+	"prctl-pdeathsig": {run: func() string { return raw(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0) }, want: "ok", wantControl: true},
+	"prctl-timerslack": {run: func() string {
+		return raw(unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, 50000, 0)
+	}, want: eperm, wantControl: true},
+	// No new executable memory; other mappings still work.
+	"mmap-exec": {run: func() string { return mmapProbe(unix.PROT_READ | unix.PROT_EXEC) }, want: eperm, wantControl: true},
+	"mmap-rw":   {run: func() string { return mmapProbe(unix.PROT_READ | unix.PROT_WRITE) }, want: "ok", wantControl: true},
+	// What the Go runtime and a pull do keep working under the filter.
+	"allowed-runtime": {run: runtimeWorks, want: "ok", wantControl: true},
+}
+
+// mmapProbe maps one anonymous page with prot, and unmaps it.
+func mmapProbe(prot uintptr) string {
+	r, _, e := unix.RawSyscall6(unix.SYS_MMAP, 0, 4096, prot, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uintptr(0), 0)
+	if e == 0 {
+		unix.RawSyscall(unix.SYS_MUNMAP, r, 4096, 0)
+	}
+	return fromErrno(e)
+}
+
+// loopback is a TCP listener made before the filter (listen and accept are
+// not allowed after it); the kernel completes connections to it unaccepted.
+var loopback net.Listener
+
+// runtimeWorks exercises what a pull needs from the runtime and the kernel:
+// new threads (clone), the GC, timers, pipes and the netpoller, files,
+// randomness, a TCP connection and a UDP "connection" (Go's resolver).
+func runtimeWorks() string {
+	if loopback == nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "listen: " + err.Error()
+		}
+		loopback = l
+	}
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			runtime.LockOSThread() // a thread of its own: clone
+			b := make([]byte, 1<<20)
+			_, err := rand.Read(b)
+			errs <- err
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			return "getrandom: " + err.Error()
+		}
+	}
+	runtime.GC()
+	<-time.After(time.Millisecond)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "pipe: " + err.Error()
+	}
+	go func() { _, _ = w.Write([]byte("x")); w.Close() }()
+	if b, err := io.ReadAll(r); err != nil || string(b) != "x" {
+		return fmt.Sprintf("pipe read %q: %v", b, err)
+	}
+	r.Close()
+	if b, err := os.ReadFile("/proc/self/status"); err != nil || !strings.Contains(string(b), "Seccomp:") {
+		return fmt.Sprintf("reading /proc/self/status: %v", err)
+	}
+	if _, err := os.ReadDir("/proc/self/task"); err != nil {
+		return "getdents: " + err.Error()
+	}
+	c, err := net.Dial("tcp", loopback.Addr().String())
+	if err != nil {
+		return "tcp: " + err.Error()
+	}
+	_, err = c.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	c.Close()
+	if err != nil {
+		return "tcp write: " + err.Error()
+	}
+	u, err := net.Dial("udp", "127.0.0.1:53")
+	if err != nil {
+		return "udp: " + err.Error()
+	}
+	u.Close()
+	if _, err := net.Interfaces(); err != nil {
+		return "netlink: " + err.Error()
+	}
+	return "ok"
 }
 
 func socketpair(domain uintptr) string {

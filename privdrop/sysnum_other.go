@@ -11,5 +11,5 @@ const (
 
 var sysnum = map[string]uint32{}
 
-// notOnThisArch: names of Denied this architecture does not have.
+// notOnThisArch: names of Denied and Allowed this architecture does not have.
 var notOnThisArch = map[string]bool{}

@@ -5,10 +5,13 @@ package reexec
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
+	"github.com/pullhelper/pullhelper/internal/rawsys"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
 )
@@ -17,18 +20,28 @@ import (
 func init() {
 	// grandchild: start /bin/sleep in a session of its own, holding the
 	// child's stderr and event pipe, and go on: it must neither outlive the
-	// pull nor hang the parent.
+	// pull nor hang the parent. Under the seccomp filter execve (and
+	// setsid) get EPERM, so the grandchild is what an attacker is left
+	// with: a forked copy of the child, holding all its fds, asleep in
+	// nanosleep for 1000 s.
 	registerHostile("grandchild", func(*hostileEnv) (bool, int) {
 		pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "1000"}, &syscall.ProcAttr{
 			Dir:   "/",
 			Files: []uintptr{0, 1, 2, eventsFD},
 			Sys:   &syscall.SysProcAttr{Setsid: true},
 		})
+		how := "/bin/sleep"
+		if err == syscall.EPERM {
+			ts := &syscall.Timespec{Sec: 1000}
+			pid, err = rawsys.Start(rawsys.Native, syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(ts)), 0, 0)
+			runtime.KeepAlive(ts)
+			how = "a forked copy (execve refused)"
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: forking a grandchild: %v\n", err)
 			return true, 102
 		}
-		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: grandchild pid %d\n", pid)
+		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: grandchild pid %d, %s\n", pid, how)
 		return false, 0
 	})
 	// inherited-fds: list the fds above the protocol pipes that came through

@@ -234,6 +234,32 @@ hostile_bin() {
     [[ ! -e $OUT/dest ]] || fail "DEST was created"
 }
 
+@test "a compromised child gets EPERM for every system call outside the allowlist (execve, sysinfo, AF_UNIX, ptrace, keyctl, io_uring...)" {
+    hostile_bin || return
+    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=after-drop:unlisted \
+        run_pullhelper '?' pull --retries 0 127.0.0.1:1/hostile/unlisted:latest "oci:$OUT/dest"
+    echo "$stderr"
+    ((status != 0)) || fail "the pull succeeded"
+    assert_json_error internal
+    [[ $stderr == *"hostile: running unlisted at after-drop"* ]] || fail "the hostile action did not run"
+    [[ $stderr != *"unlisted not refused"* ]] || fail "a call outside the allowlist was not refused with EPERM"
+    [[ $stderr == *"unlisted: every call refused with EPERM"* ]] || fail "want every call refused with EPERM (not SIGSYS)"
+    [[ $stderr == *"exit status 42"* ]] || fail "the child did not end with the action's status 42"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+}
+
+@test "on a terminal the child draws its progress bars under the default-deny filter, and the pull succeeds" {
+    skip_unless_cmd script "util-linux script gives the pull a terminal"
+    local out=$BATS_TEST_TMPDIR/typescript cmd
+    # The child gets the caller's terminal as stderr and sizes its bars
+    # with ioctls on it (TIOCGWINSZ), which the filter must allow.
+    printf -v cmd '%q ' timeout 120 "$PULLHELPER" pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/big" "oci:$OUT/dest"
+    COLUMNS=100 script -qec "$cmd; echo PULL-RC=\$?" "$out" </dev/null >/dev/null 2>&1 || true
+    grep -q "PULL-RC=0" "$out" || fail "the pull on a terminal failed: $(tail -c 2000 "$out")"
+    ! grep -qa "operation not permitted" "$out" || fail "something was refused: $(grep -a 'operation not permitted' "$out")"
+    [[ -f $OUT/dest/index.json ]] || fail "no oci: layout written"
+}
+
 @test "the release binary has no hostile hooks: PULLHELPER_HOSTILE does nothing" {
     PULLHELPER_HOSTILE=after-drop:exit42 run_pullhelper 6 pull --retries 0 127.0.0.1:1/probe/none:latest "oci:$OUT/dest"
     assert_json_error network

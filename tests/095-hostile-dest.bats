@@ -62,7 +62,17 @@ victims() {
     local before
     before=$(victims "$VT/victim")
     mkdir -m 1777 "$VT/shared"
-    hostile_pull 8 symlink-image "$VT/victim" -- "$REGISTRY_HOST/fixtures/tiny" "oci:$VT/shared/dest"
+    # Under the seccomp filter the child cannot make a symlink at all
+    # (symlink and symlinkat are outside privdrop.Allowed)...
+    hostile_pull '?' symlink-image "$VT/victim" -- "$REGISTRY_HOST/fixtures/tiny" "oci:$VT/shared/dest"
+    [[ $stderr == *"symlink-image: symlink $VT/victim /tmp/stage/image: operation not permitted"* ]] ||
+        fail "want the symlink refused by the filter (EPERM): $stderr"
+    [[ ! -e $VT/shared/dest ]] || fail "DEST was committed"
+    # ...so the parent's own defence is proved with the filter off.
+    printf 'version = 1\n\n[privileges]\nseccomp = false\n' >"$BATS_TEST_TMPDIR/no-seccomp.toml"
+    hostile_pull 8 symlink-image "$VT/victim" -- --policy "$BATS_TEST_TMPDIR/no-seccomp.toml" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$VT/shared/dest"
+    [[ $stderr == *"symlink-image: /tmp/stage/image -> $VT/victim"* ]] || fail "the symlink was not planted: $stderr"
     assert_json_error verification
     assert_equal "$(stat -c '%n %a %u:%g' "$VT/victim/setuid" "$VT/victim/key" "$VT/victim")" "$before"
     [[ ! -e $VT/shared/dest ]] || fail "DEST was committed"

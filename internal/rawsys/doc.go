@@ -3,7 +3,8 @@
 // from a 64-bit process, each in a forked, single-threaded copy of the
 // caller that exits at once. The privdrop tests and the test-only hostile
 // build (tag pullhelper_hostile) use it to prove the seccomp filter refuses
-// every non-native ABI.
+// every non-native ABI; Start leaves such a copy running (the hostile
+// build's grandchild, now that the filter refuses execve).
 //
 // Invariant: only tests and the hostile build import this package; it is
 // never in the release binary (a depcheck-style test in privdrop says so).

@@ -75,3 +75,17 @@ func InFork(abi ABI, trap, a1, a2, a3 uintptr) (Outcome, error) {
 	}
 	return Outcome{Errno: syscall.Errno(ws.ExitStatus())}, nil
 }
+
+// Start forks a copy like InFork, which makes the one system call and
+// exits, but does not wait for it: the caller gets its pid (a grandchild
+// that lives as long as the call blocks, e.g. nanosleep).
+func Start(abi ABI, trap, a1, a2, a3 uintptr) (int, error) {
+	pid, errno := forkRun(abi, trap, a1, a2, a3)
+	if pid == 0 {
+		if errno == 0 {
+			return 0, ErrUnsupported
+		}
+		return 0, fmt.Errorf("forking: %w", syscall.Errno(errno))
+	}
+	return int(pid), nil
+}
