@@ -193,7 +193,7 @@ func (d *dirDest) Commit(s *Stage) error {
 	}
 	// The old image is now work/image: drop it (a failure here leaves it
 	// to Stage.Remove; DEST is already the new image).
-	if err := removeAllAt(wfd, s.Name); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := removeTree(wfd, s.Name, s.handed()...); err != nil && !errors.Is(err, unix.ENOENT) {
 		discard(s.opts.Log).Warn("removing the replaced dir: image", "error", err.Error())
 	}
 	if commitHook != nil {
