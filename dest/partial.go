@@ -358,6 +358,40 @@ func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (i
 	return n, total
 }
 
+// copyAs copies size bytes of the file held as fd into a new root-owned
+// 0600 file of dir (an O_EXCL temporary name, synced, then renamed to
+// name, replacing what is there).
+func copyAs(fd int, size int64, dir int, name string) error {
+	in, err := unix.Dup(fd)
+	if err != nil {
+		return err
+	}
+	src := os.NewFile(uintptr(in), name)
+	defer src.Close()
+	out, tmp, err := createTemp(dir, ".pullhelper-copy-")
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	w, err := io.CopyBuffer(out, io.NewSectionReader(src, 0, size), make([]byte, 1<<20))
+	if err == nil && w != size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		err = setOwner(int(out.Fd()), Identity{}, 0o600)
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if err == nil {
+		err = unix.Renameat(dir, tmp, dir, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dir, tmp, 0)
+	}
+	return err
+}
+
 // releaseCache closes a cache opened by openCache, removing it when empty.
 func releaseCache(parent *os.File, c *cacheDirs, name string) {
 	if names, err := readDirNames(int(c.inner.Fd())); err == nil && len(names) == 0 {
@@ -379,8 +413,10 @@ func releaseCache(parent *os.File, c *cacheDirs, name string) {
 //	image/<hex>, image/sha512-<hex>             dir:
 //	container_images_oci*/blobs/<alg>/<hex>     oci-archive: (its unpacked layout)
 //
-// Only regular files with one link move, by rename on the same
-// filesystem, made root's 0600 first. Moving does not make them trusted:
+// Only regular files with one link are kept: root's by rename on the same
+// filesystem, made 0600 first; another uid's (a pull uid's, whose staging
+// was never taken back) as a fresh root-owned copy, never adopted. Keeping
+// does not make them trusted:
 // the copy hashes a kept file holding a whole blob before serving it (and
 // discards a mismatch or one longer than the blob), containers/image
 // checks the stream and the parent hashes the staged blob again.
@@ -454,19 +490,34 @@ func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int6
 		st, err := fstat(fd)
 		now, lerr := fstatAt(dirFd, f)
 		ok = err == nil && lerr == nil && isReg(st) && st.Nlink == 1 && st.Size > 0 &&
-			now.Dev == st.Dev && now.Ino == st.Ino && setOwner(fd, Identity{}, 0o600) == nil
+			now.Dev == st.Dev && now.Ino == st.Ino
+		if ok {
+			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
+				ok = false // the cache keeps as much already
+			}
+		}
+		if !ok {
+			unix.Close(fd)
+			continue
+		}
+		if st.Uid != 0 {
+			// Another uid's (the pull uid's: its staging was never
+			// taken back): not adopted, a fresh root-owned copy is kept.
+			err = copyAs(fd, st.Size, cacheFd, target)
+			unix.Close(fd)
+			if err != nil {
+				continue
+			}
+			n++
+			bytes += st.Size
+			continue
+		}
+		ok = setOwner(fd, Identity{}, 0o600) == nil
 		unix.Close(fd)
 		if !ok {
 			continue
 		}
-		err = unix.Renameat2(dirFd, f, cacheFd, target, unix.RENAME_NOREPLACE)
-		if err == unix.EEXIST {
-			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
-				continue
-			}
-			err = unix.Renameat(dirFd, f, cacheFd, target)
-		}
-		if err != nil {
+		if err := unix.Renameat(dirFd, f, cacheFd, target); err != nil {
 			continue
 		}
 		// What arrived must be the inode checked (a name swapped in
