@@ -289,8 +289,11 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 			tried = true
 			s.cacheName = PartialCacheName(filepath.Base(b.spec.Path))
 			c, err := openCache(parent, s.cacheName, o.MaxBytes, o.Log)
+			var refused *CacheRefused
 			if err != nil {
-				s.cacheErr = err
+				s.cacheErr = err // OpenPartial returns it: a refused cache is warned of there, once
+			}
+			if err != nil && !errors.As(err, &refused) {
 				discard(o.Log).Warn("no partial-blob cache: the complete blobs of a stale staging directory are removed with it", "error", err.Error())
 			}
 			s.cache = c // nil when another pull holds it: nothing is moved
