@@ -73,6 +73,9 @@ type Stage struct {
 	cacheErr  error // the cache could not be used (said once, by the reclaim)
 
 	presums Presums // digests computed ahead (UsePresums)
+	// extraOwners are more uids removeTree may find in staging (the
+	// owner of a replaced dir: DEST).
+	extraOwners []int
 }
 
 // lockTimeout is the commit lock's bound.
@@ -118,7 +121,7 @@ func (s *Stage) Reset() error {
 // handed are the uids other than root that may own parts of the staging
 // tree: DEST's parent's owner (committed files) and the pull uid.
 func (s *Stage) handed() []int {
-	h := []int{s.owner.UID}
+	h := append([]int{s.owner.UID}, s.extraOwners...)
 	if s.opts.HandTo != nil {
 		h = append(h, s.opts.HandTo.UID)
 	}
