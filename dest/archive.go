@@ -38,8 +38,9 @@ func (d *archiveBase) stage(o StageOptions) (*Stage, error) {
 }
 
 // takeBackFile takes work/ back and opens work/image.tar: a regular file
-// with one link, given to the owner 0644 through its fd; with fresh, it is
-// first copied into a new root-created inode (the one committed).
+// with one link, given to the owner 0644 through its fd; with fresh, or
+// when a write lease cannot be had on it, it is first copied into a new
+// root-created inode (the one committed).
 func takeBackFile(s *Stage) (*os.File, error) {
 	wfd := int(s.Work.Fd())
 	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
@@ -63,7 +64,10 @@ func takeBackFile(s *Stage) (*os.File, error) {
 		f.Close()
 		return nil, badStaged("%s changed while it was taken back", s.Name)
 	}
-	if !s.opts.FreshCopy {
+	// No write lease (another descriptor is open on it, or leases are not
+	// to be had there): only a fresh copy is committed, as with a shared
+	// uid (takeBack).
+	if !s.opts.FreshCopy && alone(int(f.Fd())) {
 		if err := setOwner(int(f.Fd()), s.owner, 0o644); err != nil {
 			f.Close()
 			return nil, err

@@ -144,6 +144,9 @@ type StageOptions struct {
 	AllowOtherOwner bool
 	// LockTimeout bounds the wait for the commit lock (0: LockTimeout).
 	LockTimeout time.Duration
+	// MaxBytes is the image's size limit: what the partial-blob cache
+	// keeps, in all (0: 64 GiB).
+	MaxBytes int64
 	// Log receives warnings (reclaimed staging, dropped files). Nil
 	// discards.
 	Log *slog.Logger

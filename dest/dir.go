@@ -192,7 +192,12 @@ func (d *dirDest) Commit(s *Stage) error {
 	}
 	// The old image is now work/image: drop it (a failure here leaves it
 	// to Stage.Remove; DEST is already the new image).
-	if err := removeAllAt(wfd, s.Name); err != nil && !errors.Is(err, unix.ENOENT) {
+	// Its owner (DEST's, which allow_other_owner may let be another
+	// user's) may own what is in it.
+	if ost, err := fstatAt(wfd, s.Name); err == nil {
+		s.extraOwners = append(s.extraOwners, int(ost.Uid))
+	}
+	if err := removeTree(wfd, s.Name, s.handed()...); err != nil && !errors.Is(err, unix.ENOENT) {
 		discard(s.opts.Log).Warn("removing the replaced dir: image", "error", err.Error())
 	}
 	if commitHook != nil {

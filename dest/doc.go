@@ -18,6 +18,15 @@
 // lists a partial image.
 // names, so DEST is either as it was or holds the complete new image.
 //
+// A staged inode is committed in place only when the kernel grants a write
+// lease on it once the child is dead and work/ is root's (no other
+// descriptor is open on it); otherwise a fresh root-owned copy, hashed
+// while copying, is. The partial-blob cache beside DEST (partial.go) is
+// root's 0700 always; only its blobs/ is handed to the child, by mount;
+// another user's cache is never adopted. Every recursive removal goes
+// through removeTree: a stack of held directory descriptors, never "..",
+// each level's owner checked.
+//
 // containers-storage: stages and verifies exactly as oci: (its staging in
 // GRAPHROOT, under the same rules); its Commit imports the verified layout
 // through the held work directory's descriptor into the store, which

@@ -18,6 +18,9 @@ import (
 type Sweep struct {
 	dirs []*os.File // DEST's parent, and DEST itself when it is a directory
 	base string     // DEST's name (its partial-blob cache's)
+	// Refused says why a partial-blob cache was left (ReclaimPartial):
+	// not root's 0700, or not removable whole.
+	Refused []string
 }
 
 // OpenSweep opens the directories where a pull into dest (a DEST as pull
@@ -85,13 +88,19 @@ func (s *Sweep) Reclaim() []string {
 }
 
 // ReclaimPartial removes DEST's partial-blob cache (beside DEST) unless a
-// live pull holds it, and returns its path (none: nil). Call it before
-// Reclaim, which closes the sweep.
+// live pull holds it, and returns its path (none: nil). A cache that is
+// not a root-owned 0700 directory is not entered (another user may have
+// planted it): Refused says so. Call it before Reclaim, which closes the
+// sweep.
 func (s *Sweep) ReclaimPartial() []string {
 	if s == nil || len(s.dirs) == 0 {
 		return nil
 	}
-	if p := sweepPartial(s.dirs[0], s.base); p != "" {
+	p, why := sweepPartial(s.dirs[0], s.base)
+	if why != "" {
+		s.Refused = append(s.Refused, why)
+	}
+	if p != "" {
 		return []string{p}
 	}
 	return nil

@@ -2,11 +2,14 @@ package dest
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,21 +19,41 @@ import (
 // pull had already received, kept so that the next pull into the same DEST
 // asks the registry only for the rest (a Range request).
 //
-//	<DEST's parent>/.pullhelper-partial-<name>/   root 0700 at rest; the pull uid's 0700 while a child uses it
-//	    sha256-<hex>.partial                        a prefix of that blob (or all of it), as received
+//	<DEST's parent>/.pullhelper-partial-<name>/   root 0700, always (made by root with mkdirat; flocked by its pull)
+//	    blobs/                                      root 0700 at rest; the pull uid's 0700 while a child uses it
+//	        sha256-<hex>.partial                    a prefix of that blob (or all of it), as received
+//
+// The outer directory is never anyone else's: one that exists and is not a
+// root-owned 0700 directory (planted by another user in a sticky /tmp, or
+// left by an older pullhelper) is not used, not entered and not removed —
+// resume is off for that pull, which says so. So no other uid, a later
+// holder of the same dynamic uid included, can reach the blobs by path; the
+// child gets blobs/ as a detached mount only. A blobs/ that is not root's
+// (a pull whose parent was killed left it to its uid) is not adopted: the
+// parent copies its kept files into a fresh root-owned blobs/ and removes
+// the old one.
 //
 // Nothing in it is trusted: the copy serves the kept bytes and the rest from
 // the network as one stream, whose digest containers/image checks, and the
-// parent hashes every staged blob again before commit. A file that is not a
-// regular, singly linked file with a blob's name is removed whenever the
-// parent takes the directory over; files older than PartialMaxAge are
-// removed at the start of a pull; the whole cache is removed when a pull
-// into DEST commits, and by `pullhelper gc DEST`.
+// parent hashes every staged blob again before commit (and commits an inode
+// only once a write lease proved no one else holds it: takeBack). Entries
+// the parent adopts are root's, regular, singly linked, with a blob's name
+// and held by no one (a write lease); anything else is removed. When the
+// parent takes the cache back from a child it keeps only blobs the image
+// asked for (Want: the digests and declared sizes the copy announced),
+// each at most its declared size, in all at most the image's size limit.
+// Files older than PartialMaxAge are removed at the start of a pull; the
+// whole cache is removed when a pull into DEST commits, and by
+// `pullhelper gc DEST`.
 const (
 	partialPrefix = ".pullhelper-partial-"
+	partialBlobs  = "blobs"
 	// PartialMaxAge: a kept partial blob not touched for this long is
 	// removed at the start of the next pull into its DEST.
 	PartialMaxAge = 7 * 24 * time.Hour
+	// partialDefaultMax bounds what is kept when no image size limit is
+	// given (pull.DefaultMaxImageBytes).
+	partialDefaultMax = 64 << 30
 )
 
 // partialName is the only name a cache entry may have.
@@ -40,12 +63,23 @@ var partialName = regexp.MustCompile(`^(sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128}
 // base.
 func PartialCacheName(base string) string { return partialPrefix + shortName(base) }
 
+// CacheRefused is the error of a cache directory that is not root's 0700:
+// it is left as it is and the pull goes on without resume.
+type CacheRefused struct {
+	Path string
+	Why  string
+}
+
+func (e *CacheRefused) Error() string {
+	return fmt.Sprintf("the partial-blob cache %s %s, not a root-owned 0700 directory: not used (resume is off for this pull) and not removed; check who made it, then remove it (rm -rf %s)", e.Path, e.Why, e.Path)
+}
+
 // Partial is the partial-blob cache of one pull, held open (and flocked, so
 // that a concurrent pull into the same DEST and gc leave it alone) from
 // OpenPartial until Close or Remove.
 type Partial struct {
-	// Dir is the O_DIRECTORY descriptor of the cache: the pipeline passes
-	// a detached mount of it to the child, which sees it at /tmp/partial.
+	// Dir is the O_DIRECTORY descriptor of blobs/: the pipeline passes a
+	// detached mount of it to the child, which sees it at /tmp/partial.
 	Dir *os.File
 	// Path is its host path (the in-process copy, and messages).
 	Path string
@@ -54,40 +88,65 @@ type Partial struct {
 	Expired []string
 	Kept    int64
 
-	parent *os.File // DEST's parent (a dup of the stage's)
-	name   string
-	stage  *Stage // whose finished blobs Close keeps (nil after Remove)
-	log    *slog.Logger
+	parent   *os.File // DEST's parent (a dup of the stage's)
+	outer    *os.File // the cache directory itself (flocked)
+	name     string
+	stage    *Stage // whose finished blobs Close keeps (nil after Remove)
+	log      *slog.Logger
+	handTo   *Identity // the copy's uid, while blobs/ is handed to it
+	maxBytes int64
+
+	mu   sync.Mutex
+	want map[string]int64 // cache names the image asked for → declared size (Want)
+}
+
+// cacheDirs are a cache's held directories.
+type cacheDirs struct{ outer, inner *os.File }
+
+func (c *cacheDirs) close() {
+	for _, f := range []*os.File{c.inner, c.outer} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // OpenPartial creates (root, 0700) or opens the partial-blob cache beside
 // DEST, beneath the stage's held descriptor of DEST's parent, takes its
-// flock, removes stale and stray entries and, when handTo is set, gives the
-// directory and its entries to that uid (0700, 0600) for the copy. It
-// returns nil, nil when another pull into DEST holds the cache.
+// flock, removes stale, stray and unadoptable entries and, when handTo is
+// set, gives blobs/ and its entries to that uid (0700, 0600) for the copy.
+// It returns nil, nil when another pull into DEST holds the cache, and a
+// *CacheRefused when the cache directory is not root's 0700.
 func (s *Stage) OpenPartial(handTo *Identity, log *slog.Logger) (*Partial, error) {
 	if s == nil || s.parent == nil {
 		return nil, fmt.Errorf("no staging area")
+	}
+	if s.cacheErr != nil {
+		return nil, s.cacheErr // the reclaim tried already (and said so)
 	}
 	pfd, err := unix.FcntlInt(s.parent.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase()), log: discard(log)}
+	p := &Partial{parent: os.NewFile(uintptr(pfd), s.parent.Name()), name: PartialCacheName(s.destBase()), log: discard(log),
+		handTo: handTo, maxBytes: s.opts.MaxBytes, want: map[string]int64{}}
+	if p.maxBytes <= 0 {
+		p.maxBytes = partialDefaultMax
+	}
 	if s.at == s.parent {
 		p.stage = s // same filesystem: Close can keep its blobs by rename
 	}
-	p.Path = filepath.Join(s.parent.Name(), p.name)
+	p.Path = filepath.Join(s.parent.Name(), p.name, partialBlobs)
+	var c *cacheDirs
 	if s.cache != nil && s.cacheName == p.name {
 		// The reclaim of stale staging opened (and flocked) it already.
-		p.Dir, s.cache = s.cache, nil
-	} else {
-		if p.Dir, err = openCache(p.parent, p.name); err != nil || p.Dir == nil {
-			p.Close()
-			return nil, err
-		}
+		c, s.cache = s.cache, nil
+	} else if c, err = openCache(p.parent, p.name, p.maxBytes, p.log); err != nil || c == nil {
+		p.Close()
+		return nil, err
 	}
-	if err := p.tidy(Identity{}, time.Now().Add(-PartialMaxAge)); err != nil {
+	p.outer, p.Dir = c.outer, c.inner
+	if err := p.adopt(time.Now().Add(-PartialMaxAge)); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -104,41 +163,244 @@ func (s *Stage) OpenPartial(handTo *Identity, log *slog.Logger) (*Partial, error
 }
 
 // openCache creates (root, 0700) or opens the cache named name beneath
-// parent and takes its flock, and makes it root's: from then on only this
-// process can change its entries. It returns nil, nil when another pull
-// holds the flock.
-func openCache(parent *os.File, name string) (*os.File, error) {
+// parent, takes its flock and opens (or makes) its blobs/ directory. An
+// existing cache directory is used only when it is a root-owned 0700
+// directory (never through a symlink): from then on only this process can
+// change its entries. Anything else is a *CacheRefused, left untouched.
+// It returns nil, nil when another pull holds the flock.
+func openCache(parent *os.File, name string, maxBytes int64, log *slog.Logger) (*cacheDirs, error) {
 	path := filepath.Join(parent.Name(), name)
 	pfd := int(parent.Fd())
-	if err := unix.Mkdirat(pfd, name, 0o700); err != nil && err != unix.EEXIST {
+	created := true
+	if err := unix.Mkdirat(pfd, name, 0o700); err == unix.EEXIST {
+		created = false
+	} else if err != nil {
 		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", path, errnoText(err))
 	}
 	dfd, err := openDirAt(pfd, name)
+	if err == unix.ELOOP || err == unix.ENOTDIR {
+		return nil, &CacheRefused{Path: path, Why: "is a symbolic link or not a directory"}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", path, errnoText(err))
 	}
-	dir := os.NewFile(uintptr(dfd), path)
+	outer := os.NewFile(uintptr(dfd), path)
+	if created {
+		// Made by root just now, in a directory where no one else can
+		// rename it (root's, or sticky): root:root 0700 whatever the
+		// umask and a setgid parent made it.
+		err = setOwner(dfd, Identity{}, 0o700)
+	} else if st, serr := fstat(dfd); serr != nil {
+		err = serr
+	} else if !isDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+		outer.Close()
+		return nil, &CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}
+	}
+	if err != nil {
+		outer.Close()
+		return nil, fmt.Errorf("making the partial-blob cache %s root's: %v", path, err)
+	}
 	if err := unix.Flock(dfd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		dir.Close()
+		outer.Close()
 		if err == unix.EWOULDBLOCK {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("locking the partial-blob cache %s: %v", path, err)
 	}
-	// Root's first: from here on only this process can change its entries.
-	if err := setOwner(dfd, Identity{}, 0o700); err != nil {
-		dir.Close()
-		return nil, fmt.Errorf("taking over the partial-blob cache %s: %v", path, err)
+	inner, err := openBlobs(outer, maxBytes, discard(log))
+	if err != nil {
+		outer.Close()
+		return nil, err
 	}
-	return dir, nil
+	return &cacheDirs{outer: outer, inner: inner}, nil
+}
+
+// openBlobs opens the cache's blobs/ (held as outer, root's 0700 and
+// flocked), making it root's 0700 when missing, and removes every other
+// entry of outer. A blobs/ that is not a root-owned 0700 directory (a
+// pull whose parent was killed left it to its uid, which a later pull may
+// hold again) is not adopted: it is moved aside, its kept files that are
+// that uid's, regular and singly linked are copied (at most maxBytes in
+// all) into a new root-owned blobs/ — fresh inodes, so no descriptor
+// opened before can write them — and the old one is removed.
+func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, error) {
+	ofd := int(outer.Fd())
+	names, err := readDirNames(ofd)
+	if err != nil {
+		return nil, fmt.Errorf("reading the partial-blob cache %s: %v", outer.Name(), err)
+	}
+	for _, n := range names {
+		if n == partialBlobs {
+			continue
+		}
+		// A stray (an older layout's file, a directory moved aside by
+		// a pull that was killed): only root could put it in here, or a
+		// uid the directory was handed to by an older pullhelper.
+		st, err := fstatAt(ofd, n)
+		if err == nil {
+			err = removeTree(ofd, n, int(st.Uid))
+		}
+		if err != nil && err != unix.ENOENT {
+			log.Warn("could not remove a stray entry of the partial-blob cache", "path", filepath.Join(outer.Name(), n), "error", errnoText(err))
+		}
+	}
+	path := filepath.Join(outer.Name(), partialBlobs)
+	st, err := fstatAt(ofd, partialBlobs)
+	if err == nil && isDir(st) && st.Uid == 0 && st.Mode&0o7777 == 0o700 {
+		fd, err := openDirAt(ofd, partialBlobs)
+		if err != nil {
+			return nil, fmt.Errorf("opening %s: %s", path, errnoText(err))
+		}
+		if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+			unix.Close(fd)
+			return nil, fmt.Errorf("%s changed while it was opened", path)
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
+	if err != nil && err != unix.ENOENT {
+		return nil, fmt.Errorf("%s: %s", path, errnoText(err))
+	}
+	aside := ""
+	if err == nil {
+		aside = ".pullhelper-rm-" + randSuffix()
+		if err := unix.Renameat2(ofd, partialBlobs, ofd, aside, unix.RENAME_NOREPLACE); err != nil {
+			return nil, fmt.Errorf("moving aside %s: %v", path, err)
+		}
+	}
+	if err := unix.Mkdirat(ofd, partialBlobs, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %v", path, err)
+	}
+	fd, err := openDirAt(ofd, partialBlobs)
+	if err == nil {
+		if err = setOwner(fd, Identity{}, 0o700); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %s", path, errnoText(err))
+	}
+	inner := os.NewFile(uintptr(fd), path)
+	if aside != "" {
+		if isDir(st) && st.Uid != 0 {
+			n, b := copyKept(ofd, aside, st, fd, maxBytes)
+			log.Info("copied the kept blobs a killed pull left to its uid into a fresh root-owned partial-blob cache", "path", path, "uid", st.Uid, "blobs", n, "bytes", b)
+		}
+		if err := removeTree(ofd, aside, int(st.Uid)); err != nil {
+			log.Warn("could not remove the old partial-blob cache", "path", filepath.Join(outer.Name(), aside), "error", errnoText(err))
+		}
+	}
+	return inner, nil
+}
+
+// copyKept copies the kept files of the directory aside (beneath ofd,
+// which was st when looked at: another uid's) into the cache's blobs/
+// held as dst: only regular, singly linked files of that uid with a
+// blob's name, each and in all at most maxBytes; the copies are root's
+// 0600 with the original's times (the age limit still applies). Every
+// file is opened O_PATH first and reopened for reading only once it is a
+// regular file. It returns how many it copied and their bytes.
+func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (int, int64) {
+	afd, err := openDirAt(ofd, aside)
+	if err != nil {
+		return 0, 0
+	}
+	defer unix.Close(afd)
+	if got, err := fstat(afd); err != nil || got.Ino != st.Ino || got.Uid != st.Uid {
+		return 0, 0
+	}
+	names, err := readDirNames(afd)
+	if err != nil {
+		return 0, 0
+	}
+	sort.Strings(names)
+	n, total := 0, int64(0)
+	buf := make([]byte, 1<<20)
+	for _, name := range names {
+		if !partialName.MatchString(name) {
+			continue
+		}
+		pfd, err := openAt(afd, name, unix.O_PATH, 0)
+		if err != nil {
+			continue
+		}
+		fst, err := fstat(pfd)
+		if err != nil || !isReg(fst) || fst.Nlink != 1 || fst.Uid != st.Uid || fst.Size <= 0 || fst.Size > maxBytes-total {
+			unix.Close(pfd)
+			continue
+		}
+		rfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		unix.Close(pfd)
+		if err != nil {
+			continue
+		}
+		in := os.NewFile(uintptr(rfd), name)
+		if got, err := fstat(rfd); err != nil || got.Ino != fst.Ino {
+			in.Close()
+			continue
+		}
+		out, err := fileAt(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		w, err := io.CopyBuffer(out, io.LimitReader(in, fst.Size), buf)
+		in.Close()
+		ok := err == nil && w > 0 && setOwner(int(out.Fd()), Identity{}, 0o600) == nil && out.Sync() == nil &&
+			unix.Futimes(int(out.Fd()), []unix.Timeval{unix.NsecToTimeval(fst.Atim.Nano()), unix.NsecToTimeval(fst.Mtim.Nano())}) == nil
+		out.Close()
+		if !ok {
+			_ = unix.Unlinkat(dst, name, 0)
+			continue
+		}
+		n++
+		total += w
+	}
+	return n, total
+}
+
+// copyAs copies size bytes of the file held as fd into a new root-owned
+// 0600 file of dir (an O_EXCL temporary name, synced, then renamed to
+// name, replacing what is there).
+func copyAs(fd int, size int64, dir int, name string) error {
+	in, err := unix.Dup(fd)
+	if err != nil {
+		return err
+	}
+	src := os.NewFile(uintptr(in), name)
+	defer src.Close()
+	out, tmp, err := createTemp(dir, ".pullhelper-copy-")
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	w, err := io.CopyBuffer(out, io.NewSectionReader(src, 0, size), make([]byte, 1<<20))
+	if err == nil && w != size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		err = setOwner(int(out.Fd()), Identity{}, 0o600)
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if err == nil {
+		err = unix.Renameat(dir, tmp, dir, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dir, tmp, 0)
+	}
+	return err
 }
 
 // releaseCache closes a cache opened by openCache, removing it when empty.
-func releaseCache(parent, dir *os.File, name string) {
-	if names, err := readDirNames(int(dir.Fd())); err == nil && len(names) == 0 {
+func releaseCache(parent *os.File, c *cacheDirs, name string) {
+	if names, err := readDirNames(int(c.inner.Fd())); err == nil && len(names) == 0 {
+		_ = unix.Unlinkat(int(c.outer.Fd()), partialBlobs, unix.AT_REMOVEDIR)
+	}
+	if names, err := readDirNames(int(c.outer.Fd())); err == nil && len(names) == 0 {
 		_ = unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR)
 	}
-	dir.Close()
+	c.close()
 }
 
 // salvage moves the complete-looking blobs of a stale staging root (held
@@ -151,8 +413,10 @@ func releaseCache(parent, dir *os.File, name string) {
 //	image/<hex>, image/sha512-<hex>             dir:
 //	container_images_oci*/blobs/<alg>/<hex>     oci-archive: (its unpacked layout)
 //
-// Only regular files with one link move, by rename on the same
-// filesystem, made root's 0600 first. Moving does not make them trusted:
+// Only regular files with one link are kept: root's by rename on the same
+// filesystem, made 0600 first; another uid's (a pull uid's, whose staging
+// was never taken back) as a fresh root-owned copy, never adopted. Keeping
+// does not make them trusted:
 // the copy hashes a kept file holding a whole blob before serving it (and
 // discards a mismatch or one longer than the blob), containers/image
 // checks the stream and the parent hashes the staged blob again.
@@ -226,25 +490,40 @@ func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int6
 		st, err := fstat(fd)
 		now, lerr := fstatAt(dirFd, f)
 		ok = err == nil && lerr == nil && isReg(st) && st.Nlink == 1 && st.Size > 0 &&
-			now.Dev == st.Dev && now.Ino == st.Ino && setOwner(fd, Identity{}, 0o600) == nil
+			now.Dev == st.Dev && now.Ino == st.Ino
+		if ok {
+			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
+				ok = false // the cache keeps as much already
+			}
+		}
+		if !ok {
+			unix.Close(fd)
+			continue
+		}
+		if st.Uid != 0 {
+			// Another uid's (the pull uid's: its staging was never
+			// taken back): not adopted, a fresh root-owned copy is kept.
+			err = copyAs(fd, st.Size, cacheFd, target)
+			unix.Close(fd)
+			if err != nil {
+				continue
+			}
+			n++
+			bytes += st.Size
+			continue
+		}
+		ok = setOwner(fd, Identity{}, 0o600) == nil
 		unix.Close(fd)
 		if !ok {
 			continue
 		}
-		err = unix.Renameat2(dirFd, f, cacheFd, target, unix.RENAME_NOREPLACE)
-		if err == unix.EEXIST {
-			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
-				continue
-			}
-			err = unix.Renameat(dirFd, f, cacheFd, target)
-		}
-		if err != nil {
+		if err := unix.Renameat(dirFd, f, cacheFd, target); err != nil {
 			continue
 		}
 		// What arrived must be the inode checked (a name swapped in
 		// between is not kept).
 		if got, err := fstatAt(cacheFd, target); err != nil || got.Dev != st.Dev || got.Ino != st.Ino || !isReg(got) {
-			_ = removeAllAt(cacheFd, target)
+			_ = unix.Unlinkat(cacheFd, target, 0)
 			continue
 		}
 		n++
@@ -263,20 +542,65 @@ func (s *Stage) destBase() string {
 	return n
 }
 
-// give hands the cache and its entries to id (the copy's uid).
+// give hands blobs/ and its entries to id (the copy's uid): the entries
+// first, while blobs/ is still root's 0700.
 func (p *Partial) give(id Identity) error {
-	if err := p.tidy(id, time.Time{}); err != nil {
-		return err
+	dfd := int(p.Dir.Fd())
+	names, err := readDirNames(dfd)
+	if err != nil {
+		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
 	}
-	if err := setOwner(int(p.Dir.Fd()), id, 0o700); err != nil {
+	for _, n := range names {
+		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
+		}
+		st, err := fstat(fd)
+		if err == nil && (!isReg(st) || st.Nlink != 1 || st.Uid != 0) {
+			err = fmt.Errorf("changed while it was checked")
+		}
+		if err == nil {
+			err = setOwner(fd, id, 0o600)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
+		}
+	}
+	if err := setOwner(dfd, id, 0o700); err != nil {
 		return fmt.Errorf("handing the partial-blob cache %s to uid %d: %v", p.Path, id.UID, err)
 	}
 	return nil
 }
 
-// TakeBack makes the cache root's again (0700, entries root's 0600) and
-// removes whatever the copy left that is not a kept blob. Call it only when
-// every process of the pull is dead. Nil-safe.
+// Want records a blob the image asks for (a digest "alg:hex" and its
+// declared size, as the copy announced it): when the cache is taken back
+// from a child, only such blobs are kept, each at most its declared size.
+// What is not a digest, has no positive size or a size beyond the image's
+// limit is ignored, as are announcements beyond maxPrehash; the smaller of
+// two sizes for one digest wins. Safe for concurrent use; nil-safe.
+func (p *Partial) Want(d string, size int64) {
+	if p == nil {
+		return
+	}
+	alg, hx, ok := strings.Cut(d, ":")
+	if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) || size <= 0 || size > p.maxBytes {
+		return
+	}
+	name := alg + "-" + hx + ".partial"
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.want[name]; ok {
+		p.want[name] = min(old, size)
+	} else if len(p.want) < maxPrehash {
+		p.want[name] = size
+	}
+}
+
+// TakeBack makes blobs/ root's again (0700, entries root's 0600), removes
+// whatever the copy left that is not a kept blob and keeps only what the
+// image asked for (Want). Call it only when every process of the pull is
+// dead. Nil-safe.
 func (p *Partial) TakeBack() error {
 	if p == nil || p.Dir == nil {
 		return nil
@@ -284,17 +608,33 @@ func (p *Partial) TakeBack() error {
 	if err := setOwner(int(p.Dir.Fd()), Identity{}, 0o700); err != nil {
 		return fmt.Errorf("taking back the partial-blob cache %s: %v", p.Path, err)
 	}
-	return p.tidy(Identity{}, time.Time{})
+	if err := p.tidy(time.Time{}, false); err != nil {
+		return err
+	}
+	return p.prune()
 }
 
-// tidy removes every entry that is not a regular, singly linked file with
-// a blob's name (and, when olderThan is set, those last modified before
-// it), and gives the others to owner (0600). Kept is recounted.
-func (p *Partial) tidy(owner Identity, olderThan time.Time) error {
+// tidy removes every entry of blobs/ that is not a regular, singly linked
+// file with a blob's name, owned by root or (after a child) by the pull
+// uid (and, when olderThan is set, those last modified before it), and
+// makes the others root's 0600; with adopting (kept from an earlier pull)
+// also every file another descriptor is open on: a write lease, which the
+// kernel grants only then, is taken and let go on each. Kept is recounted.
+func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 	dfd := int(p.Dir.Fd())
 	names, err := readDirNames(dfd)
 	if err != nil {
 		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
+	}
+	handed := -1
+	if p.handTo != nil && !adopting {
+		handed = p.handTo.UID
+	}
+	remove := func(n string, st unix.Stat_t) error {
+		if err := removeTree(dfd, n, int(st.Uid)); err != nil {
+			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+		}
+		return nil
 	}
 	p.Kept = 0
 	for _, n := range names {
@@ -303,9 +643,10 @@ func (p *Partial) tidy(owner Identity, olderThan time.Time) error {
 			continue
 		}
 		stale := !olderThan.IsZero() && time.Unix(st.Mtim.Unix()).Before(olderThan)
-		if !partialName.MatchString(n) || !isReg(st) || st.Nlink != 1 || stale {
-			if err := removeAllAt(dfd, n); err != nil {
-				return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+		owned := st.Uid == 0 || (handed >= 0 && st.Uid == uint32(handed))
+		if !partialName.MatchString(n) || !isReg(st) || st.Nlink != 1 || stale || !owned {
+			if err := remove(n, st); err != nil {
+				return err
 			}
 			if stale {
 				p.Expired = append(p.Expired, filepath.Join(p.Path, n))
@@ -314,31 +655,91 @@ func (p *Partial) tidy(owner Identity, olderThan time.Time) error {
 		}
 		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err == unix.EAGAIN {
-			// Under another process's lease (a shared uid's): never
-			// waited for, not kept.
-			if err := removeAllAt(dfd, n); err != nil {
-				return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+			// Under another process's lease: never waited for, not kept.
+			if err := remove(n, st); err != nil {
+				return err
 			}
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
 		}
-		err = setOwner(fd, owner, 0o600)
-		if err == nil {
-			var now unix.Stat_t
-			if err = unix.Fstat(fd, &now); err == nil && (!isReg(now) || now.Nlink != 1) {
-				err = fmt.Errorf("changed while it was checked")
+		now, err := fstat(fd)
+		if err == nil && (!isReg(now) || now.Nlink != 1 || now.Ino != st.Ino) {
+			err = fmt.Errorf("changed while it was checked")
+		}
+		if err == nil && adopting && !alone(fd) {
+			unix.Close(fd)
+			p.log.Warn("discarding a kept partial blob another process holds open", "path", filepath.Join(p.Path, n))
+			if err := remove(n, st); err != nil {
+				return err
 			}
-			p.Kept += now.Size
+			continue
+		}
+		if err == nil {
+			err = setOwner(fd, Identity{}, 0o600)
 		}
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
 		}
+		p.Kept += now.Size
 	}
 	return nil
 }
+
+// alone reports whether no descriptor but fd (this process's, O_RDONLY)
+// is open on its file and no writable mapping of it exists: the kernel
+// grants a write lease only then. The lease is let go at once.
+func alone(fd int) bool {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		return false
+	}
+	_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+	return true
+}
+
+// prune keeps in blobs/ only the blobs the image asked for (Want), each at
+// most its declared size, in all at most the image's size limit; the rest
+// is removed. Only a cache handed to a child is pruned (in this process,
+// the copy is the parent's own). Kept is recounted.
+func (p *Partial) prune() error {
+	if p == nil || p.Dir == nil || p.handTo == nil {
+		return nil
+	}
+	dfd := int(p.Dir.Fd())
+	names, err := readDirNames(dfd)
+	if err != nil {
+		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
+	}
+	sort.Strings(names)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Kept = 0
+	for _, n := range names {
+		st, err := fstatAt(dfd, n)
+		if err != nil {
+			continue
+		}
+		size, asked := p.want[n]
+		if asked && isReg(st) && st.Size <= size && st.Size <= p.maxBytes-p.Kept {
+			p.Kept += st.Size
+			continue
+		}
+		if err := removeTree(dfd, n); err != nil {
+			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+		}
+		if !asked {
+			p.log.Info("removed a partial blob the image did not ask for", "path", filepath.Join(p.Path, n), "bytes", st.Size)
+		} else {
+			p.log.Info("removed a partial blob beyond its declared size or the image's limit", "path", filepath.Join(p.Path, n), "bytes", st.Size)
+		}
+	}
+	return nil
+}
+
+// adopt is tidy at the start of a pull.
+func (p *Partial) adopt(olderThan time.Time) error { return p.tidy(olderThan, true) }
 
 // Remove deletes the cache (the pull committed: every blob it kept is in
 // DEST) and closes it. Nil-safe.
@@ -347,7 +748,11 @@ func (p *Partial) Remove() error {
 		return nil
 	}
 	p.stage = nil
-	err := removeAllAt(int(p.parent.Fd()), p.name)
+	var handed []int
+	if p.handTo != nil {
+		handed = append(handed, p.handTo.UID)
+	}
+	err := removeTree(int(p.parent.Fd()), p.name, handed...)
 	p.Close()
 	if err != nil {
 		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, errnoText(err))
@@ -358,54 +763,69 @@ func (p *Partial) Remove() error {
 // Close releases the cache, keeping its contents, and first keeps in it
 // the blobs the pull finished in its staging area (a pull that failed or
 // was stopped after some blobs were complete: the next pull into DEST
-// does not fetch them again; see salvage). Call it only when every process
+// does not fetch them again; see salvage) — only those the image asked
+// for when a child made them (prune). Call it only when every process
 // of the pull is dead, before the stage is removed (after Remove, nothing
-// is kept). An empty cache is removed (nothing is left behind when nothing
-// was kept). Nil-safe.
+// is kept). An empty cache is removed (nothing is left behind when
+// nothing was kept). Nil-safe.
 func (p *Partial) Close() {
 	if p == nil {
 		return
 	}
 	if s := p.stage; s != nil && s.root != nil && p.Dir != nil {
 		if n, b := salvage(int(s.root.Fd()), int(p.Dir.Fd())); n > 0 {
+			if err := p.prune(); err != nil {
+				p.log.Warn("pruning the partial-blob cache", "error", err.Error())
+			}
 			p.log.Info("kept the blobs this pull finished in the partial-blob cache", "path", p.Path, "blobs", n, "bytes", b)
 		}
 	}
 	p.stage = nil
-	if p.Dir != nil && p.parent != nil {
-		if names, err := readDirNames(int(p.Dir.Fd())); err == nil && len(names) == 0 {
-			_ = unix.Unlinkat(int(p.parent.Fd()), p.name, unix.AT_REMOVEDIR)
-		}
+	if p.Dir != nil && p.outer != nil && p.parent != nil {
+		releaseCache(p.parent, &cacheDirs{outer: p.outer, inner: p.Dir}, p.name)
+	} else {
+		(&cacheDirs{outer: p.outer, inner: p.Dir}).close()
 	}
-	for _, f := range []*os.File{p.Dir, p.parent} {
-		if f != nil {
-			f.Close()
-		}
+	if p.parent != nil {
+		p.parent.Close()
 	}
-	p.Dir, p.parent = nil, nil
+	p.Dir, p.outer, p.parent = nil, nil, nil
 }
 
 // sweepPartial removes the partial-blob cache named for DEST base in the
-// directory held as dir, unless a live pull holds its flock. It returns
-// the removed path, or "".
-func sweepPartial(dir *os.File, base string) string {
+// directory held as dir, unless a live pull holds its flock or it is not
+// a root-owned 0700 directory (then refused names why: another user's is
+// never entered). It returns the removed path, or "".
+func sweepPartial(dir *os.File, base string) (removed, refused string) {
 	name := PartialCacheName(base)
+	path := filepath.Join(dir.Name(), name)
 	st, err := fstatAt(int(dir.Fd()), name)
-	if err != nil || !isDir(st) {
-		return ""
+	if err != nil {
+		return "", ""
+	}
+	if !isDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+		return "", (&CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}).Error()
 	}
 	fd, err := openDirAt(int(dir.Fd()), name)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	defer unix.Close(fd)
+	if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+		return "", ""
+	}
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return "" // a live pull's
+		return "", "" // a live pull's
 	}
-	if removeAllAt(int(dir.Fd()), name) != nil {
-		return ""
+	// blobs/ may be the uid's of a pull whose parent was killed.
+	var handed []int
+	if bst, err := fstatAt(fd, partialBlobs); err == nil && isDir(bst) && bst.Uid != 0 {
+		handed = append(handed, int(bst.Uid))
 	}
-	return filepath.Join(dir.Name(), name)
+	if err := removeTree(int(dir.Fd()), name, handed...); err != nil {
+		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, errnoText(err))
+	}
+	return path, ""
 }
 
 // maxHanded bounds the list of handed-over blobs the parent acts on (the

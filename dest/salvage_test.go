@@ -152,7 +152,7 @@ func TestPartialCloseKeepsFinishedBlobs(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(blobs, sha(a)[len("sha256:"):]), a, 0o644))
 		return st, p
 	}
-	kept := filepath.Join(top, dest.PartialCacheName("d"), "sha256-"+sha(a)[len("sha256:"):]+".partial")
+	kept := filepath.Join(top, dest.PartialCacheName("d"), "blobs", "sha256-"+sha(a)[len("sha256:"):]+".partial")
 
 	st, p := stageWithBlob()
 	p.Close()
@@ -165,7 +165,7 @@ func TestPartialCloseKeepsFinishedBlobs(t *testing.T) {
 	must(t, p.Remove())
 	p.Close()
 	st.Remove()
-	if _, err := os.Stat(filepath.Dir(kept)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Dir(filepath.Dir(kept))); !os.IsNotExist(err) {
 		t.Fatalf("the cache is left after Remove: %v", err)
 	}
 }

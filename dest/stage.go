@@ -68,10 +68,14 @@ type Stage struct {
 	verified *verified // set by Verify, consumed by Commit
 	// cache is DEST's partial-blob cache, opened and flocked by the
 	// reclaim that salvaged blobs into it; OpenPartial takes it over.
-	cache     *os.File
+	cache     *cacheDirs
 	cacheName string
+	cacheErr  error // the cache could not be used (said once, by the reclaim)
 
 	presums Presums // digests computed ahead (UsePresums)
+	// extraOwners are more uids removeTree may find in staging (the
+	// owner of a replaced dir: DEST).
+	extraOwners []int
 }
 
 // lockTimeout is the commit lock's bound.
@@ -91,7 +95,7 @@ func (s *Stage) Remove() {
 		s.verified.tree.close()
 	}
 	if s.at != nil && s.rootName != "" {
-		_ = removeAllAt(int(s.at.Fd()), s.rootName)
+		_ = removeTree(int(s.at.Fd()), s.rootName, s.handed()...)
 	}
 	if s.cache != nil && s.parent != nil {
 		releaseCache(s.parent, s.cache, s.cacheName)
@@ -111,7 +115,17 @@ func (s *Stage) Remove() {
 // Reset empties the work directory between attempts (the copy runs in
 // this process: the in-process path only).
 func (s *Stage) Reset() error {
-	return removeAllAt(int(s.Work.Fd()), s.Name)
+	return removeTree(int(s.Work.Fd()), s.Name, s.handed()...)
+}
+
+// handed are the uids other than root that may own parts of the staging
+// tree: DEST's parent's owner (committed files) and the pull uid.
+func (s *Stage) handed() []int {
+	h := append([]int{s.owner.UID}, s.extraOwners...)
+	if s.opts.HandTo != nil {
+		h = append(h, s.opts.HandTo.UID)
+	}
+	return h
 }
 
 // allowedOwner: root or the caller.
@@ -277,8 +291,12 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 		if !tried {
 			tried = true
 			s.cacheName = PartialCacheName(filepath.Base(b.spec.Path))
-			c, err := openCache(parent, s.cacheName)
+			c, err := openCache(parent, s.cacheName, o.MaxBytes, o.Log)
+			var refused *CacheRefused
 			if err != nil {
+				s.cacheErr = err // OpenPartial returns it: a refused cache is warned of there, once
+			}
+			if err != nil && !errors.As(err, &refused) {
 				discard(o.Log).Warn("no partial-blob cache: the complete blobs of a stale staging directory are removed with it", "error", err.Error())
 			}
 			s.cache = c // nil when another pull holds it: nothing is moved
@@ -286,7 +304,7 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 		if s.cache == nil {
 			return
 		}
-		k, kb := salvage(rootFd, int(s.cache.Fd()))
+		k, kb := salvage(rootFd, int(s.cache.inner.Fd()))
 		s.Salvaged += k
 		s.SalvagedBytes += kb
 	})
@@ -379,8 +397,17 @@ func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 		if keep != nil {
 			keep(n, fd)
 		}
+		// Its work directory was the dead pull's uid's (or root's again),
+		// what is below it that uid's or DEST's parent's owner's.
+		handed := []int{}
+		if ast, err := fstat(int(at.Fd())); err == nil {
+			handed = append(handed, int(ast.Uid))
+		}
+		if wst, err := fstatAt(fd, workDir); err == nil && isDir(wst) {
+			handed = append(handed, int(wst.Uid))
+		}
 		unix.Close(fd)
-		if removeAllAt(int(at.Fd()), n) == nil {
+		if removeTree(int(at.Fd()), n, handed...) == nil {
 			out = append(out, filepath.Join(at.Name(), n))
 		}
 	}

@@ -28,6 +28,10 @@ type entry struct {
 	used bool   // named by the verified graph: committed
 	sum  string // hex digest once hashed
 	alg  string
+	// fresh: another descriptor was open on the inode when it was taken
+	// back (no write lease): it is never committed itself, only a fresh
+	// root-created copy, hashed while copying.
+	fresh bool
 }
 
 // tree is a staged directory the parent has taken back: every directory is
@@ -53,7 +57,10 @@ func (t *tree) close() {
 // work/NAME beneath it: directories first get owner 0755 (from then on no
 // other process can add or rename entries), files are checked to be
 // regular with nlink 1 and get owner 0644 through a descriptor opened with
-// O_NOFOLLOW. Anything else is refused (failure.Verification).
+// O_NOFOLLOW. Anything else is refused (failure.Verification). A file on
+// which the kernel refuses a write lease (another descriptor is open on
+// it: one kept from an earlier pull, a cache file another user planted)
+// is never committed itself: only a fresh root-created copy (entry.fresh).
 //
 // maxBytes (the image's limit, 0: none) bounds what presum hashes ahead:
 // a staged file larger than that, or beyond that in all, is left to the
@@ -129,10 +136,18 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if err == nil && (got.Ino != st.Ino || !isReg(got) || got.Nlink != 1) {
 				err = badStaged("%s changed while it was taken back", r)
 			}
+			// work/ is root's 0700 now and every process of the pull is
+			// dead: a write lease, which the kernel grants only while no
+			// other descriptor (and no writable mapping) is open on the
+			// inode, proves nothing else can ever write it. Without one
+			// (a descriptor kept from an earlier pull, a cache file a
+			// local user planted, a filesystem without leases) only a
+			// fresh copy is committed.
+			e := &entry{size: got.Size, ino: got.Ino, fresh: t.fresh || !alone(fd)}
 			if err == nil {
 				mode := uint32(0o644)
-				if t.fresh {
-					mode = 0o600 // the shared uid's inode is never committed
+				if e.fresh {
+					mode = 0o600 // this inode is never committed
 				}
 				err = setOwner(fd, t.owner, mode)
 			}
@@ -140,8 +155,7 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if err != nil {
 				return err
 			}
-			e := &entry{size: got.Size, ino: got.Ino}
-			if ps, ok := t.presums[[2]uint64{got.Dev, got.Ino}]; ok && ps.Size == got.Size && !t.fresh {
+			if ps, ok := t.presums[[2]uint64{got.Dev, got.Ino}]; ok && ps.Size == got.Size && !e.fresh {
 				e.sum, e.alg = ps.Sum, ps.Alg
 			}
 			t.files[r] = e
@@ -244,7 +258,7 @@ func (t *tree) sum(rel, alg string) (string, error) {
 	if h == nil {
 		return "", badStaged("%s: unsupported digest algorithm %q", rel, alg)
 	}
-	if t.fresh {
+	if e.fresh {
 		n, err := t.freshCopy(rel, f, h)
 		if err != nil {
 			return "", err
@@ -292,7 +306,7 @@ func (t *tree) presum(maxBytes int64) {
 	}
 	var jobs []job
 	for rel, e := range t.files {
-		if e.size < presumMin || e.sum != "" || e.size > budget {
+		if e.size < presumMin || e.sum != "" || e.size > budget || e.fresh {
 			continue
 		}
 		switch base := path.Base(rel); {
@@ -337,7 +351,7 @@ func (t *tree) presum(maxBytes int64) {
 
 func (t *tree) commitContent(rel string, e *entry, f *os.File, b []byte) error {
 	e.used = true
-	if !t.fresh {
+	if !e.fresh {
 		return f.Sync()
 	}
 	_, err := t.freshCopy(rel, newBytesReader(b), nil)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -94,7 +95,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 // stage creates the staging area beside DEST (handed to id when the copy
 // runs as another uid) and logs what it reclaimed.
 func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
-	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, Log: o.Log})
+	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +350,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
 		NodeRate: so.Rates != nil,
-	}, prehashing(pre, progressOnly(o.Events)), o.Log)
+	}, wanting(part, prehashing(pre, progressOnly(o.Events))), o.Log)
 	o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
@@ -400,7 +401,10 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 // DEST holds it, or it cannot be made) the pull goes on without resume.
 func (p *Plan) partial(o *Options, st *dest.Stage, id *dest.Identity) *dest.Partial {
 	part, err := st.OpenPartial(id, o.Log)
+	var refused *dest.CacheRefused
 	switch {
+	case errors.As(err, &refused):
+		o.Log.Warn(refused.Error())
 	case err != nil:
 		o.Log.Warn("no partial-blob cache: a pull killed now starts its blobs over", "error", err.Error())
 	case part == nil:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -73,4 +74,42 @@ func init() {
 		}
 		return syscall.Close(fd)
 	}))
+}
+
+// Cache trials (tests/120-resume.bats, issue 22 finding 5): "plant-unasked"
+// leaves in the partial-blob cache what no blob of the image is — 256 MiB
+// (sparse) under a digest-shaped name the image does not have — and makes
+// every kept file longer than its blob by 1 MiB, then fails. The parent
+// must keep only the image's blobs, each at most its declared size.
+func init() {
+	registerHostile("plant-unasked", func(*hostileEnv) (bool, int) {
+		ents, err := os.ReadDir(partialInChild)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pullhelper-child: hostile:", err)
+			return true, 102
+		}
+		grown := 0
+		for _, e := range ents {
+			f, err := os.OpenFile(filepath.Join(partialInChild, e.Name()), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				continue
+			}
+			if _, err := f.Write(make([]byte, 1<<20)); err == nil {
+				grown++
+			}
+			f.Close()
+		}
+		name := filepath.Join(partialInChild, "sha256-"+strings.Repeat("e", 64)+".partial")
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			err = f.Truncate(256 << 20)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pullhelper-child: hostile:", err)
+			return true, 102
+		}
+		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: planted an unasked blob, grew %d kept files\n", grown)
+		return true, 1
+	})
 }

@@ -48,10 +48,13 @@ setup() {
     OLD_SUM=$(dest_sum)
     (cd "$OUT/dest" && find . -type f | sort >"$OUT/old.files" && find . -type f -print0 | sort -z | xargs -0 sha256sum >"$OUT/old.sums")
     PARTIAL=$OUT/.pullhelper-partial-dest
+    PBLOBS=$PARTIAL/blobs
 }
 
 teardown() {
     _kill_bg
+    _stop_holder
+    if [[ -n ${VT:-} && -d $VT ]]; then rm -rf "$VT"; fi
     stop_all_faultproxies
     if mountpoint -q "$OUT/mp" 2>/dev/null; then umount "$OUT/mp" || umount -l "$OUT/mp"; fi
 }
@@ -72,7 +75,7 @@ _kill_bg() {
 
 # kept DIGEST: bytes of DIGEST in the partial-blob cache (0 when none).
 kept() {
-    local f=$PARTIAL/sha256-${1#sha256:}.partial
+    local f=$PBLOBS/sha256-${1#sha256:}.partial
     if [[ -f $f ]]; then stat -c %s "$f"; else echo 0; fi
 }
 
@@ -248,7 +251,8 @@ kill_trial() {
         [[ $(dest_sum) == "$OLD_SUM" ]] || fail "DEST changed after kill -9 of the $who"
     fi
     [[ -d $PARTIAL || $who == parent ]] || fail "no partial-blob cache after the child was killed"
-    [[ ! -d $PARTIAL || $(stat -c %u "$PARTIAL") == 0 || $who == parent ]] || fail "the parent did not take the cache back after the child died: owner $(stat -c %u "$PARTIAL")"
+    [[ ! -d $PARTIAL || $(stat -c '%u %a' "$PARTIAL") == "0 700" ]] || fail "the partial-blob cache is not root's 0700: $(stat -c '%u %a' "$PARTIAL")"
+    [[ ! -d $PBLOBS || $(stat -c %u "$PBLOBS") == 0 || $who == parent ]] || fail "the parent did not take the cache back after the child died: owner $(stat -c %u "$PBLOBS")"
 
     # What the kill left, per layer: c = bytes in the cache, s = a whole
     # blob in the killed pull's staging (a killed parent leaves it; the
@@ -260,7 +264,7 @@ kill_trial() {
         if ((dd)); then k[i]=${SIZE[$i]} src[i]=d
         elif ((st > 0)); then k[i]=$st src[i]=s
         else k[i]=$c src[i]=c; fi
-        [[ ${k[$i]} == "${want[$i]}" ]] || fail "layer $i: ${k[$i]} bytes kept (cache $c, staged $st, in DEST $dd), want ${want[$i]}; beside DEST: $(ls -la "$OUT"/.pullhelper-staging-dest-*/work/image/blobs/sha256 "$PARTIAL" 2>&1)"
+        [[ ${k[$i]} == "${want[$i]}" ]] || fail "layer $i: ${k[$i]} bytes kept (cache $c, staged $st, in DEST $dd), want ${want[$i]}; beside DEST: $(ls -la "$OUT"/.pullhelper-staging-dest-*/work/image/blobs/sha256 "$PBLOBS" 2>&1)"
     done
     if [[ $point == commit ]]; then
         local moved
@@ -345,16 +349,16 @@ pct() { echo $((SIZE[$1] * $2 / 100)); }
 # keep_partial LAYER_INDEX BYTES: a kill trial's first half by hand: the
 # cache holds BYTES of the layer, as a pull would have left it.
 plant() {
-    mkdir -p "$PARTIAL"
-    chmod 0700 "$PARTIAL"
-    head -c "$2" "$(fixture_blob big "${LAYER[$1]}")" >"$PARTIAL/sha256-${LAYER[$1]#sha256:}.partial"
+    mkdir -p "$PBLOBS"
+    chmod 0700 "$PARTIAL" "$PBLOBS"
+    head -c "$2" "$(fixture_blob big "${LAYER[$1]}")" >"$PBLOBS/sha256-${LAYER[$1]#sha256:}.partial"
 }
 
 @test "resume: a kept prefix with a flipped byte is never trusted: discarded, the blob fetched again, the pull succeeds" {
     local n
     n=$(pct 1 50)
     plant 1 "$n"
-    printf '\xff' | dd of="$PARTIAL/sha256-${LAYER[1]#sha256:}.partial" bs=1 seek=1000 conv=notrunc status=none
+    printf '\xff' | dd of="$PBLOBS/sha256-${LAYER[1]#sha256:}.partial" bs=1 seek=1000 conv=notrunc status=none
     local from
     from=$(log_lines)
     run_pullhelper pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
@@ -370,7 +374,7 @@ plant() {
 
 @test "resume: a kept file longer than the blob is discarded; one holding the whole blob is served without a request" {
     plant 0 $((SIZE[0] + 10))
-    head -c 10 /dev/zero >>"$PARTIAL/sha256-${LAYER[0]#sha256:}.partial"
+    head -c 10 /dev/zero >>"$PBLOBS/sha256-${LAYER[0]#sha256:}.partial"
     plant 2 "${SIZE[2]}"
     local from
     from=$(log_lines)
@@ -383,7 +387,7 @@ plant() {
 
 @test "resume: a kept file older than the age limit is removed at the start of a pull and not used" {
     plant 1 "$(pct 1 50)"
-    touch -d '8 days ago' "$PARTIAL/sha256-${LAYER[1]#sha256:}.partial"
+    touch -d '8 days ago' "$PBLOBS/sha256-${LAYER[1]#sha256:}.partial"
     local from
     from=$(log_lines)
     run_pullhelper pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
@@ -394,10 +398,10 @@ plant() {
 
 @test "resume: stray entries in the cache (a symlink, a directory, a hard link) are removed, never followed" {
     plant 1 "$(pct 1 50)"
-    ln -s /etc/shadow "$PARTIAL/sha256-${LAYER[0]#sha256:}.partial"
-    mkdir "$PARTIAL/sub"
+    ln -s /etc/shadow "$PBLOBS/sha256-${LAYER[0]#sha256:}.partial"
+    mkdir "$PBLOBS/sub"
     echo x >"$OUT/outside"
-    ln "$OUT/outside" "$PARTIAL/sha256-${LAYER[2]#sha256:}.partial"
+    ln "$OUT/outside" "$PBLOBS/sha256-${LAYER[2]#sha256:}.partial"
     local shadow
     shadow=$(stat -c '%u %a' /etc/shadow)
     run_pullhelper pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
@@ -461,4 +465,178 @@ plant() {
         (cd "$OUT/mp/blobs/sha256" && sha256sum -c --quiet <<<"${l#sha256:}  ${l#sha256:}") ||
             fail "the mount-point DEST's layer $l does not match its digest"
     done
+}
+
+# Attacks on the cache by other uids (issue 22). The victims' DESTs live in
+# /var/tmp (a parent anyone may traverse, as the attacks need).
+
+# holder UID GID create|open PATH...: start, as UID, a process that opens
+# (creating with create, directories 0777) each PATH O_RDWR and holds the
+# descriptors; sets HELD to the number it holds. Then holder_write makes it
+# pwrite "EVIL" at offset 0 through each and exit; sets WROTE.
+holder() {
+    local uid=$1 gid=$2
+    shift 2
+    cat >"$VT/holder.py" <<'PY'
+import os, sys
+os.umask(0)
+create = sys.argv[1] == "create"
+held = []
+for p in sys.argv[2:]:
+    try:
+        if create:
+            os.makedirs(os.path.dirname(p), mode=0o777, exist_ok=True)
+        held.append(os.open(p, os.O_RDWR | (os.O_CREAT if create else 0), 0o666))
+    except OSError as e:
+        print("holder: %s: %s" % (p, e.strerror), file=sys.stderr)
+print("held %d" % len(held), flush=True)
+sys.stdin.readline()
+n = 0
+for fd in held:
+    try:
+        os.pwrite(fd, b"EVIL", 0)
+        n += 1
+    except OSError as e:
+        print("holder: pwrite: %s" % e.strerror, file=sys.stderr)
+print("wrote %d" % n, flush=True)
+PY
+    chmod 644 "$VT/holder.py"
+    # Two FIFOs, not a coproc (bash closes a coproc's descriptors when it
+    # exits, racing the read of its last line).
+    mkfifo -m 0666 "$VT/holder.in" "$VT/holder.out"
+    setpriv --reuid "$uid" --regid "$gid" --clear-groups "$PH_PYTHON" "$VT/holder.py" "$@" \
+        <"$VT/holder.in" >"$VT/holder.out" 2>"$VT/holder.err" &
+    HOLDER_PID=$!
+    exec {HOLDER_IN}>"$VT/holder.in" {HOLDER_OUT}<"$VT/holder.out"
+    local line=
+    read -r -t 120 line <&"$HOLDER_OUT" || { fail "the holder did not start: $(cat "$VT/holder.err")"; return; }
+    HELD=${line#held }
+}
+holder_write() {
+    local line=
+    echo go >&"$HOLDER_IN"
+    read -r -t 120 line <&"$HOLDER_OUT" || { fail "the holder did not write: $(cat "$VT/holder.err")"; return; }
+    WROTE=${line#wrote }
+    wait "$HOLDER_PID" 2>/dev/null || true
+    HOLDER_PID=
+    exec {HOLDER_IN}>&- {HOLDER_OUT}<&-
+    HOLDER_IN= HOLDER_OUT=
+}
+_stop_holder() {
+    if [[ -n ${HOLDER_PID:-} ]]; then
+        kill -KILL "$HOLDER_PID" 2>/dev/null || true
+        wait "$HOLDER_PID" 2>/dev/null || true
+        HOLDER_PID=
+    fi
+    if [[ -n ${HOLDER_IN:-} ]]; then exec {HOLDER_IN}>&- {HOLDER_OUT}<&-; HOLDER_IN= HOLDER_OUT=; fi
+}
+
+# layers_intact DESTDIR: every layer of big in DESTDIR matches its digest.
+layers_intact() {
+    local l
+    for l in "${LAYER[@]}"; do
+        (cd "$1/blobs/sha256" && sha256sum -c --quiet <<<"${l#sha256:}  ${l#sha256:}") || return 1
+    done
+}
+
+@test "resume: a cache another user plants beside DEST in a sticky parent, its file held open O_RDWR, is not adopted: the pull succeeds without resume and the user's later pwrite does not reach DEST (issue 22 finding 1)" {
+    VT=$(mktemp -d /var/tmp/pullhelper-test-XXXXXX)
+    chmod 755 "$VT"
+    mkdir -m 1777 "$VT/shared"
+    local cache=$VT/shared/.pullhelper-partial-dest l paths=()
+    # Every layer's name, where an older and this layout keep it: the
+    # digests are public in the manifest.
+    for l in "${LAYER[@]}"; do
+        paths+=("$cache/sha256-${l#sha256:}.partial" "$cache/blobs/sha256-${l#sha256:}.partial")
+    done
+    holder 65534 65534 create "${paths[@]}"
+    [[ $HELD == $((2 * ${#LAYER[@]})) ]] || fail "the user holds $HELD of the planted files: $(cat "$VT/holder.err")"
+    run_pullhelper pull "${PH_OPTS[@]}" "$IMAGE" "oci:$VT/shared/dest:big"
+    assert_json_result
+    holder_write
+    [[ $WROTE == "$HELD" ]] || fail "the user could write $WROTE of $HELD held files: $(cat "$VT/holder.err")"
+    layers_intact "$VT/shared/dest" || fail "a write through a descriptor the user opened before the pull reached DEST's committed layers"
+    [[ $stderr == *"$cache is owned by uid 65534"*"resume is off for this pull"* ]] || fail "no word of the refused cache: $stderr"
+    [[ $(stat -c %u "$cache" "$cache/blobs" | sort -u) == 65534 ]] || fail "the planted cache changed owner: $(stat -c '%n %u' "$cache" "$cache/blobs")"
+    assert_no_staging "$VT/shared"
+}
+
+@test "resume: the cache a killed parent left to its dynamic uid is out of that uid's reach, and what it kept is committed only as fresh inodes (issue 22 finding 2)" {
+    VT=$(mktemp -d /var/tmp/pullhelper-test-XXXXXX)
+    chmod 755 "$VT"
+    mkdir "$VT/d"
+    PARTIAL=$VT/d/.pullhelper-partial-dest PBLOBS=$VT/d/.pullhelper-partial-dest/blobs
+    local at
+    at=$(pct 1 50)
+    faultproxy_rules P "[{\"match\": {\"method\": \"GET\", \"path\": \"/blobs/${LAYER[1]}\"}, \"count\": 1, \"stall_after\": $at}]"
+    "$PULLHELPER" pull "${PH_OPTS[@]}" --parallel-layers 1 "$IMAGE" "oci:$VT/d/dest:big" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    wait_until 120 "the proxy to stall layer 1 after $at bytes" _stalled || return
+    wait_until 60 "the cache to hold $at bytes of layer 1" _kept_or_old "${LAYER[1]}" "$at" || return
+    local child
+    child=$(_child_of "$BG_PID") || { fail "no pull child under $BG_PID"; return; }
+    kill -KILL "$BG_PID"
+    wait "$BG_PID" 2>/dev/null || true
+    BG_PID=
+    wait_until 30 "the child to die" _gone "$child" || return
+    faultproxy_rules P '[]'
+    # The dynamic uid the killed pull had: the next pull may get it again,
+    # and its (compromised) child may open what that uid owns.
+    local uid gid f=sha256-${LAYER[1]#sha256:}.partial
+    uid=$(stat -c %u "$PBLOBS" 2>/dev/null || stat -c %u "$PARTIAL")
+    gid=$(stat -c %g "$PBLOBS" 2>/dev/null || stat -c %g "$PARTIAL")
+    [[ $uid != 0 ]] || fail "the killed pull's cache is root's already: nothing to attack"
+    local outer
+    outer=$(stat -c '%u %a' "$PARTIAL")
+    holder "$uid" "$gid" open "$PARTIAL/$f" "$PBLOBS/$f"
+    run_pullhelper pull "${PH_OPTS[@]}" "$IMAGE" "oci:$VT/d/dest:big"
+    assert_json_result
+    holder_write
+    layers_intact "$VT/d/dest" || fail "a write through a descriptor uid $uid opened ($HELD held) reached DEST's committed layers"
+    [[ $outer == "0 700" ]] || fail "the cache a killed pull left was $outer, want root 0700"
+    [[ $HELD == 0 ]] || fail "uid $uid (the killed pull's) could open $HELD kept files"
+    [[ ! -e $PARTIAL ]] || fail "the cache is left after the commit"
+    assert_no_staging "$VT/d"
+}
+_kept_or_old() {
+    local f=sha256-${1#sha256:}.partial n=0
+    if [[ -f $PBLOBS/$f ]]; then n=$(stat -c %s "$PBLOBS/$f"); elif [[ -f $PARTIAL/$f ]]; then n=$(stat -c %s "$PARTIAL/$f"); fi
+    [[ $n == "$2" ]]
+}
+
+@test "resume: a child that leaves 256 MiB under a name no blob of the image has, and its kept files longer than their blobs, then fails: the cache keeps only the image's blobs within their sizes (issue 22 finding 5)" {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    PULLHELPER_HOSTILE=after-copy:plant-unasked PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 1 pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
+    [[ $stderr == *"hostile: planted an unasked blob, grew 4 kept files"* ]] || fail "the child did not plant: $stderr"
+    [[ $(dest_sum) == "$OLD_SUM" ]] || fail "DEST changed"
+    local m sizes f n d
+    m=$(fixture_blob big "$(fixture_digest big)")
+    sizes=$("$PH_PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(" ".join("%s=%d" % (d["digest"], d["size"]) for d in [m["config"]] + m["layers"]))' "$m")
+    local fake=sha256-$(printf 'e%.0s' {1..64}).partial
+    [[ ! -e $PBLOBS/$fake && ! -e $PARTIAL/$fake ]] || fail "the unasked 256 MiB file is kept: $(ls -laR "$PARTIAL")"
+    if [[ -d $PARTIAL ]]; then
+        for f in "$PARTIAL"/*.partial "$PBLOBS"/*.partial; do
+            [[ -e $f ]] || continue
+            n=${f##*/} n=${n%.partial} d=sha256:${n#sha256-}
+            [[ " $sizes" == *" $d="* ]] || fail "the cache keeps $f, which no blob of the image is"
+            local want=" $sizes"
+            want=${want#* "$d"=}
+            want=${want%% *}
+            (($(stat -c %s "$f") <= want)) || fail "the cache keeps $f, $(stat -c %s "$f") bytes, longer than its declared $want"
+        done
+    fi
+}
+
+@test "resume: pullhelper gc leaves a cache another user planted beside DEST alone (never entered, never removed), with a warning (issue 22 finding 3)" {
+    VT=$(mktemp -d /var/tmp/pullhelper-test-XXXXXX)
+    chmod 755 "$VT"
+    mkdir -m 1777 "$VT/shared"
+    local cache=$VT/shared/.pullhelper-partial-dest
+    setpriv --reuid 65534 --regid 65534 --clear-groups sh -c 'mkdir -p "$1/sub/deeper" && echo mine >"$1/sub/deeper/f"' sh "$cache"
+    run_pullhelper gc "oci:$VT/shared/dest"
+    assert_json_result
+    assert_equal "$(json_get '.partial' <<<"$output")" "[]"
+    [[ $stderr == *"$cache is owned by uid 65534"* ]] || fail "no warning about the planted cache: $stderr"
+    [[ $(cat "$cache/sub/deeper/f") == mine ]] || fail "gc entered the planted cache"
 }

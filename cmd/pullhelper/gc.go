@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -38,7 +40,9 @@ agent but not of the node) and print what was removed as one JSON object:
                 DESTs: name every DEST to sweep (oci:PATH[:TAG], dir:PATH, ..., or PATH).
   partial       the partial-blob cache of each DEST given (.pullhelper-partial-NAME in
                 DEST's parent: the bytes of blobs a killed pull had received, kept for
-                the next pull to resume), unless a live pull holds it
+                the next pull to resume), unless a live pull holds it; one that is not a
+                root-owned 0700 directory (another user may have planted it) is left
+                alone, with a warning on stderr
   uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
   commit_locks  commit and pull lock files in ` + dest.LockDir + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
@@ -84,6 +88,9 @@ another user, writable by others); nothing is removed before every DEST is opene
 			res := gcResult{Staging: []string{}, Partial: []string{}}
 			for _, s := range sweeps {
 				res.Partial = append(res.Partial, s.ReclaimPartial()...)
+				for _, why := range s.Refused {
+					fmt.Fprintln(cmd.ErrOrStderr(), "pullhelper gc: warning:", why)
+				}
 				res.Staging = append(res.Staging, s.Reclaim()...)
 			}
 			res.UIDLocks = orEmpty(privdrop.Sweep(privdrop.DefaultLockDir))

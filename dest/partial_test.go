@@ -1,0 +1,156 @@
+package dest_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+)
+
+func ownerOf(t *testing.T, path string) (uint32, uint64) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	must(t, err)
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Ino
+}
+
+// issue 22 finding 1: a cache directory another user made beside DEST (a
+// sticky /tmp) is not adopted: OpenPartial refuses it (resume off, the
+// pull goes on), and neither it nor its entries change owner.
+func TestOpenPartialRefusesAnotherUsersCache(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	must(t, syscall.Chmod(top, 0o1777))
+	for i, mode := range []os.FileMode{0o700, 0o777} {
+		name := "d" + string(rune('a'+i))
+		cache := filepath.Join(top, dest.PartialCacheName(name))
+		must(t, os.MkdirAll(filepath.Join(cache, "blobs"), 0o700))
+		planted := filepath.Join(cache, "sha256-"+strings.Repeat("a", 64)+".partial")
+		must(t, os.WriteFile(planted, nil, 0o666))
+		for _, p := range []string{planted, filepath.Join(cache, "blobs"), cache} {
+			must(t, os.Chown(p, 65534, 65534))
+		}
+		must(t, os.Chmod(cache, mode))
+		st, err := parse(t, "oci:"+filepath.Join(top, name)).Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 4000, GID: 4000}})
+		must(t, err)
+		p, err := st.OpenPartial(&dest.Identity{UID: 4000, GID: 4000}, nil)
+		var refused *dest.CacheRefused
+		if p != nil || !errors.As(err, &refused) || !strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), cache) {
+			t.Fatalf("OpenPartial of a cache owned by uid 65534 (mode %o): %v, %v; want a refusal naming it", mode, p, err)
+		}
+		for _, f := range []string{planted, filepath.Join(cache, "blobs"), cache} {
+			if uid, _ := ownerOf(t, f); uid != 65534 {
+				t.Fatalf("%s is now owned by uid %d", f, uid)
+			}
+		}
+		st.Remove()
+		if _, err := os.Stat(planted); err != nil {
+			t.Fatalf("the other user's file was removed: %v", err)
+		}
+	}
+}
+
+// issue 22 finding 2: blobs/ left to the uid of a pull whose parent was
+// killed (a uid the next pull may hold again, with a descriptor on a kept
+// file) is not adopted: its kept files are copied into a fresh root-owned
+// blobs/ — new inodes that the old descriptor does not reach — and the old
+// directory is removed. A root-owned kept file that a descriptor is open
+// on is discarded.
+func TestOpenPartialCopiesAKilledPullsBlobs(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	cache := filepath.Join(top, dest.PartialCacheName("d"))
+	old := filepath.Join(cache, "blobs")
+	must(t, os.MkdirAll(old, 0o700))
+	must(t, os.Chmod(cache, 0o700))
+	a := layer("kept")
+	name := "sha256-" + sha(a)[7:] + ".partial"
+	must(t, os.WriteFile(filepath.Join(old, name), a, 0o600))
+	must(t, os.Chown(filepath.Join(old, name), 4001, 4001))
+	must(t, os.Chown(old, 4001, 4001))
+	_, oldIno := ownerOf(t, filepath.Join(old, name))
+	held, err := os.OpenFile(filepath.Join(old, name), os.O_RDWR, 0)
+	must(t, err)
+	defer held.Close()
+
+	d := parse(t, "oci:"+filepath.Join(top, "d"))
+	st, err := d.Stage(dest.StageOptions{})
+	must(t, err)
+	p, err := st.OpenPartial(nil, nil)
+	must(t, err)
+	uid, ino := ownerOf(t, filepath.Join(cache, "blobs", name))
+	if uid != 0 || ino == oldIno {
+		t.Fatalf("the kept file is uid %d, inode %d (old inode %d): want a fresh root-owned copy", uid, ino, oldIno)
+	}
+	if u, _ := ownerOf(t, filepath.Join(cache, "blobs")); u != 0 {
+		t.Fatalf("blobs/ is owned by uid %d, want root", u)
+	}
+	if p.Kept != int64(len(a)) {
+		t.Fatalf("Kept = %d, want %d", p.Kept, len(a))
+	}
+	_, _ = held.WriteAt([]byte("XXXX"), 0)
+	if got, err := os.ReadFile(filepath.Join(cache, "blobs", name)); err != nil || !bytes.Equal(got, a) {
+		t.Fatalf("a write through the old descriptor reached the kept copy: %v", err)
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 1 {
+		t.Fatalf("the cache holds %v, want blobs/ only (the old directory removed)", ents)
+	}
+	p.Close()
+	st.Remove()
+
+	// Root's now; a descriptor open on it: discarded at the next adoption.
+	held2, err := os.OpenFile(filepath.Join(cache, "blobs", name), os.O_RDWR, 0)
+	must(t, err)
+	defer held2.Close()
+	st, err = d.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	p, err = st.OpenPartial(nil, nil)
+	must(t, err)
+	defer p.Close()
+	if _, err := os.Stat(filepath.Join(cache, "blobs", name)); !os.IsNotExist(err) || p.Kept != 0 {
+		t.Fatalf("a kept file another descriptor is open on was adopted (Kept %d): %v", p.Kept, err)
+	}
+}
+
+// issue 22 finding 5: taken back from a child, the cache keeps only the
+// blobs the image asked for (Want), each at most its declared size, in
+// all at most the image's limit.
+func TestTakeBackKeepsOnlyWantedBlobs(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	id := &dest.Identity{UID: 4002, GID: 4002}
+	st, err := parse(t, "oci:"+filepath.Join(top, "d")).Stage(dest.StageOptions{HandTo: id, MaxBytes: 100})
+	must(t, err)
+	defer st.Remove()
+	p, err := st.OpenPartial(id, nil)
+	must(t, err)
+	defer p.Close()
+	file := func(c string) string { return "sha256-" + sha([]byte(c))[7:] + ".partial" }
+	put := func(c string, n int) {
+		f := filepath.Join(p.Path, file(c))
+		must(t, os.WriteFile(f, bytes.Repeat([]byte("x"), n), 0o600))
+		must(t, os.Chown(f, id.UID, id.GID))
+	}
+	put("unasked", 50)  // a digest-shaped name no blob of the image has
+	put("asked", 40)    // a prefix of an asked-for blob of 60
+	put("long", 30)     // longer than its declared 20
+	put("overflow", 70) // asked for, but beyond the image's limit with "asked"
+	p.Want(sha([]byte("asked")), 60)
+	p.Want(sha([]byte("long")), 20)
+	p.Want(sha([]byte("overflow")), 70)
+	p.Want("sha256:zz", 10)
+	must(t, p.TakeBack())
+	ents, err := os.ReadDir(p.Path)
+	must(t, err)
+	// "asked" and "overflow" do not fit together: one of them is kept.
+	if len(ents) != 1 || (ents[0].Name() != file("asked") && ents[0].Name() != file("overflow")) || p.Kept > 100 {
+		t.Fatalf("the cache keeps %v (%d bytes), want one of %s, %s (at most 100 bytes)", ents, p.Kept, file("asked"), file("overflow"))
+	}
+}

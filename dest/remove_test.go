@@ -1,0 +1,154 @@
+package dest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func removeNeedRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (owners)")
+	}
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dirFd(t *testing.T, path string) int {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// issue 22 finding 3: a user moves a subdirectory out of the tree while
+// root empties it (here deterministically, from the removal's hook between
+// levels). The removal must not climb out of the moved directory: the
+// victim beside where it was moved stays.
+func TestRemoveTreeMovedDuringRemoval(t *testing.T) {
+	removeNeedRoot(t)
+	base := t.TempDir()
+	for _, d := range []string{"tree/a/b/c", "outside/deeper"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"tree/a/b/c/f", "tree/a/b/f", "tree/a/f", "outside/victim", "outside/deeper/victim"} {
+		if err := os.WriteFile(filepath.Join(base, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeHook = func(depth int) {
+		if depth == 3 { // tree/a/b opened: move it away, under outside/deeper
+			if err := os.Rename(filepath.Join(base, "tree/a/b"), filepath.Join(base, "outside/deeper/b")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer func() { removeHook = nil }()
+	err := removeTree(dirFd(t, base), "tree")
+	for _, v := range []string{"outside/victim", "outside/deeper/victim", "outside/deeper"} {
+		if _, serr := os.Lstat(filepath.Join(base, v)); serr != nil {
+			t.Errorf("%s was removed by a removal of tree (moved out of it meanwhile): %v (removeTree: %v)", v, serr, err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("removeTree: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(base, "tree")); err == nil {
+		t.Fatal("tree is still there")
+	}
+}
+
+// Each level's owner is checked: a directory of an uid nobody handed
+// anything to stops the removal (left as it is, named in the error); a
+// root directory inside another uid's is never entered; handed uids' are.
+func TestRemoveTreeChecksOwners(t *testing.T) {
+	removeNeedRoot(t)
+	base := t.TempDir()
+	mk := func(rel string, uid int) {
+		p := filepath.Join(base, rel)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "f"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd := dirFd(t, base)
+	mk("t1/other", 65534)
+	err := removeTree(fd, "t1")
+	if err == nil || !strings.Contains(err.Error(), "uid 65534") {
+		t.Fatalf("removeTree of a tree holding another uid's directory: %v, want a refusal naming uid 65534", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "t1/other/f")); err != nil {
+		t.Fatalf("what is in the other uid's directory was removed: %v", err)
+	}
+	if err := removeTree(fd, "t1", 65534); err != nil {
+		t.Fatalf("removeTree with uid 65534 handed: %v", err)
+	}
+	mk("t2/handed/root", 0)
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chown(filepath.Join(base, "t2/handed"), 65534, 65534))
+	if err := removeTree(fd, "t2", 65534); err == nil {
+		t.Fatal("removeTree entered a root directory inside another uid's")
+	}
+	if _, err := os.Stat(filepath.Join(base, "t2/handed/root/f")); err != nil {
+		t.Fatalf("the root directory inside another uid's was emptied: %v", err)
+	}
+	// A symlink is removed, never followed.
+	must(os.MkdirAll(filepath.Join(base, "t3"), 0o755))
+	must(os.Symlink(filepath.Join(base, "t2"), filepath.Join(base, "t3/link")))
+	must(removeTree(fd, "t3"))
+	if _, err := os.Stat(filepath.Join(base, "t2/handed/root/f")); err != nil {
+		t.Fatalf("removing a symlink followed it: %v", err)
+	}
+}
+
+// A tree deeper than the descriptors removeTree holds is removed whole,
+// with at most removeMaxDepth of them open at once.
+func TestRemoveTreeDeep(t *testing.T) {
+	base := t.TempDir()
+	p := filepath.Join(base, "deep")
+	mustOK(t, os.Mkdir(p, 0o755))
+	fd := dirFd(t, p)
+	cur, err := unix.Dup(fd)
+	mustOK(t, err)
+	for i := 0; i < 300; i++ { // deeper than PATH_MAX allows by path
+		mustOK(t, unix.Mkdirat(cur, "d", 0o755))
+		next, err := unix.Openat(cur, "d", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		mustOK(t, err)
+		unix.Close(cur)
+		cur = next
+	}
+	unix.Close(cur)
+	most := 0
+	removeHook = func(depth int) { most = max(most, depth) }
+	defer func() { removeHook = nil }()
+	mustOK(t, removeTree(dirFd(t, base), "deep"))
+	if _, err := os.Lstat(p); err == nil {
+		t.Fatal("the deep tree is still there")
+	}
+	if most > removeMaxDepth {
+		t.Fatalf("removeTree held %d directories at once, more than %d", most, removeMaxDepth)
+	}
+}
