@@ -181,7 +181,7 @@ func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
 			continue
 		}
 		loaded[path] = true
-		data, err := os.ReadFile(path)
+		data, err := readFile(path)
 		if err != nil {
 			if path == configPath {
 				return nil, fmt.Errorf("reading containerd config %s: %w", path, pathErr(err))
@@ -374,7 +374,7 @@ func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ctrdTLS, error) {
 		return t, fmt.Errorf("key file %q was specified, but no corresponding cert file was specified", c.KeyFile)
 	}
 	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		cert, err := loadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
 			return t, fmt.Errorf("failed to load cert file: %w", err)
 		}
@@ -383,9 +383,9 @@ func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ctrdTLS, error) {
 		}
 	}
 	if c.CAFile != "" {
-		data, err := os.ReadFile(c.CAFile)
+		data, err := readFile(c.CAFile)
 		if err != nil {
-			return t, fmt.Errorf("failed to load CA file: %w", err)
+			return t, fmt.Errorf("failed to load CA file: %s: %w", c.CAFile, pathErr(err))
 		}
 		// containerd ignores AppendCertsFromPEM's result here: a file
 		// without a certificate adds nothing and is not an error.
@@ -420,7 +420,7 @@ type ctrdHostConfig struct {
 
 func checkctrdTLSFiles(h ctrdHostConfig) error {
 	for _, f := range h.caCerts {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
 			return fmt.Errorf("unable to read CA cert %q: %w", f, pathErr(err))
 		}
@@ -429,13 +429,13 @@ func checkctrdTLSFiles(h ctrdHostConfig) error {
 		}
 	}
 	for _, pair := range h.clientPairs {
-		certPEM, err := os.ReadFile(pair[0])
+		certPEM, err := readFile(pair[0])
 		if err != nil {
 			return fmt.Errorf("unable to read CERT file %q: %w", pair[0], pathErr(err))
 		}
 		keyPEM := certPEM
 		if pair[1] != "" {
-			if keyPEM, err = os.ReadFile(pair[1]); err != nil {
+			if keyPEM, err = readFile(pair[1]); err != nil {
 				return fmt.Errorf("unable to read CERT file %q: %w", pair[1], pathErr(err))
 			}
 		}
@@ -480,9 +480,9 @@ func containerdHostDirectory(host string) string {
 }
 
 func loadContainerdHostDir(dir string, warn func(string)) ([]ctrdHostConfig, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "hosts.toml"))
+	b, err := readFile(filepath.Join(dir, "hosts.toml"))
 	if err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, "hosts.toml"), pathErr(err))
 	}
 	if len(b) == 0 {
 		return loadContainerdCertFiles(dir)
@@ -731,3 +731,17 @@ func ctrdTOMLErrorNoData(err error) string {
 
 // oneLine folds a multi-line error (a TOML decoder's) onto one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// loadX509KeyPair is tls.LoadX509KeyPair reading both files through
+// readFile (regular files, bounded); its parse errors name no content.
+func loadX509KeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := readFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("open %s: %w", certFile, pathErr(err))
+	}
+	keyPEM, err := readFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("open %s: %w", keyFile, pathErr(err))
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}

@@ -25,7 +25,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -430,7 +429,7 @@ type secretManifest struct {
 func LoadPullSecrets(files []string, inline ...Inline) (*KubeletKeyring, error) {
 	k := &KubeletKeyring{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading pull secret %s: %w", f, pathErr(err))
 		}
@@ -644,7 +643,7 @@ func searchNodeConfig(dirs []string, name string, parse func([]byte) (kubeletCon
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile(p)
+		data, err := readFile(p)
 		if err != nil {
 			continue
 		}

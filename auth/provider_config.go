@@ -279,9 +279,9 @@ func LoadProviderConfig(path string) (*ProviderConfig, error) {
 	cfg := &ProviderConfig{Path: path}
 	seen := map[string]string{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("credential provider config: %w", err)
+			return nil, fmt.Errorf("credential provider config %s: %w", f, pathErr(err))
 		}
 		providers, err := cpDecodeConfig(data, f)
 		if err != nil {
