@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 // ctrdTLS is the TLS material containerd uses for one endpoint, on top of
@@ -492,7 +493,7 @@ func loadContainerdHostDir(dir string, warn func(string)) ([]ctrdHostConfig, err
 		// containerd logs "failed to decode hosts.toml" and falls back to
 		// the directory's certificate files; so does pullhelper, saying so.
 		if warn != nil {
-			warn(fmt.Sprintf("containerd would not use %s: %v; like containerd, its directory is read as Docker certificate files only", filepath.Join(dir, "hosts.toml"), oneLine(err)))
+			warn(fmt.Sprintf("containerd would not use %s: %s; like containerd, its directory is read as Docker certificate files only", filepath.Join(dir, "hosts.toml"), ctrdTOMLErrorNoData(err)))
 		}
 		return loadContainerdCertFiles(dir)
 	}
@@ -721,12 +722,12 @@ func loadContainerdCertFiles(dir string) ([]ctrdHostConfig, error) {
 func ctrdTOMLErrorNoData(err error) string {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
-		if pe.LastKey != "" {
-			return fmt.Sprintf("invalid TOML at line %d (last key %q)", pe.Position.Line, pe.LastKey)
-		}
+		// Not the last key either: the file may be no containerd config
+		// at all (a symlink to a root-only file), its keys its content.
 		return fmt.Sprintf("invalid TOML at line %d", pe.Position.Line)
 	}
-	return err.Error() // type mismatches name the key and types, not the value
+	// Type mismatches name the key and types; anything quoted goes.
+	return safefile.Redact(err.Error())
 }
 
 // oneLine folds a multi-line error (a TOML decoder's) onto one line.
