@@ -7,7 +7,8 @@
 // Open and ReadFile open the path with O_PATH first (opening a device or a
 // FIFO has no effect that way), require a regular file by fstat, and only
 // then open that same inode for reading through /proc/self/fd, with
-// O_NONBLOCK|O_CLOEXEC|O_NOCTTY; ReadFile reads at most limit bytes and
+// O_NONBLOCK|O_CLOEXEC|O_NOCTTY (without /proc, the path again with those
+// flags, and the inode must be the same); ReadFile reads at most limit bytes and
 // refuses a bigger file. NoFollow refuses a symlink at the last component;
 // the plain forms follow symlinks, as the owners of the formats read here do
 // (a registries.conf, a Kubernetes Secret or ConfigMap volume is often a

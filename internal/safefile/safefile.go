@@ -12,6 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// procFD is where a descriptor is reopened (a variable for the test of the
+// fallback without /proc).
+var procFD = "/proc/self/fd/"
+
 // MaxConfig is the bound for a configuration file or a secret: 4 MiB, far
 // above any real one.
 const MaxConfig = 4 << 20
@@ -35,10 +39,7 @@ func open(path string, nofollow bool) (*os.File, error) {
 	if nofollow {
 		flags |= unix.O_NOFOLLOW
 	}
-	pfd, err := unix.Open(path, flags, 0)
-	for err == unix.EINTR {
-		pfd, err = unix.Open(path, flags, 0)
-	}
+	pfd, err := openRetry(path, flags)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -51,11 +52,21 @@ func open(path string, nofollow bool) (*os.File, error) {
 		return nil, err
 	}
 	// Reopen the inode O_PATH holds: nothing can swap it in between.
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	for err == unix.EINTR {
-		fd, err = unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	const rd = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
+	fd, err := openRetry(procFD+strconv.Itoa(pfd), rd)
+	if err == unix.ENOENT {
+		// No /proc: open the path again (O_NONBLOCK: a FIFO swapped in
+		// meanwhile does not block) and require the same inode below.
+		rflags := rd
+		if nofollow {
+			rflags |= unix.O_NOFOLLOW
+		}
+		fd, err = openRetry(path, rflags)
 	}
 	if err != nil {
+		if err == unix.ENOENT {
+			return nil, &Error{Path: path, Msg: "changed while it was opened"}
+		}
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	var st2 unix.Stat_t
@@ -64,6 +75,15 @@ func open(path string, nofollow bool) (*os.File, error) {
 		return nil, &Error{Path: path, Msg: "changed while it was opened"}
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
 }
 
 func read(path string, limit int64, nofollow bool) ([]byte, error) {

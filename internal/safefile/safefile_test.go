@@ -162,3 +162,23 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// Without /proc the path is opened again, O_NONBLOCK, and must still be
+// the same regular file.
+func TestWithoutProc(t *testing.T) {
+	old := procFD
+	procFD = filepath.Join(t.TempDir(), "no-proc") + "/"
+	defer func() { procFD = old }()
+	p := filepath.Join(t.TempDir(), "f")
+	write(t, p, "x")
+	if b, err := ReadFile(p, 10); err != nil || string(b) != "x" {
+		t.Fatalf("ReadFile = %q, %v", b, err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(fifo, 10); err == nil || !strings.Contains(err.Error(), "FIFO") {
+		t.Fatalf("FIFO: %v", err)
+	}
+}
