@@ -564,7 +564,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 		}
 		u, err := url.Parse(server)
 		if err != nil {
-			return result, fmt.Errorf("unable to parse server %v: %w", server, err)
+			return result, fmt.Errorf("unable to parse server %q: %w", server, err)
 		}
 		result.scheme, result.host = u.Scheme, u.Host
 		// hosts.go parseHostConfig: clean the path, append /v2 unless it
@@ -585,7 +585,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 		case "pull", "resolve", "push":
 			result.capabilities = append(result.capabilities, strings.ToLower(c))
 		default:
-			return result, fmt.Errorf("unknown capability %v", c)
+			return result, fmt.Errorf("unknown capability %q", c)
 		}
 	}
 	abs := func(p string) string {
@@ -622,7 +622,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 					return result, err
 				}
 				if len(s) != 2 {
-					return result, fmt.Errorf("invalid pair %v for \"client\"", p)
+					return result, fmt.Errorf("invalid pair %q for \"client\"", p)
 				}
 				result.clientPairs = append(result.clientPairs, [2]string{s[0], s[1]})
 			default:
@@ -652,7 +652,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 	if config.DialTimeout != "" {
 		d, err := time.ParseDuration(config.DialTimeout)
 		if err != nil {
-			return result, err
+			return result, fmt.Errorf("dial_timeout: %w", err)
 		}
 		if d < 0 {
 			return result, fmt.Errorf("negative dial_timeout %q", config.DialTimeout)

@@ -32,6 +32,10 @@ var secretShapes = []string{
 	"-----BEGIN PRIVATE KEY-----\n" + contentMarker + "\n-----END PRIVATE KEY-----\n",
 	"version = 2\n[plugins.\"" + contentMarker + "\"]\nx = [1, \"a\"]\n",
 	"server = 5\n[host.\"" + contentMarker + "\"]\ncapabilities = 7\n",
+	"server = \"" + contentMarker + ":%\"\n",
+	"capabilities = [\"" + contentMarker + "\"]\n",
+	"[host.\"https://r.io\"]\nclient = [[\"" + contentMarker + "\", 1, 2]]\n",
+	"dial_timeout = \"" + contentMarker + "\"\n",
 }
 
 func noMarker(t *testing.T, what, doc string, err error) {
