@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 // ctrdTLS is the TLS material containerd uses for one endpoint, on top of
@@ -181,7 +182,7 @@ func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
 			continue
 		}
 		loaded[path] = true
-		data, err := os.ReadFile(path)
+		data, err := readFile(path)
 		if err != nil {
 			if path == configPath {
 				return nil, fmt.Errorf("reading containerd config %s: %w", path, pathErr(err))
@@ -374,7 +375,7 @@ func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ctrdTLS, error) {
 		return t, fmt.Errorf("key file %q was specified, but no corresponding cert file was specified", c.KeyFile)
 	}
 	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		cert, err := loadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
 			return t, fmt.Errorf("failed to load cert file: %w", err)
 		}
@@ -383,9 +384,9 @@ func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ctrdTLS, error) {
 		}
 	}
 	if c.CAFile != "" {
-		data, err := os.ReadFile(c.CAFile)
+		data, err := readFile(c.CAFile)
 		if err != nil {
-			return t, fmt.Errorf("failed to load CA file: %w", err)
+			return t, fmt.Errorf("failed to load CA file: %s: %w", c.CAFile, pathErr(err))
 		}
 		// containerd ignores AppendCertsFromPEM's result here: a file
 		// without a certificate adds nothing and is not an error.
@@ -420,7 +421,7 @@ type ctrdHostConfig struct {
 
 func checkctrdTLSFiles(h ctrdHostConfig) error {
 	for _, f := range h.caCerts {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
 			return fmt.Errorf("unable to read CA cert %q: %w", f, pathErr(err))
 		}
@@ -429,13 +430,13 @@ func checkctrdTLSFiles(h ctrdHostConfig) error {
 		}
 	}
 	for _, pair := range h.clientPairs {
-		certPEM, err := os.ReadFile(pair[0])
+		certPEM, err := readFile(pair[0])
 		if err != nil {
 			return fmt.Errorf("unable to read CERT file %q: %w", pair[0], pathErr(err))
 		}
 		keyPEM := certPEM
 		if pair[1] != "" {
-			if keyPEM, err = os.ReadFile(pair[1]); err != nil {
+			if keyPEM, err = readFile(pair[1]); err != nil {
 				return fmt.Errorf("unable to read CERT file %q: %w", pair[1], pathErr(err))
 			}
 		}
@@ -480,9 +481,9 @@ func containerdHostDirectory(host string) string {
 }
 
 func loadContainerdHostDir(dir string, warn func(string)) ([]ctrdHostConfig, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "hosts.toml"))
+	b, err := readFile(filepath.Join(dir, "hosts.toml"))
 	if err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, "hosts.toml"), pathErr(err))
 	}
 	if len(b) == 0 {
 		return loadContainerdCertFiles(dir)
@@ -492,7 +493,7 @@ func loadContainerdHostDir(dir string, warn func(string)) ([]ctrdHostConfig, err
 		// containerd logs "failed to decode hosts.toml" and falls back to
 		// the directory's certificate files; so does pullhelper, saying so.
 		if warn != nil {
-			warn(fmt.Sprintf("containerd would not use %s: %v; like containerd, its directory is read as Docker certificate files only", filepath.Join(dir, "hosts.toml"), oneLine(err)))
+			warn(fmt.Sprintf("containerd would not use %s: %s; like containerd, its directory is read as Docker certificate files only", filepath.Join(dir, "hosts.toml"), ctrdTOMLErrorNoData(err)))
 		}
 		return loadContainerdCertFiles(dir)
 	}
@@ -563,7 +564,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 		}
 		u, err := url.Parse(server)
 		if err != nil {
-			return result, fmt.Errorf("unable to parse server %v: %w", server, err)
+			return result, fmt.Errorf("unable to parse server %q: %w", server, err)
 		}
 		result.scheme, result.host = u.Scheme, u.Host
 		// hosts.go parseHostConfig: clean the path, append /v2 unless it
@@ -584,7 +585,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 		case "pull", "resolve", "push":
 			result.capabilities = append(result.capabilities, strings.ToLower(c))
 		default:
-			return result, fmt.Errorf("unknown capability %v", c)
+			return result, fmt.Errorf("unknown capability %q", c)
 		}
 	}
 	abs := func(p string) string {
@@ -621,7 +622,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 					return result, err
 				}
 				if len(s) != 2 {
-					return result, fmt.Errorf("invalid pair %v for \"client\"", p)
+					return result, fmt.Errorf("invalid pair %q for \"client\"", p)
 				}
 				result.clientPairs = append(result.clientPairs, [2]string{s[0], s[1]})
 			default:
@@ -651,7 +652,7 @@ func parseContainerdHostConfig(server, baseDir string, config ctrdHostFileConfig
 	if config.DialTimeout != "" {
 		d, err := time.ParseDuration(config.DialTimeout)
 		if err != nil {
-			return result, err
+			return result, fmt.Errorf("dial_timeout: %w", err)
 		}
 		if d < 0 {
 			return result, fmt.Errorf("negative dial_timeout %q", config.DialTimeout)
@@ -721,13 +722,27 @@ func loadContainerdCertFiles(dir string) ([]ctrdHostConfig, error) {
 func ctrdTOMLErrorNoData(err error) string {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
-		if pe.LastKey != "" {
-			return fmt.Sprintf("invalid TOML at line %d (last key %q)", pe.Position.Line, pe.LastKey)
-		}
+		// Not the last key either: the file may be no containerd config
+		// at all (a symlink to a root-only file), its keys its content.
 		return fmt.Sprintf("invalid TOML at line %d", pe.Position.Line)
 	}
-	return err.Error() // type mismatches name the key and types, not the value
+	// Type mismatches name the key and types; anything quoted goes.
+	return safefile.Redact(err.Error())
 }
 
 // oneLine folds a multi-line error (a TOML decoder's) onto one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// loadX509KeyPair is tls.LoadX509KeyPair reading both files through
+// readFile (regular files, bounded); its parse errors name no content.
+func loadX509KeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := readFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("open %s: %w", certFile, pathErr(err))
+	}
+	keyPEM, err := readFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("open %s: %w", keyFile, pathErr(err))
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.podman.io/storage/pkg/homedir"
 	"io/fs"
 	"os"
@@ -135,7 +136,7 @@ func LookupContainers(files []AuthFile, name string) (*Credential, error) {
 func lookupFile(f AuthFile, name, registry string) (*Credential, error) {
 	data, err := f.Data, error(nil)
 	if data == nil {
-		data, err = os.ReadFile(f.Path)
+		data, err = readFile(f.Path)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -255,11 +256,22 @@ func runHelper(helper, registry, source, file, key string) (*Credential, error) 
 
 func pathErr(err error) error {
 	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	var se *safefile.Error
+	switch {
+	case errors.As(err, &pe):
 		return pe.Err
+	case errors.As(err, &se):
+		return errors.New(se.Msg)
 	}
 	return err
 }
+
+// readFile reads a file root reads for the caller: a regular file (a FIFO
+// or a device is refused without blocking), at most safefile.MaxConfig
+// bytes, symlinks followed as the owners of these formats do
+// (containers/image, containerd and the kubelet all use os.ReadFile). A
+// missing file still matches fs.ErrNotExist.
+func readFile(path string) ([]byte, error) { return safefile.ReadFile(path, safefile.MaxConfig) }
 
 // jsonErrorNoData describes a JSON error without quoting file content, which
 // may hold a secret.

@@ -32,4 +32,11 @@
 // Invariants: only the parent process calls this package, because the files
 // may be readable by root alone. A Credential's secret fields never appear in
 // its JSON form, in errors or in logs: errors name the file and key only.
+// Every file is read through internal/safefile (readFile: a regular file, at
+// most 4 MiB, symlinks followed as the owners do), registries.conf and its
+// drop-ins first by CheckRegistriesConf, before containers/image opens them;
+// a file that does not decode is described by position and kind, without
+// its keys or values (it may be a symlink to a root-only file of another
+// format): a docker config entry is named only when shaped like one, a
+// foreign kind is not repeated.
 package auth

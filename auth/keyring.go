@@ -239,8 +239,11 @@ func NewKeyring(c Config) (*Keyring, error) {
 	}
 	k.Warnings = append(k.Warnings, warnings...)
 	k.sys = &types.SystemContext{SystemRegistriesConfPath: c.RegistriesConf, SystemRegistriesConfDirPath: c.RegistriesConfDir}
+	if err := CheckRegistriesConf(k.sys); err != nil {
+		return bad("pull.registries_conf", err)
+	}
 	if k.helpers, err = sysregistriesv2.CredentialHelpers(k.sys); err != nil {
-		return bad("pull.registries_conf", fmt.Errorf("reading credential-helpers: %w", err))
+		return bad("pull.registries_conf", fmt.Errorf("reading credential-helpers: %s", RegistriesConfError(err)))
 	}
 	return k, nil
 }

@@ -25,7 +25,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -300,14 +299,38 @@ type kubeletConfigItem struct {
 	entry kubeletEntry
 }
 
-// entryError is an error in the entry under key.
+// entryError is an error in the n-th entry (from 1, in file order), under
+// key. The key is repeated only when the entry is shaped like a docker
+// config entry (an object with one of its fields): the file may be no
+// docker config at all (a symlink to a root-only file), its keys its
+// content.
 type entryError struct {
-	key string
+	n   int
+	key string // "" when not to be shown
 	err error
 }
 
 func (e *entryError) Error() string {
+	if e.key == "" {
+		return fmt.Sprintf("entry %d: %s", e.n, describeDecodeErr(e.err))
+	}
 	return fmt.Sprintf("entry %q: %s", e.key, describeDecodeErr(e.err))
+}
+
+// dockerEntryShaped reports whether raw is an object with a field of a
+// docker config entry (matched without case, as encoding/json does).
+func dockerEntryShaped(raw []byte) bool {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(raw, &probe) != nil {
+		return false
+	}
+	for k := range probe {
+		switch strings.ToLower(k) {
+		case "auth", "username", "password", "email", "identitytoken":
+			return true
+		}
+	}
+	return false
 }
 
 func (e *entryError) Unwrap() error { return e.err }
@@ -327,7 +350,7 @@ func (c *kubeletConfig) UnmarshalJSON(data []byte) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return errNotAnObject
 	}
-	for dec.More() {
+	for n := 1; dec.More(); n++ {
 		tok, err := dec.Token()
 		if err != nil {
 			return err
@@ -342,7 +365,11 @@ func (c *kubeletConfig) UnmarshalJSON(data []byte) error {
 		}
 		var e kubeletEntry
 		if err := json.Unmarshal(raw, &e); err != nil {
-			return &entryError{key: key, err: err}
+			ee := &entryError{n: n, err: err}
+			if dockerEntryShaped(raw) {
+				ee.key = key
+			}
+			return ee
 		}
 		replaced := false
 		for i := range c.entries {
@@ -430,7 +457,7 @@ type secretManifest struct {
 func LoadPullSecrets(files []string, inline ...Inline) (*KubeletKeyring, error) {
 	k := &KubeletKeyring{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading pull secret %s: %w", f, pathErr(err))
 		}
@@ -552,14 +579,15 @@ func (k *KubeletKeyring) addManifests(docs []secretManifest, file string) error 
 		case "List", "SecretList":
 			for _, item := range m.Items {
 				if item.Kind != "" && item.Kind != "Secret" {
-					return fmt.Errorf("parsing Secret manifest %s: a %s item of a %s is not a Secret", file, item.Kind, m.Kind)
+					return fmt.Errorf("parsing Secret manifest %s: an item of a %s is not a Secret", file, m.Kind)
 				}
 				if err := k.addSecret(item, file); err != nil {
 					return err
 				}
 			}
 		default:
-			return fmt.Errorf("parsing Secret manifest %s: kind %q is not a Secret", file, m.Kind)
+			// Not quoted: the file may be no manifest at all.
+			return fmt.Errorf("parsing Secret manifest %s: its kind is not Secret, List or SecretList", file)
 		}
 	}
 	return nil
@@ -644,7 +672,7 @@ func searchNodeConfig(dirs []string, name string, parse func([]byte) (kubeletCon
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile(p)
+		data, err := readFile(p)
 		if err != nil {
 			continue
 		}

@@ -655,7 +655,7 @@ data:
 kind: ConfigMap
 metadata: {name: cm}
 data: {password: ` + secret + `}
-`, []string{"ConfigMap"}},
+`, []string{"its kind is not Secret, List or SecretList"}},
 		{"neither JSON nor YAML manifest", "password: " + secret + "\n", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,7 +55,7 @@ func cpLoadCache(dir string, p *CredentialProvider, binDir string) (*cpCache, er
 		Version: cpCacheVersion, Provider: p.Name, Fingerprint: cpFingerprint(p, binDir),
 		Entries: map[string]cpCacheEntry{}, path: filepath.Join(dir, p.Name+".json"),
 	}
-	data, err := os.ReadFile(c.path)
+	data, err := readFile(c.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}

@@ -279,9 +279,9 @@ func LoadProviderConfig(path string) (*ProviderConfig, error) {
 	cfg := &ProviderConfig{Path: path}
 	seen := map[string]string{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("credential provider config: %w", err)
+			return nil, fmt.Errorf("credential provider config %s: %w", f, pathErr(err))
 		}
 		providers, err := cpDecodeConfig(data, f)
 		if err != nil {
@@ -316,6 +316,23 @@ func cpDecodeConfig(data []byte, file string) ([]CredentialProvider, error) {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil, errors.New("the file holds no object")
 	}
+	// The kind first, as the kubelet's codec does: a file that is not a
+	// CredentialProviderConfig (it may be a symlink to a root-only file)
+	// is refused without repeating its fields or values; only a
+	// CredentialProviderConfig's field names appear in errors.
+	var tm struct {
+		APIVersion any `json:"apiVersion"`
+		Kind       any `json:"kind"`
+	}
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&tm); err != nil {
+		return nil, cpJSONError(err)
+	}
+	if tm.Kind == nil || tm.Kind == "" || tm.APIVersion == nil || tm.APIVersion == "" {
+		return nil, errors.New("apiVersion and kind must be set")
+	}
+	if tm.Kind != cpConfigKind {
+		return nil, errors.New("failed to decode: kind is not " + cpConfigKind + " (wrong Kind)")
+	}
 	if err := cpStrictCheck(data, cpConfigSchema); err != nil {
 		return nil, err
 	}
@@ -325,9 +342,6 @@ func cpDecodeConfig(data []byte, file string) ([]CredentialProvider, error) {
 	}
 	if raw.Kind == "" || raw.APIVersion == "" {
 		return nil, errors.New("apiVersion and kind must be set")
-	}
-	if raw.Kind != cpConfigKind {
-		return nil, fmt.Errorf("failed to decode %q (wrong Kind)", raw.Kind)
 	}
 	group, version, _ := strings.Cut(raw.APIVersion, "/")
 	if group != cpConfigGroup {

@@ -119,13 +119,7 @@ func cpCheckBinaries(cfg *ProviderConfig, binDir string) error {
 	return nil
 }
 
-func cpPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
+func cpPathErr(err error) error { return pathErr(err) }
 
 type cpAuthConfig struct {
 	Username string `json:"username"`

@@ -344,7 +344,7 @@ func TestLoadProviderConfigErrors(t *testing.T) {
 		{"unparsable duration", prov("name: p\nmatchImages: [x.io]\ndefaultCacheDuration: 12x\napiVersion: " + provV1), []string{`invalid duration "12x"`}},
 		{"numeric duration", prov("name: p\nmatchImages: [x.io]\ndefaultCacheDuration: 60\napiVersion: " + provV1), []string{"must be a string"}},
 		{"several errors", prov("apiVersion: " + provV1), []string{"providers.name: Required value", "matchImages is required", "defaultCacheDuration: Required value"}},
-		{"wrong kind", "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\nproviders: []\n", []string{`failed to decode "KubeletConfiguration" (wrong Kind)`}},
+		{"wrong kind", "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\nproviders: []\n", []string{`failed to decode: kind is not CredentialProviderConfig (wrong Kind)`}},
 		{"wrong group", "apiVersion: credentialprovider.kubelet.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n", []string{"unexpected Group: credentialprovider.kubelet.k8s.io"}},
 		{"wrong version", "apiVersion: kubelet.config.k8s.io/v2\nkind: CredentialProviderConfig\nproviders: []\n", []string{`unsupported apiVersion "kubelet.config.k8s.io/v2"`}},
 		{"no kind", "apiVersion: kubelet.config.k8s.io/v1\nproviders: []\n", []string{"apiVersion and kind must be set"}},

@@ -21,11 +21,10 @@ package auth
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/regpattern"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 const (
@@ -83,13 +82,11 @@ func satToken(file string, data []byte) (string, error) {
 		return "", errors.New("service account token: no token file configured")
 	}
 	if data == nil {
-		f, err := os.Open(file)
-		if err != nil {
-			return "", fmt.Errorf("reading service account token %s: %v", file, cpPathErr(err))
-		}
-		defer f.Close()
-		data, err = io.ReadAll(io.LimitReader(f, satMaxTokenSize+1))
-		if err != nil {
+		var err error
+		data, err = safefile.ReadFile(file, satMaxTokenSize)
+		if safefile.TooBig(err) {
+			return "", fmt.Errorf("service account token %s is larger than %d bytes", file, satMaxTokenSize)
+		} else if err != nil {
 			return "", fmt.Errorf("reading service account token %s: %v", file, cpPathErr(err))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
@@ -163,8 +164,10 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 		}
 		return so, nil
 	}
-	if st, err := os.Stat(conf); err != nil || !st.Mode().IsRegular() {
-		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (dest.storage_conf) is not a readable file", conf)
+	// A caller-named file: a regular one, bounded (safefile), before
+	// c/storage reads it; c/storage's messages lose quoted fragments.
+	if _, err := safefile.ReadFile(conf, safefile.MaxConfig); err != nil {
+		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (dest.storage_conf) is not a readable file: %s", conf, safefile.Reason(err))
 	}
 	confEnvMu.Lock()
 	defer confEnvMu.Unlock()
@@ -177,7 +180,7 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 		os.Unsetenv("CONTAINERS_STORAGE_CONF")
 	}
 	if err != nil {
-		return so, fmt.Errorf("reading storage.conf %s (dest.storage_conf): %v", conf, err)
+		return so, fmt.Errorf("reading storage.conf %s (dest.storage_conf): %s", conf, safefile.Redact(err.Error()))
 	}
 	return so, nil
 }

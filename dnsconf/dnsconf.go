@@ -2,13 +2,13 @@ package dnsconf
 
 import (
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"regexp"
 	"strings"
 	"unicode"
 
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -98,13 +98,18 @@ func Build(in Input) (*Config, error) {
 	}
 	clusterDNS, domain := in.Nameservers, in.ClusterDomain
 	if in.KubeletConfig != "" {
-		b, err := os.ReadFile(in.KubeletConfig)
+		// Through safefile, as every file root reads for the caller: a
+		// regular file, bounded; a symlink is followed, as the kubelet's
+		// os.ReadFile does.
+		b, err := safefile.ReadFile(in.KubeletConfig, safefile.MaxConfig)
 		if err != nil {
-			return nil, fmt.Errorf("kubelet config %s: %v", in.KubeletConfig, err)
+			return nil, fmt.Errorf("kubelet config %s: %s", in.KubeletConfig, safefile.Reason(err))
 		}
 		var kc kubeletConfig
 		if err := yaml.Unmarshal(b, &kc); err != nil {
-			return nil, fmt.Errorf("kubelet config %s: %v", in.KubeletConfig, strings.ReplaceAll(err.Error(), "\n", " "))
+			// The decoder's message may quote the file (which may not be a
+			// kubelet config at all): where and what kind only.
+			return nil, fmt.Errorf("kubelet config %s: %s", in.KubeletConfig, safefile.Redact(err.Error()))
 		}
 		if len(clusterDNS) == 0 {
 			clusterDNS = kc.ClusterDNS
@@ -289,7 +294,7 @@ func readHost(path string, optional bool) (resolvConf, error) {
 		return r, nil
 	}
 	if err != nil {
-		return r, fmt.Errorf("reading host resolv.conf %s: %v", path, err)
+		return r, fmt.Errorf("reading host resolv.conf %s: %s", path, safefile.Reason(err))
 	}
 	// Every line, however long (bufio.Scanner would stop at 64 KiB and
 	// lose the lines after it).
@@ -335,19 +340,11 @@ func readHost(path string, optional bool) (resolvConf, error) {
 const maxResolvConf = 10 << 20
 
 func readResolvConf(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxResolvConf+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxResolvConf {
+	b, err := safefile.ReadFile(path, maxResolvConf)
+	if safefile.TooBig(err) {
 		return nil, fmt.Errorf("larger than %d bytes", maxResolvConf)
 	}
-	return b, nil
+	return b, err
 }
 
 func dedup(s []string) []string {

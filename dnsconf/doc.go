@@ -9,7 +9,9 @@
 // with the kubelet's limits (3 nameservers; 32 search domains and 2048
 // characters), excess dropped with a warning. Settings come from the policy
 // and flags, or from the kubelet's configuration file (clusterDNS,
-// clusterDomain, resolvConf) plus a namespace.
+// clusterDomain, resolvConf) plus a namespace. The kubelet config and the
+// host resolv.conf are read through internal/safefile (regular files,
+// bounded; a decode error without the file's content).
 //
 // The child bind-mounts the rendered files over /etc/resolv.conf and
 // /etc/hosts in its private mount namespace before it drops privileges, so

@@ -2,17 +2,17 @@ package pipeline
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/BurntSushi/toml"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/signature"
@@ -47,7 +47,8 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 			return nil, failure.New(failure.Usage, "reading signature policy %s: %v", f, failure.Reason(err))
 		}
 		if _, err := signature.NewPolicyFromBytes(b); err != nil {
-			return nil, failure.New(failure.Usage, "signature policy %s: %v", f, err)
+			// The decoder's message may quote the file: what kind only.
+			return nil, failure.New(failure.Usage, "signature policy %s: %s", f, safefile.Redact(err.Error()))
 		}
 		m.SignaturePolicy = b
 	}
@@ -170,19 +171,12 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 }
 
 // readBounded reads a regular file of at most maxConfigFile bytes without
-// following a symlink at its last component.
+// following a symlink at its last component, through safefile (a FIFO or
+// a device is refused without being opened for reading).
 func readBounded(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	b, err := safefile.ReadFileNoFollow(path, maxConfigFile)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxConfigFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxConfigFile)
+		return nil, errors.New(safefile.Reason(err))
 	}
 	return b, nil
 }
@@ -227,7 +221,7 @@ func (p *Plan) registriesConf() (*childRegistriesConf, error) {
 	sys := &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}
 	conf, err := sysregistriesv2.TryUpdatingCache(sys)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "reading registries.conf %s: %v", sysregistriesv2.ConfigurationSourceDescription(sys), err)
+		return nil, failure.New(failure.Usage, "reading registries.conf %s: %s", sysregistriesv2.ConfigurationSourceDescription(sys), auth.RegistriesConfError(err))
 	}
 	out.Registries = conf.Registries
 	for _, e := range p.Endpoints {

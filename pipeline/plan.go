@@ -141,6 +141,15 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		// whose HOME is not root's, reads the same one.
 		p.RegistriesConf = f
 	}
+	// Every registries.conf file is read here first, through safefile
+	// (regular files, bounded, errors without content), before
+	// containers/image opens them.
+	if err := auth.CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}); err != nil {
+		if l.Pull.RegistriesConf != "" {
+			return nil, failure.New(failure.Usage, "%s: %v", settingName(l, "pull.registries_conf"), err)
+		}
+		return nil, failure.New(failure.Usage, "%v", err)
+	}
 	var (
 		named reference.Named
 		how   string
@@ -289,7 +298,7 @@ func resolveImage(image string, sys *types.SystemContext) (reference.Named, stri
 		name := strings.SplitN(strings.SplitN(image, "@", 2)[0], ":", 2)[0]
 		alias, file, aerr := sysregistriesv2.ResolveShortNameAlias(sys, name)
 		if aerr != nil {
-			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %v", image, aerr)
+			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %s", image, auth.RegistriesConfError(aerr))
 		}
 		var base reference.Named
 		if alias != nil {
@@ -297,7 +306,7 @@ func resolveImage(image string, sys *types.SystemContext) (reference.Named, stri
 		} else {
 			regs, rerr := sysregistriesv2.UnqualifiedSearchRegistries(sys)
 			if rerr != nil {
-				return nil, "", failure.New(failure.Usage, "reading registries.conf: %v", rerr)
+				return nil, "", failure.New(failure.Usage, "reading registries.conf: %s", auth.RegistriesConfError(rerr))
 			}
 			if len(regs) != 1 {
 				return nil, "", failure.New(failure.Usage, "image %q is a short name and registries.conf does not resolve it unambiguously (%d unqualified-search registries, no alias): use a fully qualified reference such as %s", image, len(regs), named.String())

@@ -3,8 +3,8 @@ package policy
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
+
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 // Bounds on a policy document, checked before the TOML decoder sees it, so
@@ -21,19 +21,17 @@ const (
 )
 
 // readBounded reads at most MaxFileSize bytes of path, refusing a bigger
-// file without reading the rest.
+// file without reading the rest, and anything but a regular file (a FIFO
+// is refused without waiting for a writer) -- through safefile, as every
+// file root reads for the caller. A symlink is followed (a ConfigMap
+// volume's files are symlinks).
 func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, &Error{File: path, Msg: "reading policy: " + unwrapPath(err)}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, &Error{File: path, Msg: "reading policy: " + unwrapPath(err)}
-	}
-	if len(data) > MaxFileSize {
+	data, err := safefile.ReadFile(path, MaxFileSize)
+	switch {
+	case safefile.TooBig(err):
 		return nil, tooBig(path)
+	case err != nil:
+		return nil, &Error{File: path, Msg: "reading policy: " + safefile.Reason(err)}
 	}
 	return data, nil
 }

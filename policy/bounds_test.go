@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,9 +101,18 @@ func TestHostileDocumentsAreRefusedBeforeDecoding(t *testing.T) {
 }
 
 func TestLoadFileReadsAtMostTheLimit(t *testing.T) {
-	// /dev/zero never ends: LoadFile must stop after the limit and say so.
+	// /dev/zero never ends: LoadFile refuses it, not being a regular file.
 	_, err := policy.LoadFile("/dev/zero")
-	if err == nil || !strings.Contains(err.Error(), "/dev/zero: policy file larger than 1048576 bytes") {
+	if err == nil || !strings.Contains(err.Error(), "/dev/zero: reading policy: a character device, not a regular file") {
+		t.Fatalf("err = %v", err)
+	}
+	// A regular file over the limit is refused without decoding it.
+	p := filepath.Join(t.TempDir(), "big.toml")
+	if err := os.WriteFile(p, append([]byte("version = 1\n#"), make([]byte, policy.MaxFileSize)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = policy.LoadFile(p)
+	if err == nil || !strings.Contains(err.Error(), p+": policy file larger than 1048576 bytes") {
 		t.Fatalf("err = %v", err)
 	}
 }

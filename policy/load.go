@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 // Error is a policy or flag error. It names where the bad setting came from:
@@ -127,7 +128,7 @@ func parse(name string, data, source []byte) (*File, error) {
 	if err != nil {
 		var raw map[string]any
 		if _, serr := toml.Decode(string(data), &raw); serr != nil {
-			return nil, tomlError(name, serr) // syntax: the decoder cannot go on
+			return nil, syntaxError(name, serr) // syntax: the decoder cannot go on
 		}
 		return nil, &decodeFailure{tomlError(name, err)}
 	}
@@ -159,7 +160,15 @@ func parse(name string, data, source []byte) (*File, error) {
 			continue
 		}
 		ks := k.String()
-		errs = append(errs, &Error{File: name, Line: keyLine(source, ks), Key: ks, Msg: "unknown key" + hint(ks)})
+		line := keyLine(source, ks)
+		if !inKnownSection(ks) {
+			// Not a key of any section: the file may not be a policy at
+			// all (a symlink to a root-only file), so its key is not
+			// repeated -- only where it is.
+			errs = append(errs, &Error{File: name, Line: line, Msg: "unknown key outside the policy's sections" + hint("")})
+			continue
+		}
+		errs = append(errs, &Error{File: name, Line: line, Key: ks, Msg: "unknown key" + hint(ks)})
 	}
 	defined := map[string]bool{}
 	profDefined := map[string]map[string]bool{}
@@ -399,6 +408,26 @@ func (l *Loaded) DefinedUnder(prefix string) []string {
 	return out
 }
 
+// syntaxError is a TOML syntax error by where and what kind only: its
+// message may quote the file's bytes (the file may not be a policy at all:
+// a symlink to a root-only file), so quoted fragments go and the last key
+// stays only if it is one of the schema's.
+func syntaxError(name string, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		key := pe.LastKey
+		if !schemaKey(key) {
+			key = ""
+		}
+		return &Error{File: name, Line: pe.Position.Line, Key: key, Msg: safefile.Redact(cleanTOMLMessage(pe.Message))}
+	}
+	return &Error{File: name, Msg: safefile.Redact(cleanTOMLMessage(err.Error()))}
+}
+
+// tomlError is a decoder's complaint about a value: a key of the schema is
+// named with the decoder's message (which may quote the value: the file
+// set a key of the policy); any other key is not, and the message loses its
+// quoted fragments.
 func tomlError(name string, err error) error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
@@ -406,14 +435,48 @@ func tomlError(name string, err error) error {
 		if pe.Usage != "" && !strings.Contains(msg, pe.Usage) {
 			msg += " (" + strings.TrimSpace(strings.SplitN(pe.Usage, "\n", 2)[0]) + ")"
 		}
+		if !schemaKey(pe.LastKey) {
+			return &Error{File: name, Line: pe.Position.Line, Msg: safefile.Redact(cleanTOMLMessage(msg))}
+		}
 		return &Error{File: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: cleanTOMLMessage(msg)}
 	}
 	// Type mismatches come as plain errors: "toml: line N (last key "K"): …".
 	if m := lineKeyRE.FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
+		if !schemaKey(m[2]) {
+			return &Error{File: name, Line: line, Msg: safefile.Redact(cleanTOMLMessage(m[3]))}
+		}
 		return &Error{File: name, Line: line, Key: m[2], Msg: cleanTOMLMessage(m[3])}
 	}
-	return &Error{File: name, Msg: cleanTOMLMessage(err.Error())}
+	return &Error{File: name, Msg: safefile.Redact(cleanTOMLMessage(err.Error()))}
+}
+
+// schemaKey reports whether k is a key of the schema (inside a profile or
+// not), whose name an error may repeat.
+func schemaKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	if parts := strings.SplitN(k, ".", 3); len(parts) == 3 && parts[0] == "profiles" {
+		k = parts[2]
+	}
+	return knownKeys()[k] || k == "profiles"
+}
+
+// inKnownSection reports whether the unknown key k lies in one of the
+// schema's sections (a profile's included): a misspelt key of a policy
+// file, whose name the error repeats.
+func inKnownSection(k string) bool {
+	if parts := strings.SplitN(k, ".", 3); len(parts) == 3 && parts[0] == "profiles" {
+		k = parts[2]
+	}
+	first := strings.SplitN(k, ".", 2)[0]
+	for _, s := range knownSections {
+		if first == s && s != "profiles" {
+			return strings.Contains(k, ".")
+		}
+	}
+	return false
 }
 
 var lineKeyRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)

@@ -71,7 +71,7 @@ func TestParseErrors(t *testing.T) {
 		name, doc, want string
 	}{
 		{"unknown key", "version = 1\n[pull]\nretries = 1\nretires = 2\n", "p.toml:4: pull.retires: unknown key"},
-		{"unknown section", "version = 1\n\n[pulll]\nx = 1\n", "p.toml:3: pulll: unknown key"},
+		{"unknown section", "version = 1\n\n[pulll]\nx = 1\n", "p.toml:3: unknown key outside the policy's sections (sections are [pull],"},
 		{"unknown key in profile", "version = 1\n[profiles.a.pull]\nbogus = 1\n", "p.toml:3: profiles.a.pull.bogus: unknown key"},
 		{"negative retries", "version = 1\n[pull]\nretries = -1\n", "p.toml:3: pull.retries: invalid value -1"},
 		{"wrong type", "version = 1\n[pull]\nretries = \"three\"\n", "p.toml:3: pull.retries: invalid value three"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -183,6 +184,8 @@ func (l *Loaded) Validate() error {
 	}
 	if u := p.Privileges.User; u == "" || u == "0" || u == "root" {
 		bad("privileges.user", "must be \"dynamic\", a user name or a uid other than 0, not %q", u)
+	} else if msg := CheckUser(u); msg != "" {
+		bad("privileges.user", "%s", msg)
 	}
 	for _, ny := range notYet {
 		if keys := l.DefinedUnder(ny.prefix); len(keys) > 0 {
@@ -285,6 +288,40 @@ func annotationKeyError(k string) string {
 	}
 	if name == "" || len(name) > 63 || !annotationNameRE.MatchString(name) {
 		return "the name must be at most 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character"
+	}
+	return ""
+}
+
+// MaxID is the largest uid or gid a pull may run as: 4294967295
+// ((uid_t)-1) means "unchanged" to setresuid, and a larger number would be
+// truncated (2^32 to 0, root).
+const MaxID = 1<<32 - 2
+
+// CheckUser checks the form of privileges.user and returns what is wrong
+// ("" when nothing): a uid (digits, or a sign and digits) must be in
+// 1..MaxID; a name is looked up when the pull runs.
+func CheckUser(u string) string {
+	if u == "dynamic" || u == "" {
+		return ""
+	}
+	num := u
+	if u[0] == '+' || u[0] == '-' {
+		num = u[1:]
+	}
+	if num == "" || strings.Trim(num, "0123456789") != "" {
+		if u[0] == '+' || u[0] == '-' {
+			return fmt.Sprintf("%q is neither a uid nor a user name", u)
+		}
+		return "" // a name
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	switch {
+	case u[0] == '-':
+		return fmt.Sprintf("uid %s is negative; want a uid in 1-%d", u, MaxID)
+	case err != nil || n > MaxID:
+		return fmt.Sprintf("uid %s is out of range; want a uid in 1-%d (4294967295 means \"unchanged\" to setresuid, larger ones are truncated)", u, MaxID)
+	case n == 0:
+		return fmt.Sprintf("uid %s is root; the pull never runs as root", u)
 	}
 	return ""
 }

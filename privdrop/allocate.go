@@ -44,6 +44,11 @@ func (l *Lease) Release() {
 	}
 }
 
+// MaxID is the largest uid or gid a pull runs as: 4294967295 ((uid_t)-1)
+// means "unchanged" to setresuid, and larger ones would be truncated (2^32
+// to 0). policy.MaxID is the same bound, checked when the policy is.
+const MaxID = 1<<32 - 2
+
 // Allocate resolves [privileges] user: "dynamic" (a free uid/gid pair from
 // the DynamicUser range, locked for this pull), a user name, or a uid.
 // uid 0 is refused.
@@ -54,9 +59,9 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 	case spec == "" || spec == "0" || spec == "root":
 		return nil, fmt.Errorf("privileges.user %q: the pull never runs as root", spec)
 	}
-	if n, err := strconv.Atoi(spec); err == nil {
-		if n <= 0 {
-			return nil, fmt.Errorf("privileges.user %q: want a uid above 0", spec)
+	if n, err := strconv.Atoi(spec); err == nil || strings.Trim(strings.TrimLeft(spec, "+-"), "0123456789") == "" {
+		if err != nil || n <= 0 || n > MaxID {
+			return nil, fmt.Errorf("privileges.user %q: want a uid in 1-%d", spec, MaxID)
 		}
 		gid := n
 		if u, err := user.LookupId(spec); err == nil {
@@ -65,16 +70,22 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 		if gid == 0 {
 			return nil, fmt.Errorf("privileges.user %q: its primary group is root (gid 0); use a user with another group", spec)
 		}
+		if gid < 0 || gid > MaxID {
+			return nil, fmt.Errorf("privileges.user %q: its primary group %d is out of range 1-%d", spec, gid, MaxID)
+		}
 		return &Lease{Identity: Identity{UID: n, GID: gid}, Source: "uid " + spec}, nil
 	}
 	u, err := user.Lookup(spec)
 	if err != nil {
 		return nil, fmt.Errorf("privileges.user %q: %v", spec, err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, uerr := strconv.Atoi(u.Uid)
+	gid, gerr := strconv.Atoi(u.Gid)
 	if uid == 0 || gid == 0 {
 		return nil, fmt.Errorf("privileges.user %q is uid %d gid %d: the pull never runs as root", spec, uid, gid)
+	}
+	if uerr != nil || gerr != nil || uid < 0 || uid > MaxID || gid < 0 || gid > MaxID {
+		return nil, fmt.Errorf("privileges.user %q is uid %s gid %s: out of range 1-%d", spec, u.Uid, u.Gid, MaxID)
 	}
 	return &Lease{Identity: Identity{UID: uid, GID: gid}, Source: "user " + spec}, nil
 }

@@ -23,7 +23,7 @@ type Identity struct {
 // Drop removes every privilege from all threads of this process, in the
 // documented order. It must run before any network I/O; it is irreversible.
 func Drop(id Identity, withSeccomp bool) error {
-	if id.UID <= 0 || id.GID <= 0 {
+	if id.UID <= 0 || id.GID <= 0 || id.UID > MaxID || id.GID > MaxID {
 		return fmt.Errorf("refusing to run the pull as uid %d gid %d", id.UID, id.GID)
 	}
 	// 1. Bounding set, while we still have CAP_SETPCAP.

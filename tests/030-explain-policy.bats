@@ -250,9 +250,12 @@ assert_policy_error() {
     f=$(policy_file unknown 'version = 1\n\n[pull]\nretries = 2\nfrobnicate = true\n')
     run_pullhelper 2 policy check "$f"
     assert_policy_error "$f" 5 pull.frobnicate
+    # A section that is none of the policy's: the line, not its name (the
+    # file may be no policy at all, its keys someone else's content).
     f=$(policy_file unknown-section 'version = 1\n[bogus]\nx = 1\n')
     run_pullhelper 2 policy check "$f"
-    assert_policy_error "$f" 2 bogus
+    assert_policy_error "$f" 2 "unknown key outside the policy's sections"
+    [[ $ph_error_message != *bogus* ]] || fail "the unknown section's name is repeated: $ph_error_message"
     f=$(policy_file unknown-profile-key 'version = 1\n[profiles.a.pull]\nretries = 1\nnope = 2\n')
     run_pullhelper 2 policy check "$f"
     assert_policy_error "$f" 4 profiles.a.pull.nope

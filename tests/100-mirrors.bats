@@ -675,8 +675,10 @@ time.sleep(300)  # until the test ends it (or timeout does)
     run_pullhelper explain --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny"
     assert_equal "$(json_get '.plan.endpoints[0].source' <<<"$output")" "containerd default"
     assert_equal "$(json_get '.plan.endpoints[1]' <<<"$output")" null
-    json_get '.plan.warnings' <<<"$output" | grep -F "$T/hosts/$UP_HOST/hosts.toml" | grep -q soon ||
-        fail "no warning naming the file and the value: $output"
+    # The key and the kind of error, not the value: hosts.toml may be a
+    # symlink to a root-only file, whose values are not repeated.
+    json_get '.plan.warnings' <<<"$output" | grep -F "$T/hosts/$UP_HOST/hosts.toml" | grep -q 'dial_timeout: time: invalid duration' ||
+        fail "no warning naming the file and the key: $output"
 }
 
 # upstream_proxy_conf PASSWORD_FILE: hosts.toml whose first host is a closed

@@ -1,0 +1,112 @@
+package auth
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"go.podman.io/image/v5/types"
+)
+
+// contentMarker stands for a secret in a file root reads for the caller.
+const contentMarker = "ROOTONLYMARK"
+
+// secretShapes are documents a caller's path might lead to (a symlink to a
+// root-only file): none is a valid file of any format here, and each
+// carries the marker where a decoder might quote it (a key, a value, a
+// bare word, the first line).
+var secretShapes = []string{
+	"root:" + contentMarker + ":19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n",
+	contentMarker + "\n",
+	contentMarker + " = 1\n[x\n",
+	"password = \"" + contentMarker + "\"\n",
+	"[" + contentMarker + "]\nk = 1\nk = 2\n",
+	"{\"" + contentMarker + "\": 1}\n",
+	"{\"kind\": \"" + contentMarker + "\", \"apiVersion\": \"v1\"}\n",
+	"{\"auths\": {\"r.io\": {\"auth\": 5, \"x\": \"" + contentMarker + "\"}}}\n",
+	"kind: " + contentMarker + "\napiVersion: v1\n",
+	contentMarker + ": [\n",
+	"- " + contentMarker + "\n- : :\n",
+	"-----BEGIN PRIVATE KEY-----\n" + contentMarker + "\n-----END PRIVATE KEY-----\n",
+	"version = 2\n[plugins.\"" + contentMarker + "\"]\nx = [1, \"a\"]\n",
+	"server = 5\n[host.\"" + contentMarker + "\"]\ncapabilities = 7\n",
+	"server = \"" + contentMarker + ":%\"\n",
+	"capabilities = [\"" + contentMarker + "\"]\n",
+	"[host.\"https://r.io\"]\nclient = [[\"" + contentMarker + "\", 1, 2]]\n",
+	"dial_timeout = \"" + contentMarker + "\"\n",
+}
+
+func noMarker(t *testing.T, what, doc string, err error) {
+	t.Helper()
+	if err != nil && strings.Contains(err.Error(), contentMarker) {
+		t.Errorf("%s, file %q: the error quotes the file: %v", what, doc, err)
+	}
+}
+
+// Every decoder of a file root reads for the caller keeps the file's
+// content out of its errors.
+func TestDecoderErrorsCarryNoContent(t *testing.T) {
+	for i, doc := range secretShapes {
+		dir := t.TempDir()
+		f := filepath.Join(dir, "f")
+		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadPullSecrets([]string{f})
+		noMarker(t, "pull secret", doc, err)
+		_, err = LoadProviderConfig(f)
+		noMarker(t, "credential provider config", doc, err)
+		_, err = loadContainerdConfig(f)
+		noMarker(t, "containerd config", doc, err)
+		_, err = lookupFile(AuthFile{Path: f}, "r.io/x", "r.io")
+		noMarker(t, "auth.json", doc, err)
+		_, err = lookupFile(AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io")
+		noMarker(t, ".dockercfg", doc, err)
+		err = CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: f, SystemRegistriesConfDirPath: filepath.Join(dir, "none")})
+		noMarker(t, "registries.conf", doc, err)
+		_, err = satToken(f, nil)
+		noMarker(t, "service account token", doc, err) // (a one-line token file is a token, not an error)
+		hd := filepath.Join(dir, "hosts")
+		if err := os.MkdirAll(hd, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(hd, "hosts.toml"), []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var warned []string
+		_, err = loadContainerdHostDir(hd, func(s string) { warned = append(warned, s) })
+		noMarker(t, "hosts.toml", doc, err)
+		for _, w := range warned {
+			if strings.Contains(w, contentMarker) {
+				t.Errorf("hosts.toml, file %d: the warning quotes the file: %s", i, w)
+			}
+		}
+	}
+}
+
+// The same readers refuse a FIFO at once (go test's -timeout is the hang
+// guard) and a device, naming the file.
+func TestReadersRefuseNonRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		for what, fn := range map[string]func() error{
+			"pull secret":      func() error { _, err := LoadPullSecrets([]string{p}); return err },
+			"provider config":  func() error { _, err := LoadProviderConfig(p); return err },
+			"containerd":       func() error { _, err := loadContainerdConfig(p); return err },
+			"auth file":        func() error { _, err := lookupFile(AuthFile{Path: p}, "r.io/x", "r.io"); return err },
+			"registries.conf":  func() error { return CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p}) },
+			"service account":  func() error { _, err := satToken(p, nil); return err },
+			"client cert pair": func() error { _, err := loadX509KeyPair(p, p); return err },
+		} {
+			err := fn()
+			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("%s %s: want a refusal naming the file, got %v", what, p, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package dnsconf_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dnsconf"
+)
+
+// The kubelet config and the host resolv.conf are files root reads for the
+// caller: a FIFO or a device is refused at once (go test's -timeout is the
+// hang guard), and a decoder's error never quotes the file.
+func TestKubeletConfigReadSafely(t *testing.T) {
+	const m = "ROOTONLYMARK"
+	dir := t.TempDir()
+	for _, doc := range []string{
+		"root:" + m + ":19000:0:99999:7:::\n",
+		m + ": [\n",
+		"clusterDNS: " + m + "\n",
+		"- " + m + "\n- : :\n",
+		"{\"clusterDomain\": [\"" + m + "\"]}\n",
+	} {
+		f := filepath.Join(dir, "k")
+		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := dnsconf.Build(dnsconf.Input{KubeletConfig: f})
+		if err != nil && strings.Contains(err.Error(), m) {
+			t.Errorf("%q: the error quotes the file: %v", doc, err)
+		}
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		_, err := dnsconf.Build(dnsconf.Input{KubeletConfig: p})
+		if err == nil || !strings.Contains(err.Error(), "kubelet config "+p+": a ") || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("kubelet config %s: %v", p, err)
+		}
+		_, err = dnsconf.Build(dnsconf.Input{Policy: dnsconf.PolicyDefault, HostResolvConf: p})
+		if err == nil || !strings.Contains(err.Error(), "resolv.conf "+p+": a ") {
+			t.Errorf("resolv.conf %s: %v", p, err)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package safefile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// procFD is where a descriptor is reopened (a variable for the test of the
+// fallback without /proc).
+var procFD = "/proc/self/fd/"
+
+// MaxConfig is the bound for a configuration file or a secret: 4 MiB, far
+// above any real one.
+const MaxConfig = 4 << 20
+
+// Open opens path for reading, following symlinks, and returns it only if
+// it is a regular file. See the package comment.
+func Open(path string) (*os.File, error) { return open(path, false) }
+
+// OpenNoFollow is Open refusing a symlink at the last component.
+func OpenNoFollow(path string) (*os.File, error) { return open(path, true) }
+
+// ReadFile reads the regular file at path, following symlinks, refusing one
+// larger than limit bytes without reading the rest.
+func ReadFile(path string, limit int64) ([]byte, error) { return read(path, limit, false) }
+
+// ReadFileNoFollow is ReadFile refusing a symlink at the last component.
+func ReadFileNoFollow(path string, limit int64) ([]byte, error) { return read(path, limit, true) }
+
+func open(path string, nofollow bool) (*os.File, error) {
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	if nofollow {
+		flags |= unix.O_NOFOLLOW
+	}
+	pfd, err := openRetry(path, flags)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if err := regular(path, st.Mode); err != nil {
+		return nil, err
+	}
+	// Reopen the inode O_PATH holds: nothing can swap it in between.
+	const rd = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
+	fd, err := openRetry(procFD+strconv.Itoa(pfd), rd)
+	if err == unix.ENOENT {
+		// No /proc: open the path again (O_NONBLOCK: a FIFO swapped in
+		// meanwhile does not block) and require the same inode below.
+		rflags := rd
+		if nofollow {
+			rflags |= unix.O_NOFOLLOW
+		}
+		fd, err = openRetry(path, rflags)
+	}
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil, &Error{Path: path, Msg: "changed while it was opened"}
+		}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st2 unix.Stat_t
+	if err := unix.Fstat(fd, &st2); err != nil || st2.Dev != st.Dev || st2.Ino != st.Ino || !isRegular(st2.Mode) {
+		unix.Close(fd)
+		return nil, &Error{Path: path, Msg: "changed while it was opened"}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+func read(path string, limit int64, nofollow bool) ([]byte, error) {
+	f, err := open(path, nofollow)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readLimited(f, path, limit)
+}
+
+// ReadAll reads f, refusing more than limit bytes; name is used in errors.
+func ReadAll(f *os.File, name string, limit int64) ([]byte, error) {
+	return readLimited(f, name, limit)
+}
+
+func readLimited(f *os.File, name string, limit int64) ([]byte, error) {
+	if st, err := f.Stat(); err == nil && st.Size() > limit {
+		return nil, tooBig(name, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: unwrap(err)}
+	}
+	if int64(len(b)) > limit {
+		return nil, tooBig(name, limit)
+	}
+	return b, nil
+}
+
+func unwrap(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// Error is a refusal of a file that exists: not a regular file, too big.
+type Error struct {
+	Path  string
+	Msg   string
+	Limit int64 // the bound, when the file is larger
+}
+
+func (e *Error) Error() string { return e.Path + ": " + e.Msg }
+
+// Reason is the message without the path, for callers that name the file
+// themselves.
+func (e *Error) Reason() string { return e.Msg }
+
+func tooBig(name string, limit int64) error {
+	return &Error{Path: name, Limit: limit, Msg: fmt.Sprintf("larger than %s, the limit for this file", size(limit))}
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func isRegular(mode uint32) bool { return mode&unix.S_IFMT == unix.S_IFREG }
+
+func regular(path string, mode uint32) error {
+	if isRegular(mode) {
+		return nil
+	}
+	kind := "not a regular file"
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		kind = "a directory, not a regular file"
+	case unix.S_IFIFO:
+		kind = "a FIFO, not a regular file"
+	case unix.S_IFCHR:
+		kind = "a character device, not a regular file"
+	case unix.S_IFBLK:
+		kind = "a block device, not a regular file"
+	case unix.S_IFSOCK:
+		kind = "a socket, not a regular file"
+	case unix.S_IFLNK:
+		kind = "a symlink, which is not followed here"
+	}
+	return &Error{Path: path, Msg: kind}
+}
+
+// TooBig reports whether err refuses a file larger than its bound.
+func TooBig(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Limit > 0
+}
+
+// Reason is err's message without the path: the *Error's or the
+// *fs.PathError's own reason, else err's text.
+func Reason(err error) string {
+	switch e := err.(type) {
+	case *Error:
+		return e.Msg
+	case *fs.PathError:
+		if e.Err == unix.ELOOP && e.Op == "open" {
+			return "a symlink, which is not followed here"
+		}
+		return e.Err.Error()
+	}
+	return err.Error()
+}
+
+// Redact removes what a decoder's message quotes ('x', "x", `x`, up to the
+// end of the line for an unterminated quote) and folds it onto one line, so
+// that it says where and what kind of error a file has without repeating
+// the file's bytes.
+func Redact(msg string) string {
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c == '\'' || c == '"' || c == '`' {
+			// An apostrophe inside a word ("can't") is not a quote.
+			if c == '\'' && i > 0 && isLetter(msg[i-1]) && i+1 < len(msg) && isLetter(msg[i+1]) {
+				b.WriteByte(c)
+				continue
+			}
+			j := strings.IndexByte(msg[i+1:], c)
+			if j < 0 {
+				b.WriteString("(…)")
+				break
+			}
+			b.WriteString("(…)")
+			i += j + 1
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return strings.Join(strings.Fields(b.String()), " ")
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
