@@ -44,7 +44,7 @@ func (p *Plan) result(rep *pull.Report, st *dest.Stage) (*api.Result, error) {
 		Digest: rep.Digest, InstanceDigest: rep.InstanceDigest, DestinationDigest: rep.DestinationDigest,
 		MediaType: mt, Credential: cred,
 		Layers: min(max(rep.Layers, 0), pull.MaxLayers), Bytes: min(max(rep.Bytes, 0), pull.MaxCount),
-		Attempts:  min(max(rep.Attempts, 0), (max(p.Retries, 0)+1)*max(len(p.Credentials), 1)),
+		Attempts:  min(max(rep.Attempts, 0), p.MaxAttempts()),
 		Endpoints: pull.BoundEndpoints(rep.Endpoints),
 	}
 	p.reportStore(res)
@@ -69,9 +69,25 @@ func topMediaType(rep *pull.Report) (string, error) {
 		if mt := manifest.GuessMIMEType(raw); mt != "" {
 			return mt, nil
 		}
+		// Bytes that do not say their type (no mediaType field, and no
+		// shape GuessMIMEType knows): the type the copy names, if they
+		// parse as it.
+		if mt := manifest.NormalizedMIMEType(rep.MediaType); pull.ValidMediaType(mt) && parsesAs(raw, mt) {
+			return mt, nil
+		}
 		return "", failure.New(failure.Verification, "the manifest %s is of no known media type", rep.Digest)
 	}
 	return "", failure.New(failure.Verification, "the copy handed over no manifest whose digest is %s", rep.Digest)
+}
+
+// parsesAs reports whether raw parses as a manifest or an index of type mt.
+func parsesAs(raw []byte, mt string) bool {
+	if manifest.MIMETypeIsMultiImage(mt) {
+		_, err := manifest.ListFromBlob(raw, mt)
+		return err == nil
+	}
+	_, err := manifest.FromBlob(raw, mt)
+	return err == nil
 }
 
 // credentialView is the plan's own candidate that c names, or anonymous;

@@ -148,7 +148,7 @@ func CheckEvent(e api.Event) error {
 }
 
 // Check reports why r is not a report the copy could have sent, or nil:
-// digests that are digests, a media type's form, counts in range, at most
+// digests that are digests, a media type of bounded length, counts in range, at most
 // MaxHanded handed-over digests, and the manifests and signatures within
 // the sizes the copy itself enforces. The endpoints are only bounded
 // (BoundEndpoints): they are informational.
@@ -160,8 +160,10 @@ func (r *Report) Check() error {
 		return fmt.Errorf("the report's instance digest is not a digest")
 	case r.DestinationDigest != "" && !ValidDigest(r.DestinationDigest):
 		return fmt.Errorf("the report's destination digest is not a digest")
-	case r.MediaType != "" && !ValidMediaType(r.MediaType):
-		return fmt.Errorf("the report's media type is not type/subtype of at most %d bytes", MaxMediaType)
+	case len(r.MediaType) > MaxMediaType:
+		// Only bounded: a registry's Content-Type may carry parameters,
+		// and the parent takes the media type from the verified manifest.
+		return fmt.Errorf("the report's media type is over %d bytes", MaxMediaType)
 	case r.Layers < 0 || r.Layers > MaxLayers || !validCount(r.Bytes) || r.Attempts < 0 || r.Attempts > MaxLayers:
 		return fmt.Errorf("the report's counts are negative or out of range")
 	case len(r.Copied.Manifest) > MaxManifestBytes || len(r.Copied.IndexRaw) > MaxManifestBytes || len(r.Copied.Served) > MaxManifestBytes:
@@ -197,4 +199,10 @@ func BoundEndpoints(in []api.EndpointUse) []api.EndpointUse {
 		out = append(out, e)
 	}
 	return out
+}
+
+// MaxAttempts is the most attempts a Copy of p makes: one per retry, in
+// each credential round. A report claiming more is bounded to it.
+func (p *Request) MaxAttempts() int {
+	return (max(p.Retries, 0) + 1) * p.candidates()
 }

@@ -12,7 +12,8 @@ import (
 // informational fields (counts, endpoints) it repeats.
 type Report struct {
 	// Digest is the top-level manifest (or index) digest the copy pinned;
-	// MediaType the type the registry served it with.
+	// MediaType the type the registry served it with (not repeated: the
+	// result's is read from the verified manifest).
 	Digest    string `json:"digest"`
 	MediaType string `json:"media_type"`
 	// InstanceDigest is the per-platform manifest copied from an index
