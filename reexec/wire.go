@@ -106,12 +106,19 @@ func toWire(err error) *wireError {
 // it (the copy's own error texts are far shorter: registry/errors.go).
 const maxErrorMessage = 16 << 10
 
+// err rebuilds the child's error: a code the contract does not have is
+// internal, a message over maxErrorMessage is cut there, and one line.
 func (w *wireError) err() error {
+	code := w.Code
+	if code.Exit() == 1 {
+		code = failure.Internal
+	}
 	msg := w.Message
 	if len(msg) > maxErrorMessage {
 		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + " [truncated]"
 	}
-	return &failure.Error{Code: w.Code, Message: msg}
+	msg = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(msg)
+	return &failure.Error{Code: code, Message: msg}
 }
 
 // Bounds on fd 4's lines. An event is a few hundred bytes once its fields
