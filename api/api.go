@@ -23,13 +23,16 @@ type Result struct {
 	Timings *Timings `json:"timings,omitempty"`
 	// Endpoints are the hosts that served this pull (its successful
 	// attempt): a registries.conf mirror, a containerd hosts.toml host or
-	// the registry itself. Informational only: in the isolated child it is
-	// the child's own account (bounded by the parent, never checked), and
-	// nothing may rely on it for a security decision.
+	// the registry itself. Informational only: it is the copy's own
+	// account (in the isolated child, the child's: valid hosts and counts in
+	// range, at most 64, never checked further), and nothing may rely on it
+	// for a security decision.
 	Endpoints []EndpointUse `json:"endpoints,omitempty"`
 	// ImageID is the image as the runtime sees it when DEST is a store
 	// (containerd:, containers-storage:): sha256:<config digest>, what
-	// podman --no-trunc and crictl show; Store says which store.
+	// podman --no-trunc and crictl show; Store says which store. Both are
+	// what the store reported to the parent after its commit, never the
+	// copy's word; absent for oci:, dir: and the archives.
 	ImageID string `json:"image_id,omitempty"`
 	Store   *Store `json:"store,omitempty"`
 }

@@ -17,6 +17,9 @@
 //     configuration.
 //   - Run emits start and done itself; from the copy it passes on only
 //     progress events.
+//   - api.Result is built here only (result.go), from the plan and what the
+//     parent verified, field by field; the copy's pull.Report is its claims
+//     (the isolated child's, checked by reexec first).
 //   - On every path out of Run the staging area is removed and, when
 //     isolated, every process of the pull is dead and its cgroup removed.
 //   - Building a Plan sends no network byte of its own; it may run the

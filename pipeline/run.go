@@ -106,45 +106,31 @@ func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, e
 }
 
 // verifyAndCommit checks the staged image against what the copy reported
-// and what the plan pinned, judges it again with the signature policy, then
-// commits exactly the verified files.
-func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material, st *dest.Stage, res *api.Result, copied *pull.Copied) error {
-	e := dest.Expect{Digest: res.Digest, Instance: res.InstanceDigest, DestDigest: res.DestinationDigest,
-		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes}
-	if copied != nil {
-		e.IndexRaw, e.Manifest, e.Served = copied.IndexRaw, copied.Manifest, copied.Served
+// and what the plan pinned, judges it again with the signature policy,
+// commits exactly the verified files, and builds the result from the plan
+// and what it verified (result).
+func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material, st *dest.Stage, rep *pull.Report) (*api.Result, error) {
+	if _, err := p.credentialView(rep.Credential); err != nil {
+		return nil, err
 	}
+	if _, err := p.byDigest(rep.Digest); err != nil {
+		return nil, err
+	}
+	c := &rep.Copied
+	e := dest.Expect{Digest: rep.Digest, Instance: rep.InstanceDigest, DestDigest: rep.DestinationDigest,
+		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes, IndexRaw: c.IndexRaw, Manifest: c.Manifest, Served: c.Served}
 	if err := p.dst.Verify(st, e); err != nil {
-		return err
+		return nil, err
 	}
-	if err := p.recheckSignature(ctx, m, res, copied, func(w string) { o.Log.Warn(w) }); err != nil {
-		return err
+	if err := p.recheckSignature(ctx, m, rep, func(w string) { o.Log.Warn(w) }); err != nil {
+		return nil, err
 	}
 	o.phases.verifyEnd = time.Now()
 	if err := p.dst.Commit(st); err != nil {
-		return err
+		return nil, err
 	}
 	o.phases.commitEnd = time.Now()
-	p.reportStore(res)
-	if st.ImageID != "" {
-		res.ImageID = st.ImageID
-	}
-	return nil
-}
-
-// checkCredentialView refuses a result naming a credential the parent never
-// handed to the child (only the primary endpoint's candidates, or
-// anonymous, can be reported).
-func (p *Plan) checkCredentialView(c *api.Credential) error {
-	if c == nil || (c.Source == "anonymous" && c.File == "" && c.Key == "" && c.Username == "") {
-		return nil
-	}
-	for _, k := range p.Credentials {
-		if k.Source == c.Source && k.File == c.File && k.Key == c.Key && k.Username == c.Username {
-			return nil
-		}
-	}
-	return failure.New(failure.Isolation, "the pull child reported a credential (%s %s) it was never given", c.Source, c.File)
+	return p.result(rep, st)
 }
 
 // byDigest is the plan's repository pinned to d.
@@ -225,16 +211,17 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 		po.Node = rates
 	}
 	o.phases.copyStart = time.Now()
-	res, copied, err := pull.Copy(ctx, &p.Request, m, pst, po)
+	rep, err := pull.Copy(ctx, &p.Request, m, pst, po)
 	if err != nil {
 		return nil, err
 	}
 	o.phases.copyEnd = time.Now()
 	st.UsePresums(pre.Finish())
-	if err := handOver(o, part, st, copied); err != nil {
+	if err := handOver(o, part, st, rep.Copied.Handed); err != nil {
 		return nil, err
 	}
-	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
+	res, err := p.verifyAndCommit(ctx, o, m, st, rep)
+	if err != nil {
 		return nil, err
 	}
 	removePartial(o, part)
@@ -345,7 +332,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	// the request, and the staging area is a mount it gets by fd.
 	copyReq := p.Request
 	copyReq.Destination = p.Destination.Anonymous()
-	res, copied, err := c.Run(ctx, g, reexec.Request{
+	rep, err := c.Run(ctx, g, reexec.Request{
 		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil, handOverOK), Cgroup: g.Expected(),
 		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
 		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
@@ -371,21 +358,13 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	// Every process of the pull is dead: the digests whose leases held
 	// are good (before HandOver moves the files).
 	st.UsePresums(pre.Finish())
-	// What the parent knows itself is never taken from the child: the
-	// image, the destination, the signature policy in force, and the
-	// reference (the plan's name with the digest Verify ties the stored
-	// image to).
-	res.Image, res.Destination, res.SignaturePolicy = p.Image, p.Destination.String(), p.Signature
-	if err := p.checkCredentialView(res.Credential); err != nil {
+	// The child's report is its claims: the result is built from the plan
+	// and what the parent verified (verifyAndCommit, result).
+	if err := handOver(o, part, st, rep.Copied.Handed); err != nil {
 		return nil, err
 	}
-	if res.Reference, err = p.byDigest(res.Digest); err != nil {
-		return nil, err
-	}
-	if err := handOver(o, part, st, copied); err != nil {
-		return nil, err
-	}
-	if err := p.verifyAndCommit(ctx, o, m, st, res, copied); err != nil {
+	res, err := p.verifyAndCommit(ctx, o, m, st, rep)
+	if err != nil {
 		return nil, err
 	}
 	removePartial(o, part)
@@ -451,14 +430,14 @@ func prehashing(pre *dest.Prehash, events func(api.Event)) func(api.Event) {
 // handOver moves the whole blobs the copy left in the partial-blob cache
 // into the staged layout (pull.Copied.Handed), where Verify hashes them
 // like every staged file.
-func handOver(o *Options, part *dest.Partial, st *dest.Stage, copied *pull.Copied) error {
-	if copied == nil || len(copied.Handed) == 0 {
+func handOver(o *Options, part *dest.Partial, st *dest.Stage, handed []string) error {
+	if len(handed) == 0 {
 		return nil
 	}
 	if part == nil {
-		return failure.New(failure.Verification, "the copy handed over %d blobs but this pull has no partial-blob cache", len(copied.Handed))
+		return failure.New(failure.Verification, "the copy handed over %d blobs but this pull has no partial-blob cache", len(handed))
 	}
-	n, err := part.HandOver(st, copied.Handed)
+	n, err := part.HandOver(st, handed)
 	if err != nil {
 		return failure.Wrap(failure.Verification, err, "taking the copy's blobs from the partial-blob cache")
 	}

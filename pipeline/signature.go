@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/docker"
@@ -25,11 +24,12 @@ import (
 // are verified here, cryptographically. What the parent cannot re-check: a
 // requirement needing signatures the child did not hand over (sigstore
 // attachments); then the child's check stands and a warning says so.
-func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *api.Result, c *pull.Copied, warn func(string)) error {
+func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull.Report, warn func(string)) error {
 	if m.SignaturePolicy == nil {
 		return nil // the built-in policy accepts anything
 	}
-	if c == nil || c.Served == nil {
+	c := &res.Copied
+	if c.Served == nil {
 		return failure.New(failure.Verification, "the copy did not hand over the manifest the signature policy %s judged", p.Signature.File)
 	}
 	want := res.Digest

@@ -40,7 +40,7 @@ func TestRecheckSignature(t *testing.T) {
 			p.Signature = api.SignaturePolicy{Source: "flag", File: "/policy.json"}
 			warned := false
 			err := p.recheckSignature(t.Context(), &pull.Material{SignaturePolicy: []byte(tc.policy)},
-				&api.Result{Reference: tc.childRef, Digest: d}, &pull.Copied{Served: tc.served}, func(string) { warned = true })
+				&pull.Report{Digest: d, Copied: pull.Copied{Served: tc.served}}, func(string) { warned = true })
 			if (err != nil) != tc.wantErr || warned != tc.wantWarn {
 				t.Fatalf("err = %v, warned = %v; want error %v, warning %v", err, warned, tc.wantErr, tc.wantWarn)
 			}
@@ -53,16 +53,17 @@ func TestRecheckSignature(t *testing.T) {
 
 // The result's credential must be one the parent handed over (or
 // anonymous): a child cannot name another.
-func TestCheckCredentialView(t *testing.T) {
+func TestCredentialView(t *testing.T) {
 	p := &Plan{}
 	p.Credentials = []auth.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}}
 	for _, ok := range []*api.Credential{nil, {Source: "anonymous"}, {Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}} {
-		if err := p.checkCredentialView(ok); err != nil {
-			t.Errorf("%+v: %v", ok, err)
+		got, err := p.credentialView(ok)
+		if err != nil || got == nil || ok != nil && *got != *ok {
+			t.Errorf("%+v: %+v, %v", ok, got, err)
 		}
 	}
 	for _, bad := range []*api.Credential{{Source: "pull-secret", File: "/other.json", Key: "reg", Username: "u"}, {Source: "anonymous", Username: "x"}} {
-		if err := p.checkCredentialView(bad); err == nil || failure.CodeOf(err) != failure.Isolation {
+		if _, err := p.credentialView(bad); err == nil || failure.CodeOf(err) != failure.Isolation {
 			t.Errorf("%+v: err = %v, want an isolation error", bad, err)
 		}
 	}

@@ -24,6 +24,10 @@
 //     endpoint's host at another port), never over plain http while the
 //     registry is verified, and never to its host on another port through
 //     a redirect.
+//   - Copy returns a Report, its claims, never the caller's result (the
+//     pipeline builds api.Result); in the isolated child the parent checks
+//     the report and every event (check.go) before it keeps or repeats any
+//     of it.
 //   - Every error leaving Copy carries a failure.Code; messages name
 //     registries, files and directories, never a secret.
 package pull

@@ -32,13 +32,10 @@ const noCertDir = "/nonexistent/pullhelper-no-cert-dir"
 // errStalled cancels an attempt during which no byte arrived for StallTimeout.
 var errStalled = errors.New("no data received within the stall timeout")
 
-// Result and Event are the output contract's types (package api).
-type (
-	Result = api.Result
-	Event  = api.Event
-)
+// Event is the output contract's progress event (package api).
+type Event = api.Event
 
-// Copied is what the copy stored, beside the result, for the parent's
+// Copied is what the copy stored, in its report, for the parent's
 // verification: the manifest bytes it wrote and, when the reference is an
 // index, the index the registry served (whose digest the parent checks
 // against the reported one).
@@ -92,7 +89,7 @@ func (o Options) emit(e Event) {
 // Copy is the network-facing part: it resolves the tag, copies the image
 // into st.Path with retries, and syncs it to disk. It reads no file outside
 // st.Root: the credential, certificates and signature policy come in m.
-func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*Result, *Copied, error) {
+func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*Report, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -104,12 +101,12 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	}
 	pc, err := m.policyContext(p)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer func() { _ = pc.Destroy() }()
 	sys, err := m.systemContext(p, st)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// Every candidate in order, until the registry accepts one (the
 	// kubelet's rule: whatever the refusal looks like); each round gives
@@ -118,21 +115,20 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 	// one anonymous round; there is no anonymous retry after refused
 	// credentials.
 	var (
-		res      *Result
-		copied   *Copied
+		rep      *Report
 		attempts int
 		refused  bool
 	)
 	n := p.candidates()
 	for i := 0; i < n; i++ {
 		if err = m.writeAuth(p, sys.AuthFilePath, i); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		var k int
-		res, copied, k, err = p.retrying(ctx, pc, sys, m, i, st, o)
+		rep, k, err = p.retrying(ctx, pc, sys, m, i, st, o)
 		attempts += k
 		if err == nil {
-			res.Credential = p.credentialView(i)
+			rep.Credential = p.credentialView(i)
 			break
 		}
 		refused = refused || failure.CodeOf(err) == failure.Unauthorized
@@ -144,35 +140,35 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 			o.Log.Warn("the registry refused a credential; trying the next", "source", c.Source, "file", c.File, "key", c.Key, "username", c.Username, "error", rootCause(err))
 		}
 		if rerr := st.reset(); rerr != nil {
-			return nil, nil, rerr
+			return nil, rerr
 		}
 	}
 	if err != nil {
 		if refused || failure.CodeOf(err) == failure.Unauthorized {
-			return nil, nil, p.refusedAll(err)
+			return nil, p.refusedAll(err)
 		}
-		return nil, nil, err
+		return nil, err
 	}
 	if err := syncTree(st.path()); err != nil {
-		return nil, nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
+		return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
 	}
-	res.Attempts = attempts
-	return res, copied, nil
+	rep.Attempts = attempts
+	return rep, nil
 }
 
 // retrying runs attempts with one credential, retrying network failures
 // with a doubling back-off.
-func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, m *Material, round int, st *Stage, o Options) (*Result, *Copied, int, error) {
+func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys *types.SystemContext, m *Material, round int, st *Stage, o Options) (*Report, int, error) {
 	delay := p.RetryDelay
 	for attempt := 1; ; attempt++ {
-		res, copied, err := p.attempt(ctx, pc, sys, m, round, st, o, attempt)
+		rep, err := p.attempt(ctx, pc, sys, m, round, st, o, attempt)
 		if err == nil || !retryable(err) || attempt > p.Retries || ctx.Err() != nil {
 			if err != nil {
 				if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
 					err = failure.Wrap(failure.Network, err, "%v", cause)
 				}
 			}
-			return res, copied, attempt, err
+			return rep, attempt, err
 		}
 		o.Log.Warn("pull attempt failed; retrying", "attempt", attempt, "of", p.Retries+1, "in", delay, "error", err.Error())
 		select {
@@ -183,7 +179,7 @@ func (p *Request) retrying(ctx context.Context, pc *signature.PolicyContext, sys
 			delay *= 2
 		}
 		if rerr := st.reset(); rerr != nil {
-			return nil, nil, attempt, rerr
+			return nil, attempt, rerr
 		}
 	}
 }
@@ -237,7 +233,7 @@ func (p *Request) refusedAll(err error) error {
 // the staging area. Every read from the registry and every write into
 // staging goes through one guard (source.go): sizes are capped and the
 // stall watchdog sees every byte, of manifests, configs and layers alike.
-func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, m *Material, round int, st *Stage, o Options, n int) (*Result, *Copied, error) {
+func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, sys *types.SystemContext, m *Material, round int, st *Stage, o Options, n int) (*Report, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	g := newGuard(p.Registry, p.maxImageBytes())
@@ -270,11 +266,11 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	sys = g.hosts.wrap(p.guardedSystemContext(sys, ep))
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
-		return nil, nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
+		return nil, failure.Wrap(failure.Usage, err, "parsing %s", p.Reference)
 	}
 	rc, err := p.remoteClient(m, sys, round, p.endpointProxy(ep, g.hosts), p.realmHook(ep), g.discarded, o.Log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer rc.Close()
 	cache := &manifestCache{}
@@ -287,29 +283,29 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	}
 	top, raw, mime, err := p.resolveDigest(ctx, sys, named, g, remote)
 	if err != nil {
-		return nil, nil, p.classify(stallCause(ctx, err))
+		return nil, p.classify(stallCause(ctx, err))
 	}
 	cache.put(top, raw, mime)
 	if err := p.checkSpace(ctx, sys, named, top, raw, mime, g, remote, st); err != nil {
-		return nil, nil, p.classify(stallCause(ctx, err))
+		return nil, p.classify(stallCause(ctx, err))
 	}
 	partial.allow(st.spare)
 	pinned, err := reference.WithDigest(reference.TrimNamed(named), top)
 	if err != nil {
-		return nil, nil, failure.Wrap(failure.Internal, err, "")
+		return nil, failure.Wrap(failure.Internal, err, "")
 	}
 	dockerRef, err := docker.NewReference(pinned)
 	if err != nil {
-		return nil, nil, failure.Wrap(failure.Internal, err, "")
+		return nil, failure.Wrap(failure.Internal, err, "")
 	}
 	srcRef := guardedRef{ImageReference: dockerRef, g: g, remote: remote}
 	d, err := dest.FromSpec(p.Destination)
 	if err != nil {
-		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
+		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
 	stageRef, err := d.StagedReference(st.Work, st.Known)
 	if err != nil {
-		return nil, nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
+		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}
 	destRef := guardedRef{ImageReference: stageRef, g: g}
 	if partial != nil && st.HandOver && st.Name == "image" && stageRef.Transport().Name() == "oci" {
@@ -355,35 +351,28 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	close(progress)
 	wg.Wait()
 	if err != nil {
-		return nil, nil, p.classify(stallCause(ctx, err))
+		return nil, p.classify(stallCause(ctx, err))
 	}
-	res := &Result{
-		Image:       p.Image,
-		Reference:   pinned.String(),
-		Digest:      top.String(),
-		MediaType:   mime,
-		Destination: p.Destination.String(),
-
-		SignaturePolicy: p.Signature,
-	}
-	res.Layers, res.Bytes = tally.totals()
+	rep := &Report{Digest: top.String(), MediaType: mime}
+	rep.Layers, rep.Bytes = tally.totals()
 	want := top
 	if manifest.MIMETypeIsMultiImage(mime) && !p.AllArchitectures {
 		list, err := manifest.ListFromBlob(raw, mime)
 		if err != nil {
-			return nil, nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
+			return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
 		}
 		if want, err = list.ChooseInstance(sys); err != nil {
-			return nil, nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", pinned)
+			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", pinned)
 		}
-		res.InstanceDigest = want.String()
+		rep.InstanceDigest = want.String()
 	}
 	// The destination may store a converted manifest (docker-archive
 	// writes Docker schema 2); report its digest when it differs.
 	if d, err := manifest.Digest(copied); err == nil && d != want {
-		res.DestinationDigest = d.String()
+		rep.DestinationDigest = d.String()
 	}
-	out := &Copied{Manifest: copied, Handed: partial.handedOver()}
+	out := &rep.Copied
+	out.Manifest, out.Handed = copied, partial.handedOver()
 	if manifest.MIMETypeIsMultiImage(mime) {
 		out.IndexRaw = raw
 	}
@@ -391,10 +380,10 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	// re-checks the signature policy on it): hand that over, with its
 	// signatures when a policy file judges them.
 	if err := served(ctx, sys, srcRef, top, want, raw, p.Signature.File != "", out); err != nil {
-		return nil, nil, p.classify(stallCause(ctx, err))
+		return nil, p.classify(stallCause(ctx, err))
 	}
-	res.Endpoints = g.hosts.endpoints()
-	return res, out, nil
+	rep.Endpoints = g.hosts.endpoints()
+	return rep, nil
 }
 
 // knownData are the bytes of DEST's small known blobs, by digest.
@@ -432,9 +421,12 @@ func served(ctx context.Context, sys *types.SystemContext, ref types.ImageRefere
 		}
 	}
 	if sigs {
-		out.Signatures, err = src.GetSignatures(ctx, instance)
+		if out.Signatures, err = src.GetSignatures(ctx, instance); err != nil {
+			return err
+		}
+		return checkSignatures(out.Signatures)
 	}
-	return err
+	return nil
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference

@@ -89,7 +89,8 @@ func openFDs() []int {
 
 // child is the whole life of the network-facing process, top to bottom:
 // read the request → verify the cgroup → private mounts → drop privileges
-// and verify the drop → pull into staging → report.
+// and verify the drop → pull into staging → report (pull.Report: the
+// child's claims, which the parent checks and verifies).
 func child() int {
 	// The parent owns signals: it kills the whole cgroup. Ignore terminal
 	// SIGINT so that ^C reaches only the parent, which cleans up.
@@ -208,14 +209,15 @@ func child() int {
 	if rates != nil {
 		opts.Node = rates
 	}
-	res, copied, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
+	rep, err := pull.Copy(context.Background(), req.Copy, req.Material, req.Stage, opts)
 	if err != nil {
 		return fail(err)
 	}
+	henv.Report = rep
 	if handled, code := hostile("after-copy", henv); handled {
 		return code
 	}
-	send(message{Result: res, Copied: copied})
+	send(message{Report: rep})
 	return 0
 }
 

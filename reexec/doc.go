@@ -5,13 +5,19 @@
 // JSON request (the resolved Plan, the Material — credential, certificates,
 // signature policy — the staging area and the cgroup the child must be in),
 // fd 4 carries JSON Lines messages back: progress events, then exactly one
-// result or error ({code, message}, rebuilt into a failure.Error). Nothing
+// report (pull.Report: the child's claims, never the caller's result) or
+// error ({code, message}, rebuilt into a failure.Error). Nothing
 // travels in argv or the environment; the child reads no policy or secret
 // file itself.
 //
 // Trust. The child is untrusted once it touched the network. Every line
-// on fd 4 is bounded (maxMessage; longer is exit 7); only progress events
-// are accepted from it (the parent emits start, done and error itself);
+// on fd 4 is bounded (maxLine, and one last line, the report or the error,
+// maxMessage; longer is exit 7); only progress events whose every field is
+// what it names (pull.CheckEvent: a digest, a media type, a host, counts in
+// range) are accepted from it (the parent emits start, done and error
+// itself), through a queue bounded in events and so in bytes; the report
+// is checked (pull.Report.Check) and the pipeline builds the result from
+// the plan and what it verified;
 // its stderr is relayed with long lines truncated, never stopping reading.
 // It inherits no fd but the protocol pipes and stdio: the parent marks
 // every fd from 3 up close-on-exec at Dispatch, and the child closes any
@@ -35,6 +41,6 @@
 // or the timeout the parent kills every process in the cgroup, waits for
 // them, removes the staging area and the cgroup, and leaves DEST untouched.
 //
-// main must call Dispatch before anything else; Pull panics if it did not,
+// main must call Dispatch before anything else; Start panics if it did not,
 // because the child would otherwise run the CLI again.
 package reexec

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
 )
 
 // FuzzReadLine: readLine returns exactly the '\n'-separated lines of its
@@ -61,14 +62,17 @@ func FuzzReadLine(f *testing.F) {
 
 // FuzzChildMessages: whatever the child writes on fd 4, the parent's
 // decoder stops with nil (EOF, a line cut short) or a one-line error, emits
-// only messages of complete JSON lines, and the parent's bounds hold for
-// what it takes from them: only progress events, bounded hosts, at most
-// maxEndpoints endpoints without negative counts.
+// only messages of complete JSON lines, at most one of them from a line over
+// maxLine (and that one a report or an error), and the parent's bounds hold
+// for what it takes from them: only well-formed progress events (digests,
+// media types, hosts of bounded length), at most pull.MaxEndpoints
+// endpoints with valid hosts and counts in range.
 func FuzzChildMessages(f *testing.F) {
 	for _, m := range []message{
 		{Event: &api.Event{Type: api.EventLayerProgress, Digest: "sha256:ab", Bytes: 10, Size: 20, Host: "reg.example:5000"}},
+		{Event: &api.Event{Type: api.EventLayerProgress, Digest: "sha256:" + strings.Repeat("a", 64), MediaType: "application/vnd.oci.image.layer.v1.tar+gzip", Bytes: 10, Size: 20, Host: "[::1]:5000"}},
 		{Event: &api.Event{Type: "done"}},
-		{Result: &api.Result{Endpoints: []api.EndpointUse{{Host: "a", Blobs: 1}, {Host: "", Blobs: 1}, {Host: "b", Bytes: -1}}}},
+		{Report: &pull.Report{Digest: "sha256:" + strings.Repeat("b", 64), Endpoints: []api.EndpointUse{{Host: "a", Blobs: 1}, {Host: "", Blobs: 1}, {Host: "b", Bytes: -1}}}},
 		{Error: &wireError{Code: failure.Unauthorized, Message: "unauthorized: reg"}},
 	} {
 		b, err := json.Marshal(m)
@@ -78,7 +82,8 @@ func FuzzChildMessages(f *testing.F) {
 		f.Add(append(b, '\n'))
 	}
 	f.Add([]byte("{\"event\":{\"type\":\"layer_progress\",\"host\":\"" + strings.Repeat("h", 300) + "\"}}\n\n  \n{\"event\":"))
-	f.Add([]byte("{\"result\":{}}\n{\"result\":{\"endpoints\":[" + strings.Repeat(`{"host":"x"},`, 70) + `{"host":"y"}]}}` + "\n"))
+	f.Add([]byte("{\"report\":{}}\n{\"report\":{\"endpoints\":[" + strings.Repeat(`{"host":"x"},`, 70) + `{"host":"y"}]}}` + "\n"))
+	f.Add([]byte("{\"event\":{\"type\":\"layer_progress\",\"digest\":\"sha256:" + strings.Repeat("a", maxLine) + "\"}}\n"))
 	f.Add([]byte("not json\n"))
 	f.Add([]byte(`{"error":{"code":"x"}}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -95,25 +100,30 @@ func FuzzChildMessages(f *testing.F) {
 		msgs := make(chan message)
 		errc := make(chan error, 1)
 		go c.read(msgs, errc)
-		n := 0
+		n, long := 0, 0
 		for m := range msgs {
 			n++
-			if m.Event != nil {
-				if e, ok := progressOnly(*m.Event); ok {
-					if !api.IsProgress(e.Type) || len(e.Host) > maxHost {
-						t.Fatalf("progress event %+v passed", e)
-					}
-				} else if api.IsProgress(m.Event.Type) {
-					t.Fatalf("progress event %q dropped", m.Event.Type)
+			if b, _ := json.Marshal(m); len(b) > maxLine {
+				if long++; long > 1 || (m.Report == nil && m.Error == nil) {
+					t.Fatalf("a second long line, or a long line that is not the last message: %.200s", b)
 				}
 			}
-			if m.Result != nil {
-				boundEndpoints(m.Result)
-				if len(m.Result.Endpoints) > maxEndpoints {
-					t.Fatalf("%d endpoints", len(m.Result.Endpoints))
+			if m.Event != nil {
+				if e, err := progressOnly(*m.Event); err == nil {
+					if !api.IsProgress(e.Type) || len(e.Host) > pull.MaxHost || len(e.Digest) > 135 || len(e.MediaType) > pull.MaxMediaType || e.Size < 0 || e.Bytes < 0 {
+						t.Fatalf("progress event %+v passed", e)
+					}
+				} else if api.IsProgress(m.Event.Type) && pull.CheckEvent(*m.Event) == nil {
+					t.Fatalf("progress event %+v dropped", *m.Event)
 				}
-				for _, e := range m.Result.Endpoints {
-					if e.Host == "" || len(e.Host) > maxHost || e.Manifests < 0 || e.Blobs < 0 || e.Bytes < 0 {
+			}
+			if m.Report != nil {
+				eps := pull.BoundEndpoints(m.Report.Endpoints)
+				if len(eps) > pull.MaxEndpoints {
+					t.Fatalf("%d endpoints", len(eps))
+				}
+				for _, e := range eps {
+					if !pull.ValidHost(e.Host) || e.Manifests < 0 || e.Blobs < 0 || e.Bytes < 0 {
 						t.Fatalf("endpoint %+v kept", e)
 					}
 				}

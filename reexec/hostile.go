@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/pull"
 )
 
 // This file exists only in the test build bin/pullhelper-hostile (build tag
@@ -30,6 +32,9 @@ const hostileVar = "PULLHELPER_HOSTILE"
 type hostileEnv struct {
 	Req  *Request
 	Send func(message) // writes one protocol message on fd 4
+	// Report is the copy's report, from after-copy on: an action may
+	// change what the child claims.
+	Report *pull.Report
 }
 
 var hostileActions = map[string]func(*hostileEnv) (bool, int){}

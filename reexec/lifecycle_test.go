@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/pull"
@@ -94,43 +94,45 @@ func TestRelayStderrDropsStackDump(t *testing.T) {
 	}
 }
 
-// Only progress events cross from the child, reduced to progress fields.
+// Only well-formed progress events cross from the child, reduced to
+// progress fields.
 func TestProgressOnly(t *testing.T) {
 	for _, typ := range []string{"start", "done", "error", "retry", ""} {
-		if _, ok := progressOnly(pull.Event{Type: typ}); ok {
+		if _, err := progressOnly(pull.Event{Type: typ}); err == nil {
 			t.Errorf("a %q event from the child was accepted", typ)
 		}
 	}
-	e, ok := progressOnly(pull.Event{Type: "layer_done", Digest: "sha256:a", Bytes: 3, Message: "forged", Image: "x", Host: "mirror.example:5000"})
-	if !ok || e.Digest != "sha256:a" || e.Bytes != 3 || e.Message != "" || e.Image != "" || e.TS.IsZero() || e.Host != "mirror.example:5000" {
-		t.Fatalf("got %+v, %v", e, ok)
+	d := "sha256:" + strings.Repeat("a", 64)
+	e, err := progressOnly(pull.Event{Type: "layer_done", Digest: d, Bytes: 3, Message: "forged", Image: "x", Host: "mirror.example:5000"})
+	if err != nil || e.Digest != d || e.Bytes != 3 || e.Message != "" || e.Image != "" || e.TS.IsZero() || e.Host != "mirror.example:5000" {
+		t.Fatalf("got %+v, %v", e, err)
 	}
-	// A host longer than a DNS name may be is dropped.
-	if e, _ := progressOnly(pull.Event{Type: "layer_progress", Host: strings.Repeat("h", 256)}); e.Host != "" {
-		t.Fatalf("an oversized host passed: %d bytes", len(e.Host))
+	// A field that is not what it names refuses the whole event.
+	for _, bad := range []pull.Event{
+		{Type: "layer_progress", Digest: d, Host: strings.Repeat("h", 256)},
+		{Type: "layer_progress", Digest: "sha256:" + strings.Repeat("a", 2<<20)},
+		{Type: "layer_progress", Digest: d, MediaType: strings.Repeat("m", 300) + "/x"},
+		{Type: "layer_progress", Digest: d, Bytes: -1},
+	} {
+		if _, err := progressOnly(bad); err == nil {
+			t.Errorf("an event with a bad field passed: digest %d bytes, media type %d, host %d, bytes %d",
+				len(bad.Digest), len(bad.MediaType), len(bad.Host), bad.Bytes)
+		}
 	}
 }
 
-// The child's endpoints block is bounded: sane entries pass, oversized or
-// negative ones are dropped, and at most maxEndpoints remain.
-func TestBoundEndpoints(t *testing.T) {
-	res := &api.Result{Endpoints: []api.EndpointUse{
-		{Host: "mirror.example", Manifests: 2, Blobs: 3, Bytes: 100},
-		{Host: strings.Repeat("h", 256), Blobs: 1},
-		{Host: "", Blobs: 1},
-		{Host: "neg.example", Bytes: -1},
-	}}
-	boundEndpoints(res)
-	if len(res.Endpoints) != 1 || res.Endpoints[0] != (api.EndpointUse{Host: "mirror.example", Manifests: 2, Blobs: 3, Bytes: 100}) {
-		t.Fatalf("got %+v", res.Endpoints)
+// An event that passed progressOnly is at most maxEventBytes: the event
+// queue's byte bound.
+func TestMaxEventBytes(t *testing.T) {
+	e := pull.Event{Type: api.EventConfigProg, Digest: "sha512:" + strings.Repeat("a", 128),
+		MediaType: strings.Repeat("a", 127) + "/" + strings.Repeat("b", 127), Host: strings.Repeat("h", 63) + "." + strings.Repeat("h", 63) + "." + strings.Repeat("h", 63) + "." + strings.Repeat("h", 61) + ":65535",
+		Size: 1 << 40, Bytes: 1 << 40}
+	got, err := progressOnly(e)
+	if err != nil {
+		t.Fatalf("a maximal valid event was refused: %v", err)
 	}
-	res.Endpoints = nil
-	for i := 0; i < 1000; i++ {
-		res.Endpoints = append(res.Endpoints, api.EndpointUse{Host: fmt.Sprintf("h%d.example", i), Blobs: 1})
-	}
-	boundEndpoints(res)
-	if len(res.Endpoints) != maxEndpoints || res.Endpoints[0].Host != "h0.example" {
-		t.Fatalf("got %d endpoints, first %+v", len(res.Endpoints), res.Endpoints[0])
+	if n := len(got.Type) + len(got.Digest) + len(got.MediaType) + len(got.Host) + int(unsafe.Sizeof(got)); n > maxEventBytes {
+		t.Fatalf("a valid event holds %d bytes, more than maxEventBytes %d", n, maxEventBytes)
 	}
 }
 

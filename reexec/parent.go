@@ -110,10 +110,11 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 }
 
 // Run sends the request and relays the child's progress events until it
-// exits with its result. On cancellation, or when the copy's timeout has
+// exits with its report (checked: pull.Report.Check, its endpoints bounded;
+// still only the child's claims, for the pipeline to verify). On cancellation, or when the copy's timeout has
 // long passed, it kills every process in g. On every path out the child
 // has been reaped and everything else in g killed.
-func (c *Child) Run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
+func (c *Child) Run(ctx context.Context, g *cgroup.Group, req Request, events func(api.Event), log *slog.Logger) (*pull.Report, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -331,13 +332,19 @@ func (c *childProc) drainStderr(deadline time.Time) {
 	}
 }
 
-// read decodes the child's messages, each line bounded by maxMessage, until
-// EOF or an error (then sent on errc, nil at EOF); it closes msgs last.
+// read decodes the child's messages until EOF or an error (then sent on
+// errc, nil at EOF); it closes msgs last. Each line is bounded by maxLine
+// but one, the report or the error, bounded by maxMessage.
 func (c *childProc) read(msgs chan<- message, errc chan<- error) {
 	defer close(msgs)
 	br := bufio.NewReaderSize(c.events, 64<<10)
+	long := false // the one long line was read
 	for {
-		line, err := readLine(br, maxMessage)
+		limit := maxMessage
+		if long {
+			limit = maxLine
+		}
+		line, err := readLine(br, limit)
 		if err != nil {
 			// EOF, a last line cut short by the child's death, or the
 			// read end closed by the drain bound: the end of messages.
@@ -355,6 +362,13 @@ func (c *childProc) read(msgs chan<- message, errc chan<- error) {
 			errc <- fmt.Errorf("the pull child sent a malformed message: %w", err)
 			return
 		}
+		if len(line) > maxLine {
+			long = true
+			if m.Report == nil && m.Error == nil {
+				errc <- errOversized
+				return
+			}
+		}
 		msgs <- m
 	}
 }
@@ -366,7 +380,7 @@ func (c *childProc) read(msgs chan<- message, errc chan<- error) {
 // left in the cgroup, then drains the pipes within drainTimeout: a
 // grandchild holding them can neither hang the parent nor outlive the pull.
 // The pipeline, not the child, says that the pull started and is done.
-func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink func(api.Event), log *slog.Logger) (*api.Result, *pull.Copied, error) {
+func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink func(api.Event), log *slog.Logger) (*pull.Report, error) {
 	events := newEventQueue(sink, log)
 	defer events.close(time.Second)
 
@@ -400,13 +414,12 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink 
 		deadline = t.C
 	}
 	var (
-		res     *api.Result
-		copied  *pull.Copied
+		rep     *pull.Report
 		childE  error
 		stopErr error
 		werr    error
 		exited  bool
-		forged  bool
+		refused int // events dropped by progressOnly
 		done    = ctx.Done()
 	)
 	stop := func(err error, why string) {
@@ -422,17 +435,24 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink 
 	handle := func(m message) {
 		switch {
 		case m.Event != nil:
-			if e, ok := progressOnly(*m.Event); ok {
+			e, err := progressOnly(*m.Event)
+			if err == nil {
 				events.emit(e)
-			} else if !forged {
-				forged = true
-				log.Warn("dropped an event of the pull child: only progress events are accepted from it", "type", m.Event.Type)
+				break
 			}
-		case m.Result != nil:
-			if res == nil {
-				res, copied = m.Result, m.Copied
-				boundEndpoints(res)
+			if refused++; refused == 1 {
+				log.Warn("dropped an event of the pull child: only well-formed progress events are accepted from it", "reason", err.Error())
 			}
+		case m.Report != nil:
+			if rep != nil {
+				break
+			}
+			if err := m.Report.Check(); err != nil {
+				stop(failure.New(failure.Isolation, "the pull child sent an invalid report: %v", err), "the pull child broke the protocol")
+				break
+			}
+			rep = m.Report
+			rep.Endpoints = pull.BoundEndpoints(rep.Endpoints)
 		case m.Error != nil:
 			if childE == nil {
 				childE = m.Error.err()
@@ -491,15 +511,18 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req Request, sink 
 	}
 	c.events.Close()
 	c.drainStderr(bound)
+	if refused > 1 {
+		log.Warn("dropped events of the pull child that were not well-formed progress events", "dropped", refused)
+	}
 	switch {
 	case stopErr != nil:
-		return nil, nil, stopErr
+		return nil, stopErr
 	case childE != nil:
-		return nil, nil, childE
-	case res != nil && werr == nil:
-		return res, copied, nil
+		return nil, childE
+	case rep != nil && werr == nil:
+		return rep, nil
 	}
-	return nil, nil, &childDied{status: werr}
+	return nil, &childDied{status: werr}
 }
 
 // childDied is a child that exited without a result.
@@ -568,7 +591,10 @@ func relayStderr(r io.ReadCloser, w io.Writer, debug bool) {
 // eventQueue hands events to the caller's sink from a goroutine of its own,
 // so a sink that blocks (a progress reader that never reads) never holds up
 // the parent's loop, and so SIGTERM and --timeout. When the queue is full
-// events are dropped (and counted) rather than waited for.
+// events are dropped (and counted) rather than waited for. It is bounded
+// in bytes as well as in events: an event that passed progressOnly has
+// fields of bounded length (pull.CheckEvent), at most maxEventBytes in all,
+// so the queue holds at most eventQueueLen × maxEventBytes (about 4 MiB).
 type eventQueue struct {
 	q       chan api.Event
 	done    chan struct{}
@@ -577,6 +603,10 @@ type eventQueue struct {
 }
 
 const eventQueueLen = 4096
+
+// maxEventBytes bounds an event that passed pull.CheckEvent: its strings
+// (type, digest, media type, host) and the struct itself.
+const maxEventBytes = len(api.EventConfigProg) + len("sha512:") + 128 + pull.MaxMediaType + pull.MaxHost + 256
 
 func newEventQueue(sink func(api.Event), log *slog.Logger) *eventQueue {
 	e := &eventQueue{q: make(chan api.Event, eventQueueLen), done: make(chan struct{}), log: log}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
@@ -82,12 +83,12 @@ type LogConfig struct {
 	Debug  bool   `json:"debug"`
 }
 
-// message is one line on fd 4. Exactly one field is set.
+// message is one line on fd 4. Exactly one field is set. The child sends
+// its own report (pull.Report: what it claims), never the caller's result:
+// the pipeline builds api.Result from the plan and what it verified.
 type message struct {
-	Event  *api.Event  `json:"event,omitempty"`
-	Result *api.Result `json:"result,omitempty"`
-	// Copied travels with Result: what the parent verifies against.
-	Copied *pull.Copied `json:"copied,omitempty"`
+	Event  *api.Event   `json:"event,omitempty"`
+	Report *pull.Report `json:"report,omitempty"`
 	Error  *wireError   `json:"error,omitempty"`
 }
 
@@ -101,16 +102,43 @@ func toWire(err error) *wireError {
 	return &wireError{Code: failure.CodeOf(err), Message: err.Error()}
 }
 
-func (w *wireError) err() error { return &failure.Error{Code: w.Code, Message: w.Message} }
+// maxErrorMessage bounds the child's error message as the parent repeats
+// it (the copy's own error texts are far shorter: registry/errors.go).
+const maxErrorMessage = 16 << 10
 
-// maxMessage bounds one line on fd 4. The largest legitimate message is the
-// result, which can carry a raw index manifest (containers/image caps
-// manifests at 4 MiB; JSON escaping can double it). A longer line is a
-// compromised child trying to exhaust the root parent's memory.
-const maxMessage = 16 << 20
+// err rebuilds the child's error: a code the contract does not have is
+// internal, a message over maxErrorMessage is cut there, and one line.
+func (w *wireError) err() error {
+	code := w.Code
+	if code.Exit() == 1 {
+		code = failure.Internal
+	}
+	msg := w.Message
+	if len(msg) > maxErrorMessage {
+		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + " [truncated]"
+	}
+	msg = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(msg)
+	return &failure.Error{Code: code, Message: msg}
+}
 
-// errOversized is a line on fd 4 longer than maxMessage.
-var errOversized = fmt.Errorf("the pull child sent an oversized message (a line over %d MiB on its event pipe)", maxMessage>>20)
+// Bounds on fd 4's lines. An event is a few hundred bytes once its fields
+// pass pull.CheckEvent (a digest, a media type, a host, two counts), and
+// an error a few KiB: every line is at most maxLine, except one, the last
+// message (the report or the error), which may be up to maxMessage. The
+// report carries up to three manifests (the stored one, the index, the one
+// served) of at most pull.MaxManifestBytes and signatures of at most
+// pull.MaxSignatureBytes, base64 in JSON (4/3), and small fields: the
+// handed-over digests and the endpoints, within maxReportRest. So the
+// parent holds at most one line of maxMessage, ever; a second long line is
+// a compromised child trying to exhaust the root parent's memory.
+const (
+	maxLine       = 16 << 10
+	maxReportRest = 2 << 20
+	maxMessage    = (3*pull.MaxManifestBytes+pull.MaxSignatureBytes+2)/3*4 + maxReportRest
+)
+
+// errOversized is a line on fd 4 longer than it may be.
+var errOversized = fmt.Errorf("the pull child sent an oversized message (a line over %d KiB on its event pipe, or a second line over %d KiB)", maxMessage>>10, maxLine>>10)
 
 // readLine returns the next '\n'-terminated line of r without the newline,
 // never holding more than max bytes: a longer line is errOversized. An
@@ -137,46 +165,14 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 }
 
 // progressOnly returns the child's event reduced to what a progress event
-// carries, stamped with the parent's clock, or false for any other type.
-// The parent emits start, done and error itself, so a compromised child
-// cannot tell the caller that a pull finished.
-func progressOnly(e api.Event) (api.Event, bool) {
-	if !api.IsProgress(e.Type) {
-		return api.Event{}, false
+// carries, stamped with the parent's clock, or the reason it is refused
+// (pull.CheckEvent: not a progress type, a field that is not what it
+// names). The parent emits start, done and error itself, so a compromised
+// child cannot tell the caller that a pull finished.
+func progressOnly(e api.Event) (api.Event, error) {
+	if err := pull.CheckEvent(e); err != nil {
+		return api.Event{}, err
 	}
 	return api.Event{Type: e.Type, TS: time.Now().UTC(), Digest: e.Digest, MediaType: e.MediaType,
-		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: boundHost(e.Host)}, true
-}
-
-// The child's account of which hosts served the pull is informational (see
-// api.Result.Endpoints): the parent only bounds it, to hosts of at most
-// maxHost bytes (a DNS name's limit) and at most maxEndpoints entries.
-const (
-	maxHost      = 255
-	maxEndpoints = 64
-)
-
-// boundHost is h, or "" when it is longer than maxHost.
-func boundHost(h string) string {
-	if len(h) > maxHost {
-		return ""
-	}
-	return h
-}
-
-// boundEndpoints bounds the child's endpoints block in place: an entry with
-// an empty or oversized host or a negative count is dropped, and at most
-// maxEndpoints remain.
-func boundEndpoints(res *api.Result) {
-	var out []api.EndpointUse
-	for _, e := range res.Endpoints {
-		if len(out) == maxEndpoints {
-			break
-		}
-		if e.Host == "" || boundHost(e.Host) == "" || e.Manifests < 0 || e.Blobs < 0 || e.Bytes < 0 {
-			continue
-		}
-		out = append(out, e)
-	}
-	res.Endpoints = out
+		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host}, nil
 }

@@ -56,3 +56,16 @@ func TestPullPanicsWithoutDispatch(t *testing.T) {
 	}()
 	_, _ = Start(nil, StartOptions{})
 }
+
+// The child's error is bounded before it is repeated: a code the contract
+// does not have is internal, a long message is cut, and it is one line.
+func TestErrorFromTheChildIsBounded(t *testing.T) {
+	w := &wireError{Code: failure.Code(strings.Repeat("c", 1<<20)), Message: "first\nsecond " + strings.Repeat("m", 1<<20)}
+	err := w.err()
+	if failure.CodeOf(err) != failure.Internal {
+		t.Errorf("code %.40q, want internal", failure.CodeOf(err))
+	}
+	if n := len(err.Error()); n > maxErrorMessage+64 || strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "first second") {
+		t.Errorf("message of %d bytes: %.60q", n, err.Error())
+	}
+}

@@ -29,10 +29,16 @@ import (
 // therefore holds only the writer goroutine's thread until the process
 // exits; when the caller did pass a non-blocking descriptor, the runtime
 // poller is used and the flush deadline interrupts the write.
+//
+// The queue is bounded in bytes as well as in lines (a bootc line lists
+// every layer): progressQueueBytes in all, of which progressReserveBytes
+// only the final lines may use.
 const (
-	progressQueue   = 1024
-	progressReserve = 8 // slots only the final lines (done/error; bootc's Start and last two) may use
-	progressFlush   = 2 * time.Second
+	progressQueue        = 1024
+	progressReserve      = 8 // slots only the final lines (done/error; bootc's Start and last two) may use
+	progressQueueBytes   = 4 << 20
+	progressReserveBytes = 1 << 20
+	progressFlush        = 2 * time.Second
 )
 
 type progressWriter struct {
@@ -44,7 +50,8 @@ type progressWriter struct {
 	q       chan []byte
 	done    chan struct{}
 	dropped atomic.Int64
-	werr    error // set by the writer goroutine; read after done
+	queued  atomic.Int64 // bytes in q and not yet written
+	werr    error        // set by the writer goroutine; read after done
 }
 
 // checkProgressFD refuses what cannot carry events: stdin/stdout/stderr, a
@@ -81,11 +88,10 @@ func (w *progressWriter) run() {
 	for b := range w.q {
 		if w.werr != nil {
 			w.dropped.Add(1)
-			continue
-		}
-		if _, err := w.f.Write(b); err != nil {
+		} else if _, err := w.f.Write(b); err != nil {
 			w.werr = err
 		}
+		w.queued.Add(-int64(len(b)))
 	}
 }
 
@@ -107,16 +113,17 @@ func (w *progressWriter) emitValue(v any, reserved bool) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	limit := cap(w.q) - progressReserve
+	limit, room := cap(w.q)-progressReserve, int64(progressQueueBytes-progressReserveBytes)
 	if reserved {
-		limit = cap(w.q)
+		limit, room = cap(w.q), progressQueueBytes
 	}
-	if w.closed || len(w.q) >= limit {
+	if w.closed || len(w.q) >= limit || w.queued.Load()+int64(buf.Len()) > room {
 		// Only emit sends, under mu, so len < limit <= cap means the send
-		// below cannot block.
+		// below cannot block; the writer only lowers queued.
 		w.dropped.Add(1)
 		return
 	}
+	w.queued.Add(int64(buf.Len()))
 	w.q <- buf.Bytes()
 }
 

@@ -61,8 +61,13 @@ var bootcSteps = []api.BootcSubTaskStep{
 // bootcMaxLayers bounds the layers tracked (and listed in every line): the
 // digests come from the pull child, which is not trusted, and no real image
 // comes near it (overlay stacks 128 at most). Events for further digests are
-// ignored.
-const bootcMaxLayers = 1024
+// ignored, as are digests longer than a digest is (bootcMaxDigest; the
+// parent refuses such events from the child already): so the translator
+// holds, and each line lists, at most bootcMaxLayers short entries.
+const (
+	bootcMaxLayers = 1024
+	bootcMaxDigest = len("sha512:") + 128
+)
 
 type bootcLayer struct {
 	digest  string
@@ -132,7 +137,7 @@ func (t *bootcTranslator) handle(e api.Event, now time.Time) []bootcLine {
 		t.blobSeen()
 		l := t.byDigest[e.Digest]
 		if l == nil {
-			if len(t.layers) >= bootcMaxLayers {
+			if len(t.layers) >= bootcMaxLayers || len(e.Digest) > bootcMaxDigest {
 				break
 			}
 			l = &bootcLayer{digest: e.Digest}

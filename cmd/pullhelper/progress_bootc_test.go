@@ -647,3 +647,22 @@ func TestBootcLayersAreBounded(t *testing.T) {
 		t.Fatalf("%d layers tracked, %d listed; want at most %d", len(tr.layers), len(pb.Subtasks), bootcMaxLayers)
 	}
 }
+
+// A digest longer than a digest is tracks no layer: a fat digest never
+// enters the translator's state or its lines.
+func TestBootcFatDigestsAreIgnored(t *testing.T) {
+	tr := newBootcTranslator()
+	t0 := time.Now()
+	tr.handle(api.Event{Type: "start", Image: img}, t0)
+	for i := range 16 {
+		tr.handle(api.Event{Type: "layer_progress", Digest: fmt.Sprintf("sha256:%d", i) + strings.Repeat("a", 1<<20), Size: 1}, t0)
+	}
+	tr.handle(api.Event{Type: "layer_start", Digest: "sha512:" + strings.Repeat("a", 128), Size: 1}, t0)
+	held := 0
+	for _, l := range tr.layers {
+		held += len(l.digest)
+	}
+	if len(tr.layers) != 1 || held > bootcMaxDigest {
+		t.Fatalf("%d layers tracked holding %d bytes of digests; want the one sha512 layer", len(tr.layers), held)
+	}
+}

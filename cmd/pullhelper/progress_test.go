@@ -152,3 +152,31 @@ func TestProgressFinalEventSurvivesDrops(t *testing.T) {
 		t.Fatalf("drops not reported: %q", warn.String())
 	}
 }
+
+// A reader that does not read holds at most progressQueueBytes in the
+// queue, however long the lines (a bootc line lists every layer), and the
+// final line still has room.
+func TestProgressQueueIsBoundedInBytes(t *testing.T) {
+	_, wfd := fullPipe(t)
+	var warn bytes.Buffer
+	w, err := newProgressWriter(wfd, &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := pull.Event{Type: "layer_progress", Message: strings.Repeat("x", 256<<10)}
+	for range progressQueue {
+		w.emit(big)
+	}
+	if q := w.queued.Load(); q > progressQueueBytes-progressReserveBytes || q < progressQueueBytes/2 {
+		t.Fatalf("%d bytes queued; want at most %d and the queue near full", q, progressQueueBytes-progressReserveBytes)
+	}
+	n := len(w.q)
+	w.emit(pull.Event{Type: "done", Message: strings.Repeat("y", 256<<10)})
+	if len(w.q) != n+1 || w.queued.Load() > progressQueueBytes {
+		t.Fatalf("the final line was not queued in its reserve: %d lines, %d bytes", len(w.q), w.queued.Load())
+	}
+	if w.dropped.Load() == 0 {
+		t.Fatal("nothing was dropped")
+	}
+	w.close()
+}
