@@ -17,7 +17,6 @@ import (
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
-	ocilayout "go.podman.io/image/v5/oci/layout"
 	"go.podman.io/image/v5/signature"
 	istorage "go.podman.io/image/v5/storage"
 	"go.podman.io/image/v5/types"
@@ -230,9 +229,21 @@ func (d *storageDest) store() (storage.Store, error) {
 	return st, nil
 }
 
+// Stage checks the store's roots before containers/storage touches them
+// (prepareRoot: GRAPHROOT and RUNROOT, and their ancestors, nobody's but
+// root's; created here, beneath held descriptors, when missing), then lists
+// the store's layers and stages in GRAPHROOT.
 func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
-	if err := os.MkdirAll(filepath.Dir(d.spec.Path), 0o700); err != nil {
-		return nil, d.destErr("creating the graph root: %v", err)
+	if ss := d.spec.Store; ss != nil {
+		// Both checked before either is created.
+		for _, create := range []bool{false, true} {
+			if err := prepareRoot(ss.GraphRoot, "graph root", true, create); err != nil {
+				return nil, d.destErr("%v (set GRAPHROOT in DEST or graphroot in storage.conf)", err)
+			}
+			if err := prepareRoot(ss.RunRoot, "run root", true, create); err != nil {
+				return nil, d.destErr("%v (set RUNROOT in DEST or runroot in storage.conf)", err)
+			}
+		}
 	}
 	store, err := d.store()
 	if err != nil {
@@ -308,8 +319,8 @@ func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.Imag
 	return d.staged.StagedReference(dir, known)
 }
 
-func (d *storageDest) Verify(s *Stage, e Expect) error {
-	if err := d.staged.Verify(s, e); err != nil {
+func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
+	if err := d.staged.Verify(ctx, s, e); err != nil {
 		return err
 	}
 	d.index, d.indexDigest = nil, ""
@@ -319,15 +330,27 @@ func (d *storageDest) Verify(s *Stage, e Expect) error {
 	return nil
 }
 
+// importStopBound bounds the wait for an import to stop once the pull's
+// context is done (containers/storage's lock waits and layer writes do not
+// watch it): past it Commit returns and the import is left to the store's
+// own recovery of an interrupted write, as after a SIGKILL.
+var importStopBound = 10 * time.Second
+
 // Commit imports the verified layout into the store. containers/image's
 // storage destination creates the image record (with its manifest and
 // config) in one write after every layer is in the store, then adds
 // REF's name: a kill before leaves layers no image names (no image is
-// listed), a kill between the two an unnamed complete image.
-func (d *storageDest) Commit(s *Stage) error {
+// listed), a kill between the two an unnamed complete image. The source
+// is the verified tree itself (verifiedSource: no path, no urls, no
+// network). The import runs on ctx; once ctx is done Commit returns
+// within importStopBound.
+func (d *storageDest) Commit(ctx context.Context, s *Stage) (err error) {
 	v := s.verified
-	if v == nil || v.oci == nil || s.Work == nil {
+	if v == nil || v.oci == nil || v.tree == nil || s.Work == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	if err := ctxErr(ctx, "importing into the store"); err != nil {
+		return err
 	}
 	named, err := reference.ParseNormalizedNamed(d.spec.Ref)
 	if err != nil {
@@ -337,12 +360,14 @@ func (d *storageDest) Commit(s *Stage) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _, _ = store.Shutdown(false) }()
-	// The verified work directory through the descriptor Verify used.
-	src, err := ocilayout.NewReference(fmt.Sprintf("/proc/self/fd/%d/%s", s.Work.Fd(), s.Name), "")
-	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
-	}
+	abandoned := false // the import goroutine still runs: leave the store to it
+	defer func() {
+		if !abandoned {
+			shutdownBounded(store)
+		}
+	}()
+	top, _ := v.oci.manifestDigest()
+	src := verifiedRef{&verifiedSource{t: v.tree, top: top}}
 	dst, err := istorage.Transport.NewStoreReference(store, named, "")
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
@@ -364,7 +389,11 @@ func (d *storageDest) Commit(s *Stage) error {
 	if importHook != nil { // the test build only (hook_hostile_storage.go)
 		progress := make(chan types.ProgressProperties)
 		co.Progress, co.ProgressInterval = progress, time.Hour
-		defer close(progress)
+		defer func() {
+			if !abandoned {
+				close(progress)
+			}
+		}()
 		go func() {
 			for p := range progress {
 				if p.Event == types.ProgressEventDone {
@@ -373,8 +402,33 @@ func (d *storageDest) Commit(s *Stage) error {
 			}
 		}()
 	}
-	man, err := copy.Image(context.Background(), pc, dst, src, co)
+	type imported struct {
+		man []byte
+		err error
+	}
+	done := make(chan imported, 1)
+	go func() {
+		man, err := copy.Image(ctx, pc, dst, src, co)
+		done <- imported{man, err}
+	}()
+	var r imported
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(importStopBound)
+		defer t.Stop()
+		select {
+		case r = <-done:
+		case <-t.C:
+			abandoned = true
+			return ctxErr(ctx, fmt.Sprintf("importing into the store %s (the import did not stop within %s; the store recovers the interrupted write when next opened)", d.spec.Store, importStopBound))
+		}
+	}
+	man, err := r.man, r.err
 	if err != nil {
+		if cerr := ctxErr(ctx, "importing into the store "+d.spec.Store.String()); cerr != nil {
+			return cerr
+		}
 		var nf *os.PathError
 		if errors.As(err, &nf) && errors.Is(err, os.ErrNotExist) {
 			return d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err)
@@ -416,6 +470,22 @@ func (d *storageDest) Commit(s *Stage) error {
 		}}
 	}
 	return nil
+}
+
+// shutdownBounded releases the store (its driver's mounts), waiting at
+// most importStopBound: another process may hold the store's locks.
+func shutdownBounded(store storage.Store) {
+	done := make(chan struct{})
+	go func() {
+		_, _ = store.Shutdown(false)
+		close(done)
+	}()
+	t := time.NewTimer(importStopBound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // manifestDigest is the staged index.json entry's digest, and whether it
