@@ -212,6 +212,7 @@ func child() int {
 	if err != nil {
 		return fail(err)
 	}
+	henv.Result, henv.Copied = res, copied // what after-copy actions may change
 	if handled, code := hostile("after-copy", henv); handled {
 		return code
 	}

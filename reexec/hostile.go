@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/pull"
 )
 
 // This file exists only in the test build bin/pullhelper-hostile (build tag
@@ -30,6 +32,10 @@ const hostileVar = "PULLHELPER_HOSTILE"
 type hostileEnv struct {
 	Req  *Request
 	Send func(message) // writes one protocol message on fd 4
+	// Result and Copied are what the child reports after the copy (set
+	// for after-copy actions, which may change them).
+	Result *pull.Result
+	Copied *pull.Copied
 }
 
 var hostileActions = map[string]func(*hostileEnv) (bool, int){}

@@ -2,6 +2,8 @@
 
 package reexec
 
+import "github.com/pullhelper/pullhelper/pull"
+
 // The release binary has no hostile hooks: see hostile.go (build tag
 // pullhelper_hostile), which only the tests' bin/pullhelper-hostile has.
 
@@ -12,6 +14,8 @@ func hostile(string, *hostileEnv) (bool, int) { return false, 0 }
 func hostileChildEnv() []string { return nil }
 
 type hostileEnv struct {
-	Req  *Request
-	Send func(message)
+	Req    *Request
+	Send   func(message)
+	Result *pull.Result
+	Copied *pull.Copied
 }
