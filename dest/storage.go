@@ -245,15 +245,41 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 			}
 		}
 	}
-	store, err := d.store()
-	if err != nil {
-		return nil, err
+	// Bounded: another process (podman, CRI-O) may hold the store's locks.
+	type listed struct {
+		known []KnownBlob
+		err   error
 	}
-	known, err := storeLayers(store)
-	_, _ = store.Shutdown(false)
-	if err != nil {
-		return nil, d.destErr("listing the store's layers: %v", err)
+	done := make(chan listed, 1)
+	go func() {
+		store, err := d.store()
+		if err != nil {
+			done <- listed{err: err}
+			return
+		}
+		known, err := storeLayers(store)
+		_, _ = store.Shutdown(false)
+		if err != nil {
+			err = d.destErr("listing the store's layers: %v", err)
+		}
+		done <- listed{known, err}
+	}()
+	bound := o.LockTimeout
+	if bound <= 0 {
+		bound = LockTimeout
 	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	var l listed
+	select {
+	case l = <-done:
+	case <-t.C:
+		return nil, d.destErr("the store %s stayed locked by another process for %s; retry the pull (--lock-timeout bounds the wait)", d.spec.Store, bound)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	known := l.known
 	st, err := d.staged.Stage(o)
 	if err != nil {
 		return nil, err

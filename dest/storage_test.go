@@ -254,4 +254,12 @@ func TestContainersStorageRootsCheckedFirst(t *testing.T) {
 			t.Errorf("%s: mode %v uid %d, want a root 0700 directory", p, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid)
 		}
 	}
+	// A layer's own directory owned by a user namespace's root
+	// (overlay/<id>) is the store's: accepted.
+	layerDir := filepath.Join(graph, "overlay", strings.Repeat("ab", 32))
+	must(t, os.MkdirAll(layerDir, 0o700))
+	must(t, os.Lchown(layerDir, 100000, 100000))
+	st, err = d.Stage(dest.StageOptions{})
+	must(t, err)
+	st.Remove()
 }

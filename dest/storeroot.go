@@ -24,7 +24,8 @@ const storeRootScanMax = 100000
 // writable by group or others, and — with scan — hold nothing owned by
 // another uid in its first two levels (where the store's lock files, JSON
 // and driver directories are; pullhelper's own .pullhelper-* entries are
-// checked by their own code). what names the setting in errors ("graph
+// checked by their own code, and a layer's own directory, overlay/<id>,
+// belongs to the layer's root). what names the setting in errors ("graph
 // root"). Without create, missing components are left missing (a check
 // only, to refuse before anything is created). Errors are plain (the
 // caller makes them failure.Destination).
@@ -141,6 +142,13 @@ func scanRoot(fd int, path string) error {
 			}
 			if err != nil {
 				return fmt.Errorf("%s: %s", r, errnoText(err))
+			}
+			if depth == 1 && isDir(st) && hexRE["sha256"].MatchString(name) {
+				// A layer's or container's own directory (the driver's
+				// overlay/<id>): owned by its root, which a user namespace
+				// mapping may make another uid; the store opens files
+				// only below it.
+				continue
 			}
 			if st.Uid != 0 {
 				return fmt.Errorf("it holds %s, owned by uid %d", r, st.Uid)

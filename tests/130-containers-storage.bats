@@ -51,6 +51,8 @@ podman_store() {
 # store's container or layer mounts), innermost first.
 teardown() {
     local m
+    # A background process a failed test left (a pull, a lock holder).
+    [[ -z ${BG_PID:-} ]] || { kill -KILL "$BG_PID" 2>/dev/null; wait "$BG_PID" 2>/dev/null; } || true
     findmnt -rn -o TARGET | grep -F "$BATS_TEST_TMPDIR/" | sort -r | while read -r m; do
         umount "$m" || umount -l "$m" || true
     done
@@ -357,12 +359,14 @@ _bg_wait() {
         if ((SECONDS >= deadline)); then
             kill -KILL "$BG_PID"
             wait "$BG_PID" || true
+            BG_PID=""
             BG_RC=hung
             return
         fi
         sleep 0.1
     done
     wait "$BG_PID" || BG_RC=$?
+    BG_PID=""
 }
 
 @test "containers-storage: SIGTERM during an import that does not stop by itself ends the pull (143), leaving no staging and no image" {
@@ -371,7 +375,7 @@ _bg_wait() {
     # hang-read: the import's first blob read hangs, deaf to the pull's
     # context (as a store lock held by another process would).
     _bg_pull PULLHELPER_HOSTILE_IMPORT=hang-read
-    wait_for_file_match "$OUT/bg.err" "the import hangs reading" 120 || { kill -KILL "$BG_PID"; return 1; }
+    wait_for_file_match "$OUT/bg.err" "the import hangs reading" 120 || return
     kill -TERM "$BG_PID"
     _bg_wait
     cat "$OUT/bg.out" "$OUT/bg.err"
@@ -461,4 +465,27 @@ _victim() {
     assert_json_error destination
     [[ $ph_error_message == *"vfs-layers/layers.lock, owned by uid 65534"* ]] || fail "message: $ph_error_message"
     assert_equal "$(sha256sum "$VICTIM")" "$VICTIM_SUM"
+}
+
+@test "containers-storage: a store another process keeps locked is exit 9 within --lock-timeout, naming the store" {
+    mkdir -p "$GRAPH"
+    # Another process (a podman, say) holds the store's lock.
+    "$PH_PYTHON" -c '
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+with open(sys.argv[2], "w") as f:
+    f.write("locked\n")
+time.sleep(600)
+' "$GRAPH/storage.lock" "$OUT/locked" &
+    BG_PID=$!
+    wait_for_file_match "$OUT/locked" locked 10
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" --lock-timeout 3s "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    kill "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    assert_json_error destination
+    [[ $ph_error_message == *"stayed locked by another process for 3s"* && $ph_error_message == *"$GRAPH"* ]] || fail "message: $ph_error_message"
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
 }
