@@ -360,7 +360,7 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 // context is done (containers/storage's lock waits and layer writes do not
 // watch it): past it Commit returns and the import is left to the store's
 // own recovery of an interrupted write, as after a SIGKILL.
-var importStopBound = 10 * time.Second
+var importStopBound = 5 * time.Second
 
 // Commit imports the verified layout into the store. containers/image's
 // storage destination creates the image record (with its manifest and
