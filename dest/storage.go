@@ -368,9 +368,10 @@ var importStopBound = 5 * time.Second
 // REF's name: a kill before leaves layers no image names (no image is
 // listed), a kill between the two an unnamed complete image. The source
 // is the verified tree itself (verifiedSource: no path, no urls, no
-// network). The import runs on ctx; once ctx is done Commit returns
-// within importStopBound.
-func (d *storageDest) Commit(ctx context.Context, s *Stage) (err error) {
+// network). The whole store session (open, import, records) runs on ctx
+// in a goroutine of its own: once ctx is done Commit returns within
+// importStopBound, whatever the store waits for.
+func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 	v := s.verified
 	if v == nil || v.oci == nil || v.tree == nil || s.Work == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
@@ -382,31 +383,62 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) (err error) {
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
 	}
+	done := make(chan storeImport, 1)
+	go func() { done <- d.importInto(ctx, v, named) }()
+	var r storeImport
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(importStopBound)
+		defer t.Stop()
+		select {
+		case r = <-done: // stopped (or finished) in time
+		case <-t.C:
+			return ctxErr(ctx, fmt.Sprintf("importing into the store %s (the import did not stop within %s; the store recovers the interrupted write when next opened)", d.spec.Store, importStopBound))
+		}
+	}
+	if r.err != nil {
+		if cerr := ctxErr(ctx, "importing into the store "+d.spec.Store.String()); cerr != nil {
+			return cerr
+		}
+		return r.err
+	}
+	s.ImageID, d.report = r.imageID, r.report
+	return nil
+}
+
+// storeImport is what importInto reports back to Commit.
+type storeImport struct {
+	imageID string
+	report  *StoreReport
+	err     error
+}
+
+// importInto is Commit's store session: it opens the store, imports the
+// verified tree, records the index digest and reads the image back. It
+// touches nothing of Commit's (Commit may have stopped waiting).
+func (d *storageDest) importInto(ctx context.Context, v *verified, named reference.Named) storeImport {
+	fail := func(err error) storeImport { return storeImport{err: err} }
 	store, err := d.store()
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	abandoned := false // the import goroutine still runs: leave the store to it
-	defer func() {
-		if !abandoned {
-			shutdownBounded(store)
-		}
-	}()
+	defer func() { _, _ = store.Shutdown(false) }()
 	top, _ := v.oci.manifestDigest()
 	src := verifiedRef{&verifiedSource{t: v.tree, top: top}}
 	dst, err := istorage.Transport.NewStoreReference(store, named, "")
 	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
+		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
 	// The parent judged the image with the signature policy already.
 	pc, err := signature.NewPolicyContext(&signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}})
 	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
+		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
 	defer func() { _ = pc.Destroy() }()
 	cache, err := os.MkdirTemp("", "pullhelper-import-")
 	if err != nil {
-		return failure.Wrap(failure.Internal, err, "creating a blob-info cache directory")
+		return fail(failure.Wrap(failure.Internal, err, "creating a blob-info cache directory"))
 	}
 	defer os.RemoveAll(cache)
 	sys := &types.SystemContext{BlobInfoCacheDir: cache}
@@ -415,11 +447,7 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) (err error) {
 	if importHook != nil { // the test build only (hook_hostile_storage.go)
 		progress := make(chan types.ProgressProperties)
 		co.Progress, co.ProgressInterval = progress, time.Hour
-		defer func() {
-			if !abandoned {
-				close(progress)
-			}
-		}()
+		defer close(progress)
 		go func() {
 			for p := range progress {
 				if p.Event == types.ProgressEventDone {
@@ -428,45 +456,20 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) (err error) {
 			}
 		}()
 	}
-	type imported struct {
-		man []byte
-		err error
-	}
-	done := make(chan imported, 1)
-	go func() {
-		man, err := copy.Image(ctx, pc, dst, src, co)
-		done <- imported{man, err}
-	}()
-	var r imported
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		t := time.NewTimer(importStopBound)
-		defer t.Stop()
-		select {
-		case r = <-done:
-		case <-t.C:
-			abandoned = true
-			return ctxErr(ctx, fmt.Sprintf("importing into the store %s (the import did not stop within %s; the store recovers the interrupted write when next opened)", d.spec.Store, importStopBound))
-		}
-	}
-	man, err := r.man, r.err
+	man, err := copy.Image(ctx, pc, dst, src, co)
 	if err != nil {
-		if cerr := ctxErr(ctx, "importing into the store "+d.spec.Store.String()); cerr != nil {
-			return cerr
-		}
 		var nf *os.PathError
 		if errors.As(err, &nf) && errors.Is(err, os.ErrNotExist) {
-			return d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err)
+			return fail(d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err))
 		}
-		return d.destErr("importing into the store %s: %v", d.spec.Store, err)
+		return fail(d.destErr("importing into the store %s: %v", d.spec.Store, err))
 	}
 	got, err := manifest.Digest(man)
 	if err != nil {
-		return d.destErr("importing into the store: %v", err)
+		return fail(d.destErr("importing into the store: %v", err))
 	}
 	if want, isIndex := v.oci.manifestDigest(); !isIndex && got.String() != want {
-		return d.destErr("the store holds manifest %s, not the verified %s", got, want)
+		return fail(d.destErr("the store holds manifest %s, not the verified %s", got, want))
 	}
 	var img *storage.Image
 	if resolved != nil {
@@ -475,43 +478,27 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) (err error) {
 	if img == nil {
 		img, _ = store.Image(named.String())
 	}
-	if img != nil && d.index != nil {
+	if img == nil {
+		return storeImport{}
+	}
+	if d.index != nil {
 		// The index's digest too (a second write: a kill before it
 		// leaves the image complete and named, without that digest;
 		// the rerun adds it).
 		key := storage.ImageDigestManifestBigDataNamePrefix + "-" + d.indexDigest.String()
 		if err := store.SetImageBigData(img.ID, key, d.index, manifest.Digest); err != nil {
-			return d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err)
+			return fail(d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err))
 		}
 	}
-	if img != nil {
-		// As podman --no-trunc and crictl show it: sha256:<ID>.
-		s.ImageID = img.ID
-		if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
-			s.ImageID = "sha256:" + img.ID
-		}
-		d.report = &StoreReport{ImageID: s.ImageID, Names: img.Names, Store: map[string]string{
-			"type": "containers-storage", "driver": store.GraphDriverName(),
-			"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
-		}}
+	// As podman --no-trunc and crictl show it: sha256:<ID>.
+	id := img.ID
+	if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
+		id = "sha256:" + img.ID
 	}
-	return nil
-}
-
-// shutdownBounded releases the store (its driver's mounts), waiting at
-// most importStopBound: another process may hold the store's locks.
-func shutdownBounded(store storage.Store) {
-	done := make(chan struct{})
-	go func() {
-		_, _ = store.Shutdown(false)
-		close(done)
-	}()
-	t := time.NewTimer(importStopBound)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	return storeImport{imageID: id, report: &StoreReport{ImageID: id, Names: img.Names, Store: map[string]string{
+		"type": "containers-storage", "driver": store.GraphDriverName(),
+		"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
+	}}}
 }
 
 // manifestDigest is the staged index.json entry's digest, and whether it
