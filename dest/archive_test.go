@@ -69,7 +69,7 @@ func TestArchiveRefusesASymlinkedImage(t *testing.T) {
 		tarp := filepath.Join(st.WorkPath, "image.tar")
 		must(t, os.Remove(tarp))
 		must(t, os.Symlink(victim, tarp))
-		wantCode(t, dd.Verify(st, e), failure.Verification, "not a regular file")
+		wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not a regular file")
 		fi, _ := os.Stat(victim)
 		if fi.Mode().Perm() != 0o600 {
 			t.Fatalf("victim mode changed to %v", fi.Mode())
@@ -87,5 +87,5 @@ func TestDockerArchiveNeedsTheStoredManifest(t *testing.T) {
 	e := pull(t, dd, st, source(t, newImg("a")), nil)
 	other := newImg("other")
 	e.Manifest, e.DestDigest = other.manifest, other.digest
-	wantCode(t, dd.Verify(st, e), failure.Verification, "manifest.json names")
+	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "manifest.json names")
 }

@@ -25,6 +25,7 @@ import (
 	"go.podman.io/image/v5/docker/reference"
 	ocilayout "go.podman.io/image/v5/oci/layout"
 	"go.podman.io/image/v5/types"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the containerd: destination (the [dest] policy keys).
@@ -43,6 +44,9 @@ const (
 
 	// containerdDial bounds the first contact with the socket (Stage).
 	containerdDial = 10 * time.Second
+	// containerdCleanup bounds what Commit asks of containerd after the
+	// pull's context is done (removing the import's lease).
+	containerdCleanup = 5 * time.Second
 	// containerdLease outlives any import: an import killed mid-way
 	// leaves only content that containerd's GC collects once it expires.
 	containerdLease = 24 * time.Hour
@@ -164,28 +168,99 @@ func (d *containerdDest) ctrdErr(err error, what string) error {
 	return d.destErr("%s: %s", what, msg)
 }
 
-func (d *containerdDest) connect() (*containerd.Client, error) {
-	c, err := containerd.New(d.set.Address, containerd.WithDefaultNamespace(d.set.Namespace), containerd.WithTimeout(containerdDial))
-	if err != nil {
-		return nil, d.ctrdErr(err, "connecting")
-	}
-	return c, nil
+// ctrdClient is a connection to containerd and the descriptor of the
+// socket it was made through.
+type ctrdClient struct {
+	*containerd.Client
+	sock int
 }
 
-func (d *containerdDest) ctx() (context.Context, context.CancelFunc) {
-	return context.WithCancel(namespaces.WithNamespace(context.Background(), d.set.Namespace))
+func (c *ctrdClient) Close() {
+	_ = c.Client.Close()
+	unix.Close(c.sock)
+}
+
+// connect checks the socket (openSocket) and connects through the
+// descriptor it checked (/proc/self/fd/N: the path cannot be swapped
+// after the check).
+func (d *containerdDest) connect() (*ctrdClient, error) {
+	fd, err := d.openSocket()
+	if err != nil {
+		return nil, err
+	}
+	c, err := containerd.New(fmt.Sprintf("/proc/self/fd/%d", fd), containerd.WithDefaultNamespace(d.set.Namespace), containerd.WithTimeout(containerdDial))
+	if err != nil {
+		unix.Close(fd)
+		return nil, d.ctrdErr(err, "connecting")
+	}
+	return &ctrdClient{Client: c, sock: fd}, nil
+}
+
+// openSocket opens containerd's socket O_PATH, refusing one root does not
+// own or that someone else could replace: every directory above it is
+// checked as DEST's are (root's, not writable by group or others unless
+// sticky; openAncestors), it must be a socket owned by root (a symbolic
+// link is followed only when root's and its target checked the same way).
+// Root would otherwise stream the image (and trust what answers) to a
+// listener another user made. Errors name the path and the owner found.
+func (d *containerdDest) openSocket() (int, error) {
+	const fix = "set --containerd-address or [dest] containerd_address"
+	addr := filepath.Clean(d.set.Address)
+	for links := 0; ; links++ {
+		dir, name := filepath.Dir(addr), filepath.Base(addr)
+		dfd, err := openAncestors(dir, false)
+		if err != nil {
+			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
+		}
+		pst, err := fstat(dfd)
+		if err == nil {
+			err = rootOnly(pst, dir, true)
+		}
+		if err != nil {
+			unix.Close(dfd)
+			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
+		}
+		st, err := fstatAt(dfd, name)
+		if err != nil {
+			unix.Close(dfd)
+			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
+		}
+		if isLink(st) && st.Uid == 0 && links < 8 {
+			target, err := readlinkAt(dfd, name)
+			unix.Close(dfd)
+			if err != nil {
+				return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(dir, target)
+			}
+			addr = filepath.Clean(target)
+			continue
+		}
+		if st.Uid != 0 {
+			unix.Close(dfd)
+			return -1, d.destErr("containerd socket %s is owned by uid %d, not root; refusing to connect to it as root (%s)", filepath.Join(dir, name), st.Uid, fix)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			unix.Close(dfd)
+			return -1, d.destErr("containerd socket %s: not a socket (%s)", filepath.Join(dir, name), fix)
+		}
+		fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(dfd)
+		if err != nil {
+			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
+		}
+		if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Dev != st.Dev || got.Uid != 0 {
+			unix.Close(fd)
+			return -1, d.destErr("containerd socket %s changed while it was checked; retry", d.set.Address)
+		}
+		return fd, nil
+	}
 }
 
 // Stage checks the socket (before any network byte), lists the content
 // store's blobs (Known: the copy skips them) and stages in Staging.
 func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
-	if fi, err := os.Stat(d.set.Address); err != nil || fi.Mode()&os.ModeSocket == 0 {
-		why := "not a socket"
-		if err != nil {
-			why = errnoText(errors.Unwrap(err))
-		}
-		return nil, d.destErr("containerd socket %s: %s (set --containerd-address or [dest] containerd_address)", d.set.Address, why)
-	}
 	c, err := d.connect()
 	if err != nil {
 		return nil, err
@@ -206,8 +281,8 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	if _, err := c.SnapshotService(d.set.Snapshotter).Stat(ctx, "pullhelper-probe-nonexistent"); err != nil && !errdefs.IsNotFound(err) {
 		return nil, d.ctrdErr(err, "snapshotter "+d.set.Snapshotter+" (set --containerd-snapshotter)")
 	}
-	if err := os.MkdirAll(d.set.Staging, 0o700); err != nil {
-		return nil, d.destErr("creating the staging directory: %v", err)
+	if err := prepareRoot(d.set.Staging, "containerd staging directory", false, true); err != nil {
+		return nil, d.destErr("%v (set --containerd-staging)", err)
 	}
 	parent, pst, err := d.openParent(o.AllowOtherOwner)
 	if err != nil {
@@ -235,7 +310,7 @@ func (d *containerdDest) StagedReference(dir string, known []KnownBlob) (types.I
 	return withKnown(ref, known), nil
 }
 
-func (d *containerdDest) Verify(s *Stage, e Expect) error {
+func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
 	}
@@ -243,7 +318,7 @@ func (d *containerdDest) Verify(s *Stage, e Expect) error {
 	if err != nil {
 		return verr(err)
 	}
-	res, err := verifyOCI(t, e, "", knownMap(s.Known))
+	res, err := verifyOCI(ctx, t, e, "", knownMap(s.Known))
 	if err == nil {
 		err = refuseUnused(t)
 	}
@@ -283,10 +358,23 @@ func (t *tree) ctrdBlob(dg string) (*os.File, bool, error) {
 // children; the layers unpacked for the snapshotter; the image records
 // REF, REPO@DIGEST and the image ID last, so the CRI (which follows image
 // events) lists the image only once it is complete.
-func (d *containerdDest) Commit(s *Stage) error {
+//
+// Every call runs on ctx (the pull's deadline and signals): once it is
+// done the import stops, and the lease is let go within containerdCleanup.
+func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	v, cv := s.verified, d.pending
 	if v == nil || v.oci == nil || v.tree == nil || cv == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	defer func() {
+		if err != nil {
+			if cerr := ctxErr(ctx, "importing into containerd at "+d.set.Address); cerr != nil {
+				err = cerr
+			}
+		}
+	}()
+	if err := ctxErr(ctx, "importing into containerd"); err != nil {
+		return err
 	}
 	var top descriptor
 	if err := json.Unmarshal(v.oci.entry, &top); err != nil {
@@ -297,13 +385,18 @@ func (d *containerdDest) Commit(s *Stage) error {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := d.ctx()
-	defer cancel()
+	ctx = namespaces.WithNamespace(ctx, d.set.Namespace)
 	ctx, done, err := c.WithLease(ctx, leases.WithExpiration(containerdLease))
 	if err != nil {
 		return d.ctrdErr(err, "creating a lease")
 	}
-	defer done(context.WithoutCancel(ctx))
+	defer func() {
+		// Bounded: containerd may be what stopped answering (the
+		// lease expires by itself anyway).
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerdCleanup)
+		defer cancel()
+		_ = done(cctx)
+	}()
 	lease, _ := leases.FromContext(ctx)
 	cs := c.ContentStore()
 	t := v.tree
@@ -404,7 +497,7 @@ func (d *containerdDest) Commit(s *Stage) error {
 	}
 
 	img := images.Image{Name: d.spec.Ref, Target: target}
-	if err := containerd.NewImage(c, img).Unpack(ctx, d.set.Snapshotter); err != nil {
+	if err := containerd.NewImage(c.Client, img).Unpack(ctx, d.set.Snapshotter); err != nil {
 		return d.ctrdErr(err, "unpacking for snapshotter "+d.set.Snapshotter)
 	}
 

@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"fmt"
 	"github.com/opencontainers/go-digest"
 	"log/slog"
@@ -73,12 +74,17 @@ type Destination interface {
 	// Verify takes the work directory back and checks the staged image
 	// against e. Call it only after every process of the pull is dead.
 	// Errors are failure.Verification (failure.Destination for I/O on
-	// DEST's filesystem).
-	Verify(st *Stage, e Expect) error
+	// DEST's filesystem). ctx is the pull's (its --timeout deadline, and
+	// cancelled by SIGINT/SIGTERM): hashing stops between blobs once it
+	// is done.
+	Verify(ctx context.Context, st *Stage, e Expect) error
 	// Commit moves exactly the verified files into DEST, atomically.
 	// Errors are failure.Destination; DEST is unchanged unless it returns
-	// nil (an oci: merge may leave blobs no index names).
-	Commit(st *Stage) error
+	// nil (an oci: merge may leave blobs no index names). The store
+	// imports (containerd:, containers-storage:) honour ctx: once it is
+	// done they stop, and what they clean up after is bounded in time
+	// (the error is then failure.Interrupted, or the deadline's cause).
+	Commit(ctx context.Context, st *Stage) error
 }
 
 // Identity is a uid/gid pair.
@@ -211,7 +217,8 @@ var transports = []string{"oci", "dir", "oci-archive", "docker-archive", "contai
 func register(name string, k kind) { kinds[name] = k }
 
 // Parse splits DEST ("oci:PATH[:TAG]", "dir:PATH", "oci-archive:PATH[:TAG]",
-// "docker-archive:PATH[:REF]", "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF"),
+// "docker-archive:PATH[:REF]", "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF",
+// "containerd:REF"),
 // makes PATH absolute and validates the reference. Errors are failure.Usage.
 func Parse(raw string) (Destination, error) { return ParseWith(raw, ParseOptions{}) }
 
@@ -220,7 +227,7 @@ func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	tr, rest, ok := strings.Cut(raw, ":")
 	k, known := kinds[tr]
 	if !ok || !known {
-		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF", raw, tr)
+		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF", raw, tr)
 	}
 	if k.parse != nil {
 		s, err := k.parse(raw, rest, o)
@@ -286,6 +293,21 @@ func (b base) commitErr(err error) error {
 		return err
 	}
 	return failure.Wrap(failure.Destination, err, "committing into %s", b.spec.Raw)
+}
+
+// ctxErr is nil while ctx is live; once it is done, the error to stop
+// with, naming the step: the cause's own code when it has one (the
+// pipeline's --timeout deadline says "pull timed out", network), else
+// failure.Interrupted (SIGINT, SIGTERM).
+func ctxErr(ctx context.Context, what string) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	if c := failure.CodeOf(cause); c != failure.Internal {
+		return failure.Wrap(c, cause, "%s", what)
+	}
+	return failure.Wrap(failure.Interrupted, cause, "%s", what)
 }
 
 func badStaged(format string, args ...any) error {

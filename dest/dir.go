@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -90,7 +91,7 @@ func dirName(alg, hx string) string {
 	return alg + "-" + hx
 }
 
-func (d *dirDest) Verify(s *Stage, e Expect) error {
+func (d *dirDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ func (d *dirDest) Verify(s *Stage, e Expect) error {
 	if err != nil {
 		return verr(err)
 	}
-	if err := d.verifyTree(s, t, e); err != nil {
+	if err := d.verifyTree(ctx, s, t, e); err != nil {
 		t.close()
 		return verr(err)
 	}
@@ -106,7 +107,7 @@ func (d *dirDest) Verify(s *Stage, e Expect) error {
 	return nil
 }
 
-func (d *dirDest) verifyTree(s *Stage, t *tree, e Expect) error {
+func (d *dirDest) verifyTree(ctx context.Context, s *Stage, t *tree, e Expect) error {
 	v, err := t.load("version", 64)
 	if err != nil {
 		return err
@@ -114,7 +115,7 @@ func (d *dirDest) verifyTree(s *Stage, t *tree, e Expect) error {
 	if !strings.HasPrefix(string(v), "Directory Transport Version: 1.") {
 		return badStaged("version is not a dir: transport version file")
 	}
-	g := &graph{st: t, blobs: map[string]descriptor{}, path: func(alg, hx string, manifest bool) string {
+	g := &graph{ctx: ctx, st: t, blobs: map[string]descriptor{}, path: func(alg, hx string, manifest bool) string {
 		if manifest {
 			return dirName(alg, hx) + ".manifest.json"
 		}
@@ -156,7 +157,7 @@ func (d *dirDest) verifyTree(s *Stage, t *tree, e Expect) error {
 // exist; otherwise one renameat2(RENAME_EXCHANGE), so DEST is the old or
 // the new image at every instant, then the old tree is removed from
 // staging. Two pulls into one new DEST both succeed (the second exchanges).
-func (d *dirDest) Commit(s *Stage) error {
+func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	if s.verified == nil || s.verified.tree == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
 	}

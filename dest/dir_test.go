@@ -68,7 +68,7 @@ func TestDirConcurrentCommitsIntoNewDest(t *testing.T) {
 		must(t, err)
 		defer st.Remove()
 		e := pull(t, dd, st, source(t, newImg(strings.Repeat("x", i+1))), nil)
-		must(t, dd.Verify(st, e))
+		must(t, dd.Verify(bg, st, e))
 		ps = append(ps, pulled{dd, st})
 	}
 	start := make(chan struct{})
@@ -79,7 +79,7 @@ func TestDirConcurrentCommitsIntoNewDest(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			errs <- p.d.Commit(p.st)
+			errs <- p.d.Commit(bg, p.st)
 		}()
 	}
 	close(start)

@@ -15,8 +15,9 @@
 // containerd: DEST is staged as an oci: one and imported through
 // containerd's socket by the parent only, after Verify: content under a
 // lease, unpacked, and the image records created last, so a runtime never
-// lists a partial image.
-// names, so DEST is either as it was or holds the complete new image.
+// lists a partial image. The socket and every directory above it are
+// checked to be root's before the parent connects, through the descriptor
+// it checked.
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other
@@ -28,9 +29,16 @@
 // each level's owner checked.
 //
 // containers-storage: stages and verifies exactly as oci: (its staging in
-// GRAPHROOT, under the same rules); its Commit imports the verified layout
-// through the held work directory's descriptor into the store, which
-// go.podman.io/storage opens by path under its own locks: the store's files
-// are that library's, and a store holds the image only once its record is
+// GRAPHROOT, under the same rules); its Commit imports the verified tree
+// (verifiedSource: the taken-back inodes, read through held descriptors,
+// never a path, a manifest's urls or the network) into the store, which
+// go.podman.io/storage opens by path under its own locks — only after
+// prepareRoot proved GRAPHROOT, RUNROOT and their ancestors root's alone
+// (created beneath held descriptors when missing): the store's files are
+// that library's, and a store holds the image only once its record is
 // written (after every layer).
+//
+// No descriptor may carry "urls" (refused by the graph check for every
+// DEST). Verify and Commit run on the pull's context; the store imports stop
+// when it is done, and what they wait for afterwards is bounded.
 package dest

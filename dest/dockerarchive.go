@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -63,7 +64,7 @@ var (
 // archive's, each hashing to its name. The legacy per-layer entries and
 // repositories file that `docker save` also writes are accepted unverified
 // (they carry no image content: symlinks to the layers and small JSON).
-func (d *dockerArchiveDest) Verify(s *Stage, e Expect) error {
+func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
 	}
@@ -175,7 +176,7 @@ func (d *dockerArchiveDest) Verify(s *Stage, e Expect) error {
 	return nil
 }
 
-func (d *dockerArchiveDest) Commit(s *Stage) error { return d.commitFile(s) }
+func (d *dockerArchiveDest) Commit(ctx context.Context, s *Stage) error { return d.commitFile(s) }
 
 // checkDockerLegacy bounds the legacy members containers/image writes
 // beside manifest.json (for old loaders): HEX/layer.tar must be a symlink

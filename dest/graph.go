@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -205,6 +206,7 @@ type store interface {
 
 // graph collects the blobs a manifest graph names.
 type graph struct {
+	ctx     context.Context // the pull's: check stops between blobs once it is done (nil: never)
 	st      store
 	path    func(alg, hex string, manifest bool) string
 	known   map[string]int64
@@ -247,6 +249,9 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 			if err != nil {
 				return nil, badStaged("index %s names a manifest %v", d.Digest, err)
 			}
+			if err := refuseURLs(d.Digest, c); err != nil {
+				return nil, err
+			}
 			if _, err := g.manifest(c, false, g.path(calg, chx, true)); err != nil {
 				return nil, err
 			}
@@ -257,6 +262,9 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 		if _, _, err := splitDigest(b.Digest); err != nil {
 			return nil, badStaged("manifest %s names a blob %v", d.Digest, err)
 		}
+		if err := refuseURLs(d.Digest, b); err != nil {
+			return nil, err
+		}
 		if b.Size < 0 {
 			return nil, badStaged("manifest %s gives blob %s a negative size", d.Digest, b.Digest)
 		}
@@ -266,6 +274,21 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 		g.blobs[b.Digest] = b
 	}
 	return m, nil
+}
+
+// refuseURLs refuses a descriptor with "urls" (a foreign or
+// non-distributable layer's download locations): the parent never
+// contacts the network, and what it commits must not lead anyone who
+// reads the image later as root (a store's import, containerd, a copy
+// out of an oci: layout missing the blob) to fetch from where the
+// manifest says. Refused rather than stripped: the manifest is the
+// registry's, its digest pinned, and cannot be changed; foreign layers
+// exist for Windows images only.
+func refuseURLs(manifest string, d descriptor) error {
+	if len(d.URLs) == 0 {
+		return nil
+	}
+	return badStaged("manifest %s gives blob %s foreign urls (%d); pullhelper never fetches from a manifest's urls and does not store images that name them", manifest, d.Digest, len(d.URLs))
 }
 
 // check verifies every collected blob: staged and hashing to its name with
@@ -281,6 +304,11 @@ func (g *graph) check(max int64) error {
 		return badStaged("the image is %d bytes, more than the %d allowed", g.total, max)
 	}
 	for _, d := range ds {
+		if g.ctx != nil {
+			if err := ctxErr(g.ctx, "verifying the staged image"); err != nil {
+				return err
+			}
+		}
 		b := g.blobs[d]
 		alg, hx, _ := splitDigest(d)
 		rel := g.path(alg, hx, false)
@@ -315,7 +343,7 @@ type ociResult struct {
 // verifyOCI checks a staged OCI layout: oci-layout, an index.json with
 // exactly the one entry for the expected manifest carrying the requested
 // tag (none without one), then the graph below it.
-func verifyOCI(st store, e Expect, tag string, known map[string]int64) (*ociResult, error) {
+func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[string]int64) (*ociResult, error) {
 	b, err := st.load("oci-layout", 4096)
 	if err != nil {
 		return nil, err
@@ -354,7 +382,7 @@ func verifyOCI(st store, e Expect, tag string, known map[string]int64) (*ociResu
 		}
 		return nil, badStaged("index.json tags the image %q, not the requested %q", name, tag)
 	}
-	g := &graph{st: st, known: known, blobs: map[string]descriptor{}, path: func(alg, hx string, _ bool) string {
+	g := &graph{ctx: ctx, st: st, known: known, blobs: map[string]descriptor{}, path: func(alg, hx string, _ bool) string {
 		return "blobs/" + alg + "/" + hx
 	}}
 	alg, hx, _ := splitDigest(d.Digest)

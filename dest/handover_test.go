@@ -43,8 +43,8 @@ func TestHandOverCommits(t *testing.T) {
 	if _, err := os.Stat(staged); err != nil {
 		t.Fatalf("the handed blob is not in staging: %v", err)
 	}
-	must(t, d.Verify(st, e))
-	must(t, d.Commit(st))
+	must(t, d.Verify(bg, st, e))
+	must(t, d.Commit(bg, st))
 	got, err := os.ReadFile(filepath.Join(d.Spec().Path, "blobs", "sha256", sha(im.layer)[7:]))
 	must(t, err)
 	if string(got) != string(im.layer) {
@@ -62,7 +62,7 @@ func TestHandOverIsVerified(t *testing.T) {
 	d, st, p, e, _ := handOverStage(t, im, bad)
 	_, err := p.HandOver(st, []string{sha(im.layer)})
 	must(t, err)
-	err = d.Verify(st, e)
+	err = d.Verify(bg, st, e)
 	if failure.CodeOf(err) != failure.Verification {
 		t.Fatalf("Verify = %v (%s), want a verification failure", err, failure.CodeOf(err))
 	}

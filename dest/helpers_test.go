@@ -24,6 +24,9 @@ import (
 	"go.podman.io/image/v5/types"
 )
 
+// bg is the context the tests verify and commit with.
+var bg = context.Background()
+
 func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -165,10 +168,10 @@ func fullPull(t testing.TB, raw string, im img, o dest.StageOptions) error {
 	}
 	defer st.Remove()
 	e := pull(t, d, st, source(t, im), nil)
-	if err := d.Verify(st, e); err != nil {
+	if err := d.Verify(bg, st, e); err != nil {
 		return err
 	}
-	return d.Commit(st)
+	return d.Commit(bg, st)
 }
 
 func readIndex(t testing.TB, dir string) map[string]string {

@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -174,7 +175,7 @@ func knownMap(k []KnownBlob) map[string]int64 {
 	return m
 }
 
-func (d *ociDest) Verify(s *Stage, e Expect) error {
+func (d *ociDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func (d *ociDest) Verify(s *Stage, e Expect) error {
 	if err != nil {
 		return verr(err)
 	}
-	res, err := verifyOCI(t, e, d.spec.Ref, knownMap(s.Known))
+	res, err := verifyOCI(ctx, t, e, d.spec.Ref, knownMap(s.Known))
 	if err == nil {
 		err = refuseUnused(t)
 	}
@@ -222,7 +223,7 @@ func verr(err error) error {
 	return failure.Wrap(failure.Verification, err, "checking the staged image")
 }
 
-func (d *ociDest) Commit(s *Stage) error {
+func (d *ociDest) Commit(ctx context.Context, s *Stage) error {
 	v := s.verified
 	if v == nil || v.oci == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)

@@ -41,8 +41,8 @@ func TestOCINewThenMergeReusesKnownBlobs(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(st.WorkPath, "image", "blobs", "sha256", sha(a.layer)[7:])); !os.IsNotExist(err) {
 		t.Fatalf("the known layer was written into staging: %v", err)
 	}
-	must(t, dd.Verify(st, e))
-	must(t, dd.Commit(st))
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
 	must(t, fullPull(t, "oci:"+d+":b", b, dest.StageOptions{}))
 	idx := readIndex(t, d)
 	if idx["a"] != a.digest || idx["c"] != a.digest || idx["b"] != b.digest || len(idx) != 3 {
@@ -107,7 +107,7 @@ func TestOCIPlantedSymlinksInDest(t *testing.T) {
 			must(t, err)
 			defer st.Remove()
 			e := pull(t, dd, st, source(t, newImg("a")), nil)
-			must(t, dd.Verify(st, e))
+			must(t, dd.Verify(bg, st, e))
 			// Planted after Stage, before Commit.
 			p := filepath.Join(d, entry)
 			must(t, os.RemoveAll(p))
@@ -116,7 +116,7 @@ func TestOCIPlantedSymlinksInDest(t *testing.T) {
 				target = filepath.Join(outside, "victim")
 			}
 			must(t, os.Symlink(target, p))
-			err = dd.Commit(st)
+			err = dd.Commit(bg, st)
 			wantCode(t, err, failure.Destination, entry)
 			if b, _ := os.ReadFile(filepath.Join(outside, "victim")); string(b) != "precious" {
 				t.Fatalf("root wrote through the symlink: %q", b)
@@ -213,8 +213,8 @@ func TestOCIDestRemovedDuringPull(t *testing.T) {
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, newImg("a")), nil)
-	must(t, dd.Verify(st, e))
+	must(t, dd.Verify(bg, st, e))
 	must(t, os.Rename(d, d+".moved"))
 	must(t, os.Mkdir(d, 0o755))
-	wantCode(t, dd.Commit(st), failure.Destination, "removed or replaced during the pull")
+	wantCode(t, dd.Commit(bg, st), failure.Destination, "removed or replaced during the pull")
 }

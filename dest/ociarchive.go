@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 
@@ -30,7 +31,7 @@ func (d *ociArchiveDest) StagedReference(dir string, _ []KnownBlob) (types.Image
 	return ociarchive.NewReference(filepath.Join(dir, "image.tar"), d.spec.Ref)
 }
 
-func (d *ociArchiveDest) Verify(s *Stage, e Expect) error {
+func (d *ociArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func (d *ociArchiveDest) Verify(s *Stage, e Expect) error {
 			return verr(badStaged("archive member %s is a symbolic link", n))
 		}
 	}
-	res, err := verifyOCI(ts, e, d.spec.Ref, nil)
+	res, err := verifyOCI(ctx, ts, e, d.spec.Ref, nil)
 	if err == nil {
 		err = ts.unused(func(string) bool { return false })
 	}
@@ -64,4 +65,4 @@ func (d *ociArchiveDest) Verify(s *Stage, e Expect) error {
 	return nil
 }
 
-func (d *ociArchiveDest) Commit(s *Stage) error { return d.commitFile(s) }
+func (d *ociArchiveDest) Commit(ctx context.Context, s *Stage) error { return d.commitFile(s) }

@@ -38,7 +38,7 @@ func TestVerifyTiesTheStoredImageToThePinnedOne(t *testing.T) {
 			_ = pull(t, dd, st, source(t, evil), nil) // what the child staged
 			e := dest.Expect{Digest: good.digest, Pinned: good.digest, Served: good.manifest}
 			lie(&e)
-			err = dd.Verify(st, e)
+			err = dd.Verify(bg, st, e)
 			if err == nil || failure.CodeOf(err) != failure.Verification {
 				t.Fatalf("Verify = %v, want a verification error", err)
 			}
@@ -67,8 +67,8 @@ func TestCommitWritesItsOwnIndexEntry(t *testing.T) {
 		`{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,`+
 			`"annotations":{"org.opencontainers.image.ref.name":"prod"},"DIGEST":%q,"Annotations":{"org.opencontainers.image.ref.name":"a"}}]}`,
 		old.digest, len(old.manifest), good.digest), 0o644))
-	must(t, dd.Verify(st, e))
-	must(t, dd.Commit(st))
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
 	b, err := os.ReadFile(filepath.Join(d, "index.json"))
 	must(t, err)
 	// Read it the exact way (no case folding): exactly prod→old, a→good.
@@ -144,8 +144,8 @@ func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, im), nil)
-	must(t, dd.Verify(st, e))
-	must(t, dd.Commit(st))
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
 	if got := readIndex(t, d); got["a"] != im.digest || got["prod"] != old.digest {
 		t.Fatalf("index after commit: %v", got)
 	}
@@ -217,5 +217,5 @@ func TestDockerArchiveLegacyMembersAreBounded(t *testing.T) {
 	must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.Repeat("e", 64) + "/layer.tar", Linkname: "/etc/shadow", Mode: 0o777}))
 	must(t, tw.Close())
 	must(t, os.WriteFile(staged, out.Bytes(), 0o644))
-	wantCode(t, dd.Verify(st, e), failure.Verification, "not to a verified layer")
+	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not to a verified layer")
 }

@@ -18,7 +18,6 @@ import (
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
-	ocilayout "go.podman.io/image/v5/oci/layout"
 	"go.podman.io/image/v5/signature"
 	istorage "go.podman.io/image/v5/storage"
 	"go.podman.io/image/v5/types"
@@ -233,19 +232,57 @@ func (d *storageDest) store() (storage.Store, error) {
 	return st, nil
 }
 
+// Stage checks the store's roots before containers/storage touches them
+// (prepareRoot: GRAPHROOT and RUNROOT, and their ancestors, nobody's but
+// root's; created here, beneath held descriptors, when missing), then lists
+// the store's layers and stages in GRAPHROOT.
 func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
-	if err := os.MkdirAll(filepath.Dir(d.spec.Path), 0o700); err != nil {
-		return nil, d.destErr("creating the graph root: %v", err)
+	if ss := d.spec.Store; ss != nil {
+		// Both checked before either is created.
+		for _, create := range []bool{false, true} {
+			if err := prepareRoot(ss.GraphRoot, "graph root", true, create); err != nil {
+				return nil, d.destErr("%v (set GRAPHROOT in DEST or graphroot in storage.conf)", err)
+			}
+			if err := prepareRoot(ss.RunRoot, "run root", true, create); err != nil {
+				return nil, d.destErr("%v (set RUNROOT in DEST or runroot in storage.conf)", err)
+			}
+		}
 	}
-	store, err := d.store()
-	if err != nil {
-		return nil, err
+	// Bounded: another process (podman, CRI-O) may hold the store's locks.
+	type listed struct {
+		known []KnownBlob
+		err   error
 	}
-	known, err := storeLayers(store)
-	_, _ = store.Shutdown(false)
-	if err != nil {
-		return nil, d.destErr("listing the store's layers: %v", err)
+	done := make(chan listed, 1)
+	go func() {
+		store, err := d.store()
+		if err != nil {
+			done <- listed{err: err}
+			return
+		}
+		known, err := storeLayers(store)
+		_, _ = store.Shutdown(false)
+		if err != nil {
+			err = d.destErr("listing the store's layers: %v", err)
+		}
+		done <- listed{known, err}
+	}()
+	bound := o.LockTimeout
+	if bound <= 0 {
+		bound = LockTimeout
 	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	var l listed
+	select {
+	case l = <-done:
+	case <-t.C:
+		return nil, d.destErr("the store %s stayed locked by another process for %s; retry the pull (--lock-timeout bounds the wait)", d.spec.Store, bound)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	known := l.known
 	st, err := d.staged.Stage(o)
 	if err != nil {
 		return nil, err
@@ -311,8 +348,8 @@ func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.Imag
 	return d.staged.StagedReference(dir, known)
 }
 
-func (d *storageDest) Verify(s *Stage, e Expect) error {
-	if err := d.staged.Verify(s, e); err != nil {
+func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
+	if err := d.staged.Verify(ctx, s, e); err != nil {
 		return err
 	}
 	d.index, d.indexDigest = nil, ""
@@ -322,43 +359,89 @@ func (d *storageDest) Verify(s *Stage, e Expect) error {
 	return nil
 }
 
+// importStopBound bounds the wait for an import to stop once the pull's
+// context is done (containers/storage's lock waits and layer writes do not
+// watch it): past it Commit returns and the import is left to the store's
+// own recovery of an interrupted write, as after a SIGKILL.
+var importStopBound = 5 * time.Second
+
 // Commit imports the verified layout into the store. containers/image's
 // storage destination creates the image record (with its manifest and
 // config) in one write after every layer is in the store, then adds
 // REF's name: a kill before leaves layers no image names (no image is
-// listed), a kill between the two an unnamed complete image.
-func (d *storageDest) Commit(s *Stage) error {
+// listed), a kill between the two an unnamed complete image. The source
+// is the verified tree itself (verifiedSource: no path, no urls, no
+// network). The whole store session (open, import, records) runs on ctx
+// in a goroutine of its own: once ctx is done Commit returns within
+// importStopBound, whatever the store waits for.
+func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 	v := s.verified
-	if v == nil || v.oci == nil || s.Work == nil {
+	if v == nil || v.oci == nil || v.tree == nil || s.Work == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
+	}
+	if err := ctxErr(ctx, "importing into the store"); err != nil {
+		return err
 	}
 	named, err := reference.ParseNormalizedNamed(d.spec.Ref)
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
 	}
+	done := make(chan storeImport, 1)
+	go func() { done <- d.importInto(ctx, v, named) }()
+	var r storeImport
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(importStopBound)
+		defer t.Stop()
+		select {
+		case r = <-done: // stopped (or finished) in time
+		case <-t.C:
+			return ctxErr(ctx, fmt.Sprintf("importing into the store %s (the import did not stop within %s; the store recovers the interrupted write when next opened)", d.spec.Store, importStopBound))
+		}
+	}
+	if r.err != nil {
+		if cerr := ctxErr(ctx, "importing into the store "+d.spec.Store.String()); cerr != nil {
+			return cerr
+		}
+		return r.err
+	}
+	s.ImageID, d.report = r.imageID, r.report
+	return nil
+}
+
+// storeImport is what importInto reports back to Commit.
+type storeImport struct {
+	imageID string
+	report  *StoreReport
+	err     error
+}
+
+// importInto is Commit's store session: it opens the store, imports the
+// verified tree, records the index digest and reads the image back. It
+// touches nothing of Commit's (Commit may have stopped waiting).
+func (d *storageDest) importInto(ctx context.Context, v *verified, named reference.Named) storeImport {
+	fail := func(err error) storeImport { return storeImport{err: err} }
 	store, err := d.store()
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	defer func() { _, _ = store.Shutdown(false) }()
-	// The verified work directory through the descriptor Verify used.
-	src, err := ocilayout.NewReference(fmt.Sprintf("/proc/self/fd/%d/%s", s.Work.Fd(), s.Name), "")
-	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
-	}
+	top, _ := v.oci.manifestDigest()
+	src := verifiedRef{&verifiedSource{t: v.tree, top: top}}
 	dst, err := istorage.Transport.NewStoreReference(store, named, "")
 	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
+		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
 	// The parent judged the image with the signature policy already.
 	pc, err := signature.NewPolicyContext(&signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}})
 	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
+		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
 	defer func() { _ = pc.Destroy() }()
 	cache, err := os.MkdirTemp("", "pullhelper-import-")
 	if err != nil {
-		return failure.Wrap(failure.Internal, err, "creating a blob-info cache directory")
+		return fail(failure.Wrap(failure.Internal, err, "creating a blob-info cache directory"))
 	}
 	defer os.RemoveAll(cache)
 	sys := &types.SystemContext{BlobInfoCacheDir: cache}
@@ -376,20 +459,20 @@ func (d *storageDest) Commit(s *Stage) error {
 			}
 		}()
 	}
-	man, err := copy.Image(context.Background(), pc, dst, src, co)
+	man, err := copy.Image(ctx, pc, dst, src, co)
 	if err != nil {
 		var nf *os.PathError
 		if errors.As(err, &nf) && errors.Is(err, os.ErrNotExist) {
-			return d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err)
+			return fail(d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err))
 		}
-		return d.destErr("importing into the store %s: %v", d.spec.Store, err)
+		return fail(d.destErr("importing into the store %s: %v", d.spec.Store, err))
 	}
 	got, err := manifest.Digest(man)
 	if err != nil {
-		return d.destErr("importing into the store: %v", err)
+		return fail(d.destErr("importing into the store: %v", err))
 	}
 	if want, isIndex := v.oci.manifestDigest(); !isIndex && got.String() != want {
-		return d.destErr("the store holds manifest %s, not the verified %s", got, want)
+		return fail(d.destErr("the store holds manifest %s, not the verified %s", got, want))
 	}
 	var img *storage.Image
 	if resolved != nil {
@@ -398,27 +481,27 @@ func (d *storageDest) Commit(s *Stage) error {
 	if img == nil {
 		img, _ = store.Image(named.String())
 	}
-	if img != nil && d.index != nil {
+	if img == nil {
+		return storeImport{}
+	}
+	if d.index != nil {
 		// The index's digest too (a second write: a kill before it
 		// leaves the image complete and named, without that digest;
 		// the rerun adds it).
 		key := storage.ImageDigestManifestBigDataNamePrefix + "-" + d.indexDigest.String()
 		if err := store.SetImageBigData(img.ID, key, d.index, manifest.Digest); err != nil {
-			return d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err)
+			return fail(d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err))
 		}
 	}
-	if img != nil {
-		// As podman --no-trunc and crictl show it: sha256:<ID>.
-		s.ImageID = img.ID
-		if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
-			s.ImageID = "sha256:" + img.ID
-		}
-		d.report = &StoreReport{ImageID: s.ImageID, Names: img.Names, Store: map[string]string{
-			"type": "containers-storage", "driver": store.GraphDriverName(),
-			"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
-		}}
+	// As podman --no-trunc and crictl show it: sha256:<ID>.
+	id := img.ID
+	if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
+		id = "sha256:" + img.ID
 	}
-	return nil
+	return storeImport{imageID: id, report: &StoreReport{ImageID: id, Names: img.Names, Store: map[string]string{
+		"type": "containers-storage", "driver": store.GraphDriverName(),
+		"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
+	}}}
 }
 
 // manifestDigest is the staged index.json entry's digest, and whether it

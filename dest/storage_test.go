@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
@@ -121,8 +122,8 @@ func TestContainersStorageCommit(t *testing.T) {
 			t.Fatal("the second pull was told of no layer in the store")
 		}
 		e := pull(t, d, st, source(t, im), nil)
-		must(t, d.Verify(st, e))
-		must(t, d.Commit(st))
+		must(t, d.Verify(bg, st, e))
+		must(t, d.Commit(bg, st))
 		var cfg struct {
 			Config struct{ Digest string } `json:"config"`
 		}
@@ -155,4 +156,110 @@ func TestContainersStorageCommit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The store's roots are checked before containers/storage opens anything
+// in them (issue 22 items 12, 13): a root of another user's, one beneath a
+// directory of theirs, or one holding their entry where the store opens
+// its locks is refused (failure.Destination, naming the owner), and the
+// victim a planted link points to is untouched; missing roots are created
+// root 0700.
+func TestContainersStorageRootsCheckedFirst(t *testing.T) {
+	needRoot(t)
+	victimData := []byte("a root-only file\n")
+	lchown := func(t *testing.T, paths ...string) {
+		for _, p := range paths {
+			must(t, os.Lchown(p, 65534, 65534))
+		}
+	}
+	for name, c := range map[string]struct {
+		plant func(t *testing.T, dir, victim string) (graph, run string)
+		want  string
+	}{
+		"a graph root of another user's, storage.lock linked to a root file": {func(t *testing.T, dir, victim string) (string, string) {
+			g := filepath.Join(dir, "graph")
+			must(t, os.Mkdir(g, 0o755))
+			must(t, os.Symlink(victim, filepath.Join(g, "storage.lock")))
+			lchown(t, g, filepath.Join(g, "storage.lock"))
+			return g, filepath.Join(dir, "run")
+		}, "graph root " + "%s/graph is owned by uid 65534"},
+		"a run root of another user's, vfs-layers/mountpoints.lock linked to a root file": {func(t *testing.T, dir, victim string) (string, string) {
+			r := filepath.Join(dir, "run")
+			must(t, os.MkdirAll(filepath.Join(r, "vfs-layers"), 0o755))
+			must(t, os.Symlink(victim, filepath.Join(r, "vfs-layers", "mountpoints.lock")))
+			lchown(t, r, filepath.Join(r, "vfs-layers"), filepath.Join(r, "vfs-layers", "mountpoints.lock"))
+			return filepath.Join(dir, "graph"), r
+		}, "run root %s/run is owned by uid 65534"},
+		"root's run root holding another user's link": {func(t *testing.T, dir, victim string) (string, string) {
+			r := filepath.Join(dir, "run")
+			must(t, os.MkdirAll(filepath.Join(r, "vfs-layers"), 0o700))
+			must(t, os.Symlink(victim, filepath.Join(r, "vfs-layers", "mountpoints.lock")))
+			lchown(t, filepath.Join(r, "vfs-layers", "mountpoints.lock"))
+			return filepath.Join(dir, "graph"), r
+		}, "vfs-layers/mountpoints.lock, owned by uid 65534"},
+		"a missing graph root beneath another user's directory": {func(t *testing.T, dir, victim string) (string, string) {
+			u := filepath.Join(dir, "user")
+			must(t, os.Mkdir(u, 0o755))
+			lchown(t, u)
+			return filepath.Join(u, "graph"), filepath.Join(dir, "run")
+		}, "%s/user is owned by uid 65534"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			victim := filepath.Join(dir, "victim")
+			must(t, os.WriteFile(victim, victimData, 0o600))
+			graph, run := c.plant(t, dir, victim)
+			entries := func() map[string]bool {
+				out := map[string]bool{}
+				for _, p := range []string{graph, run} {
+					_ = filepath.Walk(p, func(path string, _ os.FileInfo, err error) error {
+						if err == nil {
+							out[path] = true
+						}
+						return nil
+					})
+				}
+				return out
+			}
+			before := entries()
+			d, err := dest.ParseWith("containers-storage:[vfs@"+graph+"+"+run+"]h.example/t/x:v1", dest.ParseOptions{StorageConf: noSystemConf(t)})
+			must(t, err)
+			st, err := d.Stage(dest.StageOptions{})
+			if err == nil {
+				st.Remove()
+			}
+			wantCode(t, err, failure.Destination, strings.ReplaceAll(c.want, "%s", dir))
+			if b, _ := os.ReadFile(victim); string(b) != string(victimData) {
+				t.Fatalf("the victim was changed: %q", b)
+			}
+			for p := range entries() {
+				if !before[p] {
+					t.Errorf("%s was created for the refused store", p)
+				}
+			}
+		})
+	}
+	// Fresh roots: created root's, 0700, beneath held descriptors.
+	dir := t.TempDir()
+	graph, run := filepath.Join(dir, "a", "graph"), filepath.Join(dir, "b", "run")
+	d, err := dest.ParseWith("containers-storage:[vfs@"+graph+"+"+run+"]h.example/t/x:v1", dest.ParseOptions{StorageConf: noSystemConf(t)})
+	must(t, err)
+	st, err := d.Stage(dest.StageOptions{})
+	must(t, err)
+	st.Remove()
+	for _, p := range []string{filepath.Dir(graph), graph, filepath.Dir(run), run} {
+		fi, err := os.Lstat(p)
+		must(t, err)
+		if !fi.IsDir() || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s: mode %v uid %d, want a root 0700 directory", p, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid)
+		}
+	}
+	// A layer's own directory owned by a user namespace's root
+	// (overlay/<id>) is the store's: accepted.
+	layerDir := filepath.Join(graph, "overlay", strings.Repeat("ab", 32))
+	must(t, os.MkdirAll(layerDir, 0o700))
+	must(t, os.Lchown(layerDir, 100000, 100000))
+	st, err = d.Stage(dest.StageOptions{})
+	must(t, err)
+	st.Remove()
 }

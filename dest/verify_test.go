@@ -1,6 +1,7 @@
 package dest_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -94,7 +95,7 @@ func TestVerifyRefusesWhatTheChildPlanted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dd, st, e, d := staged(t, im)
 			c.plant(t, st, &e)
-			err := dd.Verify(st, e)
+			err := dd.Verify(bg, st, e)
 			wantCode(t, err, failure.Verification, c.want)
 			if _, err := os.Lstat(d); !os.IsNotExist(err) {
 				t.Fatalf("DEST was created: %v", err)
@@ -113,7 +114,7 @@ func TestTakeBackDoesNotChownThroughSymlink(t *testing.T) {
 	must(t, os.Chmod(victim, os.ModeSetuid|0o755))
 	must(t, os.RemoveAll(filepath.Join(st.WorkPath, "image")))
 	must(t, os.Symlink(filepath.Dir(victim), filepath.Join(st.WorkPath, "image")))
-	wantCode(t, dd.Verify(st, e), failure.Verification, "not a directory")
+	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not a directory")
 	fi, err := os.Stat(victim)
 	must(t, err)
 	if fi.Mode() != os.ModeSetuid|0o755 {
@@ -129,8 +130,8 @@ func TestVerifyAcceptsAndOwnsFiles(t *testing.T) {
 	if statOwner(fi) != 65534 || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("work was not handed to 65534 0700: %d %v", statOwner(fi), fi.Mode())
 	}
-	must(t, dd.Verify(st, e))
-	must(t, dd.Commit(st))
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
 	err = filepath.Walk(d, func(p string, fi os.FileInfo, err error) error {
 		must(t, err)
 		if want := os.FileMode(0o644); fi.Mode().IsRegular() && fi.Mode().Perm() != want {
@@ -156,8 +157,8 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 	t.Run("instance of a resolved index", func(t *testing.T) {
 		dd, st, e, d := staged(t, im)
 		e.IndexRaw, e.Instance, e.Digest, e.Pinned = index, im.digest, sha(index), sha(index)
-		must(t, dd.Verify(st, e))
-		must(t, dd.Commit(st))
+		must(t, dd.Verify(bg, st, e))
+		must(t, dd.Commit(bg, st))
 		if readIndex(t, d)["a"] != im.digest {
 			t.Fatal("the instance is not tagged a")
 		}
@@ -168,8 +169,8 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(index)[7:]), index, 0o644))
 		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(index), len(index)), 0o644))
 		e.Digest, e.IndexRaw, e.Served = sha(index), index, index
-		must(t, dd.Verify(st, e))
-		must(t, dd.Commit(st))
+		must(t, dd.Verify(bg, st, e))
+		must(t, dd.Commit(bg, st))
 		if readIndex(t, d)["a"] != sha(index) {
 			t.Fatal("the index is not tagged a")
 		}
@@ -188,10 +189,33 @@ func TestOCIKnownBlobRemovedBeforeCommit(t *testing.T) {
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, im), nil)
-	must(t, dd.Verify(st, e))
+	must(t, dd.Verify(bg, st, e))
 	must(t, os.Remove(filepath.Join(d, "blobs", "sha256", sha(im.layer)[7:])))
-	wantCode(t, dd.Commit(st), failure.Destination, "is gone or changed")
+	wantCode(t, dd.Commit(bg, st), failure.Destination, "is gone or changed")
 	if _, ok := readIndex(t, d)["b"]; ok {
 		t.Fatal("the tag was moved to an image whose layer is missing")
 	}
+}
+
+// A layer with foreign "urls" (issue 22 item 8) is refused, naming it: the
+// parent never fetches, and commits nothing that would lead a later reader
+// to. The child rewrote the staged manifest and reported it as served.
+func TestVerifyRefusesForeignURLs(t *testing.T) {
+	needRoot(t)
+	im := newImg("urls")
+	dd, st, e, _ := staged(t, im)
+	var doc map[string]any
+	must(t, json.Unmarshal(im.manifest, &doc))
+	doc["layers"].([]any)[0].(map[string]any)["urls"] = []string{"http://192.0.2.1/layer"}
+	nb, err := json.Marshal(doc)
+	must(t, err)
+	bl := filepath.Join(st.WorkPath, "image", "blobs", "sha256")
+	must(t, os.Remove(filepath.Join(bl, im.digest[7:])))
+	must(t, os.WriteFile(filepath.Join(bl, sha(nb)[7:]), nb, 0o644))
+	must(t, os.WriteFile(filepath.Join(st.WorkPath, "image", "index.json"), fmt.Appendf(nil,
+		`{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(nb), len(nb)), 0o644))
+	e.Digest, e.Served, e.Manifest = sha(nb), nb, nb
+	err = dd.Verify(bg, st, e)
+	wantCode(t, err, failure.Verification, sha(im.layer))
+	wantCode(t, err, failure.Verification, "foreign urls")
 }

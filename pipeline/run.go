@@ -58,6 +58,7 @@ func (o *Options) emit(e api.Event) {
 // its cgroup removed, before Run returns.
 func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	start := time.Now()
+	o.phases.start = start
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -108,8 +109,15 @@ func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, e
 // verifyAndCommit checks the staged image against what the copy reported
 // and what the plan pinned, judges it again with the signature policy,
 // commits exactly the verified files, and builds the result from the plan
-// and what it verified (result).
+// and what it verified (result). Verify and Commit run on ctx (SIGINT,
+// SIGTERM) with the pull's --timeout deadline, counted from Run's start.
 func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material, st *dest.Stage, rep *pull.Report) (*api.Result, error) {
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, o.phases.start.Add(p.Timeout),
+			failure.New(failure.Network, "pull timed out after %s (--timeout)", p.Timeout))
+		defer cancel()
+	}
 	if _, err := p.credentialView(rep.Credential); err != nil {
 		return nil, err
 	}
@@ -119,14 +127,14 @@ func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material
 	c := &rep.Copied
 	e := dest.Expect{Digest: rep.Digest, Instance: rep.InstanceDigest, DestDigest: rep.DestinationDigest,
 		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes, IndexRaw: c.IndexRaw, Manifest: c.Manifest, Served: c.Served}
-	if err := p.dst.Verify(st, e); err != nil {
+	if err := p.dst.Verify(ctx, st, e); err != nil {
 		return nil, err
 	}
 	if err := p.recheckSignature(ctx, m, rep, func(w string) { o.Log.Warn(w) }); err != nil {
 		return nil, err
 	}
 	o.phases.verifyEnd = time.Now()
-	if err := p.dst.Commit(st); err != nil {
+	if err := p.dst.Commit(ctx, st); err != nil {
 		return nil, err
 	}
 	o.phases.commitEnd = time.Now()
@@ -396,6 +404,7 @@ func (p *Plan) partial(o *Options, st *dest.Stage, id *dest.Identity) *dest.Part
 
 // phases are the moments Timings is made of (zero: not reached).
 type phases struct {
+	start                                    time.Time // Run's (the --timeout deadline counts from it)
 	copyStart, copyEnd, verifyEnd, commitEnd time.Time
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Actions of a compromised child against the staging area and DEST (issue
@@ -88,6 +89,76 @@ func init() {
 		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: request %s\n", b)
 		mi, _ := os.ReadFile("/proc/self/mountinfo")
 		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: mountinfo %q\n", mi)
+		return false, 0
+	})
+}
+
+func init() {
+	say := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: "+format+"\n", args...)
+	}
+	// foreign-urls: give the staged manifest's first layer "urls":
+	// [$PULLHELPER_HOSTILE_ARG] (the layer stays staged byte for byte),
+	// and report that manifest as the one pulled and served (issue 22
+	// item 8: an import reading the layout through containers/image's
+	// oci: source would fetch the URL, as root, in the host's network).
+	registerHostile("foreign-urls", func(e *hostileEnv) (bool, int) {
+		img := filepath.Join(e.Req.Stage.Work, e.Req.Stage.Name)
+		fail := func(err error) (bool, int) {
+			say("foreign-urls: %v", err)
+			return true, 103
+		}
+		ib, err := os.ReadFile(filepath.Join(img, "index.json"))
+		if err != nil {
+			return fail(err)
+		}
+		var idx map[string]any
+		if err := json.Unmarshal(ib, &idx); err != nil {
+			return fail(err)
+		}
+		ms, _ := idx["manifests"].([]any)
+		if len(ms) != 1 || e.Report == nil {
+			return fail(fmt.Errorf("want one staged manifest and the report"))
+		}
+		entry, _ := ms[0].(map[string]any)
+		old, _ := entry["digest"].(string)
+		oldPath := filepath.Join(img, "blobs", "sha256", strings.TrimPrefix(old, "sha256:"))
+		mb, err := os.ReadFile(oldPath)
+		if err != nil {
+			return fail(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(mb, &m); err != nil {
+			return fail(err)
+		}
+		layers, _ := m["layers"].([]any)
+		if len(layers) == 0 {
+			return fail(fmt.Errorf("the manifest has no layers"))
+		}
+		l0, _ := layers[0].(map[string]any)
+		l0["urls"] = []string{os.Getenv(hostileArgVar)}
+		nb, err := json.Marshal(m)
+		if err != nil {
+			return fail(err)
+		}
+		sum := sha256.Sum256(nb)
+		nd := "sha256:" + hex.EncodeToString(sum[:])
+		if err := os.WriteFile(filepath.Join(img, "blobs", "sha256", hex.EncodeToString(sum[:])), nb, 0o644); err != nil {
+			return fail(err)
+		}
+		if err := os.Remove(oldPath); err != nil {
+			return fail(err)
+		}
+		entry["digest"], entry["size"] = nd, len(nb)
+		if ib, err = json.Marshal(idx); err == nil {
+			err = os.WriteFile(filepath.Join(img, "index.json"), ib, 0o644)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		e.Report.Digest = nd
+		e.Report.Copied.Served, e.Report.Copied.Manifest = nb, nb
+		say("foreign-urls: layer %v now has urls, manifest %s", l0["digest"], nd)
 		return false, 0
 	})
 }

@@ -51,6 +51,8 @@ podman_store() {
 # store's container or layer mounts), innermost first.
 teardown() {
     local m
+    # A background process a failed test left (a pull, a lock holder).
+    [[ -z ${BG_PID:-} ]] || { kill -KILL "$BG_PID" 2>/dev/null; wait "$BG_PID" 2>/dev/null; } || true
     findmnt -rn -o TARGET | grep -F "$BATS_TEST_TMPDIR/" | sort -r | while read -r m; do
         umount "$m" || umount -l "$m" || true
     done
@@ -307,4 +309,183 @@ overlay_or_skip() {
     echo "$output"
     assert_success
     assert_output hello-from-pullhelper
+}
+
+# Issue 22 items 8, 9, 12, 13: the import as root, its store's roots.
+
+@test "containers-storage: a staged layer with foreign urls (a tarpit behind them) is exit 8 naming the layer; the tarpit sees no connection, the store no image" {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    # The URL answers one byte a second: an import that fetched it would
+    # hang there (the hang guard below then fails the test).
+    start_tarpit -1 --rate 1
+    local layer
+    layer=$(registry_manifest fixtures/tiny:latest | json_get '.layers[0].digest')
+    run --separate-stderr timeout --kill-after=10 120 env PULLHELPER_HOSTILE=after-copy:foreign-urls \
+        PULLHELPER_HOSTILE_ARG="https://$TARPIT_HOST/v2/fixtures/tiny/blobs/$layer" \
+        "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    echo "$output"; echo "[stderr] $stderr"
+    assert_equal "$status" 8
+    [[ $stderr == *"foreign-urls: layer $layer now has urls"* ]] || fail "the hostile action did not run: $stderr"
+    assert_equal "$(json_get .error.code <<<"$output")" verification
+    local msg
+    msg=$(json_get .error.message <<<"$output")
+    [[ $msg == *"$layer"* && $msg == *urls* ]] || fail "the message does not name the layer and its urls: $msg"
+    stop_tarpit
+    ! grep -q ' conn ' "$TARPIT_LOG" || fail "the tarpit was contacted: $(cat "$TARPIT_LOG")"
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+    if [[ -d $GRAPH/vfs-images ]]; then
+        run podman_store images -a --noheading
+        assert_success
+        assert_output ""
+    fi
+}
+
+# _bg_pull ENV...: the hostile build pulls tiny into $DEST in the
+# background (stdout, stderr in $OUT/bg.*); BG_PID.
+_bg_pull() {
+    env "$@" "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" \
+        "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+}
+
+# _bg_wait: BG_RC is the exit code of the background pull, waited for at
+# most 90 s (a hang guard, not a timing assertion: past it the pull is
+# killed and BG_RC is "hung").
+_bg_wait() {
+    local deadline=$((SECONDS + 90))
+    BG_RC=0
+    while kill -0 "$BG_PID" 2>/dev/null; do
+        if ((SECONDS >= deadline)); then
+            kill -KILL "$BG_PID"
+            wait "$BG_PID" || true
+            BG_PID=""
+            BG_RC=hung
+            return
+        fi
+        sleep 0.1
+    done
+    wait "$BG_PID" || BG_RC=$?
+    BG_PID=""
+}
+
+@test "containers-storage: SIGTERM during an import that does not stop by itself ends the pull (143), leaving no staging and no image" {
+    skip_unless_cmd podman
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    # hang-read: the import's first blob read hangs, deaf to the pull's
+    # context (as a store lock held by another process would).
+    _bg_pull PULLHELPER_HOSTILE_IMPORT=hang-read
+    wait_for_file_match "$OUT/bg.err" "the import hangs reading" 120 || return
+    kill -TERM "$BG_PID"
+    _bg_wait
+    cat "$OUT/bg.out" "$OUT/bg.err"
+    assert_equal "$BG_RC" 143
+    assert_equal "$(json_get .error.code <"$OUT/bg.out")" interrupted
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+    run podman_store images -a --noheading
+    assert_success
+    assert_output ""
+}
+
+@test "containers-storage: --timeout during a stalled import ends the pull (exit 6, timed out), leaving no staging and no image" {
+    skip_unless_cmd podman
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    # stall-read: the import's first blob read waits for the pull's
+    # context; only the --timeout deadline can end it.
+    env PULLHELPER_HOSTILE_IMPORT=stall-read "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" \
+        --timeout 20s --stall-timeout 5s "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    _bg_wait
+    cat "$OUT/bg.out" "$OUT/bg.err"
+    grep -qF "the import stalls reading" "$OUT/bg.err" || fail "the import never stalled"
+    assert_equal "$BG_RC" 6
+    assert_equal "$(json_get .error.code <"$OUT/bg.out")" network
+    [[ $(json_get .error.message <"$OUT/bg.out") == *"timed out after 20s (--timeout)"* ]] || fail "message: $(cat "$OUT/bg.out")"
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+    run podman_store images -a --noheading
+    assert_success
+    assert_output ""
+}
+
+# _victim: a root-only file whose content must survive ($VICTIM, $VICTIM_SUM).
+_victim() {
+    VICTIM=$BATS_TEST_TMPDIR/victim
+    head -c 4096 /dev/urandom >"$VICTIM"
+    chmod 0600 "$VICTIM"
+    VICTIM_SUM=$(sha256sum "$VICTIM")
+}
+
+@test "containers-storage: a RUNROOT a local user made, with vfs-layers/mountpoints.lock linked to a root file, is exit 9 naming it and its owner; the file is unchanged" {
+    _victim
+    # The user's directory in a sticky world-writable one (as /tmp).
+    local shared=$BATS_TEST_TMPDIR/shared
+    mkdir -m 1777 "$shared"
+    RUN=$shared/run
+    mkdir -p "$RUN/vfs-layers"
+    ln -s "$VICTIM" "$RUN/vfs-layers/mountpoints.lock"
+    chown -hR 65534:65534 "$RUN"
+    DEST="containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    local before
+    before=$(registry_log_barrier)
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_error destination
+    [[ $ph_error_message == *"run root $RUN"* && $ph_error_message == *"uid 65534"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(sha256sum "$VICTIM")" "$VICTIM_SUM"
+    assert_equal "$(find "$RUN" -uid 0 | wc -l)" 0
+    # Refused before the pull: nothing was asked of the registry.
+    assert_equal "$(tail -n "+$((before + 1))" "$REGISTRY_LOG" | grep -c '/v2/fixtures/' || true)" 0
+}
+
+@test "containers-storage: a GRAPHROOT a local user made, with storage.lock linked to a root file, is exit 9; the file is unchanged and nothing of root's is created there" {
+    _victim
+    local shared=$BATS_TEST_TMPDIR/shared
+    mkdir -m 1777 "$shared"
+    GRAPH=$shared/graph
+    mkdir "$GRAPH"
+    ln -s "$VICTIM" "$GRAPH/storage.lock"
+    chown -hR 65534:65534 "$GRAPH"
+    DEST="containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_error destination
+    [[ $ph_error_message == *"graph root $GRAPH"* && $ph_error_message == *"uid 65534"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(sha256sum "$VICTIM")" "$VICTIM_SUM"
+    assert_equal "$(find "$GRAPH" -uid 0 | wc -l)" 0
+    [[ ! -e $RUN ]] || fail "the refused pull created the run root $RUN"
+
+    # A root-owned GRAPHROOT holding a user's entry at its top is refused
+    # too (the store would open it).
+    GRAPH=$BATS_TEST_TMPDIR/graph2
+    mkdir -p "$GRAPH/vfs-layers"
+    ln -s "$VICTIM" "$GRAPH/vfs-layers/layers.lock"
+    chown -h 65534:65534 "$GRAPH/vfs-layers/layers.lock"
+    DEST="containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/tiny:v1"
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_error destination
+    [[ $ph_error_message == *"vfs-layers/layers.lock, owned by uid 65534"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(sha256sum "$VICTIM")" "$VICTIM_SUM"
+}
+
+@test "containers-storage: a store another process keeps locked is exit 9 within --lock-timeout, naming the store" {
+    mkdir -p "$GRAPH"
+    # Another process (a podman, say) holds the store's lock.
+    "$PH_PYTHON" -c '
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+with open(sys.argv[2], "w") as f:
+    f.write("locked\n")
+time.sleep(600)
+' "$GRAPH/storage.lock" "$OUT/locked" &
+    BG_PID=$!
+    wait_for_file_match "$OUT/locked" locked 10
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" --lock-timeout 3s "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    kill "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    assert_json_error destination
+    [[ $ph_error_message == *"stayed locked by another process for 3s"* && $ph_error_message == *"$GRAPH"* ]] || fail "message: $ph_error_message"
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
 }

@@ -81,3 +81,52 @@ while True:
 @test "containerd 1.6: kill -9 mid-import leaves no image ctr or crictl lists; the rerun completes" {
     ctrd_case_kill
 }
+
+@test "containerd 1.6: SIGTERM while containerd does not answer mid-import ends the pull (143): no staging, no image record" {
+    ctrd_case_sigterm_stopped
+}
+
+# _listener SOCK LOG: a unix socket listener that logs each connection.
+_listener() {
+    "$PH_PYTHON" -c '
+import socket, sys, os
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)
+os.close(1)
+while True:
+    c, _ = s.accept()
+    with open(sys.argv[2], "a") as f:
+        f.write("conn\n")
+    c.close()
+' "$1" "$2" >/dev/null &
+    BG_PID=$!
+    wait_for_file_match /proc/net/unix "$1" 10
+}
+
+@test "containerd: a socket another user owns (in its own directory, or in root's) is exit 9 naming it and the owner; nothing connects to it" {
+    local before msg
+    # A user's directory, with a socket of theirs.
+    mkdir -p "$T/user"
+    : >"$T/conns"
+    _listener "$T/user/c.sock" "$T/conns"
+    chown -h 65534:65534 "$T/user" "$T/user/c.sock"
+    before=$(registry_log_barrier)
+    run_pullhelper 9 pull "${PH_OPTS[@]}" --containerd-address "$T/user/c.sock" --containerd-staging "$T/staging" \
+        "$REGISTRY_HOST/fixtures/tiny" "containerd:$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error destination
+    [[ $ph_error_message == *"$T/user"* && $ph_error_message == *"uid 65534"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(grep -c conn "$T/conns" || true)" 0
+    assert_equal "$(tail -n "+$((before + 1))" "$REGISTRY_LOG" | grep -c '/v2/fixtures/' || true)" 0
+    _ph_stop_pid "$BG_PID" listener
+    BG_PID=""
+
+    # The user's socket in a directory of root's.
+    mkdir -p "$T/rootdir"
+    _listener "$T/rootdir/c.sock" "$T/conns"
+    chown -h 65534:65534 "$T/rootdir/c.sock"
+    run_pullhelper 9 pull "${PH_OPTS[@]}" --containerd-address "$T/rootdir/c.sock" --containerd-staging "$T/staging" \
+        "$REGISTRY_HOST/fixtures/tiny" "containerd:$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error destination
+    [[ $ph_error_message == *"$T/rootdir/c.sock is owned by uid 65534"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(grep -c conn "$T/conns" || true)" 0
+    [[ ! -e $T/staging ]] || fail "the refused pull created the staging directory"
+}

@@ -36,3 +36,7 @@ CTRD_FLAVOR=2
 @test "containerd 2.x: kill -9 mid-import leaves no image ctr or crictl lists; the rerun completes" {
     ctrd_case_kill
 }
+
+@test "containerd 2.x: SIGTERM while containerd does not answer mid-import ends the pull (143): no staging, no image record" {
+    ctrd_case_sigterm_stopped
+}

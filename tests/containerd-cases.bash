@@ -27,6 +27,7 @@ setup() {
 }
 
 teardown() {
+    [[ -z ${CTRD_STOPPED:-} ]] || kill -CONT "$CTRD_STOPPED" 2>/dev/null || true
     [[ -z ${BG_PID:-} ]] || _ph_stop_pid "$BG_PID" pullhelper
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
 }
@@ -278,4 +279,54 @@ ctrd_case_kill() {
     [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "not listed after the rerun: $(ctr_k8s images ls)"
     wait_cri "$img"
     assert_no_staging "$T/staging"
+}
+
+# ctrd_daemon_pid: the pid of the containerd daemon itself (ctrd_start's
+# pid file names the timeout(1) wrapping it).
+ctrd_daemon_pid() {
+    local wrapper
+    wrapper=$(<"$CTRD_DIR/containerd.pid")
+    ps -o pid= --ppid "$wrapper" | tr -d ' ' | head -n1
+}
+
+# SIGTERM while containerd does not answer (SIGSTOPped mid-import) ends the pull (143)
+ctrd_case_sigterm_stopped() {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || skip "no $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:latest" daemon rc=0
+    daemon=$(ctrd_daemon_pid)
+    [[ -n $daemon ]] || fail "no containerd pid"
+    mkdir -p "$OUT"
+    PULLHELPER_HOSTILE_COMMIT=pause-after-blobs:1 "$PULLHELPER_HOSTILE_BIN" pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" \
+        "$img" "containerd:$img" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    wait_for_file_match "$OUT/bg.err" "pausing the commit after 1 blobs" 120 || return
+    # containerd stops answering; the import goes on (its next call then
+    # waits for an answer), and the pull is told to stop.
+    kill -STOP "$daemon"
+    CTRD_STOPPED=$daemon
+    kill -USR1 "$BG_PID"
+    kill -TERM "$BG_PID"
+    # A hang guard, not a timing assertion: an import deaf to the signal
+    # waits for containerd for ever.
+    local deadline=$((SECONDS + 90))
+    while kill -0 "$BG_PID" 2>/dev/null && ((SECONDS < deadline)); do
+        sleep 0.1
+    done
+    if kill -0 "$BG_PID" 2>/dev/null; then
+        kill -KILL "$BG_PID"
+        wait "$BG_PID" || true
+        BG_PID=""
+        fail "the pull was still importing 90 s after SIGTERM: $(cat "$OUT/bg.err")"
+        return
+    fi
+    wait "$BG_PID" || rc=$?
+    BG_PID=""
+    cat "$OUT/bg.out" "$OUT/bg.err"
+    assert_equal "$rc" 143
+    assert_equal "$(json_get .error.code <"$OUT/bg.out")" interrupted
+    kill -CONT "$daemon"
+    CTRD_STOPPED=""
+    assert_no_staging "$T/staging"
+    assert_equal "$(ctr_k8s images ls -q)" ""
 }
