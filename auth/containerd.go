@@ -730,9 +730,6 @@ func ctrdTOMLErrorNoData(err error) string {
 	return safefile.Redact(err.Error())
 }
 
-// oneLine folds a multi-line error (a TOML decoder's) onto one line.
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
-
 // loadX509KeyPair is tls.LoadX509KeyPair reading both files through
 // readFile (regular files, bounded); its parse errors name no content.
 func loadX509KeyPair(certFile, keyFile string) (tls.Certificate, error) {

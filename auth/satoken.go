@@ -71,10 +71,6 @@ func serviceAccountToken(tokenFile string, data []byte, username string, pats []
 	}, nil
 }
 
-func satReadToken(file string) (string, error) {
-	return satToken(file, nil)
-}
-
 // satToken reads file, or takes data when not nil (an inline token), with
 // the same bounds and checks either way.
 func satToken(file string, data []byte) (string, error) {

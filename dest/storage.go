@@ -476,6 +476,7 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	}
 	var img *storage.Image
 	if resolved != nil {
+		//lint:ignore SA1019 resolved names the image by the name this import just wrote, without an ID, where GetStoreImage's caveat (an ID ignored) does not arise
 		img, _ = istorage.Transport.GetStoreImage(store, resolved)
 	}
 	if img == nil {

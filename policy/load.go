@@ -486,14 +486,6 @@ func cleanTOMLMessage(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-func unwrapPath(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
-}
-
 // keyLine finds the line on which the dotted key is set, or 0. It follows
 // table headers and dotted keys; it is used only to point at lines the TOML
 // decoder does not report (unknown keys, cross-field checks).

@@ -40,16 +40,6 @@ func fromErrno(e syscall.Errno) string {
 	return fmt.Sprintf("errno %d (%v)", int(e), e)
 }
 
-func fromErr(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	if e, ok := err.(syscall.Errno); ok {
-		return fromErrno(e)
-	}
-	return "error " + err.Error()
-}
-
 func inFork(abi rawsys.ABI, trap, a1, a2, a3 uintptr) string {
 	o, err := rawsys.InFork(abi, trap, a1, a2, a3)
 	switch {

@@ -67,7 +67,7 @@ func TestMeterWindow(t *testing.T) {
 	var got int64
 	var full bool
 	for i, b := range []int64{0, 100, 200, 300} {
-		if got, full = m.observe(n, b); full {
+		if _, full = m.observe(n, b); full {
 			t.Fatalf("tick %d: full before %d samples", i, n)
 		}
 	}

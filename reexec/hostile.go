@@ -22,8 +22,6 @@ import (
 // false to let the child go on as usual. Actions are registered by the
 // files reexec/hostile_*.go (same build tag), one file per topic.
 
-const hostileBuild = true
-
 // hostileVar is the environment variable naming the actions; the parent
 // passes it to the child (the hostile build only).
 const hostileVar = "PULLHELPER_HOSTILE"

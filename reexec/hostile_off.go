@@ -7,8 +7,6 @@ import "github.com/pullhelper/pullhelper/pull"
 // The release binary has no hostile hooks: see hostile.go (build tag
 // pullhelper_hostile), which only the tests' bin/pullhelper-hostile has.
 
-const hostileBuild = false
-
 func hostile(string, *hostileEnv) (bool, int) { return false, 0 }
 
 func hostileChildEnv() []string { return nil }
