@@ -72,8 +72,9 @@ man/%: docs/%.md
 	@w=$$(groff -man -ww -z $@ 2>&1); if [ -n "$$w" ]; then echo "$@: groff warnings:" >&2; echo "$$w" >&2; rm -f $@; exit 1; fi
 
 # lint: gofmt, go vet, staticcheck (both builds) and deadcode: a function
-# nothing reaches, from the binary or the tests, fails it unless it is listed
-# in .ci/deadcode-allow (the client's public API, which agents call).
+# nothing reaches from the binary, its test build (bin/pullhelper-hostile)
+# or the tests fails it unless it is listed in .ci/deadcode-allow (the
+# client's public API, which agents call).
 lint:
 	@test -x $(STATICCHECK) -a -x $(DEADCODE) || $(MAKE) --no-print-directory deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -81,7 +82,7 @@ lint:
 	$(GO) vet -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/ ./dest/
-	@raw=$$(GOFLAGS= $(DEADCODE) -test -tags $(subst $(eval) ,$(comma),$(TAGS)) -f '{{range .Funcs}}{{$$.Path}}.{{.Name}}{{"\n"}}{{end}}' ./...) || { echo "$$raw"; exit 1; }; \
+	@raw=$$(GOFLAGS= $(DEADCODE) -test -tags $(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) -f '{{range .Funcs}}{{$$.Path}}.{{.Name}}{{"\n"}}{{end}}' ./...) || { echo "$$raw"; exit 1; }; \
 	out=$$(printf '%s\n' "$$raw" | sed 's,^github.com/pullhelper/pullhelper/,,' | grep -v -x -F -f <(sed -e 's/[[:space:]]*#.*//' -e '/^$$/d' .ci/deadcode-allow) || true); \
 	if [ -n "$$out" ]; then echo "deadcode: unreachable from the binary and the tests (remove it, or list it in .ci/deadcode-allow with the reason):"; echo "$$out"; exit 1; fi
 

@@ -257,10 +257,6 @@ func (k *Keyring) AuthFiles() ([]AuthFile, bool) { return k.authFiles, k.authUse
 // ("" when the search is off or found none).
 func (k *Keyring) NodeDockerConfig() string { return k.nodeFile }
 
-// CredentialHelpers are the registries.conf credential-helpers in effect
-// (default ["containers-auth.json"]).
-func (k *Keyring) CredentialHelpers() []string { return k.helpers }
-
 // query is one host's credential question.
 type query struct {
 	host     string // endpoint host[:port]

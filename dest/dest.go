@@ -272,9 +272,6 @@ func FromSpec(s Spec) (Destination, error) {
 	return k.new(s)
 }
 
-// Transports lists the supported transports.
-func Transports() []string { return append([]string(nil), transports...) }
-
 // base carries what every kind shares.
 type base struct{ spec Spec }
 

@@ -24,9 +24,6 @@ const MaxConfig = 4 << 20
 // it is a regular file. See the package comment.
 func Open(path string) (*os.File, error) { return open(path, false) }
 
-// OpenNoFollow is Open refusing a symlink at the last component.
-func OpenNoFollow(path string) (*os.File, error) { return open(path, true) }
-
 // ReadFile reads the regular file at path, following symlinks, refusing one
 // larger than limit bytes without reading the rest.
 func ReadFile(path string, limit int64) ([]byte, error) { return read(path, limit, false) }
@@ -93,11 +90,6 @@ func read(path string, limit int64, nofollow bool) ([]byte, error) {
 	}
 	defer f.Close()
 	return readLimited(f, path, limit)
-}
-
-// ReadAll reads f, refusing more than limit bytes; name is used in errors.
-func ReadAll(f *os.File, name string, limit int64) ([]byte, error) {
-	return readLimited(f, name, limit)
 }
 
 func readLimited(f *os.File, name string, limit int64) ([]byte, error) {
