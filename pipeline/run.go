@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -463,17 +464,52 @@ func removePartial(o *Options, part *dest.Partial) {
 }
 
 // progressOnly passes on the copy's progress events and nothing else:
-// start, done and error are the pipeline's to emit.
-func progressOnly(events func(api.Event)) func(api.Event) {
+// start, done and error are the pipeline's to emit. A blob's layer_progress
+// is passed at most once every progressInterval by this process's clock and
+// stamped as it is passed, so the rate the caller sees (at most 4 a second
+// a layer) does not depend on how the events were queued on their way
+// here (a busy machine can deliver the child's events in bursts).
+func progressOnly(events func(api.Event)) func(api.Event) { return progressGate(events, time.Now) }
+
+// progressGate is progressOnly on the clock now.
+func progressGate(events func(api.Event), now func() time.Time) func(api.Event) {
 	if events == nil {
 		return nil
 	}
+	var mu sync.Mutex
+	last := map[string]time.Time{} // digest → when its last layer_progress was passed
 	return func(e api.Event) {
-		if api.IsProgress(e.Type) {
-			events(e)
+		if !api.IsProgress(e.Type) {
+			return
 		}
+		t := now()
+		mu.Lock()
+		switch e.Type {
+		case api.EventLayerProgress:
+			if prev, ok := last[e.Digest]; ok && t.Sub(prev) < progressInterval {
+				mu.Unlock()
+				return
+			}
+			if len(last) >= maxProgressBlobs {
+				clear(last)
+			}
+			last[e.Digest] = t
+		case api.EventLayerDone:
+			delete(last, e.Digest)
+		}
+		mu.Unlock()
+		e.TS = t.UTC()
+		events(e)
 	}
 }
+
+// progressInterval is the least time between two layer_progress events of
+// one blob; maxProgressBlobs bounds the blobs remembered for it (an image
+// has far fewer; past it, the memory starts again).
+const (
+	progressInterval = 250 * time.Millisecond
+	maxProgressBlobs = 4096
+)
 
 func apiLimits(l cgroup.Limits) *api.Limits {
 	out := &api.Limits{CPUQuota: l.CPUQuota, CPUWeight: l.CPUWeight, MemoryMax: l.MemoryMax, MemoryHigh: l.MemoryHigh,
