@@ -155,7 +155,13 @@ _all_copied() {
     done
 }
 _child_of() { pgrep -P "$1" -f '^pullhelper-child'; }
-_holds_file() { ls -l "/proc/$1/fd" 2>/dev/null | grep -qF -- "$2"; }
+# _holds_file PID FILE: PID, once it runs pullhelper, has FILE open. (Before
+# its exec, the forked shell still has the test's own descriptor of FILE,
+# which the command's redirection closes: seen then, it is not the parent's.)
+_holds_file() {
+    [[ $(readlink "/proc/$1/exe" 2>/dev/null) == "$(readlink -f "$PULLHELPER")" ]] &&
+        ls -l "/proc/$1/fd" 2>/dev/null | grep -qF -- "$2"
+}
 _said() { grep -qF -- "$1" "$OUT/bg.err"; }
 
 # kill_trial NAME parent|child POINT [ARGS]: pull big into DEST (one layer
