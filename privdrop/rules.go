@@ -92,12 +92,6 @@ func (b *block) jump(cond bpf.JumpTest, val uint32, t, f string) {
 	b.p = append(b.p, bpf.JumpIf{Cond: cond, Val: val})
 }
 
-// goTo jumps unconditionally.
-func (b *block) goTo(t string) {
-	b.jumps = append(b.jumps, jumpFix{at: len(b.p), t: t, f: "!"})
-	b.p = append(b.p, bpf.Jump{})
-}
-
 func (b *block) done() ([]bpf.Instruction, error) {
 	skip := func(at int, l string) (uint32, error) {
 		if l == "" {
@@ -113,10 +107,6 @@ func (b *block) done() ([]bpf.Instruction, error) {
 		t, err := skip(j.at, j.t)
 		if err != nil {
 			return nil, err
-		}
-		if j.f == "!" {
-			b.p[j.at] = bpf.Jump{Skip: t}
-			continue
 		}
 		f, err := skip(j.at, j.f)
 		if err != nil {
