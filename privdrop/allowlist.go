@@ -3,8 +3,8 @@ package privdrop
 // Allowed lists the only system calls the child may make once its filter is
 // installed; every other call gets EPERM (so a library that tries one gets a
 // clear "operation not permitted", not a SIGSYS kill). Some have argument
-// rules on top (Filter): clone, mmap, mprotect, socket, prctl, personality,
-// ioctl, kill, tgkill and prlimit64.
+// rules on top (Filter): clone, mmap, mprotect, socket, fcntl, setsockopt,
+// prctl, personality, ioctl, kill, tgkill, prlimit64 and arch_prctl.
 //
 // How it was derived (README "Isolation: the process model" says how to
 // re-derive it): tests/seccomp-derive.sh runs the bats files that exercise
@@ -32,8 +32,10 @@ package privdrop
 // still a fork), setsid and setpgid, tkill (Go signals its threads with
 // tgkill, which is checked),
 // listen and accept (a pull never serves), socketpair (only AF_UNIX
-// has it), symlink and chown calls and every set*id call (the child makes
-// no link and changes no owner or identity), setxattr, pkey_mprotect,
+// has it), link, linkat, symlink and chown calls and every set*id call (the
+// child makes no link, containers/image's oci and dir destinations and its
+// blob-info caches included, and changes no owner or identity; a hard link
+// is how a uid keeps a handle on another's file), setxattr, pkey_mprotect,
 // seccomp, and all of Denied.
 var Allowed = []string{
 	// memory
@@ -60,7 +62,7 @@ var Allowed = []string{
 	// files, by path under the child's own directories or by descriptor
 	"openat", "openat2", "open", "fstat", "newfstatat", "stat", "lstat", "statx", "statfs", "fstatfs",
 	"getdents64", "getdents", "readlinkat", "readlink", "faccessat", "faccessat2", "access", "getcwd",
-	"mkdirat", "mkdir", "unlinkat", "unlink", "rmdir", "renameat", "renameat2", "rename", "linkat", "link",
+	"mkdirat", "mkdir", "unlinkat", "unlink", "rmdir", "renameat", "renameat2", "rename",
 	"fsync", "fdatasync", "ftruncate", "fallocate", "fadvise64", "fchmod", "utimensat", "flock",
 	"getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
 	// network: TCP and UDP to registries and nameservers, netlink for

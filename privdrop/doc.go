@@ -18,12 +18,17 @@
 // unprivileged container, io_uring included) among them, and Filter will
 // not build if the two lists meet. Argument rules on allowed calls: clone
 // with a namespace flag gets EPERM and clone3 ENOSYS, so callers fall back
-// to clone; socket only for AF_INET, AF_INET6 and AF_NETLINK with
-// NETLINK_ROUTE (no AF_UNIX: no fd passing); prctl only for the options in
-// allowedPrctls; mmap and mprotect without PROT_EXEC; kill, tgkill and
-// prlimit64 only on the calling process; ioctl only for allowedIoctls
-// (TIOCSTI and TIOCLINUX never); personality values Docker refuses get
-// EPERM. No form of namespace creation
+// to clone; socket only for TCP and UDP over AF_INET and AF_INET6 and for
+// AF_NETLINK with NETLINK_ROUTE, SOCK_RAW or SOCK_DGRAM (no AF_UNIX: no fd
+// passing; no raw, ICMP, SCTP or MPTCP sockets); prctl only for the options
+// in allowedPrctls; mmap and mprotect without PROT_EXEC; kill, tgkill and
+// prlimit64 only on the calling process; fcntl never F_SETOWN, F_SETOWN_EX,
+// F_SETSIG or F_SETLEASE (no signal to another process through SIGIO);
+// setsockopt never SO_REUSEADDR, SO_REUSEPORT or the reuseport attach
+// options (no share of another service's port); arch_prctl (amd64) only
+// ARCH_SET_FS and ARCH_GET_FS; ioctl only for allowedIoctls (TIOCSTI and
+// TIOCLINUX never); personality values Docker refuses get EPERM (rules.go
+// has the rules with several arguments). No form of namespace creation
 // or entry, and no execve, is left.
 //
 // Invariant: capabilities, the bounding set and no_new_privs are per thread

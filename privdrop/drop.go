@@ -114,18 +114,6 @@ var Denied = []string{
 const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 	unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
-// socket is allowed for AF_INET and AF_INET6 (containers/image speaks HTTP
-// over TCP, Go's resolver (CGO_ENABLED=0) UDP/TCP to the nameservers) and
-// for AF_NETLINK with NETLINK_ROUTE only (Go's net package reads the
-// interfaces over it: net.Interfaces, IPv6 zones). Every other family gets
-// EPERM: AF_UNIX above all, because a Unix socket is how a process hands
-// file descriptors to another (SCM_RIGHTS) or talks to a local daemon, and
-// the protocol fds are pipes; AF_ALG (kernel crypto) and AF_VSOCK as in
-// Docker's profile; AF_PACKET, AF_KEY, AF_BLUETOOTH and the rest. Other
-// netlink protocols (sock_diag lists every socket of the host, uevents,
-// audit) are refused too. socketpair is outside Allowed.
-var allowedSocketDomains = []uint32{unix.AF_INET, unix.AF_INET6}
-
 // allowedPersonalities: personality is allowed with these values only
 // (Docker's list: PER_LINUX, PER_LINUX32, UNAME26 variants and the query
 // 0xffffffff); anything else, e.g. ADDR_NO_RANDOMIZE or READ_IMPLIES_EXEC,
@@ -187,9 +175,13 @@ func retErrno(e syscall.Errno) bpf.RetConstant {
 //     a namespace flag gets EPERM; mmap and mprotect with PROT_EXEC get
 //     EPERM (the Go runtime never maps code: the kernel mapped the binary
 //     and the vDSO before the filter, so no new executable memory);
-//   - socket outside AF_INET, AF_INET6 and AF_NETLINK/NETLINK_ROUTE gets
-//     EPERM; prctl outside allowedPrctls, personality outside
-//     allowedPersonalities and ioctl outside allowedIoctls (TIOCSTI and
+//   - socket outside TCP/UDP over AF_INET and AF_INET6 and
+//     AF_NETLINK/NETLINK_ROUTE (SOCK_RAW, SOCK_DGRAM) gets EPERM (socketRule);
+//     fcntl with F_SETOWN, F_SETOWN_EX, F_SETSIG or F_SETLEASE (fcntlRule)
+//     and setsockopt(SOL_SOCKET, SO_REUSEADDR/SO_REUSEPORT/the reuseport
+//     attach options) (sockoptRule) get EPERM; prctl outside allowedPrctls,
+//     personality outside allowedPersonalities, arch_prctl outside
+//     allowedArchPrctls (amd64) and ioctl outside allowedIoctls (TIOCSTI and
 //     TIOCLINUX above all) get EPERM; kill, tgkill and prlimit64 get EPERM
 //     unless they name the calling process (the filter is built in the
 //     process it is for);
@@ -248,24 +240,15 @@ func Filter() ([]bpf.Instruction, error) {
 			retErrno(unix.EPERM),
 			loadNr)
 	}
-	// socket: allowed domains go on to the allowlist; AF_NETLINK only
-	// with protocol (arg2) NETLINK_ROUTE; anything else EPERM.
-	if n, err = need("socket"); err != nil {
-		return nil, err
+	// socket, fcntl, setsockopt: the rules with more than one argument
+	// or a refused list (socketRule, fcntlRule, sockoptRule).
+	for _, r := range []func(func(string) (uint32, error)) ([]bpf.Instruction, error){socketRule, fcntlRule, sockoptRule} {
+		b, err := r(need)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, b...)
 	}
-	k := len(allowedSocketDomains)
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: n, SkipTrue: uint8(k + 6)},
-		bpf.LoadAbsolute{Off: offArg0, Size: 4})
-	for i, d := range allowedSocketDomains {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: d, SkipTrue: uint8(k - i + 3)})
-	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.AF_NETLINK, SkipTrue: 2},
-		bpf.LoadAbsolute{Off: offArg2, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
-		retErrno(unix.EPERM),
-		loadNr)
 	// personality, prctl: EPERM unless arg0 is allowed; ioctl: EPERM
 	// unless arg1 (the request; the kernel reads its low 32 bits) is.
 	// kill, tgkill and prlimit64: EPERM unless arg0 (the pid) is this
@@ -286,7 +269,11 @@ func Filter() ([]bpf.Instruction, error) {
 		values []uint32
 	}{{"personality", offArg0, allowedPersonalities}, {"prctl", offArg0, allowedPrctls},
 		{"ioctl", offArg1, allowedIoctls},
-		{"kill", offArg0, []uint32{0, pid}}, {"tgkill", offArg0, []uint32{pid}}, {"prlimit64", offArg0, []uint32{0, pid}}} {
+		{"kill", offArg0, []uint32{0, pid}}, {"tgkill", offArg0, []uint32{pid}}, {"prlimit64", offArg0, []uint32{0, pid}},
+		{"arch_prctl", offArg0, allowedArchPrctls}} {
+		if notOnThisArch[r.name] {
+			continue // arch_prctl: amd64 only
+		}
 		if n, err = need(r.name); err != nil {
 			return nil, err
 		}

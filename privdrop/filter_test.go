@@ -82,12 +82,14 @@ func TestFilterIsAnAllowlist(t *testing.T) {
 	}
 	for n := range nrs {
 		// Arguments every rule accepts: clone without namespace flags,
-		// socket(AF_INET), prctl(PR_SET_PDEATHSIG), personality(0),
+		// socket(AF_INET, SOCK_STREAM, 0), arch_prctl(ARCH_SET_FS), prctl(PR_SET_PDEATHSIG), personality(0),
 		// ioctl(fd, TCGETS).
 		args := []uint32{0, 0, 0}
 		switch names[n] {
 		case "socket":
-			args[0] = unix.AF_INET
+			args[0], args[1] = unix.AF_INET, unix.SOCK_STREAM
+		case "arch_prctl":
+			args[0] = 0x1002 // ARCH_SET_FS
 		case "prctl":
 			args[0] = unix.PR_SET_PDEATHSIG
 		case "ioctl":
@@ -114,7 +116,8 @@ func TestFilterIsAnAllowlist(t *testing.T) {
 		"accept": unix.SYS_ACCEPT, "accept4": unix.SYS_ACCEPT4, "socketpair": unix.SYS_SOCKETPAIR,
 		"setuid": unix.SYS_SETUID, "setsid": unix.SYS_SETSID, "tkill": unix.SYS_TKILL,
 		"seccomp": unix.SYS_SECCOMP, "pkey_mprotect": unix.SYS_PKEY_MPROTECT, "memfd_create": unix.SYS_MEMFD_CREATE,
-		"pidfd_open": unix.SYS_PIDFD_OPEN, "symlinkat": unix.SYS_SYMLINKAT, "fchownat": unix.SYS_FCHOWNAT} {
+		"pidfd_open": unix.SYS_PIDFD_OPEN, "symlinkat": unix.SYS_SYMLINKAT, "fchownat": unix.SYS_FCHOWNAT,
+		"linkat": unix.SYS_LINKAT} {
 		if got := verdict(t, vm, privdrop.NativeArch, n); got != errEPERM {
 			t.Errorf("%s: verdict %#x, want EPERM", name, got)
 		}
@@ -158,6 +161,18 @@ func TestFilterArgumentRules(t *testing.T) {
 		{"socket AF_NETLINK ROUTE", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, allow},
 		{"socket AF_NETLINK SOCK_DIAG", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG}, errEPERM},
 		{"socket AF_NETLINK KOBJECT_UEVENT", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_KOBJECT_UEVENT}, errEPERM},
+		{"socket AF_INET SOCK_STREAM|NONBLOCK|CLOEXEC TCP", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC, unix.IPPROTO_TCP}, allow},
+		{"socket AF_INET6 SOCK_DGRAM|CLOEXEC UDP", nr("socket"), []uint32{unix.AF_INET6, unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, unix.IPPROTO_UDP}, allow},
+		{"socket AF_INET SOCK_RAW", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP}, errEPERM},
+		{"socket AF_INET6 SOCK_RAW 0", nr("socket"), []uint32{unix.AF_INET6, unix.SOCK_RAW | unix.SOCK_CLOEXEC, 0}, errEPERM},
+		{"socket AF_INET SOCK_DGRAM ICMP (ping)", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP}, errEPERM},
+		{"socket AF_INET SOCK_SEQPACKET SCTP", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_SEQPACKET, unix.IPPROTO_SCTP}, errEPERM},
+		{"socket AF_INET SOCK_STREAM MPTCP", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP}, errEPERM},
+		{"socket AF_INET SOCK_PACKET", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_PACKET}, errEPERM},
+		{"socket AF_INET type with an unknown flag", nr("socket"), []uint32{unix.AF_INET, unix.SOCK_STREAM | 0x100}, errEPERM},
+		{"socket AF_NETLINK ROUTE SOCK_RAW|CLOEXEC", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_RAW | unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE}, allow},
+		{"socket AF_NETLINK ROUTE SOCK_DGRAM", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_ROUTE}, allow},
+		{"socket AF_NETLINK ROUTE SOCK_STREAM", nr("socket"), []uint32{unix.AF_NETLINK, unix.SOCK_STREAM, unix.NETLINK_ROUTE}, errEPERM},
 		{"socket AF_UNIX", nr("socket"), []uint32{unix.AF_UNIX, unix.SOCK_STREAM}, errEPERM},
 		{"socket AF_PACKET", nr("socket"), []uint32{unix.AF_PACKET, unix.SOCK_RAW}, errEPERM},
 		{"socket AF_ALG", nr("socket"), []uint32{unix.AF_ALG, unix.SOCK_SEQPACKET}, errEPERM},
@@ -185,6 +200,26 @@ func TestFilterArgumentRules(t *testing.T) {
 		{"tgkill another process", nr("tgkill"), []uint32{uint32(os.Getppid()), uint32(os.Getppid()), uint32(unix.SIGKILL)}, errEPERM},
 		{"prlimit64 self (0)", nr("prlimit64"), []uint32{0, unix.RLIMIT_NOFILE}, allow},
 		{"prlimit64 another process", nr("prlimit64"), []uint32{1, unix.RLIMIT_NOFILE}, errEPERM},
+		{"fcntl F_GETFL", nr("fcntl"), []uint32{3, unix.F_GETFL}, allow},
+		{"fcntl F_SETFL", nr("fcntl"), []uint32{3, unix.F_SETFL, unix.O_NONBLOCK}, allow},
+		{"fcntl F_SETFD", nr("fcntl"), []uint32{3, unix.F_SETFD, unix.FD_CLOEXEC}, allow},
+		{"fcntl F_DUPFD_CLOEXEC", nr("fcntl"), []uint32{3, unix.F_DUPFD_CLOEXEC}, allow},
+		{"fcntl F_SETPIPE_SZ", nr("fcntl"), []uint32{3, unix.F_SETPIPE_SZ, 1 << 20}, allow},
+		{"fcntl F_SETLKW (containers/storage's locks)", nr("fcntl"), []uint32{3, unix.F_SETLKW}, allow},
+		{"fcntl F_OFD_SETLK", nr("fcntl"), []uint32{3, unix.F_OFD_SETLK}, allow},
+		{"fcntl F_GETOWN", nr("fcntl"), []uint32{3, unix.F_GETOWN}, allow},
+		{"fcntl F_SETOWN", nr("fcntl"), []uint32{3, unix.F_SETOWN, 1}, errEPERM},
+		{"fcntl F_SETOWN_EX", nr("fcntl"), []uint32{3, unix.F_SETOWN_EX}, errEPERM},
+		{"fcntl F_SETSIG", nr("fcntl"), []uint32{3, unix.F_SETSIG, uint32(unix.SIGKILL)}, errEPERM},
+		{"fcntl F_SETLEASE", nr("fcntl"), []uint32{3, unix.F_SETLEASE, unix.F_WRLCK}, errEPERM},
+		{"setsockopt SO_REUSEPORT", nr("setsockopt"), []uint32{3, unix.SOL_SOCKET, unix.SO_REUSEPORT}, errEPERM},
+		{"setsockopt SO_REUSEADDR", nr("setsockopt"), []uint32{3, unix.SOL_SOCKET, unix.SO_REUSEADDR}, errEPERM},
+		{"setsockopt SO_ATTACH_REUSEPORT_CBPF", nr("setsockopt"), []uint32{3, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF}, errEPERM},
+		{"setsockopt SO_BROADCAST (Go's UDP dial)", nr("setsockopt"), []uint32{3, unix.SOL_SOCKET, unix.SO_BROADCAST}, allow},
+		{"setsockopt SO_KEEPALIVE", nr("setsockopt"), []uint32{3, unix.SOL_SOCKET, unix.SO_KEEPALIVE}, allow},
+		{"setsockopt IPPROTO_TCP TCP_NODELAY", nr("setsockopt"), []uint32{3, unix.IPPROTO_TCP, unix.TCP_NODELAY}, allow},
+		{"setsockopt IPPROTO_IPV6 IPV6_V6ONLY", nr("setsockopt"), []uint32{3, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY}, allow},
+		{"setsockopt IPPROTO_IP option 15 (not SO_REUSEPORT)", nr("setsockopt"), []uint32{3, unix.IPPROTO_IP, unix.SO_REUSEPORT}, allow},
 		{"read, foreign arch", nr("read"), nil, kill},
 	}
 	for _, c := range cases {
@@ -197,6 +232,17 @@ func TestFilterArgumentRules(t *testing.T) {
 		}
 	}
 	if runtime.GOARCH == "amd64" {
+		for _, c := range []struct {
+			what string
+			op   uint32
+			want uint32
+		}{{"ARCH_SET_FS", 0x1002, allow}, {"ARCH_GET_FS", 0x1003, allow}, {"ARCH_SET_GS", 0x1001, errEPERM},
+			{"ARCH_SET_CPUID", 0x1012, errEPERM}, {"ARCH_MAP_VDSO_64", 0x2003, errEPERM},
+			{"ARCH_REQ_XCOMP_PERM", 0x1023, errEPERM}, {"ARCH_SHSTK_ENABLE", 0x5001, errEPERM}} {
+			if got := verdict(t, vm, privdrop.NativeArch, nr("arch_prctl"), c.op); got != c.want {
+				t.Errorf("arch_prctl %s: verdict %#x, want %#x", c.what, got, c.want)
+			}
+		}
 		if got := verdict(t, vm, privdrop.NativeArch, nr("read")|0x40000000); got != kill {
 			t.Errorf("x32 read: verdict %#x, want kill", got)
 		}

@@ -27,6 +27,9 @@ import (
 // SIGSYS kills the copy, not the report.
 const probeEnv = "PULLHELPER_PRIVDROP_PROBE"
 
+// probeUID is the uid (and gid) a probe run as root drops to.
+const probeUID = 61999
+
 type probeReport struct {
 	Before, After string
 	Setup         string // how the filter was installed, or why it was not
@@ -71,6 +74,7 @@ const (
 // probes: what each one does, and what it must give under the filter.
 var probes = map[string]struct {
 	run         func() string
+	prepare     func() // before the first run (and the filter): what run needs that the filter forbids
 	want        string
 	needsI386   bool // only amd64 has the i386 and x32 entries
 	wantControl bool // must succeed before the filter, or the probe proves nothing
@@ -145,6 +149,25 @@ var probes = map[string]struct {
 	// No new executable memory; other mappings still work.
 	"mmap-exec": {run: func() string { return mmapProbe(unix.PROT_READ | unix.PROT_EXEC) }, want: eperm, wantControl: true},
 	"mmap-rw":   {run: func() string { return mmapProbe(unix.PROT_READ | unix.PROT_WRITE) }, want: "ok", wantControl: true},
+	// fcntl: a SIGKILL through SIGIO (F_SETOWN a victim, F_SETSIG
+	// SIGKILL, O_ASYNC, a write) to a process of the caller's uid.
+	"fcntl-sigio-kill": {prepare: startVictims, run: sigioKill, want: eperm, wantControl: true},
+	// No hard links (nothing in the child makes one): EPERM before the
+	// kernel looks at the (empty) names, which would give ENOENT.
+	"unlisted-linkat": {run: func() string {
+		empty := []byte{0}
+		return raw6(unix.SYS_LINKAT, atFdcwd, uintptr(unsafe.Pointer(&empty[0])), atFdcwd, uintptr(unsafe.Pointer(&empty[0])), 0)
+	}, want: eperm},
+	// No sharing of another service's port.
+	"setsockopt-reuseport": {run: func() string { return udpSockopt(unix.SOL_SOCKET, unix.SO_REUSEPORT) }, want: eperm, wantControl: true},
+	"setsockopt-reuseaddr": {run: func() string { return udpSockopt(unix.SOL_SOCKET, unix.SO_REUSEADDR) }, want: eperm, wantControl: true},
+	"setsockopt-broadcast": {run: func() string { return udpSockopt(unix.SOL_SOCKET, unix.SO_BROADCAST) }, want: "ok", wantControl: true},
+	// socket protocols: only TCP and UDP (MPTCP needs no privilege; raw
+	// and ICMP sockets the dropped uid could not open anyway).
+	"socket-inet-mptcp": {run: func() string { return raw(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP) }, want: eperm, wantControl: true},
+	"socket-inet-tcp-cloexec": {run: func() string {
+		return raw(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	}, want: "ok", wantControl: true},
 	// What the Go runtime and a pull do keep working under the filter.
 	"allowed-runtime": {run: runtimeWorks, want: "ok", wantControl: true},
 }
@@ -156,6 +179,91 @@ func mmapProbe(prot uintptr) string {
 		unix.RawSyscall(unix.SYS_MUNMAP, r, 4096, 0)
 	}
 	return fromErrno(e)
+}
+
+// atFdcwd is AT_FDCWD (-100) as a register value.
+var atFdcwd = func() uintptr { n := unix.AT_FDCWD; return uintptr(n) }()
+
+func raw6(trap, a1, a2, a3, a4, a5 uintptr) string {
+	_, _, e := unix.RawSyscall6(trap, a1, a2, a3, a4, a5, 0)
+	return fromErrno(e)
+}
+
+// udpSockopt sets level/opt to 1 on a fresh UDP socket.
+func udpSockopt(level, opt int) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "socket: " + err.Error()
+	}
+	defer unix.Close(fd)
+	one := int32(1)
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&one)), 4, 0)
+	return fromErrno(e)
+}
+
+// victims are processes of the uid the probe drops to (started before the
+// drop; one for each run of sigioKill), each reading its stdin until EOF.
+var victims []victim
+
+type victim struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func startVictims() {
+	for i := 0; i < 2; i++ {
+		c := exec.Command("/bin/cat")
+		if os.Geteuid() == 0 {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: probeUID, Gid: probeUID}}
+		}
+		w, err := c.StdinPipe()
+		if err == nil {
+			err = c.Start()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "starting a victim: %v\n", err)
+			os.Exit(3)
+		}
+		victims = append(victims, victim{c, w})
+	}
+}
+
+// sigioKill points a pipe's SIGIO at the next victim as SIGKILL and writes
+// to the pipe; then closes the victim's stdin and reaps it. "ok": the
+// victim died of SIGKILL (the attack works); otherwise the first error of
+// the fcntl calls (or "victim lived").
+func sigioKill() string {
+	v := victims[0]
+	victims = victims[1:]
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return "pipe2: " + err.Error()
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	var first syscall.Errno
+	try := func(cmd, arg uintptr) {
+		if _, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(p[0]), cmd, arg); e != 0 && first == 0 {
+			first = e
+		}
+	}
+	try(unix.F_SETOWN, uintptr(v.cmd.Process.Pid))
+	try(unix.F_SETSIG, uintptr(unix.SIGKILL))
+	try(unix.F_SETFL, unix.O_ASYNC|unix.O_NONBLOCK)
+	_, _ = unix.Write(p[1], []byte("x"))
+	// The kernel queued any signal during the write: the victim, dying of
+	// SIGKILL already, never sees the EOF.
+	v.stdin.Close()
+	err := v.cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return "ok"
+		}
+	}
+	if first != 0 {
+		return fromErrno(first)
+	}
+	return fmt.Sprintf("victim lived (%v)", err)
 }
 
 // loopback is a TCP listener made before the filter (listen and accept are
@@ -270,12 +378,15 @@ func probeHelper(name string) int {
 		return 2
 	}
 	var r probeReport
+	if p.prepare != nil {
+		p.prepare()
+	}
 	if name != "denied-sweep" {
 		r.Before = p.run()
 	}
 	if os.Geteuid() == 0 {
 		// The real thing: the whole drop, as the child does it.
-		id := privdrop.Identity{UID: 61999, GID: 61999}
+		id := privdrop.Identity{UID: probeUID, GID: probeUID}
 		if err := privdrop.Drop(id, true); err != nil {
 			r.Setup = "drop: " + err.Error()
 		} else if err := privdrop.Verify(id, true); err != nil {

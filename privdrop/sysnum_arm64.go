@@ -216,5 +216,4 @@ var notOnThisArch = map[string]bool{
 	"arch_prctl": true, "time": true, "dup2": true, "pipe": true, "epoll_create": true, "epoll_wait": true,
 	"eventfd": true, "poll": true, "select": true, "open": true, "stat": true, "lstat": true, "getdents": true,
 	"readlink": true, "access": true, "mkdir": true, "unlink": true, "rmdir": true, "rename": true,
-	"link": true,
 }

@@ -43,12 +43,16 @@ import (
 // approved for that endpoint alone: the requests made for it (its token
 // request, a redirect of its requests) pass the guard, another endpoint's
 // do not, and an endpoint whose challenge names a realm on another
-// endpoint's host (at a port or scheme that is not that endpoint's) is
-// refused before its credential goes there. containers/image's requests
-// (signatures) carry no endpoint: for them an https realm counts as
-// approved when any endpoint named it, a plain-http one only on the host
-// of the endpoint that named it (a plain-http realm of an insecure mirror
-// does not become a way to clear text for a verified registry).
+// endpoint's host name or a subdomain of it (at a port or scheme that is
+// not that endpoint's) is refused before its credential goes there.
+// containers/image's requests (signatures) carry no endpoint: for them an
+// https realm counts as approved when any endpoint named it, a plain-http
+// one only on the host of the endpoint that named it (a plain-http realm
+// of an insecure mirror does not become a way to clear text for a verified
+// registry), and a realm on a registry host's name or a subdomain only
+// when the endpoint that named it is on that name itself (a mirror does
+// not unlock a destination where Go would forward the registry's
+// Authorization on a redirect).
 
 // errRefusedRequest marks a request refused by requestGuard.
 var errRefusedRequest = errors.New("request refused")
@@ -98,7 +102,7 @@ func (e *endpoints) approve(ep *registry.Endpoint, u *url.URL) {
 
 // has: a request to u made for endpoint ep (nil: containers/image's, which
 // names none) is allowed without the guard's checks.
-func (e *endpoints) has(ep *registry.Endpoint, u *url.URL) bool {
+func (e *endpoints) has(ep *registry.Endpoint, u *url.URL, hosts []string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	o := registry.Origin(u)
@@ -112,9 +116,25 @@ func (e *endpoints) has(ep *registry.Endpoint, u *url.URL) bool {
 	// request carries the credential of the endpoint whose challenge named
 	// it, which the realm hook judged); a plain-http one only on the host
 	// of the endpoint that named it, never another's on its way to clear
-	// text.
+	// text. And a realm on a registry host's name (the host or a
+	// subdomain: where Go forwards that host's Authorization on a
+	// redirect) only if the endpoint that named it talks to that host
+	// name itself (its host is the same or a subdomain, so a redirect
+	// already forwards it that Authorization), never on another
+	// endpoint's approval.
 	for other, approved := range e.realms {
-		if approved[o] && (strings.EqualFold(u.Scheme, "https") || sameHostName(u.Hostname(), (&url.URL{Host: other.Host}).Hostname())) {
+		oh := (&url.URL{Host: other.Host}).Hostname()
+		if !approved[o] || !(strings.EqualFold(u.Scheme, "https") || sameHostName(u.Hostname(), oh)) {
+			continue
+		}
+		ok := true
+		for _, h := range hosts {
+			if hn := (&url.URL{Host: h}).Hostname(); sameHostName(u.Hostname(), hn) && !sameHostName(oh, hn) {
+				ok = false
+				break
+			}
+		}
+		if ok {
 			return true
 		}
 	}
@@ -221,7 +241,7 @@ func (p *Request) endpointProxy(ep *endpoints, log *hostLog) func(*registry.Endp
 // checkRequest is the request guard for u, made for endpoint e (nil:
 // containers/image's).
 func (p *Request) checkRequest(e *registry.Endpoint, u *url.URL, hosts []string, verified bool, ep *endpoints) error {
-	if ep.has(e, u) {
+	if ep.has(e, u, hosts) {
 		return nil
 	}
 	if verified && strings.EqualFold(u.Scheme, "http") {
@@ -253,11 +273,13 @@ func endpointHost(e auth.Endpoint) string {
 // realmHook is the registry client's Realm hook: before a token is
 // requested from the realm an endpoint's challenge names (and so before
 // any credential goes there), it refuses a plain-http realm of an endpoint
-// verified over https and a realm on another endpoint's host name (at a
-// port or scheme that is not one of the registry's endpoints: where that
-// endpoint's Authorization would be forwarded on a redirect, and not this
-// endpoint's to name), and otherwise approves the realm for this endpoint
-// alone (the request guard lets this endpoint's requests through to it).
+// verified over https and a realm on another endpoint's host name or a
+// subdomain of it (sameHostName, Go's rule; at a port or scheme that is
+// not one of the registry's endpoints: where that endpoint's Authorization
+// would be forwarded on a redirect, and not this endpoint's to name unless
+// this endpoint's own host is under that name too), and otherwise approves
+// the realm for this endpoint alone (the request guard lets this
+// endpoint's requests through to it).
 func (p *Request) realmHook(ep *endpoints) func(*registry.Endpoint, *url.URL) error {
 	return func(e *registry.Endpoint, u *url.URL) error {
 		verified := strings.EqualFold(e.Scheme, "https") && (e.TLS == nil || !e.TLS.InsecureSkipVerify)
@@ -273,9 +295,9 @@ func (p *Request) realmHook(ep *endpoints) func(*registry.Endpoint, *url.URL) er
 				if other.Blocked || other.Host == "" {
 					continue
 				}
-				if h := endpointHost(other); h == realm && h != own {
+				if h := endpointHost(other); sameHostName(realm, h) && !sameHostName(own, h) {
 					return &failure.Error{Code: failure.TLS, Err: errRefusedRequest, Message: fmt.Sprintf(
-						"endpoint %s of registry %s names the token realm %s, on endpoint %s's host at another port or scheme; refusing to send %s's credential there (a realm is approved for the endpoint whose challenge names it, on a host of its own or of nobody's)",
+						"endpoint %s of registry %s names the token realm %s, on endpoint %s's host name (or a subdomain) at another port or scheme; refusing to send %s's credential there (a realm is approved for the endpoint whose challenge names it, on a host of its own or of nobody's)",
 						e.Host, p.Registry, registry.Origin(u), other.Host, e.Host)}
 				}
 			}

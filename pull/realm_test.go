@@ -104,6 +104,56 @@ func TestRealmApprovedPerEndpoint(t *testing.T) {
 	}
 }
 
+// Issue 22 review, finding 6: a mirror on a host name of its own names a
+// realm on a subdomain of the verified registry's host, at another port
+// (where Go forwards the registry's Authorization on a redirect). The realm
+// hook refuses it (sameHostName, not only the exact name), and an approval
+// by the mirror does not let containers/image's requests (no endpoint)
+// through to that destination; the registry's own realm under its name
+// still works for both.
+func TestRealmOnRegistrySubdomainNotForAnotherEndpoint(t *testing.T) {
+	p := &Request{Registry: "reg.example:5000", Endpoints: []auth.Endpoint{{Host: "reg.example:5000"}, {Host: "mirror.other:5000"}}}
+	hosts := []string{"reg.example:5000", "mirror.other:5000"}
+	reg := &registry.Endpoint{Scheme: "https", Host: "reg.example:5000"}
+	mirror := &registry.Endpoint{Scheme: "https", Host: "mirror.other:5000"}
+	sub, _ := url.Parse("https://sub.reg.example:6000/token")
+	regRealm, _ := url.Parse("https://auth.reg.example/token")
+	mirrorRealm, _ := url.Parse("https://auth.mirror.other:7000/token")
+
+	ep := newEndpoints()
+	hook := p.realmHook(ep)
+	if err := hook(mirror, sub); err == nil || failure.CodeOf(err) != failure.TLS {
+		t.Errorf("the mirror's realm on a subdomain of the registry's host: %v, want a tls refusal", err)
+	}
+	if err := hook(reg, regRealm); err != nil {
+		t.Errorf("the registry's realm under its own name refused: %v", err)
+	}
+	if err := hook(mirror, mirrorRealm); err != nil {
+		t.Errorf("the mirror's realm under its own name refused: %v", err)
+	}
+	for _, c := range []struct {
+		e    *registry.Endpoint
+		u    *url.URL
+		want bool
+	}{{nil, regRealm, true}, {reg, regRealm, true}, {nil, mirrorRealm, true}, {mirror, mirrorRealm, true}} {
+		if err := p.checkRequest(c.e, c.u, hosts, true, ep); (err == nil) != c.want {
+			t.Errorf("request to %s (endpoint %v): %v", c.u, c.e, err)
+		}
+	}
+
+	// Even approved by the mirror (however it came to be), the subdomain
+	// of the registry's host stays closed to containers/image's requests.
+	ep.approve(mirror, sub)
+	if err := p.checkRequest(nil, sub, hosts, true, ep); err == nil || failure.CodeOf(err) != failure.TLS {
+		t.Errorf("containers/image's request to %s, approved only by the mirror: %v, want a tls refusal", sub, err)
+	}
+	// Approved by the registry itself, it is the registry's to name.
+	ep.approve(reg, sub)
+	if err := p.checkRequest(nil, sub, hosts, true, ep); err != nil {
+		t.Errorf("containers/image's request to the registry's own realm %s: %v", sub, err)
+	}
+}
+
 // tokenServer is a realm that records who asked it for a token (the
 // Basic user) and grants "tok-USER".
 type tokenServer struct {
