@@ -752,7 +752,14 @@ func (p *Partial) Remove() error {
 	if p.handTo != nil {
 		handed = append(handed, p.handTo.UID)
 	}
-	err := removeTree(int(p.parent.Fd()), p.name, handed...)
+	var err error
+	if p.outer != nil {
+		// The cache directory is root's 0700, held (and checked) as
+		// p.outer: removed whoever owns DEST's parent.
+		err = removeHeld(int(p.parent.Fd()), p.name, int(p.outer.Fd()), handed...)
+	} else {
+		err = removeTree(int(p.parent.Fd()), p.name, handed...)
+	}
 	p.Close()
 	if err != nil {
 		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, errnoText(err))
@@ -822,7 +829,7 @@ func sweepPartial(dir *os.File, base string) (removed, refused string) {
 	if bst, err := fstatAt(fd, partialBlobs); err == nil && isDir(bst) && bst.Uid != 0 {
 		handed = append(handed, int(bst.Uid))
 	}
-	if err := removeTree(int(dir.Fd()), name, handed...); err != nil {
+	if err := removeHeld(int(dir.Fd()), name, fd, handed...); err != nil {
 		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, errnoText(err))
 	}
 	return path, ""

@@ -85,7 +85,11 @@ another user, writable by others); nothing is removed before every DEST is opene
 				}
 				sweeps = append(sweeps, s)
 			}
-			res := gcResult{Staging: []string{}, Partial: []string{}}
+			// The stale cgroups first: what is left in them is killed, so
+			// that no process of a killed pull still adds to the staging
+			// or cache being removed.
+			cgs, cgErr := cgroup.Reclaim(cfg)
+			res := gcResult{Staging: []string{}, Partial: []string{}, Cgroups: orEmpty(cgs)}
 			for _, s := range sweeps {
 				res.Partial = append(res.Partial, s.ReclaimPartial()...)
 				for _, why := range s.Refused {
@@ -99,9 +103,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", dest.LockDir)
 			}
 			res.CommitLocks = orEmpty(locks)
-			cgs, err := cgroup.Reclaim(cfg)
-			res.Cgroups = orEmpty(cgs)
-			if err != nil {
+			if err := cgErr; err != nil {
 				return failure.Wrap(failure.Isolation, err, "reclaiming stale pull cgroups under %s (removed so far: %v)", cfg.Parent, cgs)
 			}
 			*result = res
