@@ -354,7 +354,11 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
-	// cache is root's again before anything else happens.
+	// cache is root's again before anything else happens, keeping only
+	// the blobs of the manifest when its bytes are the pinned digest's.
+	if err == nil && rep != nil {
+		part.Restrict(p.pinned(), rep.Copied.IndexRaw, rep.Copied.Manifest)
+	}
 	if terr := part.TakeBack(); terr != nil {
 		o.Log.Warn("taking back the partial-blob cache", "error", terr.Error())
 	}
