@@ -47,7 +47,8 @@ agent but not of the node) and print what was removed as one JSON object:
   commit_locks  commit and pull lock files in ` + dest.LockDir + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
                 cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
-                is gone; what is left in them is killed first
+                is gone; what is left in them is killed first, before any staging or
+                cache is swept (a killed pull's process cannot go on adding to them)
 
 Nothing a live pullhelper owns is removed: a staging directory or a cgroup is removed
 only when the process recorded as its owner (pid and start time) no longer exists, a
