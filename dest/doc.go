@@ -21,12 +21,15 @@
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other
-// descriptor is open on it); otherwise a fresh root-owned copy, hashed
-// while copying, is. The partial-blob cache beside DEST (partial.go) is
+// descriptor is open on it), taken after it is made the committed owner's
+// 0600 and again before it is hashed; otherwise a fresh root-owned copy,
+// hashed while copying, is. The partial-blob cache beside DEST (partial.go) is
 // root's 0700 always; only its blobs/ is handed to the child, by mount;
 // another user's cache is never adopted. Every recursive removal goes
 // through removeTree: a stack of held directory descriptors, never "..",
-// each level's owner checked.
+// each level's owner checked (the top one may be a root-owned 0700
+// directory this process holds, under a parent of any owner), its work
+// bounded (removeMaxWork: past it the tree is left for gc).
 //
 // containers-storage: stages and verifies exactly as oci: (its staging in
 // GRAPHROOT, under the same rules); its Commit imports the verified tree

@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,11 +42,18 @@ import (
 // the parent adopts are root's, regular, singly linked, with a blob's name
 // and held by no one (a write lease); anything else is removed. When the
 // parent takes the cache back from a child it keeps only blobs the image
-// asked for (Want: the digests and declared sizes the copy announced),
-// each at most its declared size, in all at most the image's size limit.
-// Files older than PartialMaxAge are removed at the start of a pull; the
-// whole cache is removed when a pull into DEST commits, and by
-// `pullhelper gc DEST`.
+// asked for, each at most its declared size, in all at most the image's
+// size limit: those of the manifest when the parent checked it itself
+// (Restrict: its bytes' digest is the pinned IMAGE@digest), otherwise the
+// digests and sizes the copy announced (Want) — the child's word, so a
+// compromised child can keep at most the image's size limit
+// (max_image_size) of bytes of its own choosing, under this root 0700
+// directory, for at most PartialMaxAge. Every kept file's times are set to
+// the moment the parent took it back (and a time in the future found at
+// the start of a pull is brought back to now), so the age limit counts on
+// the parent's clock, not on times the child set. Files older than
+// PartialMaxAge are removed at the start of a pull; the whole cache is
+// removed when a pull into DEST commits, and by `pullhelper gc DEST`.
 const (
 	partialPrefix = ".pullhelper-partial-"
 	partialBlobs  = "blobs"
@@ -98,6 +107,7 @@ type Partial struct {
 
 	mu   sync.Mutex
 	want map[string]int64 // cache names the image asked for → declared size (Want)
+	only map[string]int64 // the checked manifest's blobs → size (Restrict); nil: none
 }
 
 // cacheDirs are a cache's held directories.
@@ -296,7 +306,8 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 // which was st when looked at: another uid's) into the cache's blobs/
 // held as dst: only regular, singly linked files of that uid with a
 // blob's name, each and in all at most maxBytes; the copies are root's
-// 0600 with the original's times (the age limit still applies). Every
+// 0600 with the original's times (the age limit still applies), a time in
+// the future brought back to now. Every
 // file is opened O_PATH first and reopened for reading only once it is a
 // regular file. It returns how many it copied and their bytes.
 func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (int, int64) {
@@ -346,7 +357,7 @@ func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (i
 		w, err := io.CopyBuffer(out, io.LimitReader(in, fst.Size), buf)
 		in.Close()
 		ok := err == nil && w > 0 && setOwner(int(out.Fd()), Identity{}, 0o600) == nil && out.Sync() == nil &&
-			unix.Futimes(int(out.Fd()), []unix.Timeval{unix.NsecToTimeval(fst.Atim.Nano()), unix.NsecToTimeval(fst.Mtim.Nano())}) == nil
+			setTimes(int(out.Fd()), min(fst.Atim.Nano(), time.Now().UnixNano()), min(fst.Mtim.Nano(), time.Now().UnixNano())) == nil
 		out.Close()
 		if !ok {
 			_ = unix.Unlinkat(dst, name, 0)
@@ -512,7 +523,9 @@ func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int6
 			bytes += st.Size
 			continue
 		}
-		ok = setOwner(fd, Identity{}, 0o600) == nil
+		// Its times from now (the copy may have set any): see tidy.
+		t := time.Now().UnixNano()
+		ok = setOwner(fd, Identity{}, 0o600) == nil && setTimes(fd, t, t) == nil
 		unix.Close(fd)
 		if !ok {
 			continue
@@ -597,6 +610,75 @@ func (p *Partial) Want(d string, size int64) {
 	}
 }
 
+// Restrict limits what the cache keeps when it is taken back to the blobs
+// of a manifest the parent checked itself: manifest (the copy's report)
+// when its digest is pinned (IMAGE@digest), or, when index's digest is
+// pinned, manifest when index lists its digest. Then only the manifest's
+// config and layers are kept, each at most the size the manifest declares
+// (instead of what the copy announced: Want). It reports whether it did;
+// without a pinned digest, or with bytes that do not match it, nothing
+// changes. Nil-safe.
+func (p *Partial) Restrict(pinned string, index, manifest []byte) bool {
+	if p == nil || pinned == "" || len(manifest) == 0 {
+		return false
+	}
+	pd, err := digest.Parse(pinned)
+	if err != nil || !pd.Algorithm().Available() {
+		return false
+	}
+	md := pd.Algorithm().FromBytes(manifest)
+	if md != pd {
+		if len(index) == 0 || pd.Algorithm().FromBytes(index) != pd {
+			return false
+		}
+		var idx struct {
+			Manifests []struct {
+				Digest digest.Digest `json:"digest"`
+			} `json:"manifests"`
+		}
+		if json.Unmarshal(index, &idx) != nil {
+			return false
+		}
+		listed := false
+		for _, m := range idx.Manifests {
+			if m.Digest.Validate() == nil && m.Digest.Algorithm().Available() && m.Digest.Algorithm().FromBytes(manifest) == m.Digest {
+				listed = true
+				break
+			}
+		}
+		if !listed {
+			return false
+		}
+	}
+	type desc struct {
+		Digest string `json:"digest"`
+		Size   int64  `json:"size"`
+	}
+	var m struct {
+		Config *desc  `json:"config"`
+		Layers []desc `json:"layers"`
+	}
+	if json.Unmarshal(manifest, &m) != nil || m.Config == nil {
+		return false // not an image manifest (schema 1, an index): Want stays
+	}
+	only := map[string]int64{}
+	for _, d := range append([]desc{*m.Config}, m.Layers...) {
+		alg, hx, ok := strings.Cut(d.Digest, ":")
+		if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) || d.Size <= 0 || d.Size > p.maxBytes || len(only) >= maxPrehash {
+			continue
+		}
+		name := alg + "-" + hx + ".partial"
+		if old, ok := only[name]; ok {
+			d.Size = min(old, d.Size)
+		}
+		only[name] = d.Size
+	}
+	p.mu.Lock()
+	p.only = only
+	p.mu.Unlock()
+	return true
+}
+
 // TakeBack makes blobs/ root's again (0700, entries root's 0600), removes
 // whatever the copy left that is not a kept blob and keeps only what the
 // image asked for (Want). Call it only when every process of the pull is
@@ -619,7 +701,11 @@ func (p *Partial) TakeBack() error {
 // uid (and, when olderThan is set, those last modified before it), and
 // makes the others root's 0600; with adopting (kept from an earlier pull)
 // also every file another descriptor is open on: a write lease, which the
-// kernel grants only then, is taken and let go on each. Kept is recounted.
+// kernel grants only then, is taken and let go on each. Taking the cache
+// back from a child (not adopting) sets each kept file's times to now;
+// adopting brings a time in the future back to now: PartialMaxAge counts
+// from when the parent last took a file back, whatever times the child
+// set. Kept is recounted.
 func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 	dfd := int(p.Dir.Fd())
 	names, err := readDirNames(dfd)
@@ -679,6 +765,9 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 		if err == nil {
 			err = setOwner(fd, Identity{}, 0o600)
 		}
+		if t := time.Now().UnixNano(); err == nil && (!adopting || now.Mtim.Nano() > t || now.Atim.Nano() > t) {
+			err = setTimes(fd, t, t)
+		}
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
@@ -686,6 +775,12 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 		p.Kept += now.Size
 	}
 	return nil
+}
+
+// setTimes sets the access and modification times (ns since the epoch) of
+// the file held as fd.
+func setTimes(fd int, atime, mtime int64) error {
+	return unix.Futimes(fd, []unix.Timeval{unix.NsecToTimeval(atime), unix.NsecToTimeval(mtime)})
 }
 
 // alone reports whether no descriptor but fd (this process's, O_RDONLY)
@@ -699,7 +794,8 @@ func alone(fd int) bool {
 	return true
 }
 
-// prune keeps in blobs/ only the blobs the image asked for (Want), each at
+// prune keeps in blobs/ only the blobs the image asked for (Restrict's
+// when the parent checked the manifest, else Want's), each at
 // most its declared size, in all at most the image's size limit; the rest
 // is removed. Only a cache handed to a child is pruned (in this process,
 // the copy is the parent's own). Kept is recounted.
@@ -721,7 +817,11 @@ func (p *Partial) prune() error {
 		if err != nil {
 			continue
 		}
-		size, asked := p.want[n]
+		want := p.want
+		if p.only != nil {
+			want = p.only
+		}
+		size, asked := want[n]
 		if asked && isReg(st) && st.Size <= size && st.Size <= p.maxBytes-p.Kept {
 			p.Kept += st.Size
 			continue
@@ -752,7 +852,14 @@ func (p *Partial) Remove() error {
 	if p.handTo != nil {
 		handed = append(handed, p.handTo.UID)
 	}
-	err := removeTree(int(p.parent.Fd()), p.name, handed...)
+	var err error
+	if p.outer != nil {
+		// The cache directory is root's 0700, held (and checked) as
+		// p.outer: removed whoever owns DEST's parent.
+		err = removeHeld(int(p.parent.Fd()), p.name, int(p.outer.Fd()), handed...)
+	} else {
+		err = removeTree(int(p.parent.Fd()), p.name, handed...)
+	}
 	p.Close()
 	if err != nil {
 		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, errnoText(err))
@@ -822,7 +929,7 @@ func sweepPartial(dir *os.File, base string) (removed, refused string) {
 	if bst, err := fstatAt(fd, partialBlobs); err == nil && isDir(bst) && bst.Uid != 0 {
 		handed = append(handed, int(bst.Uid))
 	}
-	if err := removeTree(int(dir.Fd()), name, handed...); err != nil {
+	if err := removeHeld(int(dir.Fd()), name, fd, handed...); err != nil {
 		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, errnoText(err))
 	}
 	return path, ""

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pullhelper/pullhelper/dest"
 )
@@ -152,5 +153,93 @@ func TestTakeBackKeepsOnlyWantedBlobs(t *testing.T) {
 	// "asked" and "overflow" do not fit together: one of them is kept.
 	if len(ents) != 1 || (ents[0].Name() != file("asked") && ents[0].Name() != file("overflow")) || p.Kept > 100 {
 		t.Fatalf("the cache keeps %v (%d bytes), want one of %s, %s (at most 100 bytes)", ents, p.Kept, file("asked"), file("overflow"))
+	}
+}
+
+// Review 2 finding 2(a): the age limit counts on the parent's clock. A
+// file the child left with a time in the future (or long past) is, once
+// taken back, dated now; one found in the future at the start of a pull
+// (adopted) is brought back to now, so PartialMaxAge still removes it.
+func TestTakeBackDatesKeptBlobsNow(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	id := &dest.Identity{UID: 4003, GID: 4003}
+	d := parse(t, "oci:"+filepath.Join(top, "d"))
+	st, err := d.Stage(dest.StageOptions{HandTo: id})
+	must(t, err)
+	p, err := st.OpenPartial(id, nil)
+	must(t, err)
+	c := []byte("kept")
+	f := filepath.Join(p.Path, "sha256-"+sha(c)[7:]+".partial")
+	must(t, os.WriteFile(f, c, 0o600))
+	must(t, os.Chown(f, id.UID, id.GID))
+	future := time.Now().Add(10 * 365 * 24 * time.Hour)
+	must(t, os.Chtimes(f, future, future))
+	p.Want(sha(c), int64(len(c)))
+	must(t, p.TakeBack())
+	after := time.Now()
+	fi, err := os.Stat(f)
+	must(t, err)
+	if fi.ModTime().After(after) {
+		t.Fatalf("taken back, the kept file is dated %s, in the future (the child's time kept)", fi.ModTime())
+	}
+	p.Close()
+	st.Remove()
+
+	// Planted in the future while no pull held it: adopted, dated now.
+	must(t, os.Chtimes(f, future, future))
+	st, err = d.Stage(dest.StageOptions{})
+	must(t, err)
+	defer st.Remove()
+	p, err = st.OpenPartial(nil, nil)
+	must(t, err)
+	defer p.Close()
+	fi, err = os.Stat(f)
+	must(t, err)
+	if fi.ModTime().After(time.Now()) {
+		t.Fatalf("adopted, the kept file is still dated %s, in the future: it would never expire", fi.ModTime())
+	}
+}
+
+// Review 2 finding 2(b): with a manifest the parent checked itself (its
+// bytes are the pinned digest's), what the child announced does not
+// count: only the manifest's config and layers are kept, each at most the
+// size the manifest declares. A manifest that is not the pinned one (or
+// no pin) changes nothing.
+func TestRestrictKeepsOnlyTheCheckedManifestsBlobs(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	id := &dest.Identity{UID: 4004, GID: 4004}
+	st, err := parse(t, "oci:"+filepath.Join(top, "d")).Stage(dest.StageOptions{HandTo: id, MaxBytes: 1000})
+	must(t, err)
+	defer st.Remove()
+	p, err := st.OpenPartial(id, nil)
+	must(t, err)
+	defer p.Close()
+	file := func(c string) string { return "sha256-" + sha([]byte(c))[7:] + ".partial" }
+	put := func(c string, n int) {
+		f := filepath.Join(p.Path, file(c))
+		must(t, os.WriteFile(f, bytes.Repeat([]byte("x"), n), 0o600))
+		must(t, os.Chown(f, id.UID, id.GID))
+	}
+	put("config", 5)
+	put("layer", 40)
+	put("announced", 50) // announced by the child, in no manifest
+	for _, c := range []string{"config", "layer", "announced"} {
+		p.Want(sha([]byte(c)), 100)
+	}
+	manifest := []byte(`{"schemaVersion":2,"config":{"digest":"` + sha([]byte("config")) + `","size":10},"layers":[{"digest":"` + sha([]byte("layer")) + `","size":30}]}`)
+	if p.Restrict("", nil, manifest) || p.Restrict(sha([]byte("other")), nil, manifest) {
+		t.Fatal("Restrict took a manifest that is not the pinned digest's")
+	}
+	if !p.Restrict(sha(manifest), nil, manifest) {
+		t.Fatal("Restrict refused the pinned manifest")
+	}
+	must(t, p.TakeBack())
+	ents, err := os.ReadDir(p.Path)
+	must(t, err)
+	// The layer (40 bytes) is longer than the manifest's 30: removed too.
+	if len(ents) != 1 || ents[0].Name() != file("config") {
+		t.Fatalf("the cache keeps %v, want only %s (the announced blob is in no manifest, the layer longer than declared)", ents, file("config"))
 	}
 }

@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -12,6 +13,14 @@ import (
 // there, so that no depth of tree a child built can exhaust the parent's
 // descriptors and leave staging behind.
 const removeMaxDepth = 32
+
+// removeMaxWork bounds the work of one removeTree: the entries it visits
+// and the directories it moves up, together. Past it the removal stops
+// with an error naming the tree, which is left for pullhelper gc: a tree
+// someone is still extending (a process of a pull whose parent was
+// killed, holding a directory descriptor inside it) would otherwise keep
+// the removal going for as long as they like. A variable for the tests.
+var removeMaxWork = 1_000_000
 
 // removeHook, when set (tests only), is called each time removeTree has
 // opened a directory, with its depth (1: name itself), before it reads it:
@@ -33,6 +42,32 @@ var removeHook func(depth int)
 // that uid). Anything else stops the removal with an error naming it,
 // and is left as it is.
 func removeTree(dirfd int, name string, handed ...int) error {
+	return removeTreeWith(rmOpts{}, dirfd, name, handed...)
+}
+
+// rmOpts are removeTree's options.
+type rmOpts struct {
+	// ctx, when set, stops the removal once done (the pull's SIGTERM or
+	// --timeout), with its error.
+	ctx context.Context
+	// held, when hold is set, is a descriptor of the top directory that
+	// this process made or checked (a root-owned 0700 staging or cache
+	// directory): when name is still that inode, root's and 0700, it is
+	// removed whoever owns dirfd (a DEST's parent of another user, with
+	// dest.allow_other_owner). Below it the owner rules are unchanged.
+	held int
+	hold bool
+}
+
+// removeHeld is removeTree of a root-owned 0700 directory this process
+// holds as held (its own staging root, a cache it checked), allowed
+// beneath a parent of any owner.
+func removeHeld(dirfd int, name string, held int, handed ...int) error {
+	return removeTreeWith(rmOpts{held: held, hold: true}, dirfd, name, handed...)
+}
+
+// removeTreeWith is removeTree with options.
+func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 	if err := checkRel(name); err != nil {
 		return err
 	}
@@ -66,7 +101,16 @@ func removeTree(dirfd int, name string, handed ...int) error {
 		next  int
 		read  bool
 	}
-	open := func(at int, atUID uint32, n string) (*level, error) {
+	// trusted: the top directory is the one the caller holds, root's 0700.
+	trusted := func(st unix.Stat_t) bool {
+		if !o.hold {
+			return false
+		}
+		h, err := fstat(o.held)
+		return err == nil && isDir(h) && h.Dev == st.Dev && h.Ino == st.Ino &&
+			st.Uid == 0 && st.Mode&0o7777 == 0o700
+	}
+	open := func(at int, atUID uint32, n string, top bool) (*level, error) {
 		st, err := fstatAt(at, n)
 		if err != nil {
 			return nil, err
@@ -74,7 +118,7 @@ func removeTree(dirfd int, name string, handed ...int) error {
 		if !isDir(st) {
 			return nil, fmt.Errorf("%s: %s", n, unix.EPERM)
 		}
-		if !ok(atUID, st.Uid) {
+		if !ok(atUID, st.Uid) && !(top && trusted(st)) {
 			return nil, fmt.Errorf("%s is owned by uid %d; refusing to remove what is in it", n, st.Uid)
 		}
 		fd, err := openDirAt(at, n)
@@ -91,7 +135,7 @@ func removeTree(dirfd int, name string, handed ...int) error {
 		}
 		return &level{fd: fd, name: n, uid: got.Uid}, nil
 	}
-	top, err := open(dirfd, pst.Uid, name)
+	top, err := open(dirfd, pst.Uid, name, true)
 	if err != nil {
 		return err
 	}
@@ -104,7 +148,16 @@ func removeTree(dirfd int, name string, handed ...int) error {
 	if removeHook != nil {
 		removeHook(1)
 	}
+	work := 0
 	for len(stack) > 0 {
+		if work++; work > removeMaxWork {
+			return fmt.Errorf("%s: more than %d entries to remove (is something still adding to it?); stopped, left for pullhelper gc", name, removeMaxWork)
+		}
+		if o.ctx != nil && work%1024 == 0 {
+			if err := context.Cause(o.ctx); err != nil {
+				return fmt.Errorf("%s: removal stopped: %w", name, err)
+			}
+		}
 		l := stack[len(stack)-1]
 		if !l.read {
 			if l.names, err = readDirNames(l.fd); err != nil {
@@ -139,7 +192,7 @@ func removeTree(dirfd int, name string, handed ...int) error {
 				top.names = append(top.names, moved)
 				continue
 			}
-			child, err := open(l.fd, l.uid, n)
+			child, err := open(l.fd, l.uid, n, false)
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package dest
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -150,5 +151,118 @@ func TestRemoveTreeDeep(t *testing.T) {
 	}
 	if most > removeMaxDepth {
 		t.Fatalf("removeTree held %d directories at once, more than %d", most, removeMaxDepth)
+	}
+}
+
+// Review 2 finding 3: a tree someone keeps extending below where the
+// removal is (a process holding a directory descriptor inside it; here,
+// deterministically, the removal's hook adds two levels each time it
+// opens one) must not keep removeTree going: past removeMaxWork it stops
+// with an error naming the tree. Without the bound the hook's writer
+// wins until it gives up (extendMax) and the removal then ends with nil.
+func TestRemoveTreeBoundedWhileExtended(t *testing.T) {
+	base := t.TempDir()
+	pfd := dirFd(t, base)
+	mustOK(t, unix.Mkdirat(pfd, "top", 0o700))
+	cur, err := unix.Openat(pfd, "top", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	mustOK(t, err)
+	defer func() { unix.Close(cur) }()
+	extend := func() {
+		if unix.Mkdirat(cur, "d", 0o700) != nil {
+			return
+		}
+		if n, err := unix.Openat(cur, "d", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(cur)
+			cur = n
+		}
+	}
+	for range 100 {
+		extend()
+	}
+	defer func(old int) { removeMaxWork = old }(removeMaxWork)
+	removeMaxWork = 5000
+	const extendMax = 50000
+	calls := 0
+	removeHook = func(int) {
+		if calls++; calls < extendMax {
+			extend()
+			extend()
+		}
+	}
+	defer func() { removeHook = nil }()
+	err = removeTree(pfd, "top")
+	if err == nil {
+		t.Fatalf("removeTree of a tree extended under it ended with no error after %d opens (the writer gave up at %d): its work is not bounded", calls, extendMax)
+	}
+	if !strings.Contains(err.Error(), "top") || !strings.Contains(err.Error(), "more than 5000 entries") {
+		t.Fatalf("the error does not name the tree and the bound: %v", err)
+	}
+	if calls >= extendMax {
+		t.Fatalf("removeTree stopped only after %d opens, past its bound of %d", calls, removeMaxWork)
+	}
+}
+
+// A flat tree larger than the bound is left (not half-removed silently):
+// the error names it.
+func TestRemoveTreeBoundFlat(t *testing.T) {
+	base := t.TempDir()
+	for i := range 300 {
+		if err := os.MkdirAll(filepath.Join(base, "top", "d"+strconv.Itoa(i%7), "e"+strconv.Itoa(i)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func(old int) { removeMaxWork = old }(removeMaxWork)
+	removeMaxWork = 100
+	err := removeTree(dirFd(t, base), "top")
+	if err == nil || !strings.Contains(err.Error(), "top: more than 100 entries") {
+		t.Fatalf("removeTree of more than its bound: %v", err)
+	}
+	if _, serr := os.Lstat(filepath.Join(base, "top")); serr != nil {
+		t.Fatalf("the tree is gone though the removal stopped: %v", serr)
+	}
+	removeMaxWork = 1_000_000
+	mustOK(t, removeTree(dirFd(t, base), "top"))
+}
+
+// Review 2 finding 4: a root-owned 0700 directory this process holds (its
+// staging root) is removed from a parent another uid owns
+// (dest.allow_other_owner); the same directory not held, or held but no
+// longer 0700, is refused as before, and below the held top the owner
+// rules stay (a root directory inside a foreign one is never entered).
+func TestRemoveHeldUnderForeignParent(t *testing.T) {
+	removeNeedRoot(t)
+	base := t.TempDir()
+	parent := filepath.Join(base, "u")
+	mustOK(t, os.Mkdir(parent, 0o755))
+	mustOK(t, os.Chown(parent, 65534, 65534))
+	mk := func(name string) int {
+		p := filepath.Join(parent, name)
+		mustOK(t, os.MkdirAll(filepath.Join(p, "work", "image"), 0o700))
+		mustOK(t, os.Chmod(p, 0o700))
+		mustOK(t, os.WriteFile(filepath.Join(p, "work", "image", "f"), []byte("x"), 0o600))
+		return dirFd(t, p)
+	}
+	pfd := dirFd(t, parent)
+	held := mk("staging")
+	if err := removeTree(pfd, "staging"); err == nil || !strings.Contains(err.Error(), "owned by uid 0") {
+		t.Fatalf("removeTree of a root directory in another uid's, not held: %v", err)
+	}
+	other := mk("other")
+	if err := removeHeld(pfd, "staging", other); err == nil {
+		t.Fatal("removeHeld removed a directory that is not the one held")
+	}
+	mustOK(t, removeHeld(pfd, "staging", held))
+	if _, err := os.Lstat(filepath.Join(parent, "staging")); err == nil {
+		t.Fatal("the held staging directory is still there")
+	}
+	mustOK(t, os.Chmod(filepath.Join(parent, "other"), 0o755))
+	if err := removeHeld(pfd, "other", other); err == nil {
+		t.Fatal("removeHeld removed a held directory that is not 0700")
+	}
+	mustOK(t, os.Chmod(filepath.Join(parent, "other"), 0o700))
+	// Below the top: a directory of uid 65534 holding a root one.
+	mustOK(t, os.Chown(filepath.Join(parent, "other", "work"), 65534, 65534))
+	if err := removeHeld(pfd, "other", other, 65534); err == nil || !strings.Contains(err.Error(), "image is owned by uid 0") {
+		t.Fatalf("removeHeld entered a root directory inside another uid's: %v", err)
 	}
 }

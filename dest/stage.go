@@ -95,7 +95,17 @@ func (s *Stage) Remove() {
 		s.verified.tree.close()
 	}
 	if s.at != nil && s.rootName != "" {
-		_ = removeTree(int(s.at.Fd()), s.rootName, s.handed()...)
+		// The staging root is this process's (root's 0700, held as
+		// s.root): removed whoever owns the directory it is in.
+		var err error
+		if s.root != nil {
+			err = removeHeld(int(s.at.Fd()), s.rootName, int(s.root.Fd()), s.handed()...)
+		} else {
+			err = removeTree(int(s.at.Fd()), s.rootName, s.handed()...)
+		}
+		if err != nil {
+			discard(s.opts.Log).Warn("could not remove the staging directory; pullhelper gc removes it once this pull is gone", "path", filepath.Join(s.at.Name(), s.rootName), "error", errnoText(err))
+		}
 	}
 	if s.cache != nil && s.parent != nil {
 		releaseCache(s.parent, s.cache, s.cacheName)
@@ -406,8 +416,11 @@ func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 		if wst, err := fstatAt(fd, workDir); err == nil && isDir(wst) {
 			handed = append(handed, int(wst.Uid))
 		}
+		// Root's and checked by the descriptor held (a staging root has
+		// an owner tag only pullhelper writes): removed whoever owns at.
+		err = removeHeld(int(at.Fd()), n, fd, handed...)
 		unix.Close(fd)
-		if removeTree(int(at.Fd()), n, handed...) == nil {
+		if err == nil {
 			out = append(out, filepath.Join(at.Name(), n))
 		}
 	}

@@ -56,11 +56,13 @@ func (t *tree) close() {
 // takeBack makes work/ root's again (0700) through the held fd, then walks
 // work/NAME beneath it: directories first get owner 0755 (from then on no
 // other process can add or rename entries), files are checked to be
-// regular with nlink 1 and get owner 0644 through a descriptor opened with
-// O_NOFOLLOW. Anything else is refused (failure.Verification). A file on
+// regular with nlink 1 and get owner 0600 through a descriptor opened with
+// O_NOFOLLOW, then 0644 once a write lease showed no other descriptor is
+// open on them. Anything else is refused (failure.Verification). A file on
 // which the kernel refuses a write lease (another descriptor is open on
-// it: one kept from an earlier pull, a cache file another user planted)
-// is never committed itself: only a fresh root-created copy (entry.fresh).
+// it: one kept from an earlier pull, a cache file another user planted),
+// then or again when open reads it for the commit, is never committed
+// itself: only a fresh root-created copy (entry.fresh).
 //
 // maxBytes (the image's limit, 0: none) bounds what presum hashes ahead:
 // a staged file larger than that, or beyond that in all, is left to the
@@ -136,20 +138,23 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if err == nil && (got.Ino != st.Ino || !isReg(got) || got.Nlink != 1) {
 				err = badStaged("%s changed while it was taken back", r)
 			}
-			// work/ is root's 0700 now and every process of the pull is
-			// dead: a write lease, which the kernel grants only while no
-			// other descriptor (and no writable mapping) is open on the
-			// inode, proves nothing else can ever write it. Without one
-			// (a descriptor kept from an earlier pull, a cache file a
-			// local user planted, a filesystem without leases) only a
-			// fresh copy is committed.
-			e := &entry{size: got.Size, ino: got.Ino, fresh: t.fresh || !alone(fd)}
+			// The file is made the committed owner's 0600 first (the
+			// child's uid loses its owner's rights on it), then work/
+			// being root's 0700 and every process of the pull dead, a
+			// write lease, which the kernel grants only while no other
+			// descriptor (and no writable mapping) is open on the inode,
+			// proves nothing else can ever write it; open checks so
+			// again before the file is hashed or read for the commit.
+			// Without one (a descriptor kept from an earlier pull, a
+			// cache file a local user planted, a filesystem without
+			// leases) only a fresh copy is committed.
+			e := &entry{size: got.Size, ino: got.Ino, fresh: true}
 			if err == nil {
-				mode := uint32(0o644)
-				if e.fresh {
-					mode = 0o600 // this inode is never committed
-				}
-				err = setOwner(fd, t.owner, mode)
+				err = setOwner(fd, t.owner, 0o600)
+			}
+			if err == nil && !t.fresh && alone(fd) {
+				e.fresh = false
+				err = unix.Fchmod(fd, 0o644)
 			}
 			unix.Close(fd)
 			if err != nil {
@@ -178,7 +183,10 @@ func hasher(alg string) hash.Hash {
 	return nil
 }
 
-// open opens a staged file and checks it is the inode taken back.
+// open opens a staged file and checks it is the inode taken back; one to
+// be committed itself must still be held by no other descriptor (a write
+// lease, taken and let go, as takeBack took it): if it is, only a fresh
+// copy is committed (and what was hashed ahead of it is forgotten).
 func (t *tree) open(rel string) (*os.File, *entry, error) {
 	e, ok := t.files[rel]
 	if !ok {
@@ -195,6 +203,9 @@ func (t *tree) open(rel string) (*os.File, *entry, error) {
 	if st, err := fstat(int(f.Fd())); err != nil || st.Ino != e.ino {
 		f.Close()
 		return nil, nil, badStaged("%s changed after it was taken back", rel)
+	}
+	if !e.fresh && !alone(int(f.Fd())) {
+		e.fresh, e.sum, e.alg = true, "", ""
 	}
 	return f, e, nil
 }
@@ -250,7 +261,7 @@ func (t *tree) sum(rel, alg string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	if e.sum != "" && e.alg == alg {
+	if e.sum != "" && e.alg == alg && !e.fresh {
 		e.used = true
 		return e.sum, nil
 	}
@@ -334,7 +345,7 @@ func (t *tree) presum(maxBytes int64) {
 				}
 				h := hasher(j.alg)
 				n, err := io.Copy(h, f)
-				if err == nil && n == e.size && f.Sync() == nil {
+				if err == nil && n == e.size && !e.fresh && f.Sync() == nil {
 					// Each worker writes only its own entry.
 					e.sum, e.alg = hex.EncodeToString(h.Sum(nil)), j.alg
 				}

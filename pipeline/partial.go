@@ -9,7 +9,9 @@ import (
 // the image asks for (each blob's digest and declared size, as the copy
 // announces it when it starts the blob): when the cache is taken back from
 // the child it keeps only those, each at most its declared size, in all at
-// most the image's limit (dest.Partial.Want).
+// most the image's limit (dest.Partial.Want) — unless the parent checked the
+// manifest itself (pinned: dest.Partial.Restrict), whose blobs then count
+// instead of the child's announcements.
 func wanting(part *dest.Partial, events func(api.Event)) func(api.Event) {
 	if part == nil {
 		return events

@@ -250,6 +250,17 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	if err := cgroup.CheckLimits(o.Cgroup.Limits); err != nil {
 		return nil, err
 	}
+	// The stale cgroups of pulls whose parent was killed are reclaimed
+	// first: what is left in them is killed (a process of that pull could
+	// otherwise go on extending its old staging or its partial-blob cache
+	// mount while they are reclaimed below, or hold its uid).
+	reclaimed, err := cgroup.Reclaim(o.Cgroup)
+	for _, r := range reclaimed {
+		o.Log.Warn("reclaimed a stale pull cgroup left by a pullhelper that died", "cgroup", r)
+	}
+	if err != nil {
+		o.Log.Warn("reclaiming stale pull cgroups", "error", err.Error())
+	}
 	// The uid locks of pulls killed before their Release are reclaimed at
 	// every pull's start, as the cgroups are (and again by a dynamic
 	// allocation once it holds its own).
@@ -276,13 +287,6 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	part := p.partial(o, st, &dest.Identity{UID: lease.UID, GID: lease.GID})
 	defer part.Close()
 
-	reclaimed, err := cgroup.Reclaim(o.Cgroup)
-	for _, r := range reclaimed {
-		o.Log.Warn("reclaimed a stale pull cgroup left by a pullhelper that died", "cgroup", r)
-	}
-	if err != nil {
-		o.Log.Warn("reclaiming stale pull cgroups", "error", err.Error())
-	}
 	cfg := o.Cgroup
 	cfg.AccountPaths = append(cfg.AccountPaths, filepath.Dir(p.Destination.Path))
 	g, err := cgroup.Create(cfg)
@@ -350,7 +354,11 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification
 	usage := g.Usage()
 	// Run reaped the child and killed what was left in the cgroup: the
-	// cache is root's again before anything else happens.
+	// cache is root's again before anything else happens, keeping only
+	// the blobs of the manifest when its bytes are the pinned digest's.
+	if err == nil && rep != nil {
+		part.Restrict(p.pinned(), rep.Copied.IndexRaw, rep.Copied.Manifest)
+	}
 	if terr := part.TakeBack(); terr != nil {
 		o.Log.Warn("taking back the partial-blob cache", "error", terr.Error())
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pullhelper/pullhelper/pull"
 )
 
 // Resume trials (tests/120-resume.bats): "hold" stops the child where it
@@ -111,5 +113,41 @@ func init() {
 		}
 		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: planted an unasked blob, grew %d kept files\n", grown)
 		return true, 1
+	})
+}
+
+// Review 2 finding 2 (tests/120-resume.bats): "plant-announced" announces
+// (layer_start) a digest no blob of the image has, declaring 1 GiB, plants
+// 256 MiB (sparse) under its name in the partial-blob cache, dated ten
+// years ahead so that the age limit would never remove it, and goes on;
+// "drop-index" then removes the staged index.json, so that the pull fails
+// verification (exit 8) with the child's report, its manifest genuine.
+func init() {
+	registerHostile("plant-announced", func(e *hostileEnv) (bool, int) {
+		hx := strings.Repeat("e", 64)
+		e.Send(message{Event: &pull.Event{Type: "layer_start", Digest: "sha256:" + hx, Size: 1 << 30}})
+		name := filepath.Join(partialInChild, "sha256-"+hx+".partial")
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			err = f.Truncate(256 << 20)
+			f.Close()
+		}
+		if err == nil {
+			later := time.Now().Add(10 * 365 * 24 * time.Hour)
+			err = os.Chtimes(name, later, later)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pullhelper-child: hostile:", err)
+			return true, 102
+		}
+		fmt.Fprintln(os.Stderr, "pullhelper-child: hostile: announced and planted an unasked blob, dated ahead")
+		return false, 0
+	})
+	registerHostile("drop-index", func(e *hostileEnv) (bool, int) {
+		if err := os.Remove(filepath.Join(e.Req.Stage.Work, e.Req.Stage.Name, "index.json")); err != nil {
+			fmt.Fprintln(os.Stderr, "pullhelper-child: hostile:", err)
+			return true, 102
+		}
+		return false, 0
 	})
 }

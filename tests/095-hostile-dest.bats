@@ -123,6 +123,22 @@ victims() {
     [[ -z $(ls "$VT/victim" | grep -v '^setuid$\|^key$') ]] || fail "blobs were moved into the victim directory: $(ls "$VT/victim")"
 }
 
+@test "with [dest] allow_other_owner and DEST's parent another user's, a pull leaves nothing behind there (oci: and dir:, each twice: the second dir: replaces the old DEST) (review 2 finding 4)" {
+    local u=$VT/u
+    mkdir -m 755 "$u"
+    chown 65534:65534 "$u"
+    printf 'version = 1\n[dest]\nallow_other_owner = true\n' >"$BATS_TEST_TMPDIR/policy.toml"
+    local d
+    for d in "oci:$u/layout:t" "oci:$u/layout:t" "dir:$u/dir" "dir:$u/dir"; do
+        run_pullhelper pull "${PH_OPTS[@]}" --policy "$BATS_TEST_TMPDIR/policy.toml" "$REGISTRY_HOST/fixtures/tiny" "$d"
+        assert_json_result
+        [[ $stderr != *refusing* ]] || fail "$d: a removal was refused: $stderr"
+        assert_equal "$(ls -A "$u" | grep '^\.pullhelper-' || true)" ""
+    done
+    assert_equal "$(ls -A "$u" | sort | tr '\n' ' ')" "dir layout "
+    [[ -f $u/dir/manifest.json && -f $u/layout/index.json ]] || fail "DEST incomplete: $(ls -A "$u"/*)"
+}
+
 @test "a child that adds a blob no manifest names: exit 8, nothing committed" {
     hostile_pull 8 extra-blob -- "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_json_error verification

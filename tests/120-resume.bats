@@ -646,3 +646,27 @@ _kept_or_old() {
     [[ $stderr == *"$cache is owned by uid 65534"* ]] || fail "no warning about the planted cache: $stderr"
     [[ $(cat "$cache/sub/deeper/f") == mine ]] || fail "gc entered the planted cache"
 }
+
+# Review 2 finding 2: a child announces (layer_start) a digest no blob of
+# the image has, declaring 1 GiB, plants 256 MiB under it dated ten years
+# ahead, and the pull fails verification with its genuine report.
+@test "resume: pinned, a blob the child announced but the checked manifest does not name is not kept (review 2 finding 2)" {
+    PULLHELPER_HOSTILE=after-copy:plant-announced,after-copy:drop-index PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" "$FP_P_HOST/fixtures/big@$(fixture_digest big)" "oci:$OUT/dest:big"
+    [[ $stderr == *"hostile: announced and planted an unasked blob"* ]] || fail "the child did not plant: $stderr"
+    [[ $(dest_sum) == "$OLD_SUM" ]] || fail "DEST changed"
+    local fake=$PBLOBS/sha256-$(printf 'e%.0s' {1..64}).partial
+    [[ ! -e $fake ]] || fail "the announced 256 MiB file no manifest names is kept: $(stat -c '%U %s %y' "$fake")"
+}
+
+@test "resume: by tag, what the child announced is kept (at most the image's limit) but dated by the parent: a time in the future does not outlive the age limit (review 2 finding 2)" {
+    PULLHELPER_HOSTILE=after-copy:plant-announced,after-copy:drop-index PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
+    local now
+    now=$(date +%s)
+    [[ $stderr == *"hostile: announced and planted an unasked blob"* ]] || fail "the child did not plant: $stderr"
+    local fake=$PBLOBS/sha256-$(printf 'e%.0s' {1..64}).partial
+    [[ -f $fake ]] || fail "the announced file is not kept (the residual the README describes changed?)"
+    assert_equal "$(stat -c '%u %a' "$fake")" "0 600"
+    (($(stat -c %Y "$fake") <= now)) || fail "the kept file is dated $(stat -c %y "$fake"), in the future: it would never expire"
+}

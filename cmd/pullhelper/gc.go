@@ -47,7 +47,8 @@ agent but not of the node) and print what was removed as one JSON object:
   commit_locks  commit and pull lock files in ` + dest.LockDir + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
                 cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
-                is gone; what is left in them is killed first
+                is gone; what is left in them is killed first, before any staging or
+                cache is swept (a killed pull's process cannot go on adding to them)
 
 Nothing a live pullhelper owns is removed: a staging directory or a cgroup is removed
 only when the process recorded as its owner (pid and start time) no longer exists, a
@@ -85,7 +86,11 @@ another user, writable by others); nothing is removed before every DEST is opene
 				}
 				sweeps = append(sweeps, s)
 			}
-			res := gcResult{Staging: []string{}, Partial: []string{}}
+			// The stale cgroups first: what is left in them is killed, so
+			// that no process of a killed pull still adds to the staging
+			// or cache being removed.
+			cgs, cgErr := cgroup.Reclaim(cfg)
+			res := gcResult{Staging: []string{}, Partial: []string{}, Cgroups: orEmpty(cgs)}
 			for _, s := range sweeps {
 				res.Partial = append(res.Partial, s.ReclaimPartial()...)
 				for _, why := range s.Refused {
@@ -99,9 +104,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", dest.LockDir)
 			}
 			res.CommitLocks = orEmpty(locks)
-			cgs, err := cgroup.Reclaim(cfg)
-			res.Cgroups = orEmpty(cgs)
-			if err != nil {
+			if err := cgErr; err != nil {
 				return failure.Wrap(failure.Isolation, err, "reclaiming stale pull cgroups under %s (removed so far: %v)", cfg.Parent, cgs)
 			}
 			*result = res
