@@ -259,14 +259,17 @@ func (d *containerdDest) openSocket() (int, error) {
 }
 
 // Stage checks the socket (before any network byte), lists the content
-// store's blobs (Known: the copy skips them) and stages in Staging.
+// store's blobs (Known: the copy skips them) and stages in Staging. Its
+// calls are bounded by containerdDial and end with o.Ctx (SIGINT,
+// SIGTERM, the --timeout deadline: that error, not containerd's).
 func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	c, err := d.connect()
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), d.set.Namespace), containerdDial)
+	pctx := o.ctx()
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(pctx, d.set.Namespace), containerdDial)
 	defer cancel()
 	var known []KnownBlob
 	err = c.ContentStore().Walk(ctx, func(i content.Info) error {
@@ -276,9 +279,15 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 		return nil
 	})
 	if err != nil {
+		if cerr := ctxErr(pctx, "listing containerd's content store"); cerr != nil {
+			return nil, cerr
+		}
 		return nil, d.ctrdErr(err, "listing the content store")
 	}
 	if _, err := c.SnapshotService(d.set.Snapshotter).Stat(ctx, "pullhelper-probe-nonexistent"); err != nil && !errdefs.IsNotFound(err) {
+		if cerr := ctxErr(pctx, "probing containerd's snapshotter"); cerr != nil {
+			return nil, cerr
+		}
 		return nil, d.ctrdErr(err, "snapshotter "+d.set.Snapshotter+" (set --containerd-snapshotter)")
 	}
 	if err := prepareRoot(d.set.Staging, "containerd staging directory", false, true); err != nil {

@@ -150,12 +150,23 @@ type StageOptions struct {
 	AllowOtherOwner bool
 	// LockTimeout bounds the wait for the commit lock (0: LockTimeout).
 	LockTimeout time.Duration
+	// Ctx ends Stage's waits early (a store another process holds locked,
+	// containerd's socket): SIGINT, SIGTERM, the --timeout deadline. Nil:
+	// context.Background().
+	Ctx context.Context
 	// MaxBytes is the image's size limit: what the partial-blob cache
 	// keeps, in all (0: 64 GiB).
 	MaxBytes int64
 	// Log receives warnings (reclaimed staging, dropped files). Nil
 	// discards.
 	Log *slog.Logger
+}
+
+func (o StageOptions) ctx() context.Context {
+	if o.Ctx == nil {
+		return context.Background()
+	}
+	return o.Ctx
 }
 
 // Expect is what the copy reported, checked by Verify.

@@ -162,8 +162,11 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
 	}
 	pfd := int(s.parent.Fd())
-	unlock, err := lockInode(pfd, s.lockTimeout())
+	unlock, err := lockInode(ctx, pfd, s.lockTimeout())
 	if err != nil {
+		if cerr := ctxErr(ctx, "waiting for the commit lock of "+filepath.Dir(d.spec.Path)); cerr != nil {
+			return cerr
+		}
 		return d.destErr("locking %s: %v", filepath.Dir(d.spec.Path), err)
 	}
 	defer unlock()

@@ -36,12 +36,15 @@
 // (verifiedSource: the taken-back inodes, read through held descriptors,
 // never a path, a manifest's urls or the network) into the store, which
 // go.podman.io/storage opens by path under its own locks — only after
-// prepareRoot proved GRAPHROOT, RUNROOT and their ancestors root's alone
-// (created beneath held descriptors when missing): the store's files are
+// checkStorePaths proved GRAPHROOT, RUNROOT, imagestore, the additional
+// read-only stores and their ancestors root's alone (prepareRoot; the
+// read-write ones created beneath held descriptors when missing, the
+// read-only ones never): the store's files are
 // that library's, and a store holds the image only once its record is
 // written (after every layer).
 //
 // No descriptor may carry "urls" (refused by the graph check for every
-// DEST). Verify and Commit run on the pull's context; the store imports stop
+// DEST). Stage's waits (a locked store, containerd), the pull and commit
+// locks, Verify and Commit run on the pull's context; the store imports stop
 // when it is done, and what they wait for afterwards is bounded.
 package dest

@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -257,10 +258,11 @@ func mkdirAt(dirfd int, name string, owner Identity) (int, error) {
 var LockDir = "/run/pullhelper/locks"
 
 // lockInode takes the commit lock of the directory held as fd, waiting at
-// most d, and returns the function that releases it. The lock file is
+// most d (and not past ctx: SIGINT, SIGTERM, the --timeout deadline), and
+// returns the function that releases it. The lock file is
 // removed on release, under the lock; a waiter that then holds a removed
 // file notices (its inode is no longer the path's) and tries again.
-func lockInode(fd int, d time.Duration) (func(), error) {
+func lockInode(ctx context.Context, fd int, d time.Duration) (func(), error) {
 	st, err := fstat(fd)
 	if err != nil {
 		return nil, err
@@ -268,23 +270,24 @@ func lockInode(fd int, d time.Duration) (func(), error) {
 	if err := os.MkdirAll(LockDir, 0o700); err != nil {
 		return nil, err
 	}
-	_, unlock, err := lockFile(filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino)), d)
+	_, unlock, err := lockFile(ctx, filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino)), d)
 	return unlock, err
 }
 
 // lockFile takes an exclusive flock on the lock file path (created 0600),
-// waiting at most d, and returns its descriptor and the function that
+// waiting at most d and not past ctx (then ctx's error: the caller checks
+// ctxErr first), and returns its descriptor and the function that
 // releases it. The file is removed on release, under the lock; a waiter
 // that then holds a removed file notices (its inode is no longer the
 // path's) and tries again.
-func lockFile(path string, d time.Duration) (int, func(), error) {
+func lockFile(ctx context.Context, path string, d time.Duration) (int, func(), error) {
 	deadline := time.Now().Add(d)
 	for {
 		lfd, err := unix.Open(path, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return -1, nil, err
 		}
-		if err := flockWait(lfd, time.Until(deadline)); err != nil {
+		if err := flockWait(ctx, lfd, time.Until(deadline)); err != nil {
 			unix.Close(lfd)
 			return -1, nil, err
 		}
@@ -305,8 +308,9 @@ func lockFile(path string, d time.Duration) (int, func(), error) {
 // errStillLocked: flockWait's bound passed with the lock still held.
 var errStillLocked = errors.New("still locked by another pull")
 
-// flockWait takes an exclusive flock on fd, waiting at most d.
-func flockWait(fd int, d time.Duration) error {
+// flockWait takes an exclusive flock on fd, waiting at most d and not past
+// ctx (context.Cause(ctx) then).
+func flockWait(ctx context.Context, fd int, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	wait := 5 * time.Millisecond
 	for {
@@ -320,7 +324,13 @@ func flockWait(fd int, d time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w after %s", errStillLocked, d)
 		}
-		time.Sleep(wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
 		if wait < 200*time.Millisecond {
 			wait *= 2
 		}

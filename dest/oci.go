@@ -252,7 +252,7 @@ func (d *ociDest) Commit(ctx context.Context, s *Stage) error {
 		}
 		s.dest = os.NewFile(uintptr(fd), d.spec.Path)
 	}
-	return d.merge(s, v)
+	return d.merge(ctx, s, v)
 }
 
 // merge adds the staged image to the existing layout s.dest under its
@@ -260,10 +260,13 @@ func (d *ociDest) Commit(ctx context.Context, s *Stage) error {
 // is kept), oci-layout when missing, index.json last (an O_EXCL random
 // temporary name renamed over it). Every name is resolved beneath DEST
 // without following symlinks: a planted symlink is refused, naming it.
-func (d *ociDest) merge(s *Stage, v *verified) error {
+func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	dfd := int(s.dest.Fd())
-	unlock, err := lockInode(dfd, s.lockTimeout())
+	unlock, err := lockInode(ctx, dfd, s.lockTimeout())
 	if err != nil {
+		if cerr := ctxErr(ctx, "waiting for the commit lock of "+d.spec.Path); cerr != nil {
+			return cerr
+		}
 		return d.destErr("locking %s: %v", d.spec.Path, err)
 	}
 	defer unlock()

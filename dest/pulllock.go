@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -19,8 +20,10 @@ import (
 // known and not fetched again). The lock is a root-only file in LockDir
 // named by a hash of DEST's absolute path and the repository; it is held
 // by flock, so a killed holder releases it. The returned function releases
-// it. Waiting longer than timeout is failure.Destination (exit 9).
-func LockPull(spec Spec, repository string, timeout time.Duration) (func(), error) {
+// it. Waiting longer than timeout is failure.Destination (exit 9); the
+// wait ends with ctx too (SIGINT, SIGTERM: exit 130/143; the --timeout
+// deadline: its cause, exit 6).
+func LockPull(ctx context.Context, spec Spec, repository string, timeout time.Duration) (func(), error) {
 	if timeout <= 0 {
 		timeout = LockTimeout
 	}
@@ -29,8 +32,11 @@ func LockPull(spec Spec, repository string, timeout time.Duration) (func(), erro
 	}
 	sum := sha256.Sum256([]byte(spec.Path + "\x00" + repository))
 	path := filepath.Join(LockDir, "pull-"+hex.EncodeToString(sum[:16])+".lock")
-	fd, unlock, err := lockFile(path, timeout)
+	fd, unlock, err := lockFile(ctx, path, timeout)
 	if err != nil {
+		if cerr := ctxErr(ctx, "waiting for the pull lock of "+repository+" into "+spec.Path); cerr != nil {
+			return nil, cerr
+		}
 		if errors.Is(err, errStillLocked) {
 			return nil, failure.New(failure.Destination,
 				"another pull of %s into %s has held its lock for %s (--lock-timeout, dest.lock_timeout); lock file %s",

@@ -23,6 +23,7 @@ import (
 	"go.podman.io/image/v5/types"
 	"go.podman.io/storage"
 	storagetypes "go.podman.io/storage/types"
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -184,6 +185,10 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 	return so, nil
 }
 
+// blobInfoCacheDir is where, in the staging root, the import keeps
+// containers/image's blob-info cache.
+const blobInfoCacheDir = "blob-info-cache"
+
 // storageImportDir names the OCI layout the staging area is made for
 // (GRAPHROOT/pullhelper-import, the Spec's Path): never created (Commit
 // imports into the store instead), it only places staging and the
@@ -232,21 +237,22 @@ func (d *storageDest) store() (storage.Store, error) {
 	return st, nil
 }
 
-// Stage checks the store's roots before containers/storage touches them
-// (prepareRoot: GRAPHROOT and RUNROOT, and their ancestors, nobody's but
-// root's; created here, beneath held descriptors, when missing), then lists
-// the store's layers and stages in GRAPHROOT.
+// Stage checks every path of the store before containers/storage touches
+// any (checkStorePaths: GRAPHROOT, RUNROOT and imagestore, and their
+// ancestors, nobody's but root's, created here beneath held descriptors
+// when missing; the additional read-only stores checked the same way,
+// never created), then lists the store's layers and stages in GRAPHROOT.
+// The listing waits for the store's locks at most --lock-timeout, and
+// not past o.Ctx (SIGINT, SIGTERM, the --timeout deadline).
 func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
+	ctx := o.ctx()
 	if ss := d.spec.Store; ss != nil {
-		// Both checked before either is created.
-		for _, create := range []bool{false, true} {
-			if err := prepareRoot(ss.GraphRoot, "graph root", true, create); err != nil {
-				return nil, d.destErr("%v (set GRAPHROOT in DEST or graphroot in storage.conf)", err)
-			}
-			if err := prepareRoot(ss.RunRoot, "run root", true, create); err != nil {
-				return nil, d.destErr("%v (set RUNROOT in DEST or runroot in storage.conf)", err)
-			}
+		if err := checkStorePaths(ss); err != nil {
+			return nil, d.destErr("%v", err)
 		}
+	}
+	if err := ctxErr(ctx, "opening the store"); err != nil {
+		return nil, err
 	}
 	// Bounded: another process (podman, CRI-O) may hold the store's locks.
 	type listed struct {
@@ -278,6 +284,10 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 	case l = <-done:
 	case <-t.C:
 		return nil, d.destErr("the store %s stayed locked by another process for %s; retry the pull (--lock-timeout bounds the wait)", d.spec.Store, bound)
+	case <-ctx.Done():
+		// The listing goroutine is left waiting for the store's lock
+		// (it lists and shuts the store down; the pull ends meanwhile).
+		return nil, ctxErr(ctx, "waiting for the store "+d.spec.Store.String()+" (locked by another process)")
 	}
 	if l.err != nil {
 		return nil, l.err
@@ -386,8 +396,15 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
 	}
+	// containers/image's blob-info cache (a SQLite file) goes in the
+	// staging root (root's, 0700): removed with staging, or by the next
+	// pull's reclaim or gc after a kill (never left in /tmp).
+	cache := filepath.Join(s.root.Name(), blobInfoCacheDir)
+	if err := unix.Mkdirat(int(s.root.Fd()), blobInfoCacheDir, 0o700); err != nil && err != unix.EEXIST {
+		return failure.Wrap(failure.Destination, err, "creating the blob-info cache directory %s", cache)
+	}
 	done := make(chan storeImport, 1)
-	go func() { done <- d.importInto(ctx, v, named) }()
+	go func() { done <- d.importInto(ctx, v, named, cache) }()
 	var r storeImport
 	select {
 	case r = <-done:
@@ -418,9 +435,10 @@ type storeImport struct {
 }
 
 // importInto is Commit's store session: it opens the store, imports the
-// verified tree, records the index digest and reads the image back. It
-// touches nothing of Commit's (Commit may have stopped waiting).
-func (d *storageDest) importInto(ctx context.Context, v *verified, named reference.Named) storeImport {
+// verified tree (containers/image's blob-info cache in cache, a directory
+// of the staging root), records the index digest and reads the image back.
+// It touches nothing of Commit's (Commit may have stopped waiting).
+func (d *storageDest) importInto(ctx context.Context, v *verified, named reference.Named, cache string) storeImport {
 	fail := func(err error) storeImport { return storeImport{err: err} }
 	store, err := d.store()
 	if err != nil {
@@ -439,11 +457,6 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
 	defer func() { _ = pc.Destroy() }()
-	cache, err := os.MkdirTemp("", "pullhelper-import-")
-	if err != nil {
-		return fail(failure.Wrap(failure.Internal, err, "creating a blob-info cache directory"))
-	}
-	defer os.RemoveAll(cache)
 	sys := &types.SystemContext{BlobInfoCacheDir: cache}
 	var resolved types.ImageReference
 	co := &copy.Options{SourceCtx: sys, DestinationCtx: sys, PreserveDigests: true, ReportResolvedReference: &resolved}

@@ -74,7 +74,9 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	// One pull of this image into this DEST at a time: a second waits and
 	// then finds the first's blobs in DEST (an oci: layout's are not
 	// fetched again).
-	unlock, err := dest.LockPull(p.Destination, repositoryOf(p.Reference), p.LockTimeout)
+	lctx, cancel := p.withDeadline(ctx, &o)
+	unlock, err := dest.LockPull(lctx, p.Destination, repositoryOf(p.Reference), p.LockTimeout)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -94,10 +96,24 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	return res, nil
 }
 
+// withDeadline is ctx with the pull's --timeout deadline, counted from
+// Run's start (the waits outside the copy: the pull lock, Stage, Verify,
+// Commit; the copy bounds itself).
+func (p *Plan) withDeadline(ctx context.Context, o *Options) (context.Context, context.CancelFunc) {
+	if p.Timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadlineCause(ctx, o.phases.start.Add(p.Timeout),
+		failure.New(failure.Network, "pull timed out after %s (--timeout)", p.Timeout))
+}
+
 // stage creates the staging area beside DEST (handed to id when the copy
-// runs as another uid) and logs what it reclaimed.
-func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
-	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log})
+// runs as another uid) and logs what it reclaimed. Its waits (a store's
+// locks, containerd) end with ctx and the --timeout deadline.
+func (p *Plan) stage(ctx context.Context, o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
+	ctx, cancel := p.withDeadline(ctx, o)
+	defer cancel()
+	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log, Ctx: ctx})
 	if err != nil {
 		return nil, err
 	}
@@ -113,12 +129,8 @@ func (p *Plan) stage(o *Options, id *dest.Identity, shared bool) (*dest.Stage, e
 // and what it verified (result). Verify and Commit run on ctx (SIGINT,
 // SIGTERM) with the pull's --timeout deadline, counted from Run's start.
 func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material, st *dest.Stage, rep *pull.Report) (*api.Result, error) {
-	if p.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, o.phases.start.Add(p.Timeout),
-			failure.New(failure.Network, "pull timed out after %s (--timeout)", p.Timeout))
-		defer cancel()
-	}
+	ctx, cancel := p.withDeadline(ctx, o)
+	defer cancel()
 	if _, err := p.credentialView(rep.Credential); err != nil {
 		return nil, err
 	}
@@ -188,7 +200,7 @@ func (o *Options) reclaimUIDLocks() []string {
 // inProcess is --no-isolation: the copy runs here, as the caller.
 func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
 	reclaimedLocks := o.reclaimUIDLocks()
-	st, err := p.stage(o, nil, false)
+	st, err := p.stage(ctx, o, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +289,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
 	// A uid shared with other processes (--user NAME|UID) may have
 	// descriptors on staged files: commit fresh copies only.
-	st, err := p.stage(o, &dest.Identity{UID: lease.UID, GID: lease.GID}, lease.Source != "dynamic")
+	st, err := p.stage(ctx, o, &dest.Identity{UID: lease.UID, GID: lease.GID}, lease.Source != "dynamic")
 	if err != nil {
 		return nil, err
 	}

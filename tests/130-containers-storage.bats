@@ -53,6 +53,7 @@ teardown() {
     local m
     # A background process a failed test left (a pull, a lock holder).
     [[ -z ${BG_PID:-} ]] || { kill -KILL "$BG_PID" 2>/dev/null; wait "$BG_PID" 2>/dev/null; } || true
+    [[ -z ${L_PID:-} ]] || { kill -KILL "$L_PID" 2>/dev/null; wait "$L_PID" 2>/dev/null; } || true
     findmnt -rn -o TARGET | grep -F "$BATS_TEST_TMPDIR/" | sort -r | while read -r m; do
         umount "$m" || umount -l "$m" || true
     done
@@ -193,7 +194,9 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
     local want
     want=$(registry_digest fixtures/tiny:latest)
-    env PULLHELPER_HOSTILE_IMPORT=hold-after-layer "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" \
+    # The import's temporary files go in staging, not in $TMPDIR.
+    mkdir "$BATS_TEST_TMPDIR/tmp"
+    env TMPDIR="$BATS_TEST_TMPDIR/tmp" PULLHELPER_HOSTILE_IMPORT=hold-after-layer "$PULLHELPER_HOSTILE_BIN" pull --policy "$POLICY" "${PH_OPTS[@]}" \
         "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
     local pid=$! rc=0
     local deadline=$((SECONDS + 120))
@@ -205,6 +208,11 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     kill -KILL "$pid"
     wait "$pid" || rc=$?
     assert_equal "$rc" 137
+    # containers/image's blob-info cache is in the killed pull's staging
+    # (swept below), none in $TMPDIR.
+    run ls -A "$BATS_TEST_TMPDIR/tmp"
+    assert_output ""
+    ls -d "$GRAPH"/.pullhelper-staging-*/blob-info-cache >/dev/null || fail "no blob-info cache in the killed pull's staging"
 
     # The layer is in the store, the image is not: nothing is listed.
     local layer
@@ -488,4 +496,102 @@ time.sleep(600)
     [[ $ph_error_message == *"stayed locked by another process for 3s"* && $ph_error_message == *"$GRAPH"* ]] || fail "message: $ph_error_message"
     run ls -A "$GRAPH"
     refute_output --partial .pullhelper-staging-
+}
+
+# _wait_lock_waiter FILE: until a process waits for a POSIX lock on FILE
+# (/proc/locks shows it with "->"), at most 60 s.
+_wait_lock_waiter() {
+    local ino deadline=$((SECONDS + 60))
+    ino=$(stat -c %i "$1")
+    until grep -qE -- "-> POSIX +ADVISORY +WRITE +[0-9]+ +[0-9a-f]+:[0-9a-f]+:$ino " /proc/locks; do
+        ((SECONDS < deadline)) || { fail "nobody waited for the lock on $1: $(cat /proc/locks)"; return 1; }
+        kill -0 "$BG_PID" 2>/dev/null || { fail "the pull ended before waiting for the store: $(cat "$OUT/bg.out" "$OUT/bg.err")"; return 1; }
+        sleep 0.05
+    done
+}
+
+# _hold_store_lock: another process (a podman, say) holds the store's lock
+# until the test ends (L_PID).
+_hold_store_lock() {
+    mkdir -p "$GRAPH"
+    "$PH_PYTHON" -c '
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+with open(sys.argv[2], "w") as f:
+    f.write("locked\n")
+time.sleep(600)
+' "$GRAPH/storage.lock" "$OUT/locked" &
+    L_PID=$!
+    wait_for_file_match "$OUT/locked" locked 10
+}
+
+_release_store_lock() {
+    kill "$L_PID" 2>/dev/null || true
+    wait "$L_PID" 2>/dev/null || true
+}
+
+@test "containers-storage: SIGTERM while the store is locked by another process ends the pull (143) at once, not after --lock-timeout" {
+    _hold_store_lock
+    "$PULLHELPER" pull --policy "$POLICY" "${PH_OPTS[@]}" --lock-timeout 1h "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    _wait_lock_waiter "$GRAPH/storage.lock" || { _release_store_lock; return 1; }
+    kill -TERM "$BG_PID"
+    _bg_wait
+    _release_store_lock
+    cat "$OUT/bg.out" "$OUT/bg.err"
+    assert_equal "$BG_RC" 143
+    assert_equal "$(json_get .error.code <"$OUT/bg.out")" interrupted
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+}
+
+@test "containers-storage: --timeout while the store is locked by another process is exit 6 (timed out), not a wait for --lock-timeout" {
+    _hold_store_lock
+    "$PULLHELPER" pull --policy "$POLICY" "${PH_OPTS[@]}" --lock-timeout 1h --timeout 3s "$REGISTRY_HOST/fixtures/tiny" "$DEST" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    _bg_wait
+    _release_store_lock
+    cat "$OUT/bg.out" "$OUT/bg.err"
+    assert_equal "$BG_RC" 6
+    assert_equal "$(json_get .error.code <"$OUT/bg.out")" network
+    [[ $(json_get .error.message <"$OUT/bg.out") == *"timed out after 3s (--timeout)"* ]] || fail "message: $(cat "$OUT/bg.out")"
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+}
+
+@test "containers-storage: storage.conf's imagestore in a directory a local user made (images.lock linked to a root file) is exit 9 naming it; the file is unchanged" {
+    _victim
+    local shared=$BATS_TEST_TMPDIR/shared
+    mkdir -m 1777 "$shared"
+    local is=$shared/imgstore
+    mkdir -p "$is/vfs-images"
+    ln -s "$VICTIM" "$is/vfs-images/images.lock"
+    chown -hR 65534:65534 "$is"
+    printf 'imagestore = "%s"\n' "$is" >>"$STORAGE_CONF"
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_error destination
+    [[ $ph_error_message == *"image store $is"* && $ph_error_message == *"uid 65534"* && $ph_error_message == *"imagestore in storage.conf"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(sha256sum "$VICTIM")" "$VICTIM_SUM"
+    assert_equal "$(find "$is" -uid 0 | wc -l)" 0
+
+    # additionalimagestores (read-only stores c/storage opens the lock
+    # files of): checked too, never created.
+    printf '[storage]\ndriver = "vfs"\nrunroot = "%s"\ngraphroot = "%s"\n[storage.options]\nadditionalimagestores = ["%s"]\n' "$RUN" "$GRAPH" "$is" >"$STORAGE_CONF"
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_error destination
+    [[ $ph_error_message == *"additional image store $is"* && $ph_error_message == *"additionalimagestores in storage.conf"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(sha256sum "$VICTIM")" "$VICTIM_SUM"
+    assert_equal "$(find "$is" -uid 0 | wc -l)" 0
+}
+
+@test "containers-storage: a root-owned imagestore is created root 0700 and holds the image record" {
+    local is=$BATS_TEST_TMPDIR/imgstore
+    printf 'imagestore = "%s"\n' "$is" >>"$STORAGE_CONF"
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$DEST"
+    assert_json_result
+    [[ -s $is/vfs-images/images.json ]] || fail "no image records in the image store $is"
+    [[ $(stat -c '%u %a' "$is") == "0 700" ]] || fail "image store $is: $(stat -c '%u %a' "$is")"
+    # (Debian's podman predates imagestore: the record is read directly.)
+    grep -qF "\"$REGISTRY_HOST/fixtures/tiny:v1\"" "$is/vfs-images/images.json" || fail "the image store has no record of the image: $(cat "$is/vfs-images/images.json")"
 }
