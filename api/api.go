@@ -2,7 +2,10 @@ package api
 
 import "time"
 
-// Result is the JSON object printed on stdout on success.
+// Result is the JSON object printed on stdout on success. Layers and Bytes
+// are what the parent verified of the stored image: its distinct layers
+// (every instance's for an index stored whole) and the declared sizes of
+// its distinct blobs (configs and layers).
 type Result struct {
 	Image             string          `json:"image"`
 	Reference         string          `json:"reference"`
@@ -24,9 +27,10 @@ type Result struct {
 	// Endpoints are the hosts that served this pull (its successful
 	// attempt): a registries.conf mirror, a containerd hosts.toml host or
 	// the registry itself. Informational only: it is the copy's own
-	// account (in the isolated child, the child's: valid hosts and counts in
-	// range, at most 64, never checked further), and nothing may rely on it
-	// for a security decision.
+	// account (in the isolated child, the child's: only hosts of the plan's
+	// endpoints, each once, at most 64, counts at most what the parent
+	// verified, never checked further), and nothing may rely on it for a
+	// security decision.
 	Endpoints []EndpointUse `json:"endpoints,omitempty"`
 	// ImageID is the image as the runtime sees it when DEST is a store
 	// (containerd:, containers-storage:): sha256:<config digest>, what

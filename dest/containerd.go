@@ -336,6 +336,7 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		return verr(err)
 	}
 	s.verified = &verified{tree: t, oci: res}
+	s.Counts = res.counts
 	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw}
 	return nil
 }

@@ -129,6 +129,7 @@ func (d *dirDest) verifyTree(ctx context.Context, s *Stage, t *tree, e Expect) e
 	if err := g.check(e.MaxBytes); err != nil {
 		return err
 	}
+	s.Counts = g.counts()
 	if err := tieToServed(e, m, func(c descriptor) ([]byte, error) {
 		calg, chx, _ := splitDigest(c.Digest)
 		return t.load(g.path(calg, chx, false), maxJSON)

@@ -173,6 +173,17 @@ func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) erro
 		return verr(err)
 	}
 	s.verified = &verified{}
+	blobs, layers := map[string]int64{}, map[string]bool{}
+	for i, dsc := range want2 {
+		blobs[dsc.Digest] = dsc.Size
+		if i > 0 {
+			layers[dsc.Digest] = true
+		}
+	}
+	s.Counts.Manifests, s.Counts.Layers, s.Counts.Blobs = 1, len(layers), len(blobs)
+	for _, size := range blobs {
+		s.Counts.Bytes += size
+	}
 	return nil
 }
 

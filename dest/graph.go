@@ -213,6 +213,21 @@ type graph struct {
 	blobs   map[string]descriptor
 	usedOld []KnownBlob // DEST's blobs the image uses
 	total   int64
+	layers  map[string]bool // the layer digests the manifests name
+	nman    int             // the manifests (and index) verified
+}
+
+// counts is what the graph verified: its manifests, its distinct layers
+// and blobs and the declared sizes of those blobs (configs and layers).
+func (g *graph) counts() Counts {
+	c := Counts{Manifests: g.nman, Blobs: len(g.blobs)}
+	for d, b := range g.blobs {
+		c.Bytes += b.Size
+		if g.layers[d] {
+			c.Layers++
+		}
+	}
+	return c
 }
 
 // manifest loads, checks and parses the manifest named by d; top allows
@@ -236,6 +251,7 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 		return nil, badStaged("%s is %d bytes, its descriptor says %d", rel, len(b), d.Size)
 	}
 	g.total += int64(len(b))
+	g.nman++
 	m, err := parseManifest(rel, b)
 	if err != nil {
 		return nil, err
@@ -257,6 +273,12 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 			}
 		}
 		return m, nil
+	}
+	for _, l := range m.Layers {
+		if g.layers == nil {
+			g.layers = map[string]bool{}
+		}
+		g.layers[l.Digest] = true
 	}
 	for _, b := range append([]descriptor{*m.Config}, m.Layers...) {
 		if _, _, err := splitDigest(b.Digest); err != nil {
@@ -336,8 +358,9 @@ func (g *graph) check(max int64) error {
 
 // ociResult is a verified OCI layout (staged directory or archive).
 type ociResult struct {
-	entry json.RawMessage // the single descriptor of the staged index.json
-	used  []KnownBlob
+	entry  json.RawMessage // the single descriptor of the staged index.json
+	used   []KnownBlob
+	counts Counts
 }
 
 // verifyOCI checks a staged OCI layout: oci-layout, an index.json with
@@ -418,7 +441,7 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 	if err != nil {
 		return nil, badStaged("%v", err)
 	}
-	return &ociResult{entry: b, used: g.usedOld}, nil
+	return &ociResult{entry: b, used: g.usedOld, counts: g.counts()}, nil
 }
 
 // manifestMediaType is the media type of a verified manifest: its own

@@ -195,6 +195,7 @@ func (d *ociDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		return verr(err)
 	}
 	s.verified = &verified{tree: t, oci: res}
+	s.Counts = res.counts
 	return nil
 }
 

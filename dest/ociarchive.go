@@ -62,6 +62,7 @@ func (d *ociArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		return verr(err)
 	}
 	s.verified = &verified{oci: res}
+	s.Counts = res.counts
 	return nil
 }
 

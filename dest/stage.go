@@ -24,6 +24,17 @@ const (
 	maxJSON = 4 << 20
 )
 
+// Counts are what Verify verified of a staged image: its manifests (an
+// index stored whole and each of its instances), its distinct layers
+// (every instance's) and blobs (configs and layers), and the declared
+// sizes of those blobs, as the verified manifests name them.
+type Counts struct {
+	Manifests int
+	Layers    int
+	Blobs     int
+	Bytes     int64
+}
+
 // Stage is the staging area of one pull:
 //
 //	<at>/.pullhelper-staging-<name>-<rand>/   root 0700, never handed out
@@ -57,6 +68,9 @@ type Stage struct {
 	// Commit, as podman --no-trunc and crictl show it (sha256:<ID>, the
 	// config digest for a registry image); "" otherwise.
 	ImageID string
+	// Counts are what Verify verified of the staged image (the result's
+	// layers and bytes, and the bounds on its endpoints' counts).
+	Counts Counts
 
 	parent   *os.File // DEST's parent directory
 	at       *os.File // where the staging root is: parent, or dest for a mount point

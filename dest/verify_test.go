@@ -131,6 +131,12 @@ func TestVerifyAcceptsAndOwnsFiles(t *testing.T) {
 		t.Fatalf("work was not handed to 65534 0700: %d %v", statOwner(fi), fi.Mode())
 	}
 	must(t, dd.Verify(bg, st, e))
+	im := newImg("x")
+	// The counts are the verified graph's: one manifest, one layer, two
+	// blobs (config and layer) of their declared sizes.
+	if want := (dest.Counts{Manifests: 1, Layers: 1, Blobs: 2, Bytes: int64(len(im.config) + len(im.layer))}); st.Counts != want {
+		t.Errorf("counts %+v, want %+v", st.Counts, want)
+	}
 	must(t, dd.Commit(bg, st))
 	err = filepath.Walk(d, func(p string, fi os.FileInfo, err error) error {
 		must(t, err)
@@ -170,6 +176,9 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(index), len(index)), 0o644))
 		e.Digest, e.IndexRaw, e.Served = sha(index), index, index
 		must(t, dd.Verify(bg, st, e))
+		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(im.config) + len(im.layer))}); st.Counts != want {
+			t.Errorf("counts %+v, want %+v", st.Counts, want)
+		}
 		must(t, dd.Commit(bg, st))
 		if readIndex(t, d)["a"] != sha(index) {
 			t.Fatal("the index is not tagged a")

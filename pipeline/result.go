@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"strings"
+
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -21,9 +23,11 @@ import (
 //     MediaType (read from the top-level manifest bytes that hash to
 //     Digest), ImageID and Store (what the store DEST reported after its
 //     commit; nothing for oci:, dir: and the archives);
-//   - the copy's tally, informational and bounded: Layers, Bytes,
-//     Attempts (at most one per retry and credential) and Endpoints
-//     (pull.BoundEndpoints: valid hosts, counts in range).
+//   - verified: Layers and Bytes, the staged image's distinct layers and
+//     the declared sizes of its distinct blobs (dest.Stage.Counts);
+//   - the copy's tally, informational and bounded: Attempts (at most one
+//     per retry and credential) and Endpoints (only the plan's own
+//     endpoint hosts, counts at most what was verified: planned).
 //
 // The caller adds Isolation, Usage, DurationMS and Timings, its own.
 func (p *Plan) result(rep *pull.Report, st *dest.Stage) (*api.Result, error) {
@@ -43,9 +47,9 @@ func (p *Plan) result(rep *pull.Report, st *dest.Stage) (*api.Result, error) {
 		Image: p.Image, Reference: ref, Destination: p.Destination.String(), SignaturePolicy: p.Signature,
 		Digest: rep.Digest, InstanceDigest: rep.InstanceDigest, DestinationDigest: rep.DestinationDigest,
 		MediaType: mt, Credential: cred,
-		Layers: min(max(rep.Layers, 0), pull.MaxLayers), Bytes: min(max(rep.Bytes, 0), pull.MaxCount),
+		Layers: st.Counts.Layers, Bytes: st.Counts.Bytes,
 		Attempts:  min(max(rep.Attempts, 0), p.MaxAttempts()),
-		Endpoints: pull.BoundEndpoints(rep.Endpoints),
+		Endpoints: p.planned(pull.BoundEndpoints(rep.Endpoints), st.Counts, rep.InstanceDigest != ""),
 	}
 	p.reportStore(res)
 	if st.ImageID != "" {
@@ -102,5 +106,46 @@ func (p *Plan) credentialView(c *api.Credential) (*api.Credential, error) {
 			return &api.Credential{Source: k.Source, File: k.File, Key: k.Key, Username: k.Username}, nil
 		}
 	}
-	return nil, failure.New(failure.Isolation, "the pull child reported a credential (%.64s %.256s) it was never given", c.Source, c.File)
+	return nil, failure.New(failure.Isolation, "the pull child reported a credential (%s %s) it was never given", pull.Printable(cut(c.Source, 64)), pull.Printable(cut(c.File, 256)))
+}
+
+// cut is s up to n bytes, on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// planned keeps of the copy's endpoints only the hosts the plan contacts
+// (its endpoints: hosts.toml hosts, mirrors, the registry), each once, with
+// counts at most what the parent verified: two manifest requests (tag and
+// digest) per verified manifest (and the index an instance was picked
+// from), the verified blobs and their bytes.
+func (p *Plan) planned(in []api.EndpointUse, c dest.Counts, instance bool) []api.EndpointUse {
+	allowed := map[string]bool{}
+	for _, e := range p.Endpoints {
+		h := strings.ToLower(e.Host)
+		allowed[h] = true
+		if h == "docker.io" || h == "index.docker.io" {
+			allowed["registry-1.docker.io"] = true
+		}
+	}
+	manifests := c.Manifests
+	if instance {
+		manifests++
+	}
+	var out []api.EndpointUse
+	seen := map[string]bool{}
+	for _, e := range in {
+		if seen[e.Host] || !allowed[e.Host] && !allowed[strings.TrimSuffix(e.Host, ":443")] {
+			continue
+		}
+		seen[e.Host] = true
+		e.Manifests = min(e.Manifests, 2*manifests)
+		e.Blobs = min(e.Blobs, c.Blobs)
+		e.Bytes = min(e.Bytes, c.Bytes)
+		out = append(out, e)
+	}
+	return out
 }

@@ -23,13 +23,16 @@ func TestResultIsBuiltFromWhatWasVerified(t *testing.T) {
 	p.Reference, p.Image, p.Retries = "reg.example:5000/app:1", "reg.example:5000/app", 2
 	p.Signature = api.SignaturePolicy{Source: "system", File: "/etc/containers/policy.json"}
 	p.Credentials = []auth.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg.example:5000", Username: "u"}}
+	p.Endpoints = []auth.Endpoint{{Host: "mirror.example"}, {Host: "reg.example:5000"}}
+	verified := &dest.Stage{Counts: dest.Counts{Manifests: 1, Layers: 1, Blobs: 2, Bytes: 50}}
 
 	rep := &pull.Report{Digest: digest.FromBytes(man).String(), MediaType: "application/vnd.hostile.claim+json",
 		Layers: 3, Bytes: 100, Attempts: 1000,
 		Credential: &api.Credential{Source: "pull-secret", File: "/s.json", Key: "reg.example:5000", Username: "u"},
-		Endpoints:  []api.EndpointUse{{Host: "reg.example:5000", Manifests: 1, Blobs: 2, Bytes: 100}, {Host: strings.Repeat("h", 300), Blobs: 1}},
-		Copied:     pull.Copied{Manifest: man, Served: man}}
-	res, err := p.result(rep, &dest.Stage{})
+		Endpoints: []api.EndpointUse{{Host: "reg.example:5000", Manifests: 9, Blobs: 99, Bytes: 1 << 40}, {Host: strings.Repeat("h", 300), Blobs: 1},
+			{Host: "evil.attacker.example:443", Manifests: 1, Blobs: 1, Bytes: 1}, {Host: "reg.example:5000", Blobs: 1}},
+		Copied: pull.Copied{Manifest: man, Served: man}}
+	res, err := p.result(rep, verified)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +48,14 @@ func TestResultIsBuiltFromWhatWasVerified(t *testing.T) {
 	if res.Attempts != 3 {
 		t.Errorf("attempts %d; want at most one per retry and credential (3)", res.Attempts)
 	}
-	if len(res.Endpoints) != 1 || res.Endpoints[0].Host != "reg.example:5000" {
-		t.Errorf("endpoints %+v", res.Endpoints)
+	// The counts are what was verified, not the child's tally; of its
+	// endpoints only a host of the plan's, once, counts at most the
+	// verified ones.
+	if res.Layers != 1 || res.Bytes != 50 {
+		t.Errorf("layers %d bytes %d: want the verified 1 and 50, not the report's", res.Layers, res.Bytes)
+	}
+	if want := (api.EndpointUse{Host: "reg.example:5000", Manifests: 2, Blobs: 2, Bytes: 50}); len(res.Endpoints) != 1 || res.Endpoints[0] != want {
+		t.Errorf("endpoints %+v, want [%+v]", res.Endpoints, want)
 	}
 	if res.Credential == rep.Credential || *res.Credential != *rep.Credential {
 		t.Errorf("credential %+v: want a copy of the plan's candidate", res.Credential)

@@ -322,7 +322,8 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 		iso.Limits = apiLimits(cfg.Limits)
 	}
 
-	so := reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil}
+	so := reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil,
+		LogJSON: o.LogFormat == "json", Log: o.Log}
 	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
 		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
 		if err != nil {

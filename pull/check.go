@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
@@ -205,4 +206,39 @@ func BoundEndpoints(in []api.EndpointUse) []api.EndpointUse {
 // each credential round. A report claiming more is bounded to it.
 func (p *Request) MaxAttempts() int {
 	return (max(p.Retries, 0) + 1) * p.candidates()
+}
+
+// Printable is s as the parent may repeat it on a terminal or in a log:
+// every rune that is not printable (C0 and C1 controls, ESC, DEL,
+// U+0085, U+2028/2029, other format characters) and every byte that is
+// not UTF-8 is escaped as strconv.Quote would (\x1b, \u2028, \n), so a
+// string of the child's can neither move the cursor, retitle the window
+// nor start a line of its own. Everything the parent repeats of the
+// child's text goes through it.
+func Printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case strconv.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		default:
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -9,7 +9,7 @@ import (
 // is the child's side of the protocol (sent on its event pipe); the parent
 // never repeats it as it is: the pipeline builds api.Result from the plan
 // and from what it verified itself, field by field, and bounds the few
-// informational fields (counts, endpoints) it repeats.
+// informational fields (attempts, endpoints) it repeats.
 type Report struct {
 	// Digest is the top-level manifest (or index) digest the copy pinned;
 	// MediaType the type the registry served it with (not repeated: the
@@ -23,7 +23,8 @@ type Report struct {
 	// destination converted it (docker-archive: Docker schema 2).
 	DestinationDigest string `json:"destination_digest,omitempty"`
 	// Layers and Bytes are the copy's tally: layers done (copied or
-	// already there), and the declared sizes of every blob done.
+	// already there), and the declared sizes of every blob done. The
+	// parent does not repeat them: the result's are what it verified.
 	Layers int   `json:"layers"`
 	Bytes  int64 `json:"bytes"`
 	// Attempts are the attempts made over every credential round.

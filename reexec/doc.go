@@ -12,13 +12,20 @@
 //
 // Trust. The child is untrusted once it touched the network. Every line
 // on fd 4 is bounded (maxLine, and one last line, the report or the error,
-// maxMessage; longer is exit 7); only progress events whose every field is
+// maxMessage; longer is exit 7), and its arrays and nesting are bounded
+// before it is decoded (checkShape: decoding cannot amplify it); a line
+// that does not decode is exit 7, reported by kind and byte offset, never
+// quoted. The first report or error is the child's last word: later lines
+// are read and ignored. Only progress events whose every field is
 // what it names (pull.CheckEvent: a digest, a media type, a host, counts in
 // range) are accepted from it (the parent emits start, done and error
 // itself), through a queue bounded in events and so in bytes; the report
 // is checked (pull.Report.Check) and the pipeline builds the result from
-// the plan and what it verified;
-// its stderr is relayed with long lines truncated, never stopping reading.
+// the plan and what it verified. Every text of the child's the parent
+// repeats is escaped (pull.Printable: no terminal control, no line of its
+// own); its stderr is relayed escaped, bounded per line and in all
+// (maxStderrTotal), labelled (prefixed, or in a JSON log the "line" of a
+// parent record "child"), never stopping reading.
 // It inherits no fd but the protocol pipes and stdio: the parent marks
 // every fd from 3 up close-on-exec at Dispatch, and the child closes any
 // inherited one it still finds.

@@ -76,19 +76,19 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func TestRelayStderrTruncatesAndGoesOn(t *testing.T) {
 	in := "first\n" + strings.Repeat("y", 3<<20) + "\nlast\n"
 	var out bytes.Buffer
-	relayStderr(io.NopCloser(strings.NewReader(in)), &out, false)
+	relayStderr(io.NopCloser(strings.NewReader(in)), &out, nil, false)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 3 || lines[0] != "first" || lines[2] != "last" {
+	if len(lines) != 3 || lines[0] != childPrefix+"first" || lines[2] != childPrefix+"last" {
 		t.Fatalf("relayed %d lines: first %q last %q", len(lines), lines[0], lines[len(lines)-1])
 	}
-	if !strings.HasSuffix(lines[1], "[line truncated: over 64 KiB]") || len(lines[1]) > maxStderrLine+64 {
+	if !strings.HasSuffix(lines[1], "[line truncated: over 64 KiB]") || len(lines[1]) > maxStderrLine+len(childPrefix)+64 {
 		t.Fatalf("long line relayed as %d bytes ending %q", len(lines[1]), lines[1][len(lines[1])-40:])
 	}
 }
 
 func TestRelayStderrDropsStackDump(t *testing.T) {
 	var out bytes.Buffer
-	relayStderr(io.NopCloser(strings.NewReader("runtime: failed to create new OS thread\ngoroutine 1 [running]:\nmain.main()\n")), &out, false)
+	relayStderr(io.NopCloser(strings.NewReader("runtime: failed to create new OS thread\ngoroutine 1 [running]:\nmain.main()\n")), &out, nil, false)
 	if strings.Contains(out.String(), "main.main") || !strings.Contains(out.String(), "stack trace omitted") {
 		t.Fatalf("relayed %q", out.String())
 	}

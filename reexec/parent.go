@@ -64,6 +64,11 @@ type StartOptions struct {
 	// as a detached mount, fd 6; the child attaches it at /tmp/partial.
 	Partial *os.File
 	Debug   bool
+	// LogJSON: the parent logs JSON records; the child's stderr lines
+	// are relayed as the "line" of a record of Log's (msg "child"), not
+	// as lines of their own.
+	LogJSON bool
+	Log     *slog.Logger
 	// Terminal: the child draws progress bars on stderr.
 	Terminal bool
 	// Rates, when set, are forwarded to the child (after its request, on
@@ -101,7 +106,14 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 		defer ptreeFile.Close()
 		files = append(files, ptreeFile)
 	}
-	c, err := spawn(g, o.Netns, o.Debug, o.Terminal, files)
+	var log *slog.Logger
+	if o.LogJSON {
+		log = o.Log
+		if log == nil {
+			log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		}
+	}
+	c, err := spawn(g, o.Netns, o.Debug, o.Terminal, log, files)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +159,7 @@ const drainTimeout = 5 * time.Second
 // driver places it after fork, before it gets its request.
 //
 // The caller must then call run (or kill), which reaps the child.
-func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, mounts []*os.File) (*childProc, error) {
+func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Logger, mounts []*os.File) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -260,7 +272,7 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, mounts []*os
 		c.relayDone = make(chan struct{})
 		go func() {
 			defer close(c.relayDone)
-			relayStderr(c.stderr, os.Stderr, debug)
+			relayStderr(c.stderr, os.Stderr, log, debug)
 		}()
 	}
 	if dir == nil {
@@ -334,7 +346,9 @@ func (c *childProc) drainStderr(deadline time.Time) {
 
 // read decodes the child's messages until EOF or an error (then sent on
 // errc, nil at EOF); it closes msgs last. Each line is bounded by maxLine
-// but one, the report or the error, bounded by maxMessage.
+// but one, the report or the error, bounded by maxMessage; its arrays and
+// nesting are bounded before it is decoded (checkShape). The first report
+// or error ends the messages: later lines are read and ignored.
 func (c *childProc) read(msgs chan<- message, errc chan<- error) {
 	defer close(msgs)
 	br := bufio.NewReaderSize(c.events, 64<<10)
@@ -357,9 +371,13 @@ func (c *childProc) read(msgs chan<- message, errc chan<- error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
+		if err := checkShape(line); err != nil {
+			errc <- err
+			return
+		}
 		var m message
 		if err := json.Unmarshal(line, &m); err != nil {
-			errc <- fmt.Errorf("the pull child sent a malformed message: %w", err)
+			errc <- decodeError(err)
 			return
 		}
 		if len(line) > maxLine {
@@ -370,6 +388,17 @@ func (c *childProc) read(msgs chan<- message, errc chan<- error) {
 			}
 		}
 		msgs <- m
+		if m.Report != nil || m.Error != nil {
+			// The report or the error is the child's last word:
+			// whatever it writes after is read and ignored (so it
+			// never blocks on a full pipe), never decoded.
+			_, err := io.Copy(io.Discard, br)
+			if errors.Is(err, os.ErrClosed) {
+				err = nil
+			}
+			errc <- err
+			return
+		}
 	}
 }
 
@@ -554,16 +583,43 @@ func ExplainDeath(err error, u cgroup.Usage, l cgroup.Limits) error {
 // maxStderrLine bounds one relayed line of the child's stderr; the rest of
 // a longer line (a registry's error body, say) is dropped, and reading goes
 // on, so the child never blocks on, or dies writing to, its stderr.
-const maxStderrLine = 64 << 10
+// maxStderrTotal bounds what is relayed of one pull's stderr in all: past
+// it, one line says so and the rest is read and dropped.
+const (
+	maxStderrLine  = 64 << 10
+	maxStderrTotal = 1 << 20
+)
+
+// childPrefix starts every relayed line in the text log format: what
+// follows is the child's, not the parent's.
+const childPrefix = "pullhelper-child: "
 
 // relayStderr copies the child's stderr line by line until EOF (or until r
-// is closed), truncating lines over maxStderrLine. Unless debug, it drops a
-// Go runtime stack dump (a child killed by pids_max cannot create a thread
-// and dumps every goroutine); the parent explains such deaths.
-func relayStderr(r io.ReadCloser, w io.Writer, debug bool) {
+// is closed), truncating lines over maxStderrLine and stopping after
+// maxStderrTotal bytes. Every line is the child's text, so it is escaped
+// (pull.Printable: no terminal control, no line of its own) and labelled:
+// with a JSON log (log non-nil) it is the "line" attribute of a parent
+// record with msg "child", so the child cannot forge a record of the
+// parent's; otherwise it is written to w prefixed with childPrefix. Unless
+// debug, it drops a Go runtime stack dump (a child killed by pids_max
+// cannot create a thread and dumps every goroutine); the parent explains
+// such deaths.
+func relayStderr(r io.ReadCloser, w io.Writer, log *slog.Logger, debug bool) {
 	defer r.Close()
 	br := bufio.NewReaderSize(r, maxStderrLine)
+	emit := func(line string) {
+		line = pull.Printable(line)
+		if log != nil {
+			log.Info("child", "line", line)
+			return
+		}
+		if !strings.HasPrefix(line, childPrefix) {
+			line = childPrefix + line
+		}
+		fmt.Fprintln(w, line)
+	}
 	dropping := false
+	total := 0
 	for {
 		chunk, err := br.ReadSlice('\n')
 		line := string(bytes.TrimSuffix(chunk, []byte("\n")))
@@ -573,13 +629,17 @@ func relayStderr(r io.ReadCloser, w io.Writer, debug bool) {
 			}
 			line += fmt.Sprintf(" [line truncated: over %d KiB]", maxStderrLine>>10)
 		}
-		if line != "" || err == nil {
-			if !debug && !dropping && (line == "runtime stack:" || strings.HasPrefix(line, "goroutine ")) {
-				dropping = true
-				fmt.Fprintln(w, "pullhelper-child: (Go stack trace omitted; --debug shows it)")
-			}
-			if !dropping {
-				fmt.Fprintln(w, line)
+		if (line != "" || err == nil) && total <= maxStderrTotal {
+			if total += len(line) + 1; total > maxStderrTotal {
+				emit(fmt.Sprintf("(child output truncated: over %d KiB; the rest is dropped)", maxStderrTotal>>10))
+			} else {
+				if !debug && !dropping && (line == "runtime stack:" || strings.HasPrefix(line, "goroutine ")) {
+					dropping = true
+					emit("(Go stack trace omitted; --debug shows it)")
+				}
+				if !dropping {
+					emit(line)
+				}
 			}
 		}
 		if err != nil {

@@ -107,7 +107,9 @@ func toWire(err error) *wireError {
 const maxErrorMessage = 16 << 10
 
 // err rebuilds the child's error: a code the contract does not have is
-// internal, a message over maxErrorMessage is cut there, and one line.
+// internal, a message over maxErrorMessage is cut there, and every
+// character that is not printable escaped (pull.Printable): one line, no
+// terminal control.
 func (w *wireError) err() error {
 	code := w.Code
 	if code.Exit() == 1 {
@@ -117,7 +119,7 @@ func (w *wireError) err() error {
 	if len(msg) > maxErrorMessage {
 		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + " [truncated]"
 	}
-	msg = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(msg)
+	msg = pull.Printable(msg)
 	return &failure.Error{Code: code, Message: msg}
 }
 

@@ -3,6 +3,7 @@ package reexec
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -65,7 +66,23 @@ func TestErrorFromTheChildIsBounded(t *testing.T) {
 	if failure.CodeOf(err) != failure.Internal {
 		t.Errorf("code %.40q, want internal", failure.CodeOf(err))
 	}
-	if n := len(err.Error()); n > maxErrorMessage+64 || strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "first second") {
+	if n := len(err.Error()); n > maxErrorMessage+64 || strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), `first\nsecond`) {
 		t.Errorf("message of %d bytes: %.60q", n, err.Error())
+	}
+}
+
+// The child's text is repeated with every character that is not printable
+// escaped: no terminal escape (ESC, OSC's BEL, C1 CSI), no line of its own
+// (CR, LF, NEL, U+2028/2029), no NUL or backspace reaches the caller.
+func TestChildErrorIsEscaped(t *testing.T) {
+	w := &wireError{Code: "network", Message: "x\x1b[1A\x1b[2K\x1b]0;owned\x07pullhelper: pulled OK\x1b[8m\u009b31m\u2028\u2029\u0085\x00\b\r\n\xff\u200edone"}
+	got := w.err().Error()
+	for _, r := range got {
+		if !strconv.IsPrint(r) {
+			t.Fatalf("%q: %U is not printable", got, r)
+		}
+	}
+	if want := `x\x1b[1A\x1b[2K\x1b]0;owned\apullhelper: pulled OK\x1b[8m\u009b31m\u2028\u2029\u0085\x00\b\r\n\xff\u200edone`; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bats
 #
 # What the root parent takes from the child's messages (issue 22 findings 4
-# and 6): a compromised child (bin/pullhelper-hostile, actions in
-# reexec/hostile_wire.go) sending fat events cannot grow the parent's
-# memory, whatever the progress format or however slow its reader, and its
-# report's claims never reach the result: image_id, store and media_type
-# are what the parent verified.
+# and 6, and the wire review): a compromised child (bin/pullhelper-hostile,
+# actions in reexec/hostile_wire.go) sending fat events, or one line that
+# amplifies when decoded, cannot grow the parent's memory, whatever the
+# progress format or however slow its reader; its report's claims never
+# reach the result (image_id, store, media_type, layers, bytes and the
+# endpoints' hosts are what the parent verified or planned); its text
+# reaches stdout, stderr and the progress fd escaped and bounded, never
+# as a record of the parent's log.
 
 load helpers
 
@@ -109,4 +112,106 @@ print(m.get("mediaType", ""))' "$OUT/dest" "$digest")
     [[ -n $want ]] || fail "the fixture's manifest names no mediaType"
     assert_equal "$(json_get .media_type <<<"$res")" "$want"
     [[ $res != *hostile.claim* && $res != *hostile.sock* && $res != *eeeeeeee* ]] || fail "a claim of the child reached the result"
+}
+
+# no_controls FILE...: fails when a file holds a terminal control: a C0
+# control other than newline (ESC, BEL, NUL, backspace, CR), DEL, a C1
+# control (U+0080–U+009F, NEL among them) or U+2028/U+2029.
+no_controls() {
+    "$PH_PYTHON" - "$@" <<'PY'
+import re, sys
+bad = re.compile(r"[\x00-\x09\x0b-\x1f\x7f\u0080-\u009f\u2028\u2029]")
+for f in sys.argv[1:]:
+    text = open(f, "rb").read().decode("utf-8", "replace")
+    m = bad.search(text)
+    assert not m, "%s: %r at %d: %r" % (f, m.group(), m.start(), text[max(m.start() - 40, 0):m.start() + 40])
+PY
+}
+
+@test "a report line that amplifies when decoded (8 M empty endpoints): refused before decoding, the parent stays bounded" {
+    hostile_pull after-copy:wire-amp "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    grep -q "hostile: wire-amp: sent" "$OUT/stderr" || fail "the hostile action did not run"
+    ((rss_kib < MAX_RSS_KIB)) || fail "the parent's peak RSS is ${rss_kib} KiB, over ${MAX_RSS_KIB} KiB"
+    assert_equal "$rc" 7
+    assert_equal "$(json_get .error.code <"$OUT/stdout")" isolation
+    [[ $(json_get .error.message <"$OUT/stdout") == *"array of more than"* ]] || fail "the error does not name the array: $(cat "$OUT/stdout")"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+}
+
+@test "a line the parent cannot decode (a 20 MiB number): the error quotes none of it, and the final error event is written" {
+    hostile_pull after-copy:wire-bignum --progress-fd 5 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" 5>"$OUT/events"
+    grep -q "hostile: wire-bignum: sent" "$OUT/stderr" || fail "the hostile action did not run"
+    assert_equal "$rc" 7
+    assert_equal "$(json_get .error.code <"$OUT/stdout")" isolation
+    (($(wc -c <"$OUT/stdout") < 4096 && $(wc -c <"$OUT/stderr") < 65536)) ||
+        fail "stdout $(wc -c <"$OUT/stdout") bytes, stderr $(wc -c <"$OUT/stderr") bytes: the child's line was repeated"
+    ! grep -q 9999999999 "$OUT/stdout" "$OUT/stderr" "$OUT/events" || fail "the child's number literal was repeated"
+    assert_equal "$(tail -1 "$OUT/events" | json_get .type)" error
+}
+
+@test "an error message with terminal escapes and line separators reaches stdout and stderr escaped" {
+    hostile_pull after-drop:wire-esc "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    grep -q "hostile: wire-esc: sent" "$OUT/stderr" || fail "the hostile action did not run"
+    assert_equal "$rc" 6 # network, the child's code
+    no_controls "$OUT/stdout" "$OUT/stderr"
+    # Still there, escaped, and on one line.
+    [[ $(json_get .error.message <"$OUT/stdout") == *'\x1b[1A\x1b[2K\x1b]0;owned\apullhelper: pulled OK'* ]] ||
+        fail "message: $(json_get .error.message <"$OUT/stdout")"
+    assert_equal "$(grep -c 'pulled OK' "$OUT/stderr")" 1
+}
+
+@test "the child's stderr, --log-format json: every line is a parent record, the child's text only its line field, bounded" {
+    hostile_pull after-drop:wire-stderr --log-format json "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$rc" 0
+    no_controls "$OUT/stderr"
+    (($(wc -c <"$OUT/stderr") < 2 << 20)) || fail "stderr is $(wc -c <"$OUT/stderr") bytes: the child's 3 MiB were relayed"
+    "$PH_PYTHON" - "$OUT/stderr" <<'PY'
+import json, sys
+child = []
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    assert r.get("msg") != "forged parent record", "a record forged by the child: %r" % line
+    if r.get("msg") == "child":
+        child.append(r["line"])
+assert any("forged parent record" in l for l in child), "the child's line is not relayed as a field"
+assert any("forged text record" in l for l in child), child[:3]
+assert "child output truncated" in child[-1], child[-1][:80]
+PY
+}
+
+@test "the child's stderr, text log format: every relayed line is prefixed as the child's and escaped" {
+    hostile_pull after-drop:wire-stderr "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$rc" 0
+    no_controls "$OUT/stderr"
+    ! grep -q '^time=2030' "$OUT/stderr" || fail "a line forged by the child starts a line of its own"
+    grep -q '^pullhelper-child: .*forged text record' "$OUT/stderr" || fail "the child's line was not relayed, prefixed"
+    (($(wc -c <"$OUT/stderr") < 2 << 20)) || fail "stderr is $(wc -c <"$OUT/stderr") bytes: the child's 3 MiB were relayed"
+}
+
+@test "a report's tally and endpoints: the result has the verified counts and only the plan's hosts; events after the report are ignored" {
+    hostile_pull after-copy:wire-tally --progress-fd 5 "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" 5>"$OUT/events"
+    grep -q "hostile: wire-tally: sent" "$OUT/stderr" || fail "the hostile action did not run"
+    assert_equal "$rc" 0
+    local res want_bytes
+    res=$(cat "$OUT/stdout")
+    echo "$res"
+    want_bytes=$(registry_manifest fixtures/tiny:latest | "$PH_PYTHON" -c '
+import json, sys
+m = json.load(sys.stdin)
+print(m["config"]["size"] + sum(l["size"] for l in m["layers"]))')
+    assert_equal "$(json_get .layers <<<"$res")" 1
+    assert_equal "$(json_get .bytes <<<"$res")" "$want_bytes"
+    [[ $res != *attacker* ]] || fail "a host the plan never named reached the result"
+    "$PH_PYTHON" - "$res" "$REGISTRY_HOST" "$want_bytes" <<'PY'
+import json, sys
+res, host, total = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+eps = res.get("endpoints") or []
+assert [e["host"] for e in eps] == [host], eps
+assert eps[0]["blobs"] <= 2 and eps[0]["bytes"] <= total, eps
+PY
+    local done
+    done=$(grep '"type":"done"' "$OUT/events")
+    assert_equal "$(json_get .layers <<<"$done")" 1
+    assert_equal "$(json_get .bytes <<<"$done")" "$want_bytes"
+    ! grep -q bbbbbbbbbbbbbbbb "$OUT/events" || fail "an event the child sent after its report was relayed"
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
 // Every bad flag is reported, one line each on stderr, "; " in the JSON.
@@ -37,5 +39,21 @@ func TestEveryBadFlagIsReported(t *testing.T) {
 	joined := strings.ReplaceAll(strings.Join(lines, "; "), "pullhelper: ", "")
 	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil || doc.Error.Code != "usage" || doc.Error.Message != joined {
 		t.Fatalf("stdout %q (%v)", stdout.String(), err)
+	}
+}
+
+// An error is written on one line with every non-printable character
+// escaped, on stderr and in the JSON on stdout: a message may quote what
+// the child staged or sent (a tar member's name, say).
+func TestWriteErrorEscapes(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	writeError(&stdout, &stderr, failure.New(failure.Verification, "archive member a\x1b]0;owned\x07\u2028b\nc is bad"))
+	want := `pullhelper: archive member a\x1b]0;owned\a\u2028b c is bad` + "\n"
+	if stderr.String() != want {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	}
+	var out struct{ Error struct{ Message string } }
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || out.Error.Message != strings.TrimSuffix(strings.TrimPrefix(want, "pullhelper: "), "\n") {
+		t.Errorf("stdout %q (%v)", stdout.String(), err)
 	}
 }

@@ -127,7 +127,7 @@ The result is one JSON object on stdout; exit codes: pullhelper(1), EXIT STATUS.
 			res, err := pullImage(ctx, cmd, &c, args, events, stderr)
 			if err != nil {
 				if events != nil {
-					events(api.Event{Type: api.EventError, TS: time.Now().UTC(), Code: string(failure.CodeOf(err)), Message: err.Error()})
+					events(api.Event{Type: api.EventError, TS: time.Now().UTC(), Code: string(failure.CodeOf(err)), Message: oneLine(err.Error())})
 				}
 				return err
 			}
@@ -342,13 +342,20 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	return plan, l, nil
 }
 
+// oneLine is an error message as it is written: newlines folded, and every
+// other character that is not printable escaped (pull.Printable), since a
+// message may quote what the child staged or sent.
+func oneLine(msg string) string {
+	return pull.Printable(strings.ReplaceAll(msg, "\n", " "))
+}
+
 func writeError(stdout, stderr io.Writer, err error) int {
 	code := failure.CodeOf(err)
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := oneLine(err.Error())
 	// Several policy problems: one line each on stderr, "; " in the JSON.
 	if ps := policy.Problems(err); len(ps) > 1 {
 		for _, p := range ps {
-			fmt.Fprintf(stderr, "pullhelper: %s\n", strings.ReplaceAll(p, "\n", " "))
+			fmt.Fprintf(stderr, "pullhelper: %s\n", oneLine(p))
 		}
 	} else {
 		fmt.Fprintf(stderr, "pullhelper: %s\n", msg)

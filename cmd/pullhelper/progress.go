@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,9 +98,18 @@ func (w *progressWriter) run() {
 
 func isFinal(e pull.Event) bool { return e.Type == "done" || e.Type == "error" }
 
+// maxFinalMessage bounds the message of the final event: a longer one is
+// cut there (marked " [truncated]"), so the final line always fits in the
+// room reserved for it and is never dropped.
+const maxFinalMessage = 16 << 10
+
 // emit queues one event; it never blocks on the reader.
 func (w *progressWriter) emit(e pull.Event) {
-	w.emitValue(e, isFinal(e))
+	final := isFinal(e)
+	if final && len(e.Message) > maxFinalMessage {
+		e.Message = strings.ToValidUTF8(e.Message[:maxFinalMessage], "") + " [truncated]"
+	}
+	w.emitValue(e, final)
 }
 
 // emitValue queues v as one JSON line; reserved lines (the final ones) may

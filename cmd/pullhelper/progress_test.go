@@ -180,3 +180,36 @@ func TestProgressQueueIsBoundedInBytes(t *testing.T) {
 	}
 	w.close()
 }
+
+// A final event whose message is over the room reserved for it (the
+// child's error once carried a 20 MiB line) is written with its message
+// cut, never dropped: the final done or error line is always written.
+func TestProgressOversizedFinalIsCutNotDropped(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warn bytes.Buffer
+	w, err := newProgressWriter(fd, &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.emit(pull.Event{Type: "error", Code: "isolation", Message: strings.Repeat("9", 20<<20)})
+	w.close()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e pull.Event
+	if err := json.Unmarshal(bytes.TrimSpace(b), &e); err != nil || e.Type != "error" {
+		t.Fatalf("%d bytes written (%v); want the error event", len(b), err)
+	}
+	if len(e.Message) > maxFinalMessage+64 || !strings.HasSuffix(e.Message, "[truncated]") {
+		t.Fatalf("message of %d bytes, ending %q", len(e.Message), e.Message[max(len(e.Message)-20, 0):])
+	}
+}
