@@ -64,7 +64,7 @@ func TestDecoderErrorsCarryNoContent(t *testing.T) {
 		noMarker(t, "auth.json", doc, err)
 		_, err = lookupFile(AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io")
 		noMarker(t, ".dockercfg", doc, err)
-		err = CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: f, SystemRegistriesConfDirPath: filepath.Join(dir, "none")})
+		_, err = CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: f, SystemRegistriesConfDirPath: filepath.Join(dir, "none")})
 		noMarker(t, "registries.conf", doc, err)
 		_, err = satToken(f, nil)
 		noMarker(t, "service account token", doc, err) // (a one-line token file is a token, not an error)
@@ -95,11 +95,14 @@ func TestReadersRefuseNonRegular(t *testing.T) {
 	}
 	for _, p := range []string{fifo, "/dev/zero"} {
 		for what, fn := range map[string]func() error{
-			"pull secret":      func() error { _, err := LoadPullSecrets([]string{p}); return err },
-			"provider config":  func() error { _, err := LoadProviderConfig(p); return err },
-			"containerd":       func() error { _, err := loadContainerdConfig(p); return err },
-			"auth file":        func() error { _, err := lookupFile(AuthFile{Path: p}, "r.io/x", "r.io"); return err },
-			"registries.conf":  func() error { return CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p}) },
+			"pull secret":     func() error { _, err := LoadPullSecrets([]string{p}); return err },
+			"provider config": func() error { _, err := LoadProviderConfig(p); return err },
+			"containerd":      func() error { _, err := loadContainerdConfig(p); return err },
+			"auth file":       func() error { _, err := lookupFile(AuthFile{Path: p}, "r.io/x", "r.io"); return err },
+			"registries.conf": func() error {
+				_, err := CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p})
+				return err
+			},
 			"service account":  func() error { _, err := satToken(p, nil); return err },
 			"client cert pair": func() error { _, err := loadX509KeyPair(p, p); return err },
 		} {
