@@ -179,6 +179,9 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 			return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf override %s (CONTAINERS_STORAGE_CONF_OVERRIDE) is not a readable file: %s", override, safefile.Reason(err))
 		}
 	}
+	if checkedHook != nil {
+		checkedHook(conf)
+	}
 	snap, confPath, overridePath, err := storageConfSnapshot(conf, data, override, overrideData)
 	if err != nil {
 		return storagetypes.StoreOptions{}, err
@@ -198,6 +201,10 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 	_, _ = storagetypes.DefaultStoreOptions()
 	return so, nil
 }
+
+// checkedHook, when set (the test build), is told of storage.conf once it
+// was checked, before c/storage reads it.
+var checkedHook func(path string)
 
 // storageConfSnapshot writes storage.conf's checked bytes (and the
 // override file's, if any) into a private in-memory filesystem

@@ -245,14 +245,14 @@ PY
     [[ -p $VT/attic/registries.conf ]] || fail "registries.conf is not the FIFO"
     [[ $status -eq 6 ]] || fail "pull: exit $status, want 6 (124/137: root blocked on the FIFO); stderr: $stderr"
 
-    # storage.conf (dest.storage_conf), read before containers/storage's
-    # LoadStoreOptions.
+    # storage.conf (dest.storage_conf): containers/storage would open it
+    # right after the check, too soon for a watcher to win every time, so
+    # the test build swaps it at that very point (the hostile hook).
     printf '[storage]\ndriver = "vfs"\ngraphroot = "%s/graph"\nrunroot = "%s/run"\n' "$OUT" "$OUT" >"$VT/attic/storage.conf"
     chown 65534:65534 "$VT/attic/storage.conf"
     printf 'version = 1\n[dest]\nstorage_conf = "%s"\n' "$VT/attic/storage.conf" >"$OUT/policy.toml"
-    swap_after_read storage.conf
-    run --separate-stderr timeout --kill-after=5 120 "$PULLHELPER" explain --policy "$OUT/policy.toml" "$IMAGE" "containers-storage:h.example/t/x:v1"
-    wait "$SWAPPER" || fail "swapper: $(cat "$OUT/swap-storage.conf")"
+    PULLHELPER_HOSTILE_CHECKED=fifo-after-check run --separate-stderr timeout --kill-after=5 120 "$PULLHELPER_HOSTILE_BIN" explain --policy "$OUT/policy.toml" "$IMAGE" "containers-storage:h.example/t/x:v1"
+    [[ $stderr == *"storage.conf is now a FIFO"* ]] || fail "the hook did not swap storage.conf: $stderr"
     [[ -p $VT/attic/storage.conf ]] || fail "storage.conf is not the FIFO"
     [[ $status -eq 0 ]] || fail "explain containers-storage: exit $status, want 0 (124/137: root blocked on the FIFO); stderr: $stderr"
     [[ $output == *"$OUT/graph"* ]] || fail "the plan lacks storage.conf's graphroot: $output"
