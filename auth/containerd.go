@@ -173,21 +173,27 @@ func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
 		return reg, nil // containerd runs with its defaults
 	}
 	loaded := map[string]bool{}
-	pending := []string{configPath}
+	pending := []ctrdImport{{path: configPath}}
 	rootVersion := -1
 	for len(pending) > 0 {
-		path := pending[0]
+		imp := pending[0]
+		path := imp.path
 		pending = pending[1:]
 		if loaded[path] {
 			continue
 		}
 		loaded[path] = true
+		if len(loaded) > ctrdMaxImports+1 {
+			return nil, fmt.Errorf("containerd config %s: imports name more than %d files, the bound here", configPath, ctrdMaxImports)
+		}
 		data, err := readFile(path)
 		if err != nil {
 			if path == configPath {
 				return nil, fmt.Errorf("reading containerd config %s: %w", path, pathErr(err))
 			}
-			return nil, fmt.Errorf("reading containerd config %s (imported): %w", path, pathErr(err))
+			// The imported path is the importing file's content: named by
+			// its entry, with the reason (no such file, not regular).
+			return nil, fmt.Errorf("containerd config %s: imports: a file its entry %d names: %w", imp.parent, imp.n, pathErr(err))
 		}
 		var top struct {
 			Version int                       `toml:"version"`
@@ -234,9 +240,9 @@ func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
 // made absolute against the parent's directory, then globbed if it has a
 // '*' (no match: nothing), otherwise used as is. (1.x globbed a relative
 // pattern against the working directory; 2.x fixed that.)
-func ctrdResolveImports(parent string, imports []string) ([]string, error) {
-	var out []string
-	for _, p := range imports {
+func ctrdResolveImports(parent string, imports []string) ([]ctrdImport, error) {
+	var out []ctrdImport
+	for i, p := range imports {
 		p = filepath.Clean(p)
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(filepath.Dir(parent), p)
@@ -244,15 +250,31 @@ func ctrdResolveImports(parent string, imports []string) ([]string, error) {
 		if strings.Contains(p, "*") {
 			matches, err := filepath.Glob(p)
 			if err != nil {
-				return nil, fmt.Errorf("pattern %q: %v", p, err)
+				return nil, fmt.Errorf("entry %d: an invalid pattern (%s)", i+1, safefile.Redact(err.Error()))
 			}
-			out = append(out, matches...)
+			if len(out)+len(matches) > ctrdMaxImports {
+				return nil, fmt.Errorf("entry %d: the patterns match more than %d files, the bound here", i+1, ctrdMaxImports)
+			}
+			for _, m := range matches {
+				out = append(out, ctrdImport{path: m, parent: parent, n: i + 1})
+			}
 			continue
 		}
-		out = append(out, p)
+		out = append(out, ctrdImport{path: p, parent: parent, n: i + 1})
 	}
 	return out, nil
 }
+
+// ctrdImport is a file to read: the importing file and the number (from
+// 1) of the imports entry that named it ("" and 0 for the config itself).
+type ctrdImport struct {
+	path, parent string
+	n            int
+}
+
+// ctrdMaxImports bounds the files a containerd config's imports name, in
+// all (a glob may match any number).
+const ctrdMaxImports = 256
 
 // validateContainerdRegistry is the registry part of ValidatePluginConfig.
 func validateContainerdRegistry(reg *ctrdRegistry) error {

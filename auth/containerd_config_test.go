@@ -66,7 +66,7 @@ func TestContainerdConfigVersionsAndImports(t *testing.T) {
 			"new.toml":    "version = 3\n",
 		}, "", []string{"new.toml: drop-in config version 3 higher than root config version 2"}},
 		{"a missing import is an error", map[string]string{"config.toml": "version = 3\nimports = [\"gone.toml\"]\n"}, "",
-			[]string{"reading containerd config", "gone.toml (imported)"}},
+			[]string{"config.toml: imports: a file its entry 1 names: no such file"}},
 		{"a glob without matches is nothing", map[string]string{"config.toml": "version = 3\nimports = [\"none/*.toml\"]\n" + auth(v3, "root")}, "root@config.toml", nil},
 		{"an unparsable import names the import", map[string]string{
 			"config.toml": "version = 3\nimports = [\"bad.toml\"]\n",

@@ -3,6 +3,7 @@ package auth
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,7 +65,7 @@ func TestDecoderErrorsCarryNoContent(t *testing.T) {
 		noMarker(t, "auth.json", doc, err)
 		_, err = lookupFile(AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io")
 		noMarker(t, ".dockercfg", doc, err)
-		err = CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: f, SystemRegistriesConfDirPath: filepath.Join(dir, "none")})
+		_, err = CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: f, SystemRegistriesConfDirPath: filepath.Join(dir, "none")})
 		noMarker(t, "registries.conf", doc, err)
 		_, err = satToken(f, nil)
 		noMarker(t, "service account token", doc, err) // (a one-line token file is a token, not an error)
@@ -95,11 +96,14 @@ func TestReadersRefuseNonRegular(t *testing.T) {
 	}
 	for _, p := range []string{fifo, "/dev/zero"} {
 		for what, fn := range map[string]func() error{
-			"pull secret":      func() error { _, err := LoadPullSecrets([]string{p}); return err },
-			"provider config":  func() error { _, err := LoadProviderConfig(p); return err },
-			"containerd":       func() error { _, err := loadContainerdConfig(p); return err },
-			"auth file":        func() error { _, err := lookupFile(AuthFile{Path: p}, "r.io/x", "r.io"); return err },
-			"registries.conf":  func() error { return CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p}) },
+			"pull secret":     func() error { _, err := LoadPullSecrets([]string{p}); return err },
+			"provider config": func() error { _, err := LoadProviderConfig(p); return err },
+			"containerd":      func() error { _, err := loadContainerdConfig(p); return err },
+			"auth file":       func() error { _, err := lookupFile(AuthFile{Path: p}, "r.io/x", "r.io"); return err },
+			"registries.conf": func() error {
+				_, err := CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p})
+				return err
+			},
 			"service account":  func() error { _, err := satToken(p, nil); return err },
 			"client cert pair": func() error { _, err := loadX509KeyPair(p, p); return err },
 		} {
@@ -108,5 +112,63 @@ func TestReadersRefuseNonRegular(t *testing.T) {
 				t.Errorf("%s %s: want a refusal naming the file, got %v", what, p, err)
 			}
 		}
+	}
+}
+
+// Values the decoders accept but the checks refuse, and paths a file names
+// (review 3, finding 6): the errors name the key or entry, never the value.
+func TestValueErrorsCarryNoContent(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	const prov = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [x.io]\n"
+	for _, doc := range []string{
+		prov + "  defaultCacheDuration: " + contentMarker + "\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+		prov + "  defaultCacheDuration: 1h\n  apiVersion: " + contentMarker + "\n",
+		"apiVersion: kubelet.config.k8s.io/" + contentMarker + "\nkind: CredentialProviderConfig\nproviders: []\n",
+		"apiVersion: " + contentMarker + "/v1\nkind: CredentialProviderConfig\nproviders: []\n",
+	} {
+		_, err := LoadProviderConfig(write("provider.yaml", doc))
+		if err == nil {
+			t.Errorf("provider config %q: want an error", doc)
+		}
+		noMarker(t, "credential provider config", doc, err)
+	}
+	// A docker-shaped entry whose key holds a quote.
+	doc := `{"auths": {"r.io\"` + contentMarker + `": {"auth": 5}}}`
+	_, err := LoadPullSecrets([]string{write("secret.json", doc)})
+	if err == nil {
+		t.Errorf("pull secret %q: want an error", doc)
+	}
+	noMarker(t, "pull secret", doc, err)
+	// containerd imports: a missing file, a bad pattern, too many matches.
+	for _, doc := range []string{
+		"version = 2\nimports = [\"" + filepath.Join(dir, contentMarker+".toml") + "\"]\n",
+		"version = 2\nimports = [\"" + filepath.Join(dir, "["+contentMarker+"*") + "\"]\n",
+	} {
+		_, err := loadContainerdConfig(write("config.toml", doc))
+		if err == nil {
+			t.Errorf("containerd config %q: want an error", doc)
+		}
+		noMarker(t, "containerd config", doc, err)
+	}
+	many := filepath.Join(dir, "many")
+	if err := os.Mkdir(many, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= ctrdMaxImports; i++ {
+		if err := os.WriteFile(filepath.Join(many, strconv.Itoa(i)+".toml"), []byte("version = 2\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := write("config.toml", "version = 2\nimports = [\""+filepath.Join(many, "*.toml")+"\"]\n")
+	_, err = loadContainerdConfig(f)
+	if err == nil || !strings.Contains(err.Error(), f) || !strings.Contains(err.Error(), strconv.Itoa(ctrdMaxImports)) {
+		t.Errorf("%d imports: %v; want a refusal naming the config and the bound", ctrdMaxImports+1, err)
 	}
 }

@@ -34,7 +34,8 @@
 // its JSON form, in errors or in logs: errors name the file and key only.
 // Every file is read through internal/safefile (readFile: a regular file, at
 // most 4 MiB, symlinks followed as the owners do), registries.conf and its
-// drop-ins first by CheckRegistriesConf, before containers/image opens them;
+// drop-ins by CheckRegistriesConf, whose bytes the pipeline hands
+// containers/image as a snapshot (it never opens the caller's paths);
 // a file that does not decode is described by position and kind, without
 // its keys or values (it may be a symlink to a root-only file of another
 // format): a docker config entry is named only when shaped like one, a

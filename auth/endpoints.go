@@ -142,7 +142,7 @@ func (k *Keyring) registriesConfEndpoints(named reference.Named) ([]Endpoint, er
 	domain := reference.Domain(named)
 	reg, err := sysregistriesv2.FindRegistry(k.sys, logical)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %v", k.registriesConfName(), err)
+		return nil, fmt.Errorf("reading %s: %s", k.registriesConfName(), RegistriesConfError(err))
 	}
 	if reg == nil {
 		ep := k.endpoint(query{host: domain, logical: logical, physical: logical, kubelet: true})

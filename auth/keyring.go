@@ -104,8 +104,12 @@ type Config struct {
 	Env            Env
 	// RegistriesConf is the effective registries.conf ("" = the
 	// containers default search); RegistriesConfDir the drop-in directory
-	// ("" = the containers default drop-in directories).
-	RegistriesConf, RegistriesConfDir string
+	// ("" = the containers default drop-in directories). The pipeline
+	// names its snapshot of the checked files here (pipeline/snapshot.go),
+	// so that containers/image reads the bytes that were checked, and
+	// RegistriesConfName the caller's file, for messages and explain
+	// ("" = RegistriesConf).
+	RegistriesConf, RegistriesConfDir, RegistriesConfName string
 	// CertDir (one flat directory for every host) or CertsD (roots of
 	// ROOT/HOST[:PORT]); CAFiles scoped by pattern (trust.ca_files);
 	// InsecureRegistries patterns; TLSVerify false turns verification off
@@ -239,7 +243,7 @@ func NewKeyring(c Config) (*Keyring, error) {
 	}
 	k.Warnings = append(k.Warnings, warnings...)
 	k.sys = &types.SystemContext{SystemRegistriesConfPath: c.RegistriesConf, SystemRegistriesConfDirPath: c.RegistriesConfDir}
-	if err := CheckRegistriesConf(k.sys); err != nil {
+	if _, err := CheckRegistriesConf(k.sys); err != nil {
 		return bad("pull.registries_conf", err)
 	}
 	if k.helpers, err = sysregistriesv2.CredentialHelpers(k.sys); err != nil {
@@ -468,6 +472,9 @@ func (k *Keyring) containersCredential(physical string) *Credential {
 }
 
 func (k *Keyring) registriesConfName() string {
+	if k.c.RegistriesConfName != "" {
+		return k.c.RegistriesConfName
+	}
 	if k.c.RegistriesConf != "" {
 		return k.c.RegistriesConf
 	}

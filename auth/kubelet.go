@@ -311,10 +311,22 @@ type entryError struct {
 }
 
 func (e *entryError) Error() string {
-	if e.key == "" {
+	if e.key == "" || !plainKey(e.key) {
 		return fmt.Sprintf("entry %d: %s", e.n, describeDecodeErr(e.err))
 	}
 	return fmt.Sprintf("entry %q: %s", e.key, describeDecodeErr(e.err))
+}
+
+// plainKey: a key shown as is, printable ASCII without a quote or a
+// backslash (quoted, those would be escaped, which safefile.Redact treats
+// as the rest of a value).
+func plainKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '\'' || c == '`' {
+			return false
+		}
+	}
+	return true
 }
 
 // dockerEntryShaped reports whether raw is an object with a field of a

@@ -37,7 +37,8 @@ func (d *cpDuration) UnmarshalJSON(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return cpDurationError(fmt.Sprintf("invalid duration %q", cpTruncate(s, 64)))
+		// Not the value: the file may be a symlink to a root-only one.
+		return cpDurationError("invalid duration (want a value such as \"12h\")")
 	}
 	d.Duration = v
 	return nil
@@ -345,10 +346,10 @@ func cpDecodeConfig(data []byte, file string) ([]CredentialProvider, error) {
 	}
 	group, version, _ := strings.Cut(raw.APIVersion, "/")
 	if group != cpConfigGroup {
-		return nil, fmt.Errorf("failed to decode CredentialProviderConfig, unexpected Group: %s", group)
+		return nil, fmt.Errorf("failed to decode CredentialProviderConfig, unexpected Group (want %s)", cpConfigGroup)
 	}
 	if !cpContains(cpConfigVersions, version) {
-		return nil, fmt.Errorf("unsupported apiVersion %q (supported: %s/v1, v1beta1, v1alpha1)", raw.APIVersion, cpConfigGroup)
+		return nil, fmt.Errorf("unsupported apiVersion (supported: %s/v1, v1beta1, v1alpha1)", cpConfigGroup)
 	}
 	out := make([]CredentialProvider, 0, len(raw.Providers))
 	for _, r := range raw.Providers {
@@ -415,7 +416,7 @@ func (c *ProviderConfig) Validate() error {
 		if p.APIVersion == "" {
 			add(i, p, "providers.apiVersion: Required value")
 		} else if !cpContains(cpPluginAPIVersions, p.APIVersion) {
-			add(i, p, "providers.apiVersion: Unsupported value: %q: supported values: %s", p.APIVersion, cpQuoteList(cpPluginAPIVersions))
+			add(i, p, "providers.apiVersion: Unsupported value: supported values: %s", cpQuoteList(cpPluginAPIVersions))
 		}
 
 		if len(p.MatchImages) == 0 {

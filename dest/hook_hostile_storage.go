@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -22,6 +23,17 @@ import (
 // =stall-read until the context is done: the pull must still end on its
 // deadline or a signal.
 func init() {
+	// $PULLHELPER_HOSTILE_CHECKED=fifo-after-check replaces storage.conf by
+	// a FIFO right after root checked it, as its directory's owner may:
+	// c/storage must read the checked bytes, not open the path again.
+	if os.Getenv("PULLHELPER_HOSTILE_CHECKED") == "fifo-after-check" {
+		checkedHook = func(path string) {
+			tmp := path + ".hostile-fifo"
+			if err := syscall.Mkfifo(tmp, 0o644); err == nil && os.Rename(tmp, path) == nil {
+				fmt.Fprintf(os.Stderr, "pullhelper: hostile: %s is now a FIFO\n", path)
+			}
+		}
+	}
 	switch os.Getenv("PULLHELPER_HOSTILE_IMPORT") {
 	case "hold-after-layer":
 		importHook = func(store storage.Store, blob digest.Digest) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/memfs"
 	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker/reference"
@@ -164,30 +165,103 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 		}
 		return so, nil
 	}
-	// A caller-named file: a regular one, bounded (safefile), before
-	// c/storage reads it; c/storage's messages lose quoted fragments.
-	if _, err := safefile.ReadFile(conf, safefile.MaxConfig); err != nil {
+	// A caller-named file: a regular one, bounded (safefile), whose bytes
+	// c/storage then reads from a private snapshot (storageConfSnapshot),
+	// never from the caller's path again; c/storage's messages lose quoted
+	// fragments.
+	data, err := safefile.ReadFile(conf, safefile.MaxConfig)
+	if err != nil {
 		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (dest.storage_conf) is not a readable file: %s", conf, safefile.Reason(err))
 	}
+	override := os.Getenv("CONTAINERS_STORAGE_CONF_OVERRIDE")
+	var overrideData []byte
+	if override != "" {
+		if overrideData, err = safefile.ReadFile(override, safefile.MaxConfig); err != nil {
+			return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf override %s (CONTAINERS_STORAGE_CONF_OVERRIDE) is not a readable file: %s", override, safefile.Reason(err))
+		}
+	}
+	if checkedHook != nil {
+		checkedHook(conf)
+	}
+	snap, confPath, overridePath, err := storageConfSnapshot(conf, data, override, overrideData)
+	if err != nil {
+		return storagetypes.StoreOptions{}, err
+	}
+	defer snap.Close()
 	confEnvMu.Lock()
 	defer confEnvMu.Unlock()
-	old, had := os.LookupEnv("CONTAINERS_STORAGE_CONF")
-	os.Setenv("CONTAINERS_STORAGE_CONF", conf)
+	restore := setEnv(map[string]string{"CONTAINERS_STORAGE_CONF": confPath, "CONTAINERS_STORAGE_CONF_OVERRIDE": overridePath})
+	defer restore()
 	so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
-	if had {
-		os.Setenv("CONTAINERS_STORAGE_CONF", old)
-	} else {
-		os.Unsetenv("CONTAINERS_STORAGE_CONF")
-	}
 	if err != nil {
 		return so, fmt.Errorf("reading storage.conf %s (dest.storage_conf): %s", conf, safefile.Redact(err.Error()))
 	}
+	// storage.GetStore reads storage.conf once more, for its defaults
+	// (DefaultStoreOptions, cached for the process): let that read be the
+	// snapshot's too.
+	_, _ = storagetypes.DefaultStoreOptions()
 	return so, nil
 }
 
 // blobInfoCacheDir is where, in the staging root, the import keeps
 // containers/image's blob-info cache.
 const blobInfoCacheDir = "blob-info-cache"
+
+// checkedHook, when set (the test build), is told of storage.conf once it
+// was checked, before c/storage reads it.
+var checkedHook func(path string)
+
+// storageConfSnapshot writes storage.conf's checked bytes (and the
+// override file's, if any) into a private in-memory filesystem
+// (internal/memfs: mounted nowhere, gone when closed) and returns the paths
+// c/storage is pointed at. Without root there is nothing to protect and no
+// such filesystem: the caller's paths are returned.
+func storageConfSnapshot(conf string, data []byte, override string, overrideData []byte) (*memfs.FS, string, string, error) {
+	if os.Geteuid() != 0 {
+		return nil, conf, override, nil
+	}
+	fs, err := memfs.New(2*safefile.MaxConfig+(1<<20), 16)
+	if err != nil {
+		return nil, "", "", failure.New(failure.Isolation, "the checked storage.conf %s is kept in a private in-memory filesystem and one could not be created (%v); run pullhelper as root", conf, err)
+	}
+	confPath, err := fs.WriteFile("storage.conf", data)
+	if err == nil && override != "" {
+		override, err = fs.WriteFile("storage-override.conf", overrideData)
+	}
+	if err != nil {
+		fs.Close()
+		return nil, "", "", failure.New(failure.Internal, "keeping a copy of storage.conf %s: %v", conf, failure.Reason(err))
+	}
+	return fs, confPath, override, nil
+}
+
+// setEnv sets (or, for "", unsets) each variable and returns what puts
+// the old values back; confEnvMu must be held until then.
+func setEnv(vars map[string]string) (restore func()) {
+	type old struct {
+		v   string
+		had bool
+	}
+	olds := map[string]old{}
+	for k, v := range vars {
+		o, had := os.LookupEnv(k)
+		olds[k] = old{o, had}
+		if v == "" {
+			os.Unsetenv(k)
+		} else {
+			os.Setenv(k, v)
+		}
+	}
+	return func() {
+		for k, o := range olds {
+			if o.had {
+				os.Setenv(k, o.v)
+			} else {
+				os.Unsetenv(k)
+			}
+		}
+	}
+}
 
 // storageImportDir names the OCI layout the staging area is made for
 // (GRAPHROOT/pullhelper-import, the Spec's Path): never created (Commit

@@ -32,6 +32,21 @@ func TestKubeletConfigReadSafely(t *testing.T) {
 			t.Errorf("%q: the error quotes the file: %v", doc, err)
 		}
 	}
+	// Values the checks refuse, and a path the file names: the key only.
+	for _, doc := range []string{
+		"clusterDNS:\n- 10.0.0.10\n- " + m + "\n",
+		"clusterDomain: \"" + m + " x\"\n",
+		"resolvConf: " + filepath.Join(dir, m) + "\n",
+	} {
+		f := filepath.Join(dir, "k")
+		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := dnsconf.Build(dnsconf.Input{Policy: dnsconf.PolicyDefault, KubeletConfig: f})
+		if err == nil || strings.Contains(err.Error(), m) || !strings.Contains(err.Error(), "kubelet config "+f) {
+			t.Errorf("%q: %v; want an error naming the kubelet config and its key, not the value", doc, err)
+		}
+	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)

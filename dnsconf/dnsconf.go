@@ -121,14 +121,16 @@ func Build(in Input) (*Config, error) {
 			// The kubelet reads exactly this file, and fails when it cannot.
 			hostResolv, hostOptional = *kc.ResolvConf, false
 		}
-		for _, ns := range kc.ClusterDNS {
+		// The key and the entry, never the value: the file may be a
+		// symlink to a root-only file of another kind.
+		for i, ns := range kc.ClusterDNS {
 			if err := CheckNameserver(ns); err != nil {
-				return nil, fmt.Errorf("kubelet config %s: clusterDNS %v", in.KubeletConfig, err)
+				return nil, fmt.Errorf("kubelet config %s: clusterDNS entry %d is not an IP address", in.KubeletConfig, i+1)
 			}
 		}
 		if kc.ClusterDomain != "" {
 			if err := CheckDomain(kc.ClusterDomain); err != nil {
-				return nil, fmt.Errorf("kubelet config %s: clusterDomain: %v", in.KubeletConfig, err)
+				return nil, fmt.Errorf("kubelet config %s: clusterDomain: not a domain name (letters, digits, '-', '_' and dots)", in.KubeletConfig)
 			}
 		}
 	}
@@ -168,8 +170,14 @@ func Build(in Input) (*Config, error) {
 	// The base: the host's file (getHostDNSConfig), unless resolvConf is "".
 	var host resolvConf
 	if hostResolv != "" {
+		// A path the kubelet config names is that file's content: the
+		// errors name the key instead.
+		shown := hostResolv
+		if in.KubeletConfig != "" && in.HostResolvConf == "" && !hostOptional {
+			shown = "(the kubelet config " + in.KubeletConfig + "'s resolvConf)"
+		}
 		var err error
-		if host, err = readHost(hostResolv, hostOptional); err != nil {
+		if host, err = readHost(hostResolv, shown, hostOptional); err != nil {
 			return nil, err
 		}
 	}
@@ -287,14 +295,14 @@ type resolvConf struct {
 // search and options lines win, trailing dots trimmed (a bare "." dropped);
 // a nameserver line without an address is an error. A missing file is an
 // error unless optional (the built-in default path).
-func readHost(path string, optional bool) (resolvConf, error) {
+func readHost(path, shown string, optional bool) (resolvConf, error) {
 	var r resolvConf
 	b, err := readResolvConf(path)
 	if os.IsNotExist(err) && optional {
 		return r, nil
 	}
 	if err != nil {
-		return r, fmt.Errorf("reading host resolv.conf %s: %s", path, safefile.Reason(err))
+		return r, fmt.Errorf("reading host resolv.conf %s: %s", shown, safefile.Reason(err))
 	}
 	// Every line, however long (bufio.Scanner would stop at 64 KiB and
 	// lose the lines after it).
@@ -310,7 +318,7 @@ func readHost(path string, optional bool) (resolvConf, error) {
 		switch f[0] {
 		case "nameserver":
 			if len(f) < 2 {
-				return r, fmt.Errorf("host resolv.conf %s line %d: a nameserver line without an address (the kubelet refuses it too)", path, i+1)
+				return r, fmt.Errorf("host resolv.conf %s line %d: a nameserver line without an address (the kubelet refuses it too)", shown, i+1)
 			}
 			if CheckNameserver(f[1]) == nil {
 				r.nameservers = append(r.nameservers, f[1])

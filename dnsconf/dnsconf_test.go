@@ -79,7 +79,7 @@ func TestErrors(t *testing.T) {
 		{dnsconf.Input{Policy: "ClusterLast", Nameservers: []string{"10.0.0.1"}}, "want ClusterFirst, ClusterFirstWithHostNet, Default or None"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.1"}, HostResolvConf: write(t, "ns.conf", "nameserver\n")}, "a nameserver line without an address"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.300"}, HostResolvConf: none}, "not an IP address"},
-		{dnsconf.Input{KubeletConfig: write(t, "k.yaml", "clusterDNS: [nope]\n"), HostResolvConf: none}, "clusterDNS \"nope\""},
+		{dnsconf.Input{KubeletConfig: write(t, "k.yaml", "clusterDNS: [nope]\n"), HostResolvConf: none}, "clusterDNS entry 1 is not an IP address"},
 		{dnsconf.Input{KubeletConfig: write(t, "bad.yaml", "clusterDNS: [\n"), HostResolvConf: none}, "kubelet config"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Hosts: []string{"10.0.0.2"}, HostResolvConf: none}, "hosts entry"},
 	} {

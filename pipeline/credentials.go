@@ -17,7 +17,7 @@ const DefaultProviderCacheDir = "/run/pullhelper/credential-provider-cache"
 
 // keyringConfig translates the policy's [auth] and [trust] settings for
 // package auth (which imports no policy).
-func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Config {
+func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *regSnapshot) auth.Config {
 	a, t := l.Auth, l.Trust
 	c := auth.Config{
 		PullSecrets: a.PullSecrets, KubeletDockerConfig: a.KubeletDockerConfig,
@@ -30,10 +30,13 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 		Authfile:                    a.Authfile, Env: in.Env,
 		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
 		InlineProviderServiceAccountToken: in.ProviderServiceAccountToken,
-		RegistriesConf:                    registriesConf,
+		RegistriesConfName:                registriesConf,
 		CertDir:                           t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
 		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",
 	}
+	// containers/image reads the checked bytes, not the caller's paths.
+	sys := snap.sys(registriesConf)
+	c.RegistriesConf, c.RegistriesConfDir = sys.SystemRegistriesConfPath, sys.SystemRegistriesConfDirPath
 	if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
 		c.TLSVerifySetting = src
 	}
@@ -57,7 +60,7 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string) auth.Conf
 // credential candidates and trust. The last endpoint is the primary: its
 // candidates and trust are the plan's credentials and trust.
 func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Named) error {
-	k, err := auth.NewKeyring(keyringConfig(l, in, p.RegistriesConf))
+	k, err := auth.NewKeyring(keyringConfig(l, in, p.RegistriesConf, p.regSnap))
 	if err != nil {
 		var ce *auth.ConfigError
 		if errors.As(err, &ce) {

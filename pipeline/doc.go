@@ -22,6 +22,10 @@
 //     (the isolated child's, checked by reexec first).
 //   - On every path out of Run the staging area is removed and, when
 //     isolated, every process of the pull is dead and its cgroup removed.
+//   - registries.conf and its drop-ins are read once, by NewPlan, through
+//     safefile; every containers/image call of the parent reads a snapshot
+//     of those bytes (snapshot.go, internal/memfs), which the Plan holds
+//     until Close (the caller closes it when the pull or explain ends).
 //   - Building a Plan sends no network byte of its own; it may run the
 //     kubelet's credential-provider plugins (never for explain), which
 //     may.

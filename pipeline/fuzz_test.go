@@ -36,7 +36,7 @@ func FuzzResolveImage(f *testing.F) {
 		UserShortNameAliasConfPath:  filepath.Join(dir, "aliases.conf"),
 	}
 	f.Fuzz(func(t *testing.T, image string) {
-		named, _, err := resolveImage(image, sys)
+		named, _, err := resolveImage(image, nil, sys)
 		if err != nil {
 			if failure.CodeOf(err) != failure.Usage || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("error %q (%s), want a one-line usage error", err, failure.CodeOf(err))

@@ -218,10 +218,11 @@ func (p *Plan) registriesConf() (*childRegistriesConf, error) {
 		out.Registries = []sysregistriesv2.Registry{reg}
 		return out, nil
 	}
-	sys := &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}
-	conf, err := sysregistriesv2.TryUpdatingCache(sys)
+	// The snapshot of what NewPlan checked (snapshot.go), not the paths.
+	conf, err := sysregistriesv2.TryUpdatingCache(p.regSnap.sys(p.RegistriesConf))
 	if err != nil {
-		return nil, failure.New(failure.Usage, "reading registries.conf %s: %s", sysregistriesv2.ConfigurationSourceDescription(sys), auth.RegistriesConfError(err))
+		return nil, failure.New(failure.Usage, "reading registries.conf %s: %s",
+			sysregistriesv2.ConfigurationSourceDescription(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}), p.regSnap.describe(auth.RegistriesConfError(err)))
 	}
 	out.Registries = conf.Registries
 	for _, e := range p.Endpoints {

@@ -50,7 +50,7 @@ func TestMemConfigIsMountedNowhere(t *testing.T) {
 	}
 	// In no mount table: no path names it.
 	var stx unix.Statx_t
-	if err := unix.Statx(m.fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+	if err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_MNT_ID, &stx); err != nil {
 		t.Fatal(err)
 	}
 	mi, err := os.ReadFile("/proc/self/mountinfo")

@@ -62,6 +62,18 @@ type Plan struct {
 	Containerd *dest.ContainerdSettings `json:"containerd,omitempty"`
 
 	dst dest.Destination // the parsed DEST (nil for explain without one)
+	// regSnap is the registries.conf that was checked, which every
+	// containers/image call of the parent reads (snapshot.go).
+	regSnap *regSnapshot
+}
+
+// Close drops what the plan holds (the registries.conf snapshot) once the
+// pull or explain is done; a nil plan or a second Close does nothing.
+func (p *Plan) Close() {
+	if p != nil {
+		p.regSnap.Close()
+		p.regSnap = nil
+	}
 }
 
 // Network is where the child's network traffic goes.
@@ -101,7 +113,7 @@ type Inputs struct {
 
 // NewPlan resolves everything a pull needs without touching the network.
 // Errors are failure.Usage unless stated.
-func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
+func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 	p := &Plan{
 		Request: pull.Request{
 			Image:            in.Image,
@@ -141,19 +153,27 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		// whose HOME is not root's, reads the same one.
 		p.RegistriesConf = f
 	}
-	// Every registries.conf file is read here first, through safefile
-	// (regular files, bounded, errors without content), before
-	// containers/image opens them.
-	if err := auth.CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}); err != nil {
+	// Every registries.conf file is read here, once, through safefile
+	// (regular files, bounded, errors without content); containers/image
+	// reads the snapshot of those bytes, never the caller's paths again.
+	if p.regSnap, err = snapshotRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}); err != nil {
+		var fe *failure.Error
+		if errors.As(err, &fe) {
+			return nil, err // the snapshot's own (no private filesystem, too big)
+		}
 		if l.Pull.RegistriesConf != "" {
 			return nil, failure.New(failure.Usage, "%s: %v", settingName(l, "pull.registries_conf"), err)
 		}
 		return nil, failure.New(failure.Usage, "%v", err)
 	}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
 	var (
 		named reference.Named
 		how   string
-		err   error
 	)
 	if l.Auth.ContainerdConfig != "" {
 		// containerd semantics: a short name is docker.io's (the CRI's
@@ -161,7 +181,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (*Plan, error) {
 		// short-name rules are CRI-O's and podman's, not containerd's.
 		named, how, err = normalizeContainerd(in.Image)
 	} else {
-		named, how, err = resolveImage(in.Image, &types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf})
+		named, how, err = resolveImage(in.Image, p.regSnap, p.regSnap.sys(p.RegistriesConf))
 	}
 	if err != nil {
 		return nil, err
@@ -286,7 +306,7 @@ func parseImage(image string) (reference.Named, error) {
 // resolveImage parses IMAGE into a fully qualified reference. A short name
 // (no registry host) is resolved only through registries.conf: an alias, or
 // exactly one unqualified-search registry; anything else is an error.
-func resolveImage(image string, sys *types.SystemContext) (reference.Named, string, error) {
+func resolveImage(image string, snap *regSnapshot, sys *types.SystemContext) (reference.Named, string, error) {
 	named, err := parseImage(image)
 	if err != nil {
 		return nil, "", err
@@ -298,15 +318,15 @@ func resolveImage(image string, sys *types.SystemContext) (reference.Named, stri
 		name := strings.SplitN(strings.SplitN(image, "@", 2)[0], ":", 2)[0]
 		alias, file, aerr := sysregistriesv2.ResolveShortNameAlias(sys, name)
 		if aerr != nil {
-			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %s", image, auth.RegistriesConfError(aerr))
+			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %s", image, snap.describe(auth.RegistriesConfError(aerr)))
 		}
 		var base reference.Named
 		if alias != nil {
-			base, how = alias, "alias in "+file
+			base, how = alias, "alias in "+snap.name(file)
 		} else {
 			regs, rerr := sysregistriesv2.UnqualifiedSearchRegistries(sys)
 			if rerr != nil {
-				return nil, "", failure.New(failure.Usage, "reading registries.conf: %s", auth.RegistriesConfError(rerr))
+				return nil, "", failure.New(failure.Usage, "reading registries.conf: %s", snap.describe(auth.RegistriesConfError(rerr)))
 			}
 			if len(regs) != 1 {
 				return nil, "", failure.New(failure.Usage, "image %q is a short name and registries.conf does not resolve it unambiguously (%d unqualified-search registries, no alias): use a fully qualified reference such as %s", image, len(regs), named.String())

@@ -36,6 +36,13 @@ func TestPolicyErrorsCarryNoContent(t *testing.T) {
 			t.Errorf("%q: the error does not name the file and line: %v", doc, err)
 		}
 	}
+	// An integer out of range, which the decoder repeats unquoted: the key
+	// and line only.
+	const num = "4242424242424242424242424242"
+	if _, err := policy.Parse("p.toml", []byte("version = 1\n[pull]\nretries = "+num+"\n")); err == nil ||
+		strings.Contains(err.Error(), num) || !strings.HasPrefix(err.Error(), "p.toml:3: pull.retries") {
+		t.Errorf("out-of-range integer: %v; want the key and line, not the number", err)
+	}
 	// A misspelt key of a section is still named.
 	_, err := policy.Parse("p.toml", []byte("version = 1\n[pull]\nretires = 2\n"))
 	if err == nil || !strings.Contains(err.Error(), "p.toml:3: pull.retires: unknown key") {

@@ -426,8 +426,9 @@ func syntaxError(name string, err error) error {
 
 // tomlError is a decoder's complaint about a value: a key of the schema is
 // named with the decoder's message (which may quote the value: the file
-// set a key of the policy); any other key is not, and the message loses its
-// quoted fragments.
+// set a key of the policy) less its bare long numbers (an integer out of
+// range is repeated unquoted); any other key is not, and the message loses
+// its quoted fragments.
 func tomlError(name string, err error) error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
@@ -438,7 +439,7 @@ func tomlError(name string, err error) error {
 		if !schemaKey(pe.LastKey) {
 			return &Error{File: name, Line: pe.Position.Line, Msg: safefile.Redact(cleanTOMLMessage(msg))}
 		}
-		return &Error{File: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: cleanTOMLMessage(msg)}
+		return &Error{File: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: safefile.RedactNumbers(cleanTOMLMessage(msg))}
 	}
 	// Type mismatches come as plain errors: "toml: line N (last key "K"): …".
 	if m := lineKeyRE.FindStringSubmatch(err.Error()); m != nil {
@@ -446,7 +447,7 @@ func tomlError(name string, err error) error {
 		if !schemaKey(m[2]) {
 			return &Error{File: name, Line: line, Msg: safefile.Redact(cleanTOMLMessage(m[3]))}
 		}
-		return &Error{File: name, Line: line, Key: m[2], Msg: cleanTOMLMessage(m[3])}
+		return &Error{File: name, Line: line, Key: m[2], Msg: safefile.RedactNumbers(cleanTOMLMessage(m[3]))}
 	}
 	return &Error{File: name, Msg: safefile.Redact(cleanTOMLMessage(err.Error()))}
 }

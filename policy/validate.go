@@ -318,6 +318,10 @@ func CheckUser(u string) string {
 	switch {
 	case u[0] == '-':
 		return fmt.Sprintf("uid %s is negative; want a uid in 1-%d", u, MaxID)
+	case u[0] == '+' || len(num) > 1 && num[0] == '0':
+		// One spelling per uid: the user database is looked up by it
+		// (its primary group), and "007" or "+7" would miss uid 7's.
+		return fmt.Sprintf("uid %s has a sign or leading zeros; write a uid in 1-%d in plain decimal", u, MaxID)
 	case err != nil || n > MaxID:
 		return fmt.Sprintf("uid %s is out of range; want a uid in 1-%d (4294967295 means \"unchanged\" to setresuid, larger ones are truncated)", u, MaxID)
 	case n == 0:

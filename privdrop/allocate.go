@@ -63,6 +63,10 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 		if err != nil || n <= 0 || n > MaxID {
 			return nil, fmt.Errorf("privileges.user %q: want a uid in 1-%d", spec, MaxID)
 		}
+		if strconv.Itoa(n) != spec {
+			// "007", "+7": the passwd lookup below is by the exact text.
+			return nil, fmt.Errorf("privileges.user %q: write the uid in plain decimal (%d), without a sign or leading zeros", spec, n)
+		}
 		gid := n
 		if u, err := user.LookupId(spec); err == nil {
 			gid, _ = strconv.Atoi(u.Gid)

@@ -205,6 +205,13 @@ func TestAllocate(t *testing.T) {
 	if l, err := privdrop.Allocate("nobody", dir); err != nil || l.UID == 0 {
 		t.Errorf("Allocate(nobody) = %+v, %v", l, err)
 	}
+	// One spelling per uid (policy.CheckUser refuses the others first):
+	// "+65534" and "065534" would miss nobody's passwd group.
+	for _, spec := range []string{"+65534", "065534"} {
+		if _, err := privdrop.Allocate(spec, dir); err == nil || !strings.Contains(err.Error(), "plain decimal") {
+			t.Errorf("Allocate(%q): %v; want a refusal naming the plain decimal form", spec, err)
+		}
+	}
 	if l, err := privdrop.Allocate("12345", dir); err != nil || l.UID != 12345 || l.GID != 12345 {
 		t.Errorf("Allocate(12345) = %+v, %v", l, err)
 	}

@@ -174,3 +174,86 @@ uid_refused() {
     run_pullhelper 0 explain --user 4294967294 "$IMAGE" "oci:$OUT/dest"
     [[ $(json_get .plan.isolation.user <<<"$output") == 4294967294 ]] || fail "explain: $output"
 }
+
+# swap_after_read NAME: as uid 65534, replace $VT/attic/NAME by a FIFO as
+# soon as root has read it once (inotify IN_CLOSE_NOWRITE: safefile's
+# check), in the background; returns once the watch is in place. The
+# swapper prints "swapped" to $OUT/swap-NAME.
+swap_after_read() {
+    local name=$1
+    mkdir -p "$VT/swap"
+    chmod 755 "$VT/swap"
+    cat >"$VT/swap/swap.py" <<'PY'
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d, name, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+os.mkfifo(os.path.join(d, "." + name + ".fifo"), 0o644)
+fd = libc.inotify_init()
+if fd < 0 or libc.inotify_add_watch(fd, d.encode(), 0x10) < 0:  # IN_CLOSE_NOWRITE
+    sys.exit("inotify: errno %d" % ctypes.get_errno())
+with open(ready, "w") as r:
+    r.write("ready\n")
+while True:
+    buf = os.read(fd, 4096)
+    i, hit = 0, False
+    while i < len(buf):
+        _, _, _, ln = struct.unpack_from("iIII", buf, i)
+        hit = hit or buf[i + 16:i + 16 + ln].rstrip(b"\0").decode() == name
+        i += 16 + ln
+    if hit:
+        os.rename(os.path.join(d, "." + name + ".fifo"), os.path.join(d, name))
+        print("swapped", flush=True)
+        break
+PY
+    rm -f "$VT/swap/ready-$name"
+    mkfifo "$VT/swap/ready-$name"
+    chown 65534 "$VT/swap/ready-$name"
+    as_nobody /usr/bin/python3 "$VT/swap/swap.py" "$VT/attic" "$name" "$VT/swap/ready-$name" >"$OUT/swap-$name" 2>&1 &
+    SWAPPER=$!
+    local line fd
+    # Opened read-write, which never blocks; -t is a hang guard for a
+    # swapper that died before writing, not a wait for it.
+    exec {fd}<>"$VT/swap/ready-$name"
+    read -r -t 120 -u "$fd" line || true
+    exec {fd}<&-
+    [[ $line == ready ]] || fail "the swapper did not start: $(cat "$OUT/swap-$name")"
+}
+
+@test "registries.conf and storage.conf swapped for a FIFO right after root's check: the pull reads what was checked and ends" {
+    # A regular file when root checks it, a FIFO from then on: without the
+    # fix containers/image opens the path again and root blocks in open()
+    # (timeout is the hang guard, 124/137).
+    printf 'unqualified-search-registries = ["127.0.0.1:1"]\n[[registry]]\nprefix = "127.0.0.1:1"\nlocation = "127.0.0.1:1"\n[[registry.mirror]]\nlocation = "127.0.0.1:2"\n' >"$VT/attic/registries.conf"
+    chown 65534:65534 "$VT/attic/registries.conf"
+    swap_after_read registries.conf
+    run --separate-stderr timeout --kill-after=5 120 "$PULLHELPER" explain --registries-conf "$VT/attic/registries.conf" fixtures/tiny "oci:$OUT/dest"
+    wait "$SWAPPER" || fail "swapper: $(cat "$OUT/swap-registries.conf")"
+    [[ $(cat "$OUT/swap-registries.conf") == swapped ]] || fail "the file was not swapped"
+    [[ -p $VT/attic/registries.conf ]] || fail "registries.conf is not the FIFO"
+    [[ $status -eq 0 ]] || fail "explain: exit $status, want 0 (124/137: root blocked on the FIFO); stderr: $stderr"
+    # The checked content: the short name and the mirror it gives.
+    assert_equal "$(json_get .plan.reference <<<"$output")" "127.0.0.1:1/fixtures/tiny:latest"
+    assert_equal "$(json_get .plan.endpoints[0].host <<<"$output")" "127.0.0.1:2"
+
+    # A pull the same way: it gets to the network (nothing listens: exit 6).
+    printf 'unqualified-search-registries = ["127.0.0.1:1"]\n' >"$VT/attic/registries.conf.new"
+    chown 65534:65534 "$VT/attic/registries.conf.new"
+    mv -f "$VT/attic/registries.conf.new" "$VT/attic/registries.conf"
+    swap_after_read registries.conf
+    run --separate-stderr timeout --kill-after=5 120 "$PULLHELPER" pull --retries 0 --registries-conf "$VT/attic/registries.conf" fixtures/tiny "oci:$OUT/dest"
+    wait "$SWAPPER" || fail "swapper: $(cat "$OUT/swap-registries.conf")"
+    [[ -p $VT/attic/registries.conf ]] || fail "registries.conf is not the FIFO"
+    [[ $status -eq 6 ]] || fail "pull: exit $status, want 6 (124/137: root blocked on the FIFO); stderr: $stderr"
+
+    # storage.conf (dest.storage_conf): containers/storage would open it
+    # right after the check, too soon for a watcher to win every time, so
+    # the test build swaps it at that very point (the hostile hook).
+    printf '[storage]\ndriver = "vfs"\ngraphroot = "%s/graph"\nrunroot = "%s/run"\n' "$OUT" "$OUT" >"$VT/attic/storage.conf"
+    chown 65534:65534 "$VT/attic/storage.conf"
+    printf 'version = 1\n[dest]\nstorage_conf = "%s"\n' "$VT/attic/storage.conf" >"$OUT/policy.toml"
+    PULLHELPER_HOSTILE_CHECKED=fifo-after-check run --separate-stderr timeout --kill-after=5 120 "$PULLHELPER_HOSTILE_BIN" explain --policy "$OUT/policy.toml" "$IMAGE" "containers-storage:h.example/t/x:v1"
+    [[ $stderr == *"storage.conf is now a FIFO"* ]] || fail "the hook did not swap storage.conf: $stderr"
+    [[ -p $VT/attic/storage.conf ]] || fail "storage.conf is not the FIFO"
+    [[ $status -eq 0 ]] || fail "explain containers-storage: exit $status, want 0 (124/137: root blocked on the FIFO); stderr: $stderr"
+    [[ $output == *"$OUT/graph"* ]] || fail "the plan lacks storage.conf's graphroot: $output"
+}

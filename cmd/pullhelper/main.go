@@ -162,6 +162,7 @@ setting. Nothing is contacted and nothing is written.`,
 			if err != nil {
 				return err
 			}
+			defer plan.Close()
 			for _, w := range plan.Warnings {
 				fmt.Fprintf(stderr, "pullhelper: warning: %s\n", w)
 			}
@@ -290,6 +291,7 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 	if err != nil {
 		return nil, err
 	}
+	defer plan.Close()
 	for _, w := range plan.Warnings {
 		log.Warn(w)
 	}

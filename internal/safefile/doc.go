@@ -15,7 +15,9 @@
 // symlink).
 //
 // Errors are one line, name the file and the bound, and never carry the
-// file's content. Redact removes quoted fragments from a decoder's message,
+// file's content. Redact removes quoted fragments (to the end of the message
+// at an escaped quote) and bare long numbers (RedactNumbers) from a
+// decoder's message,
 // for callers that report where and what kind of error a file has without
 // repeating its bytes. A missing file's error still matches fs.ErrNotExist,
 // so that callers keep their owner's semantics for a missing file.

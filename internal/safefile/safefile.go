@@ -186,9 +186,11 @@ func Reason(err error) string {
 }
 
 // Redact removes what a decoder's message quotes ('x', "x", `x`, up to the
-// end of the line for an unterminated quote) and folds it onto one line, so
-// that it says where and what kind of error a file has without repeating
-// the file's bytes.
+// end of the message for an unterminated quote or one whose text holds a
+// backslash-escaped quote, to the last backtick for a backtick excerpt,
+// which may hold backticks) and bare long numbers (RedactNumbers), and folds it onto one line, so that it
+// says where and what kind of error a file has without repeating the
+// file's bytes.
 func Redact(msg string) string {
 	var b strings.Builder
 	for i := 0; i < len(msg); i++ {
@@ -199,18 +201,50 @@ func Redact(msg string) string {
 				b.WriteByte(c)
 				continue
 			}
-			j := strings.IndexByte(msg[i+1:], c)
-			if j < 0 {
-				b.WriteString("(…)")
-				break
+			var j int
+			if c == '`' {
+				j = strings.LastIndexByte(msg[i+1:], c)
+			} else {
+				j = strings.IndexByte(msg[i+1:], c)
 			}
 			b.WriteString("(…)")
+			if j < 0 || strings.IndexByte(msg[i+1:i+1+j], '\\') >= 0 {
+				// Unterminated, or an escaped quote may end it later
+				// than it seems: nothing after it is safe to repeat.
+				break
+			}
 			i += j + 1
 			continue
 		}
 		b.WriteByte(c)
 	}
-	return strings.Join(strings.Fields(b.String()), " ")
+	return strings.Join(strings.Fields(RedactNumbers(b.String())), " ")
+}
+
+// RedactNumbers replaces the bare numbers (between spaces) of 10 digits or
+// more in msg (a
+// value a decoder repeats, "4242… is out of range for int64", never a line
+// or a column) by "(…)", for a message that may name the value otherwise.
+func RedactNumbers(msg string) string {
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if c := msg[i]; c < '0' || c > '9' {
+			b.WriteByte(c)
+			continue
+		}
+		j := i
+		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+			j++
+		}
+		bare := (i == 0 || msg[i-1] == ' ') && (j == len(msg) || msg[j] == ' ' || msg[j] == ',' || msg[j] == ';' || msg[j] == ':')
+		if bare && j-i >= 10 {
+			b.WriteString("(…)")
+		} else {
+			b.WriteString(msg[i:j])
+		}
+		i = j - 1
+	}
+	return b.String()
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }

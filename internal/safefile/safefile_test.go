@@ -156,6 +156,12 @@ func TestRedact(t *testing.T) {
 		`unknown key "` + marker + `"`:                         "unknown key (…)",
 		"unterminated \"" + marker:                             "unterminated (…)",
 		"can't parse\nline 2":                                  "can't parse line 2",
+		// An escaped quote: what follows it may be the value still.
+		`bad value "A\"` + marker + `" at line 3`: "bad value (…)",
+		// A backtick excerpt holding a backtick.
+		"cannot unmarshal !!str `A`" + marker + "` into int": "cannot unmarshal !!str (…) into int",
+		// A bare number: the value, not a position.
+		"line 3: 4242424242" + "4242424242 is out of range for int64": "line 3: (…) is out of range for int64",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
