@@ -31,6 +31,9 @@ setup() {
 # A generous bound on the parent's peak resident set (its baseline is
 # about 30 MiB): a memory bound, not a timing.
 MAX_RSS_KIB=$((100 << 10))
+# The bound when the child sends a maximal last line (the report), which the
+# parent holds whole once.
+MAX_LAST_LINE_RSS_KIB=$((200 << 10))
 
 # hostile_pull ACTIONS FD-REDIRECT ARGS...: the hostile build's pull with
 # $PULLHELPER_HOSTILE=ACTIONS, under GNU time; sets rc, $OUT/stdout,
@@ -131,7 +134,12 @@ PY
 @test "a report line that amplifies when decoded (8 M empty endpoints): refused before decoding, the parent stays bounded" {
     hostile_pull after-copy:wire-amp "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     grep -q "hostile: wire-amp: sent" "$OUT/stderr" || fail "the hostile action did not run"
-    ((rss_kib < MAX_RSS_KIB)) || fail "the parent's peak RSS is ${rss_kib} KiB, over ${MAX_RSS_KIB} KiB"
+    # The parent reads this one line whole before its shape is walked: a
+    # maximal last line (about 23 MiB, read in growing buffers, freed when the
+    # collector runs) comes on top of the baseline, so this case's bound is
+    # MAX_LAST_LINE_RSS_KIB (seen: 104 MiB once, about 60 most runs; decoding
+    # the endpoints took it to 1.2 GiB).
+    ((rss_kib < MAX_LAST_LINE_RSS_KIB)) || fail "the parent's peak RSS is ${rss_kib} KiB, over ${MAX_LAST_LINE_RSS_KIB} KiB"
     assert_equal "$rc" 7
     assert_equal "$(json_get .error.code <"$OUT/stdout")" isolation
     [[ $(json_get .error.message <"$OUT/stdout") == *"array of more than"* ]] || fail "the error does not name the array: $(cat "$OUT/stdout")"
