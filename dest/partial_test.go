@@ -125,20 +125,9 @@ func TestOpenPartialCopiesAKilledPullsBlobs(t *testing.T) {
 // all at most the image's limit.
 func TestTakeBackKeepsOnlyWantedBlobs(t *testing.T) {
 	needRoot(t)
-	top := t.TempDir()
-	id := &dest.Identity{UID: 4002, GID: 4002}
-	st, err := parse(t, "oci:"+filepath.Join(top, "d")).Stage(dest.StageOptions{HandTo: id, MaxBytes: 100})
-	must(t, err)
+	st, p, file, put := childCache(t, 4002, 100)
 	defer st.Remove()
-	p, err := st.OpenPartial(id, nil)
-	must(t, err)
 	defer p.Close()
-	file := func(c string) string { return "sha256-" + sha([]byte(c))[7:] + ".partial" }
-	put := func(c string, n int) {
-		f := filepath.Join(p.Path, file(c))
-		must(t, os.WriteFile(f, bytes.Repeat([]byte("x"), n), 0o600))
-		must(t, os.Chown(f, id.UID, id.GID))
-	}
 	put("unasked", 50)  // a digest-shaped name no blob of the image has
 	put("asked", 40)    // a prefix of an asked-for blob of 60
 	put("long", 30)     // longer than its declared 20
@@ -208,20 +197,9 @@ func TestTakeBackDatesKeptBlobsNow(t *testing.T) {
 // no pin) changes nothing.
 func TestRestrictKeepsOnlyTheCheckedManifestsBlobs(t *testing.T) {
 	needRoot(t)
-	top := t.TempDir()
-	id := &dest.Identity{UID: 4004, GID: 4004}
-	st, err := parse(t, "oci:"+filepath.Join(top, "d")).Stage(dest.StageOptions{HandTo: id, MaxBytes: 1000})
-	must(t, err)
+	st, p, file, put := childCache(t, 4004, 1000)
 	defer st.Remove()
-	p, err := st.OpenPartial(id, nil)
-	must(t, err)
 	defer p.Close()
-	file := func(c string) string { return "sha256-" + sha([]byte(c))[7:] + ".partial" }
-	put := func(c string, n int) {
-		f := filepath.Join(p.Path, file(c))
-		must(t, os.WriteFile(f, bytes.Repeat([]byte("x"), n), 0o600))
-		must(t, os.Chown(f, id.UID, id.GID))
-	}
 	put("config", 5)
 	put("layer", 40)
 	put("announced", 50) // announced by the child, in no manifest
@@ -242,4 +220,26 @@ func TestRestrictKeepsOnlyTheCheckedManifestsBlobs(t *testing.T) {
 	if len(ents) != 1 || ents[0].Name() != file("config") {
 		t.Fatalf("the cache keeps %v, want only %s (the announced blob is in no manifest, the layer longer than declared)", ents, file("config"))
 	}
+}
+
+// childCache is a stage handed to uid with its partial-blob cache open,
+// and how a test names (file) and plants (put: n bytes, owned by uid) a
+// cache entry for the blob whose content is c, as that uid's child would.
+func childCache(t *testing.T, uid int, maxBytes int64) (*dest.Stage, *dest.Partial, func(c string) string, func(c string, n int)) {
+	t.Helper()
+	id := &dest.Identity{UID: uid, GID: uid}
+	st, err := parse(t, "oci:"+filepath.Join(t.TempDir(), "d")).Stage(dest.StageOptions{HandTo: id, MaxBytes: maxBytes})
+	must(t, err)
+	p, err := st.OpenPartial(id, nil)
+	if err != nil {
+		st.Remove()
+		t.Fatal(err)
+	}
+	file := func(c string) string { return "sha256-" + sha([]byte(c))[7:] + ".partial" }
+	put := func(c string, n int) {
+		f := filepath.Join(p.Path, file(c))
+		must(t, os.WriteFile(f, bytes.Repeat([]byte("x"), n), 0o600))
+		must(t, os.Chown(f, id.UID, id.GID))
+	}
+	return st, p, file, put
 }
