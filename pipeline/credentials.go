@@ -11,10 +11,6 @@ import (
 	"go.podman.io/image/v5/docker/reference"
 )
 
-// DefaultProviderCacheDir holds the kubelet credential-provider responses
-// between pulls on this node (0700).
-const DefaultProviderCacheDir = "/run/pullhelper/credential-provider-cache"
-
 // keyringConfig translates the policy's [auth] and [trust] settings for
 // package auth (which imports no policy).
 func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *regSnapshot) auth.Config {
@@ -46,7 +42,8 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *reg
 		c.CAFiles = append(c.CAFiles, auth.ScopedFile{Pattern: f.Registry, File: f.File})
 	}
 	if c.CredentialProviderConfig != "" && c.RunProviders {
-		c.ProviderCacheDir = DefaultProviderCacheDir
+		// The responses between pulls on this node (0700).
+		c.ProviderCacheDir = in.stateRoot().ProviderCache()
 		if err := os.MkdirAll(c.ProviderCacheDir, 0o700); err != nil {
 			c.ProviderCacheDir = ""
 		}

@@ -4,14 +4,22 @@
 //	policy + flags → Plan (NewPlan: resolved, validated; explain prints it)
 //	→ material (secrets, certificates, configuration files, read here by
 //	  the parent, which may be the only one allowed to)
-//	→ staging beside DEST
-//	→ copy: in this process (--no-isolation) or in the isolated child
-//	  (package reexec: cgroup, namespaces, privilege drop)
-//	→ take back → verify → commit → result.
+//	→ the pull lock → sequence (run.go): prepare (reclaim, the uid) →
+//	  staging beside DEST → the partial-blob cache → start → hash ahead →
+//	  copy → hand over → verify → commit → result, each undo deferred as
+//	  its step is taken.
+//
+// Where the copy runs is a runner (steps.go): inProcessRunner
+// (--no-isolation) or isolatedRunner (runner.go: cgroup, uid, the child of
+// package reexec). Both take everything from the plan's one isolation spec
+// (isolation.go: cgroup, user, seccomp, network namespace, DNS, state
+// root), which explain prints; a new isolation setting is a field there and
+// its use in runner.go.
 //
 // Invariants:
 //   - cmd/pullhelper parses flags and prints; it calls NewPlan and Run and
-//     nothing else of a pull.
+//     nothing else of a pull. Options are its hooks (events, bars, logs),
+//     not isolation settings.
 //   - The copy (package pull) gets everything it needs, the version
 //     included, in its Request and Material; it reads no host
 //     configuration.
@@ -21,7 +29,10 @@
 //     parent verified, field by field; the copy's pull.Report is its claims
 //     (the isolated child's, checked by reexec first).
 //   - On every path out of Run the staging area is removed and, when
-//     isolated, every process of the pull is dead and its cgroup removed.
+//     isolated, every process of the pull is dead and its cgroup removed
+//     (sequence_test.go checks the order and every failure path's undo).
+//   - Every directory shared by the node's pulls is under the plan's state
+//     root (internal/state), passed down; pipeline declares none.
 //   - registries.conf and its drop-ins are read once, by NewPlan, through
 //     safefile; every containers/image call of the parent reads a snapshot
 //     of those bytes (snapshot.go, internal/memfs), which the Plan holds

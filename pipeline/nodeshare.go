@@ -14,34 +14,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// NodeShareDir holds one file per pull that takes part in the node's
-// bandwidth budget (pull.node_bandwidth), each held with an flock by its
-// pull: a file nobody holds belongs to a pull that is gone.
-var NodeShareDir = "/run/pullhelper/bandwidth"
-
 // nodeShareTick is how often the live pulls are counted.
 const nodeShareTick = 500 * time.Millisecond
 
 // maxNodeShareEntries bounds the directory read (a full node has a few).
 const maxNodeShareEntries = 4096
 
-// nodeShare registers this pull in NodeShareDir and returns a channel
+// nodeShare registers this pull in dir (the state root's Bandwidth: one
+// file per pull that takes part in the node's bandwidth budget,
+// pull.node_bandwidth, each held with an flock by its pull, so that a file
+// nobody holds belongs to a pull that is gone) and returns a channel
 // carrying its share of the node's budgets: total bytes/s and layers
 // concurrent downloads, each divided by the pulls that hold a file there
 // (at least one download each), sent at once and again whenever that count
 // changes. stop ends
 // the updates, closes the channel and removes the registration.
-func nodeShare(total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare, func(), error) {
-	if err := os.MkdirAll(NodeShareDir, 0o700); err != nil {
-		return nil, nil, failure.Wrap(failure.Destination, err, "creating %s (pull.node_bandwidth)", NodeShareDir)
+func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare, func(), error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, failure.Wrap(failure.Destination, err, "creating %s (pull.node_bandwidth)", dir)
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	name := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])
-	path := filepath.Join(NodeShareDir, name)
+	path := filepath.Join(dir, name)
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", NodeShareDir)
+		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", dir)
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		unix.Close(fd)
@@ -58,7 +56,7 @@ func nodeShare(total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare
 		t := time.NewTicker(nodeShareTick)
 		defer t.Stop()
 		for {
-			if n := livePulls(name); n != last {
+			if n := livePulls(dir, name); n != last {
 				last = n
 				share := pull.NodeShare{Rate: total / int64(n)}
 				if layers > 0 {
@@ -87,10 +85,10 @@ func nodeShare(total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare
 	return out, stop, nil
 }
 
-// livePulls counts the registrations someone holds (ours, self, counts),
+// livePulls counts the registrations in dir someone holds (ours, self, counts),
 // removing those nobody holds. At least 1.
-func livePulls(self string) int {
-	d, err := os.Open(NodeShareDir)
+func livePulls(dir, self string) int {
+	d, err := os.Open(dir)
 	if err != nil {
 		return 1
 	}
@@ -102,7 +100,7 @@ func livePulls(self string) int {
 			n++
 			continue
 		}
-		p := filepath.Join(NodeShareDir, nm)
+		p := filepath.Join(dir, nm)
 		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			continue

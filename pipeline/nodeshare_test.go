@@ -10,9 +10,9 @@ import (
 )
 
 func TestNodeShareSplitsAmongLivePulls(t *testing.T) {
-	NodeShareDir = t.TempDir()
+	dir := t.TempDir()
 	// Another live pull (an flock held on its file) and a dead one's file.
-	held := filepath.Join(NodeShareDir, "1-live")
+	held := filepath.Join(dir, "1-live")
 	fd, err := unix.Open(held, unix.O_CREAT|unix.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -21,11 +21,11 @@ func TestNodeShareSplitsAmongLivePulls(t *testing.T) {
 	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	stale := filepath.Join(NodeShareDir, "2-gone")
+	stale := filepath.Join(dir, "2-gone")
 	if err := os.WriteFile(stale, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rates, stop, err := nodeShare(300, 3, slog.New(slog.DiscardHandler))
+	rates, stop, err := nodeShare(dir, 300, 3, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestNodeShareSplitsAmongLivePulls(t *testing.T) {
 	if _, ok := <-rates; ok {
 		t.Error("the share channel is still open after stop")
 	}
-	entries, _ := os.ReadDir(NodeShareDir)
+	entries, _ := os.ReadDir(dir)
 	if len(entries) != 0 {
 		t.Errorf("left behind: %v", entries)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
@@ -18,10 +19,6 @@ import (
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
 )
-
-// Version is the binary's version (set by main from the build), sent in the
-// User-Agent of every registry request, also from the isolated child.
-var Version = "dev"
 
 // SystemSignaturePolicy is used when no signature policy is configured and
 // the file exists.
@@ -38,11 +35,11 @@ type Plan struct {
 	// found ("" when the search is off or found none).
 	KubeletDockerConfig string `json:"kubelet_docker_config,omitempty"`
 	// RegistriesConf is the registries.conf in effect ("" = system default).
-	RegistriesConf string        `json:"registries_conf,omitempty"`
-	Network        Network       `json:"network"`
-	Isolation      api.Isolation `json:"isolation"`
-	Policy         PolicySource  `json:"policy"`
-	Warnings       []string      `json:"warnings,omitempty"`
+	RegistriesConf string `json:"registries_conf,omitempty"`
+	// Isolation is how the copy is isolated: the one spec (isolation.go).
+	Isolation Isolation    `json:"isolation"`
+	Policy    PolicySource `json:"policy"`
+	Warnings  []string     `json:"warnings,omitempty"`
 	// Sources says whose rules chose the endpoints and credentials:
 	// "containerd" (auth.containerd_config is set) or "registries.conf".
 	Sources string `json:"endpoint_rules"`
@@ -76,13 +73,6 @@ func (p *Plan) Close() {
 	}
 }
 
-// Network is where the child's network traffic goes.
-type Network struct {
-	Mode  string          `json:"mode"`            // host, netns, cluster-dns
-	Netns string          `json:"netns,omitempty"` // resolved namespace path
-	DNS   *dnsconf.Config `json:"dns,omitempty"`   // the override, rendered
-}
-
 // PolicySource names the policy file and profile in effect.
 type PolicySource struct {
 	File    string `json:"file,omitempty"`
@@ -94,7 +84,12 @@ type Inputs struct {
 	Image       string
 	Dest        string // may be empty for explain
 	NoIsolation bool
-	Env         auth.Env
+	// Version is the binary's version, sent in the User-Agent of every
+	// registry request ("dev" when empty).
+	Version string
+	// StateRoot is the node's state root (state.Default when empty).
+	StateRoot state.Root
+	Env       auth.Env
 	// Explain builds the plan for explain: nothing runs (no credential
 	// provider plugin) and nothing is written.
 	Explain bool
@@ -114,6 +109,14 @@ type Inputs struct {
 // NewPlan resolves everything a pull needs without touching the network.
 // Errors are failure.Usage unless stated.
 func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
+	version := in.Version
+	if version == "" {
+		version = "dev"
+	}
+	iso, err := newIsolation(l, in)
+	if err != nil {
+		return nil, failure.Wrap(failure.Usage, err, "")
+	}
 	p := &Plan{
 		Request: pull.Request{
 			Image:            in.Image,
@@ -126,15 +129,12 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 			MaxBandwidth:     int64(l.Pull.MaxBandwidth),
 			ParallelLayers:   int(l.Pull.ParallelLayers),
 			AllArchitectures: l.Pull.AllArchitectures,
-			UserAgent:        "pullhelper/" + Version,
+			UserAgent:        "pullhelper/" + version,
 			TLSVerify:        l.Trust.TLSVerify,
 			MaxImageBytes:    pull.DefaultMaxImageBytes,
 		},
 		Policy:    PolicySource{File: l.File, Profile: l.Profile},
-		Isolation: api.Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp},
-	}
-	if in.NoIsolation {
-		p.Isolation = api.Isolation{Enabled: false, Mode: "in-process", Reason: "--no-isolation"}
+		Isolation: iso,
 	}
 	if l.Pull.MaxImageSize > 0 {
 		p.MaxImageBytes = int64(l.Pull.MaxImageSize)
@@ -212,7 +212,7 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 // resolveNetwork checks the namespace and renders the DNS override.
 func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 	n := l.Network
-	p.Network.Mode = n.Mode
+	p.Isolation.Network.Mode = n.Mode
 	if n.Mode == "host" {
 		return nil
 	}
@@ -224,7 +224,7 @@ func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 		if err != nil {
 			return failure.New(failure.Isolation, "%s: %v", settingName(l, "network.netns"), err)
 		}
-		p.Network.Netns = path
+		p.Isolation.Network.Netns = path
 	}
 	if n.Mode == "cluster-dns" {
 		c, err := dnsconf.Build(dnsconf.Input{
@@ -235,7 +235,7 @@ func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 		if err != nil {
 			return failure.New(failure.Usage, "cluster DNS: %v", err)
 		}
-		p.Network.DNS = c
+		p.Isolation.Network.DNS = c
 		p.Warnings = append(p.Warnings, c.Warnings...)
 	}
 	return nil

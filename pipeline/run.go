@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -15,13 +14,13 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
-	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
-	"github.com/pullhelper/pullhelper/reexec"
 	"go.podman.io/image/v5/docker/reference"
 )
 
-// Options are the caller's hooks and the isolation settings of a pull.
+// Options are the caller's hooks: where events, bars and log records go.
+// How the pull is isolated is the plan's (Plan.Isolation), not the
+// caller's to say again.
 type Options struct {
 	// Events receives progress events in order (start, the copy's
 	// progress, then done or error is the caller's); may be nil.
@@ -31,14 +30,7 @@ type Options struct {
 	Report io.Writer
 	// Log receives human log records; nil discards them.
 	Log *slog.Logger
-	// Cgroup is where the isolated child runs and what it may use.
-	Cgroup cgroup.Config
-	// User is [privileges] user: dynamic, a name or a uid.
-	User string
-	// Seccomp is [privileges] seccomp.
-	Seccomp bool
-	// LockDir holds the dynamic uid locks (default privdrop.DefaultLockDir).
-	LockDir   string
+	// LogFormat ("text" or "json") and Debug are how the child logs too.
 	LogFormat string
 	Debug     bool
 
@@ -52,11 +44,11 @@ func (o *Options) emit(e api.Event) {
 	}
 }
 
-// Run carries out a plan, the one place that sequences a pull:
-// material → staging → copy (in this process, or in the isolated child) →
-// take back → verify → commit → result. On every path out the staging
-// area is removed, and when isolated every process of the pull is dead and
-// its cgroup removed, before Run returns.
+// Run carries out a plan: the material, the pull lock, then the one
+// sequence of a pull (sequence), with the copy in this process or in the
+// isolated child as the plan's isolation says. On every path out the
+// staging area is removed, and when isolated every process of the pull is
+// dead and its cgroup removed, before Run returns.
 func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	start := time.Now()
 	o.phases.start = start
@@ -81,12 +73,13 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 		return nil, err
 	}
 	defer unlock()
-	var res *api.Result
+	s := &pullSteps{p: p, o: &o, m: m}
 	if p.Isolation.Enabled {
-		res, err = isolated(ctx, p, m, &o)
+		s.r = &isolatedRunner{p: p, o: &o}
 	} else {
-		res, err = inProcess(ctx, p, m, &o)
+		s.r = &inProcessRunner{p: p, o: &o}
 	}
+	res, err := sequence(ctx, s)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +87,84 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	res.Timings = o.phases.timings(start, res.DurationMS)
 	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
 	return res, nil
+}
+
+// steps are a pull's steps, taken in the one order sequence gives them.
+// Each undo (release, removeStage, closePartial, stop, abortPrehash) is
+// safe to call when its step failed or did nothing. pullSteps is the
+// implementation; the sequence's test records the calls of another.
+type steps interface {
+	// prepare reclaims what killed pulls left and chooses who runs the
+	// copy; release gives that back, last of all.
+	prepare(ctx context.Context) error
+	release()
+	// stage creates the staging area beside DEST; removeStage removes it.
+	stage(ctx context.Context) error
+	removeStage()
+	// openPartial opens DEST's partial-blob cache (a pull without one goes
+	// on without resume: it cannot fail); closePartial lets it go.
+	openPartial()
+	closePartial()
+	// start readies the copy (its cgroup and child, its node share); stop
+	// ends every process of the pull and removes what start made.
+	start(ctx context.Context) error
+	stop()
+	// prehash starts hashing the blobs the copy hands over as each is
+	// done; abortPrehash stops it on every path.
+	prehash()
+	abortPrehash()
+	// copy runs the copy to its report, the child's claims, and takes
+	// the partial-blob cache back.
+	copy(ctx context.Context) (*pull.Report, error)
+	// handOver moves the blobs the copy left in the cache into staging.
+	handOver(rep *pull.Report) error
+	// verify checks the staged image against the report and the plan;
+	// commit publishes exactly what was verified.
+	verify(ctx context.Context, rep *pull.Report) error
+	commit(ctx context.Context) error
+	// removePartial removes the cache once its blobs are in DEST.
+	removePartial()
+	// result is built from the plan and what was verified.
+	result(rep *pull.Report) (*api.Result, error)
+}
+
+// sequence is the one order of a pull, whatever runs the copy:
+// prepare → stage → partial → start → prehash → copy → hand over → verify
+// → commit → remove the cache → result, each step's undo deferred as soon
+// as the step is taken, so that every path out undoes what was done, last
+// first.
+func sequence(ctx context.Context, s steps) (*api.Result, error) {
+	if err := s.prepare(ctx); err != nil {
+		return nil, err
+	}
+	defer s.release()
+	if err := s.stage(ctx); err != nil {
+		return nil, err
+	}
+	defer s.removeStage()
+	s.openPartial()
+	defer s.closePartial()
+	defer s.stop()
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	s.prehash()
+	defer s.abortPrehash()
+	rep, err := s.copy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.handOver(rep); err != nil {
+		return nil, err
+	}
+	if err := s.verify(ctx, rep); err != nil {
+		return nil, err
+	}
+	if err := s.commit(ctx); err != nil {
+		return nil, err
+	}
+	s.removePartial()
+	return s.result(rep)
 }
 
 // withDeadline is ctx with the pull's --timeout deadline, counted from
@@ -105,53 +176,6 @@ func (p *Plan) withDeadline(ctx context.Context, o *Options) (context.Context, c
 	}
 	return context.WithDeadlineCause(ctx, o.phases.start.Add(p.Timeout),
 		failure.New(failure.Network, "pull timed out after %s (--timeout)", p.Timeout))
-}
-
-// stage creates the staging area beside DEST (handed to id when the copy
-// runs as another uid) and logs what it reclaimed. Its waits (a store's
-// locks, containerd) end with ctx and the --timeout deadline.
-func (p *Plan) stage(ctx context.Context, o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
-	ctx, cancel := p.withDeadline(ctx, o)
-	defer cancel()
-	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log, Ctx: ctx})
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range st.Reclaimed {
-		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
-	}
-	return st, nil
-}
-
-// verifyAndCommit checks the staged image against what the copy reported
-// and what the plan pinned, judges it again with the signature policy,
-// commits exactly the verified files, and builds the result from the plan
-// and what it verified (result). Verify and Commit run on ctx (SIGINT,
-// SIGTERM) with the pull's --timeout deadline, counted from Run's start.
-func (p *Plan) verifyAndCommit(ctx context.Context, o *Options, m *pull.Material, st *dest.Stage, rep *pull.Report) (*api.Result, error) {
-	ctx, cancel := p.withDeadline(ctx, o)
-	defer cancel()
-	if _, err := p.credentialView(rep.Credential); err != nil {
-		return nil, err
-	}
-	if _, err := p.byDigest(rep.Digest); err != nil {
-		return nil, err
-	}
-	c := &rep.Copied
-	e := dest.Expect{Digest: rep.Digest, Instance: rep.InstanceDigest, DestDigest: rep.DestinationDigest,
-		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes, IndexRaw: c.IndexRaw, Manifest: c.Manifest, Served: c.Served}
-	if err := p.dst.Verify(ctx, st, e); err != nil {
-		return nil, err
-	}
-	if err := p.recheckSignature(ctx, m, rep, func(w string) { o.Log.Warn(w) }); err != nil {
-		return nil, err
-	}
-	o.phases.verifyEnd = time.Now()
-	if err := p.dst.Commit(ctx, st); err != nil {
-		return nil, err
-	}
-	o.phases.commitEnd = time.Now()
-	return p.result(rep, st)
 }
 
 // byDigest is the plan's repository pinned to d.
@@ -177,232 +201,6 @@ func (p *Plan) pinned() string {
 		return d
 	}
 	return ""
-}
-
-// lockDir is where the dynamic uid locks are.
-func (o *Options) lockDir() string {
-	if o.LockDir == "" {
-		return privdrop.DefaultLockDir
-	}
-	return o.LockDir
-}
-
-// reclaimUIDLocks removes the uid lock files of pulls killed before their
-// Release (nobody holds them) and logs each.
-func (o *Options) reclaimUIDLocks() []string {
-	out := privdrop.Sweep(o.lockDir())
-	for _, r := range out {
-		o.Log.Warn("reclaimed a stale uid lock left by a pullhelper that died", "path", r)
-	}
-	return out
-}
-
-// inProcess is --no-isolation: the copy runs here, as the caller.
-func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
-	reclaimedLocks := o.reclaimUIDLocks()
-	st, err := p.stage(ctx, o, nil, false)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Remove()
-	// The auth file and the client keys stay in memory (memconfig.go).
-	config, err := newMemConfig()
-	if err != nil {
-		return nil, err
-	}
-	defer config.Close()
-	part := p.partial(o, st, nil)
-	defer part.Close()
-	pst := &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config.Path()}
-	if part != nil {
-		pst.Partial, pst.HandOver = part.Path, part.CanHandOver(st)
-	}
-	var pre *dest.Prehash // as in isolated: handed blobs hashed as each is done
-	if pst.HandOver {
-		pre = part.Prehash(p.MaxImageBytes)
-	}
-	defer pre.Abort()
-	po := pull.Options{Events: prehashing(pre, progressOnly(o.Events)), Report: o.Report, Log: o.Log}
-	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
-		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-		po.Node = rates
-	}
-	o.phases.copyStart = time.Now()
-	rep, err := pull.Copy(ctx, &p.Request, m, pst, po)
-	if err != nil {
-		return nil, err
-	}
-	o.phases.copyEnd = time.Now()
-	st.UsePresums(pre.Finish())
-	if err := handOver(o, part, st, rep.Copied.Handed); err != nil {
-		return nil, err
-	}
-	res, err := p.verifyAndCommit(ctx, o, m, st, rep)
-	if err != nil {
-		return nil, err
-	}
-	removePartial(o, part)
-	res.Isolation = p.Isolation
-	if len(reclaimedLocks) > 0 {
-		res.Isolation.Reclaimed = reclaimedLocks
-	}
-	return res, nil
-}
-
-// isolated runs the copy in the child: an unprivileged uid, its own
-// cgroup, namespaces; then takes the staging area back, verifies and
-// commits it here.
-func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.Result, error) {
-	// A limit the child cannot live with (pids_max below what the Go
-	// runtime needs) is a usage error, before anything is created.
-	if err := cgroup.CheckLimits(o.Cgroup.Limits); err != nil {
-		return nil, err
-	}
-	// The stale cgroups of pulls whose parent was killed are reclaimed
-	// first: what is left in them is killed (a process of that pull could
-	// otherwise go on extending its old staging or its partial-blob cache
-	// mount while they are reclaimed below, or hold its uid).
-	reclaimed, err := cgroup.Reclaim(o.Cgroup)
-	for _, r := range reclaimed {
-		o.Log.Warn("reclaimed a stale pull cgroup left by a pullhelper that died", "cgroup", r)
-	}
-	if err != nil {
-		o.Log.Warn("reclaiming stale pull cgroups", "error", err.Error())
-	}
-	// The uid locks of pulls killed before their Release are reclaimed at
-	// every pull's start, as the cgroups are (and again by a dynamic
-	// allocation once it holds its own).
-	lockDir := o.lockDir()
-	reclaimedLocks := o.reclaimUIDLocks()
-	lease, err := privdrop.Allocate(o.User, lockDir)
-	if err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "")
-	}
-	for _, r := range lease.Reclaimed {
-		o.Log.Warn("reclaimed a stale uid lock left by a pullhelper that died", "path", r)
-	}
-	reclaimedLocks = append(reclaimedLocks, lease.Reclaimed...)
-	defer lease.Release() // after the cgroup is empty and removed (defers run last-first)
-	// A uid shared with other processes (--user NAME|UID) may have
-	// descriptors on staged files: commit fresh copies only.
-	st, err := p.stage(ctx, o, &dest.Identity{UID: lease.UID, GID: lease.GID}, lease.Source != "dynamic")
-	if err != nil {
-		return nil, err
-	}
-	defer st.Remove()
-	// The partial-blob cache is the pull uid's while the child runs, and
-	// root's again (TakeBack) once every process of the pull is dead.
-	part := p.partial(o, st, &dest.Identity{UID: lease.UID, GID: lease.GID})
-	defer part.Close()
-
-	cfg := o.Cgroup
-	cfg.AccountPaths = append(cfg.AccountPaths, filepath.Dir(p.Destination.Path))
-	g, err := cgroup.Create(cfg)
-	if err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "")
-	}
-	defer func() {
-		if err := g.Remove(); err != nil {
-			o.Log.Error("removing the pull cgroup", "error", err.Error())
-		}
-	}()
-	iso := p.Isolation
-	iso.Cgroup, iso.CgroupVersion, iso.CgroupDriver, iso.CgroupJoined = g.Path(), cgroup.Version(), g.Driver(), g.Joined()
-	iso.Reclaimed = append(append(reclaimed, st.Reclaimed...), reclaimedLocks...)
-	iso.UID, iso.GID, iso.User, iso.Seccomp = lease.UID, lease.GID, lease.Source, o.Seccomp
-	iso.Netns = p.Network.Netns
-	if p.Network.DNS != nil {
-		iso.DNS = p.Network.DNS.Nameservers
-	}
-	if !g.Joined() && cfg.Limits.Any() {
-		iso.Limits = apiLimits(cfg.Limits)
-	}
-
-	so := reexec.StartOptions{Netns: p.Network.Netns, Stage: st.Work, Debug: o.Debug, Terminal: o.Report != nil,
-		LogJSON: o.LogFormat == "json", Log: o.Log}
-	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
-		rates, stop, err := nodeShare(p.NodeBandwidth, p.NodeParallelLayers, o.Log)
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-		so.Rates = rates
-	}
-	if part != nil {
-		so.Partial = part.Dir
-	}
-	c, err := reexec.Start(g, so)
-	if err != nil {
-		if terr := part.TakeBack(); terr != nil {
-			o.Log.Warn("taking back the partial-blob cache", "error", terr.Error())
-		}
-		return nil, err
-	}
-	// Whole blobs the child hands over (only with a uid of the pull's
-	// own: another process of a shared one may hold descriptors on them)
-	// are hashed as each is done, while it goes on (dest.Prehash).
-	handOverOK := lease.Source == "dynamic" && part.CanHandOver(st)
-	var pre *dest.Prehash
-	if handOverOK {
-		pre = part.Prehash(p.MaxImageBytes)
-	}
-	defer pre.Abort() // every other path: hashing stops, leases let go, descriptors closed
-	iso.ChildPID = c.PID()
-	o.phases.copyStart = time.Now()
-	// From here on the child exists: Run kills and reaps it on every path.
-	// The child is told no host path: DEST stands anonymous in its copy of
-	// the request, and the staging area is a mount it gets by fd.
-	copyReq := p.Request
-	copyReq.Destination = p.Destination.Anonymous()
-	rep, err := c.Run(ctx, g, reexec.Request{
-		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(st.Name, st.Known, part != nil, handOverOK), Cgroup: g.Expected(),
-		DNS: p.Network.DNS, Identity: lease.Identity, Seccomp: o.Seccomp,
-		Log: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Bars: o.Report != nil,
-		NodeRate: so.Rates != nil,
-	}, wanting(part, prehashing(pre, progressOnly(o.Events))), o.Log)
-	o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification
-	usage := g.Usage()
-	// Run reaped the child and killed what was left in the cgroup: the
-	// cache is root's again before anything else happens, keeping only
-	// the blobs of the manifest when its bytes are the pinned digest's.
-	if err == nil && rep != nil {
-		part.Restrict(p.pinned(), rep.Copied.IndexRaw, rep.Copied.Manifest)
-	}
-	if terr := part.TakeBack(); terr != nil {
-		o.Log.Warn("taking back the partial-blob cache", "error", terr.Error())
-	}
-	if err != nil {
-		return nil, reexec.ExplainDeath(err, usage, cfg.Limits)
-	}
-	// Nothing running as the pull uid may outlive the child: Run killed
-	// what was left in the cgroup after reaping the child; make sure it is
-	// empty before the staging area is taken back (no pid: it may be
-	// another process's by now).
-	if err := g.Kill(); err != nil {
-		return nil, failure.Wrap(failure.Isolation, err, "")
-	}
-	// Every process of the pull is dead: the digests whose leases held
-	// are good (before HandOver moves the files).
-	st.UsePresums(pre.Finish())
-	// The child's report is its claims: the result is built from the plan
-	// and what the parent verified (verifyAndCommit, result).
-	if err := handOver(o, part, st, rep.Copied.Handed); err != nil {
-		return nil, err
-	}
-	res, err := p.verifyAndCommit(ctx, o, m, st, rep)
-	if err != nil {
-		return nil, err
-	}
-	removePartial(o, part)
-	res.Isolation = iso
-	// In a joined cgroup the pull runs in a sub-cgroup of its own: the
-	// usage is the pull's alone either way.
-	res.Usage = &usage
-	return res, nil
 }
 
 // partial opens DEST's partial-blob cache beside the staging area (handed
@@ -455,32 +253,6 @@ func prehashing(pre *dest.Prehash, events func(api.Event)) func(api.Event) {
 		if events != nil {
 			events(e)
 		}
-	}
-}
-
-// handOver moves the whole blobs the copy left in the partial-blob cache
-// into the staged layout (pull.Copied.Handed), where Verify hashes them
-// like every staged file.
-func handOver(o *Options, part *dest.Partial, st *dest.Stage, handed []string) error {
-	if len(handed) == 0 {
-		return nil
-	}
-	if part == nil {
-		return failure.New(failure.Verification, "the copy handed over %d blobs but this pull has no partial-blob cache", len(handed))
-	}
-	n, err := part.HandOver(st, handed)
-	if err != nil {
-		return failure.Wrap(failure.Verification, err, "taking the copy's blobs from the partial-blob cache")
-	}
-	o.Log.Debug("took whole blobs from the partial-blob cache into staging", "blobs", n)
-	return nil
-}
-
-// removePartial removes the cache after a commit: every blob it kept is in
-// DEST now.
-func removePartial(o *Options, part *dest.Partial) {
-	if err := part.Remove(); err != nil {
-		o.Log.Warn("removing the partial-blob cache", "error", err.Error())
 	}
 }
 

@@ -117,7 +117,7 @@ func child() int {
 
 	// 1. The request. On cgroup v1 this blocks until the parent has placed
 	// us in the cgroup.
-	var req Request
+	var req wireRequest
 	dec := json.NewDecoder(in)
 	if err := dec.Decode(&req); err != nil {
 		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
@@ -187,7 +187,7 @@ func child() int {
 	if err := privdrop.Verify(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: privileges left after the drop"))
 	}
-	henv := &hostileEnv{Req: &req, Send: send}
+	henv := &hostileEnv{Req: &req.Request, Send: send}
 	if handled, code := hostile("after-drop", henv); handled {
 		return code
 	}

@@ -2,8 +2,12 @@
 // /proc/self/exe re-executed with argv[0] "pullhelper-child".
 //
 // Protocol. The parent hands the child two inherited pipes: fd 3 carries one
-// JSON request (the resolved Plan, the Material — credential, certificates,
-// signature policy — the staging area and the cgroup the child must be in),
+// JSON request (the copy's pull.Request with DEST anonymous, the Material —
+// credential, certificates, signature policy —, the staging area as the
+// child sees it, the cgroup the child must be in, its identity, DNS and
+// seccomp; how it logs, whether it draws bars and whether node-share lines
+// follow are derived from StartOptions, never said twice), then, with a
+// node share, one control line per change;
 // fd 4 carries JSON Lines messages back: progress events, then exactly one
 // report (pull.Report: the child's claims, never the caller's result) or
 // error ({code, message}, rebuilt into a failure.Error). Nothing
@@ -50,4 +54,9 @@
 //
 // main must call Dispatch before anything else; Start panics if it did not,
 // because the child would otherwise run the CLI again.
+//
+// Files: parent.go starts the child (Start, spawn); run.go is the parent's
+// side of its life after that (the request, the messages, kill, why it
+// died); relay.go passes on its stderr and its events; wire.go and
+// shape.go are the protocol's types and bounds; child.go is the child.
 package reexec

@@ -55,8 +55,11 @@ func StageInChild(name string, known []dest.KnownBlob, partial, handOver bool) *
 	return s
 }
 
-// Request is what the parent sends on fd 3: the copy and everything the
-// child needs to set itself up. It must be JSON-representable.
+// Request is what the caller tells the child: the copy and everything
+// the child needs to set itself up. It must be JSON-representable. How the
+// child logs, draws bars and learns its node share is not the caller's to
+// say again: Run derives it from the StartOptions the child was born with
+// (wireRequest).
 type Request struct {
 	Copy     *pull.Request     `json:"copy"`
 	Material *pull.Material    `json:"material"`
@@ -65,15 +68,21 @@ type Request struct {
 	Identity privdrop.Identity `json:"identity"`
 	DNS      *dnsconf.Config   `json:"dns,omitempty"` // files to bind over /etc/resolv.conf and /etc/hosts
 	Seccomp  bool              `json:"seccomp"`
-	Log      LogConfig         `json:"log"`
-	Bars     bool              `json:"bars"`
-	// NodeRate: more lines follow the request on fd 3, each a control
-	// message with this pull's share of the node's bandwidth, until the
-	// parent closes the pipe.
+}
+
+// wireRequest is the line the parent sends on fd 3: the caller's Request
+// and what follows from StartOptions.
+type wireRequest struct {
+	Request
+	Log  LogConfig `json:"log"`
+	Bars bool      `json:"bars"` // StartOptions.Terminal
+	// NodeRate (StartOptions.Rates is set): more lines follow the request
+	// on fd 3, each a control message with this pull's share of the
+	// node's bandwidth, until the parent closes the pipe.
 	NodeRate bool `json:"node_rate,omitempty"`
 }
 
-// control is a line on fd 3 after the request (with Request.NodeRate):
+// control is a line on fd 3 after the request (with wireRequest.NodeRate):
 // this pull's share of the node's budgets.
 type control = pull.NodeShare
 

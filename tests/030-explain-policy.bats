@@ -478,6 +478,6 @@ assert_policy_error() {
     assert_policy_error "$f" 6 "network.dns.hosts: entry 1"
     # What the kubelet writes is still accepted.
     run_pullhelper explain --dns 10.0.0.10 --dns-option ndots:2 --dns-option single-request-reopen "$REGISTRY_HOST/fixtures/tiny"
-    [[ $(json_get .plan.network.dns.resolv_conf <<<"$output") == *"options ndots:2 single-request-reopen"* ]] ||
-        fail "resolv.conf: $(json_get .plan.network.dns.resolv_conf <<<"$output")"
+    [[ $(json_get .plan.isolation.network.dns.resolv_conf <<<"$output") == *"options ndots:2 single-request-reopen"* ]] ||
+        fail "resolv.conf: $(json_get .plan.isolation.network.dns.resolv_conf <<<"$output")"
 }

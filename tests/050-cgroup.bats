@@ -280,9 +280,9 @@ EOF
     before=$(registry_request_count)
     run_pullhelper explain "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --memory-max 64Mi --io-write-bps "$OUT=5MB/s" \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
-    assert_equal "$(json_get .cgroup.parent <<<"$output")" "$CG_PARENT"
-    assert_equal "$(json_get .cgroup.limits.memory_max <<<"$output")" $((64 << 20))
-    assert_equal "$(json_get '.cgroup.limits.io[0].write_bps' <<<"$output")" 5000000
+    assert_equal "$(json_get .plan.isolation.cgroup.parent <<<"$output")" "$CG_PARENT"
+    assert_equal "$(json_get .plan.isolation.cgroup.limits.memory_max <<<"$output")" $((64 << 20))
+    assert_equal "$(json_get '.plan.isolation.cgroup.limits.io[0].write_bps' <<<"$output")" 5000000
     assert_equal "$(registry_request_count)" "$before"
     [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "explain created a cgroup"
 }

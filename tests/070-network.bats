@@ -380,18 +380,18 @@ assert_host_unchanged() {
     done
 }
 
-# resolv_from_output FILE: write .plan.network.dns.resolv_conf of the JSON
+# resolv_from_output FILE: write .plan.isolation.network.dns.resolv_conf of the JSON
 # on $output to FILE, byte for byte.
 resolv_from_output() {
     "$PH_PYTHON" -c '
 import json, sys
 v = json.loads(sys.argv[1])
-for k in ("plan", "network", "dns", "resolv_conf"):
+for k in ("plan", "isolation", "network", "dns", "resolv_conf"):
     v = v.get(k) if isinstance(v, dict) else None
 if not isinstance(v, str):
-    sys.exit("no string at .plan.network.dns.resolv_conf")
+    sys.exit("no string at .plan.isolation.network.dns.resolv_conf")
 open(sys.argv[2], "w").write(v)
-' "$output" "$1" || fail "explain printed no .plan.network.dns.resolv_conf: $output"
+' "$output" "$1" || fail "explain printed no .plan.isolation.network.dns.resolv_conf: $output"
 }
 
 # assert_same_bytes EXPECTED ACTUAL: the two files are identical.
@@ -412,10 +412,10 @@ explain_resolv() {
 }
 
 # assert_warned REGEX: the last pullhelper run warned, on stderr or in
-# .plan.network.dns.warnings, with a text matching REGEX (grep -E -i).
+# .plan.isolation.network.dns.warnings, with a text matching REGEX (grep -E -i).
 assert_warned() {
     local warnings
-    warnings=$(json_get .plan.network.dns.warnings <<<"$output" 2>/dev/null || true)
+    warnings=$(json_get .plan.isolation.network.dns.warnings <<<"$output" 2>/dev/null || true)
     grep -qEi -- "$1" <<<"$stderr
 $warnings" || fail "no warning matching /$1/ (stderr: $stderr; warnings: $warnings)"
 }
@@ -596,9 +596,9 @@ EOF
     run_pullhelper policy check "$policy"
     run_pullhelper explain --policy "$policy" "$CLUSTER_HOSTS_NAME/fixtures/tiny"
     local hosts
-    hosts=$(json_get .plan.network.dns.hosts <<<"$output")
+    hosts=$(json_get .plan.isolation.network.dns.hosts <<<"$output")
     grep -qE "^${NET_IP//./\\.}[[:space:]]+registry\.hosts\.test\$" <<<"$hosts" ||
-        fail ".plan.network.dns.hosts has no line for registry.hosts.test: $hosts"
+        fail ".plan.isolation.network.dns.hosts has no line for registry.hosts.test: $hosts"
     local dns_before after
     dns_before=$(dns_log_barrier)
     run_pullhelper pull --policy "$policy" "${CLUSTER_OPTS[@]}" "$CLUSTER_HOSTS_NAME/fixtures/tiny" "oci:$OUT/dest"
@@ -654,9 +654,9 @@ netns = "$NET_NS"
 EOF
     run_pullhelper policy check "$policy"
     run_pullhelper explain --policy "$policy" "$LOOP_HOST/fixtures/tiny"
-    assert_equal "$(json_get .plan.network.mode <<<"$output")" netns
-    [[ $(json_get .plan.network.netns <<<"$output") == *"$NET_NS" ]] ||
-        fail ".plan.network.netns is $(json_get .plan.network.netns <<<"$output")"
+    assert_equal "$(json_get .plan.isolation.network.mode <<<"$output")" netns
+    [[ $(json_get .plan.isolation.network.netns <<<"$output") == *"$NET_NS" ]] ||
+        fail ".plan.isolation.network.netns is $(json_get .plan.isolation.network.netns <<<"$output")"
     run_pullhelper pull --policy "$policy" "${LOOP_OPTS[@]}" "$LOOP_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_pulled "$LOOP_TINY_DIGEST" "$OUT/dest"
     assert_equal "$(json_get .isolation.netns <<<"$output")" "/run/netns/$NET_NS"
@@ -702,11 +702,11 @@ EOF
 @test "kubelet config discovery: explain prints exactly the ClusterFirst resolv.conf (order, de-duplication, ndots:5)" {
     explain_resolv --kubelet-config "$KUBELET_CONFIG" --dns-namespace testns "$CLUSTER_FQDN/fixtures/tiny"
     assert_same_bytes "$EXPECTED_RESOLV" "$EXPLAIN_RESOLV"
-    assert_equal "$(json_get .plan.network.mode <<<"$output")" cluster-dns
-    assert_equal "$(json_get .plan.network.dns.nameservers <<<"$output")" "[\"$NET_IP\"]"
-    assert_equal "$(json_get .plan.network.dns.search <<<"$output")" \
+    assert_equal "$(json_get .plan.isolation.network.mode <<<"$output")" cluster-dns
+    assert_equal "$(json_get .plan.isolation.network.dns.nameservers <<<"$output")" "[\"$NET_IP\"]"
+    assert_equal "$(json_get .plan.isolation.network.dns.search <<<"$output")" \
         '["testns.svc.cluster.local","svc.cluster.local","cluster.local","example.test"]'
-    assert_equal "$(json_get .plan.network.dns.options <<<"$output")" '["ndots:5"]'
+    assert_equal "$(json_get .plan.isolation.network.dns.options <<<"$output")" '["ndots:5"]'
 
     # Flags win over the kubelet config; --dns-search comes after the host's
     # search domains (appendDNSConfig), --dns-option after ndots:5.
@@ -736,8 +736,8 @@ EOF
         "$NET_IP" >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
 
-    # No hosts entries: .plan.network.dns.hosts is the empty string.
-    assert_equal "$(json_get .plan.network.dns.hosts <<<"$output")" ""
+    # No hosts entries: .plan.isolation.network.dns.hosts is the empty string.
+    assert_equal "$(json_get .plan.isolation.network.dns.hosts <<<"$output")" ""
 }
 
 @test "policy form: [network] mode = \"cluster-dns\" with [network.dns] keys gives the same resolv.conf as the flags" {
@@ -761,7 +761,7 @@ EOF
     printf 'search testns.svc.cluster.local svc.cluster.local cluster.local neutral.test extra.test\nnameserver %s\noptions ndots:5 timeout:2\n' \
         "$NET_IP" >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$BATS_TEST_TMPDIR/from-policy"
-    assert_equal "$(json_get .plan.network.mode <<<"$output")" cluster-dns
+    assert_equal "$(json_get .plan.isolation.network.mode <<<"$output")" cluster-dns
 
     # The same with flags (the cluster domain from a kubelet config that has
     # nothing else; resolvConf defaults to /etc/resolv.conf).
@@ -797,7 +797,7 @@ EOF
 @test "limits: 4 nameservers -> the first 3 and a warning naming the dropped one (explain and pull)" {
     local a="10.213.$NET_N.2" b="10.213.$NET_N.3" c="10.213.$NET_N.4" d="10.213.$NET_N.5"
     explain_resolv --dns "$a" --dns "$b" --dns "$c" --dns "$d" "$CLUSTER_FQDN/fixtures/tiny"
-    assert_equal "$(json_get .plan.network.dns.nameservers <<<"$output")" "[\"$a\",\"$b\",\"$c\"]"
+    assert_equal "$(json_get .plan.isolation.network.dns.nameservers <<<"$output")" "[\"$a\",\"$b\",\"$c\"]"
     printf 'search neutral.test\nnameserver %s\nnameserver %s\nnameserver %s\noptions ndots:5\n' "$a" "$b" "$c" \
         >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
@@ -825,8 +825,8 @@ EOF
     explain_resolv --kubelet-config "$BATS_TEST_TMPDIR/kubelet.yaml" --dns "$NET_IP" "${args[@]}" "$CLUSTER_FQDN/fixtures/tiny"
     printf 'search %s\nnameserver %s\noptions ndots:5\n' "${want[*]}" "$NET_IP" >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
-    assert_equal "$(json_get .plan.network.dns.search <<<"$output" | json_get '[31]')" d32.example
-    assert_equal "$(json_get .plan.network.dns.search <<<"$output" | json_get '[32]')" null
+    assert_equal "$(json_get .plan.isolation.network.dns.search <<<"$output" | json_get '[31]')" d32.example
+    assert_equal "$(json_get .plan.isolation.network.dns.search <<<"$output" | json_get '[32]')" null
     assert_warned 'search'
 }
 
@@ -912,7 +912,7 @@ EOF
     explain_resolv --kubelet-config "$kc" --dns-policy Default --dns-search extra.test --dns-option ndots:1 "$CLUSTER_FQDN/fixtures/tiny"
     printf 'search host.test other.test extra.test\nnameserver 192.0.2.53\nnameserver 192.0.2.54\noptions rotate ndots:1\n' >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
-    assert_equal "$(json_get .plan.network.dns.policy <<<"$output")" Default
+    assert_equal "$(json_get .plan.isolation.network.dns.policy <<<"$output")" Default
 
     explain_resolv --kubelet-config "$kc" --dns-policy None --dns 10.213.$NET_N.9 --dns-search only.test "$CLUSTER_FQDN/fixtures/tiny"
     printf 'search only.test\nnameserver 10.213.%s.9\n' "$NET_N" >"$BATS_TEST_TMPDIR/want"
@@ -938,7 +938,7 @@ EOF
     printf 'search host.test\nnameserver 192.0.2.53\n' >"$BATS_TEST_TMPDIR/want"
     assert_same_bytes "$BATS_TEST_TMPDIR/want" "$EXPLAIN_RESOLV"
     assert_warned 'no cluster DNS server.*Default'
-    assert_equal "$(json_get .plan.network.dns.policy <<<"$output")" Default
+    assert_equal "$(json_get .plan.isolation.network.dns.policy <<<"$output")" Default
 
     printf 'nameserver\nsearch host.test\n' >"$host"
     printf 'clusterDNS: [%s]\nresolvConf: %s\n' "$NET_IP" "$host" >"$kc"

@@ -116,17 +116,17 @@ rooted() {
     assert_equal "$(json_get .plan.credentials[0].source <<<"$output")" pull-secret
     assert_equal "$(json_get .plan.credentials[0].file <<<"$output")" "$ROOT/etc/pullhelper/os-update/pull-secret.json"
     assert_equal "$(json_get .plan.trust.ca_files <<<"$output")" "[\"$ROOT/etc/pullhelper/os-update/service-ca.crt\"]"
-    assert_equal "$(json_get .plan.network.mode <<<"$output")" cluster-dns
-    assert_equal "$(json_get .plan.network.dns.resolv_conf <<<"$output")" "$(printf '%s\n' \
+    assert_equal "$(json_get .plan.isolation.network.mode <<<"$output")" cluster-dns
+    assert_equal "$(json_get .plan.isolation.network.dns.resolv_conf <<<"$output")" "$(printf '%s\n' \
         'search openshift-image-registry.svc.cluster.local svc.cluster.local cluster.local node.example' \
         'nameserver 172.30.0.10' 'options ndots:5')"
-    assert_equal "$(json_get .cgroup.limits <<<"$output")" \
+    assert_equal "$(json_get .plan.isolation.cgroup.limits <<<"$output")" \
         '{"cpu_quota":0.25,"cpu_weight":1,"memory_max":536870912,"memory_high":268435456,"pids_max":128,"io_weight":1}'
     assert_equal "$(json_get .plan.node_bandwidth <<<"$output")" 20971520
     assert_equal "$(json_get .plan.destination.transport <<<"$output")" containers-storage
     # Without the profile the pull is not low priority.
     run_pullhelper explain --policy "$(rooted os-update.toml)" "$img"
-    assert_equal "$(json_get .cgroup.limits.cpu_weight <<<"$output")" null
+    assert_equal "$(json_get .plan.isolation.cgroup.limits.cpu_weight <<<"$output")" null
 }
 
 @test "pod-prefetch.toml: the pod's cgroup and network namespace, the pod's DNS" {
@@ -135,17 +135,17 @@ rooted() {
     touch "$NETNS_FILE"
     unshare --net="$NETNS_FILE" true
     run_pullhelper explain --policy "$(rooted pod-prefetch.toml)" registry.example/app:1.4 containerd:registry.example/app:1.4
-    assert_equal "$(json_get .cgroup.path <<<"$output")" \
+    assert_equal "$(json_get .plan.isolation.cgroup.path <<<"$output")" \
         /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c5a3c2e_0d4b_4a3e_9b1f_2f0c1d2e3f40.slice
-    assert_equal "$(json_get .cgroup.limits <<<"$output")" '{}'
-    assert_equal "$(json_get .plan.network.netns <<<"$output")" "$NETNS_FILE"
-    assert_equal "$(json_get .plan.network.dns.search[0] <<<"$output")" default.svc.cluster.local
+    assert_equal "$(json_get .plan.isolation.cgroup.limits <<<"$output")" '{}'
+    assert_equal "$(json_get .plan.isolation.network.netns <<<"$output")" "$NETNS_FILE"
+    assert_equal "$(json_get .plan.isolation.network.dns.search[0] <<<"$output")" default.svc.cluster.local
     assert_equal "$(json_get .plan.credentials[0].file <<<"$output")" "$ROOT/run/pullhelper/pod/pull-secret.json"
     # The flags an agent passes per pod win over the file.
     run_pullhelper explain --policy "$(rooted pod-prefetch.toml)" --cgroup /kubepods.slice/other.slice \
         --dns-namespace team-a registry.example/app:1.4
-    assert_equal "$(json_get .cgroup.path <<<"$output")" /kubepods.slice/other.slice
-    assert_equal "$(json_get .plan.network.dns.search[0] <<<"$output")" team-a.svc.cluster.local
+    assert_equal "$(json_get .plan.isolation.cgroup.path <<<"$output")" /kubepods.slice/other.slice
+    assert_equal "$(json_get .plan.isolation.network.dns.search[0] <<<"$output")" team-a.svc.cluster.local
 }
 
 @test "kubelet-containerd.toml: the kubelet's credentials, containerd's hosts.toml mirror, into k8s.io" {

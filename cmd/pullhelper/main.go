@@ -16,8 +16,8 @@ import (
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
-	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
@@ -67,7 +67,6 @@ type common struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	pipeline.Version = version
 	var (
 		c       common
 		result  any
@@ -170,19 +169,10 @@ setting. Nothing is contacted and nothing is written.`,
 			if view.Credentials == nil {
 				view.Credentials = []auth.Credential{}
 			}
-			var cg *cgroup.Config
-			if !c.noIsolation {
-				cfg, err := pipeline.CgroupConfig(settings)
-				if err != nil {
-					return failure.Wrap(failure.Usage, err, "")
-				}
-				cg = &cfg
-			}
 			result = struct {
-				Plan     pipeline.Plan  `json:"plan"`
-				Cgroup   *cgroup.Config `json:"cgroup,omitempty"`
-				Settings policy.Policy  `json:"settings"`
-			}{view, cg, settings.Policy}
+				Plan     pipeline.Plan `json:"plan"`
+				Settings policy.Policy `json:"settings"`
+			}{view, settings.Policy}
 			return nil
 		},
 	}
@@ -287,7 +277,7 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 	if err != nil {
 		return nil, err
 	}
-	plan, settings, err := resolve(cmd, c, args[0], args[1])
+	plan, _, err := resolve(cmd, c, args[0], args[1])
 	if err != nil {
 		return nil, err
 	}
@@ -295,16 +285,9 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 	for _, w := range plan.Warnings {
 		log.Warn(w)
 	}
-	opts := pipeline.Options{Events: events, Log: log,
-		User: settings.Privileges.User, Seccomp: settings.Privileges.Seccomp,
-		LogFormat: c.logFormat, Debug: c.debug}
+	opts := pipeline.Options{Events: events, Log: log, LogFormat: c.logFormat, Debug: c.debug}
 	if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
 		opts.Report = stderr
-	}
-	if !c.noIsolation {
-		if opts.Cgroup, err = pipeline.CgroupConfig(settings); err != nil {
-			return nil, failure.Wrap(failure.Usage, err, "")
-		}
 	}
 	res, err := pipeline.Run(ctx, plan, opts)
 	if err != nil {
@@ -331,7 +314,8 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err := l.Validate(); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
-	in := pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain"}
+	in := pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain",
+		Version: version, StateRoot: state.Default}
 	inl, err := c.secrets.read(cmd.Context(), cmd.Flags(), c.progressFD, l.Auth.ServiceAccountRegistries)
 	if err != nil {
 		return nil, nil, err

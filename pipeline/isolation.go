@@ -1,0 +1,74 @@
+package pipeline
+
+import (
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/dnsconf"
+	"github.com/pullhelper/pullhelper/internal/state"
+	"github.com/pullhelper/pullhelper/policy"
+)
+
+// Isolation is the one spec of how a pull's copy is isolated: NewPlan
+// builds it from the policy and the flags, explain prints it (the plan's
+// "isolation"), and the isolated runner derives everything else from it —
+// the cgroup it creates, the uid it allocates, reexec.Start's options and
+// the child's request. A new isolation setting is a field here and its use
+// in runner.go; nothing else keeps it in step.
+type Isolation struct {
+	// Enabled: the copy runs in the isolated child (false: --no-isolation,
+	// in this process, as the caller).
+	Enabled bool   `json:"enabled"`
+	Mode    string `json:"mode"`
+	Reason  string `json:"reason,omitempty"`
+	// User is [privileges] user: dynamic, a name or a uid.
+	User string `json:"user,omitempty"`
+	// Seccomp is [privileges] seccomp.
+	Seccomp bool `json:"seccomp,omitempty"`
+	// Cgroup is where the child runs and what it may use (nil when not
+	// isolated).
+	Cgroup *cgroup.Config `json:"cgroup,omitempty"`
+	// Network is where the child's traffic goes.
+	Network Network `json:"network"`
+	// StateRoot holds what pulls on this node share: the cgroup parents
+	// pullhelper made, the uid locks, the bandwidth share, the
+	// credential-provider cache.
+	StateRoot state.Root `json:"state_root"`
+}
+
+// Network is where the child's network traffic goes.
+type Network struct {
+	Mode  string          `json:"mode"`            // host, netns, cluster-dns
+	Netns string          `json:"netns,omitempty"` // resolved namespace path
+	DNS   *dnsconf.Config `json:"dns,omitempty"`   // the override, rendered
+}
+
+// newIsolation is the spec before the network is resolved: the cgroup
+// (resolving IO paths to their devices) and the identity. Errors name the
+// policy key.
+func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
+	root := in.stateRoot()
+	if in.NoIsolation {
+		return Isolation{Mode: "in-process", Reason: "--no-isolation", StateRoot: root}, nil
+	}
+	iso := Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp, StateRoot: root}
+	cfg, err := CgroupConfig(l)
+	if err != nil {
+		return iso, err
+	}
+	iso.Cgroup = &cfg
+	return iso, nil
+}
+
+// report is what the result says of the isolation before the pull ran:
+// the spec's words (what ran is the runner's to add).
+func (i *Isolation) report() api.Isolation {
+	return api.Isolation{Enabled: i.Enabled, Mode: i.Mode, Reason: i.Reason, User: i.User, Seccomp: i.Seccomp && i.Enabled}
+}
+
+// stateRoot is the caller's state root, or the node's.
+func (in Inputs) stateRoot() state.Root {
+	if in.StateRoot == "" {
+		return state.Default
+	}
+	return in.StateRoot
+}
