@@ -80,15 +80,15 @@ type isolatedRunner struct {
 	o *Options
 
 	reclaimedCgroups, reclaimedLocks []string
-	lease     *privdrop.Lease
-	cfg       cgroup.Config
-	g         *cgroup.Group
-	child     *reexec.Child
-	st        *dest.Stage
-	part      *dest.Partial
-	handOver  bool
-	childPID  int
-	used      cgroup.Usage
+	lease                            *privdrop.Lease
+	cfg                              cgroup.Config
+	g                                *cgroup.Group
+	child                            *reexec.Child
+	st                               *dest.Stage
+	part                             *dest.Partial
+	handOver                         bool
+	childPID                         int
+	used                             cgroup.Usage
 }
 
 // prepare checks the limits, reclaims the stale cgroups of pulls whose
