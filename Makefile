@@ -15,9 +15,10 @@ APT_PACKAGES := docker-registry skopeo time bats bats-assert bats-support apache
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
-# containerd 2.x (daemon only; Debian's ctr speaks its v1 API) for the
-# containerd:REF tests against 2.x, from the Go module proxy, into a
-# versioned directory (tests/helpers.bash PH_CONTAINERD2_VERSION names it too).
+# containerd 2.x (the daemon, its ctr and containerd-shim-runc-v2, so that a
+# test can ctr run a pulled image) for the containerd:REF tests against 2.x,
+# from the Go module proxy, into a versioned directory (tests/helpers.bash
+# PH_CONTAINERD2_VERSION names it too).
 CONTAINERD2_VERSION := v2.4.2
 CONTAINERD2 := tests/.cache/bin/containerd-$(CONTAINERD2_VERSION)/containerd
 # crane for make bench (crane pull --format oci), from the Go module proxy.
@@ -46,7 +47,7 @@ deps:
 	@test -x $(CRICTL) || { echo "building crictl $(CRICTL_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION); }
 	@test -x $(STATICCHECK) || { echo "building staticcheck $(STATICCHECK_VERSION)"; d=$$(mktemp -d) && GOBIN=$$d GOFLAGS= CGO_ENABLED=0 $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mkdir -p $(dir $(STATICCHECK)) && mv $$d/staticcheck $(STATICCHECK) && rmdir $$d; }
 	@test -x $(DEADCODE) || { echo "building deadcode $(XTOOLS_VERSION)"; d=$$(mktemp -d) && GOBIN=$$d GOFLAGS= CGO_ENABLED=0 $(GO) install golang.org/x/tools/cmd/deadcode@$(XTOOLS_VERSION) && mkdir -p $(dir $(DEADCODE)) && mv $$d/deadcode $(DEADCODE) && rmdir $$d; }
-	@test -x $(CONTAINERD2) || { echo "building containerd $(CONTAINERD2_VERSION)"; GOBIN=$(CURDIR)/$(dir $(CONTAINERD2)) GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION); }
+	@test -x $(CONTAINERD2) -a -x $(dir $(CONTAINERD2))ctr -a -x $(dir $(CONTAINERD2))containerd-shim-runc-v2 || { echo "building containerd, ctr and containerd-shim-runc-v2 $(CONTAINERD2_VERSION)"; GOBIN=$(CURDIR)/$(dir $(CONTAINERD2)) GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION) github.com/containerd/containerd/v2/cmd/ctr@$(CONTAINERD2_VERSION) github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$(CONTAINERD2_VERSION); }
 
 build: $(BIN)
 

@@ -130,3 +130,7 @@ while True:
     assert_equal "$(grep -c conn "$T/conns" || true)" 0
     [[ ! -e $T/staging ]] || fail "the refused pull created the staging directory"
 }
+
+@test "containerd 1.6: ctr run of the pulled shell image prints the expected output (issue 24 item 9)" {
+    ctrd_case_run
+}

@@ -40,3 +40,7 @@ CTRD_FLAVOR=2
 @test "containerd 2.x: SIGTERM while containerd does not answer mid-import ends the pull (143): no staging, no image record" {
     ctrd_case_sigterm_stopped
 }
+
+@test "containerd 2.x: ctr run of the pulled shell image prints the expected output (issue 24 item 9)" {
+    ctrd_case_run
+}

@@ -2,6 +2,9 @@
 # tests/136-containerd2.bats (containerd 2.x, built by make deps): the file
 # lifecycle, the helpers and the bodies of the containerd:REF cases, each
 # run against the daemon CTRD_FLAVOR names (1.6, the default, or 2).
+
+# busybox-static (make deps), the shell fixture's one binary.
+BUSYBOX=${BUSYBOX:-/bin/busybox}
 # Loaded after helpers.bash; the .bats files hold only the @test wrappers.
 
 setup_file() {
@@ -10,6 +13,14 @@ setup_file() {
     start_registry
     push_fixture tiny
     push_fixture multi
+    # The shell fixture of tests/130-containers-storage.bats: busybox-static
+    # as /bin/busybox, /bin/sh a symlink to it (named by the binary's digest).
+    if [[ -x $BUSYBOX ]]; then
+        local sum
+        sum=$(sha256sum "$BUSYBOX" | cut -c1-16)
+        push_fixture_args "shell-$sum" fixtures/shell -layers 0 -platforms "linux/$("$(_ph_go)" env GOARCH)" \
+            -file "$BUSYBOX:/bin/busybox" -symlink /bin/sh=busybox -cmd '["/bin/sh"]'
+    fi
     TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
     MULTI_DIGEST=$(registry_digest fixtures/multi:latest)
     export TINY_DIGEST MULTI_DIGEST
@@ -61,6 +72,14 @@ ctrd_up() {
 # against the test's containerd, namespace k8s.io.
 ctr_k8s() {
     timeout --kill-after=5 60 ctr -a "$SOCK" -n k8s.io "$@"
+}
+
+# ctr_own ARGS...: the ctr of the daemon's own version (2.x: the one make
+# deps builds beside it; 1.6: Debian's), namespace k8s.io.
+ctr_own() {
+    local bin=ctr
+    [[ -z ${CTRD_BIN:-} ]] || bin=$(dirname "$CTRD_BIN")/ctr
+    timeout --kill-after=5 60 "$bin" -a "$SOCK" -n k8s.io "$@"
 }
 
 # ctr_image_line REF: the `ctr images ls` line of exactly REF (empty if none).
@@ -329,4 +348,30 @@ ctrd_case_sigterm_stopped() {
     CTRD_STOPPED=""
     assert_no_staging "$T/staging"
     assert_equal "$(ctr_k8s images ls -q)" ""
+}
+
+# ctr run of the pulled shell image prints the expected output (the image
+# is runnable, not only listed: its snapshot is what the runtime mounts)
+ctrd_case_run() {
+    [[ -x $BUSYBOX ]] || skip "$BUSYBOX missing (Debian busybox-static; make deps)"
+    command -v runc >/dev/null || skip "runc not installed (make deps)"
+    ctrd_up
+    if [[ ${CTRD_FLAVOR:-1.6} == 2 ]]; then
+        [[ -x $(dirname "$CTRD_BIN")/ctr && -x $(dirname "$CTRD_BIN")/containerd-shim-runc-v2 ]] ||
+            skip "no ctr or containerd-shim-runc-v2 beside $CTRD_BIN (make deps builds them)"
+    fi
+    local img="$REGISTRY_HOST/fixtures/shell:v1" id="ph-run-$BATS_TEST_NUMBER"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$REGISTRY_HOST/fixtures/shell" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/shell:latest)"
+    # stdout only: ctr 2.x warns on stderr (cgroup v1, the CRI's configs).
+    run --separate-stderr ctr_own run --rm --snapshotter native "$img" "$id" sh -c 'echo hello-from-pullhelper; echo "sh is $(readlink /bin/sh)"'
+    echo "$output"
+    echo "$stderr"
+    assert_success
+    assert_output $'hello-from-pullhelper\nsh is busybox'
+    # Nothing of the container is left (--rm).
+    run --separate-stderr ctr_own containers ls -q
+    assert_success
+    [[ $output != *"$id"* ]] || fail "the container is still listed: $output"
 }

@@ -1239,7 +1239,8 @@ ctrd_require() {
 }
 
 # The containerd 2.x that `make deps` builds (Makefile CONTAINERD2_VERSION;
-# keep the two in step): its containerd and ctr in one versioned directory.
+# keep the two in step): its containerd, ctr and containerd-shim-runc-v2 in
+# one versioned directory.
 PH_CONTAINERD2_VERSION=${PH_CONTAINERD2_VERSION:-v2.4.2}
 PH_CONTAINERD2_DIR=${PH_CONTAINERD2_DIR:-$PH_CACHE/bin/containerd-$PH_CONTAINERD2_VERSION}
 
@@ -1268,15 +1269,18 @@ _ctrd_is_ours() {
 # `cred containerd DIR/config.toml --state-dir DIR ...`: root, state and
 # socket below DIR) and wait, at most 30 s, until the CRI image service
 # answers. crictl is configured by DIR/crictl.yaml (ctrd_crictl). The
-# daemon is $CTRD_BIN (ctrd2_require) if set, else `containerd` from PATH.
+# daemon is $CTRD_BIN (ctrd2_require) if set, else `containerd` from PATH;
+# its own directory comes first in its PATH, so that it runs the
+# containerd-shim-runc-v2 of its own version.
 ctrd_start() {
-    local d=$1 bin=${CTRD_BIN:-containerd}
+    local d=$1 bin=${CTRD_BIN:-containerd} path=$PATH
+    [[ -z ${CTRD_BIN:-} ]] || path=$(dirname "$CTRD_BIN"):$PATH
     [[ -f $d/config.toml ]] || fail "ctrd_start: no $d/config.toml"
     printf 'runtime-endpoint: unix://%s/c.sock\nimage-endpoint: unix://%s/c.sock\ntimeout: 10\n' "$d" "$d" >"$d/crictl.yaml"
     : >>"$d/containerd.log"
     echo "--- start $bin ---" >>"$d/containerd.log"
     (
-        timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" "$bin" --config "$d/config.toml" \
+        PATH=$path timeout --kill-after=10 "${PH_CONTAINERD_LIFETIME:-900}" "$bin" --config "$d/config.toml" \
             </dev/null >>"$d/containerd.log" 2>&1 3>&- &
         echo $! >"$d/containerd.pid"
     )
