@@ -509,3 +509,24 @@ interrupt_test() {
 @test "exit 130: SIGINT during a pull cleans up; DEST absent, no staging" {
     interrupt_test INT 130
 }
+
+@test "exit 7: pull run by a non-root user says, once, to run it as root, before reading or creating anything (issue 24 item 11)" {
+    [[ $(id -u) == 0 ]] || skip "needs root to become another user"
+    local home="$BATS_TEST_TMPDIR/home" before
+    mkdir -p "$home" && chown 65534:65534 "$home" "$OUT"
+    before=$(registry_log_barrier)
+    for extra in "" --no-isolation; do
+        run --separate-stderr env -i PATH="$PATH" HOME="$home" setpriv --reuid 65534 --regid 65534 --clear-groups \
+            "$PULLHELPER" pull $extra --authfile "$REGISTRY_AUTHFILE" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+        echo "[$extra] rc=$status stdout=$output stderr=$stderr"
+        assert_equal "$status" 7
+        assert_equal "$(json_get .error.code <<<"$output")" isolation
+        [[ $(json_get .error.message <<<"$output") == *"must run as root (this is uid 65534)"*"run it as root"* ]] ||
+            fail "the error does not say to run as root: $output"
+        # Said once: on stdout's error, and once on stderr.
+        assert_equal "$(grep -c "must run as root" <<<"$stderr")" 1
+        [[ ! -e $OUT/dest ]] || fail "DEST was created"
+        [[ -z $(ls -A "$OUT") ]] || fail "left in DEST's parent: $(ls -A "$OUT")"
+    done
+    assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
+}

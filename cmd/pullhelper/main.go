@@ -277,6 +277,9 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 	if err != nil {
 		return nil, err
 	}
+	if err := needRoot("pull", os.Geteuid()); err != nil {
+		return nil, err
+	}
 	plan, _, err := resolve(cmd, c, args[0], args[1])
 	if err != nil {
 		return nil, err
@@ -408,4 +411,15 @@ func signalContext(seen *firstSignal) (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+// needRoot refuses a command that must run as root, once, before anything
+// is read or created: a pull (isolated or not) creates its cgroup, allocates
+// its uid, mounts private filesystems for the checked configuration and
+// secrets, and locks under the state root.
+func needRoot(what string, euid int) error {
+	if euid == 0 {
+		return nil
+	}
+	return failure.New(failure.Isolation, "pullhelper %s must run as root (this is uid %d): it creates the pull's cgroup, drops to a pull uid, mounts private filesystems and locks under %s; run it as root (a root service, or sudo)", what, euid, state.Default.Path())
 }
