@@ -30,9 +30,11 @@ type Options struct {
 	Report io.Writer
 	// Log receives human log records; nil discards them.
 	Log *slog.Logger
-	// LogFormat ("text" or "json") and Debug are how the child logs too.
+	// LogFormat ("text" or "json") and Debug are how the child logs too;
+	// Quiet: the child writes nothing on its stderr (--quiet).
 	LogFormat string
 	Debug     bool
+	Quiet     bool
 
 	phases phases // for the result's Timings
 }

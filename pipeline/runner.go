@@ -147,7 +147,7 @@ func (r *isolatedRunner) start(_ context.Context, st *dest.Stage, part *dest.Par
 	}
 	r.g = g
 	so := reexec.StartOptions{Netns: iso.Network.Netns, Stage: st.Work, Terminal: o.Report != nil,
-		LogConfig: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug}, Log: o.Log, Rates: rates}
+		LogConfig: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug, Quiet: o.Quiet}, Log: o.Log, Rates: rates}
 	if part != nil {
 		so.Partial = part.Dir
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -195,6 +196,9 @@ func child() int {
 	// 5. Pull into the staging area; the parent verifies and commits.
 	log := newLogger(req.Log)
 	logrus.SetOutput(os.Stderr)
+	if req.Log.Quiet {
+		logrus.SetOutput(io.Discard)
+	}
 	logrus.SetLevel(logrus.WarnLevel)
 	// Only progress crosses the pipe: the parent emits start, done and
 	// error itself (and drops any other type).
@@ -281,6 +285,9 @@ func bindFile(content, target string) error {
 }
 
 func newLogger(c LogConfig) *slog.Logger {
+	if c.Quiet {
+		return slog.New(slog.DiscardHandler)
+	}
 	o := &slog.HandlerOptions{Level: slog.LevelInfo}
 	if c.Debug {
 		o.Level = slog.LevelDebug

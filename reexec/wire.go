@@ -90,6 +90,9 @@ type control = pull.NodeShare
 type LogConfig struct {
 	Format string `json:"format"`
 	Debug  bool   `json:"debug"`
+	// Quiet: the child logs nothing (--quiet); a crash's output is still
+	// relayed.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // message is one line on fd 4. Exactly one field is set. The child sends

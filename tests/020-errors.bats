@@ -530,3 +530,19 @@ interrupt_test() {
     done
     assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
 }
+
+@test "--quiet: a pull writes only its result (stdout), nothing on stderr, the child's lines and warnings included; a failure only its JSON error (issue 24 item 14)" {
+    run_pullhelper pull --quiet "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_result
+    assert_equal "$stderr" ""
+    # Without it the same pull logs (the check above can fail).
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
+    [[ $stderr == *pullhelper-child:*pulling* && $stderr == *msg=pulled* ]] || fail "a pull without --quiet logged nothing: $stderr"
+    run_pullhelper 5 pull -q "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/no-such-repo" "oci:$OUT/dest3"
+    assert_json_error not_found
+    assert_equal "$stderr" ""
+    run_pullhelper explain -q "${PH_OPTS[@]}" --dns 10.0.0.1 --dns 10.0.0.2 --dns 10.0.0.3 --dns 10.0.0.4 "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$stderr" ""
+    run_pullhelper explain "${PH_OPTS[@]}" --dns 10.0.0.1 --dns 10.0.0.2 --dns 10.0.0.3 --dns 10.0.0.4 "$REGISTRY_HOST/fixtures/tiny"
+    [[ $stderr == *warning* ]] || fail "explain without --quiet warned of nothing: $stderr"
+}

@@ -63,6 +63,7 @@ type common struct {
 	logFormat   string
 	noIsolation bool
 	debug       bool
+	quiet       bool
 	secrets     secretFDs
 }
 
@@ -101,6 +102,7 @@ stderr carries logs (and progress bars on a terminal). Exit codes:
 		fs.StringVar(&c.profile, "profile", "", "use [profiles.NAME] of the policy file")
 		fs.StringVar(&c.logFormat, "log-format", "text", "stderr log format: text or json")
 		fs.BoolVar(&c.debug, "debug", false, "log debug messages")
+		fs.BoolVarP(&c.quiet, "quiet", "q", false, "write nothing on stderr (no log line, warning, progress bar or error line, the isolated child's included): only the result, or the error, on stdout")
 		addSettingFlags(fs)
 		addSecretFDFlags(fs, &c.secrets)
 	}
@@ -163,7 +165,9 @@ setting. Nothing is contacted and nothing is written.`,
 			}
 			defer plan.Close()
 			for _, w := range plan.Warnings {
-				fmt.Fprintf(stderr, "pullhelper: warning: %s\n", w)
+				if !c.quiet {
+					fmt.Fprintf(stderr, "pullhelper: warning: %s\n", w)
+				}
 			}
 			view := *plan
 			if view.Credentials == nil {
@@ -235,6 +239,9 @@ this version does not support yet are errors naming the file, line and key.`,
 		if failure.CodeOf(err) == failure.Internal && (strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand") || strings.HasPrefix(err.Error(), "accepts ") || strings.HasPrefix(err.Error(), "unknown flag")) {
 			err = failure.New(failure.Usage, "%s (see --help)", err)
 		}
+		if c.quiet {
+			stderr = io.Discard
+		}
 		if n := sigSeen.get(); n != 0 {
 			err = &failure.Error{Code: failure.Interrupted, Message: fmt.Sprintf("interrupted by %s; nothing was committed", unix.SignalName(n)), Err: err}
 			code := writeError(stdout, stderr, err)
@@ -273,6 +280,9 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 // pullImage is pull's work once the progress sink exists, so that every
 // failure, usage errors included, also ends the event stream.
 func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string, events func(api.Event), stderr io.Writer) (*api.Result, error) {
+	if c.quiet {
+		stderr = io.Discard
+	}
 	log, err := newLogger(stderr, c.logFormat, c.debug)
 	if err != nil {
 		return nil, err
@@ -288,7 +298,7 @@ func pullImage(ctx context.Context, cmd *cobra.Command, c *common, args []string
 	for _, w := range plan.Warnings {
 		log.Warn(w)
 	}
-	opts := pipeline.Options{Events: events, Log: log, LogFormat: c.logFormat, Debug: c.debug}
+	opts := pipeline.Options{Events: events, Log: log, LogFormat: c.logFormat, Debug: c.debug, Quiet: c.quiet}
 	if f, ok := stderr.(*os.File); ok && pull.IsTerminal(f) {
 		opts.Report = stderr
 	}
@@ -357,6 +367,9 @@ func writeError(stdout, stderr io.Writer, err error) int {
 }
 
 func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
+	if w == io.Discard {
+		logrus.SetOutput(io.Discard) // containers/image's warnings (--quiet)
+	}
 	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
 	if debug {
 		opts.Level = slog.LevelDebug
