@@ -284,3 +284,28 @@ print("\n".join(sorted(hosts)))' "$1"
     assert_equal "$(endpoint_of "$OTHER_HOST")" null
     assert_equal "$(blob_event_hosts "$T/progress.jsonl")" "$REGISTRY_HOST"
 }
+
+@test "explain --format text: a readable summary, each endpoint once (a hosts.toml [host] equal to server is listed twice in the plan, once here) (issue 24 item 14)" {
+    containerd_hosts_server
+    cat >"$T/hosts/$REGISTRY_HOST/hosts.toml" <<EOF2
+server = "https://$OTHER_HOST"
+ca = "$OTHER_CA"
+
+[host."https://$OTHER_HOST"]
+  capabilities = ["pull", "resolve"]
+  ca = "$OTHER_CA"
+EOF2
+    run_pullhelper explain --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_len .plan.endpoints)" 2
+    assert_equal "$(json_get .plan.endpoints[0].host <<<"$output")" "$OTHER_HOST"
+    assert_equal "$(json_get .plan.endpoints[1].host <<<"$output")" "$OTHER_HOST"
+    run_pullhelper explain --format text --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny"
+    no_secrets "$output" "$stderr"
+    [[ $output == "image        $REGISTRY_HOST/fixtures/tiny:latest"* ]] || fail "the summary does not start with the image: $output"
+    assert_equal "$(grep -c "^  [0-9]*\. https://$OTHER_HOST" <<<"$output")" 1
+    [[ $output == *"credential   containerd"*"username $OTHER_USER"* ]] || fail "the endpoint's credential is not named: $output"
+    [[ $output == *"isolation    unprivileged child in cgroup: user dynamic, seccomp on"* ]] || fail "no isolation line: $output"
+    run_pullhelper 2 explain --format yaml "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    [[ $ph_error_message == *--format* ]] || fail "the error does not name --format: $ph_error_message"
+}

@@ -64,8 +64,13 @@ type common struct {
 	noIsolation bool
 	debug       bool
 	quiet       bool
+	format      string // explain --format
 	secrets     secretFDs
 }
+
+// textDoc is a result written as explain --format text writes it, not as
+// JSON.
+type textDoc struct{ doc any }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	var (
@@ -155,6 +160,9 @@ setting. Nothing is contacted and nothing is written.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if c.format != "json" && c.format != "text" {
+				return failure.New(failure.Usage, "--format: want json or text, not %q", c.format)
+			}
 			dest := ""
 			if len(args) == 2 {
 				dest = args[1]
@@ -173,15 +181,20 @@ setting. Nothing is contacted and nothing is written.`,
 			if view.Credentials == nil {
 				view.Credentials = []auth.Credential{}
 			}
-			result = struct {
+			doc := struct {
 				Plan     pipeline.Plan `json:"plan"`
 				Settings policy.Policy `json:"settings"`
 			}{view, settings.Policy}
+			result = doc
+			if c.format == "text" {
+				result = textDoc{doc}
+			}
 			return nil
 		},
 	}
 	addCommon(explainCmd)
 	explainCmd.Flags().BoolVar(&c.noIsolation, "no-isolation", false, "explain an in-process pull")
+	explainCmd.Flags().StringVar(&c.format, "format", "json", "the `FORMAT` of the plan on stdout: json (the plan and the settings) or text (a readable summary: the endpoints in order, each host once, the isolation)")
 
 	policyCmd := &cobra.Command{Use: "policy", Short: "Policy file tools"}
 	checkCmd := &cobra.Command{
@@ -251,6 +264,13 @@ this version does not support yet are errors naming the file, line and key.`,
 			return code
 		}
 		return writeError(stdout, stderr, err)
+	}
+	if t, ok := result.(textDoc); ok {
+		if err := explainText(stdout, t.doc); err != nil {
+			fmt.Fprintf(stderr, "pullhelper: writing result: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
