@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +90,31 @@ type Request struct {
 	Timeout      time.Duration // --timeout (0: the policy's)
 	Retries      *int          // --retries N (nil: the policy's)
 	NoIsolation  bool          // --no-isolation
+	User         string        // --user dynamic|NAME|UID
+
+	// The pull cgroup's limits ("" or 0: the policy's). Sizes and rates
+	// are as the flags take them (e.g. "256Mi", "10MB/s"); IO limits are
+	// PATH=RATE, one flag each.
+	CPUQuota   float64  // --cpu-quota CORES
+	MemoryMax  string   // --memory-max SIZE
+	PidsMax    int      // --pids-max N
+	IOReadBPS  []string // --io-read-bps PATH=RATE
+	IOWriteBPS []string // --io-write-bps PATH=RATE
+	// The pull's own bounds ("" or 0: the policy's).
+	MaxBandwidth   string // --max-bandwidth RATE
+	MaxImageSize   string // --max-image-size SIZE
+	ParallelLayers int    // --parallel-layers N
+
+	// A containerd:REF Dest's settings ("": the policy's, or containerd's
+	// defaults): --containerd-config FILE, --containerd-address SOCKET,
+	// --containerd-namespace NS, --containerd-snapshotter NAME,
+	// --containerd-staging DIR; Pin is --pin.
+	ContainerdConfig      string
+	ContainerdAddress     string
+	ContainerdNamespace   string
+	ContainerdSnapshotter string
+	ContainerdStaging     string
+	Pin                   bool
 
 	// Extra are further flags for `pullhelper pull`, put before IMAGE and
 	// DEST (e.g. "--memory-max", "256Mi").
@@ -299,6 +325,33 @@ func (r *Request) flags() []string {
 	if r.NoIsolation {
 		a = append(a, "--no-isolation")
 	}
+	add("--user", r.User)
+	if r.CPUQuota > 0 {
+		add("--cpu-quota", strconv.FormatFloat(r.CPUQuota, 'g', -1, 64))
+	}
+	add("--memory-max", r.MemoryMax)
+	if r.PidsMax > 0 {
+		add("--pids-max", strconv.Itoa(r.PidsMax))
+	}
+	for _, v := range r.IOReadBPS {
+		add("--io-read-bps", v)
+	}
+	for _, v := range r.IOWriteBPS {
+		add("--io-write-bps", v)
+	}
+	add("--max-bandwidth", r.MaxBandwidth)
+	add("--max-image-size", r.MaxImageSize)
+	if r.ParallelLayers > 0 {
+		add("--parallel-layers", strconv.Itoa(r.ParallelLayers))
+	}
+	add("--containerd-config", r.ContainerdConfig)
+	add("--containerd-address", r.ContainerdAddress)
+	add("--containerd-namespace", r.ContainerdNamespace)
+	add("--containerd-snapshotter", r.ContainerdSnapshotter)
+	add("--containerd-staging", r.ContainerdStaging)
+	if r.Pin {
+		a = append(a, "--pin")
+	}
 	return append(a, r.Extra...)
 }
 
@@ -501,7 +554,7 @@ func (c *Client) binary() (string, error) {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%w: finding %s: %v", ErrProtocol, name, err)
+		return "", fmt.Errorf("%w: finding %s: %w", ErrProtocol, name, notExist{err})
 	}
 	if abs, err := filepath.Abs(p); err == nil {
 		p = abs
@@ -576,3 +629,12 @@ func (c *Client) runVersion(ctx context.Context, bin string) (*api.Version, erro
 	}
 	return &v, nil
 }
+
+// notExist is a binary that could not be found: errors.Is(err,
+// fs.ErrNotExist) holds whether LookPath searched PATH (exec.ErrNotFound)
+// or stat'ed a path.
+type notExist struct{ err error }
+
+func (e notExist) Error() string        { return e.err.Error() }
+func (e notExist) Unwrap() error        { return e.err }
+func (e notExist) Is(target error) bool { return target == fs.ErrNotExist }
