@@ -38,7 +38,7 @@ func TestArchives(t *testing.T) {
 				if tr == "docker-archive" {
 					ref = ":example.com/a:1"
 				}
-				must(t, fullPull(t, tr+":"+p+ref, newImg("a"), dest.StageOptions{FreshCopy: fresh, HandTo: &dest.Identity{UID: 65534, GID: 65534}}))
+				must(t, fullPull(t, tr+":"+p+ref, newImg("a"), dest.StageOptions{Locks: testLocks, FreshCopy: fresh, HandTo: &dest.Identity{UID: 65534, GID: 65534}}))
 				names := strings.Join(tarNames(t, p), " ")
 				if !strings.Contains(names, "manifest.json") && !strings.Contains(names, "index.json") {
 					t.Fatalf("archive members: %s", names)
@@ -49,7 +49,7 @@ func TestArchives(t *testing.T) {
 					t.Fatalf("archive owned by %d mode %v", statOwner(fi), fi.Mode())
 				}
 				// A second pull replaces the file.
-				must(t, fullPull(t, tr+":"+p+ref, newImg("b"), dest.StageOptions{FreshCopy: fresh}))
+				must(t, fullPull(t, tr+":"+p+ref, newImg("b"), dest.StageOptions{Locks: testLocks, FreshCopy: fresh}))
 			})
 		}
 	}
@@ -60,7 +60,7 @@ func TestArchiveRefusesASymlinkedImage(t *testing.T) {
 	for _, tr := range []string{"oci-archive", "docker-archive"} {
 		p := filepath.Join(t.TempDir(), "img.tar")
 		dd := parse(t, tr+":"+p)
-		st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+		st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
 		must(t, err)
 		defer st.Remove()
 		e := pull(t, dd, st, source(t, newImg("a")), nil)
@@ -81,7 +81,7 @@ func TestDockerArchiveNeedsTheStoredManifest(t *testing.T) {
 	needRoot(t)
 	p := filepath.Join(t.TempDir(), "img.tar")
 	dd := parse(t, "docker-archive:"+p)
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, newImg("a")), nil)

@@ -22,6 +22,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"go.podman.io/image/v5/docker/reference"
 	ocilayout "go.podman.io/image/v5/oci/layout"
 	"go.podman.io/image/v5/types"
@@ -212,7 +213,7 @@ func (d *containerdDest) openSocket() (int, error) {
 		if err != nil {
 			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
 		}
-		pst, err := fstat(dfd)
+		pst, err := safefs.Fstat(dfd)
 		if err == nil {
 			err = rootOnly(pst, dir, true)
 		}
@@ -220,16 +221,16 @@ func (d *containerdDest) openSocket() (int, error) {
 			unix.Close(dfd)
 			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
 		}
-		st, err := fstatAt(dfd, name)
+		st, err := safefs.FstatAt(dfd, name)
 		if err != nil {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
+			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
 		}
-		if isLink(st) && st.Uid == 0 && links < 8 {
+		if safefs.IsLink(st) && st.Uid == 0 && links < 8 {
 			target, err := readlinkAt(dfd, name)
 			unix.Close(dfd)
 			if err != nil {
-				return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
+				return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
 			}
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(dir, target)
@@ -248,9 +249,9 @@ func (d *containerdDest) openSocket() (int, error) {
 		fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(dfd)
 		if err != nil {
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
+			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
 		}
-		if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Dev != st.Dev || got.Uid != 0 {
+		if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Dev != st.Dev || got.Uid != 0 {
 			unix.Close(fd)
 			return -1, d.destErr("containerd socket %s changed while it was checked; retry", d.set.Address)
 		}

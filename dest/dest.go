@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"go.podman.io/image/v5/types"
 )
 
@@ -88,10 +89,7 @@ type Destination interface {
 }
 
 // Identity is a uid/gid pair.
-type Identity struct {
-	UID int `json:"uid"`
-	GID int `json:"gid"`
-}
+type Identity = safefs.Owner
 
 // KnownBlob is a blob DEST already has: the copy skips it, the parent
 // checks at commit that DEST still has it with this size. It must be
@@ -150,6 +148,9 @@ type StageOptions struct {
 	AllowOtherOwner bool
 	// LockTimeout bounds the wait for the commit lock (0: LockTimeout).
 	LockTimeout time.Duration
+	// Locks is the directory of the commit locks (state.Root.Locks:
+	// root's, created 0700 when missing).
+	Locks string
 	// Ctx ends Stage's waits early (a store another process holds locked,
 	// containerd's socket): SIGINT, SIGTERM, the --timeout deadline. Nil:
 	// context.Background().

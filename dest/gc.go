@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,7 +55,7 @@ func OpenSweep(arg string) (*Sweep, error) {
 	}
 	// The parent itself as openParent judges it: a directory that only
 	// root (or the caller) can change.
-	st, err := fstat(fd)
+	st, err := safefs.Fstat(fd)
 	if err == nil && !allowedOwner(st.Uid) {
 		err = fmt.Errorf("owned by uid %d, not root; refusing to remove anything there as root", st.Uid)
 	} else if err == nil && st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
@@ -115,43 +116,4 @@ func (s *Sweep) Close() {
 		d.Close()
 	}
 	s.dirs = nil
-}
-
-// SweepLocks removes the commit lock files in LockDir that no process holds
-// (left by a pullhelper killed while it committed), each under its own
-// flock, as a holder removes its own on release: a waiter that holds a
-// removed file notices and tries again (lockInode). It returns their paths.
-func SweepLocks() ([]string, error) {
-	return sweepLockGlob(filepath.Join(LockDir, "*.lock"), 0)
-}
-
-// sweepLockGlob removes the unheld lock files matching pattern, at most
-// max of them when max > 0.
-func sweepLockGlob(pattern string, max int) ([]string, error) {
-	names, err := filepath.Glob(pattern)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for i, p := range names {
-		if max > 0 && i >= max {
-			break
-		}
-		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // gone meanwhile, or not a regular file of ours
-		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-			unix.Close(fd) // held: a live pull's
-			continue
-		}
-		held, err1 := fstat(fd)
-		var now unix.Stat_t
-		err2 := unix.Lstat(p, &now)
-		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino && unix.Unlink(p) == nil {
-			out = append(out, p)
-		}
-		unix.Close(fd)
-	}
-	return out, nil
 }

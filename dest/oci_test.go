@@ -16,12 +16,12 @@ func TestOCINewThenMergeReusesKnownBlobs(t *testing.T) {
 	needRoot(t)
 	d := filepath.Join(t.TempDir(), "layout")
 	a, b := newImg("a"), newImg("b")
-	must(t, fullPull(t, "oci:"+d+":a", a, dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", a, dest.StageOptions{Locks: testLocks}))
 
 	// b shares a's config? no: b has its own layer and config; pull a
 	// again under tag c to see every blob reused.
 	dd := parse(t, "oci:"+d+":c")
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	if len(st.Known) != 3 {
@@ -43,7 +43,7 @@ func TestOCINewThenMergeReusesKnownBlobs(t *testing.T) {
 	}
 	must(t, dd.Verify(bg, st, e))
 	must(t, dd.Commit(bg, st))
-	must(t, fullPull(t, "oci:"+d+":b", b, dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":b", b, dest.StageOptions{Locks: testLocks}))
 	idx := readIndex(t, d)
 	if idx["a"] != a.digest || idx["c"] != a.digest || idx["b"] != b.digest || len(idx) != 3 {
 		t.Fatalf("index = %v", idx)
@@ -54,7 +54,7 @@ func TestOCIEmptyDestDirGetsCompleteLayout(t *testing.T) {
 	needRoot(t)
 	d := filepath.Join(t.TempDir(), "empty")
 	must(t, os.Mkdir(d, 0o755))
-	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{Locks: testLocks}))
 	if readIndex(t, d)["a"] == "" {
 		t.Fatal("no index entry for a")
 	}
@@ -71,8 +71,8 @@ func TestOCIMountPoint(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(d, unix.MNT_DETACH) })
-	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
-	must(t, fullPull(t, "oci:"+d+":b", newImg("b"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{Locks: testLocks}))
+	must(t, fullPull(t, "oci:"+d+":b", newImg("b"), dest.StageOptions{Locks: testLocks}))
 	if idx := readIndex(t, d); len(idx) != 2 {
 		t.Fatalf("index = %v", idx)
 	}
@@ -99,11 +99,11 @@ func TestOCIPlantedSymlinksInDest(t *testing.T) {
 			must(t, filepath.Walk(d, func(p string, _ os.FileInfo, err error) error { return os.Lchown(p, 65534, 65534) }))
 
 			// Without the policy opt-in, another user's DEST is refused.
-			_, err := parse(t, "oci:"+d+":a").Stage(dest.StageOptions{})
+			_, err := parse(t, "oci:"+d+":a").Stage(dest.StageOptions{Locks: testLocks})
 			wantCode(t, err, failure.Destination, "owned by uid 65534")
 
 			dd := parse(t, "oci:"+d+":a")
-			st, err := dd.Stage(dest.StageOptions{AllowOtherOwner: true})
+			st, err := dd.Stage(dest.StageOptions{Locks: testLocks, AllowOtherOwner: true})
 			must(t, err)
 			defer st.Remove()
 			e := pull(t, dd, st, source(t, newImg("a")), nil)
@@ -138,7 +138,7 @@ func TestOCIPlantedTempName(t *testing.T) {
 	victim := filepath.Join(top, "victim")
 	must(t, os.WriteFile(victim, []byte("precious"), 0o600))
 	must(t, os.Symlink(victim, filepath.Join(d, ".index.json.pullhelper-tmp")))
-	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{Locks: testLocks}))
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("root wrote through the planted temporary name: %q", b)
 	}
@@ -157,7 +157,7 @@ func TestDestOwnedByAnotherUser(t *testing.T) {
 			must(t, os.WriteFile(d, nil, 0o644))
 		}
 		must(t, os.Chown(d, 1000, 1000))
-		_, err := parse(t, strings.Replace(raw, "%s", d, 1)).Stage(dest.StageOptions{})
+		_, err := parse(t, strings.Replace(raw, "%s", d, 1)).Stage(dest.StageOptions{Locks: testLocks})
 		wantCode(t, err, failure.Destination, "owned by uid 1000")
 		if failure.CodeOf(err).Exit() != 9 {
 			t.Fatal("not exit 9")
@@ -167,15 +167,15 @@ func TestDestOwnedByAnotherUser(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "p")
 	must(t, os.Mkdir(p, 0o755))
 	must(t, os.Chown(p, 1000, 1000))
-	_, err := parse(t, "oci:"+p+"/d").Stage(dest.StageOptions{})
+	_, err := parse(t, "oci:"+p+"/d").Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "owned by uid 1000")
 	w := filepath.Join(t.TempDir(), "w")
 	must(t, os.Mkdir(w, 0o777))
 	must(t, os.Chmod(w, 0o777))
-	_, err = parse(t, "oci:"+w+"/d").Stage(dest.StageOptions{})
+	_, err = parse(t, "oci:"+w+"/d").Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "not sticky")
 	must(t, os.Chmod(w, os.ModeSticky|0o777))
-	must(t, fullPull(t, "oci:"+w+"/d", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+w+"/d", newImg("a"), dest.StageOptions{Locks: testLocks}))
 }
 
 func TestParse(t *testing.T) {
@@ -209,7 +209,7 @@ func TestOCIDestRemovedDuringPull(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "layout")
 	writeLayout(t, d, newImg("old"), "old")
 	dd := parse(t, "oci:"+d+":a")
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, newImg("a")), nil)

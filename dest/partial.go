@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -185,24 +186,24 @@ func openCache(parent *os.File, name string, maxBytes int64, log *slog.Logger) (
 	if err := unix.Mkdirat(pfd, name, 0o700); err == unix.EEXIST {
 		created = false
 	} else if err != nil {
-		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
 	}
-	dfd, err := openDirAt(pfd, name)
+	dfd, err := safefs.OpenDirAt(pfd, name)
 	if err == unix.ELOOP || err == unix.ENOTDIR {
 		return nil, &CacheRefused{Path: path, Why: "is a symbolic link or not a directory"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
 	}
 	outer := os.NewFile(uintptr(dfd), path)
 	if created {
 		// Made by root just now, in a directory where no one else can
 		// rename it (root's, or sticky): root:root 0700 whatever the
 		// umask and a setgid parent made it.
-		err = setOwner(dfd, Identity{}, 0o700)
-	} else if st, serr := fstat(dfd); serr != nil {
+		err = safefs.SetOwner(dfd, Identity{}, 0o700)
+	} else if st, serr := safefs.Fstat(dfd); serr != nil {
 		err = serr
-	} else if !isDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+	} else if !safefs.IsDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
 		outer.Close()
 		return nil, &CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}
 	}
@@ -235,7 +236,7 @@ func openCache(parent *os.File, name string, maxBytes int64, log *slog.Logger) (
 // opened before can write them — and the old one is removed.
 func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, error) {
 	ofd := int(outer.Fd())
-	names, err := readDirNames(ofd)
+	names, err := safefs.ReadDirNames(ofd)
 	if err != nil {
 		return nil, fmt.Errorf("reading the partial-blob cache %s: %v", outer.Name(), err)
 	}
@@ -246,33 +247,33 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 		// A stray (an older layout's file, a directory moved aside by
 		// a pull that was killed): only root could put it in here, or a
 		// uid the directory was handed to by an older pullhelper.
-		st, err := fstatAt(ofd, n)
+		st, err := safefs.FstatAt(ofd, n)
 		if err == nil {
 			err = removeTree(ofd, n, int(st.Uid))
 		}
 		if err != nil && err != unix.ENOENT {
-			log.Warn("could not remove a stray entry of the partial-blob cache", "path", filepath.Join(outer.Name(), n), "error", errnoText(err))
+			log.Warn("could not remove a stray entry of the partial-blob cache", "path", filepath.Join(outer.Name(), n), "error", safefs.ErrnoText(err))
 		}
 	}
 	path := filepath.Join(outer.Name(), partialBlobs)
-	st, err := fstatAt(ofd, partialBlobs)
-	if err == nil && isDir(st) && st.Uid == 0 && st.Mode&0o7777 == 0o700 {
-		fd, err := openDirAt(ofd, partialBlobs)
+	st, err := safefs.FstatAt(ofd, partialBlobs)
+	if err == nil && safefs.IsDir(st) && st.Uid == 0 && st.Mode&0o7777 == 0o700 {
+		fd, err := safefs.OpenDirAt(ofd, partialBlobs)
 		if err != nil {
-			return nil, fmt.Errorf("opening %s: %s", path, errnoText(err))
+			return nil, fmt.Errorf("opening %s: %s", path, safefs.ErrnoText(err))
 		}
-		if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+		if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
 			unix.Close(fd)
 			return nil, fmt.Errorf("%s changed while it was opened", path)
 		}
 		return os.NewFile(uintptr(fd), path), nil
 	}
 	if err != nil && err != unix.ENOENT {
-		return nil, fmt.Errorf("%s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("%s: %s", path, safefs.ErrnoText(err))
 	}
 	aside := ""
 	if err == nil {
-		aside = ".pullhelper-rm-" + randSuffix()
+		aside = ".pullhelper-rm-" + safefs.RandSuffix()
 		if err := unix.Renameat2(ofd, partialBlobs, ofd, aside, unix.RENAME_NOREPLACE); err != nil {
 			return nil, fmt.Errorf("moving aside %s: %v", path, err)
 		}
@@ -280,23 +281,23 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 	if err := unix.Mkdirat(ofd, partialBlobs, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %v", path, err)
 	}
-	fd, err := openDirAt(ofd, partialBlobs)
+	fd, err := safefs.OpenDirAt(ofd, partialBlobs)
 	if err == nil {
-		if err = setOwner(fd, Identity{}, 0o700); err != nil {
+		if err = safefs.SetOwner(fd, Identity{}, 0o700); err != nil {
 			unix.Close(fd)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating %s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("creating %s: %s", path, safefs.ErrnoText(err))
 	}
 	inner := os.NewFile(uintptr(fd), path)
 	if aside != "" {
-		if isDir(st) && st.Uid != 0 {
+		if safefs.IsDir(st) && st.Uid != 0 {
 			n, b := copyKept(ofd, aside, st, fd, maxBytes)
 			log.Info("copied the kept blobs a killed pull left to its uid into a fresh root-owned partial-blob cache", "path", path, "uid", st.Uid, "blobs", n, "bytes", b)
 		}
 		if err := removeTree(ofd, aside, int(st.Uid)); err != nil {
-			log.Warn("could not remove the old partial-blob cache", "path", filepath.Join(outer.Name(), aside), "error", errnoText(err))
+			log.Warn("could not remove the old partial-blob cache", "path", filepath.Join(outer.Name(), aside), "error", safefs.ErrnoText(err))
 		}
 	}
 	return inner, nil
@@ -311,15 +312,15 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 // file is opened O_PATH first and reopened for reading only once it is a
 // regular file. It returns how many it copied and their bytes.
 func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (int, int64) {
-	afd, err := openDirAt(ofd, aside)
+	afd, err := safefs.OpenDirAt(ofd, aside)
 	if err != nil {
 		return 0, 0
 	}
 	defer unix.Close(afd)
-	if got, err := fstat(afd); err != nil || got.Ino != st.Ino || got.Uid != st.Uid {
+	if got, err := safefs.Fstat(afd); err != nil || got.Ino != st.Ino || got.Uid != st.Uid {
 		return 0, 0
 	}
-	names, err := readDirNames(afd)
+	names, err := safefs.ReadDirNames(afd)
 	if err != nil {
 		return 0, 0
 	}
@@ -330,12 +331,12 @@ func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (i
 		if !partialName.MatchString(name) {
 			continue
 		}
-		pfd, err := openAt(afd, name, unix.O_PATH, 0)
+		pfd, err := safefs.OpenAt(afd, name, unix.O_PATH, 0)
 		if err != nil {
 			continue
 		}
-		fst, err := fstat(pfd)
-		if err != nil || !isReg(fst) || fst.Nlink != 1 || fst.Uid != st.Uid || fst.Size <= 0 || fst.Size > maxBytes-total {
+		fst, err := safefs.Fstat(pfd)
+		if err != nil || !safefs.IsReg(fst) || fst.Nlink != 1 || fst.Uid != st.Uid || fst.Size <= 0 || fst.Size > maxBytes-total {
 			unix.Close(pfd)
 			continue
 		}
@@ -345,18 +346,18 @@ func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (i
 			continue
 		}
 		in := os.NewFile(uintptr(rfd), name)
-		if got, err := fstat(rfd); err != nil || got.Ino != fst.Ino {
+		if got, err := safefs.Fstat(rfd); err != nil || got.Ino != fst.Ino {
 			in.Close()
 			continue
 		}
-		out, err := fileAt(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		out, err := safefs.FileAt(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err != nil {
 			in.Close()
 			continue
 		}
 		w, err := io.CopyBuffer(out, io.LimitReader(in, fst.Size), buf)
 		in.Close()
-		ok := err == nil && w > 0 && setOwner(int(out.Fd()), Identity{}, 0o600) == nil && out.Sync() == nil &&
+		ok := err == nil && w > 0 && safefs.SetOwner(int(out.Fd()), Identity{}, 0o600) == nil && out.Sync() == nil &&
 			setTimes(int(out.Fd()), min(fst.Atim.Nano(), time.Now().UnixNano()), min(fst.Mtim.Nano(), time.Now().UnixNano())) == nil
 		out.Close()
 		if !ok {
@@ -379,7 +380,7 @@ func copyAs(fd int, size int64, dir int, name string) error {
 	}
 	src := os.NewFile(uintptr(in), name)
 	defer src.Close()
-	out, tmp, err := createTemp(dir, ".pullhelper-copy-")
+	out, tmp, err := safefs.CreateTemp(dir, ".pullhelper-copy-")
 	if err != nil {
 		return err
 	}
@@ -389,7 +390,7 @@ func copyAs(fd int, size int64, dir int, name string) error {
 		err = io.ErrUnexpectedEOF
 	}
 	if err == nil {
-		err = setOwner(int(out.Fd()), Identity{}, 0o600)
+		err = safefs.SetOwner(int(out.Fd()), Identity{}, 0o600)
 	}
 	if err == nil {
 		err = out.Sync()
@@ -405,10 +406,10 @@ func copyAs(fd int, size int64, dir int, name string) error {
 
 // releaseCache closes a cache opened by openCache, removing it when empty.
 func releaseCache(parent *os.File, c *cacheDirs, name string) {
-	if names, err := readDirNames(int(c.inner.Fd())); err == nil && len(names) == 0 {
+	if names, err := safefs.ReadDirNames(int(c.inner.Fd())); err == nil && len(names) == 0 {
 		_ = unix.Unlinkat(int(c.outer.Fd()), partialBlobs, unix.AT_REMOVEDIR)
 	}
-	if names, err := readDirNames(int(c.outer.Fd())); err == nil && len(names) == 0 {
+	if names, err := safefs.ReadDirNames(int(c.outer.Fd())); err == nil && len(names) == 0 {
 		_ = unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR)
 	}
 	c.close()
@@ -433,7 +434,7 @@ func releaseCache(parent *os.File, c *cacheDirs, name string) {
 // checks the stream and the parent hashes the staged blob again.
 // docker-archive: streams blobs into its tar, which is not taken apart.
 func salvage(rootFd, cacheFd int) (int, int64) {
-	wfd, err := openDirAt(rootFd, workDir)
+	wfd, err := safefs.OpenDirAt(rootFd, workDir)
 	if err != nil {
 		return 0, 0
 	}
@@ -442,13 +443,13 @@ func salvage(rootFd, cacheFd int) (int, int64) {
 	var bytes int64
 	add := func(k int, b int64) { n, bytes = n+k, bytes+b }
 	layout := func(dirFd int, name string) {
-		lfd, err := openDirAt(dirFd, name)
+		lfd, err := safefs.OpenDirAt(dirFd, name)
 		if err != nil {
 			return
 		}
 		defer unix.Close(lfd)
 		for _, alg := range []string{"sha256", "sha512"} {
-			if afd, err := openDirAt(lfd, "blobs/"+alg); err == nil {
+			if afd, err := safefs.OpenDirAt(lfd, "blobs/"+alg); err == nil {
 				add(salvageDir(afd, cacheFd, func(f string) (string, bool) {
 					return alg + "-" + f, hexRE[alg].MatchString(f)
 				}))
@@ -457,7 +458,7 @@ func salvage(rootFd, cacheFd int) (int, int64) {
 		}
 	}
 	layout(wfd, "image")
-	if ifd, err := openDirAt(wfd, "image"); err == nil {
+	if ifd, err := safefs.OpenDirAt(wfd, "image"); err == nil {
 		add(salvageDir(ifd, cacheFd, func(f string) (string, bool) {
 			if hexRE["sha256"].MatchString(f) {
 				return "sha256-" + f, true
@@ -467,7 +468,7 @@ func salvage(rootFd, cacheFd int) (int, int64) {
 		}))
 		unix.Close(ifd)
 	}
-	if names, err := readDirNames(wfd); err == nil {
+	if names, err := safefs.ReadDirNames(wfd); err == nil {
 		for _, d := range names {
 			if strings.HasPrefix(d, "container_images_oci") {
 				layout(wfd, d)
@@ -482,7 +483,7 @@ func salvage(rootFd, cacheFd int) (int, int64) {
 // there stays unless the moved one is longer (a whole blob supersedes a
 // prefix of it).
 func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int64) {
-	names, err := readDirNames(dirFd)
+	names, err := safefs.ReadDirNames(dirFd)
 	if err != nil {
 		return 0, 0
 	}
@@ -494,16 +495,16 @@ func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int6
 			continue
 		}
 		target := stem + ".partial"
-		fd, err := openAt(dirFd, f, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		fd, err := safefs.OpenAt(dirFd, f, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
 			continue
 		}
-		st, err := fstat(fd)
-		now, lerr := fstatAt(dirFd, f)
-		ok = err == nil && lerr == nil && isReg(st) && st.Nlink == 1 && st.Size > 0 &&
+		st, err := safefs.Fstat(fd)
+		now, lerr := safefs.FstatAt(dirFd, f)
+		ok = err == nil && lerr == nil && safefs.IsReg(st) && st.Nlink == 1 && st.Size > 0 &&
 			now.Dev == st.Dev && now.Ino == st.Ino
 		if ok {
-			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
+			if k, kerr := safefs.FstatAt(cacheFd, target); kerr == nil && safefs.IsReg(k) && k.Size >= st.Size {
 				ok = false // the cache keeps as much already
 			}
 		}
@@ -525,7 +526,7 @@ func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int6
 		}
 		// Its times from now (the copy may have set any): see tidy.
 		t := time.Now().UnixNano()
-		ok = setOwner(fd, Identity{}, 0o600) == nil && setTimes(fd, t, t) == nil
+		ok = safefs.SetOwner(fd, Identity{}, 0o600) == nil && setTimes(fd, t, t) == nil
 		unix.Close(fd)
 		if !ok {
 			continue
@@ -535,7 +536,7 @@ func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int6
 		}
 		// What arrived must be the inode checked (a name swapped in
 		// between is not kept).
-		if got, err := fstatAt(cacheFd, target); err != nil || got.Dev != st.Dev || got.Ino != st.Ino || !isReg(got) {
+		if got, err := safefs.FstatAt(cacheFd, target); err != nil || got.Dev != st.Dev || got.Ino != st.Ino || !safefs.IsReg(got) {
 			_ = unix.Unlinkat(cacheFd, target, 0)
 			continue
 		}
@@ -559,28 +560,28 @@ func (s *Stage) destBase() string {
 // first, while blobs/ is still root's 0700.
 func (p *Partial) give(id Identity) error {
 	dfd := int(p.Dir.Fd())
-	names, err := readDirNames(dfd)
+	names, err := safefs.ReadDirNames(dfd)
 	if err != nil {
 		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
 	}
 	for _, n := range names {
-		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		fd, err := safefs.OpenAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
-			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
+			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, safefs.ErrnoText(err))
 		}
-		st, err := fstat(fd)
-		if err == nil && (!isReg(st) || st.Nlink != 1 || st.Uid != 0) {
+		st, err := safefs.Fstat(fd)
+		if err == nil && (!safefs.IsReg(st) || st.Nlink != 1 || st.Uid != 0) {
 			err = fmt.Errorf("changed while it was checked")
 		}
 		if err == nil {
-			err = setOwner(fd, id, 0o600)
+			err = safefs.SetOwner(fd, id, 0o600)
 		}
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
 		}
 	}
-	if err := setOwner(dfd, id, 0o700); err != nil {
+	if err := safefs.SetOwner(dfd, id, 0o700); err != nil {
 		return fmt.Errorf("handing the partial-blob cache %s to uid %d: %v", p.Path, id.UID, err)
 	}
 	return nil
@@ -687,7 +688,7 @@ func (p *Partial) TakeBack() error {
 	if p == nil || p.Dir == nil {
 		return nil
 	}
-	if err := setOwner(int(p.Dir.Fd()), Identity{}, 0o700); err != nil {
+	if err := safefs.SetOwner(int(p.Dir.Fd()), Identity{}, 0o700); err != nil {
 		return fmt.Errorf("taking back the partial-blob cache %s: %v", p.Path, err)
 	}
 	if err := p.tidy(time.Time{}, false); err != nil {
@@ -708,7 +709,7 @@ func (p *Partial) TakeBack() error {
 // set. Kept is recounted.
 func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 	dfd := int(p.Dir.Fd())
-	names, err := readDirNames(dfd)
+	names, err := safefs.ReadDirNames(dfd)
 	if err != nil {
 		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
 	}
@@ -718,19 +719,19 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 	}
 	remove := func(n string, st unix.Stat_t) error {
 		if err := removeTree(dfd, n, int(st.Uid)); err != nil {
-			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), safefs.ErrnoText(err))
 		}
 		return nil
 	}
 	p.Kept = 0
 	for _, n := range names {
-		st, err := fstatAt(dfd, n)
+		st, err := safefs.FstatAt(dfd, n)
 		if err != nil {
 			continue
 		}
 		stale := !olderThan.IsZero() && time.Unix(st.Mtim.Unix()).Before(olderThan)
 		owned := st.Uid == 0 || (handed >= 0 && st.Uid == uint32(handed))
-		if !partialName.MatchString(n) || !isReg(st) || st.Nlink != 1 || stale || !owned {
+		if !partialName.MatchString(n) || !safefs.IsReg(st) || st.Nlink != 1 || stale || !owned {
 			if err := remove(n, st); err != nil {
 				return err
 			}
@@ -739,7 +740,7 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 			}
 			continue
 		}
-		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		fd, err := safefs.OpenAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err == unix.EAGAIN {
 			// Under another process's lease: never waited for, not kept.
 			if err := remove(n, st); err != nil {
@@ -748,10 +749,10 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
+			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, safefs.ErrnoText(err))
 		}
-		now, err := fstat(fd)
-		if err == nil && (!isReg(now) || now.Nlink != 1 || now.Ino != st.Ino) {
+		now, err := safefs.Fstat(fd)
+		if err == nil && (!safefs.IsReg(now) || now.Nlink != 1 || now.Ino != st.Ino) {
 			err = fmt.Errorf("changed while it was checked")
 		}
 		if err == nil && adopting && !alone(fd) {
@@ -763,7 +764,7 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 			continue
 		}
 		if err == nil {
-			err = setOwner(fd, Identity{}, 0o600)
+			err = safefs.SetOwner(fd, Identity{}, 0o600)
 		}
 		if t := time.Now().UnixNano(); err == nil && (!adopting || now.Mtim.Nano() > t || now.Atim.Nano() > t) {
 			err = setTimes(fd, t, t)
@@ -804,7 +805,7 @@ func (p *Partial) prune() error {
 		return nil
 	}
 	dfd := int(p.Dir.Fd())
-	names, err := readDirNames(dfd)
+	names, err := safefs.ReadDirNames(dfd)
 	if err != nil {
 		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
 	}
@@ -813,7 +814,7 @@ func (p *Partial) prune() error {
 	defer p.mu.Unlock()
 	p.Kept = 0
 	for _, n := range names {
-		st, err := fstatAt(dfd, n)
+		st, err := safefs.FstatAt(dfd, n)
 		if err != nil {
 			continue
 		}
@@ -822,12 +823,12 @@ func (p *Partial) prune() error {
 			want = p.only
 		}
 		size, asked := want[n]
-		if asked && isReg(st) && st.Size <= size && st.Size <= p.maxBytes-p.Kept {
+		if asked && safefs.IsReg(st) && st.Size <= size && st.Size <= p.maxBytes-p.Kept {
 			p.Kept += st.Size
 			continue
 		}
 		if err := removeTree(dfd, n); err != nil {
-			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
+			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), safefs.ErrnoText(err))
 		}
 		if !asked {
 			p.log.Info("removed a partial blob the image did not ask for", "path", filepath.Join(p.Path, n), "bytes", st.Size)
@@ -862,7 +863,7 @@ func (p *Partial) Remove() error {
 	}
 	p.Close()
 	if err != nil {
-		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, errnoText(err))
+		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, safefs.ErrnoText(err))
 	}
 	return nil
 }
@@ -906,19 +907,19 @@ func (p *Partial) Close() {
 func sweepPartial(dir *os.File, base string) (removed, refused string) {
 	name := PartialCacheName(base)
 	path := filepath.Join(dir.Name(), name)
-	st, err := fstatAt(int(dir.Fd()), name)
+	st, err := safefs.FstatAt(int(dir.Fd()), name)
 	if err != nil {
 		return "", ""
 	}
-	if !isDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+	if !safefs.IsDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
 		return "", (&CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}).Error()
 	}
-	fd, err := openDirAt(int(dir.Fd()), name)
+	fd, err := safefs.OpenDirAt(int(dir.Fd()), name)
 	if err != nil {
 		return "", ""
 	}
 	defer unix.Close(fd)
-	if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+	if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
 		return "", ""
 	}
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
@@ -926,11 +927,11 @@ func sweepPartial(dir *os.File, base string) (removed, refused string) {
 	}
 	// blobs/ may be the uid's of a pull whose parent was killed.
 	var handed []int
-	if bst, err := fstatAt(fd, partialBlobs); err == nil && isDir(bst) && bst.Uid != 0 {
+	if bst, err := safefs.FstatAt(fd, partialBlobs); err == nil && safefs.IsDir(bst) && bst.Uid != 0 {
 		handed = append(handed, int(bst.Uid))
 	}
 	if err := removeHeld(int(dir.Fd()), name, fd, handed...); err != nil {
-		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, errnoText(err))
+		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
 	}
 	return path, ""
 }
@@ -956,9 +957,9 @@ func (p *Partial) HandOver(s *Stage, digests []string) (int, error) {
 	if len(digests) > maxHanded {
 		return 0, badStaged("the copy handed over %d blobs, more than %d", len(digests), maxHanded)
 	}
-	img, err := openDirAt(int(s.Work.Fd()), s.Name)
+	img, err := safefs.OpenDirAt(int(s.Work.Fd()), s.Name)
 	if err != nil {
-		return 0, badStaged("%s: %v", s.Name, errnoText(err))
+		return 0, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
 	defer unix.Close(img)
 	blobs := map[string]int{}
@@ -975,14 +976,14 @@ func (p *Partial) HandOver(s *Stage, digests []string) (int, error) {
 			continue
 		}
 		name := alg + "-" + hex + ".partial"
-		st, err := fstatAt(cache, name)
-		if err != nil || !isReg(st) || st.Nlink != 1 {
+		st, err := safefs.FstatAt(cache, name)
+		if err != nil || !safefs.IsReg(st) || st.Nlink != 1 {
 			continue
 		}
 		dfd, ok := blobs[alg]
 		if !ok {
 			if dfd, err = blobDir(img, alg); err != nil {
-				return moved, badStaged("%s/blobs/%s: %v", s.Name, alg, errnoText(err))
+				return moved, badStaged("%s/blobs/%s: %v", s.Name, alg, safefs.ErrnoText(err))
 			}
 			blobs[alg] = dfd
 		}
@@ -1030,7 +1031,7 @@ func blobDir(img int, alg string) (int, error) {
 			}
 			return -1, err
 		}
-		next, err := openDirAt(cur, name)
+		next, err := safefs.OpenDirAt(cur, name)
 		if cur != img {
 			unix.Close(cur)
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -159,12 +160,12 @@ func (h *Prehash) worker() {
 // The name is opened O_PATH first and reopened for reading only once it
 // is a regular file (an open of a device may act on the device).
 func (h *Prehash) hash(j *preJob, buf []byte) {
-	pfd, err := openAt(int(h.cache.Fd()), j.name, unix.O_PATH, 0)
+	pfd, err := safefs.OpenAt(int(h.cache.Fd()), j.name, unix.O_PATH, 0)
 	if err != nil {
 		return
 	}
-	st, err := fstat(pfd)
-	if err != nil || !isReg(st) || st.Nlink != 1 || st.Size <= 0 {
+	st, err := safefs.Fstat(pfd)
+	if err != nil || !safefs.IsReg(st) || st.Nlink != 1 || st.Size <= 0 {
 		unix.Close(pfd)
 		return
 	}
@@ -174,7 +175,7 @@ func (h *Prehash) hash(j *preJob, buf []byte) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), j.name)
-	if now, err := fstat(fd); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+	if now, err := safefs.Fstat(fd); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
 		f.Close()
 		return
 	}
@@ -268,7 +269,7 @@ func (h *Prehash) Finish() Presums {
 			continue
 		}
 		l, err := unix.FcntlInt(j.f.Fd(), unix.F_GETLEASE, 0)
-		st, serr := fstat(int(j.f.Fd()))
+		st, serr := safefs.Fstat(int(j.f.Fd()))
 		if j.ok && !j.broken && err == nil && l == unix.F_RDLCK && serr == nil &&
 			st.Size == j.size && st.Nlink == 1 && st.Dev == j.dev && st.Ino == j.ino {
 			out[[2]uint64{j.dev, j.ino}] = Presum{Size: j.size, Alg: j.alg, Sum: j.sum}

@@ -19,7 +19,7 @@ import (
 func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 	needRoot(t)
 	d := parse(t, "oci:"+filepath.Join(t.TempDir(), "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	p, err := st.OpenPartial(nil, nil)

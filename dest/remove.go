@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,7 +69,7 @@ func removeHeld(dirfd int, name string, held int, handed ...int) error {
 
 // removeTreeWith is removeTree with options.
 func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
-	if err := checkRel(name); err != nil {
+	if err := safefs.CheckRel(name); err != nil {
 		return err
 	}
 	err := unix.Unlinkat(dirfd, name, 0)
@@ -89,7 +90,7 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 		}
 		return false
 	}
-	pst, err := fstat(dirfd)
+	pst, err := safefs.Fstat(dirfd)
 	if err != nil {
 		return err
 	}
@@ -106,26 +107,26 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 		if !o.hold {
 			return false
 		}
-		h, err := fstat(o.held)
-		return err == nil && isDir(h) && h.Dev == st.Dev && h.Ino == st.Ino &&
+		h, err := safefs.Fstat(o.held)
+		return err == nil && safefs.IsDir(h) && h.Dev == st.Dev && h.Ino == st.Ino &&
 			st.Uid == 0 && st.Mode&0o7777 == 0o700
 	}
 	open := func(at int, atUID uint32, n string, top bool) (*level, error) {
-		st, err := fstatAt(at, n)
+		st, err := safefs.FstatAt(at, n)
 		if err != nil {
 			return nil, err
 		}
-		if !isDir(st) {
+		if !safefs.IsDir(st) {
 			return nil, fmt.Errorf("%s: %s", n, unix.EPERM)
 		}
 		if !ok(atUID, st.Uid) && !(top && trusted(st)) {
 			return nil, fmt.Errorf("%s is owned by uid %d; refusing to remove what is in it", n, st.Uid)
 		}
-		fd, err := openDirAt(at, n)
+		fd, err := safefs.OpenDirAt(at, n)
 		if err != nil {
 			return nil, err
 		}
-		got, err := fstat(fd)
+		got, err := safefs.Fstat(fd)
 		if err == nil && (got.Dev != st.Dev || got.Ino != st.Ino || got.Uid != st.Uid) {
 			err = fmt.Errorf("%s changed while it was removed", n)
 		}
@@ -160,7 +161,7 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 		}
 		l := stack[len(stack)-1]
 		if !l.read {
-			if l.names, err = readDirNames(l.fd); err != nil {
+			if l.names, err = safefs.ReadDirNames(l.fd); err != nil {
 				return err
 			}
 			l.read = true
@@ -178,14 +179,14 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 			if len(stack) >= removeMaxDepth {
 				// Too deep to hold another descriptor: move it up into
 				// the top directory, which lists it again at its end.
-				st, err := fstatAt(l.fd, n)
+				st, err := safefs.FstatAt(l.fd, n)
 				if err != nil {
 					return err
 				}
-				if !isDir(st) || !ok(l.uid, st.Uid) || !ok(top.uid, st.Uid) {
+				if !safefs.IsDir(st) || !ok(l.uid, st.Uid) || !ok(top.uid, st.Uid) {
 					return fmt.Errorf("%s is owned by uid %d; refusing to remove what is in it", n, st.Uid)
 				}
-				moved := ".pullhelper-rm-" + randSuffix()
+				moved := ".pullhelper-rm-" + safefs.RandSuffix()
 				if err := unix.Renameat2(l.fd, n, top.fd, moved, unix.RENAME_NOREPLACE); err != nil {
 					return err
 				}

@@ -32,7 +32,7 @@ func TestVerifyTiesTheStoredImageToThePinnedOne(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := filepath.Join(t.TempDir(), "layout")
 			dd := parse(t, "oci:"+d+":a")
-			st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+			st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
 			must(t, err)
 			defer st.Remove()
 			_ = pull(t, dd, st, source(t, evil), nil) // what the child staged
@@ -58,7 +58,7 @@ func TestCommitWritesItsOwnIndexEntry(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "layout")
 	writeLayout(t, d, old, "prod")
 	dd := parse(t, "oci:"+d+":a")
-	st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, good), nil)
@@ -108,17 +108,17 @@ func TestStageChecksEveryAncestor(t *testing.T) {
 	// 1. An ancestor owned by another user, DEST's parent root's.
 	must(t, os.MkdirAll(filepath.Join(base, "anc", "images"), 0o755))
 	must(t, os.Chown(filepath.Join(base, "anc"), 65534, 65534))
-	_, err := parse(t, "oci-archive:"+filepath.Join(base, "anc", "images", "app.tar")).Stage(dest.StageOptions{})
+	_, err := parse(t, "oci-archive:"+filepath.Join(base, "anc", "images", "app.tar")).Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "ancestor")
 	// 2. A symlink owned by another user on the way.
 	must(t, os.Mkdir(filepath.Join(base, "r"), 0o755))
 	must(t, os.Symlink(victim, filepath.Join(base, "r", "link")))
 	must(t, os.Lchown(filepath.Join(base, "r", "link"), 65534, 65534))
-	_, err = parse(t, "oci-archive:"+filepath.Join(base, "r", "link", "app.tar")).Stage(dest.StageOptions{})
+	_, err = parse(t, "oci-archive:"+filepath.Join(base, "r", "link", "app.tar")).Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "symbolic link owned by uid 65534")
 	// 3. Root's symlink is followed (as /var/run → /run is).
 	must(t, os.Symlink(victim, filepath.Join(base, "r", "rootlink")))
-	st, err := parse(t, "oci-archive:"+filepath.Join(base, "r", "rootlink", "app.tar")).Stage(dest.StageOptions{})
+	st, err := parse(t, "oci-archive:"+filepath.Join(base, "r", "rootlink", "app.tar")).Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	st.Remove()
 	entries, err := os.ReadDir(victim)
@@ -140,7 +140,7 @@ func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
 	defer f.Close()
 	must(t, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB))
 	dd := parse(t, "oci:"+d+":a")
-	st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, im), nil)
@@ -151,7 +151,7 @@ func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
 	}
 	var sd unix.Stat_t
 	must(t, unix.Stat(d, &sd))
-	if _, err := os.Stat(filepath.Join(dest.LockDir, fmt.Sprintf("%d-%d.lock", sd.Dev, sd.Ino))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(testLocks, fmt.Sprintf("%d-%d.lock", sd.Dev, sd.Ino))); !os.IsNotExist(err) {
 		t.Errorf("the commit lock file of %s is left (%v)", d, err)
 	}
 }
@@ -161,7 +161,7 @@ func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
 func TestRemoveDeepTree(t *testing.T) {
 	needRoot(t)
 	dd := parse(t, "oci:"+filepath.Join(t.TempDir(), "layout"))
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	// 400 levels below work/, built relative to fds (paths would grow
 	// past PATH_MAX).
@@ -195,7 +195,7 @@ func TestDockerArchiveLegacyMembersAreBounded(t *testing.T) {
 	needRoot(t)
 	p := filepath.Join(t.TempDir(), "img.tar")
 	dd := parse(t, "docker-archive:"+p)
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, newImg("a")), nil)

@@ -21,7 +21,7 @@ func TestReclaim(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(outside, "owner"), []byte("2147483646-1"), 0o600))
 	must(t, os.Symlink(outside, filepath.Join(top, ".pullhelper-staging-y-2")))
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	if len(st.Reclaimed) != 1 || st.Reclaimed[0] != stale {
@@ -31,7 +31,7 @@ func TestReclaim(t *testing.T) {
 		t.Fatalf("reclaim followed a symlink: %v", err)
 	}
 	// Our own live staging directory survives a concurrent Stage.
-	st2, err := d.Stage(dest.StageOptions{})
+	st2, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st2.Remove()
 	if len(st2.Reclaimed) != 0 {

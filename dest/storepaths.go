@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,7 +105,7 @@ func checkStorePaths(ss *StoreSpec) error {
 			if !p.writable {
 				var st unix.Stat_t
 				if err := unix.Stat(p.path, &st); err != nil {
-					return fmt.Errorf("%s %s: %s; a read-only store must exist (%s)", p.what, p.path, errnoText(err), p.fix)
+					return fmt.Errorf("%s %s: %s; a read-only store must exist (%s)", p.what, p.path, safefs.ErrnoText(err), p.fix)
 				}
 			}
 		}
@@ -133,21 +134,21 @@ func checkMountProgram(ss *StoreSpec) error {
 		if err != nil {
 			return fmt.Errorf("mount program %s: %v (%s)", p, err, fix)
 		}
-		dst, err := fstat(dfd)
+		dst, err := safefs.Fstat(dfd)
 		if err == nil {
 			err = rootOnly(dst, dir, true)
 		}
 		var st unix.Stat_t
 		if err == nil {
-			st, err = fstatAt(dfd, filepath.Base(p))
+			st, err = safefs.FstatAt(dfd, filepath.Base(p))
 			if err != nil {
-				err = fmt.Errorf("%s", errnoText(err))
+				err = fmt.Errorf("%s", safefs.ErrnoText(err))
 			}
 		}
 		unix.Close(dfd)
 		switch {
 		case err != nil:
-		case !isReg(st):
+		case !safefs.IsReg(st):
 			err = fmt.Errorf("not a regular file (name the program itself, not a link to it)")
 		case st.Uid != 0:
 			err = fmt.Errorf("owned by uid %d, not root; refusing to run it as root", st.Uid)

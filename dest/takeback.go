@@ -13,6 +13,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,19 +70,19 @@ func (t *tree) close() {
 // graph's checks, which refuse it without reading it.
 func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 	wfd := int(s.Work.Fd())
-	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
+	if err := safefs.SetOwner(wfd, Identity{}, 0o700); err != nil {
 		return nil, fmt.Errorf("taking back the work directory: %w", err)
 	}
-	st, err := fstatAt(wfd, s.Name)
+	st, err := safefs.FstatAt(wfd, s.Name)
 	if err != nil {
-		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
-	if !isDir(st) {
+	if !safefs.IsDir(st) {
 		return nil, badStaged("%s is not a directory (mode %o)", s.Name, st.Mode)
 	}
-	fd, err := openDirAt(wfd, s.Name)
+	fd, err := safefs.OpenDirAt(wfd, s.Name)
 	if err != nil {
-		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
 	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy, presums: s.presums}
 	if err := t.walk(fd, "", 0); err != nil {
@@ -93,10 +94,10 @@ func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 }
 
 func (t *tree) walk(dfd int, rel string, depth int) error {
-	if err := setOwner(dfd, t.owner, 0o755); err != nil {
+	if err := safefs.SetOwner(dfd, t.owner, 0o755); err != nil {
 		return err
 	}
-	names, err := readDirNames(dfd)
+	names, err := safefs.ReadDirNames(dfd)
 	if err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 		if len(t.files)+len(t.dirs) > maxEntries {
 			return badStaged("more than %d entries", maxEntries)
 		}
-		st, err := fstatAt(dfd, n)
+		st, err := safefs.FstatAt(dfd, n)
 		if err != nil {
 			return err
 		}
@@ -115,12 +116,12 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if depth >= maxDepth {
 				return badStaged("%s is nested too deep", r)
 			}
-			fd, err := openDirAt(dfd, n)
+			fd, err := safefs.OpenDirAt(dfd, n)
 			if err != nil {
-				return badStaged("%s: %v", r, errnoText(err))
+				return badStaged("%s: %v", r, safefs.ErrnoText(err))
 			}
 			t.dirs[r] = fd
-			if got, err := fstat(fd); err != nil || got.Ino != st.Ino {
+			if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino {
 				return badStaged("%s changed while it was taken back", r)
 			}
 			if err := t.walk(fd, r, depth+1); err != nil {
@@ -130,12 +131,12 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if st.Nlink != 1 {
 				return badStaged("%s has %d hard links", r, st.Nlink)
 			}
-			fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+			fd, err := safefs.OpenAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 			if err != nil {
-				return badStaged("%s: %v", r, errnoText(err))
+				return badStaged("%s: %v", r, safefs.ErrnoText(err))
 			}
-			got, err := fstat(fd)
-			if err == nil && (got.Ino != st.Ino || !isReg(got) || got.Nlink != 1) {
+			got, err := safefs.Fstat(fd)
+			if err == nil && (got.Ino != st.Ino || !safefs.IsReg(got) || got.Nlink != 1) {
 				err = badStaged("%s changed while it was taken back", r)
 			}
 			// The file is made the committed owner's 0600 first (the
@@ -150,7 +151,7 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			// leases) only a fresh copy is committed.
 			e := &entry{size: got.Size, ino: got.Ino, fresh: true}
 			if err == nil {
-				err = setOwner(fd, t.owner, 0o600)
+				err = safefs.SetOwner(fd, t.owner, 0o600)
 			}
 			if err == nil && !t.fresh && alone(fd) {
 				e.fresh = false
@@ -196,11 +197,11 @@ func (t *tree) open(rel string) (*os.File, *entry, error) {
 	if !ok {
 		return nil, nil, badStaged("%s is missing", rel)
 	}
-	f, err := fileAt(dfd, path.Base(rel), unix.O_RDONLY, 0)
+	f, err := safefs.FileAt(dfd, path.Base(rel), unix.O_RDONLY, 0)
 	if err != nil {
-		return nil, nil, badStaged("%s: %v", rel, errnoText(err))
+		return nil, nil, badStaged("%s: %v", rel, safefs.ErrnoText(err))
 	}
-	if st, err := fstat(int(f.Fd())); err != nil || st.Ino != e.ino {
+	if st, err := safefs.Fstat(int(f.Fd())); err != nil || st.Ino != e.ino {
 		f.Close()
 		return nil, nil, badStaged("%s changed after it was taken back", rel)
 	}
@@ -374,7 +375,7 @@ func (t *tree) commitContent(rel string, e *entry, f *os.File, b []byte) error {
 // renameat over rel), hashing what it writes into h.
 func (t *tree) freshCopy(rel string, r io.Reader, h hash.Hash) (int64, error) {
 	dfd := t.dirs[dirOf(rel)]
-	out, tmp, err := createTemp(dfd, ".fresh-")
+	out, tmp, err := safefs.CreateTemp(dfd, ".fresh-")
 	if err != nil {
 		return 0, err
 	}
@@ -399,13 +400,13 @@ func (t *tree) freshCopy(rel string, r io.Reader, h hash.Hash) (int64, error) {
 	if err != nil {
 		return n, err
 	}
-	if err := setOwner(int(out.Fd()), t.owner, 0o644); err != nil {
+	if err := safefs.SetOwner(int(out.Fd()), t.owner, 0o644); err != nil {
 		return n, err
 	}
 	if err := out.Sync(); err != nil {
 		return n, err
 	}
-	st, err := fstat(int(out.Fd()))
+	st, err := safefs.Fstat(int(out.Fd()))
 	if err != nil {
 		return n, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 	"github.com/pullhelper/pullhelper/reexec"
@@ -75,7 +76,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	// then finds the first's blobs in DEST (an oci: layout's are not
 	// fetched again).
 	lctx, cancel := p.withDeadline(ctx, &o)
-	unlock, err := dest.LockPull(lctx, p.Destination, repositoryOf(p.Reference), p.LockTimeout)
+	unlock, err := dest.LockPull(lctx, state.Default.Locks(), p.Destination, repositoryOf(p.Reference), p.LockTimeout)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (p *Plan) withDeadline(ctx context.Context, o *Options) (context.Context, c
 func (p *Plan) stage(ctx context.Context, o *Options, id *dest.Identity, shared bool) (*dest.Stage, error) {
 	ctx, cancel := p.withDeadline(ctx, o)
 	defer cancel()
-	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log, Ctx: ctx})
+	st, err := p.dst.Stage(dest.StageOptions{HandTo: id, FreshCopy: shared, AllowOtherOwner: p.AllowOtherOwner, LockTimeout: p.LockTimeout, Locks: state.Default.Locks(), MaxBytes: p.MaxImageBytes, Log: o.Log, Ctx: ctx})
 	if err != nil {
 		return nil, err
 	}
