@@ -24,8 +24,6 @@ import (
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"go.podman.io/image/v5/docker/reference"
-	ocilayout "go.podman.io/image/v5/oci/layout"
-	"go.podman.io/image/v5/types"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +53,6 @@ const (
 
 func init() {
 	register("containerd", kind{new: newContainerd})
-	transports = append(transports, "containerd")
 }
 
 // ContainerdSettings say which containerd a containerd: DEST goes to. It
@@ -305,19 +302,6 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	}
 	s.Known = known
 	return s, nil
-}
-
-// StagedReference: an untagged OCI layout (REF is containerd's name, not
-// the layout's).
-func (d *containerdDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
-	ref, err := ocilayout.NewReference(filepath.Join(dir, "image"), "")
-	if err != nil {
-		return nil, err
-	}
-	if len(known) == 0 {
-		return ref, nil
-	}
-	return withKnown(ref, known), nil
 }
 
 func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {

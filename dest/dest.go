@@ -9,55 +9,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
-	"go.podman.io/image/v5/types"
 )
 
-// Spec is DEST split into its transport and path. It must be
-// JSON-representable: it is the "destination" object of the plan.
-type Spec struct {
-	Raw       string `json:"raw"`
-	Transport string `json:"transport"`
-	Path      string `json:"path"`
-	Ref       string `json:"ref,omitempty"`
-	// Store is the containers-storage store (nil for the other
-	// transports); Path is then GRAPHROOT/pullhelper-import, where the
-	// staging area goes.
-	Store *StoreSpec `json:"store,omitempty"`
-}
+// Spec is DEST split into its transport and path (target.Spec: the copy
+// is handed it too, without DEST's path).
+type Spec = target.Spec
 
-// String renders the destination with its absolute path:
-// transport:ABS[:ref].
-func (s Spec) String() string {
-	if s.Store != nil {
-		return s.Transport + ":" + s.Store.String() + s.Ref
-	}
-	out := s.Transport + ":" + s.Path
-	if s.Ref != "" {
-		out += ":" + s.Ref
-	}
-	return out
-}
+// StoreSpec is a containers-storage store as DEST and storage.conf name it.
+type StoreSpec = target.StoreSpec
 
-// HiddenPath stands for DEST's path in a Spec sent to the copy, which needs
-// only the transport and the reference (Anonymous).
-const HiddenPath = "/(dest)"
-
-// Anonymous is s without DEST's path: what the isolated copy is told, so
-// that its request names no host path. The parent reports the real one.
-func (s Spec) Anonymous() Spec {
-	a := Spec{Transport: s.Transport, Path: HiddenPath, Ref: s.Ref}
-	a.Raw = s.Transport + ":DEST"
-	if s.Ref != "" {
-		a.Raw += ":" + s.Ref
-	}
-	return a
-}
+// HiddenPath stands for DEST's path in a Spec sent to the copy.
+const HiddenPath = target.HiddenPath
 
 // Destination is one kind of DEST. Stage, Verify and Commit run in the root
-// parent; StagedReference runs where the copy runs (the child, or the
-// parent itself with --no-isolation).
+// parent; where the copy writes is target.StagedReference, in the child (or
+// the parent itself with --no-isolation), which never links this package.
 type Destination interface {
 	// Spec returns the parsed DEST.
 	Spec() Spec
@@ -67,11 +36,6 @@ type Destination interface {
 	// area with the descriptors the parent holds. Errors are
 	// failure.Destination.
 	Stage(o StageOptions) (*Stage, error)
-	// StagedReference is where containers/image writes: dir is the work
-	// directory as the copy sees it ("/tmp" in the child, Stage.WorkPath
-	// in-process), known the blobs DEST already has (Stage.Known), which
-	// the copy reports as present without reading them.
-	StagedReference(dir string, known []KnownBlob) (types.ImageReference, error)
 	// Verify takes the work directory back and checks the staged image
 	// against e. Call it only after every process of the pull is dead.
 	// Errors are failure.Verification (failure.Destination for I/O on
@@ -91,24 +55,13 @@ type Destination interface {
 // Identity is a uid/gid pair.
 type Identity = safefs.Owner
 
-// KnownBlob is a blob DEST already has: the copy skips it, the parent
-// checks at commit that DEST still has it with this size. It must be
-// JSON-representable (it travels to the child).
-type KnownBlob struct {
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
-	// Data is the blob itself when it is small (at most KnownDataMax, all
-	// of them at most KnownDataTotal) and its digest checked by the parent:
-	// a config, which containers/image always reads from the source even
-	// when DEST has it; the copy serves it from here instead of asking the
-	// registry (and containers/image checks its digest again).
-	Data []byte `json:"data,omitempty"`
-}
+// KnownBlob is a blob DEST already has (target.KnownBlob).
+type KnownBlob = target.KnownBlob
 
 // Bounds of the known blobs' bytes handed to the copy.
 const (
-	KnownDataMax   = 64 << 10
-	KnownDataTotal = 4 << 20
+	KnownDataMax   = target.KnownDataMax
+	KnownDataTotal = target.KnownDataTotal
 )
 
 // withData fills in Data of the known blobs up to the bounds, from read
@@ -202,16 +155,16 @@ type Expect struct {
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
-// kind builds one transport's Destination from a Spec whose Path is
-// absolute. Adding a destination means adding a file with one entry.
+// kind builds one transport's Destination: its name, form and split are
+// target.Kinds' entry, what the parent does with it is here. Each kind's
+// file registers it.
 type kind struct {
-	// split: true when the transport's rest is PATH[:REF] (false: all of
-	// it is the path, as for dir:).
-	split bool
-	// parse, when set, splits the rest itself (containers-storage:'s
-	// [STORE]REF form) into a Spec with an absolute Path.
-	parse func(raw, rest string, o ParseOptions) (Spec, error)
-	new   func(Spec) (Destination, error)
+	// parse, when set, parses the rest itself (containers-storage:'s
+	// [STORE]REF form, containerd:'s REF) into a Destination.
+	parse func(raw, rest string, o ParseOptions) (Destination, error)
+	// new builds it from a Spec whose Path is absolute (the kinds whose
+	// rest is a path).
+	new func(Spec) (Destination, error)
 }
 
 // ParseOptions are settings a destination's parse may need.
@@ -223,37 +176,37 @@ type ParseOptions struct {
 
 var kinds = map[string]kind{}
 
-// transports is the order error messages list them in.
-var transports = []string{"oci", "dir", "oci-archive", "docker-archive", "containers-storage"}
+// register adds the parent's side of target's kind name.
+func register(name string, k kind) {
+	if _, ok := target.Lookup(name); !ok {
+		panic("dest: kind " + name + " is not in target.Kinds")
+	}
+	kinds[name] = k
+}
 
-func register(name string, k kind) { kinds[name] = k }
-
-// Parse splits DEST ("oci:PATH[:TAG]", "dir:PATH", "oci-archive:PATH[:TAG]",
-// "docker-archive:PATH[:REF]", "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF",
-// "containerd:REF"),
-// makes PATH absolute and validates the reference. Errors are failure.Usage.
+// Parse splits DEST (one of target.Forms: oci:PATH[:TAG], dir:PATH,
+// oci-archive:PATH[:TAG], docker-archive:PATH[:REF],
+// containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF), makes
+// PATH absolute and validates the reference. Errors are failure.Usage.
 func Parse(raw string) (Destination, error) { return ParseWith(raw, ParseOptions{}) }
 
 // ParseWith is Parse with the settings o.
 func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	tr, rest, ok := strings.Cut(raw, ":")
+	tk, _ := target.Lookup(tr)
 	k, known := kinds[tr]
 	if !ok || !known {
-		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF", raw, tr)
+		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of %s", raw, tr, target.Forms())
 	}
 	if k.parse != nil {
-		s, err := k.parse(raw, rest, o)
+		d, err := k.parse(raw, rest, o)
 		if err != nil {
-			return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
-		}
-		d, err := k.new(s)
-		if err != nil {
-			return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+			return nil, failure.Wrap(failure.Usage, err, "destination %q", raw)
 		}
 		return d, nil
 	}
 	s := Spec{Raw: raw, Transport: tr, Path: rest}
-	if k.split {
+	if tk.Split {
 		s.Path, s.Ref, _ = strings.Cut(rest, ":")
 	}
 	if s.Path == "" {
@@ -261,7 +214,7 @@ func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	}
 	abs, err := filepath.Abs(s.Path)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+		return nil, failure.Wrap(failure.Usage, err, "destination %q", raw)
 	}
 	s.Path = abs
 	if s.Path == "/" {
@@ -269,19 +222,9 @@ func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	}
 	d, err := k.new(s)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+		return nil, failure.Wrap(failure.Usage, err, "destination %q", raw)
 	}
 	return d, nil
-}
-
-// FromSpec rebuilds a Destination from a Spec that Parse produced (e.g.
-// one that crossed the wire to the child).
-func FromSpec(s Spec) (Destination, error) {
-	k, ok := kinds[s.Transport]
-	if !ok || !filepath.IsAbs(s.Path) {
-		return nil, failure.New(failure.Usage, "destination %q: not a parsed destination", s.Raw)
-	}
-	return k.new(s)
 }
 
 // base carries what every kind shares.

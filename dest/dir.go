@@ -10,13 +10,11 @@ import (
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
-	"go.podman.io/image/v5/directory"
-	"go.podman.io/image/v5/types"
 	"golang.org/x/sys/unix"
 )
 
 func init() {
-	register("dir", kind{split: false, new: func(s Spec) (Destination, error) { return &dirDest{base{s}}, nil }})
+	register("dir", kind{new: func(s Spec) (Destination, error) { return &dirDest{base{s}}, nil }})
 }
 
 // dirDest is dir:PATH, one image per directory: a commit replaces DEST
@@ -75,10 +73,6 @@ func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther boo
 		return d.destErr("%s exists, is not empty and is not a dir: image; refusing to replace it", d.spec.Path)
 	}
 	return nil
-}
-
-func (d *dirDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
-	return directory.NewReference(filepath.Join(dir, "image"))
 }
 
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"os"
 	"path"
 	"path/filepath"
@@ -12,16 +13,14 @@ import (
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
-	ocilayout "go.podman.io/image/v5/oci/layout"
-	"go.podman.io/image/v5/types"
 	"golang.org/x/sys/unix"
 )
 
 func init() {
-	register("oci", kind{split: true, new: func(s Spec) (Destination, error) {
+	register("oci", kind{new: func(s Spec) (Destination, error) {
 		d := &ociDest{base{s}}
 		if s.Ref != "" {
-			if _, err := d.StagedReference("/", nil); err != nil {
+			if _, err := target.StagedReference(s, "/", nil); err != nil {
 				return nil, err
 			}
 		}
@@ -155,17 +154,6 @@ func listBlobs(destFd int) ([]KnownBlob, error) {
 		return safefs.ReadAtMost(bfd, alg+"/"+hex, KnownDataMax)
 	})
 	return out, nil
-}
-
-func (d *ociDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
-	ref, err := ocilayout.NewReference(filepath.Join(dir, "image"), d.spec.Ref)
-	if err != nil {
-		return nil, err
-	}
-	if len(known) == 0 {
-		return ref, nil
-	}
-	return withKnown(ref, known), nil
 }
 
 func knownMap(k []KnownBlob) map[string]int64 {

@@ -1,6 +1,7 @@
 package dest_test
 
 import (
+	"github.com/pullhelper/pullhelper/dest/target"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,7 +181,7 @@ func TestDestOwnedByAnotherUser(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	for raw, want := range map[string]string{
-		"foo:/x":                  `unknown transport "foo"`,
+		"foo:/x":                  `unknown transport "foo"; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF`,
 		"oci:":                    "the path is empty",
 		"docker-archive:/x:a@sha": "docker-archive reference",
 		"oci:/x:BAD TAG":          "",
@@ -188,6 +189,12 @@ func TestParse(t *testing.T) {
 		_, err := dest.Parse(raw)
 		if err == nil || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v, want a usage error with %q", raw, err, want)
+		}
+	}
+	// Every kind of target's table is one dest parses.
+	for _, k := range target.Kinds() {
+		if _, err := dest.Parse(k.Name + ":/x"); err != nil && strings.Contains(err.Error(), "unknown transport") {
+			t.Errorf("%s: %v", k.Name, err)
 		}
 	}
 	d, err := dest.Parse("dir:rel:x")

@@ -28,37 +28,13 @@ import (
 )
 
 func init() {
-	register("containers-storage", kind{parse: parseStorage, new: newStorage})
-}
-
-// StoreSpec is a containers-storage store as DEST and storage.conf name
-// it: what explain shows and the result's destination renders.
-type StoreSpec struct {
-	// Driver is the graph driver ("" : the store picks one, as podman).
-	Driver        string   `json:"driver"`
-	GraphRoot     string   `json:"graph_root"`
-	RunRoot       string   `json:"run_root"`
-	DriverOptions []string `json:"driver_options,omitempty"`
-	// Conf is the storage.conf the defaults came from ("" : the system's
-	// search: $CONTAINERS_STORAGE_CONF, /etc/containers/storage.conf,
-	// /usr/share/containers/storage.conf, built-in defaults).
-	Conf string `json:"storage_conf,omitempty"`
-
-	opts *storagetypes.StoreOptions // the full settings (parent only)
-}
-
-// String is the containers-transports(5) store specifier
-// [DRIVER@GRAPHROOT+RUNROOT:OPTIONS].
-func (s *StoreSpec) String() string {
-	out := "["
-	if s.Driver != "" {
-		out += s.Driver + "@"
-	}
-	out += s.GraphRoot + "+" + s.RunRoot
-	if len(s.DriverOptions) > 0 {
-		out += ":" + strings.Join(s.DriverOptions, ",")
-	}
-	return out + "]"
+	register("containers-storage", kind{parse: func(raw, rest string, o ParseOptions) (Destination, error) {
+		s, so, err := parseStorage(raw, rest, o)
+		if err != nil {
+			return nil, err
+		}
+		return newStorage(s, so), nil
+	}})
 }
 
 // storageDrivers are the graph drivers of the pure-Go build that a pull
@@ -72,21 +48,22 @@ var confEnvMu sync.Mutex
 
 // parseStorage splits [DRIVER@GRAPHROOT+RUNROOT:OPTIONS]REF (the store
 // specifier optional, each of its parts but GRAPHROOT optional) and fills
-// what it leaves out from storage.conf. Errors name the part to fix.
-func parseStorage(raw, rest string, o ParseOptions) (Spec, error) {
+// what it leaves out from storage.conf, returned whole (the store's
+// settings, the parent's only). Errors name the part to fix.
+func parseStorage(raw, rest string, o ParseOptions) (Spec, *storagetypes.StoreOptions, error) {
 	var driver, root, run string
 	var opts []string
 	ref := rest
 	if strings.HasPrefix(rest, "[") {
 		end := strings.IndexByte(rest, ']')
 		if end < 0 {
-			return Spec{}, fmt.Errorf("the store specifier has no closing ]; %s", storageForm)
+			return Spec{}, nil, fmt.Errorf("the store specifier has no closing ]; %s", storageForm)
 		}
 		spec := rest[1:end]
 		ref = rest[end+1:]
 		if d, r, ok := strings.Cut(spec, "@"); ok {
 			if d == "" {
-				return Spec{}, fmt.Errorf("the driver before @ is empty; %s", storageForm)
+				return Spec{}, nil, fmt.Errorf("the driver before @ is empty; %s", storageForm)
 			}
 			driver, spec = d, r
 		}
@@ -94,38 +71,38 @@ func parseStorage(raw, rest string, o ParseOptions) (Spec, error) {
 			spec = r
 			for _, x := range strings.Split(o, ",") {
 				if x == "" {
-					return Spec{}, fmt.Errorf("an empty driver option after :; %s", storageForm)
+					return Spec{}, nil, fmt.Errorf("an empty driver option after :; %s", storageForm)
 				}
 				opts = append(opts, x)
 			}
 		}
 		root, run, _ = strings.Cut(spec, "+")
 		if root == "" {
-			return Spec{}, fmt.Errorf("the graph root is empty; %s", storageForm)
+			return Spec{}, nil, fmt.Errorf("the graph root is empty; %s", storageForm)
 		}
 		for _, p := range []string{root, run} {
 			if p != "" && !filepath.IsAbs(p) {
-				return Spec{}, fmt.Errorf("%q is not an absolute path; %s", p, storageForm)
+				return Spec{}, nil, fmt.Errorf("%q is not an absolute path; %s", p, storageForm)
 			}
 		}
 	}
 	if driver != "" && !storageDrivers[driver] {
-		return Spec{}, fmt.Errorf("graph driver %q is not supported; use vfs or overlay", driver)
+		return Spec{}, nil, fmt.Errorf("graph driver %q is not supported; use vfs or overlay", driver)
 	}
 	if ref == "" {
-		return Spec{}, fmt.Errorf("the image name is empty; %s", storageForm)
+		return Spec{}, nil, fmt.Errorf("the image name is empty; %s", storageForm)
 	}
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
-		return Spec{}, fmt.Errorf("image name %q: %v; %s", ref, err, storageForm)
+		return Spec{}, nil, fmt.Errorf("image name %q: %v; %s", ref, err, storageForm)
 	}
 	if _, ok := named.(reference.Digested); ok {
-		return Spec{}, fmt.Errorf("image name %q has a digest; name a tag (the stored image keeps the registry's digest)", ref)
+		return Spec{}, nil, fmt.Errorf("image name %q has a digest; name a tag (the stored image keeps the registry's digest)", ref)
 	}
 	named = reference.TagNameOnly(named)
 	so, err := loadStoreOptions(o.StorageConf)
 	if err != nil {
-		return Spec{}, err
+		return Spec{}, nil, err
 	}
 	if root != "" {
 		so.GraphRoot = filepath.Clean(root)
@@ -140,19 +117,19 @@ func parseStorage(raw, rest string, o ParseOptions) (Spec, error) {
 		so.GraphDriverOptions = opts
 	}
 	if so.GraphRoot == "" || so.GraphRoot == "/" || !filepath.IsAbs(so.GraphRoot) {
-		return Spec{}, fmt.Errorf("graph root %q: must be an absolute path other than /", so.GraphRoot)
+		return Spec{}, nil, fmt.Errorf("graph root %q: must be an absolute path other than /", so.GraphRoot)
 	}
 	if so.RunRoot == "" || !filepath.IsAbs(so.RunRoot) {
-		return Spec{}, fmt.Errorf("run root %q: must be an absolute path", so.RunRoot)
+		return Spec{}, nil, fmt.Errorf("run root %q: must be an absolute path", so.RunRoot)
 	}
 	if so.GraphDriverName != "" && !storageDrivers[so.GraphDriverName] {
-		return Spec{}, fmt.Errorf("graph driver %q (from storage.conf) is not supported; use vfs or overlay", so.GraphDriverName)
+		return Spec{}, nil, fmt.Errorf("graph driver %q (from storage.conf) is not supported; use vfs or overlay", so.GraphDriverName)
 	}
 	ss := &StoreSpec{Driver: so.GraphDriverName, GraphRoot: so.GraphRoot, RunRoot: so.RunRoot,
-		DriverOptions: so.GraphDriverOptions, Conf: o.StorageConf, opts: &so}
+		DriverOptions: so.GraphDriverOptions, Conf: o.StorageConf}
 	// Path is where staging goes (see storageImportDir): pull locks, gc
 	// and the IO accounting key on it.
-	return Spec{Raw: raw, Transport: "containers-storage", Path: filepath.Join(so.GraphRoot, storageImportDir), Ref: named.String(), Store: ss}, nil
+	return Spec{Raw: raw, Transport: "containers-storage", Path: filepath.Join(so.GraphRoot, storageImportDir), Ref: named.String(), Store: ss}, &so, nil
 }
 
 // loadStoreOptions reads storage.conf: conf when set (it must exist),
@@ -274,9 +251,9 @@ const storageImportDir = "pullhelper-import"
 // has read.
 var importHook func(store storage.Store, blob digest.Digest)
 
-func newStorage(s Spec) (Destination, error) {
+func newStorage(s Spec, so *storagetypes.StoreOptions) Destination {
 	inner := Spec{Raw: s.Raw, Transport: "oci", Path: s.Path}
-	return &storageDest{base: base{s}, staged: &ociDest{base{inner}}}, nil
+	return &storageDest{base: base{s}, opts: so, staged: &ociDest{base{inner}}}
 }
 
 // storageDest is containers-storage:[STORE]REF. The copy stages an OCI
@@ -286,6 +263,7 @@ func newStorage(s Spec) (Destination, error) {
 // it REF. The image keeps the registry's manifest, hence its digest.
 type storageDest struct {
 	base
+	opts   *storagetypes.StoreOptions // the store's full settings (parseStorage)
 	staged *ociDest
 	// index is the registry's index when the pull copied one instance of
 	// it (Expect.IndexRaw, checked by Verify against Expect.Digest), and
@@ -301,10 +279,10 @@ type storageDest struct {
 func (d *storageDest) Committed() *StoreReport { return d.report }
 
 func (d *storageDest) store() (storage.Store, error) {
-	if d.spec.Store == nil || d.spec.Store.opts == nil {
+	if d.spec.Store == nil || d.opts == nil {
 		return nil, failure.New(failure.Internal, "destination %s: no store settings", d.spec.Raw)
 	}
-	st, err := storage.GetStore(*d.spec.Store.opts)
+	st, err := storage.GetStore(*d.opts)
 	if err != nil {
 		return nil, d.destErr("opening the store %s: %v", d.spec.Store, err)
 	}
@@ -321,7 +299,7 @@ func (d *storageDest) store() (storage.Store, error) {
 func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 	ctx := o.ctx()
 	if ss := d.spec.Store; ss != nil {
-		if err := checkStorePaths(ss); err != nil {
+		if err := checkStorePaths(ss, d.opts); err != nil {
 			return nil, d.destErr("%v", err)
 		}
 	}
@@ -427,10 +405,6 @@ func storeLayers(store storage.Store) ([]KnownBlob, error) {
 }
 
 var errNotConfig = errors.New("not an image config")
-
-func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
-	return d.staged.StagedReference(dir, known)
-}
 
 func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := d.staged.Verify(ctx, s, e); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"hash"
 	"io"
 	"log/slog"
@@ -158,7 +159,7 @@ func (c *partialCache) handedOver() []string {
 
 // partialFile is the cache's name for d.
 func partialFile(d digest.Digest) string {
-	return d.Algorithm().String() + "-" + d.Encoded() + ".partial"
+	return target.PartialEntry(d.Algorithm().String(), d.Encoded())
 }
 
 func (c *partialCache) acquire(d digest.Digest) bool {
