@@ -1,10 +1,10 @@
 package dest_test
 
 import (
-	"github.com/pullhelper/pullhelper/dest/target"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 )
 

@@ -3,12 +3,12 @@ package dest
 import (
 	"context"
 	"fmt"
-	"github.com/opencontainers/go-digest"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"

@@ -3,10 +3,10 @@ package dest
 import (
 	"context"
 	"encoding/json"
-	"github.com/pullhelper/pullhelper/dest/target"
 	"regexp"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"go.podman.io/image/v5/docker/reference"
 )
 

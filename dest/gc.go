@@ -117,3 +117,39 @@ func (s *Sweep) Close() {
 	}
 	s.dirs = nil
 }
+
+// sweepPartial removes the partial-blob cache named for DEST base in the
+// directory held as dir, unless a live pull holds its flock or it is not
+// a root-owned 0700 directory (then refused names why: another user's is
+// never entered). It returns the removed path, or "".
+func sweepPartial(dir *os.File, base string) (removed, refused string) {
+	name := PartialCacheName(base)
+	path := filepath.Join(dir.Name(), name)
+	st, err := safefs.FstatAt(int(dir.Fd()), name)
+	if err != nil {
+		return "", ""
+	}
+	if !safefs.IsDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+		return "", (&CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}).Error()
+	}
+	fd, err := safefs.OpenDirAt(int(dir.Fd()), name)
+	if err != nil {
+		return "", ""
+	}
+	defer unix.Close(fd)
+	if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+		return "", ""
+	}
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return "", "" // a live pull's
+	}
+	// blobs/ may be the uid's of a pull whose parent was killed.
+	var handed []int
+	if bst, err := safefs.FstatAt(fd, partialBlobs); err == nil && safefs.IsDir(bst) && bst.Uid != 0 {
+		handed = append(handed, int(bst.Uid))
+	}
+	if err := removeHeld(int(dir.Fd()), name, fd, handed...); err != nil {
+		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
+	}
+	return path, ""
+}

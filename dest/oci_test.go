@@ -1,13 +1,13 @@
 package dest_test
 
 import (
-	"github.com/pullhelper/pullhelper/dest/target"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/types"
 	"golang.org/x/sys/unix"

@@ -2,8 +2,9 @@ package dest
 
 import (
 	"context"
-	"github.com/pullhelper/pullhelper/dest/target"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/dest/target"
 )
 
 func init() {

@@ -2,7 +2,6 @@ package dest_test
 
 import (
 	"encoding/json"
-	"github.com/pullhelper/pullhelper/dest/target"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/storage"
 	"go.podman.io/storage/pkg/reexec"

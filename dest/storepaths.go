@@ -2,11 +2,11 @@ package dest
 
 import (
 	"fmt"
-	storagetypes "go.podman.io/storage/types"
 	"path/filepath"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/safefs"
+	storagetypes "go.podman.io/storage/types"
 	"golang.org/x/sys/unix"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pullhelper/pullhelper/dest/target"
 	"hash"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/types"
