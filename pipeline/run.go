@@ -220,7 +220,7 @@ func inProcess(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api
 	}
 	var pre *dest.Prehash // as in isolated: handed blobs hashed as each is done
 	if pst.HandOver {
-		pre = part.Prehash(p.MaxImageBytes)
+		pre = prehash(part, p.MaxImageBytes)
 	}
 	defer pre.Abort()
 	po := pull.Options{Events: prehashing(pre, progressOnly(o.Events)), Report: o.Report, Log: o.Log}
@@ -349,7 +349,7 @@ func isolated(ctx context.Context, p *Plan, m *pull.Material, o *Options) (*api.
 	handOverOK := lease.Source == "dynamic" && part.CanHandOver(st)
 	var pre *dest.Prehash
 	if handOverOK {
-		pre = part.Prehash(p.MaxImageBytes)
+		pre = prehash(part, p.MaxImageBytes)
 	}
 	defer pre.Abort() // every other path: hashing stops, leases let go, descriptors closed
 	iso.ChildPID = c.PID()
