@@ -2,6 +2,7 @@ package dest_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -88,4 +89,35 @@ func TestDockerArchiveNeedsTheStoredManifest(t *testing.T) {
 	other := newImg("other")
 	e.Manifest, e.DestDigest = other.manifest, other.digest
 	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "manifest.json names")
+}
+
+// A docker-archive's legacy members carry no image content: a layer.tar
+// symlink pointing anywhere but a verified layer is refused.
+func TestDockerArchiveLegacyMembersAreBounded(t *testing.T) {
+	needRoot(t)
+	p := filepath.Join(t.TempDir(), "img.tar")
+	dd := parse(t, "docker-archive:"+p)
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, newImg("a")), nil)
+	staged := filepath.Join(st.WorkPath, st.Name)
+	in, err := os.ReadFile(staged)
+	must(t, err)
+	var out bytes.Buffer
+	tr, tw := tar.NewReader(bytes.NewReader(in)), tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		must(t, err)
+		must(t, tw.WriteHeader(h))
+		_, err = io.Copy(tw, tr)
+		must(t, err)
+	}
+	must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.Repeat("e", 64) + "/layer.tar", Linkname: "/etc/shadow", Mode: 0o777}))
+	must(t, tw.Close())
+	must(t, os.WriteFile(staged, out.Bytes(), 0o644))
+	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not to a verified layer")
 }

@@ -1,6 +1,8 @@
 package dest_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,4 +226,52 @@ func TestOCIDestRemovedDuringPull(t *testing.T) {
 	must(t, os.Rename(d, d+".moved"))
 	must(t, os.Mkdir(d, 0o755))
 	wantCode(t, dd.Commit(bg, st), failure.Destination, "removed or replaced during the pull")
+}
+
+// The committed index.json entry is the parent's own: a staged entry that
+// says one thing to Go (keys match case-insensitively, the last wins) and
+// another to exact readers never reaches DEST, nor a negative size.
+func TestCommitWritesItsOwnIndexEntry(t *testing.T) {
+	needRoot(t)
+	old, good := newImg("old-prod"), newImg("good")
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, old, "prod")
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, good), nil)
+	p := filepath.Join(st.WorkPath, "image", "index.json")
+	must(t, os.WriteFile(p, fmt.Appendf(nil,
+		`{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,`+
+			`"annotations":{"org.opencontainers.image.ref.name":"prod"},"DIGEST":%q,"Annotations":{"org.opencontainers.image.ref.name":"a"}}]}`,
+		old.digest, len(old.manifest), good.digest), 0o644))
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
+	b, err := os.ReadFile(filepath.Join(d, "index.json"))
+	must(t, err)
+	// Read it the exact way (no case folding): exactly prod→old, a→good.
+	var idx struct {
+		Manifests []map[string]json.RawMessage `json:"manifests"`
+	}
+	must(t, json.Unmarshal(b, &idx))
+	tags := map[string]string{}
+	for _, m := range idx.Manifests {
+		for k := range m {
+			if k != "mediaType" && k != "digest" && k != "size" && k != "annotations" {
+				t.Fatalf("committed entry has key %q: %s", k, b)
+			}
+		}
+		var ann map[string]string
+		var dg string
+		must(t, json.Unmarshal(m["annotations"], &ann))
+		must(t, json.Unmarshal(m["digest"], &dg))
+		tags[ann["org.opencontainers.image.ref.name"]] = dg
+	}
+	if len(tags) != 2 || tags["prod"] != old.digest || tags["a"] != good.digest {
+		t.Fatalf("committed tags %v, want prod=%s a=%s: %s", tags, old.digest, good.digest, b)
+	}
+	if strings.Contains(string(b), "DIGEST") {
+		t.Fatalf("the child's bytes were committed: %s", b)
+	}
 }

@@ -151,30 +151,6 @@ func TestStorageStageEndsWithContext(t *testing.T) {
 	}
 }
 
-// The pull lock's wait ends with the pull's context: a signal is
-// failure.Interrupted, the deadline its own cause, not exit 9 after the
-// lock timeout.
-func TestLockPullEndsWithContext(t *testing.T) {
-	needRoot(t)
-	locks := t.TempDir()
-	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
-	unlock, err := dest.LockPull(context.Background(), locks, spec, "registry.example/x", time.Minute)
-	must(t, err)
-	defer unlock()
-	for _, c := range []struct {
-		cause error
-		want  failure.Code
-	}{
-		{errors.New("interrupted"), failure.Interrupted},
-		{failure.New(failure.Network, "pull timed out after 5s (--timeout)"), failure.Network},
-	} {
-		_, err := dest.LockPull(done(c.cause), locks, spec, "registry.example/x", 15*time.Second)
-		if failure.CodeOf(err) != c.want || !strings.Contains(fmt.Sprint(err), "waiting for the pull lock") {
-			t.Errorf("LockPull with an ended context (%v): %v, want %s", c.cause, err, c.want)
-		}
-	}
-}
-
 // containerd's Stage ends with its context, not after the 10 s dial bound
 // as "cannot reach containerd".
 func TestContainerdStageEndsWithContext(t *testing.T) {

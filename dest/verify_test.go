@@ -228,3 +228,36 @@ func TestVerifyRefusesForeignURLs(t *testing.T) {
 	wantCode(t, err, failure.Verification, sha(im.layer))
 	wantCode(t, err, failure.Verification, "foreign urls")
 }
+
+// A compromised child pulls IMAGE@GOOD, stages EVIL and reports EVIL as the
+// converted manifest (DestDigest) or as an instance of GOOD without the
+// index: nothing ties EVIL to GOOD, so the parent must refuse it.
+func TestVerifyTiesTheStoredImageToThePinnedOne(t *testing.T) {
+	needRoot(t)
+	good, evil := newImg("good"), newImg("evil")
+	for name, lie := range map[string]func(*dest.Expect){
+		"a converted manifest that is another image": func(e *dest.Expect) { e.DestDigest = evil.digest },
+		"an instance without its index":              func(e *dest.Expect) { e.Instance = evil.digest },
+		"an instance with the evil manifest as served": func(e *dest.Expect) {
+			e.Instance, e.Served = evil.digest, evil.manifest
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "layout")
+			dd := parse(t, "oci:"+d+":a")
+			st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+			must(t, err)
+			defer st.Remove()
+			_ = pull(t, dd, st, source(t, evil), nil) // what the child staged
+			e := dest.Expect{Digest: good.digest, Pinned: good.digest, Served: good.manifest}
+			lie(&e)
+			err = dd.Verify(bg, st, e)
+			if err == nil || failure.CodeOf(err) != failure.Verification {
+				t.Fatalf("Verify = %v, want a verification error", err)
+			}
+			if _, err := os.Stat(d); err == nil {
+				t.Fatal("DEST exists")
+			}
+		})
+	}
+}
