@@ -237,6 +237,11 @@ func (b base) destErr(format string, args ...any) error {
 	return failure.New(failure.Destination, "destination %s: %s", b.spec.Raw, fmt.Sprintf(format, args...))
 }
 
+// destWrap is destErr with err as the cause, kept in the chain.
+func (b base) destWrap(err error, format string, args ...any) error {
+	return failure.Wrap(failure.Destination, err, "destination %s: %s", b.spec.Raw, fmt.Sprintf(format, args...))
+}
+
 func (b base) commitErr(err error) error {
 	if err == nil {
 		return nil

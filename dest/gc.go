@@ -51,7 +51,7 @@ func OpenSweep(arg string) (*Sweep, error) {
 	}
 	fd, err := openAncestors(dir, false)
 	if err != nil {
-		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+		return nil, failure.Wrap(failure.Destination, err, "gc: DEST's parent directory %s", dir)
 	}
 	// The parent itself as openParent judges it: a directory that only
 	// root (or the caller) can change.
@@ -63,7 +63,7 @@ func OpenSweep(arg string) (*Sweep, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+		return nil, failure.Wrap(failure.Destination, err, "gc: DEST's parent directory %s", dir)
 	}
 	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}, base: filepath.Base(abs)}
 	if dfd, err := unix.Openat(fd, filepath.Base(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {

@@ -257,7 +257,7 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 		if cerr := ctxErr(ctx, "waiting for the commit lock of "+d.spec.Path); cerr != nil {
 			return cerr
 		}
-		return d.destErr("locking %s: %v", d.spec.Path, err)
+		return d.destWrap(err, "locking %s", d.spec.Path)
 	}
 	defer unlock()
 	// The held fd must still be DEST (not a directory someone renamed
@@ -344,7 +344,7 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	}
 	data, err := mergeIndex(old, v.oci.entry)
 	if err != nil {
-		return d.destErr("%s/index.json: %v", d.spec.Path, err)
+		return d.destWrap(err, "%s/index.json", d.spec.Path)
 	}
 	if err := safefs.WriteFileAt(dfd, "index.json", data, s.owner, false); err != nil {
 		return refuse("index.json", err)

@@ -163,13 +163,13 @@ func (b base) openParent(allowOther bool) (*os.File, unix.Stat_t, error) {
 	dir := filepath.Dir(b.spec.Path)
 	fd, err := openAncestors(dir, allowOther)
 	if err != nil {
-		return nil, unix.Stat_t{}, b.destErr("parent directory %s: %v", dir, err)
+		return nil, unix.Stat_t{}, b.destWrap(err, "parent directory %s", dir)
 	}
 	f := os.NewFile(uintptr(fd), dir)
 	st, err := safefs.Fstat(fd)
 	if err != nil {
 		f.Close()
-		return nil, st, b.destErr("parent directory %s: %v", dir, err)
+		return nil, st, b.destWrap(err, "parent directory %s", dir)
 	}
 	if !allowedOwner(st.Uid) && !allowOther {
 		f.Close()
@@ -349,7 +349,7 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 	}
 	if err != nil {
 		s.rootName = ""
-		return nil, b.destErr("cannot write in %s: %v", at.Name(), err)
+		return nil, b.destWrap(err, "cannot write in %s", at.Name())
 	}
 	fail := func(err error) (*Stage, error) {
 		s.Remove()

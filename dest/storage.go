@@ -284,7 +284,7 @@ func (d *storageDest) store() (storage.Store, error) {
 	}
 	st, err := storage.GetStore(*d.opts)
 	if err != nil {
-		return nil, d.destErr("opening the store %s: %v", d.spec.Store, err)
+		return nil, d.destWrap(err, "opening the store %s", d.spec.Store)
 	}
 	return st, nil
 }
@@ -321,7 +321,7 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 		known, err := storeLayers(store)
 		_, _ = store.Shutdown(false)
 		if err != nil {
-			err = d.destErr("listing the store's layers: %v", err)
+			err = d.destWrap(err, "listing the store's layers")
 		}
 		done <- listed{known, err}
 	}()
