@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"go.podman.io/image/v5/docker/reference"
@@ -74,11 +75,10 @@ type ContainerdSettings struct {
 
 // StoreReport is what a store destination (containerd:, containers-storage:) reports after
 // Commit: the image ID as the runtime sees it (its config digest) and the
-// store it went to.
+// store it went to, with the image's names there, as the result shows it.
 type StoreReport struct {
-	ImageID string            `json:"image_id"`
-	Store   map[string]string `json:"store"`
-	Names   []string          `json:"names"`
+	ImageID string
+	Store   api.Store
 }
 
 // Reporter is a Destination that reports where its Commit went.
@@ -520,12 +520,10 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			}
 		}
 	}
-	d.report = &StoreReport{ImageID: m.Config.Digest.String(), Names: names, Store: map[string]string{
-		"type": "containerd", "address": d.set.Address, "namespace": d.set.Namespace, "snapshotter": d.set.Snapshotter,
+	d.report = &StoreReport{ImageID: m.Config.Digest.String(), Store: api.Store{
+		Type: "containerd", Address: d.set.Address, Namespace: d.set.Namespace, Snapshotter: d.set.Snapshotter,
+		Pinned: d.set.Pin, Names: names,
 	}}
-	if d.set.Pin {
-		d.report.Store["pinned"] = "true"
-	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/memfs"
 	"github.com/pullhelper/pullhelper/internal/safefile"
@@ -43,7 +44,16 @@ var storageDrivers = map[string]bool{"vfs": true, "overlay": true}
 
 const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG]"
 
-// confEnvMu serialises the CONTAINERS_STORAGE_CONF override below.
+// confEnvMu serialises the CONTAINERS_STORAGE_CONF override of
+// loadStoreOptions: the one process-wide environment change left in dest.
+// go.podman.io/storage (v1.65) takes storage.conf's path from nowhere but
+// $CONTAINERS_STORAGE_CONF and $CONTAINERS_STORAGE_CONF_OVERRIDE:
+// LoadStoreOptions' LoadOptions has only an alternative root, which those
+// variables still override (so a caller's variable would win over the
+// checked snapshot), and DefaultStoreOptions, which GetStore reads and
+// caches for the process, takes no options at all. So the variables point
+// at the snapshot only for those two reads, under this lock, at Parse
+// (before any child or import runs), and are put back at once.
 var confEnvMu sync.Mutex
 
 // parseStorage splits [DRIVER@GRAPHROOT+RUNROOT:OPTIONS]REF (the store
@@ -560,9 +570,9 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
 		id = "sha256:" + img.ID
 	}
-	return storeImport{imageID: id, report: &StoreReport{ImageID: id, Names: img.Names, Store: map[string]string{
-		"type": "containers-storage", "driver": store.GraphDriverName(),
-		"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
+	return storeImport{imageID: id, report: &StoreReport{ImageID: id, Store: api.Store{
+		Type: "containers-storage", Driver: store.GraphDriverName(),
+		GraphRoot: store.GraphRoot(), RunRoot: store.RunRoot(), StorageConf: d.spec.Store.Conf, Names: img.Names,
 	}}}
 }
 
