@@ -160,10 +160,11 @@ type Expect struct {
 // file registers it.
 type kind struct {
 	// parse, when set, parses the rest itself (containers-storage:'s
-	// [STORE]REF form, containerd:'s REF) into a Destination.
+	// [STORE]REF form) into a Destination.
 	parse func(raw, rest string, o ParseOptions) (Destination, error)
-	// new builds it from a Spec whose Path is absolute (the kinds whose
-	// rest is a path).
+	// new builds it from a Spec whose Path is the rest made absolute
+	// (containerd: takes its REF from Spec.Raw and its path from its
+	// staging setting instead).
 	new func(Spec) (Destination, error)
 }
 
