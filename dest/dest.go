@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
@@ -277,4 +278,17 @@ func discard(l *slog.Logger) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return l
+}
+
+// StoreReport is what a store destination (containerd:, containers-storage:) reports after
+// Commit: the image ID as the runtime sees it (its config digest) and the
+// store it went to, with the image's names there, as the result shows it.
+type StoreReport struct {
+	ImageID string
+	Store   api.Store
+}
+
+// Reporter is a Destination that reports where its Commit went.
+type Reporter interface {
+	Committed() *StoreReport
 }
