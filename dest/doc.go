@@ -9,8 +9,9 @@
 //
 // Its files, by job: dest.go (the Destination interface, Parse, the kinds'
 // registry), one file per kind (oci.go, dir.go, ociarchive.go,
-// dockerarchive.go, archive.go, containerd.go, storage.go with
-// storepaths.go, storeroot.go and importsrc.go); staging (stage.go),
+// dockerarchive.go, archive.go, containerd.go with containerdsock.go,
+// storage.go with storageconf.go, storepaths.go, storeroot.go and
+// importsrc.go); staging (stage.go),
 // taking the staged tree back (takeback.go), the taken-back tree (tree.go)
 // and the manifest graph verified on it (graph.go); the partial-blob cache
 // (partial.go, partialtake.go, salvage.go, handover.go, prehash.go);
