@@ -197,7 +197,7 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	if ost, err := safefs.FstatAt(wfd, s.Name); err == nil {
 		s.extraOwners = append(s.extraOwners, int(ost.Uid))
 	}
-	if err := removeTreeWith(rmOpts{ctx: ctx}, wfd, s.Name, s.handed()...); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := safefs.RemoveTreeCtx(ctx, wfd, s.Name, s.handed()...); err != nil && !errors.Is(err, unix.ENOENT) {
 		discard(s.opts.Log).Warn("removing the replaced dir: image", "error", err.Error())
 	}
 	if commitHook != nil {

@@ -42,10 +42,10 @@
 // another user's cache is never adopted. Hashing ahead (prehash.go) holds
 // read leases; the owner of the process installs the SIGIO handler that
 // lets a broken one go and passes its channel in (dest installs no signal
-// handler). Every recursive removal goes through removeTree: a stack of
+// handler). Every recursive removal goes through safefs.RemoveTree: a stack of
 // held directory descriptors, never "..", each level's owner checked (the
 // top one may be a root-owned 0700 directory this process holds, under a
-// parent of any owner), its work bounded (removeMaxWork: past it the tree
+// parent of any owner), its work bounded (past a bound the tree
 // is left for gc).
 //
 // containers-storage: stages and verifies exactly as oci: (its staging in

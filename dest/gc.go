@@ -148,7 +148,7 @@ func sweepPartial(dir *os.File, base string) (removed, refused string) {
 	if bst, err := safefs.FstatAt(fd, partialBlobs); err == nil && safefs.IsDir(bst) && bst.Uid != 0 {
 		handed = append(handed, int(bst.Uid))
 	}
-	if err := removeHeld(int(dir.Fd()), name, fd, handed...); err != nil {
+	if err := safefs.RemoveHeld(int(dir.Fd()), name, fd, handed...); err != nil {
 		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
 	}
 	return path, ""

@@ -244,7 +244,7 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 		// uid the directory was handed to by an older pullhelper.
 		st, err := safefs.FstatAt(ofd, n)
 		if err == nil {
-			err = removeTree(ofd, n, int(st.Uid))
+			err = safefs.RemoveTree(ofd, n, int(st.Uid))
 		}
 		if err != nil && err != unix.ENOENT {
 			log.Warn("could not remove a stray entry of the partial-blob cache", "path", filepath.Join(outer.Name(), n), "error", safefs.ErrnoText(err))
@@ -291,7 +291,7 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 			n, b := copyKept(ofd, aside, st, fd, maxBytes)
 			log.Info("copied the kept blobs a killed pull left to its uid into a fresh root-owned partial-blob cache", "path", path, "uid", st.Uid, "blobs", n, "bytes", b)
 		}
-		if err := removeTree(ofd, aside, int(st.Uid)); err != nil {
+		if err := safefs.RemoveTree(ofd, aside, int(st.Uid)); err != nil {
 			log.Warn("could not remove the old partial-blob cache", "path", filepath.Join(outer.Name(), aside), "error", safefs.ErrnoText(err))
 		}
 	}
@@ -435,9 +435,9 @@ func (p *Partial) Remove() error {
 	if p.outer != nil {
 		// The cache directory is root's 0700, held (and checked) as
 		// p.outer: removed whoever owns DEST's parent.
-		err = removeHeld(int(p.parent.Fd()), p.name, int(p.outer.Fd()), handed...)
+		err = safefs.RemoveHeld(int(p.parent.Fd()), p.name, int(p.outer.Fd()), handed...)
 	} else {
-		err = removeTree(int(p.parent.Fd()), p.name, handed...)
+		err = safefs.RemoveTree(int(p.parent.Fd()), p.name, handed...)
 	}
 	p.Close()
 	if err != nil {

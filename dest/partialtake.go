@@ -180,7 +180,7 @@ func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
 		handed = p.handTo.UID
 	}
 	remove := func(n string, st unix.Stat_t) error {
-		if err := removeTree(dfd, n, int(st.Uid)); err != nil {
+		if err := safefs.RemoveTree(dfd, n, int(st.Uid)); err != nil {
 			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), safefs.ErrnoText(err))
 		}
 		return nil
@@ -289,7 +289,7 @@ func (p *Partial) prune() error {
 			p.Kept += st.Size
 			continue
 		}
-		if err := removeTree(dfd, n); err != nil {
+		if err := safefs.RemoveTree(dfd, n); err != nil {
 			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), safefs.ErrnoText(err))
 		}
 		if !asked {

@@ -88,7 +88,7 @@ type Stage struct {
 	cacheErr  error // the cache could not be used (said once, by the reclaim)
 
 	presums Presums // digests computed ahead (UsePresums)
-	// extraOwners are more uids removeTree may find in staging (the
+	// extraOwners are more uids safefs.RemoveTree may find in staging (the
 	// owner of a replaced dir: DEST).
 	extraOwners []int
 }
@@ -114,9 +114,9 @@ func (s *Stage) Remove() {
 		// s.root): removed whoever owns the directory it is in.
 		var err error
 		if s.root != nil {
-			err = removeHeld(int(s.at.Fd()), s.rootName, int(s.root.Fd()), s.handed()...)
+			err = safefs.RemoveHeld(int(s.at.Fd()), s.rootName, int(s.root.Fd()), s.handed()...)
 		} else {
-			err = removeTree(int(s.at.Fd()), s.rootName, s.handed()...)
+			err = safefs.RemoveTree(int(s.at.Fd()), s.rootName, s.handed()...)
 		}
 		if err != nil {
 			discard(s.opts.Log).Warn("could not remove the staging directory; pullhelper gc removes it once this pull is gone", "path", filepath.Join(s.at.Name(), s.rootName), "error", safefs.ErrnoText(err))
@@ -140,7 +140,7 @@ func (s *Stage) Remove() {
 // Reset empties the work directory between attempts (the copy runs in
 // this process: the in-process path only).
 func (s *Stage) Reset() error {
-	return removeTree(int(s.Work.Fd()), s.Name, s.handed()...)
+	return safefs.RemoveTree(int(s.Work.Fd()), s.Name, s.handed()...)
 }
 
 // handed are the uids other than root that may own parts of the staging
@@ -433,7 +433,7 @@ func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 		}
 		// Root's and checked by the descriptor held (a staging root has
 		// an owner tag only pullhelper writes): removed whoever owns at.
-		err = removeHeld(int(at.Fd()), n, fd, handed...)
+		err = safefs.RemoveHeld(int(at.Fd()), n, fd, handed...)
 		unix.Close(fd)
 		if err == nil {
 			out = append(out, filepath.Join(at.Name(), n))

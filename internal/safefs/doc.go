@@ -9,6 +9,13 @@
 // ErrnoText renders an error as the errno's words (a symlink or an escape
 // named as refused).
 //
+// RemoveTree (and RemoveHeld, RemoveTreeCtx) removes a directory tree
+// without climbing: a stack of held directory descriptors, one per level
+// up to a depth bound (deeper levels are moved up first), never "..",
+// each level's owner checked against the uids the caller handed parts of
+// the tree to, its work bounded so that a tree someone keeps extending is
+// left rather than chased.
+//
 // It knows nothing of images or destinations: package dest builds staging,
 // verification and commit on it.
 package safefs
