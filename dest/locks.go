@@ -36,7 +36,7 @@ func LockPull(ctx context.Context, dir string, spec Spec, repository string, tim
 	if timeout <= 0 {
 		timeout = LockTimeout
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := makeLockDir(dir); err != nil {
 		return nil, failure.Wrap(failure.Destination, err, "creating the lock directory %s", dir)
 	}
 	sum := sha256.Sum256([]byte(spec.Path + "\x00" + repository))
@@ -78,11 +78,21 @@ func lockInode(ctx context.Context, dir string, fd int, d time.Duration) (func()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := makeLockDir(dir); err != nil {
 		return nil, err
 	}
 	_, unlock, err := lockFile(ctx, filepath.Join(dir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino)), d)
 	return unlock, err
+}
+
+// makeLockDir creates the lock directory (root's 0700) when missing. An
+// empty or relative one is refused: the caller forgot to pass it, and the
+// locks would land in the working directory.
+func makeLockDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("the lock directory %q is not an absolute path", dir)
+	}
+	return os.MkdirAll(dir, 0o700)
 }
 
 // lockFile takes an exclusive flock on the lock file path (created 0600),
@@ -154,6 +164,9 @@ func flockWait(ctx context.Context, fd int, d time.Duration) error {
 // flock, as a holder removes its own on release: a waiter that holds a
 // removed file notices and tries again (lockInode). It returns their paths.
 func SweepLocks(dir string) ([]string, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("the lock directory %q is not an absolute path", dir)
+	}
 	return sweepLockGlob(filepath.Join(dir, "*.lock"), 0)
 }
 

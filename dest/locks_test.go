@@ -66,3 +66,17 @@ func TestLockPullEndsWithContext(t *testing.T) {
 		}
 	}
 }
+
+// The lock directory is the caller's to name: none (or a relative one)
+// is refused, never the working directory.
+func TestLockDirRequired(t *testing.T) {
+	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
+	for _, dir := range []string{"", "locks"} {
+		if _, err := dest.LockPull(context.Background(), dir, spec, "registry.example/x", time.Second); err == nil {
+			t.Errorf("LockPull in %q: no error", dir)
+		}
+		if _, err := dest.SweepLocks(dir); err == nil {
+			t.Errorf("SweepLocks in %q: no error", dir)
+		}
+	}
+}
