@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ func (d *archiveBase) stage(o StageOptions) (*Stage, error) {
 		return nil, err
 	}
 	st, exists, err := d.existing(parent, o.AllowOtherOwner)
-	if err == nil && exists && !isReg(st) {
+	if err == nil && exists && !safefs.IsReg(st) {
 		err = d.destErr("%s exists and is not a regular file", d.spec.Path)
 	}
 	if err != nil {
@@ -43,24 +44,24 @@ func (d *archiveBase) stage(o StageOptions) (*Stage, error) {
 // root-created inode (the one committed).
 func takeBackFile(s *Stage) (*os.File, error) {
 	wfd := int(s.Work.Fd())
-	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
+	if err := safefs.SetOwner(wfd, Identity{}, 0o700); err != nil {
 		return nil, err
 	}
-	st, err := fstatAt(wfd, s.Name)
+	st, err := safefs.FstatAt(wfd, s.Name)
 	if err != nil {
-		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
-	if !isReg(st) {
+	if !safefs.IsReg(st) {
 		return nil, badStaged("%s is not a regular file (mode %o)", s.Name, st.Mode)
 	}
 	if st.Nlink != 1 {
 		return nil, badStaged("%s has %d hard links", s.Name, st.Nlink)
 	}
-	f, err := fileAt(wfd, s.Name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, err := safefs.FileAt(wfd, s.Name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
-	if got, err := fstat(int(f.Fd())); err != nil || got.Ino != st.Ino {
+	if got, err := safefs.Fstat(int(f.Fd())); err != nil || got.Ino != st.Ino {
 		f.Close()
 		return nil, badStaged("%s changed while it was taken back", s.Name)
 	}
@@ -68,19 +69,19 @@ func takeBackFile(s *Stage) (*os.File, error) {
 	// to be had there): only a fresh copy is committed, as with a shared
 	// uid (takeBack).
 	if !s.opts.FreshCopy && alone(int(f.Fd())) {
-		if err := setOwner(int(f.Fd()), s.owner, 0o644); err != nil {
+		if err := safefs.SetOwner(int(f.Fd()), s.owner, 0o644); err != nil {
 			f.Close()
 			return nil, err
 		}
 		return f, f.Sync()
 	}
 	defer f.Close()
-	_ = setOwner(int(f.Fd()), Identity{}, 0o600)
+	_ = safefs.SetOwner(int(f.Fd()), Identity{}, 0o600)
 	t := &tree{dirs: map[string]int{"": wfd}, files: map[string]*entry{s.Name: {size: st.Size, ino: st.Ino}}, owner: s.owner, fresh: true}
 	if _, err := t.freshCopy(s.Name, f, nil); err != nil {
 		return nil, err
 	}
-	return fileAt(wfd, s.Name, unix.O_RDONLY, 0)
+	return safefs.FileAt(wfd, s.Name, unix.O_RDONLY, 0)
 }
 
 // member is one regular file of a staged archive.
@@ -120,7 +121,7 @@ func readTar(f *os.File, algOf func(name string) string, max int64) (*tarStore, 
 		if name == "" || name == "." {
 			continue
 		}
-		if checkRel(name) != nil || path.Clean(name) != name {
+		if safefs.CheckRel(name) != nil || path.Clean(name) != name {
 			return nil, badStaged("archive member %q has an unclean name", h.Name)
 		}
 		if _, dup := ts.members[name]; dup {
@@ -223,7 +224,7 @@ func (d *archiveBase) commitFile(s *Stage) error {
 	if err != nil {
 		return err
 	}
-	if exists && !isReg(st) {
+	if exists && !safefs.IsReg(st) {
 		return d.destErr("%s exists and is not a regular file", d.spec.Path)
 	}
 	pfd := int(s.parent.Fd())

@@ -2,6 +2,7 @@ package dest_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ func TestArchives(t *testing.T) {
 				if tr == "docker-archive" {
 					ref = ":example.com/a:1"
 				}
-				must(t, fullPull(t, tr+":"+p+ref, newImg("a"), dest.StageOptions{FreshCopy: fresh, HandTo: &dest.Identity{UID: 65534, GID: 65534}}))
+				must(t, fullPull(t, tr+":"+p+ref, newImg("a"), dest.StageOptions{Locks: testLocks, FreshCopy: fresh, HandTo: &dest.Identity{UID: 65534, GID: 65534}}))
 				names := strings.Join(tarNames(t, p), " ")
 				if !strings.Contains(names, "manifest.json") && !strings.Contains(names, "index.json") {
 					t.Fatalf("archive members: %s", names)
@@ -49,7 +50,7 @@ func TestArchives(t *testing.T) {
 					t.Fatalf("archive owned by %d mode %v", statOwner(fi), fi.Mode())
 				}
 				// A second pull replaces the file.
-				must(t, fullPull(t, tr+":"+p+ref, newImg("b"), dest.StageOptions{FreshCopy: fresh}))
+				must(t, fullPull(t, tr+":"+p+ref, newImg("b"), dest.StageOptions{Locks: testLocks, FreshCopy: fresh}))
 			})
 		}
 	}
@@ -60,7 +61,7 @@ func TestArchiveRefusesASymlinkedImage(t *testing.T) {
 	for _, tr := range []string{"oci-archive", "docker-archive"} {
 		p := filepath.Join(t.TempDir(), "img.tar")
 		dd := parse(t, tr+":"+p)
-		st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+		st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
 		must(t, err)
 		defer st.Remove()
 		e := pull(t, dd, st, source(t, newImg("a")), nil)
@@ -81,11 +82,42 @@ func TestDockerArchiveNeedsTheStoredManifest(t *testing.T) {
 	needRoot(t)
 	p := filepath.Join(t.TempDir(), "img.tar")
 	dd := parse(t, "docker-archive:"+p)
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, newImg("a")), nil)
 	other := newImg("other")
 	e.Manifest, e.DestDigest = other.manifest, other.digest
 	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "manifest.json names")
+}
+
+// A docker-archive's legacy members carry no image content: a layer.tar
+// symlink pointing anywhere but a verified layer is refused.
+func TestDockerArchiveLegacyMembersAreBounded(t *testing.T) {
+	needRoot(t)
+	p := filepath.Join(t.TempDir(), "img.tar")
+	dd := parse(t, "docker-archive:"+p)
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, newImg("a")), nil)
+	staged := filepath.Join(st.WorkPath, st.Name)
+	in, err := os.ReadFile(staged)
+	must(t, err)
+	var out bytes.Buffer
+	tr, tw := tar.NewReader(bytes.NewReader(in)), tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		must(t, err)
+		must(t, tw.WriteHeader(h))
+		_, err = io.Copy(tw, tr)
+		must(t, err)
+	}
+	must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.Repeat("e", 64) + "/layer.tar", Linkname: "/etc/shadow", Mode: 0o777}))
+	must(t, tw.Close())
+	must(t, os.WriteFile(staged, out.Bytes(), 0o644))
+	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not to a verified layer")
 }

@@ -3,7 +3,6 @@ package dest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,11 +20,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/docker/reference"
-	ocilayout "go.podman.io/image/v5/oci/layout"
-	"go.podman.io/image/v5/types"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults of the containerd: destination (the [dest] policy keys).
@@ -54,7 +51,6 @@ const (
 
 func init() {
 	register("containerd", kind{new: newContainerd})
-	transports = append(transports, "containerd")
 }
 
 // ContainerdSettings say which containerd a containerd: DEST goes to. It
@@ -72,20 +68,6 @@ type ContainerdSettings struct {
 	// Staging is the root-owned directory the image is staged in (an
 	// OCI layout, as for oci:) before the parent imports it.
 	Staging string `json:"staging"`
-}
-
-// StoreReport is what a store destination (containerd:, containers-storage:) reports after
-// Commit: the image ID as the runtime sees it (its config digest) and the
-// store it went to.
-type StoreReport struct {
-	ImageID string            `json:"image_id"`
-	Store   map[string]string `json:"store"`
-	Names   []string          `json:"names"`
-}
-
-// Reporter is a Destination that reports where its Commit went.
-type Reporter interface {
-	Committed() *StoreReport
 }
 
 // containerdDest is containerd:REF, imported through containerd's API
@@ -158,106 +140,6 @@ func (d *containerdDest) String() string { return "containerd:" + d.spec.Ref }
 
 func (d *containerdDest) Committed() *StoreReport { return d.report }
 
-// ctrdErr is a destination error naming the socket and the setting.
-func (d *containerdDest) ctrdErr(err error, what string) error {
-	msg := err.Error()
-	if errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) {
-		msg = "cannot reach containerd at " + d.set.Address + " (set --containerd-address or [dest] containerd_address)"
-	}
-	msg = strings.ReplaceAll(msg, "\n", " ")
-	return d.destErr("%s: %s", what, msg)
-}
-
-// ctrdClient is a connection to containerd and the descriptor of the
-// socket it was made through.
-type ctrdClient struct {
-	*containerd.Client
-	sock int
-}
-
-func (c *ctrdClient) Close() {
-	_ = c.Client.Close()
-	unix.Close(c.sock)
-}
-
-// connect checks the socket (openSocket) and connects through the
-// descriptor it checked (/proc/self/fd/N: the path cannot be swapped
-// after the check).
-func (d *containerdDest) connect() (*ctrdClient, error) {
-	fd, err := d.openSocket()
-	if err != nil {
-		return nil, err
-	}
-	c, err := containerd.New(fmt.Sprintf("/proc/self/fd/%d", fd), containerd.WithDefaultNamespace(d.set.Namespace), containerd.WithTimeout(containerdDial))
-	if err != nil {
-		unix.Close(fd)
-		return nil, d.ctrdErr(err, "connecting")
-	}
-	return &ctrdClient{Client: c, sock: fd}, nil
-}
-
-// openSocket opens containerd's socket O_PATH, refusing one root does not
-// own or that someone else could replace: every directory above it is
-// checked as DEST's are (root's, not writable by group or others unless
-// sticky; openAncestors), it must be a socket owned by root (a symbolic
-// link is followed only when root's and its target checked the same way).
-// Root would otherwise stream the image (and trust what answers) to a
-// listener another user made. Errors name the path and the owner found.
-func (d *containerdDest) openSocket() (int, error) {
-	const fix = "set --containerd-address or [dest] containerd_address"
-	addr := filepath.Clean(d.set.Address)
-	for links := 0; ; links++ {
-		dir, name := filepath.Dir(addr), filepath.Base(addr)
-		dfd, err := openAncestors(dir, false)
-		if err != nil {
-			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
-		}
-		pst, err := fstat(dfd)
-		if err == nil {
-			err = rootOnly(pst, dir, true)
-		}
-		if err != nil {
-			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
-		}
-		st, err := fstatAt(dfd, name)
-		if err != nil {
-			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
-		}
-		if isLink(st) && st.Uid == 0 && links < 8 {
-			target, err := readlinkAt(dfd, name)
-			unix.Close(dfd)
-			if err != nil {
-				return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
-			}
-			if !filepath.IsAbs(target) {
-				target = filepath.Join(dir, target)
-			}
-			addr = filepath.Clean(target)
-			continue
-		}
-		if st.Uid != 0 {
-			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s is owned by uid %d, not root; refusing to connect to it as root (%s)", filepath.Join(dir, name), st.Uid, fix)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: not a socket (%s)", filepath.Join(dir, name), fix)
-		}
-		fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(dfd)
-		if err != nil {
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, errnoText(err), fix)
-		}
-		if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Dev != st.Dev || got.Uid != 0 {
-			unix.Close(fd)
-			return -1, d.destErr("containerd socket %s changed while it was checked; retry", d.set.Address)
-		}
-		return fd, nil
-	}
-}
-
 // Stage checks the socket (before any network byte), lists the content
 // store's blobs (Known: the copy skips them) and stages in Staging. Its
 // calls are bounded by containerdDial and end with o.Ctx (SIGINT,
@@ -304,19 +186,6 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	}
 	s.Known = known
 	return s, nil
-}
-
-// StagedReference: an untagged OCI layout (REF is containerd's name, not
-// the layout's).
-func (d *containerdDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
-	ref, err := ocilayout.NewReference(filepath.Join(dir, "image"), "")
-	if err != nil {
-		return nil, err
-	}
-	if len(known) == 0 {
-		return ref, nil
-	}
-	return withKnown(ref, known), nil
 }
 
 func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
@@ -535,12 +404,10 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			}
 		}
 	}
-	d.report = &StoreReport{ImageID: m.Config.Digest.String(), Names: names, Store: map[string]string{
-		"type": "containerd", "address": d.set.Address, "namespace": d.set.Namespace, "snapshotter": d.set.Snapshotter,
+	d.report = &StoreReport{ImageID: m.Config.Digest.String(), Store: api.Store{
+		Type: "containerd", Address: d.set.Address, Namespace: d.set.Namespace, Snapshotter: d.set.Snapshotter,
+		Pinned: d.set.Pin, Names: names,
 	}}
-	if d.set.Pin {
-		d.report.Store["pinned"] = "true"
-	}
 	return nil
 }
 

@@ -4,12 +4,13 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
 // containerd:REF is a reference, not a path: normalised as the CRI names
 // images, staged in the configured directory, and it survives the trip to
-// the child (Anonymous, FromSpec) without its settings.
+// the child (Anonymous, target.StagedReference) without its settings.
 func TestContainerdParse(t *testing.T) {
 	d, err := dest.Parse("containerd:busybox")
 	must(t, err)
@@ -30,12 +31,11 @@ func TestContainerdParse(t *testing.T) {
 	if got := d.Spec().Path; got != "/srv/stage/image" {
 		t.Fatalf("configured path %q", got)
 	}
-	c, err := dest.FromSpec(d.Spec().Anonymous())
-	must(t, err)
-	if c.Spec().Ref != d.Spec().Ref || c.Spec().Path != dest.HiddenPath {
-		t.Fatalf("child spec %+v", c.Spec())
+	c := d.Spec().Anonymous()
+	if c.Ref != d.Spec().Ref || c.Path != dest.HiddenPath {
+		t.Fatalf("child spec %+v", c)
 	}
-	ref, err := c.StagedReference("/tmp", nil)
+	ref, err := target.StagedReference(c, "/tmp", nil)
 	must(t, err)
 	if got := ref.StringWithinTransport(); got != "/tmp/image:" {
 		t.Fatalf("staged reference %q (want an untagged layout)", got)

@@ -3,60 +3,31 @@ package dest
 import (
 	"context"
 	"fmt"
-	"github.com/opencontainers/go-digest"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
-	"go.podman.io/image/v5/types"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 )
 
-// Spec is DEST split into its transport and path. It must be
-// JSON-representable: it is the "destination" object of the plan.
-type Spec struct {
-	Raw       string `json:"raw"`
-	Transport string `json:"transport"`
-	Path      string `json:"path"`
-	Ref       string `json:"ref,omitempty"`
-	// Store is the containers-storage store (nil for the other
-	// transports); Path is then GRAPHROOT/pullhelper-import, where the
-	// staging area goes.
-	Store *StoreSpec `json:"store,omitempty"`
-}
+// Spec is DEST split into its transport and path (target.Spec: the copy
+// is handed it too, without DEST's path).
+type Spec = target.Spec
 
-// String renders the destination with its absolute path:
-// transport:ABS[:ref].
-func (s Spec) String() string {
-	if s.Store != nil {
-		return s.Transport + ":" + s.Store.String() + s.Ref
-	}
-	out := s.Transport + ":" + s.Path
-	if s.Ref != "" {
-		out += ":" + s.Ref
-	}
-	return out
-}
+// StoreSpec is a containers-storage store as DEST and storage.conf name it.
+type StoreSpec = target.StoreSpec
 
-// HiddenPath stands for DEST's path in a Spec sent to the copy, which needs
-// only the transport and the reference (Anonymous).
-const HiddenPath = "/(dest)"
-
-// Anonymous is s without DEST's path: what the isolated copy is told, so
-// that its request names no host path. The parent reports the real one.
-func (s Spec) Anonymous() Spec {
-	a := Spec{Transport: s.Transport, Path: HiddenPath, Ref: s.Ref}
-	a.Raw = s.Transport + ":DEST"
-	if s.Ref != "" {
-		a.Raw += ":" + s.Ref
-	}
-	return a
-}
+// HiddenPath stands for DEST's path in a Spec sent to the copy.
+const HiddenPath = target.HiddenPath
 
 // Destination is one kind of DEST. Stage, Verify and Commit run in the root
-// parent; StagedReference runs where the copy runs (the child, or the
-// parent itself with --no-isolation).
+// parent; where the copy writes is target.StagedReference, in the child (or
+// the parent itself with --no-isolation), which never links this package.
 type Destination interface {
 	// Spec returns the parsed DEST.
 	Spec() Spec
@@ -66,11 +37,6 @@ type Destination interface {
 	// area with the descriptors the parent holds. Errors are
 	// failure.Destination.
 	Stage(o StageOptions) (*Stage, error)
-	// StagedReference is where containers/image writes: dir is the work
-	// directory as the copy sees it ("/tmp" in the child, Stage.WorkPath
-	// in-process), known the blobs DEST already has (Stage.Known), which
-	// the copy reports as present without reading them.
-	StagedReference(dir string, known []KnownBlob) (types.ImageReference, error)
 	// Verify takes the work directory back and checks the staged image
 	// against e. Call it only after every process of the pull is dead.
 	// Errors are failure.Verification (failure.Destination for I/O on
@@ -88,29 +54,15 @@ type Destination interface {
 }
 
 // Identity is a uid/gid pair.
-type Identity struct {
-	UID int `json:"uid"`
-	GID int `json:"gid"`
-}
+type Identity = safefs.Owner
 
-// KnownBlob is a blob DEST already has: the copy skips it, the parent
-// checks at commit that DEST still has it with this size. It must be
-// JSON-representable (it travels to the child).
-type KnownBlob struct {
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
-	// Data is the blob itself when it is small (at most KnownDataMax, all
-	// of them at most KnownDataTotal) and its digest checked by the parent:
-	// a config, which containers/image always reads from the source even
-	// when DEST has it; the copy serves it from here instead of asking the
-	// registry (and containers/image checks its digest again).
-	Data []byte `json:"data,omitempty"`
-}
+// KnownBlob is a blob DEST already has (target.KnownBlob).
+type KnownBlob = target.KnownBlob
 
 // Bounds of the known blobs' bytes handed to the copy.
 const (
-	KnownDataMax   = 64 << 10
-	KnownDataTotal = 4 << 20
+	KnownDataMax   = target.KnownDataMax
+	KnownDataTotal = target.KnownDataTotal
 )
 
 // withData fills in Data of the known blobs up to the bounds, from read
@@ -150,6 +102,9 @@ type StageOptions struct {
 	AllowOtherOwner bool
 	// LockTimeout bounds the wait for the commit lock (0: LockTimeout).
 	LockTimeout time.Duration
+	// Locks is the directory of the commit locks (state.Root.Locks:
+	// root's, created 0700 when missing).
+	Locks string
 	// Ctx ends Stage's waits early (a store another process holds locked,
 	// containerd's socket): SIGINT, SIGTERM, the --timeout deadline. Nil:
 	// context.Background().
@@ -201,16 +156,17 @@ type Expect struct {
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
-// kind builds one transport's Destination from a Spec whose Path is
-// absolute. Adding a destination means adding a file with one entry.
+// kind builds one transport's Destination: its name, form and split are
+// target.Kinds' entry, what the parent does with it is here. Each kind's
+// file registers it.
 type kind struct {
-	// split: true when the transport's rest is PATH[:REF] (false: all of
-	// it is the path, as for dir:).
-	split bool
-	// parse, when set, splits the rest itself (containers-storage:'s
-	// [STORE]REF form) into a Spec with an absolute Path.
-	parse func(raw, rest string, o ParseOptions) (Spec, error)
-	new   func(Spec) (Destination, error)
+	// parse, when set, parses the rest itself (containers-storage:'s
+	// [STORE]REF form) into a Destination.
+	parse func(raw, rest string, o ParseOptions) (Destination, error)
+	// new builds it from a Spec whose Path is the rest made absolute
+	// (containerd: takes its REF from Spec.Raw and its path from its
+	// staging setting instead).
+	new func(Spec) (Destination, error)
 }
 
 // ParseOptions are settings a destination's parse may need.
@@ -222,37 +178,37 @@ type ParseOptions struct {
 
 var kinds = map[string]kind{}
 
-// transports is the order error messages list them in.
-var transports = []string{"oci", "dir", "oci-archive", "docker-archive", "containers-storage"}
+// register adds the parent's side of target's kind name.
+func register(name string, k kind) {
+	if _, ok := target.Lookup(name); !ok {
+		panic("dest: kind " + name + " is not in target.Kinds")
+	}
+	kinds[name] = k
+}
 
-func register(name string, k kind) { kinds[name] = k }
-
-// Parse splits DEST ("oci:PATH[:TAG]", "dir:PATH", "oci-archive:PATH[:TAG]",
-// "docker-archive:PATH[:REF]", "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF",
-// "containerd:REF"),
-// makes PATH absolute and validates the reference. Errors are failure.Usage.
+// Parse splits DEST (one of target.Forms: oci:PATH[:TAG], dir:PATH,
+// oci-archive:PATH[:TAG], docker-archive:PATH[:REF],
+// containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF), makes
+// PATH absolute and validates the reference. Errors are failure.Usage.
 func Parse(raw string) (Destination, error) { return ParseWith(raw, ParseOptions{}) }
 
 // ParseWith is Parse with the settings o.
 func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	tr, rest, ok := strings.Cut(raw, ":")
+	tk, _ := target.Lookup(tr)
 	k, known := kinds[tr]
 	if !ok || !known {
-		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF", raw, tr)
+		return nil, failure.New(failure.Usage, "destination %q: unknown transport %q; use one of %s", raw, tr, target.Forms())
 	}
 	if k.parse != nil {
-		s, err := k.parse(raw, rest, o)
+		d, err := k.parse(raw, rest, o)
 		if err != nil {
-			return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
-		}
-		d, err := k.new(s)
-		if err != nil {
-			return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+			return nil, failure.Wrap(failure.Usage, err, "destination %q", raw)
 		}
 		return d, nil
 	}
 	s := Spec{Raw: raw, Transport: tr, Path: rest}
-	if k.split {
+	if tk.Split {
 		s.Path, s.Ref, _ = strings.Cut(rest, ":")
 	}
 	if s.Path == "" {
@@ -260,7 +216,7 @@ func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	}
 	abs, err := filepath.Abs(s.Path)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+		return nil, failure.Wrap(failure.Usage, err, "destination %q", raw)
 	}
 	s.Path = abs
 	if s.Path == "/" {
@@ -268,19 +224,9 @@ func ParseWith(raw string, o ParseOptions) (Destination, error) {
 	}
 	d, err := k.new(s)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "destination %q: %v", raw, err)
+		return nil, failure.Wrap(failure.Usage, err, "destination %q", raw)
 	}
 	return d, nil
-}
-
-// FromSpec rebuilds a Destination from a Spec that Parse produced (e.g.
-// one that crossed the wire to the child).
-func FromSpec(s Spec) (Destination, error) {
-	k, ok := kinds[s.Transport]
-	if !ok || !filepath.IsAbs(s.Path) {
-		return nil, failure.New(failure.Usage, "destination %q: not a parsed destination", s.Raw)
-	}
-	return k.new(s)
 }
 
 // base carries what every kind shares.
@@ -291,6 +237,11 @@ func (b base) String() string { return b.spec.String() }
 
 func (b base) destErr(format string, args ...any) error {
 	return failure.New(failure.Destination, "destination %s: %s", b.spec.Raw, fmt.Sprintf(format, args...))
+}
+
+// destWrap is destErr with err as the cause, kept in the chain.
+func (b base) destWrap(err error, format string, args ...any) error {
+	return failure.Wrap(failure.Destination, err, "destination %s: %s", b.spec.Raw, fmt.Sprintf(format, args...))
 }
 
 func (b base) commitErr(err error) error {
@@ -327,4 +278,17 @@ func discard(l *slog.Logger) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return l
+}
+
+// StoreReport is what a store destination (containerd:, containers-storage:) reports after
+// Commit: the image ID as the runtime sees it (its config digest) and the
+// store it went to, with the image's names there, as the result shows it.
+type StoreReport struct {
+	ImageID string
+	Store   api.Store
+}
+
+// Reporter is a Destination that reports where its Commit went.
+type Reporter interface {
+	Committed() *StoreReport
 }

@@ -9,13 +9,12 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
-	"go.podman.io/image/v5/directory"
-	"go.podman.io/image/v5/types"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
 func init() {
-	register("dir", kind{split: false, new: func(s Spec) (Destination, error) { return &dirDest{base{s}}, nil }})
+	register("dir", kind{new: func(s Spec) (Destination, error) { return &dirDest{base{s}}, nil }})
 }
 
 // dirDest is dir:PATH, one image per directory: a commit replaces DEST
@@ -52,32 +51,28 @@ func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther boo
 	if err != nil || !exists {
 		return err
 	}
-	if !isDir(st) {
+	if !safefs.IsDir(st) {
 		return d.destErr("%s exists and is not a directory", d.spec.Path)
 	}
 	if st.Dev != pst.Dev {
 		return d.destErr("%s is a mount point; dir: replaces DEST with one rename, which cannot replace a mount point: use a directory inside it", d.spec.Path)
 	}
-	fd, err := openDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
+	fd, err := safefs.OpenDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
 	if err != nil {
-		return d.destErr("%v", errnoText(err))
+		return d.destErr("%v", safefs.ErrnoText(err))
 	}
 	defer unix.Close(fd)
-	names, err := readDirNames(fd)
+	names, err := safefs.ReadDirNames(fd)
 	if err != nil {
 		return d.destErr("%v", err)
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	if vst, err := fstatAt(fd, "version"); err != nil || !isReg(vst) {
+	if vst, err := safefs.FstatAt(fd, "version"); err != nil || !safefs.IsReg(vst) {
 		return d.destErr("%s exists, is not empty and is not a dir: image; refusing to replace it", d.spec.Path)
 	}
 	return nil
-}
-
-func (d *dirDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
-	return directory.NewReference(filepath.Join(dir, "image"))
 }
 
 var (
@@ -163,7 +158,7 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
 	}
 	pfd := int(s.parent.Fd())
-	unlock, err := lockInode(ctx, pfd, s.lockTimeout())
+	unlock, err := lockInode(ctx, s.opts.Locks, pfd, s.lockTimeout())
 	if err != nil {
 		if cerr := ctxErr(ctx, "waiting for the commit lock of "+filepath.Dir(d.spec.Path)); cerr != nil {
 			return cerr
@@ -179,7 +174,7 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	if err != unix.EEXIST {
 		return d.commitErr(&os.PathError{Op: "rename", Path: d.spec.Path, Err: err})
 	}
-	pst, err := fstat(pfd)
+	pst, err := safefs.Fstat(pfd)
 	if err != nil {
 		return d.commitErr(err)
 	}
@@ -199,10 +194,10 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	// to Stage.Remove; DEST is already the new image).
 	// Its owner (DEST's, which allow_other_owner may let be another
 	// user's) may own what is in it.
-	if ost, err := fstatAt(wfd, s.Name); err == nil {
+	if ost, err := safefs.FstatAt(wfd, s.Name); err == nil {
 		s.extraOwners = append(s.extraOwners, int(ost.Uid))
 	}
-	if err := removeTreeWith(rmOpts{ctx: ctx}, wfd, s.Name, s.handed()...); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := safefs.RemoveTreeCtx(ctx, wfd, s.Name, s.handed()...); err != nil && !errors.Is(err, unix.ENOENT) {
 		discard(s.opts.Log).Warn("removing the replaced dir: image", "error", err.Error())
 	}
 	if commitHook != nil {

@@ -26,7 +26,7 @@ func TestDirReplaceIsOneExchange(t *testing.T) {
 	needRoot(t)
 	d := filepath.Join(t.TempDir(), "img")
 	a, b := newImg("a"), newImg("b")
-	must(t, fullPull(t, "dir:"+d, a, dest.StageOptions{}))
+	must(t, fullPull(t, "dir:"+d, a, dest.StageOptions{Locks: testLocks}))
 	if dirManifest(t, d) != a.digest {
 		t.Fatal("first pull did not commit a")
 	}
@@ -41,7 +41,7 @@ func TestDirReplaceIsOneExchange(t *testing.T) {
 		}
 	})
 	defer dest.SetCommitHook(nil)
-	must(t, fullPull(t, "dir:"+d, b, dest.StageOptions{}))
+	must(t, fullPull(t, "dir:"+d, b, dest.StageOptions{Locks: testLocks}))
 	if strings.Join(steps, ",") != "exchanged,removed" {
 		t.Fatalf("steps = %v", steps)
 	}
@@ -64,7 +64,7 @@ func TestDirConcurrentCommitsIntoNewDest(t *testing.T) {
 	var ps []pulled
 	for i := range n {
 		dd := parse(t, "dir:"+d)
-		st, err := dd.Stage(dest.StageOptions{})
+		st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 		must(t, err)
 		defer st.Remove()
 		e := pull(t, dd, st, source(t, newImg(strings.Repeat("x", i+1))), nil)
@@ -100,7 +100,7 @@ func TestDirEmptyDestAndMountPoint(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "empty")
 	must(t, os.Mkdir(d, 0o755))
 	a := newImg("a")
-	must(t, fullPull(t, "dir:"+d, a, dest.StageOptions{}))
+	must(t, fullPull(t, "dir:"+d, a, dest.StageOptions{Locks: testLocks}))
 	if dirManifest(t, d) != a.digest {
 		t.Fatal("empty DEST did not get the image")
 	}
@@ -110,7 +110,7 @@ func TestDirEmptyDestAndMountPoint(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(m, unix.MNT_DETACH) })
-	_, err := parse(t, "dir:"+m).Stage(dest.StageOptions{})
+	_, err := parse(t, "dir:"+m).Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "is a mount point")
 }
 
@@ -119,6 +119,6 @@ func TestDirRefusesANonImageDir(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "data")
 	must(t, os.MkdirAll(d, 0o755))
 	must(t, os.WriteFile(filepath.Join(d, "precious"), nil, 0o644))
-	_, err := parse(t, "dir:"+d).Stage(dest.StageOptions{})
+	_, err := parse(t, "dir:"+d).Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "is not a dir: image")
 }

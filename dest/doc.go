@@ -1,23 +1,37 @@
-// Package dest holds the destinations of a pull (oci:, dir:, oci-archive:,
-// docker-archive:, containerd:, containers-storage:) behind one interface,
-// and the staging area a pull writes
-// into before the root parent verifies and commits it.
+// Package dest is the root parent's side of a pull's destination (oci:,
+// dir:, oci-archive:, docker-archive:, containerd:, containers-storage:;
+// the one list is dest/target's Kinds): Stage checks DEST and creates the
+// staging area the copy writes into, Verify takes it back and checks it,
+// Commit moves it into DEST or imports it into a store. What the copy
+// itself knows of DEST (the Spec without its path, the blobs DEST has, where
+// to write) is package dest/target, which the copy imports instead of this
+// one: the containerd client and containers-storage are linked here only.
+//
+// Its files, by job: dest.go (the Destination interface, Parse, the kinds'
+// registry), one file per kind (oci.go, dir.go, ociarchive.go,
+// dockerarchive.go, archive.go, containerd.go with containerdsock.go,
+// storage.go with storageconf.go, storepaths.go, storeroot.go and
+// importsrc.go); staging (stage.go),
+// taking the staged tree back (takeback.go), the taken-back tree (tree.go)
+// and the manifest graph verified on it (graph.go); the partial-blob cache
+// (partial.go, partialtake.go, salvage.go, handover.go, prehash.go);
+// removal (remove.go), locks (locks.go) and gc (gc.go). The
+// descriptor-relative primitives are package internal/safefs.
 //
 // Invariant: the parent touches staging and DEST only through directory file
 // descriptors it holds, resolving every name beneath them without following
-// symbolic links (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
-// RESOLVE_NO_MAGICLINKS, O_NOFOLLOW, O_EXCL temporary names, fchown/fchmod on
-// descriptors it opened itself). The copy (the unprivileged child) is handed
-// only the descriptor of the work directory, never a host path, never DEST's
-// bytes: the digests DEST already has travel as a list (Known). Verify commits
+// symbolic links (internal/safefs; fchown/fchmod on descriptors it opened
+// itself). The copy (the unprivileged child) is handed only the descriptor
+// of the work directory, never a host path, never DEST's bytes: the
+// digests DEST already has travel as a list (Known). Verify commits
 // nothing and Commit moves exactly the files the verified manifest graph
-// names, so DEST is either as it was or holds the complete new image. A
-// containerd: DEST is staged as an oci: one and imported through
-// containerd's socket by the parent only, after Verify: content under a
-// lease, unpacked, and the image records created last, so a runtime never
-// lists a partial image. The socket and every directory above it are
-// checked to be root's before the parent connects, through the descriptor
-// it checked.
+// names, so DEST is either as it was or holds the complete new image; a
+// store (containerd:, containers-storage:) lists the image only once all
+// of it is imported. A containerd: DEST is staged as an oci: one and
+// imported through containerd's socket by the parent only, after Verify:
+// content under a lease, unpacked, and the image records created last.
+// The socket and every directory above it are checked to be root's before
+// the parent connects, through the descriptor it checked.
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other
@@ -25,11 +39,14 @@
 // 0600 and again before it is hashed; otherwise a fresh root-owned copy,
 // hashed while copying, is. The partial-blob cache beside DEST (partial.go) is
 // root's 0700 always; only its blobs/ is handed to the child, by mount;
-// another user's cache is never adopted. Every recursive removal goes
-// through removeTree: a stack of held directory descriptors, never "..",
-// each level's owner checked (the top one may be a root-owned 0700
-// directory this process holds, under a parent of any owner), its work
-// bounded (removeMaxWork: past it the tree is left for gc).
+// another user's cache is never adopted. Hashing ahead (prehash.go) holds
+// read leases; the owner of the process installs the SIGIO handler that
+// lets a broken one go and passes its channel in (dest installs no signal
+// handler). Every recursive removal goes through safefs.RemoveTree: a stack of
+// held directory descriptors, never "..", each level's owner checked (the
+// top one may be a root-owned 0700 directory this process holds, under a
+// parent of any owner), its work bounded (past a bound the tree
+// is left for gc).
 //
 // containers-storage: stages and verifies exactly as oci: (its staging in
 // GRAPHROOT, under the same rules); its Commit imports the verified tree
@@ -39,9 +56,13 @@
 // checkStorePaths proved GRAPHROOT, RUNROOT, imagestore, the additional
 // read-only stores and their ancestors root's alone (prepareRoot; the
 // read-write ones created beneath held descriptors when missing, the
-// read-only ones never): the store's files are
-// that library's, and a store holds the image only once its record is
-// written (after every layer).
+// read-only ones never): the store's files are that library's, and a store
+// holds the image only once its record is written (after every layer).
+//
+// The lock files (the pull lock of an image into a DEST, the commit lock of
+// a directory) are root-only files in the state root's lock directory,
+// which the caller passes (StageOptions.Locks, LockPull, SweepLocks): dest
+// declares no path of its own.
 //
 // No descriptor may carry "urls" (refused by the graph check for every
 // DEST). Stage's waits (a locked store, containerd), the pull and commit

@@ -3,21 +3,18 @@ package dest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 
-	"go.podman.io/image/v5/docker/archive"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"go.podman.io/image/v5/docker/reference"
-	"go.podman.io/image/v5/types"
 )
 
 func init() {
-	register("docker-archive", kind{split: true, new: func(s Spec) (Destination, error) {
+	register("docker-archive", kind{new: func(s Spec) (Destination, error) {
 		d := &dockerArchiveDest{archiveBase: archiveBase{base{s}}}
 		if s.Ref != "" {
-			t, err := dockerTag(s.Ref)
+			t, err := target.DockerTag(s.Ref)
 			if err != nil {
 				return nil, err
 			}
@@ -34,24 +31,7 @@ type dockerArchiveDest struct {
 	tag reference.NamedTagged
 }
 
-func dockerTag(ref string) (reference.NamedTagged, error) {
-	n, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return nil, fmt.Errorf("parsing docker-archive reference %q: %w", ref, err)
-	}
-	n = reference.TagNameOnly(n)
-	t, ok := n.(reference.NamedTagged)
-	if !ok {
-		return nil, fmt.Errorf("docker-archive reference %q must be NAME[:TAG], not a digest", ref)
-	}
-	return t, nil
-}
-
 func (d *dockerArchiveDest) Stage(o StageOptions) (*Stage, error) { return d.stage(o) }
-
-func (d *dockerArchiveDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
-	return archive.NewReference(filepath.Join(dir, "image.tar"), d.tag)
-}
 
 var (
 	dockerBlobRE   = regexp.MustCompile(`^([0-9a-f]{64})\.(json|tar)$`)

@@ -1,16 +1,16 @@
 package dest
 
-import "golang.org/x/sys/unix"
+import (
+	"github.com/pullhelper/pullhelper/internal/safefs"
+	"golang.org/x/sys/unix"
+)
 
 // SetCommitHook lets tests observe DEST between the steps of a dir: commit.
 func SetCommitHook(f func(step string)) { commitHook = f }
 
-// ForceWalk makes openAt use the O_NOFOLLOW component walk (as on a kernel
-// without openat2) until the returned function is called.
-func ForceWalk() func() {
-	openat2Missing = true
-	return func() { openat2Missing = false }
-}
+// ForceWalk is safefs.ForceWalk: the tests of dest's callers of OpenAt
+// run without openat2 too.
+var ForceWalk = safefs.ForceWalk
 
 // WaitPrehash waits until every blob given to h so far is hashed (or
 // given up on).

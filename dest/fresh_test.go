@@ -22,7 +22,7 @@ func TestFreshCopyCommitsNewInodes(t *testing.T) {
 		im := newImg("fresh")
 		d := filepath.Join(t.TempDir(), "layout")
 		dd := parse(t, "oci:"+d)
-		st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}, FreshCopy: fresh})
+		st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}, FreshCopy: fresh})
 		must(t, err)
 		defer st.Remove()
 		e := pull(t, dd, st, source(t, im), nil)
@@ -68,7 +68,7 @@ func BenchmarkVerify(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				dd := parse(b, "oci:"+filepath.Join(b.TempDir(), "layout"))
-				st, err := dd.Stage(dest.StageOptions{FreshCopy: fresh})
+				st, err := dd.Stage(dest.StageOptions{Locks: testLocks, FreshCopy: fresh})
 				must(b, err)
 				writeLayout(b, filepath.Join(st.WorkPath, "image"), im, "")
 				b.StartTimer()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,11 +51,11 @@ func OpenSweep(arg string) (*Sweep, error) {
 	}
 	fd, err := openAncestors(dir, false)
 	if err != nil {
-		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+		return nil, failure.Wrap(failure.Destination, err, "gc: DEST's parent directory %s", dir)
 	}
 	// The parent itself as openParent judges it: a directory that only
 	// root (or the caller) can change.
-	st, err := fstat(fd)
+	st, err := safefs.Fstat(fd)
 	if err == nil && !allowedOwner(st.Uid) {
 		err = fmt.Errorf("owned by uid %d, not root; refusing to remove anything there as root", st.Uid)
 	} else if err == nil && st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
@@ -62,7 +63,7 @@ func OpenSweep(arg string) (*Sweep, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, failure.New(failure.Destination, "gc: DEST's parent directory %s: %v", dir, err)
+		return nil, failure.Wrap(failure.Destination, err, "gc: DEST's parent directory %s", dir)
 	}
 	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}, base: filepath.Base(abs)}
 	if dfd, err := unix.Openat(fd, filepath.Base(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
@@ -117,41 +118,38 @@ func (s *Sweep) Close() {
 	s.dirs = nil
 }
 
-// SweepLocks removes the commit lock files in LockDir that no process holds
-// (left by a pullhelper killed while it committed), each under its own
-// flock, as a holder removes its own on release: a waiter that holds a
-// removed file notices and tries again (lockInode). It returns their paths.
-func SweepLocks() ([]string, error) {
-	return sweepLockGlob(filepath.Join(LockDir, "*.lock"), 0)
-}
-
-// sweepLockGlob removes the unheld lock files matching pattern, at most
-// max of them when max > 0.
-func sweepLockGlob(pattern string, max int) ([]string, error) {
-	names, err := filepath.Glob(pattern)
+// sweepPartial removes the partial-blob cache named for DEST base in the
+// directory held as dir, unless a live pull holds its flock or it is not
+// a root-owned 0700 directory (then refused names why: another user's is
+// never entered). It returns the removed path, or "".
+func sweepPartial(dir *os.File, base string) (removed, refused string) {
+	name := PartialCacheName(base)
+	path := filepath.Join(dir.Name(), name)
+	st, err := safefs.FstatAt(int(dir.Fd()), name)
 	if err != nil {
-		return nil, err
+		return "", ""
 	}
-	var out []string
-	for i, p := range names {
-		if max > 0 && i >= max {
-			break
-		}
-		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // gone meanwhile, or not a regular file of ours
-		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-			unix.Close(fd) // held: a live pull's
-			continue
-		}
-		held, err1 := fstat(fd)
-		var now unix.Stat_t
-		err2 := unix.Lstat(p, &now)
-		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino && unix.Unlink(p) == nil {
-			out = append(out, p)
-		}
-		unix.Close(fd)
+	if !safefs.IsDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+		return "", (&CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}).Error()
 	}
-	return out, nil
+	fd, err := safefs.OpenDirAt(int(dir.Fd()), name)
+	if err != nil {
+		return "", ""
+	}
+	defer unix.Close(fd)
+	if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+		return "", ""
+	}
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return "", "" // a live pull's
+	}
+	// blobs/ may be the uid's of a pull whose parent was killed.
+	var handed []int
+	if bst, err := safefs.FstatAt(fd, partialBlobs); err == nil && safefs.IsDir(bst) && bst.Uid != 0 {
+		handed = append(handed, int(bst.Uid))
+	}
+	if err := safefs.RemoveHeld(int(dir.Fd()), name, fd, handed...); err != nil {
+		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
+	}
+	return path, ""
 }

@@ -15,7 +15,7 @@ import (
 func handOverStage(t *testing.T, im img, content []byte) (dest.Destination, *dest.Stage, *dest.Partial, dest.Expect, string) {
 	t.Helper()
 	d := parse(t, "oci:"+filepath.Join(t.TempDir(), "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	t.Cleanup(st.Remove)
 	p, err := st.OpenPartial(nil, nil)

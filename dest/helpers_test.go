@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/manifest"
@@ -109,7 +110,7 @@ func pull(t testing.TB, d dest.Destination, st *dest.Stage, src string, progress
 	defer pc.Destroy()
 	srcRef, err := ocilayout.NewReference(src, "src")
 	must(t, err)
-	dstRef, err := d.StagedReference(st.WorkPath, st.Known)
+	dstRef, err := target.StagedReference(d.Spec(), st.WorkPath, st.Known)
 	must(t, err)
 	o := &copy.Options{ReportWriter: io.Discard}
 	if progress != nil {

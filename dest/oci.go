@@ -10,17 +10,17 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
-	ocilayout "go.podman.io/image/v5/oci/layout"
-	"go.podman.io/image/v5/types"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
 func init() {
-	register("oci", kind{split: true, new: func(s Spec) (Destination, error) {
+	register("oci", kind{new: func(s Spec) (Destination, error) {
 		d := &ociDest{base{s}}
 		if s.Ref != "" {
-			if _, err := d.StagedReference("/", nil); err != nil {
+			if _, err := target.StagedReference(s, "/", nil); err != nil {
 				return nil, err
 			}
 		}
@@ -52,7 +52,7 @@ func (d *ociDest) Stage(o StageOptions) (*Stage, error) {
 	var destF *os.File
 	var known []KnownBlob
 	if exists {
-		if !isDir(st) {
+		if !safefs.IsDir(st) {
 			parent.Close()
 			return nil, d.destErr("%s exists and is not a directory", d.spec.Path)
 		}
@@ -80,12 +80,12 @@ func (d *ociDest) Stage(o StageOptions) (*Stage, error) {
 // openExisting opens an existing DEST beneath its parent and lists the
 // blobs it has. It must be empty or an OCI layout.
 func (d *ociDest) openExisting(parent *os.File) (*os.File, []KnownBlob, error) {
-	fd, err := openDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
+	fd, err := safefs.OpenDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
 	if err != nil {
-		return nil, nil, d.destErr("%v", errnoText(err))
+		return nil, nil, d.destErr("%v", safefs.ErrnoText(err))
 	}
 	f := os.NewFile(uintptr(fd), d.spec.Path)
-	names, err := readDirNames(fd)
+	names, err := safefs.ReadDirNames(fd)
 	if err != nil {
 		f.Close()
 		return nil, nil, d.destErr("%v", err)
@@ -97,14 +97,14 @@ func (d *ociDest) openExisting(parent *os.File) (*os.File, []KnownBlob, error) {
 	if empty {
 		return f, nil, nil
 	}
-	if st, err := fstatAt(fd, "oci-layout"); err != nil || !isReg(st) {
+	if st, err := safefs.FstatAt(fd, "oci-layout"); err != nil || !safefs.IsReg(st) {
 		f.Close()
 		return nil, nil, d.destErr("%s exists and is not an OCI layout (no oci-layout file)", d.spec.Path)
 	}
 	known, err := listBlobs(fd)
 	if err != nil {
 		f.Close()
-		return nil, nil, d.destErr("%s: %v", d.spec.Path, errnoText(err))
+		return nil, nil, d.destErr("%s: %v", d.spec.Path, safefs.ErrnoText(err))
 	}
 	return f, known, nil
 }
@@ -114,7 +114,7 @@ func (d *ociDest) openExisting(parent *os.File) (*os.File, []KnownBlob, error) {
 // nothing the copy does can touch DEST's files, and containers/image only
 // asks about config and layer blobs.
 func listBlobs(destFd int) ([]KnownBlob, error) {
-	bfd, err := openDirAt(destFd, "blobs")
+	bfd, err := safefs.OpenDirAt(destFd, "blobs")
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
@@ -124,14 +124,14 @@ func listBlobs(destFd int) ([]KnownBlob, error) {
 	defer unix.Close(bfd)
 	var out []KnownBlob
 	for _, alg := range []string{"sha256", "sha512"} {
-		afd, err := openDirAt(bfd, alg)
+		afd, err := safefs.OpenDirAt(bfd, alg)
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
 		if err != nil {
 			return nil, &os.PathError{Op: "open", Path: "blobs/" + alg, Err: err}
 		}
-		names, err := readDirNames(afd)
+		names, err := safefs.ReadDirNames(afd)
 		if err != nil {
 			unix.Close(afd)
 			return nil, err
@@ -140,7 +140,7 @@ func listBlobs(destFd int) ([]KnownBlob, error) {
 			if !hexRE[alg].MatchString(n) {
 				continue
 			}
-			if st, err := fstatAt(afd, n); err == nil && isReg(st) {
+			if st, err := safefs.FstatAt(afd, n); err == nil && safefs.IsReg(st) {
 				out = append(out, KnownBlob{Digest: alg + ":" + n, Size: st.Size})
 			}
 		}
@@ -151,20 +151,9 @@ func listBlobs(destFd int) ([]KnownBlob, error) {
 	// the source even when DEST has it), read beneath the held descriptor.
 	withData(out, func(k KnownBlob) ([]byte, error) {
 		alg, hex, _ := strings.Cut(k.Digest, ":")
-		return readAtMost(bfd, alg+"/"+hex, KnownDataMax)
+		return safefs.ReadAtMost(bfd, alg+"/"+hex, KnownDataMax)
 	})
 	return out, nil
-}
-
-func (d *ociDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
-	ref, err := ocilayout.NewReference(filepath.Join(dir, "image"), d.spec.Ref)
-	if err != nil {
-		return nil, err
-	}
-	if len(known) == 0 {
-		return ref, nil
-	}
-	return withKnown(ref, known), nil
 }
 
 func knownMap(k []KnownBlob) map[string]int64 {
@@ -244,12 +233,12 @@ func (d *ociDest) Commit(ctx context.Context, s *Stage) error {
 		if err != nil {
 			return err
 		}
-		if !isDir(st) {
+		if !safefs.IsDir(st) {
 			return d.destErr("%s exists and is not a directory", d.spec.Path)
 		}
-		fd, err := openDirAt(pfd, name)
+		fd, err := safefs.OpenDirAt(pfd, name)
 		if err != nil {
-			return d.destErr("%v", errnoText(err))
+			return d.destErr("%v", safefs.ErrnoText(err))
 		}
 		s.dest = os.NewFile(uintptr(fd), d.spec.Path)
 	}
@@ -263,25 +252,25 @@ func (d *ociDest) Commit(ctx context.Context, s *Stage) error {
 // without following symlinks: a planted symlink is refused, naming it.
 func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	dfd := int(s.dest.Fd())
-	unlock, err := lockInode(ctx, dfd, s.lockTimeout())
+	unlock, err := lockInode(ctx, s.opts.Locks, dfd, s.lockTimeout())
 	if err != nil {
 		if cerr := ctxErr(ctx, "waiting for the commit lock of "+d.spec.Path); cerr != nil {
 			return cerr
 		}
-		return d.destErr("locking %s: %v", d.spec.Path, err)
+		return d.destWrap(err, "locking %s", d.spec.Path)
 	}
 	defer unlock()
 	// The held fd must still be DEST (not a directory someone renamed
 	// away or removed during the pull).
-	now, err := fstatAt(int(s.parent.Fd()), filepath.Base(d.spec.Path))
-	held, herr := fstat(dfd)
+	now, err := safefs.FstatAt(int(s.parent.Fd()), filepath.Base(d.spec.Path))
+	held, herr := safefs.Fstat(dfd)
 	if err != nil || herr != nil || now.Dev != held.Dev || now.Ino != held.Ino {
 		return d.destErr("%s was removed or replaced during the pull; retry", d.spec.Path)
 	}
 	refuse := func(entry string, err error) error {
-		return d.destErr("%s/%s: %v", d.spec.Path, entry, errnoText(err))
+		return d.destErr("%s/%s: %v", d.spec.Path, entry, safefs.ErrnoText(err))
 	}
-	bfd, err := mkdirAt(dfd, "blobs", s.owner)
+	bfd, err := safefs.MkdirAt(dfd, "blobs", s.owner)
 	if err != nil {
 		return refuse("blobs", err)
 	}
@@ -304,15 +293,15 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 		alg, hx := path.Base(path.Dir(r)), path.Base(r)
 		afd, ok := algFds[alg]
 		if !ok {
-			if afd, err = mkdirAt(bfd, alg, s.owner); err != nil {
+			if afd, err = safefs.MkdirAt(bfd, alg, s.owner); err != nil {
 				return refuse("blobs/"+alg, err)
 			}
 			algFds[alg] = afd
 		}
 		err := unix.Renameat2(t.dirs[dirOf(r)], hx, afd, hx, unix.RENAME_NOREPLACE)
 		if err == unix.EEXIST {
-			st, serr := fstatAt(afd, hx)
-			if serr != nil || !isReg(st) || st.Size != t.files[r].size {
+			st, serr := safefs.FstatAt(afd, hx)
+			if serr != nil || !safefs.IsReg(st) || st.Size != t.files[r].size {
 				return d.destErr("%s/%s exists and is not the regular file of that digest; refusing", d.spec.Path, r)
 			}
 			continue // the same content, by its name
@@ -326,8 +315,8 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	}
 	for _, k := range v.oci.used {
 		alg, hx, _ := splitDigest(k.Digest)
-		st, err := statBeneath(dfd, "blobs/"+alg+"/"+hx)
-		if err != nil || !isReg(st) || st.Size != k.Size {
+		st, err := safefs.StatBeneath(dfd, "blobs/"+alg+"/"+hx)
+		if err != nil || !safefs.IsReg(st) || st.Size != k.Size {
 			return d.destErr("blob %s, which the pull reused from %s, is gone or changed; retry the pull", k.Digest, d.spec.Path)
 		}
 	}
@@ -336,17 +325,17 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 			return d.commitErr(err)
 		}
 	}
-	switch st, err := fstatAt(dfd, "oci-layout"); {
+	switch st, err := safefs.FstatAt(dfd, "oci-layout"); {
 	case errors.Is(err, unix.ENOENT):
-		if err := writeFileAt(dfd, "oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`), s.owner, true); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := safefs.WriteFileAt(dfd, "oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`), s.owner, true); err != nil && !errors.Is(err, unix.EEXIST) {
 			return refuse("oci-layout", err)
 		}
 	case err != nil:
 		return refuse("oci-layout", err)
-	case !isReg(st):
+	case !safefs.IsReg(st):
 		return d.destErr("%s/oci-layout is not a regular file; refusing", d.spec.Path)
 	}
-	old, err := readAtMost(dfd, "index.json", maxJSON)
+	old, err := safefs.ReadAtMost(dfd, "index.json", maxJSON)
 	if errors.Is(err, unix.ENOENT) {
 		old, err = nil, nil
 	}
@@ -355,9 +344,9 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	}
 	data, err := mergeIndex(old, v.oci.entry)
 	if err != nil {
-		return d.destErr("%s/index.json: %v", d.spec.Path, err)
+		return d.destWrap(err, "%s/index.json", d.spec.Path)
 	}
-	if err := writeFileAt(dfd, "index.json", data, s.owner, false); err != nil {
+	if err := safefs.WriteFileAt(dfd, "index.json", data, s.owner, false); err != nil {
 		return refuse("index.json", err)
 	}
 	return d.commitErr(unix.Fsync(dfd))

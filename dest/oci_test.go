@@ -1,12 +1,15 @@
 package dest_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/types"
 	"golang.org/x/sys/unix"
@@ -16,12 +19,12 @@ func TestOCINewThenMergeReusesKnownBlobs(t *testing.T) {
 	needRoot(t)
 	d := filepath.Join(t.TempDir(), "layout")
 	a, b := newImg("a"), newImg("b")
-	must(t, fullPull(t, "oci:"+d+":a", a, dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", a, dest.StageOptions{Locks: testLocks}))
 
 	// b shares a's config? no: b has its own layer and config; pull a
 	// again under tag c to see every blob reused.
 	dd := parse(t, "oci:"+d+":c")
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	if len(st.Known) != 3 {
@@ -43,7 +46,7 @@ func TestOCINewThenMergeReusesKnownBlobs(t *testing.T) {
 	}
 	must(t, dd.Verify(bg, st, e))
 	must(t, dd.Commit(bg, st))
-	must(t, fullPull(t, "oci:"+d+":b", b, dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":b", b, dest.StageOptions{Locks: testLocks}))
 	idx := readIndex(t, d)
 	if idx["a"] != a.digest || idx["c"] != a.digest || idx["b"] != b.digest || len(idx) != 3 {
 		t.Fatalf("index = %v", idx)
@@ -54,7 +57,7 @@ func TestOCIEmptyDestDirGetsCompleteLayout(t *testing.T) {
 	needRoot(t)
 	d := filepath.Join(t.TempDir(), "empty")
 	must(t, os.Mkdir(d, 0o755))
-	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{Locks: testLocks}))
 	if readIndex(t, d)["a"] == "" {
 		t.Fatal("no index entry for a")
 	}
@@ -71,8 +74,8 @@ func TestOCIMountPoint(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(d, unix.MNT_DETACH) })
-	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
-	must(t, fullPull(t, "oci:"+d+":b", newImg("b"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{Locks: testLocks}))
+	must(t, fullPull(t, "oci:"+d+":b", newImg("b"), dest.StageOptions{Locks: testLocks}))
 	if idx := readIndex(t, d); len(idx) != 2 {
 		t.Fatalf("index = %v", idx)
 	}
@@ -99,11 +102,11 @@ func TestOCIPlantedSymlinksInDest(t *testing.T) {
 			must(t, filepath.Walk(d, func(p string, _ os.FileInfo, err error) error { return os.Lchown(p, 65534, 65534) }))
 
 			// Without the policy opt-in, another user's DEST is refused.
-			_, err := parse(t, "oci:"+d+":a").Stage(dest.StageOptions{})
+			_, err := parse(t, "oci:"+d+":a").Stage(dest.StageOptions{Locks: testLocks})
 			wantCode(t, err, failure.Destination, "owned by uid 65534")
 
 			dd := parse(t, "oci:"+d+":a")
-			st, err := dd.Stage(dest.StageOptions{AllowOtherOwner: true})
+			st, err := dd.Stage(dest.StageOptions{Locks: testLocks, AllowOtherOwner: true})
 			must(t, err)
 			defer st.Remove()
 			e := pull(t, dd, st, source(t, newImg("a")), nil)
@@ -138,7 +141,7 @@ func TestOCIPlantedTempName(t *testing.T) {
 	victim := filepath.Join(top, "victim")
 	must(t, os.WriteFile(victim, []byte("precious"), 0o600))
 	must(t, os.Symlink(victim, filepath.Join(d, ".index.json.pullhelper-tmp")))
-	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", newImg("a"), dest.StageOptions{Locks: testLocks}))
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("root wrote through the planted temporary name: %q", b)
 	}
@@ -157,7 +160,7 @@ func TestDestOwnedByAnotherUser(t *testing.T) {
 			must(t, os.WriteFile(d, nil, 0o644))
 		}
 		must(t, os.Chown(d, 1000, 1000))
-		_, err := parse(t, strings.Replace(raw, "%s", d, 1)).Stage(dest.StageOptions{})
+		_, err := parse(t, strings.Replace(raw, "%s", d, 1)).Stage(dest.StageOptions{Locks: testLocks})
 		wantCode(t, err, failure.Destination, "owned by uid 1000")
 		if failure.CodeOf(err).Exit() != 9 {
 			t.Fatal("not exit 9")
@@ -167,20 +170,20 @@ func TestDestOwnedByAnotherUser(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "p")
 	must(t, os.Mkdir(p, 0o755))
 	must(t, os.Chown(p, 1000, 1000))
-	_, err := parse(t, "oci:"+p+"/d").Stage(dest.StageOptions{})
+	_, err := parse(t, "oci:"+p+"/d").Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "owned by uid 1000")
 	w := filepath.Join(t.TempDir(), "w")
 	must(t, os.Mkdir(w, 0o777))
 	must(t, os.Chmod(w, 0o777))
-	_, err = parse(t, "oci:"+w+"/d").Stage(dest.StageOptions{})
+	_, err = parse(t, "oci:"+w+"/d").Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "not sticky")
 	must(t, os.Chmod(w, os.ModeSticky|0o777))
-	must(t, fullPull(t, "oci:"+w+"/d", newImg("a"), dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+w+"/d", newImg("a"), dest.StageOptions{Locks: testLocks}))
 }
 
 func TestParse(t *testing.T) {
 	for raw, want := range map[string]string{
-		"foo:/x":                  `unknown transport "foo"`,
+		"foo:/x":                  `unknown transport "foo"; use one of oci:PATH[:TAG], dir:PATH, oci-archive:PATH[:TAG], docker-archive:PATH[:REF], containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, containerd:REF`,
 		"oci:":                    "the path is empty",
 		"docker-archive:/x:a@sha": "docker-archive reference",
 		"oci:/x:BAD TAG":          "",
@@ -188,6 +191,12 @@ func TestParse(t *testing.T) {
 		_, err := dest.Parse(raw)
 		if err == nil || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v, want a usage error with %q", raw, err, want)
+		}
+	}
+	// Every kind of target's table is one dest parses.
+	for _, k := range target.Kinds() {
+		if _, err := dest.Parse(k.Name + ":/x"); err != nil && strings.Contains(err.Error(), "unknown transport") {
+			t.Errorf("%s: %v", k.Name, err)
 		}
 	}
 	d, err := dest.Parse("dir:rel:x")
@@ -209,7 +218,7 @@ func TestOCIDestRemovedDuringPull(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "layout")
 	writeLayout(t, d, newImg("old"), "old")
 	dd := parse(t, "oci:"+d+":a")
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, newImg("a")), nil)
@@ -217,4 +226,52 @@ func TestOCIDestRemovedDuringPull(t *testing.T) {
 	must(t, os.Rename(d, d+".moved"))
 	must(t, os.Mkdir(d, 0o755))
 	wantCode(t, dd.Commit(bg, st), failure.Destination, "removed or replaced during the pull")
+}
+
+// The committed index.json entry is the parent's own: a staged entry that
+// says one thing to Go (keys match case-insensitively, the last wins) and
+// another to exact readers never reaches DEST, nor a negative size.
+func TestCommitWritesItsOwnIndexEntry(t *testing.T) {
+	needRoot(t)
+	old, good := newImg("old-prod"), newImg("good")
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, old, "prod")
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, good), nil)
+	p := filepath.Join(st.WorkPath, "image", "index.json")
+	must(t, os.WriteFile(p, fmt.Appendf(nil,
+		`{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,`+
+			`"annotations":{"org.opencontainers.image.ref.name":"prod"},"DIGEST":%q,"Annotations":{"org.opencontainers.image.ref.name":"a"}}]}`,
+		old.digest, len(old.manifest), good.digest), 0o644))
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
+	b, err := os.ReadFile(filepath.Join(d, "index.json"))
+	must(t, err)
+	// Read it the exact way (no case folding): exactly prod→old, a→good.
+	var idx struct {
+		Manifests []map[string]json.RawMessage `json:"manifests"`
+	}
+	must(t, json.Unmarshal(b, &idx))
+	tags := map[string]string{}
+	for _, m := range idx.Manifests {
+		for k := range m {
+			if k != "mediaType" && k != "digest" && k != "size" && k != "annotations" {
+				t.Fatalf("committed entry has key %q: %s", k, b)
+			}
+		}
+		var ann map[string]string
+		var dg string
+		must(t, json.Unmarshal(m["annotations"], &ann))
+		must(t, json.Unmarshal(m["digest"], &dg))
+		tags[ann["org.opencontainers.image.ref.name"]] = dg
+	}
+	if len(tags) != 2 || tags["prod"] != old.digest || tags["a"] != good.digest {
+		t.Fatalf("committed tags %v, want prod=%s a=%s: %s", tags, old.digest, good.digest, b)
+	}
+	if strings.Contains(string(b), "DIGEST") {
+		t.Fatalf("the child's bytes were committed: %s", b)
+	}
 }

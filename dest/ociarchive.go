@@ -2,18 +2,16 @@ package dest
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 
-	ociarchive "go.podman.io/image/v5/oci/archive"
-	"go.podman.io/image/v5/types"
+	"github.com/pullhelper/pullhelper/dest/target"
 )
 
 func init() {
-	register("oci-archive", kind{split: true, new: func(s Spec) (Destination, error) {
+	register("oci-archive", kind{new: func(s Spec) (Destination, error) {
 		d := &ociArchiveDest{archiveBase{base{s}}}
 		if s.Ref != "" {
-			if _, err := d.StagedReference("/", nil); err != nil {
+			if _, err := target.StagedReference(s, "/", nil); err != nil {
 				return nil, err
 			}
 		}
@@ -26,10 +24,6 @@ func init() {
 type ociArchiveDest struct{ archiveBase }
 
 func (d *ociArchiveDest) Stage(o StageOptions) (*Stage, error) { return d.stage(o) }
-
-func (d *ociArchiveDest) StagedReference(dir string, _ []KnownBlob) (types.ImageReference, error) {
-	return ociarchive.NewReference(filepath.Join(dir, "image.tar"), d.spec.Ref)
-}
 
 func (d *ociArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {

@@ -1,19 +1,18 @@
 package dest
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/dest/target"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,9 +63,6 @@ const (
 	// given (pull.DefaultMaxImageBytes).
 	partialDefaultMax = 64 << 30
 )
-
-// partialName is the only name a cache entry may have.
-var partialName = regexp.MustCompile(`^(sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})\.partial$`)
 
 // PartialCacheName is the cache's name in DEST's parent for a DEST named
 // base.
@@ -185,24 +181,24 @@ func openCache(parent *os.File, name string, maxBytes int64, log *slog.Logger) (
 	if err := unix.Mkdirat(pfd, name, 0o700); err == unix.EEXIST {
 		created = false
 	} else if err != nil {
-		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("creating the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
 	}
-	dfd, err := openDirAt(pfd, name)
+	dfd, err := safefs.OpenDirAt(pfd, name)
 	if err == unix.ELOOP || err == unix.ENOTDIR {
 		return nil, &CacheRefused{Path: path, Why: "is a symbolic link or not a directory"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("opening the partial-blob cache %s: %s", path, safefs.ErrnoText(err))
 	}
 	outer := os.NewFile(uintptr(dfd), path)
 	if created {
 		// Made by root just now, in a directory where no one else can
 		// rename it (root's, or sticky): root:root 0700 whatever the
 		// umask and a setgid parent made it.
-		err = setOwner(dfd, Identity{}, 0o700)
-	} else if st, serr := fstat(dfd); serr != nil {
+		err = safefs.SetOwner(dfd, Identity{}, 0o700)
+	} else if st, serr := safefs.Fstat(dfd); serr != nil {
 		err = serr
-	} else if !isDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
+	} else if !safefs.IsDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
 		outer.Close()
 		return nil, &CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}
 	}
@@ -235,7 +231,7 @@ func openCache(parent *os.File, name string, maxBytes int64, log *slog.Logger) (
 // opened before can write them — and the old one is removed.
 func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, error) {
 	ofd := int(outer.Fd())
-	names, err := readDirNames(ofd)
+	names, err := safefs.ReadDirNames(ofd)
 	if err != nil {
 		return nil, fmt.Errorf("reading the partial-blob cache %s: %v", outer.Name(), err)
 	}
@@ -246,33 +242,33 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 		// A stray (an older layout's file, a directory moved aside by
 		// a pull that was killed): only root could put it in here, or a
 		// uid the directory was handed to by an older pullhelper.
-		st, err := fstatAt(ofd, n)
+		st, err := safefs.FstatAt(ofd, n)
 		if err == nil {
-			err = removeTree(ofd, n, int(st.Uid))
+			err = safefs.RemoveTree(ofd, n, int(st.Uid))
 		}
 		if err != nil && err != unix.ENOENT {
-			log.Warn("could not remove a stray entry of the partial-blob cache", "path", filepath.Join(outer.Name(), n), "error", errnoText(err))
+			log.Warn("could not remove a stray entry of the partial-blob cache", "path", filepath.Join(outer.Name(), n), "error", safefs.ErrnoText(err))
 		}
 	}
 	path := filepath.Join(outer.Name(), partialBlobs)
-	st, err := fstatAt(ofd, partialBlobs)
-	if err == nil && isDir(st) && st.Uid == 0 && st.Mode&0o7777 == 0o700 {
-		fd, err := openDirAt(ofd, partialBlobs)
+	st, err := safefs.FstatAt(ofd, partialBlobs)
+	if err == nil && safefs.IsDir(st) && st.Uid == 0 && st.Mode&0o7777 == 0o700 {
+		fd, err := safefs.OpenDirAt(ofd, partialBlobs)
 		if err != nil {
-			return nil, fmt.Errorf("opening %s: %s", path, errnoText(err))
+			return nil, fmt.Errorf("opening %s: %s", path, safefs.ErrnoText(err))
 		}
-		if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
+		if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
 			unix.Close(fd)
 			return nil, fmt.Errorf("%s changed while it was opened", path)
 		}
 		return os.NewFile(uintptr(fd), path), nil
 	}
 	if err != nil && err != unix.ENOENT {
-		return nil, fmt.Errorf("%s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("%s: %s", path, safefs.ErrnoText(err))
 	}
 	aside := ""
 	if err == nil {
-		aside = ".pullhelper-rm-" + randSuffix()
+		aside = ".pullhelper-rm-" + safefs.RandSuffix()
 		if err := unix.Renameat2(ofd, partialBlobs, ofd, aside, unix.RENAME_NOREPLACE); err != nil {
 			return nil, fmt.Errorf("moving aside %s: %v", path, err)
 		}
@@ -280,23 +276,23 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 	if err := unix.Mkdirat(ofd, partialBlobs, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %v", path, err)
 	}
-	fd, err := openDirAt(ofd, partialBlobs)
+	fd, err := safefs.OpenDirAt(ofd, partialBlobs)
 	if err == nil {
-		if err = setOwner(fd, Identity{}, 0o700); err != nil {
+		if err = safefs.SetOwner(fd, Identity{}, 0o700); err != nil {
 			unix.Close(fd)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating %s: %s", path, errnoText(err))
+		return nil, fmt.Errorf("creating %s: %s", path, safefs.ErrnoText(err))
 	}
 	inner := os.NewFile(uintptr(fd), path)
 	if aside != "" {
-		if isDir(st) && st.Uid != 0 {
+		if safefs.IsDir(st) && st.Uid != 0 {
 			n, b := copyKept(ofd, aside, st, fd, maxBytes)
 			log.Info("copied the kept blobs a killed pull left to its uid into a fresh root-owned partial-blob cache", "path", path, "uid", st.Uid, "blobs", n, "bytes", b)
 		}
-		if err := removeTree(ofd, aside, int(st.Uid)); err != nil {
-			log.Warn("could not remove the old partial-blob cache", "path", filepath.Join(outer.Name(), aside), "error", errnoText(err))
+		if err := safefs.RemoveTree(ofd, aside, int(st.Uid)); err != nil {
+			log.Warn("could not remove the old partial-blob cache", "path", filepath.Join(outer.Name(), aside), "error", safefs.ErrnoText(err))
 		}
 	}
 	return inner, nil
@@ -311,15 +307,15 @@ func openBlobs(outer *os.File, maxBytes int64, log *slog.Logger) (*os.File, erro
 // file is opened O_PATH first and reopened for reading only once it is a
 // regular file. It returns how many it copied and their bytes.
 func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (int, int64) {
-	afd, err := openDirAt(ofd, aside)
+	afd, err := safefs.OpenDirAt(ofd, aside)
 	if err != nil {
 		return 0, 0
 	}
 	defer unix.Close(afd)
-	if got, err := fstat(afd); err != nil || got.Ino != st.Ino || got.Uid != st.Uid {
+	if got, err := safefs.Fstat(afd); err != nil || got.Ino != st.Ino || got.Uid != st.Uid {
 		return 0, 0
 	}
-	names, err := readDirNames(afd)
+	names, err := safefs.ReadDirNames(afd)
 	if err != nil {
 		return 0, 0
 	}
@@ -327,15 +323,15 @@ func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (i
 	n, total := 0, int64(0)
 	buf := make([]byte, 1<<20)
 	for _, name := range names {
-		if !partialName.MatchString(name) {
+		if !target.IsPartialEntry(name) {
 			continue
 		}
-		pfd, err := openAt(afd, name, unix.O_PATH, 0)
+		pfd, err := safefs.OpenAt(afd, name, unix.O_PATH, 0)
 		if err != nil {
 			continue
 		}
-		fst, err := fstat(pfd)
-		if err != nil || !isReg(fst) || fst.Nlink != 1 || fst.Uid != st.Uid || fst.Size <= 0 || fst.Size > maxBytes-total {
+		fst, err := safefs.Fstat(pfd)
+		if err != nil || !safefs.IsReg(fst) || fst.Nlink != 1 || fst.Uid != st.Uid || fst.Size <= 0 || fst.Size > maxBytes-total {
 			unix.Close(pfd)
 			continue
 		}
@@ -345,18 +341,18 @@ func copyKept(ofd int, aside string, st unix.Stat_t, dst int, maxBytes int64) (i
 			continue
 		}
 		in := os.NewFile(uintptr(rfd), name)
-		if got, err := fstat(rfd); err != nil || got.Ino != fst.Ino {
+		if got, err := safefs.Fstat(rfd); err != nil || got.Ino != fst.Ino {
 			in.Close()
 			continue
 		}
-		out, err := fileAt(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		out, err := safefs.FileAt(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err != nil {
 			in.Close()
 			continue
 		}
 		w, err := io.CopyBuffer(out, io.LimitReader(in, fst.Size), buf)
 		in.Close()
-		ok := err == nil && w > 0 && setOwner(int(out.Fd()), Identity{}, 0o600) == nil && out.Sync() == nil &&
+		ok := err == nil && w > 0 && safefs.SetOwner(int(out.Fd()), Identity{}, 0o600) == nil && out.Sync() == nil &&
 			setTimes(int(out.Fd()), min(fst.Atim.Nano(), time.Now().UnixNano()), min(fst.Mtim.Nano(), time.Now().UnixNano())) == nil
 		out.Close()
 		if !ok {
@@ -379,7 +375,7 @@ func copyAs(fd int, size int64, dir int, name string) error {
 	}
 	src := os.NewFile(uintptr(in), name)
 	defer src.Close()
-	out, tmp, err := createTemp(dir, ".pullhelper-copy-")
+	out, tmp, err := safefs.CreateTemp(dir, ".pullhelper-copy-")
 	if err != nil {
 		return err
 	}
@@ -389,7 +385,7 @@ func copyAs(fd int, size int64, dir int, name string) error {
 		err = io.ErrUnexpectedEOF
 	}
 	if err == nil {
-		err = setOwner(int(out.Fd()), Identity{}, 0o600)
+		err = safefs.SetOwner(int(out.Fd()), Identity{}, 0o600)
 	}
 	if err == nil {
 		err = out.Sync()
@@ -405,144 +401,13 @@ func copyAs(fd int, size int64, dir int, name string) error {
 
 // releaseCache closes a cache opened by openCache, removing it when empty.
 func releaseCache(parent *os.File, c *cacheDirs, name string) {
-	if names, err := readDirNames(int(c.inner.Fd())); err == nil && len(names) == 0 {
+	if names, err := safefs.ReadDirNames(int(c.inner.Fd())); err == nil && len(names) == 0 {
 		_ = unix.Unlinkat(int(c.outer.Fd()), partialBlobs, unix.AT_REMOVEDIR)
 	}
-	if names, err := readDirNames(int(c.outer.Fd())); err == nil && len(names) == 0 {
+	if names, err := safefs.ReadDirNames(int(c.outer.Fd())); err == nil && len(names) == 0 {
 		_ = unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR)
 	}
 	c.close()
-}
-
-// salvage moves the complete-looking blobs of a stale staging root (held
-// as rootFd, its owner dead) into the cache held as cacheFd, as
-// <alg>-<hex>.partial, and returns how many it moved and their bytes. The
-// places a copy leaves finished blobs in work/ are looked at, resolving
-// every name beneath the held descriptors without following symlinks:
-//
-//	image/blobs/<alg>/<hex>                     oci: (containers/image renames a blob there once its digest matched)
-//	image/<hex>, image/sha512-<hex>             dir:
-//	container_images_oci*/blobs/<alg>/<hex>     oci-archive: (its unpacked layout)
-//
-// Only regular files with one link are kept: root's by rename on the same
-// filesystem, made 0600 first; another uid's (a pull uid's, whose staging
-// was never taken back) as a fresh root-owned copy, never adopted. Keeping
-// does not make them trusted:
-// the copy hashes a kept file holding a whole blob before serving it (and
-// discards a mismatch or one longer than the blob), containers/image
-// checks the stream and the parent hashes the staged blob again.
-// docker-archive: streams blobs into its tar, which is not taken apart.
-func salvage(rootFd, cacheFd int) (int, int64) {
-	wfd, err := openDirAt(rootFd, workDir)
-	if err != nil {
-		return 0, 0
-	}
-	defer unix.Close(wfd)
-	var n int
-	var bytes int64
-	add := func(k int, b int64) { n, bytes = n+k, bytes+b }
-	layout := func(dirFd int, name string) {
-		lfd, err := openDirAt(dirFd, name)
-		if err != nil {
-			return
-		}
-		defer unix.Close(lfd)
-		for _, alg := range []string{"sha256", "sha512"} {
-			if afd, err := openDirAt(lfd, "blobs/"+alg); err == nil {
-				add(salvageDir(afd, cacheFd, func(f string) (string, bool) {
-					return alg + "-" + f, hexRE[alg].MatchString(f)
-				}))
-				unix.Close(afd)
-			}
-		}
-	}
-	layout(wfd, "image")
-	if ifd, err := openDirAt(wfd, "image"); err == nil {
-		add(salvageDir(ifd, cacheFd, func(f string) (string, bool) {
-			if hexRE["sha256"].MatchString(f) {
-				return "sha256-" + f, true
-			}
-			h, ok := strings.CutPrefix(f, "sha512-")
-			return f, ok && hexRE["sha512"].MatchString(h)
-		}))
-		unix.Close(ifd)
-	}
-	if names, err := readDirNames(wfd); err == nil {
-		for _, d := range names {
-			if strings.HasPrefix(d, "container_images_oci") {
-				layout(wfd, d)
-			}
-		}
-	}
-	return n, bytes
-}
-
-// salvageDir moves the entries of dirFd that name accepts (it returns the
-// cache name's stem, <alg>-<hex>) into the cache. An entry already kept
-// there stays unless the moved one is longer (a whole blob supersedes a
-// prefix of it).
-func salvageDir(dirFd, cacheFd int, name func(string) (string, bool)) (int, int64) {
-	names, err := readDirNames(dirFd)
-	if err != nil {
-		return 0, 0
-	}
-	var n int
-	var bytes int64
-	for _, f := range names {
-		stem, ok := name(f)
-		if !ok {
-			continue
-		}
-		target := stem + ".partial"
-		fd, err := openAt(dirFd, f, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue
-		}
-		st, err := fstat(fd)
-		now, lerr := fstatAt(dirFd, f)
-		ok = err == nil && lerr == nil && isReg(st) && st.Nlink == 1 && st.Size > 0 &&
-			now.Dev == st.Dev && now.Ino == st.Ino
-		if ok {
-			if k, kerr := fstatAt(cacheFd, target); kerr == nil && isReg(k) && k.Size >= st.Size {
-				ok = false // the cache keeps as much already
-			}
-		}
-		if !ok {
-			unix.Close(fd)
-			continue
-		}
-		if st.Uid != 0 {
-			// Another uid's (the pull uid's: its staging was never
-			// taken back): not adopted, a fresh root-owned copy is kept.
-			err = copyAs(fd, st.Size, cacheFd, target)
-			unix.Close(fd)
-			if err != nil {
-				continue
-			}
-			n++
-			bytes += st.Size
-			continue
-		}
-		// Its times from now (the copy may have set any): see tidy.
-		t := time.Now().UnixNano()
-		ok = setOwner(fd, Identity{}, 0o600) == nil && setTimes(fd, t, t) == nil
-		unix.Close(fd)
-		if !ok {
-			continue
-		}
-		if err := unix.Renameat(dirFd, f, cacheFd, target); err != nil {
-			continue
-		}
-		// What arrived must be the inode checked (a name swapped in
-		// between is not kept).
-		if got, err := fstatAt(cacheFd, target); err != nil || got.Dev != st.Dev || got.Ino != st.Ino || !isReg(got) {
-			_ = unix.Unlinkat(cacheFd, target, 0)
-			continue
-		}
-		n++
-		bytes += st.Size
-	}
-	return n, bytes
 }
 
 // destBase is DEST's name in its parent.
@@ -554,292 +419,6 @@ func (s *Stage) destBase() string {
 	}
 	return n
 }
-
-// give hands blobs/ and its entries to id (the copy's uid): the entries
-// first, while blobs/ is still root's 0700.
-func (p *Partial) give(id Identity) error {
-	dfd := int(p.Dir.Fd())
-	names, err := readDirNames(dfd)
-	if err != nil {
-		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
-	}
-	for _, n := range names {
-		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
-		}
-		st, err := fstat(fd)
-		if err == nil && (!isReg(st) || st.Nlink != 1 || st.Uid != 0) {
-			err = fmt.Errorf("changed while it was checked")
-		}
-		if err == nil {
-			err = setOwner(fd, id, 0o600)
-		}
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
-		}
-	}
-	if err := setOwner(dfd, id, 0o700); err != nil {
-		return fmt.Errorf("handing the partial-blob cache %s to uid %d: %v", p.Path, id.UID, err)
-	}
-	return nil
-}
-
-// Want records a blob the image asks for (a digest "alg:hex" and its
-// declared size, as the copy announced it): when the cache is taken back
-// from a child, only such blobs are kept, each at most its declared size.
-// What is not a digest, has no positive size or a size beyond the image's
-// limit is ignored, as are announcements beyond maxPrehash; the smaller of
-// two sizes for one digest wins. Safe for concurrent use; nil-safe.
-func (p *Partial) Want(d string, size int64) {
-	if p == nil {
-		return
-	}
-	alg, hx, ok := strings.Cut(d, ":")
-	if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) || size <= 0 || size > p.maxBytes {
-		return
-	}
-	name := alg + "-" + hx + ".partial"
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old, ok := p.want[name]; ok {
-		p.want[name] = min(old, size)
-	} else if len(p.want) < maxPrehash {
-		p.want[name] = size
-	}
-}
-
-// Restrict limits what the cache keeps when it is taken back to the blobs
-// of a manifest the parent checked itself: manifest (the copy's report)
-// when its digest is pinned (IMAGE@digest), or, when index's digest is
-// pinned, manifest when index lists its digest. Then only the manifest's
-// config and layers are kept, each at most the size the manifest declares
-// (instead of what the copy announced: Want). It reports whether it did;
-// without a pinned digest, or with bytes that do not match it, nothing
-// changes. Nil-safe.
-func (p *Partial) Restrict(pinned string, index, manifest []byte) bool {
-	if p == nil || pinned == "" || len(manifest) == 0 {
-		return false
-	}
-	pd, err := digest.Parse(pinned)
-	if err != nil || !pd.Algorithm().Available() {
-		return false
-	}
-	md := pd.Algorithm().FromBytes(manifest)
-	if md != pd {
-		if len(index) == 0 || pd.Algorithm().FromBytes(index) != pd {
-			return false
-		}
-		var idx struct {
-			Manifests []struct {
-				Digest digest.Digest `json:"digest"`
-			} `json:"manifests"`
-		}
-		if json.Unmarshal(index, &idx) != nil {
-			return false
-		}
-		listed := false
-		for _, m := range idx.Manifests {
-			if m.Digest.Validate() == nil && m.Digest.Algorithm().Available() && m.Digest.Algorithm().FromBytes(manifest) == m.Digest {
-				listed = true
-				break
-			}
-		}
-		if !listed {
-			return false
-		}
-	}
-	type desc struct {
-		Digest string `json:"digest"`
-		Size   int64  `json:"size"`
-	}
-	var m struct {
-		Config *desc  `json:"config"`
-		Layers []desc `json:"layers"`
-	}
-	if json.Unmarshal(manifest, &m) != nil || m.Config == nil {
-		return false // not an image manifest (schema 1, an index): Want stays
-	}
-	only := map[string]int64{}
-	for _, d := range append([]desc{*m.Config}, m.Layers...) {
-		alg, hx, ok := strings.Cut(d.Digest, ":")
-		if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) || d.Size <= 0 || d.Size > p.maxBytes || len(only) >= maxPrehash {
-			continue
-		}
-		name := alg + "-" + hx + ".partial"
-		if old, ok := only[name]; ok {
-			d.Size = min(old, d.Size)
-		}
-		only[name] = d.Size
-	}
-	p.mu.Lock()
-	p.only = only
-	p.mu.Unlock()
-	return true
-}
-
-// TakeBack makes blobs/ root's again (0700, entries root's 0600), removes
-// whatever the copy left that is not a kept blob and keeps only what the
-// image asked for (Want). Call it only when every process of the pull is
-// dead. Nil-safe.
-func (p *Partial) TakeBack() error {
-	if p == nil || p.Dir == nil {
-		return nil
-	}
-	if err := setOwner(int(p.Dir.Fd()), Identity{}, 0o700); err != nil {
-		return fmt.Errorf("taking back the partial-blob cache %s: %v", p.Path, err)
-	}
-	if err := p.tidy(time.Time{}, false); err != nil {
-		return err
-	}
-	return p.prune()
-}
-
-// tidy removes every entry of blobs/ that is not a regular, singly linked
-// file with a blob's name, owned by root or (after a child) by the pull
-// uid (and, when olderThan is set, those last modified before it), and
-// makes the others root's 0600; with adopting (kept from an earlier pull)
-// also every file another descriptor is open on: a write lease, which the
-// kernel grants only then, is taken and let go on each. Taking the cache
-// back from a child (not adopting) sets each kept file's times to now;
-// adopting brings a time in the future back to now: PartialMaxAge counts
-// from when the parent last took a file back, whatever times the child
-// set. Kept is recounted.
-func (p *Partial) tidy(olderThan time.Time, adopting bool) error {
-	dfd := int(p.Dir.Fd())
-	names, err := readDirNames(dfd)
-	if err != nil {
-		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
-	}
-	handed := -1
-	if p.handTo != nil && !adopting {
-		handed = p.handTo.UID
-	}
-	remove := func(n string, st unix.Stat_t) error {
-		if err := removeTree(dfd, n, int(st.Uid)); err != nil {
-			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
-		}
-		return nil
-	}
-	p.Kept = 0
-	for _, n := range names {
-		st, err := fstatAt(dfd, n)
-		if err != nil {
-			continue
-		}
-		stale := !olderThan.IsZero() && time.Unix(st.Mtim.Unix()).Before(olderThan)
-		owned := st.Uid == 0 || (handed >= 0 && st.Uid == uint32(handed))
-		if !partialName.MatchString(n) || !isReg(st) || st.Nlink != 1 || stale || !owned {
-			if err := remove(n, st); err != nil {
-				return err
-			}
-			if stale {
-				p.Expired = append(p.Expired, filepath.Join(p.Path, n))
-			}
-			continue
-		}
-		fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-		if err == unix.EAGAIN {
-			// Under another process's lease: never waited for, not kept.
-			if err := remove(n, st); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("opening %s in the partial-blob cache: %s", n, errnoText(err))
-		}
-		now, err := fstat(fd)
-		if err == nil && (!isReg(now) || now.Nlink != 1 || now.Ino != st.Ino) {
-			err = fmt.Errorf("changed while it was checked")
-		}
-		if err == nil && adopting && !alone(fd) {
-			unix.Close(fd)
-			p.log.Warn("discarding a kept partial blob another process holds open", "path", filepath.Join(p.Path, n))
-			if err := remove(n, st); err != nil {
-				return err
-			}
-			continue
-		}
-		if err == nil {
-			err = setOwner(fd, Identity{}, 0o600)
-		}
-		if t := time.Now().UnixNano(); err == nil && (!adopting || now.Mtim.Nano() > t || now.Atim.Nano() > t) {
-			err = setTimes(fd, t, t)
-		}
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("%s in the partial-blob cache: %v", n, err)
-		}
-		p.Kept += now.Size
-	}
-	return nil
-}
-
-// setTimes sets the access and modification times (ns since the epoch) of
-// the file held as fd.
-func setTimes(fd int, atime, mtime int64) error {
-	return unix.Futimes(fd, []unix.Timeval{unix.NsecToTimeval(atime), unix.NsecToTimeval(mtime)})
-}
-
-// alone reports whether no descriptor but fd (this process's, O_RDONLY)
-// is open on its file and no writable mapping of it exists: the kernel
-// grants a write lease only then. The lease is let go at once.
-func alone(fd int) bool {
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
-		return false
-	}
-	_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
-	return true
-}
-
-// prune keeps in blobs/ only the blobs the image asked for (Restrict's
-// when the parent checked the manifest, else Want's), each at
-// most its declared size, in all at most the image's size limit; the rest
-// is removed. Only a cache handed to a child is pruned (in this process,
-// the copy is the parent's own). Kept is recounted.
-func (p *Partial) prune() error {
-	if p == nil || p.Dir == nil || p.handTo == nil {
-		return nil
-	}
-	dfd := int(p.Dir.Fd())
-	names, err := readDirNames(dfd)
-	if err != nil {
-		return fmt.Errorf("reading the partial-blob cache %s: %v", p.Path, err)
-	}
-	sort.Strings(names)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.Kept = 0
-	for _, n := range names {
-		st, err := fstatAt(dfd, n)
-		if err != nil {
-			continue
-		}
-		want := p.want
-		if p.only != nil {
-			want = p.only
-		}
-		size, asked := want[n]
-		if asked && isReg(st) && st.Size <= size && st.Size <= p.maxBytes-p.Kept {
-			p.Kept += st.Size
-			continue
-		}
-		if err := removeTree(dfd, n); err != nil {
-			return fmt.Errorf("removing %s from the partial-blob cache: %s", filepath.Join(p.Path, n), errnoText(err))
-		}
-		if !asked {
-			p.log.Info("removed a partial blob the image did not ask for", "path", filepath.Join(p.Path, n), "bytes", st.Size)
-		} else {
-			p.log.Info("removed a partial blob beyond its declared size or the image's limit", "path", filepath.Join(p.Path, n), "bytes", st.Size)
-		}
-	}
-	return nil
-}
-
-// adopt is tidy at the start of a pull.
-func (p *Partial) adopt(olderThan time.Time) error { return p.tidy(olderThan, true) }
 
 // Remove deletes the cache (the pull committed: every blob it kept is in
 // DEST) and closes it. Nil-safe.
@@ -856,13 +435,13 @@ func (p *Partial) Remove() error {
 	if p.outer != nil {
 		// The cache directory is root's 0700, held (and checked) as
 		// p.outer: removed whoever owns DEST's parent.
-		err = removeHeld(int(p.parent.Fd()), p.name, int(p.outer.Fd()), handed...)
+		err = safefs.RemoveHeld(int(p.parent.Fd()), p.name, int(p.outer.Fd()), handed...)
 	} else {
-		err = removeTree(int(p.parent.Fd()), p.name, handed...)
+		err = safefs.RemoveTree(int(p.parent.Fd()), p.name, handed...)
 	}
 	p.Close()
 	if err != nil {
-		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, errnoText(err))
+		return fmt.Errorf("removing the partial-blob cache %s: %s", p.Path, safefs.ErrnoText(err))
 	}
 	return nil
 }
@@ -897,147 +476,4 @@ func (p *Partial) Close() {
 		p.parent.Close()
 	}
 	p.Dir, p.outer, p.parent = nil, nil, nil
-}
-
-// sweepPartial removes the partial-blob cache named for DEST base in the
-// directory held as dir, unless a live pull holds its flock or it is not
-// a root-owned 0700 directory (then refused names why: another user's is
-// never entered). It returns the removed path, or "".
-func sweepPartial(dir *os.File, base string) (removed, refused string) {
-	name := PartialCacheName(base)
-	path := filepath.Join(dir.Name(), name)
-	st, err := fstatAt(int(dir.Fd()), name)
-	if err != nil {
-		return "", ""
-	}
-	if !isDir(st) || st.Uid != 0 || st.Mode&0o7777 != 0o700 {
-		return "", (&CacheRefused{Path: path, Why: fmt.Sprintf("is owned by uid %d with mode %o", st.Uid, st.Mode&0o7777)}).Error()
-	}
-	fd, err := openDirAt(int(dir.Fd()), name)
-	if err != nil {
-		return "", ""
-	}
-	defer unix.Close(fd)
-	if got, err := fstat(fd); err != nil || got.Ino != st.Ino || got.Uid != 0 {
-		return "", ""
-	}
-	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return "", "" // a live pull's
-	}
-	// blobs/ may be the uid's of a pull whose parent was killed.
-	var handed []int
-	if bst, err := fstatAt(fd, partialBlobs); err == nil && isDir(bst) && bst.Uid != 0 {
-		handed = append(handed, int(bst.Uid))
-	}
-	if err := removeHeld(int(dir.Fd()), name, fd, handed...); err != nil {
-		return "", fmt.Sprintf("removing the partial-blob cache %s: %s", path, errnoText(err))
-	}
-	return path, ""
-}
-
-// maxHanded bounds the list of handed-over blobs the parent acts on (the
-// child's word; an image has far fewer blobs).
-const maxHanded = 10000
-
-// HandOver moves the blobs the copy left whole in the cache (pull's
-// Copied.Handed: digests, the child's claim) into the staged OCI layout,
-// as <Name>/blobs/<alg>/<hex>, before Verify takes the stage back and
-// hashes every file in it: nothing about a moved file is trusted more than
-// about a file the copy wrote there. Call it only when every process of
-// the pull is dead and after TakeBack (the cache is root's again). A name
-// that is not a digest, a cache entry that is missing or not a regular
-// file with one link, or a staged file already in its place is skipped
-// (Verify then reports what is missing or wrong). It returns how many it
-// moved. Nil-safe.
-func (p *Partial) HandOver(s *Stage, digests []string) (int, error) {
-	if p == nil || p.Dir == nil || len(digests) == 0 {
-		return 0, nil
-	}
-	if len(digests) > maxHanded {
-		return 0, badStaged("the copy handed over %d blobs, more than %d", len(digests), maxHanded)
-	}
-	img, err := openDirAt(int(s.Work.Fd()), s.Name)
-	if err != nil {
-		return 0, badStaged("%s: %v", s.Name, errnoText(err))
-	}
-	defer unix.Close(img)
-	blobs := map[string]int{}
-	defer func() {
-		for _, fd := range blobs {
-			unix.Close(fd)
-		}
-	}()
-	cache := int(p.Dir.Fd())
-	moved := 0
-	for _, d := range digests {
-		alg, hex, ok := strings.Cut(d, ":")
-		if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hex) {
-			continue
-		}
-		name := alg + "-" + hex + ".partial"
-		st, err := fstatAt(cache, name)
-		if err != nil || !isReg(st) || st.Nlink != 1 {
-			continue
-		}
-		dfd, ok := blobs[alg]
-		if !ok {
-			if dfd, err = blobDir(img, alg); err != nil {
-				return moved, badStaged("%s/blobs/%s: %v", s.Name, alg, errnoText(err))
-			}
-			blobs[alg] = dfd
-		}
-		switch err := unix.Renameat2(cache, name, dfd, hex, unix.RENAME_NOREPLACE); err {
-		case nil:
-			moved++
-		case unix.EEXIST:
-			// The copy wrote it too: Verify judges the staged one.
-		default:
-			return moved, fmt.Errorf("moving %s from the partial-blob cache into staging: %v", name, err)
-		}
-	}
-	return moved, nil
-}
-
-// CanHandOver reports whether HandOver can move the cache's files into
-// s by rename: both on one mount (a DEST that is a mount point stages
-// inside it, apart from the cache in its parent). Nil-safe.
-func (p *Partial) CanHandOver(s *Stage) bool {
-	if p == nil || p.Dir == nil || s == nil || s.Work == nil {
-		return false
-	}
-	var a, b unix.Statx_t
-	const mask = unix.STATX_MNT_ID
-	if unix.Statx(int(p.Dir.Fd()), "", unix.AT_EMPTY_PATH, mask, &a) != nil ||
-		unix.Statx(int(s.Work.Fd()), "", unix.AT_EMPTY_PATH, mask, &b) != nil {
-		return false
-	}
-	if a.Mask&mask == 0 || b.Mask&mask == 0 {
-		return false // a kernel without mount IDs: no handover
-	}
-	return a.Mnt_id == b.Mnt_id && a.Dev_major == b.Dev_major && a.Dev_minor == b.Dev_minor
-}
-
-// blobDir opens (making it when missing) blobs/<alg> beneath the staged
-// layout held as img, one component at a time, never following a
-// symbolic link (mkdirat does not follow one in its last component, and
-// each directory is opened beneath the last).
-func blobDir(img int, alg string) (int, error) {
-	cur := img
-	for _, name := range []string{"blobs", alg} {
-		if err := unix.Mkdirat(cur, name, 0o755); err != nil && err != unix.EEXIST {
-			if cur != img {
-				unix.Close(cur)
-			}
-			return -1, err
-		}
-		next, err := openDirAt(cur, name)
-		if cur != img {
-			unix.Close(cur)
-		}
-		if err != nil {
-			return -1, err
-		}
-		cur = next
-	}
-	return cur, nil
 }

@@ -38,7 +38,7 @@ func TestOpenPartialRefusesAnotherUsersCache(t *testing.T) {
 			must(t, os.Chown(p, 65534, 65534))
 		}
 		must(t, os.Chmod(cache, mode))
-		st, err := parse(t, "oci:"+filepath.Join(top, name)).Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 4000, GID: 4000}})
+		st, err := parse(t, "oci:"+filepath.Join(top, name)).Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 4000, GID: 4000}})
 		must(t, err)
 		p, err := st.OpenPartial(&dest.Identity{UID: 4000, GID: 4000}, nil)
 		var refused *dest.CacheRefused
@@ -81,7 +81,7 @@ func TestOpenPartialCopiesAKilledPullsBlobs(t *testing.T) {
 	defer held.Close()
 
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	p, err := st.OpenPartial(nil, nil)
 	must(t, err)
@@ -109,7 +109,7 @@ func TestOpenPartialCopiesAKilledPullsBlobs(t *testing.T) {
 	held2, err := os.OpenFile(filepath.Join(cache, "blobs", name), os.O_RDWR, 0)
 	must(t, err)
 	defer held2.Close()
-	st, err = d.Stage(dest.StageOptions{})
+	st, err = d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	p, err = st.OpenPartial(nil, nil)
@@ -154,7 +154,7 @@ func TestTakeBackDatesKeptBlobsNow(t *testing.T) {
 	top := t.TempDir()
 	id := &dest.Identity{UID: 4003, GID: 4003}
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
-	st, err := d.Stage(dest.StageOptions{HandTo: id})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks, HandTo: id})
 	must(t, err)
 	p, err := st.OpenPartial(id, nil)
 	must(t, err)
@@ -177,7 +177,7 @@ func TestTakeBackDatesKeptBlobsNow(t *testing.T) {
 
 	// Planted in the future while no pull held it: adopted, dated now.
 	must(t, os.Chtimes(f, future, future))
-	st, err = d.Stage(dest.StageOptions{})
+	st, err = d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	p, err = st.OpenPartial(nil, nil)
@@ -228,7 +228,7 @@ func TestRestrictKeepsOnlyTheCheckedManifestsBlobs(t *testing.T) {
 func childCache(t *testing.T, uid int, maxBytes int64) (*dest.Stage, *dest.Partial, func(c string) string, func(c string, n int)) {
 	t.Helper()
 	id := &dest.Identity{UID: uid, GID: uid}
-	st, err := parse(t, "oci:"+filepath.Join(t.TempDir(), "d")).Stage(dest.StageOptions{HandTo: id, MaxBytes: maxBytes})
+	st, err := parse(t, "oci:"+filepath.Join(t.TempDir(), "d")).Stage(dest.StageOptions{Locks: testLocks, HandTo: id, MaxBytes: maxBytes})
 	must(t, err)
 	p, err := st.OpenPartial(id, nil)
 	if err != nil {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
+	"github.com/pullhelper/pullhelper/dest/target"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,7 +28,9 @@ import (
 // has the file open for writing (a writable mapping counts as open), and
 // every later open for writing, and truncate by path, breaks it (the
 // opener waits; this process gets SIGIO and lets go at once, so a
-// legitimate opener is not held up). open(O_RDONLY|O_TRUNC) truncates
+// legitimate opener is not held up: the owner of the process installs the
+// SIGIO handler and hands Prehash its channel; dest installs none).
+// open(O_RDONLY|O_TRUNC) truncates
 // without breaking a read lease: the size, checked again, catches that. A
 // name swapped for another file changes the inode, which the digest is
 // tied to. Finish, called once every process of the pull is dead, keeps a
@@ -78,7 +80,8 @@ type Prehash struct {
 	pending sync.WaitGroup // jobs queued and not yet hashed (tests wait on it)
 	// releaser: releaseBroken's goroutine.
 	releaser sync.WaitGroup
-	sigs     chan os.Signal
+	sigs     <-chan os.Signal
+	release  func() // the owner's: sigs is read no more
 	done     chan struct{}
 }
 
@@ -98,22 +101,34 @@ type preJob struct {
 // may make them as large as it likes; beyond the budget Verify hashes, and
 // its size checks refuse). Call Finish once every process of the pull is
 // dead, and Abort on every path (after Finish it does nothing).
-func (p *Partial) Prehash(maxBytes int64) *Prehash {
+//
+// sigio receives this process's SIGIO, which the kernel sends when a
+// writer breaks one of the leases: the caller, the owner of the process's
+// signal handlers, installs it (signal.Notify(ch, syscall.SIGIO)) before
+// the call, and release, called once Prehash reads sigio no more (at the
+// end of Finish, or at once when it returns nil), is where it removes it
+// (signal.Stop). A broken lease's opener waits until the lease is let go,
+// so without SIGIO delivered here it waits the kernel's lease-break time.
+func (p *Partial) Prehash(maxBytes int64, sigio <-chan os.Signal, release func()) *Prehash {
+	if release == nil {
+		release = func() {}
+	}
 	if p == nil || p.Dir == nil {
+		release()
 		return nil
 	}
 	var fs unix.Statfs_t
 	if unix.Fstatfs(int(p.Dir.Fd()), &fs) != nil || !leaseFS(int64(fs.Type)) {
+		release()
 		return nil
 	}
 	fd, err := unix.FcntlInt(p.Dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
+		release()
 		return nil
 	}
 	h := &Prehash{cache: os.NewFile(uintptr(fd), p.Path), seen: map[string]bool{}, budget: maxBytes,
-		work: make(chan *preJob, maxPrehash), sigs: make(chan os.Signal, 1), done: make(chan struct{})}
-	// A broken lease's opener waits until we let go: let go at once.
-	signal.Notify(h.sigs, syscall.SIGIO)
+		work: make(chan *preJob, maxPrehash), sigs: sigio, release: release, done: make(chan struct{})}
 	h.releaser.Add(1)
 	go h.releaseBroken()
 	for range max(1, runtime.GOMAXPROCS(0)) {
@@ -133,7 +148,7 @@ func (h *Prehash) Blob(d string) {
 	if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) {
 		return
 	}
-	name := alg + "-" + hx + ".partial"
+	name := target.PartialEntry(alg, hx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || h.seen[name] || len(h.seen) >= maxPrehash {
@@ -159,12 +174,12 @@ func (h *Prehash) worker() {
 // The name is opened O_PATH first and reopened for reading only once it
 // is a regular file (an open of a device may act on the device).
 func (h *Prehash) hash(j *preJob, buf []byte) {
-	pfd, err := openAt(int(h.cache.Fd()), j.name, unix.O_PATH, 0)
+	pfd, err := safefs.OpenAt(int(h.cache.Fd()), j.name, unix.O_PATH, 0)
 	if err != nil {
 		return
 	}
-	st, err := fstat(pfd)
-	if err != nil || !isReg(st) || st.Nlink != 1 || st.Size <= 0 {
+	st, err := safefs.Fstat(pfd)
+	if err != nil || !safefs.IsReg(st) || st.Nlink != 1 || st.Size <= 0 {
 		unix.Close(pfd)
 		return
 	}
@@ -174,7 +189,7 @@ func (h *Prehash) hash(j *preJob, buf []byte) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), j.name)
-	if now, err := fstat(fd); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+	if now, err := safefs.Fstat(fd); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
 		f.Close()
 		return
 	}
@@ -259,16 +274,16 @@ func (h *Prehash) Finish() Presums {
 	close(h.work)
 	h.mu.Unlock()
 	h.wg.Wait()
-	signal.Stop(h.sigs)
 	close(h.done)
 	h.releaser.Wait() // no scan of the leases runs any more
+	h.release()
 	out := Presums{}
 	for _, j := range h.jobs {
 		if j.f == nil {
 			continue
 		}
 		l, err := unix.FcntlInt(j.f.Fd(), unix.F_GETLEASE, 0)
-		st, serr := fstat(int(j.f.Fd()))
+		st, serr := safefs.Fstat(int(j.f.Fd()))
 		if j.ok && !j.broken && err == nil && l == unix.F_RDLCK && serr == nil &&
 			st.Size == j.size && st.Nlink == 1 && st.Dev == j.dev && st.Ino == j.ino {
 			out[[2]uint64{j.dev, j.ino}] = Presum{Size: j.size, Alg: j.alg, Sum: j.sum}

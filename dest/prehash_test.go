@@ -2,6 +2,7 @@ package dest_test
 
 import (
 	"os"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -19,7 +20,7 @@ import (
 func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 	needRoot(t)
 	d := parse(t, "oci:"+filepath.Join(t.TempDir(), "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	p, err := st.OpenPartial(nil, nil)
@@ -49,7 +50,10 @@ func TestPrehashKeepsOnlyUnchangedFiles(t *testing.T) {
 	big := make([]byte, budget+1)
 	blobs["big"] = big
 	must(t, os.WriteFile(path("big"), big, 0o600))
-	h := p.Prehash(budget)
+	// The owner of the process's signals (pipeline) installs SIGIO's.
+	sigio := make(chan os.Signal, 1)
+	signal.Notify(sigio, syscall.SIGIO)
+	h := p.Prehash(budget, sigio, func() { signal.Stop(sigio) })
 	if h == nil {
 		t.Fatal("Prehash returned nil for an open cache")
 	}

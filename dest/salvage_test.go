@@ -43,7 +43,7 @@ func TestReclaimSalvagesCompleteBlobs(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(other, "image", "blobs", "sha256", hx([]byte("x"))), []byte("x"), 0o644))
 
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	if len(st.Reclaimed) != 2 {
@@ -105,7 +105,7 @@ func TestReclaimSalvageNeedsTheCache(t *testing.T) {
 	must(t, os.MkdirAll(blobs, 0o700))
 	must(t, os.WriteFile(filepath.Join(root, "owner"), []byte("2147483646-1"), 0o600))
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	st.Remove()
 	if _, err := os.Stat(filepath.Join(top, dest.PartialCacheName("d"))); !os.IsNotExist(err) {
@@ -113,7 +113,7 @@ func TestReclaimSalvageNeedsTheCache(t *testing.T) {
 	}
 
 	// Another pull holds the cache: the stale blob goes with its staging.
-	holder, err := d.Stage(dest.StageOptions{})
+	holder, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer holder.Remove()
 	hp, err := holder.OpenPartial(nil, nil)
@@ -123,7 +123,7 @@ func TestReclaimSalvageNeedsTheCache(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(root, "owner"), []byte("2147483646-1"), 0o600))
 	x := layer("x")
 	must(t, os.WriteFile(filepath.Join(blobs, sha(x)[len("sha256:"):]), x, 0o644))
-	st, err = d.Stage(dest.StageOptions{})
+	st, err = d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	if st.Salvaged != 0 || len(st.Reclaimed) != 1 {
@@ -143,7 +143,7 @@ func TestPartialCloseKeepsFinishedBlobs(t *testing.T) {
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
 	a := layer("a")
 	stageWithBlob := func() (*dest.Stage, *dest.Partial) {
-		st, err := d.Stage(dest.StageOptions{})
+		st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 		must(t, err)
 		p, err := st.OpenPartial(nil, nil)
 		must(t, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/proc"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,7 +88,7 @@ type Stage struct {
 	cacheErr  error // the cache could not be used (said once, by the reclaim)
 
 	presums Presums // digests computed ahead (UsePresums)
-	// extraOwners are more uids removeTree may find in staging (the
+	// extraOwners are more uids safefs.RemoveTree may find in staging (the
 	// owner of a replaced dir: DEST).
 	extraOwners []int
 }
@@ -113,12 +114,12 @@ func (s *Stage) Remove() {
 		// s.root): removed whoever owns the directory it is in.
 		var err error
 		if s.root != nil {
-			err = removeHeld(int(s.at.Fd()), s.rootName, int(s.root.Fd()), s.handed()...)
+			err = safefs.RemoveHeld(int(s.at.Fd()), s.rootName, int(s.root.Fd()), s.handed()...)
 		} else {
-			err = removeTree(int(s.at.Fd()), s.rootName, s.handed()...)
+			err = safefs.RemoveTree(int(s.at.Fd()), s.rootName, s.handed()...)
 		}
 		if err != nil {
-			discard(s.opts.Log).Warn("could not remove the staging directory; pullhelper gc removes it once this pull is gone", "path", filepath.Join(s.at.Name(), s.rootName), "error", errnoText(err))
+			discard(s.opts.Log).Warn("could not remove the staging directory; pullhelper gc removes it once this pull is gone", "path", filepath.Join(s.at.Name(), s.rootName), "error", safefs.ErrnoText(err))
 		}
 	}
 	if s.cache != nil && s.parent != nil {
@@ -139,7 +140,7 @@ func (s *Stage) Remove() {
 // Reset empties the work directory between attempts (the copy runs in
 // this process: the in-process path only).
 func (s *Stage) Reset() error {
-	return removeTree(int(s.Work.Fd()), s.Name, s.handed()...)
+	return safefs.RemoveTree(int(s.Work.Fd()), s.Name, s.handed()...)
 }
 
 // handed are the uids other than root that may own parts of the staging
@@ -162,13 +163,13 @@ func (b base) openParent(allowOther bool) (*os.File, unix.Stat_t, error) {
 	dir := filepath.Dir(b.spec.Path)
 	fd, err := openAncestors(dir, allowOther)
 	if err != nil {
-		return nil, unix.Stat_t{}, b.destErr("parent directory %s: %v", dir, err)
+		return nil, unix.Stat_t{}, b.destWrap(err, "parent directory %s", dir)
 	}
 	f := os.NewFile(uintptr(fd), dir)
-	st, err := fstat(fd)
+	st, err := safefs.Fstat(fd)
 	if err != nil {
 		f.Close()
-		return nil, st, b.destErr("parent directory %s: %v", dir, err)
+		return nil, st, b.destWrap(err, "parent directory %s", dir)
 	}
 	if !allowedOwner(st.Uid) && !allowOther {
 		f.Close()
@@ -223,11 +224,11 @@ func openAncestors(dir string, allowOther bool) (int, error) {
 			return openAncestors(filepath.Join(append([]string{parent}, rest...)...), allowOther)
 		}
 		next := filepath.Join(at, c)
-		st, err := fstatAt(fd, c)
+		st, err := safefs.FstatAt(fd, c)
 		if err != nil {
-			return fail(fmt.Errorf("%s: %s", next, errnoText(err)))
+			return fail(fmt.Errorf("%s: %s", next, safefs.ErrnoText(err)))
 		}
-		if isLink(st) {
+		if safefs.IsLink(st) {
 			if links++; links > 40 {
 				return fail(fmt.Errorf("%s: too many symbolic links", dir))
 			}
@@ -236,7 +237,7 @@ func openAncestors(dir string, allowOther bool) (int, error) {
 			}
 			target, err := readlinkAt(fd, c)
 			if err != nil {
-				return fail(fmt.Errorf("%s: %s", next, errnoText(err)))
+				return fail(fmt.Errorf("%s: %s", next, safefs.ErrnoText(err)))
 			}
 			more := strings.Split(target, "/")
 			if filepath.IsAbs(target) {
@@ -252,13 +253,13 @@ func openAncestors(dir string, allowOther bool) (int, error) {
 		nfd, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
-			return -1, fmt.Errorf("%s: %s", next, errnoText(err))
+			return -1, fmt.Errorf("%s: %s", next, safefs.ErrnoText(err))
 		}
 		fd, at = nfd, next
 		if len(rest) == 0 {
 			break // DEST's parent itself: openParent checks it, naming it
 		}
-		if st, err = fstat(fd); err != nil {
+		if st, err = safefs.Fstat(fd); err != nil {
 			return fail(err)
 		}
 		if err := trusted(st, "its ancestor "+at); err != nil {
@@ -282,14 +283,14 @@ func readlinkAt(dirfd int, name string) (string, error) {
 // It returns (nil stat, false) when DEST does not exist.
 func (b base) existing(parent *os.File, allowOther bool) (unix.Stat_t, bool, error) {
 	name := filepath.Base(b.spec.Path)
-	st, err := fstatAt(int(parent.Fd()), name)
+	st, err := safefs.FstatAt(int(parent.Fd()), name)
 	if errors.Is(err, unix.ENOENT) {
 		return st, false, nil
 	}
 	if err != nil {
 		return st, false, b.destErr("%v", err)
 	}
-	if isLink(st) {
+	if safefs.IsLink(st) {
 		return st, true, b.destErr("%s is a symbolic link; refusing to write through it (name the real path)", b.spec.Path)
 	}
 	if !allowedOwner(st.Uid) && !allowOther {
@@ -341,29 +342,29 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 	afd := int(at.Fd())
 	var err error
 	for range 16 {
-		s.rootName = mine + randSuffix()
+		s.rootName = mine + safefs.RandSuffix()
 		if err = unix.Mkdirat(afd, s.rootName, 0o700); err != unix.EEXIST {
 			break
 		}
 	}
 	if err != nil {
 		s.rootName = ""
-		return nil, b.destErr("cannot write in %s: %v", at.Name(), err)
+		return nil, b.destWrap(err, "cannot write in %s", at.Name())
 	}
 	fail := func(err error) (*Stage, error) {
 		s.Remove()
-		return nil, b.destErr("creating the staging directory in %s: %v", at.Name(), errnoText(err))
+		return nil, b.destErr("creating the staging directory in %s: %v", at.Name(), safefs.ErrnoText(err))
 	}
-	rfd, err := openDirAt(afd, s.rootName)
+	rfd, err := safefs.OpenDirAt(afd, s.rootName)
 	if err != nil {
 		return fail(err)
 	}
 	s.root = os.NewFile(uintptr(rfd), filepath.Join(at.Name(), s.rootName))
-	if err := setOwner(rfd, Identity{}, 0o700); err != nil {
+	if err := safefs.SetOwner(rfd, Identity{}, 0o700); err != nil {
 		return fail(err)
 	}
 	if tag, err := proc.SelfTag(); err == nil {
-		f, err := fileAt(rfd, ownerFile, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		f, err := safefs.FileAt(rfd, ownerFile, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err != nil {
 			return fail(err)
 		}
@@ -376,14 +377,14 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 	if err := unix.Mkdirat(rfd, workDir, 0o700); err != nil {
 		return fail(err)
 	}
-	wfd, err := openDirAt(rfd, workDir)
+	wfd, err := safefs.OpenDirAt(rfd, workDir)
 	if err != nil {
 		return fail(err)
 	}
 	s.WorkPath = filepath.Join(s.root.Name(), workDir)
 	s.Work = os.NewFile(uintptr(wfd), s.WorkPath)
 	if o.HandTo != nil {
-		if err := setOwner(wfd, *o.HandTo, 0o700); err != nil {
+		if err := safefs.SetOwner(wfd, *o.HandTo, 0o700); err != nil {
 			return fail(err)
 		}
 	}
@@ -396,7 +397,7 @@ func (b base) newStage(o StageOptions, parent, at *os.File, pst unix.Stat_t, nam
 // keep is set it is called, before the removal, with each stale
 // directory's name and its held descriptor.
 func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
-	names, err := readDirNames(int(at.Fd()))
+	names, err := safefs.ReadDirNames(int(at.Fd()))
 	if err != nil {
 		return nil
 	}
@@ -405,15 +406,15 @@ func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 		if !strings.HasPrefix(n, stagingPrefix) {
 			continue
 		}
-		st, err := fstatAt(int(at.Fd()), n)
-		if err != nil || !isDir(st) || st.Uid != 0 {
+		st, err := safefs.FstatAt(int(at.Fd()), n)
+		if err != nil || !safefs.IsDir(st) || st.Uid != 0 {
 			continue
 		}
-		fd, err := openDirAt(int(at.Fd()), n)
+		fd, err := safefs.OpenDirAt(int(at.Fd()), n)
 		if err != nil {
 			continue
 		}
-		tag, err := readAtMost(fd, ownerFile, 64)
+		tag, err := safefs.ReadAtMost(fd, ownerFile, 64)
 		if err != nil || !proc.Gone(strings.TrimSpace(string(tag))) {
 			unix.Close(fd)
 			continue
@@ -424,15 +425,15 @@ func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 		// Its work directory was the dead pull's uid's (or root's again),
 		// what is below it that uid's or DEST's parent's owner's.
 		handed := []int{}
-		if ast, err := fstat(int(at.Fd())); err == nil {
+		if ast, err := safefs.Fstat(int(at.Fd())); err == nil {
 			handed = append(handed, int(ast.Uid))
 		}
-		if wst, err := fstatAt(fd, workDir); err == nil && isDir(wst) {
+		if wst, err := safefs.FstatAt(fd, workDir); err == nil && safefs.IsDir(wst) {
 			handed = append(handed, int(wst.Uid))
 		}
 		// Root's and checked by the descriptor held (a staging root has
 		// an owner tag only pullhelper writes): removed whoever owns at.
-		err = removeHeld(int(at.Fd()), n, fd, handed...)
+		err = safefs.RemoveHeld(int(at.Fd()), n, fd, handed...)
 		unix.Close(fd)
 		if err == nil {
 			out = append(out, filepath.Join(at.Name(), n))
@@ -442,7 +443,7 @@ func reclaim(at *os.File, keep func(name string, rootFd int)) []string {
 }
 
 // ownStaging: n is a staging root of the DEST whose roots start with mine
-// (mine and exactly a randSuffix, so DEST "a" never takes "a-b"'s).
+// (mine and exactly a safefs.RandSuffix, so DEST "a" never takes "a-b"'s).
 func ownStaging(n, mine string) bool {
 	r, ok := strings.CutPrefix(n, mine)
 	return ok && len(r) == 16 && strings.Trim(r, "0123456789abcdef") == ""

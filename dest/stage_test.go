@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
 )
 
 // A staging directory whose owner died is reclaimed; a symlink with the
@@ -21,7 +23,7 @@ func TestReclaim(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(outside, "owner"), []byte("2147483646-1"), 0o600))
 	must(t, os.Symlink(outside, filepath.Join(top, ".pullhelper-staging-y-2")))
 	d := parse(t, "oci:"+filepath.Join(top, "d"))
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	if len(st.Reclaimed) != 1 || st.Reclaimed[0] != stale {
@@ -31,7 +33,7 @@ func TestReclaim(t *testing.T) {
 		t.Fatalf("reclaim followed a symlink: %v", err)
 	}
 	// Our own live staging directory survives a concurrent Stage.
-	st2, err := d.Stage(dest.StageOptions{})
+	st2, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st2.Remove()
 	if len(st2.Reclaimed) != 0 {
@@ -51,4 +53,68 @@ func TestWalkFallbackRefusesSymlinks(t *testing.T) {
 	defer restore()
 	TestOCIPlantedSymlinksInDest(t)
 	TestVerifyRefusesWhatTheChildPlanted(t)
+}
+
+// DEST's path is resolved from / one component at a time: an ancestor of
+// another user, or a symlink another user planted, is refused; root's own
+// symlinks are followed.
+func TestStageChecksEveryAncestor(t *testing.T) {
+	needRoot(t)
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	must(t, os.Mkdir(victim, 0o755))
+	// 1. An ancestor owned by another user, DEST's parent root's.
+	must(t, os.MkdirAll(filepath.Join(base, "anc", "images"), 0o755))
+	must(t, os.Chown(filepath.Join(base, "anc"), 65534, 65534))
+	_, err := parse(t, "oci-archive:"+filepath.Join(base, "anc", "images", "app.tar")).Stage(dest.StageOptions{Locks: testLocks})
+	wantCode(t, err, failure.Destination, "ancestor")
+	// 2. A symlink owned by another user on the way.
+	must(t, os.Mkdir(filepath.Join(base, "r"), 0o755))
+	must(t, os.Symlink(victim, filepath.Join(base, "r", "link")))
+	must(t, os.Lchown(filepath.Join(base, "r", "link"), 65534, 65534))
+	_, err = parse(t, "oci-archive:"+filepath.Join(base, "r", "link", "app.tar")).Stage(dest.StageOptions{Locks: testLocks})
+	wantCode(t, err, failure.Destination, "symbolic link owned by uid 65534")
+	// 3. Root's symlink is followed (as /var/run → /run is).
+	must(t, os.Symlink(victim, filepath.Join(base, "r", "rootlink")))
+	st, err := parse(t, "oci-archive:"+filepath.Join(base, "r", "rootlink", "app.tar")).Stage(dest.StageOptions{Locks: testLocks})
+	must(t, err)
+	st.Remove()
+	entries, err := os.ReadDir(victim)
+	must(t, err)
+	if len(entries) != 0 {
+		t.Fatalf("staging left in %s: %v", victim, entries)
+	}
+}
+
+// A staging tree deeper than the descriptor limit (a child can build one)
+// is still removed: removal holds one directory fd at a time.
+func TestRemoveDeepTree(t *testing.T) {
+	needRoot(t)
+	dd := parse(t, "oci:"+filepath.Join(t.TempDir(), "layout"))
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
+	must(t, err)
+	// 400 levels below work/, built relative to fds (paths would grow
+	// past PATH_MAX).
+	fd, err := unix.Dup(int(st.Work.Fd()))
+	must(t, err)
+	for range 400 {
+		must(t, unix.Mkdirat(fd, "d", 0o755))
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		must(t, err)
+		unix.Close(fd)
+		fd = next
+	}
+	unix.Close(fd)
+	var lim unix.Rlimit
+	must(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
+	low := lim
+	low.Cur = 128 // far fewer than the tree's depth
+	must(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &low))
+	st.Remove()
+	must(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &lim))
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(dd.Spec().Path), ".pullhelper-staging-*"))
+	must(t, err)
+	if len(left) != 0 {
+		t.Fatalf("staging left after Remove: %v", left)
+	}
 }

@@ -8,14 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
-	"github.com/pullhelper/pullhelper/internal/memfs"
-	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
@@ -28,240 +25,18 @@ import (
 )
 
 func init() {
-	register("containers-storage", kind{parse: parseStorage, new: newStorage})
-}
-
-// StoreSpec is a containers-storage store as DEST and storage.conf name
-// it: what explain shows and the result's destination renders.
-type StoreSpec struct {
-	// Driver is the graph driver ("" : the store picks one, as podman).
-	Driver        string   `json:"driver"`
-	GraphRoot     string   `json:"graph_root"`
-	RunRoot       string   `json:"run_root"`
-	DriverOptions []string `json:"driver_options,omitempty"`
-	// Conf is the storage.conf the defaults came from ("" : the system's
-	// search: $CONTAINERS_STORAGE_CONF, /etc/containers/storage.conf,
-	// /usr/share/containers/storage.conf, built-in defaults).
-	Conf string `json:"storage_conf,omitempty"`
-
-	opts *storagetypes.StoreOptions // the full settings (parent only)
-}
-
-// String is the containers-transports(5) store specifier
-// [DRIVER@GRAPHROOT+RUNROOT:OPTIONS].
-func (s *StoreSpec) String() string {
-	out := "["
-	if s.Driver != "" {
-		out += s.Driver + "@"
-	}
-	out += s.GraphRoot + "+" + s.RunRoot
-	if len(s.DriverOptions) > 0 {
-		out += ":" + strings.Join(s.DriverOptions, ",")
-	}
-	return out + "]"
-}
-
-// storageDrivers are the graph drivers of the pure-Go build that a pull
-// may name (btrfs and devicemapper are compiled out).
-var storageDrivers = map[string]bool{"vfs": true, "overlay": true}
-
-const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG]"
-
-// confEnvMu serialises the CONTAINERS_STORAGE_CONF override below.
-var confEnvMu sync.Mutex
-
-// parseStorage splits [DRIVER@GRAPHROOT+RUNROOT:OPTIONS]REF (the store
-// specifier optional, each of its parts but GRAPHROOT optional) and fills
-// what it leaves out from storage.conf. Errors name the part to fix.
-func parseStorage(raw, rest string, o ParseOptions) (Spec, error) {
-	var driver, root, run string
-	var opts []string
-	ref := rest
-	if strings.HasPrefix(rest, "[") {
-		end := strings.IndexByte(rest, ']')
-		if end < 0 {
-			return Spec{}, fmt.Errorf("the store specifier has no closing ]; %s", storageForm)
-		}
-		spec := rest[1:end]
-		ref = rest[end+1:]
-		if d, r, ok := strings.Cut(spec, "@"); ok {
-			if d == "" {
-				return Spec{}, fmt.Errorf("the driver before @ is empty; %s", storageForm)
-			}
-			driver, spec = d, r
-		}
-		if r, o, ok := strings.Cut(spec, ":"); ok {
-			spec = r
-			for _, x := range strings.Split(o, ",") {
-				if x == "" {
-					return Spec{}, fmt.Errorf("an empty driver option after :; %s", storageForm)
-				}
-				opts = append(opts, x)
-			}
-		}
-		root, run, _ = strings.Cut(spec, "+")
-		if root == "" {
-			return Spec{}, fmt.Errorf("the graph root is empty; %s", storageForm)
-		}
-		for _, p := range []string{root, run} {
-			if p != "" && !filepath.IsAbs(p) {
-				return Spec{}, fmt.Errorf("%q is not an absolute path; %s", p, storageForm)
-			}
-		}
-	}
-	if driver != "" && !storageDrivers[driver] {
-		return Spec{}, fmt.Errorf("graph driver %q is not supported; use vfs or overlay", driver)
-	}
-	if ref == "" {
-		return Spec{}, fmt.Errorf("the image name is empty; %s", storageForm)
-	}
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return Spec{}, fmt.Errorf("image name %q: %v; %s", ref, err, storageForm)
-	}
-	if _, ok := named.(reference.Digested); ok {
-		return Spec{}, fmt.Errorf("image name %q has a digest; name a tag (the stored image keeps the registry's digest)", ref)
-	}
-	named = reference.TagNameOnly(named)
-	so, err := loadStoreOptions(o.StorageConf)
-	if err != nil {
-		return Spec{}, err
-	}
-	if root != "" {
-		so.GraphRoot = filepath.Clean(root)
-	}
-	if run != "" {
-		so.RunRoot = filepath.Clean(run)
-	}
-	if driver != "" {
-		so.GraphDriverName = driver
-	}
-	if opts != nil {
-		so.GraphDriverOptions = opts
-	}
-	if so.GraphRoot == "" || so.GraphRoot == "/" || !filepath.IsAbs(so.GraphRoot) {
-		return Spec{}, fmt.Errorf("graph root %q: must be an absolute path other than /", so.GraphRoot)
-	}
-	if so.RunRoot == "" || !filepath.IsAbs(so.RunRoot) {
-		return Spec{}, fmt.Errorf("run root %q: must be an absolute path", so.RunRoot)
-	}
-	if so.GraphDriverName != "" && !storageDrivers[so.GraphDriverName] {
-		return Spec{}, fmt.Errorf("graph driver %q (from storage.conf) is not supported; use vfs or overlay", so.GraphDriverName)
-	}
-	ss := &StoreSpec{Driver: so.GraphDriverName, GraphRoot: so.GraphRoot, RunRoot: so.RunRoot,
-		DriverOptions: so.GraphDriverOptions, Conf: o.StorageConf, opts: &so}
-	// Path is where staging goes (see storageImportDir): pull locks, gc
-	// and the IO accounting key on it.
-	return Spec{Raw: raw, Transport: "containers-storage", Path: filepath.Join(so.GraphRoot, storageImportDir), Ref: named.String(), Store: ss}, nil
-}
-
-// loadStoreOptions reads storage.conf: conf when set (it must exist),
-// else the system's search.
-func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
-	if conf == "" {
-		so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
+	register("containers-storage", kind{parse: func(raw, rest string, o ParseOptions) (Destination, error) {
+		s, so, err := parseStorage(raw, rest, o)
 		if err != nil {
-			return so, fmt.Errorf("reading storage.conf: %v", err)
+			return nil, err
 		}
-		return so, nil
-	}
-	// A caller-named file: a regular one, bounded (safefile), whose bytes
-	// c/storage then reads from a private snapshot (storageConfSnapshot),
-	// never from the caller's path again; c/storage's messages lose quoted
-	// fragments.
-	data, err := safefile.ReadFile(conf, safefile.MaxConfig)
-	if err != nil {
-		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (dest.storage_conf) is not a readable file: %s", conf, safefile.Reason(err))
-	}
-	override := os.Getenv("CONTAINERS_STORAGE_CONF_OVERRIDE")
-	var overrideData []byte
-	if override != "" {
-		if overrideData, err = safefile.ReadFile(override, safefile.MaxConfig); err != nil {
-			return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf override %s (CONTAINERS_STORAGE_CONF_OVERRIDE) is not a readable file: %s", override, safefile.Reason(err))
-		}
-	}
-	if checkedHook != nil {
-		checkedHook(conf)
-	}
-	snap, confPath, overridePath, err := storageConfSnapshot(conf, data, override, overrideData)
-	if err != nil {
-		return storagetypes.StoreOptions{}, err
-	}
-	defer snap.Close()
-	confEnvMu.Lock()
-	defer confEnvMu.Unlock()
-	restore := setEnv(map[string]string{"CONTAINERS_STORAGE_CONF": confPath, "CONTAINERS_STORAGE_CONF_OVERRIDE": overridePath})
-	defer restore()
-	so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
-	if err != nil {
-		return so, fmt.Errorf("reading storage.conf %s (dest.storage_conf): %s", conf, safefile.Redact(err.Error()))
-	}
-	// storage.GetStore reads storage.conf once more, for its defaults
-	// (DefaultStoreOptions, cached for the process): let that read be the
-	// snapshot's too.
-	_, _ = storagetypes.DefaultStoreOptions()
-	return so, nil
+		return newStorage(s, so), nil
+	}})
 }
 
 // blobInfoCacheDir is where, in the staging root, the import keeps
 // containers/image's blob-info cache.
 const blobInfoCacheDir = "blob-info-cache"
-
-// checkedHook, when set (the test build), is told of storage.conf once it
-// was checked, before c/storage reads it.
-var checkedHook func(path string)
-
-// storageConfSnapshot writes storage.conf's checked bytes (and the
-// override file's, if any) into a private in-memory filesystem
-// (internal/memfs: mounted nowhere, gone when closed) and returns the paths
-// c/storage is pointed at. Without root there is nothing to protect and no
-// such filesystem: the caller's paths are returned.
-func storageConfSnapshot(conf string, data []byte, override string, overrideData []byte) (*memfs.FS, string, string, error) {
-	if os.Geteuid() != 0 {
-		return nil, conf, override, nil
-	}
-	fs, err := memfs.New(2*safefile.MaxConfig+(1<<20), 16)
-	if err != nil {
-		return nil, "", "", failure.New(failure.Isolation, "the checked storage.conf %s is kept in a private in-memory filesystem and one could not be created (%v); run pullhelper as root", conf, err)
-	}
-	confPath, err := fs.WriteFile("storage.conf", data)
-	if err == nil && override != "" {
-		override, err = fs.WriteFile("storage-override.conf", overrideData)
-	}
-	if err != nil {
-		fs.Close()
-		return nil, "", "", failure.New(failure.Internal, "keeping a copy of storage.conf %s: %v", conf, failure.Reason(err))
-	}
-	return fs, confPath, override, nil
-}
-
-// setEnv sets (or, for "", unsets) each variable and returns what puts
-// the old values back; confEnvMu must be held until then.
-func setEnv(vars map[string]string) (restore func()) {
-	type old struct {
-		v   string
-		had bool
-	}
-	olds := map[string]old{}
-	for k, v := range vars {
-		o, had := os.LookupEnv(k)
-		olds[k] = old{o, had}
-		if v == "" {
-			os.Unsetenv(k)
-		} else {
-			os.Setenv(k, v)
-		}
-	}
-	return func() {
-		for k, o := range olds {
-			if o.had {
-				os.Setenv(k, o.v)
-			} else {
-				os.Unsetenv(k)
-			}
-		}
-	}
-}
 
 // storageImportDir names the OCI layout the staging area is made for
 // (GRAPHROOT/pullhelper-import, the Spec's Path): never created (Commit
@@ -274,9 +49,9 @@ const storageImportDir = "pullhelper-import"
 // has read.
 var importHook func(store storage.Store, blob digest.Digest)
 
-func newStorage(s Spec) (Destination, error) {
+func newStorage(s Spec, so *storagetypes.StoreOptions) Destination {
 	inner := Spec{Raw: s.Raw, Transport: "oci", Path: s.Path}
-	return &storageDest{base: base{s}, staged: &ociDest{base{inner}}}, nil
+	return &storageDest{base: base{s}, opts: so, staged: &ociDest{base{inner}}}
 }
 
 // storageDest is containers-storage:[STORE]REF. The copy stages an OCI
@@ -286,6 +61,7 @@ func newStorage(s Spec) (Destination, error) {
 // it REF. The image keeps the registry's manifest, hence its digest.
 type storageDest struct {
 	base
+	opts   *storagetypes.StoreOptions // the store's full settings (parseStorage)
 	staged *ociDest
 	// index is the registry's index when the pull copied one instance of
 	// it (Expect.IndexRaw, checked by Verify against Expect.Digest), and
@@ -301,12 +77,12 @@ type storageDest struct {
 func (d *storageDest) Committed() *StoreReport { return d.report }
 
 func (d *storageDest) store() (storage.Store, error) {
-	if d.spec.Store == nil || d.spec.Store.opts == nil {
+	if d.spec.Store == nil || d.opts == nil {
 		return nil, failure.New(failure.Internal, "destination %s: no store settings", d.spec.Raw)
 	}
-	st, err := storage.GetStore(*d.spec.Store.opts)
+	st, err := storage.GetStore(*d.opts)
 	if err != nil {
-		return nil, d.destErr("opening the store %s: %v", d.spec.Store, err)
+		return nil, d.destWrap(err, "opening the store %s", d.spec.Store)
 	}
 	return st, nil
 }
@@ -321,7 +97,7 @@ func (d *storageDest) store() (storage.Store, error) {
 func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 	ctx := o.ctx()
 	if ss := d.spec.Store; ss != nil {
-		if err := checkStorePaths(ss); err != nil {
+		if err := checkStorePaths(ss, d.opts); err != nil {
 			return nil, d.destErr("%v", err)
 		}
 	}
@@ -343,7 +119,7 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 		known, err := storeLayers(store)
 		_, _ = store.Shutdown(false)
 		if err != nil {
-			err = d.destErr("listing the store's layers: %v", err)
+			err = d.destWrap(err, "listing the store's layers")
 		}
 		done <- listed{known, err}
 	}()
@@ -427,10 +203,6 @@ func storeLayers(store storage.Store) ([]KnownBlob, error) {
 }
 
 var errNotConfig = errors.New("not an image config")
-
-func (d *storageDest) StagedReference(dir string, known []KnownBlob) (types.ImageReference, error) {
-	return d.staged.StagedReference(dir, known)
-}
 
 func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := d.staged.Verify(ctx, s, e); err != nil {
@@ -586,9 +358,9 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	if digest.NewDigestFromEncoded(digest.SHA256, img.ID).Validate() == nil {
 		id = "sha256:" + img.ID
 	}
-	return storeImport{imageID: id, report: &StoreReport{ImageID: id, Names: img.Names, Store: map[string]string{
-		"type": "containers-storage", "driver": store.GraphDriverName(),
-		"graph_root": store.GraphRoot(), "run_root": store.RunRoot(), "storage_conf": d.spec.Store.Conf,
+	return storeImport{imageID: id, report: &StoreReport{ImageID: id, Store: api.Store{
+		Type: "containers-storage", Driver: store.GraphDriverName(),
+		GraphRoot: store.GraphRoot(), RunRoot: store.RunRoot(), StorageConf: d.spec.Store.Conf, Names: img.Names,
 	}}}
 }
 

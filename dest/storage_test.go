@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/storage"
 	"go.podman.io/storage/pkg/reexec"
@@ -17,11 +18,22 @@ import (
 
 // The store applies layers in a re-executed copy of the binary
 // (storage-applyLayer), as cmd/pullhelper's main does.
+// testLocks is the lock directory of the tests' stages and pull locks
+// (state.Root.Locks on a node).
+var testLocks string
+
 func TestMain(m *testing.M) {
 	if reexec.Init() {
 		return
 	}
-	os.Exit(m.Run())
+	d, err := os.MkdirTemp("", "pullhelper-locks-")
+	if err != nil {
+		panic(err)
+	}
+	testLocks = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
 }
 
 // noSystemConf points storage.conf at an empty file, so that the
@@ -67,12 +79,7 @@ func TestParseContainersStorage(t *testing.T) {
 			t.Errorf("%s: anonymous spec %s", c.raw, b)
 		}
 		// The child rebuilds it to write the staged OCI layout.
-		cd, err := dest.FromSpec(a)
-		if err != nil {
-			t.Errorf("%s: FromSpec(anonymous): %v", c.raw, err)
-			continue
-		}
-		if ref, err := cd.StagedReference("/tmp", nil); err != nil || ref.Transport().Name() != "oci" {
+		if ref, err := target.StagedReference(a, "/tmp", nil); err != nil || ref.Transport().Name() != "oci" {
 			t.Errorf("%s: staged reference %v, %v", c.raw, ref, err)
 		}
 	}
@@ -116,7 +123,7 @@ func TestContainersStorageCommit(t *testing.T) {
 	d, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: noSystemConf(t)})
 	must(t, err)
 	for round := 0; round < 2; round++ {
-		st, err := d.Stage(dest.StageOptions{})
+		st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 		must(t, err)
 		if round == 1 && len(st.Known) == 0 {
 			t.Fatal("the second pull was told of no layer in the store")
@@ -224,7 +231,7 @@ func TestContainersStorageRootsCheckedFirst(t *testing.T) {
 			before := entries()
 			d, err := dest.ParseWith("containers-storage:[vfs@"+graph+"+"+run+"]h.example/t/x:v1", dest.ParseOptions{StorageConf: noSystemConf(t)})
 			must(t, err)
-			st, err := d.Stage(dest.StageOptions{})
+			st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 			if err == nil {
 				st.Remove()
 			}
@@ -244,7 +251,7 @@ func TestContainersStorageRootsCheckedFirst(t *testing.T) {
 	graph, run := filepath.Join(dir, "a", "graph"), filepath.Join(dir, "b", "run")
 	d, err := dest.ParseWith("containers-storage:[vfs@"+graph+"+"+run+"]h.example/t/x:v1", dest.ParseOptions{StorageConf: noSystemConf(t)})
 	must(t, err)
-	st, err := d.Stage(dest.StageOptions{})
+	st, err := d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	st.Remove()
 	for _, p := range []string{filepath.Dir(graph), graph, filepath.Dir(run), run} {
@@ -259,7 +266,7 @@ func TestContainersStorageRootsCheckedFirst(t *testing.T) {
 	layerDir := filepath.Join(graph, "overlay", strings.Repeat("ab", 32))
 	must(t, os.MkdirAll(layerDir, 0o700))
 	must(t, os.Lchown(layerDir, 100000, 100000))
-	st, err = d.Stage(dest.StageOptions{})
+	st, err = d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	st.Remove()
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
+	storagetypes "go.podman.io/storage/types"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,18 +34,18 @@ type storePath struct {
 // checkMountProgram. A path that is not absolute and clean is refused
 // (containers/storage uses some of them as written, relative to the
 // working directory or through "..").
-func storePaths(ss *StoreSpec) ([]storePath, error) {
+func storePaths(ss *StoreSpec, so *storagetypes.StoreOptions) ([]storePath, error) {
 	out := []storePath{
 		{ss.GraphRoot, "graph root", "set GRAPHROOT in DEST or graphroot in storage.conf", true},
 		{ss.RunRoot, "run root", "set RUNROOT in DEST or runroot in storage.conf", true},
 	}
-	if ss.opts == nil {
+	if so == nil {
 		return out, nil
 	}
-	if is := ss.opts.ImageStore; is != "" {
+	if is := so.ImageStore; is != "" {
 		out = append(out, storePath{is, "image store", "set imagestore in storage.conf", true})
 	}
-	for _, o := range ss.opts.GraphDriverOptions {
+	for _, o := range so.GraphDriverOptions {
 		name, val := driverOption(o)
 		var what, fix string
 		switch name {
@@ -85,12 +87,12 @@ func driverOption(o string) (name, val string) {
 // before containers/storage touches any: the read-only stores as roots
 // that must exist (prepareRoot without creating), then the writable ones
 // created by prepareRoot (all checked before any is created).
-func checkStorePaths(ss *StoreSpec) error {
-	paths, err := storePaths(ss)
+func checkStorePaths(ss *StoreSpec, so *storagetypes.StoreOptions) error {
+	paths, err := storePaths(ss, so)
 	if err != nil {
 		return err
 	}
-	if err := checkMountProgram(ss); err != nil {
+	if err := checkMountProgram(so); err != nil {
 		return err
 	}
 	for _, create := range []bool{false, true} {
@@ -104,7 +106,7 @@ func checkStorePaths(ss *StoreSpec) error {
 			if !p.writable {
 				var st unix.Stat_t
 				if err := unix.Stat(p.path, &st); err != nil {
-					return fmt.Errorf("%s %s: %s; a read-only store must exist (%s)", p.what, p.path, errnoText(err), p.fix)
+					return fmt.Errorf("%s %s: %s; a read-only store must exist (%s)", p.what, p.path, safefs.ErrnoText(err), p.fix)
 				}
 			}
 		}
@@ -115,12 +117,12 @@ func checkStorePaths(ss *StoreSpec) error {
 // checkMountProgram: overlay's mount_program (which the store runs as
 // root to mount layers) must be a regular file of root's, not writable by
 // group or others, in directories nobody but root can change.
-func checkMountProgram(ss *StoreSpec) error {
-	if ss.opts == nil {
+func checkMountProgram(so *storagetypes.StoreOptions) error {
+	if so == nil {
 		return nil
 	}
 	const fix = "set mount_program in storage.conf, or the driver option mount_program= in DEST"
-	for _, o := range ss.opts.GraphDriverOptions {
+	for _, o := range so.GraphDriverOptions {
 		name, p := driverOption(o)
 		if name != "mount_program" {
 			continue
@@ -133,21 +135,21 @@ func checkMountProgram(ss *StoreSpec) error {
 		if err != nil {
 			return fmt.Errorf("mount program %s: %v (%s)", p, err, fix)
 		}
-		dst, err := fstat(dfd)
+		dst, err := safefs.Fstat(dfd)
 		if err == nil {
 			err = rootOnly(dst, dir, true)
 		}
 		var st unix.Stat_t
 		if err == nil {
-			st, err = fstatAt(dfd, filepath.Base(p))
+			st, err = safefs.FstatAt(dfd, filepath.Base(p))
 			if err != nil {
-				err = fmt.Errorf("%s", errnoText(err))
+				err = fmt.Errorf("%s", safefs.ErrnoText(err))
 			}
 		}
 		unix.Close(dfd)
 		switch {
 		case err != nil:
-		case !isReg(st):
+		case !safefs.IsReg(st):
 			err = fmt.Errorf("not a regular file (name the program itself, not a link to it)")
 		case st.Uid != 0:
 			err = fmt.Errorf("owned by uid %d, not root; refusing to run it as root", st.Uid)

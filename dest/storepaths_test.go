@@ -66,7 +66,7 @@ func TestStorageStageRefusesUserImageStore(t *testing.T) {
 	dir := t.TempDir()
 	store, victim, content := userStore(t, dir)
 	conf, raw := storeConf(t, dir, fmt.Sprintf("imagestore = %q\n", store))
-	err := stageStore(t, conf, raw, dest.StageOptions{})
+	err := stageStore(t, conf, raw, dest.StageOptions{Locks: testLocks})
 	if failure.CodeOf(err) != failure.Destination || !strings.Contains(fmt.Sprint(err), "image store "+store) ||
 		!strings.Contains(fmt.Sprint(err), "uid 65534") || !strings.Contains(fmt.Sprint(err), "imagestore in storage.conf") {
 		t.Errorf("Stage: %v, want a destination error naming the image store, its owner and the setting", err)
@@ -85,7 +85,7 @@ func TestStorageStageCreatesImageStore(t *testing.T) {
 	dir := t.TempDir()
 	is := filepath.Join(dir, "images", "store")
 	conf, raw := storeConf(t, dir, fmt.Sprintf("imagestore = %q\n", is))
-	must(t, stageStore(t, conf, raw, dest.StageOptions{}))
+	must(t, stageStore(t, conf, raw, dest.StageOptions{Locks: testLocks}))
 	fi, err := os.Stat(filepath.Join(is, "vfs-images"))
 	if err != nil || !fi.IsDir() {
 		t.Fatalf("the image store was not used: %v", err)
@@ -119,7 +119,7 @@ func TestStorageStageChecksAdditionalStores(t *testing.T) {
 		if c.opts != "" {
 			raw = strings.Replace(raw, "]registry", ":"+c.opts+"]registry", 1)
 		}
-		err := stageStore(t, conf, raw, dest.StageOptions{})
+		err := stageStore(t, conf, raw, dest.StageOptions{Locks: testLocks})
 		if failure.CodeOf(err) != failure.Destination || !strings.Contains(fmt.Sprint(err), c.want) {
 			t.Errorf("%s: Stage: %v, want a destination error with %q", c.name, err, c.want)
 		}
@@ -145,35 +145,9 @@ func TestStorageStageEndsWithContext(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
 	conf, raw := storeConf(t, dir, "")
-	err := stageStore(t, conf, raw, dest.StageOptions{Ctx: done(failure.New(failure.Network, "pull timed out after 5s (--timeout)")), LockTimeout: time.Hour})
+	err := stageStore(t, conf, raw, dest.StageOptions{Locks: testLocks, Ctx: done(failure.New(failure.Network, "pull timed out after 5s (--timeout)")), LockTimeout: time.Hour})
 	if failure.CodeOf(err) != failure.Network || !strings.Contains(fmt.Sprint(err), "timed out after 5s") {
 		t.Errorf("Stage with an ended context: %v, want the deadline's network error", err)
-	}
-}
-
-// The pull lock's wait ends with the pull's context: a signal is
-// failure.Interrupted, the deadline its own cause, not exit 9 after the
-// lock timeout.
-func TestLockPullEndsWithContext(t *testing.T) {
-	needRoot(t)
-	old := dest.LockDir
-	dest.LockDir = t.TempDir()
-	defer func() { dest.LockDir = old }()
-	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
-	unlock, err := dest.LockPull(context.Background(), spec, "registry.example/x", time.Minute)
-	must(t, err)
-	defer unlock()
-	for _, c := range []struct {
-		cause error
-		want  failure.Code
-	}{
-		{errors.New("interrupted"), failure.Interrupted},
-		{failure.New(failure.Network, "pull timed out after 5s (--timeout)"), failure.Network},
-	} {
-		_, err := dest.LockPull(done(c.cause), spec, "registry.example/x", 15*time.Second)
-		if failure.CodeOf(err) != c.want || !strings.Contains(fmt.Sprint(err), "waiting for the pull lock") {
-			t.Errorf("LockPull with an ended context (%v): %v, want %s", c.cause, err, c.want)
-		}
 	}
 }
 
@@ -190,7 +164,7 @@ func TestContainerdStageEndsWithContext(t *testing.T) {
 	must(t, err)
 	_, _, err = dest.ConfigureContainerd(d, dest.ContainerdSettings{Staging: filepath.Join(dir, "staging"), Address: sock})
 	must(t, err)
-	_, err = d.Stage(dest.StageOptions{Ctx: done(errors.New("interrupted"))})
+	_, err = d.Stage(dest.StageOptions{Locks: testLocks, Ctx: done(errors.New("interrupted"))})
 	if failure.CodeOf(err) != failure.Interrupted {
 		t.Errorf("Stage with an ended context: %v, want interrupted", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,7 @@ func prepareRoot(dir, what string, scan, create bool) error {
 			break
 		}
 		if err != unix.ENOENT {
-			return fmt.Errorf("%s %s: %s: %s", what, dir, existing, errnoText(err))
+			return fmt.Errorf("%s %s: %s: %s", what, dir, existing, safefs.ErrnoText(err))
 		}
 		missing = append([]string{filepath.Base(existing)}, missing...)
 		existing = filepath.Dir(existing)
@@ -54,7 +55,7 @@ func prepareRoot(dir, what string, scan, create bool) error {
 		return fmt.Errorf("%s %s: %v", what, dir, err)
 	}
 	defer func() { unix.Close(fd) }()
-	st, err := fstat(fd)
+	st, err := safefs.Fstat(fd)
 	if err != nil {
 		return fmt.Errorf("%s %s: %v", what, dir, err)
 	}
@@ -71,15 +72,15 @@ func prepareRoot(dir, what string, scan, create bool) error {
 	for _, m := range missing {
 		at = filepath.Join(at, m)
 		if err := unix.Mkdirat(fd, m, 0o700); err != nil && err != unix.EEXIST {
-			return fmt.Errorf("%s %s: creating %s: %s", what, dir, at, errnoText(err))
+			return fmt.Errorf("%s %s: creating %s: %s", what, dir, at, safefs.ErrnoText(err))
 		}
-		nfd, err := openDirAt(fd, m)
+		nfd, err := safefs.OpenDirAt(fd, m)
 		if err != nil {
-			return fmt.Errorf("%s %s: %s: %s", what, dir, at, errnoText(err))
+			return fmt.Errorf("%s %s: %s: %s", what, dir, at, safefs.ErrnoText(err))
 		}
 		unix.Close(fd)
 		fd = nfd
-		if st, err = fstat(fd); err != nil {
+		if st, err = safefs.Fstat(fd); err != nil {
 			return fmt.Errorf("%s %s: %v", what, dir, err)
 		}
 		// Made by this process, or by someone who raced it (refused).
@@ -106,7 +107,7 @@ func prepareRoot(dir, what string, scan, create bool) error {
 // write (sticky allows it for an ancestor: nobody can then rename or
 // remove root's entries).
 func rootOnly(st unix.Stat_t, path string, sticky bool) error {
-	if !isDir(st) {
+	if !safefs.IsDir(st) {
 		return fmt.Errorf("%s is not a directory", path)
 	}
 	if st.Uid != 0 {
@@ -124,7 +125,7 @@ func scanRoot(fd int, path string) error {
 	n := 0
 	var walk func(dfd int, rel string, depth int) error
 	walk = func(dfd int, rel string, depth int) error {
-		names, err := readDirNames(dfd)
+		names, err := safefs.ReadDirNames(dfd)
 		if err != nil {
 			return err
 		}
@@ -136,14 +137,14 @@ func scanRoot(fd int, path string) error {
 				return fmt.Errorf("more than %d entries in its first two levels", storeRootScanMax)
 			}
 			r := filepath.Join(rel, name)
-			st, err := fstatAt(dfd, name)
+			st, err := safefs.FstatAt(dfd, name)
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("%s: %s", r, errnoText(err))
+				return fmt.Errorf("%s: %s", r, safefs.ErrnoText(err))
 			}
-			if depth == 1 && isDir(st) && hexRE["sha256"].MatchString(name) {
+			if depth == 1 && safefs.IsDir(st) && hexRE["sha256"].MatchString(name) {
 				// A layer's or container's own directory (the driver's
 				// overlay/<id>): owned by its root, which a user namespace
 				// mapping may make another uid; the store opens files
@@ -153,10 +154,10 @@ func scanRoot(fd int, path string) error {
 			if st.Uid != 0 {
 				return fmt.Errorf("it holds %s, owned by uid %d", r, st.Uid)
 			}
-			if depth == 0 && isDir(st) {
-				cfd, err := openDirAt(dfd, name)
+			if depth == 0 && safefs.IsDir(st) {
+				cfd, err := safefs.OpenDirAt(dfd, name)
 				if err != nil {
-					return fmt.Errorf("%s: %s", r, errnoText(err))
+					return fmt.Errorf("%s: %s", r, safefs.ErrnoText(err))
 				}
 				err = walk(cfd, r, 1)
 				unix.Close(cfd)

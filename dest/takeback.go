@@ -1,18 +1,11 @@
 package dest
 
 import (
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"fmt"
-	"hash"
-	"io"
-	"os"
 	"path"
-	"runtime"
 	"sort"
-	"sync"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,37 +14,6 @@ const (
 	maxEntries = 100000
 	maxDepth   = 8
 )
-
-type entry struct {
-	size int64
-	ino  uint64
-	used bool   // named by the verified graph: committed
-	sum  string // hex digest once hashed
-	alg  string
-	// fresh: another descriptor was open on the inode when it was taken
-	// back (no write lease): it is never committed itself, only a fresh
-	// root-created copy, hashed while copying.
-	fresh bool
-}
-
-// tree is a staged directory the parent has taken back: every directory is
-// held open (root- or owner-owned 0755, so nobody else can change its
-// entries), every file was a regular file with one link.
-type tree struct {
-	dirs  map[string]int // "" is the image directory itself
-	files map[string]*entry
-	owner Identity
-	fresh bool
-	// presums are digests computed ahead (Prehash), by inode.
-	presums Presums
-}
-
-func (t *tree) close() {
-	for _, fd := range t.dirs {
-		unix.Close(fd)
-	}
-	t.dirs = nil
-}
 
 // takeBack makes work/ root's again (0700) through the held fd, then walks
 // work/NAME beneath it: directories first get owner 0755 (from then on no
@@ -69,19 +31,19 @@ func (t *tree) close() {
 // graph's checks, which refuse it without reading it.
 func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 	wfd := int(s.Work.Fd())
-	if err := setOwner(wfd, Identity{}, 0o700); err != nil {
+	if err := safefs.SetOwner(wfd, Identity{}, 0o700); err != nil {
 		return nil, fmt.Errorf("taking back the work directory: %w", err)
 	}
-	st, err := fstatAt(wfd, s.Name)
+	st, err := safefs.FstatAt(wfd, s.Name)
 	if err != nil {
-		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
-	if !isDir(st) {
+	if !safefs.IsDir(st) {
 		return nil, badStaged("%s is not a directory (mode %o)", s.Name, st.Mode)
 	}
-	fd, err := openDirAt(wfd, s.Name)
+	fd, err := safefs.OpenDirAt(wfd, s.Name)
 	if err != nil {
-		return nil, badStaged("%s: %v", s.Name, errnoText(err))
+		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
 	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy, presums: s.presums}
 	if err := t.walk(fd, "", 0); err != nil {
@@ -93,10 +55,10 @@ func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 }
 
 func (t *tree) walk(dfd int, rel string, depth int) error {
-	if err := setOwner(dfd, t.owner, 0o755); err != nil {
+	if err := safefs.SetOwner(dfd, t.owner, 0o755); err != nil {
 		return err
 	}
-	names, err := readDirNames(dfd)
+	names, err := safefs.ReadDirNames(dfd)
 	if err != nil {
 		return err
 	}
@@ -106,7 +68,7 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 		if len(t.files)+len(t.dirs) > maxEntries {
 			return badStaged("more than %d entries", maxEntries)
 		}
-		st, err := fstatAt(dfd, n)
+		st, err := safefs.FstatAt(dfd, n)
 		if err != nil {
 			return err
 		}
@@ -115,12 +77,12 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if depth >= maxDepth {
 				return badStaged("%s is nested too deep", r)
 			}
-			fd, err := openDirAt(dfd, n)
+			fd, err := safefs.OpenDirAt(dfd, n)
 			if err != nil {
-				return badStaged("%s: %v", r, errnoText(err))
+				return badStaged("%s: %v", r, safefs.ErrnoText(err))
 			}
 			t.dirs[r] = fd
-			if got, err := fstat(fd); err != nil || got.Ino != st.Ino {
+			if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino {
 				return badStaged("%s changed while it was taken back", r)
 			}
 			if err := t.walk(fd, r, depth+1); err != nil {
@@ -130,12 +92,12 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			if st.Nlink != 1 {
 				return badStaged("%s has %d hard links", r, st.Nlink)
 			}
-			fd, err := openAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+			fd, err := safefs.OpenAt(dfd, n, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 			if err != nil {
-				return badStaged("%s: %v", r, errnoText(err))
+				return badStaged("%s: %v", r, safefs.ErrnoText(err))
 			}
-			got, err := fstat(fd)
-			if err == nil && (got.Ino != st.Ino || !isReg(got) || got.Nlink != 1) {
+			got, err := safefs.Fstat(fd)
+			if err == nil && (got.Ino != st.Ino || !safefs.IsReg(got) || got.Nlink != 1) {
 				err = badStaged("%s changed while it was taken back", r)
 			}
 			// The file is made the committed owner's 0600 first (the
@@ -150,7 +112,7 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 			// leases) only a fresh copy is committed.
 			e := &entry{size: got.Size, ino: got.Ino, fresh: true}
 			if err == nil {
-				err = setOwner(fd, t.owner, 0o600)
+				err = safefs.SetOwner(fd, t.owner, 0o600)
 			}
 			if err == nil && !t.fresh && alone(fd) {
 				e.fresh = false
@@ -171,291 +133,4 @@ func (t *tree) walk(dfd int, rel string, depth int) error {
 		}
 	}
 	return nil
-}
-
-func hasher(alg string) hash.Hash {
-	switch alg {
-	case "sha256":
-		return sha256.New()
-	case "sha512":
-		return sha512.New()
-	}
-	return nil
-}
-
-// open opens a staged file and checks it is the inode taken back; one to
-// be committed itself must still be held by no other descriptor (a write
-// lease, taken and let go, as takeBack took it): if it is, only a fresh
-// copy is committed (and what was hashed ahead of it is forgotten).
-func (t *tree) open(rel string) (*os.File, *entry, error) {
-	e, ok := t.files[rel]
-	if !ok {
-		return nil, nil, badStaged("%s is missing", rel)
-	}
-	dfd, ok := t.dirs[dirOf(rel)]
-	if !ok {
-		return nil, nil, badStaged("%s is missing", rel)
-	}
-	f, err := fileAt(dfd, path.Base(rel), unix.O_RDONLY, 0)
-	if err != nil {
-		return nil, nil, badStaged("%s: %v", rel, errnoText(err))
-	}
-	if st, err := fstat(int(f.Fd())); err != nil || st.Ino != e.ino {
-		f.Close()
-		return nil, nil, badStaged("%s changed after it was taken back", rel)
-	}
-	if !e.fresh && !alone(int(f.Fd())) {
-		e.fresh, e.sum, e.alg = true, "", ""
-	}
-	return f, e, nil
-}
-
-func dirOf(rel string) string {
-	d := path.Dir(rel)
-	if d == "." {
-		return ""
-	}
-	return d
-}
-
-// has reports whether a file is staged, and its size.
-func (t *tree) has(rel string) (int64, bool) {
-	e, ok := t.files[rel]
-	if !ok {
-		return 0, false
-	}
-	return e.size, true
-}
-
-// load reads a staged file (at most max bytes) and marks it committed;
-// with fresh, the committed file is a new root-created inode holding
-// exactly the bytes returned.
-func (t *tree) load(rel string, max int64) ([]byte, error) {
-	f, e, err := t.open(rel)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if e.size > max {
-		return nil, badStaged("%s is %d bytes, more than the %d allowed", rel, e.size, max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) != e.size {
-		return nil, badStaged("%s changed size after it was taken back", rel)
-	}
-	if err := t.commitContent(rel, e, f, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// sum hashes a staged file with alg, marks it committed and returns the hex
-// digest. With fresh, the hash is computed while copying into the new
-// inode, so the digest is the committed bytes' digest.
-func (t *tree) sum(rel, alg string) (string, error) {
-	f, e, err := t.open(rel)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if e.sum != "" && e.alg == alg && !e.fresh {
-		e.used = true
-		return e.sum, nil
-	}
-	h := hasher(alg)
-	if h == nil {
-		return "", badStaged("%s: unsupported digest algorithm %q", rel, alg)
-	}
-	if e.fresh {
-		n, err := t.freshCopy(rel, f, h)
-		if err != nil {
-			return "", err
-		}
-		if n != e.size {
-			return "", badStaged("%s changed size after it was taken back", rel)
-		}
-	} else {
-		n, err := io.Copy(h, f)
-		if err != nil {
-			return "", err
-		}
-		if n != e.size {
-			return "", badStaged("%s changed size after it was taken back", rel)
-		}
-		if err := f.Sync(); err != nil {
-			return "", err
-		}
-	}
-	e.used, e.sum, e.alg = true, hex.EncodeToString(h.Sum(nil)), alg
-	return e.sum, nil
-}
-
-// presumMin is the smallest file presum hashes ahead (small ones are not
-// worth a goroutine).
-const presumMin = 1 << 20
-
-// presum hashes (and fsyncs) the staged blobs of at least presumMin bytes
-// in parallel, one worker per CPU, before the graph is walked: the walk's
-// sum then finds each digest computed. Only names that are a digest's hex
-// (64: sha256, 128: sha512; what an OCI layout and dir: name blobs) are
-// hashed; a failure is left for sum to report. With fresh copies (a
-// shared pull uid) nothing is done: sum copies while it hashes.
-func (t *tree) presum(maxBytes int64) {
-	if t.fresh {
-		return
-	}
-	budget := maxBytes
-	if budget <= 0 {
-		budget = 1 << 62
-	}
-	type job struct {
-		rel string
-		alg string
-	}
-	var jobs []job
-	for rel, e := range t.files {
-		if e.size < presumMin || e.sum != "" || e.size > budget || e.fresh {
-			continue
-		}
-		switch base := path.Base(rel); {
-		case hexRE["sha256"].MatchString(base):
-			jobs = append(jobs, job{rel, "sha256"})
-			budget -= e.size
-		case hexRE["sha512"].MatchString(base):
-			jobs = append(jobs, job{rel, "sha512"})
-			budget -= e.size
-		}
-	}
-	if len(jobs) < 2 {
-		return // nothing to do in parallel
-	}
-	work := make(chan job)
-	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.GOMAXPROCS(0), len(jobs)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range work {
-				f, e, err := t.open(j.rel)
-				if err != nil {
-					continue
-				}
-				h := hasher(j.alg)
-				n, err := io.Copy(h, f)
-				if err == nil && n == e.size && !e.fresh && f.Sync() == nil {
-					// Each worker writes only its own entry.
-					e.sum, e.alg = hex.EncodeToString(h.Sum(nil)), j.alg
-				}
-				f.Close()
-			}
-		}()
-	}
-	for _, j := range jobs {
-		work <- j
-	}
-	close(work)
-	wg.Wait()
-}
-
-func (t *tree) commitContent(rel string, e *entry, f *os.File, b []byte) error {
-	e.used = true
-	if !e.fresh {
-		return f.Sync()
-	}
-	_, err := t.freshCopy(rel, newBytesReader(b), nil)
-	return err
-}
-
-// freshCopy replaces rel by a new root-created file with the content of r
-// (an O_EXCL random temporary name in the same root-owned directory, then
-// renameat over rel), hashing what it writes into h.
-func (t *tree) freshCopy(rel string, r io.Reader, h hash.Hash) (int64, error) {
-	dfd := t.dirs[dirOf(rel)]
-	out, tmp, err := createTemp(dfd, ".fresh-")
-	if err != nil {
-		return 0, err
-	}
-	ok := false
-	defer func() {
-		out.Close()
-		if !ok {
-			_ = unix.Unlinkat(dfd, tmp, 0)
-		}
-	}()
-	w := io.Writer(out)
-	if h != nil {
-		w = io.MultiWriter(out, h)
-	}
-	// At most one byte more than was taken back (another process of a
-	// shared uid may still be appending): the caller checks the size.
-	limit := int64(1 << 62)
-	if e, ok := t.files[rel]; ok {
-		limit = e.size + 1
-	}
-	n, err := io.CopyBuffer(w, io.LimitReader(r, limit), make([]byte, 1<<20))
-	if err != nil {
-		return n, err
-	}
-	if err := setOwner(int(out.Fd()), t.owner, 0o644); err != nil {
-		return n, err
-	}
-	if err := out.Sync(); err != nil {
-		return n, err
-	}
-	st, err := fstat(int(out.Fd()))
-	if err != nil {
-		return n, err
-	}
-	if err := unix.Renameat(dfd, tmp, dfd, path.Base(rel)); err != nil {
-		return n, err
-	}
-	ok = true
-	t.files[rel].ino = st.Ino
-	return n, nil
-}
-
-// unused returns the staged files the graph did not name.
-func (t *tree) unused() []string {
-	var out []string
-	for r, e := range t.files {
-		if !e.used {
-			out = append(out, r)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// drop removes a staged file (never committed).
-func (t *tree) drop(rel string) error {
-	delete(t.files, rel)
-	return unix.Unlinkat(t.dirs[dirOf(rel)], path.Base(rel), 0)
-}
-
-// syncDirs fsyncs every staged directory (before the final rename).
-func (t *tree) syncDirs() error {
-	for _, fd := range t.dirs {
-		if err := unix.Fsync(fd); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-type bytesReader struct {
-	b []byte
-}
-
-func newBytesReader(b []byte) *bytesReader { return &bytesReader{b: b} }
-
-func (r *bytesReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
 }

@@ -18,7 +18,7 @@ func staged(t *testing.T, im img) (dest.Destination, *dest.Stage, dest.Expect, s
 	t.Helper()
 	d := filepath.Join(t.TempDir(), "layout")
 	dd := parse(t, "oci:"+d+":a")
-	st, err := dd.Stage(dest.StageOptions{HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
 	must(t, err)
 	t.Cleanup(st.Remove)
 	e := pull(t, dd, st, source(t, im), nil)
@@ -192,9 +192,9 @@ func TestOCIKnownBlobRemovedBeforeCommit(t *testing.T) {
 	needRoot(t)
 	d := filepath.Join(t.TempDir(), "layout")
 	im := newImg("shared")
-	must(t, fullPull(t, "oci:"+d+":a", im, dest.StageOptions{}))
+	must(t, fullPull(t, "oci:"+d+":a", im, dest.StageOptions{Locks: testLocks}))
 	dd := parse(t, "oci:"+d+":b")
-	st, err := dd.Stage(dest.StageOptions{})
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	defer st.Remove()
 	e := pull(t, dd, st, source(t, im), nil)
@@ -227,4 +227,37 @@ func TestVerifyRefusesForeignURLs(t *testing.T) {
 	err = dd.Verify(bg, st, e)
 	wantCode(t, err, failure.Verification, sha(im.layer))
 	wantCode(t, err, failure.Verification, "foreign urls")
+}
+
+// A compromised child pulls IMAGE@GOOD, stages EVIL and reports EVIL as the
+// converted manifest (DestDigest) or as an instance of GOOD without the
+// index: nothing ties EVIL to GOOD, so the parent must refuse it.
+func TestVerifyTiesTheStoredImageToThePinnedOne(t *testing.T) {
+	needRoot(t)
+	good, evil := newImg("good"), newImg("evil")
+	for name, lie := range map[string]func(*dest.Expect){
+		"a converted manifest that is another image": func(e *dest.Expect) { e.DestDigest = evil.digest },
+		"an instance without its index":              func(e *dest.Expect) { e.Instance = evil.digest },
+		"an instance with the evil manifest as served": func(e *dest.Expect) {
+			e.Instance, e.Served = evil.digest, evil.manifest
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "layout")
+			dd := parse(t, "oci:"+d+":a")
+			st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+			must(t, err)
+			defer st.Remove()
+			_ = pull(t, dd, st, source(t, evil), nil) // what the child staged
+			e := dest.Expect{Digest: good.digest, Pinned: good.digest, Served: good.manifest}
+			lie(&e)
+			err = dd.Verify(bg, st, e)
+			if err == nil || failure.CodeOf(err) != failure.Verification {
+				t.Fatalf("Verify = %v, want a verification error", err)
+			}
+			if _, err := os.Stat(d); err == nil {
+				t.Fatal("DEST exists")
+			}
+		})
+	}
 }

@@ -15,8 +15,11 @@ func TestDependencyRules(t *testing.T) {
 		pkg    string
 		denied []string
 	}{
-		// The copy knows nothing of isolation or policy.
-		{"pull", []string{"cgroup", "privdrop", "netns", "dnsconf", "policy", "reexec", "pipeline", "cmd/pullhelper"}},
+		// The copy knows nothing of isolation or policy, nor of the
+		// parent's side of DEST (dest: the containerd client and
+		// containers-storage); it knows DEST as dest/target.
+		{"pull", []string{"dest", "cgroup", "privdrop", "netns", "dnsconf", "policy", "reexec", "pipeline", "cmd/pullhelper"}},
+		{"dest/target", []string{"dest", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
 		// cgroup takes its own limits type.
 		{"cgroup", []string{"policy", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
 		// The output types are importable by agents with no dependency.
@@ -51,6 +54,20 @@ func TestDependencyRules(t *testing.T) {
 		}
 		if len(deps) == 0 {
 			t.Fatalf("go list %s printed nothing", r.pkg)
+		}
+	}
+}
+
+// The copy links neither runtime store's client: containerd's and
+// containers-storage's code runs in the root parent only (dest's Commit).
+func TestCopyLinksNoStore(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"pull").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list pull: %v\n%s", err, out)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, "github.com/containerd/containerd/v2/client") || d == "go.podman.io/storage" || d == "go.podman.io/image/v5/storage" {
+			t.Errorf("pull imports %s (directly or not)", d)
 		}
 	}
 }

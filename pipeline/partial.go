@@ -1,9 +1,22 @@
 package pipeline
 
 import (
+	"os"
+	"os/signal"
+	"syscall"
+
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest"
 )
+
+// prehash starts hashing handed-over blobs ahead (dest.Partial.Prehash)
+// with the SIGIO handler its read leases need, installed here (by the
+// owner of the process, not by dest) and removed once the hashing is over.
+func prehash(part *dest.Partial, maxBytes int64) *dest.Prehash {
+	sigio := make(chan os.Signal, 1)
+	signal.Notify(sigio, syscall.SIGIO)
+	return part.Prehash(maxBytes, sigio, func() { signal.Stop(sigio) })
+}
 
 // wanting passes events on, and tells the partial-blob cache which blobs
 // the image asks for (each blob's digest and declared size, as the copy

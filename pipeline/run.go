@@ -69,7 +69,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	// then finds the first's blobs in DEST (an oci: layout's are not
 	// fetched again).
 	lctx, cancel := p.withDeadline(ctx, &o)
-	unlock, err := dest.LockPull(lctx, p.Destination, repositoryOf(p.Reference), p.LockTimeout)
+	unlock, err := dest.LockPull(lctx, p.Isolation.StateRoot.Locks(), p.Destination, repositoryOf(p.Reference), p.LockTimeout)
 	cancel()
 	if err != nil {
 		return nil, err

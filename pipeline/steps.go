@@ -67,7 +67,7 @@ func (s *pullSteps) stage(ctx context.Context) error {
 	ctx, cancel := p.withDeadline(ctx, o)
 	defer cancel()
 	st, err := p.dst.Stage(dest.StageOptions{HandTo: s.id, FreshCopy: s.shared, AllowOtherOwner: p.AllowOtherOwner,
-		LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log, Ctx: ctx})
+		LockTimeout: p.LockTimeout, MaxBytes: p.MaxImageBytes, Log: o.Log, Ctx: ctx, Locks: p.Isolation.StateRoot.Locks()})
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *pullSteps) stop() {
 // goes on (dest.Prehash).
 func (s *pullSteps) prehash() {
 	if s.handsOver {
-		s.pre = s.part.Prehash(s.p.MaxImageBytes)
+		s.pre = prehash(s.part, s.p.MaxImageBytes)
 	}
 }
 

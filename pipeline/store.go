@@ -37,8 +37,6 @@ func (p *Plan) reportStore(res *api.Result) {
 	c := r.Committed()
 	res.Destination = p.dst.String()
 	res.ImageID = c.ImageID
-	res.Store = &api.Store{Type: c.Store["type"], Address: c.Store["address"], Namespace: c.Store["namespace"],
-		Snapshotter: c.Store["snapshotter"], Pinned: c.Store["pinned"] == "true",
-		Driver: c.Store["driver"], GraphRoot: c.Store["graph_root"], RunRoot: c.Store["run_root"],
-		StorageConf: c.Store["storage_conf"], Names: c.Names}
+	s := c.Store
+	res.Store = &s
 }

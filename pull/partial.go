@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/types"
@@ -158,7 +159,7 @@ func (c *partialCache) handedOver() []string {
 
 // partialFile is the cache's name for d.
 func partialFile(d digest.Digest) string {
-	return d.Algorithm().String() + "-" + d.Encoded() + ".partial"
+	return target.PartialEntry(d.Algorithm().String(), d.Encoded())
 }
 
 func (c *partialCache) acquire(d digest.Digest) bool {

@@ -5,17 +5,17 @@ import (
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
-	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 )
 
 // Request is one copy: everything the network-facing code needs, resolved
 // by the pipeline. It must stay JSON-representable: it crosses the pipe to
 // the isolated child. Secrets and file contents travel in Material.
 type Request struct {
-	Image       string    `json:"image"`
-	Reference   string    `json:"reference"`
-	Registry    string    `json:"registry"`
-	Destination dest.Spec `json:"destination"`
+	Image       string      `json:"image"`
+	Reference   string      `json:"reference"`
+	Registry    string      `json:"registry"`
+	Destination target.Spec `json:"destination"`
 	// Endpoints are the hosts the copy contacts, in order (mirrors or a
 	// containerd server first, the primary last), each with its own
 	// credential candidates (by ID; secrets are in Material) and trust.

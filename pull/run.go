@@ -14,7 +14,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
-	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker"
@@ -299,11 +299,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 		return nil, failure.Wrap(failure.Internal, err, "")
 	}
 	srcRef := guardedRef{ImageReference: dockerRef, g: g, remote: remote}
-	d, err := dest.FromSpec(p.Destination)
-	if err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
-	}
-	stageRef, err := d.StagedReference(st.Work, st.Known)
+	stageRef, err := target.StagedReference(p.Destination, st.Work, st.Known)
 	if err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/docker/reference"
 	"golang.org/x/sys/unix"
@@ -54,8 +54,8 @@ func TestCheckSpace(t *testing.T) {
 	cfg, layer := digest.FromString("config"), digest.FromString("layer")
 	named, _ := reference.ParseNormalizedNamed("r.example/x:latest")
 	mime := "application/vnd.oci.image.manifest.v1+json"
-	check := func(transport string, size int64, known []dest.KnownBlob) error {
-		p := &Request{Reference: "r.example/x:latest", Destination: dest.Spec{Transport: transport}}
+	check := func(transport string, size int64, known []target.KnownBlob) error {
+		p := &Request{Reference: "r.example/x:latest", Destination: target.Spec{Transport: transport}}
 		return p.checkSpace(t.Context(), nil, named, "", layerManifest(cfg, layer, size), mime, nil, nil, &Stage{Work: dir, Known: known})
 	}
 	// Far more than the disk: refused, naming both numbers.
@@ -73,7 +73,7 @@ func TestCheckSpace(t *testing.T) {
 		t.Fatalf("4x free: %v", err)
 	}
 	// The same layer, already in DEST: nothing to fetch.
-	if err := check("oci", free*4, []dest.KnownBlob{{Digest: layer.String(), Size: free * 4}}); err != nil {
+	if err := check("oci", free*4, []target.KnownBlob{{Digest: layer.String(), Size: free * 4}}); err != nil {
 		t.Fatalf("known layer: %v", err)
 	}
 	// 60 % of the free space fits an oci: DEST, not an archive (twice).

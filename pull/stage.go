@@ -4,7 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
@@ -18,7 +18,7 @@ type Stage struct {
 	// Name is what the copy writes inside Work ("image" or "image.tar").
 	Name string `json:"name"`
 	// Known are the blobs DEST already has: reported as present, not read.
-	Known []dest.KnownBlob `json:"known,omitempty"`
+	Known []target.KnownBlob `json:"known,omitempty"`
 	// Config is where the copy writes its configuration and key material
 	// (certificates, auth file, registries.conf): the child's private
 	// tmpfs; in process (--no-isolation), a tmpfs mounted nowhere that the

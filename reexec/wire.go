@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
-	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/privdrop"
@@ -47,7 +47,7 @@ const (
 // directory at /tmp/stage, the configuration in /tmp/config.
 // With partial, the copy keeps and resumes partial blobs in
 // /tmp/partial (the cache the parent passes as fd 6).
-func StageInChild(name string, known []dest.KnownBlob, partial, handOver bool) *pull.Stage {
+func StageInChild(name string, known []target.KnownBlob, partial, handOver bool) *pull.Stage {
 	s := &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
 	if partial {
 		s.Partial, s.HandOver = partialInChild, handOver

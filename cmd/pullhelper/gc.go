@@ -6,6 +6,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/privdrop"
@@ -44,7 +45,7 @@ agent but not of the node) and print what was removed as one JSON object:
                 root-owned 0700 directory (another user may have planted it) is left
                 alone, with a warning on stderr
   uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
-  commit_locks  commit and pull lock files in ` + dest.LockDir + ` that no pull holds
+  commit_locks  commit and pull lock files in ` + state.Default.Locks() + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
                 cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
                 is gone; what is left in them is killed first, before any staging or
@@ -99,9 +100,9 @@ another user, writable by others); nothing is removed before every DEST is opene
 				res.Staging = append(res.Staging, s.Reclaim()...)
 			}
 			res.UIDLocks = orEmpty(privdrop.Sweep(privdrop.DefaultLockDir))
-			locks, err := dest.SweepLocks()
+			locks, err := dest.SweepLocks(state.Default.Locks())
 			if err != nil {
-				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", dest.LockDir)
+				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", state.Default.Locks())
 			}
 			res.CommitLocks = orEmpty(locks)
 			if err := cgErr; err != nil {

@@ -1,10 +1,30 @@
-package dest
+package target
 
 import (
 	"context"
 
 	"github.com/opencontainers/go-digest"
 	"go.podman.io/image/v5/types"
+)
+
+// KnownBlob is a blob DEST already has: the copy skips it, the parent
+// checks at commit that DEST still has it with this size. It must be
+// JSON-representable (it travels to the child).
+type KnownBlob struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	// Data is the blob itself when it is small (at most KnownDataMax, all
+	// of them at most KnownDataTotal) and its digest checked by the parent:
+	// a config, which containers/image always reads from the source even
+	// when DEST has it; the copy serves it from here instead of asking the
+	// registry (and containers/image checks its digest again).
+	Data []byte `json:"data,omitempty"`
+}
+
+// Bounds of the known blobs' bytes handed to the copy.
+const (
+	KnownDataMax   = 64 << 10
+	KnownDataTotal = 4 << 20
 )
 
 // withKnown wraps an oci: reference so that its destination reports the
@@ -19,6 +39,9 @@ import (
 // back to the public ones (PutBlob, Commit); the OCI layout destination
 // supports no partial pulls and no signatures, so nothing is lost.
 func withKnown(ref types.ImageReference, known []KnownBlob) types.ImageReference {
+	if len(known) == 0 {
+		return ref
+	}
 	m := map[digest.Digest]int64{}
 	for _, k := range known {
 		m[digest.Digest(k.Digest)] = k.Size

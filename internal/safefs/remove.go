@@ -1,4 +1,4 @@
-package dest
+package safefs
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// removeMaxDepth bounds the directory descriptors removeTree holds at once
+// removeMaxDepth bounds the directory descriptors RemoveTree holds at once
 // (one per level): a deeper level is moved up into the tree's top
 // directory (renamed, beneath the held descriptors) and removed from
 // there, so that no depth of tree a child built can exhaust the parent's
 // descriptors and leave staging behind.
 const removeMaxDepth = 32
 
-// removeMaxWork bounds the work of one removeTree: the entries it visits
+// removeMaxWork bounds the work of one RemoveTree: the entries it visits
 // and the directories it moves up, together. Past it the removal stops
 // with an error naming the tree, which is left for pullhelper gc: a tree
 // someone is still extending (a process of a pull whose parent was
@@ -22,12 +22,12 @@ const removeMaxDepth = 32
 // the removal going for as long as they like. A variable for the tests.
 var removeMaxWork = 1_000_000
 
-// removeHook, when set (tests only), is called each time removeTree has
+// removeHook, when set (tests only), is called each time RemoveTree has
 // opened a directory, with its depth (1: name itself), before it reads it:
 // a test moves the tree there, as a user racing the removal would.
 var removeHook func(depth int)
 
-// removeTree removes name (one component) beneath dirfd and everything
+// RemoveTree removes name (one component) beneath dirfd and everything
 // below it, and never climbs: it holds a stack of directory descriptors,
 // one per level, opens each level beneath the one above it without
 // following a symbolic link, and never opens "..". A directory moved
@@ -41,11 +41,17 @@ var removeHook func(depth int)
 // uids' (never root's: a root directory there may have been moved in by
 // that uid). Anything else stops the removal with an error naming it,
 // and is left as it is.
-func removeTree(dirfd int, name string, handed ...int) error {
+func RemoveTree(dirfd int, name string, handed ...int) error {
 	return removeTreeWith(rmOpts{}, dirfd, name, handed...)
 }
 
-// rmOpts are removeTree's options.
+// RemoveTreeCtx is RemoveTree that stops once ctx is done (the pull's
+// SIGTERM or --timeout), with its error.
+func RemoveTreeCtx(ctx context.Context, dirfd int, name string, handed ...int) error {
+	return removeTreeWith(rmOpts{ctx: ctx}, dirfd, name, handed...)
+}
+
+// rmOpts are RemoveTree's options.
 type rmOpts struct {
 	// ctx, when set, stops the removal once done (the pull's SIGTERM or
 	// --timeout), with its error.
@@ -59,16 +65,16 @@ type rmOpts struct {
 	hold bool
 }
 
-// removeHeld is removeTree of a root-owned 0700 directory this process
+// RemoveHeld is RemoveTree of a root-owned 0700 directory this process
 // holds as held (its own staging root, a cache it checked), allowed
 // beneath a parent of any owner.
-func removeHeld(dirfd int, name string, held int, handed ...int) error {
+func RemoveHeld(dirfd int, name string, held int, handed ...int) error {
 	return removeTreeWith(rmOpts{held: held, hold: true}, dirfd, name, handed...)
 }
 
-// removeTreeWith is removeTree with options.
+// removeTreeWith is RemoveTree with options.
 func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
-	if err := checkRel(name); err != nil {
+	if err := CheckRel(name); err != nil {
 		return err
 	}
 	err := unix.Unlinkat(dirfd, name, 0)
@@ -89,7 +95,7 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 		}
 		return false
 	}
-	pst, err := fstat(dirfd)
+	pst, err := Fstat(dirfd)
 	if err != nil {
 		return err
 	}
@@ -106,26 +112,26 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 		if !o.hold {
 			return false
 		}
-		h, err := fstat(o.held)
-		return err == nil && isDir(h) && h.Dev == st.Dev && h.Ino == st.Ino &&
+		h, err := Fstat(o.held)
+		return err == nil && IsDir(h) && h.Dev == st.Dev && h.Ino == st.Ino &&
 			st.Uid == 0 && st.Mode&0o7777 == 0o700
 	}
 	open := func(at int, atUID uint32, n string, top bool) (*level, error) {
-		st, err := fstatAt(at, n)
+		st, err := FstatAt(at, n)
 		if err != nil {
 			return nil, err
 		}
-		if !isDir(st) {
+		if !IsDir(st) {
 			return nil, fmt.Errorf("%s: %s", n, unix.EPERM)
 		}
 		if !ok(atUID, st.Uid) && !(top && trusted(st)) {
 			return nil, fmt.Errorf("%s is owned by uid %d; refusing to remove what is in it", n, st.Uid)
 		}
-		fd, err := openDirAt(at, n)
+		fd, err := OpenDirAt(at, n)
 		if err != nil {
 			return nil, err
 		}
-		got, err := fstat(fd)
+		got, err := Fstat(fd)
 		if err == nil && (got.Dev != st.Dev || got.Ino != st.Ino || got.Uid != st.Uid) {
 			err = fmt.Errorf("%s changed while it was removed", n)
 		}
@@ -160,7 +166,7 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 		}
 		l := stack[len(stack)-1]
 		if !l.read {
-			if l.names, err = readDirNames(l.fd); err != nil {
+			if l.names, err = ReadDirNames(l.fd); err != nil {
 				return err
 			}
 			l.read = true
@@ -178,14 +184,14 @@ func removeTreeWith(o rmOpts, dirfd int, name string, handed ...int) error {
 			if len(stack) >= removeMaxDepth {
 				// Too deep to hold another descriptor: move it up into
 				// the top directory, which lists it again at its end.
-				st, err := fstatAt(l.fd, n)
+				st, err := FstatAt(l.fd, n)
 				if err != nil {
 					return err
 				}
-				if !isDir(st) || !ok(l.uid, st.Uid) || !ok(top.uid, st.Uid) {
+				if !IsDir(st) || !ok(l.uid, st.Uid) || !ok(top.uid, st.Uid) {
 					return fmt.Errorf("%s is owned by uid %d; refusing to remove what is in it", n, st.Uid)
 				}
-				moved := ".pullhelper-rm-" + randSuffix()
+				moved := ".pullhelper-rm-" + RandSuffix()
 				if err := unix.Renameat2(l.fd, n, top.fd, moved, unix.RENAME_NOREPLACE); err != nil {
 					return err
 				}

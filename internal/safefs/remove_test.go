@@ -1,4 +1,4 @@
-package dest
+package safefs
 
 import (
 	"os"
@@ -59,14 +59,14 @@ func TestRemoveTreeMovedDuringRemoval(t *testing.T) {
 		}
 	}
 	defer func() { removeHook = nil }()
-	err := removeTree(dirFd(t, base), "tree")
+	err := RemoveTree(dirFd(t, base), "tree")
 	for _, v := range []string{"outside/victim", "outside/deeper/victim", "outside/deeper"} {
 		if _, serr := os.Lstat(filepath.Join(base, v)); serr != nil {
-			t.Errorf("%s was removed by a removal of tree (moved out of it meanwhile): %v (removeTree: %v)", v, serr, err)
+			t.Errorf("%s was removed by a removal of tree (moved out of it meanwhile): %v (RemoveTree: %v)", v, serr, err)
 		}
 	}
 	if err != nil {
-		t.Fatalf("removeTree: %v", err)
+		t.Fatalf("RemoveTree: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(base, "tree")); err == nil {
 		t.Fatal("tree is still there")
@@ -93,15 +93,15 @@ func TestRemoveTreeChecksOwners(t *testing.T) {
 	}
 	fd := dirFd(t, base)
 	mk("t1/other", 65534)
-	err := removeTree(fd, "t1")
+	err := RemoveTree(fd, "t1")
 	if err == nil || !strings.Contains(err.Error(), "uid 65534") {
-		t.Fatalf("removeTree of a tree holding another uid's directory: %v, want a refusal naming uid 65534", err)
+		t.Fatalf("RemoveTree of a tree holding another uid's directory: %v, want a refusal naming uid 65534", err)
 	}
 	if _, err := os.Stat(filepath.Join(base, "t1/other/f")); err != nil {
 		t.Fatalf("what is in the other uid's directory was removed: %v", err)
 	}
-	if err := removeTree(fd, "t1", 65534); err != nil {
-		t.Fatalf("removeTree with uid 65534 handed: %v", err)
+	if err := RemoveTree(fd, "t1", 65534); err != nil {
+		t.Fatalf("RemoveTree with uid 65534 handed: %v", err)
 	}
 	mk("t2/handed/root", 0)
 	must := func(err error) {
@@ -110,8 +110,8 @@ func TestRemoveTreeChecksOwners(t *testing.T) {
 		}
 	}
 	must(os.Chown(filepath.Join(base, "t2/handed"), 65534, 65534))
-	if err := removeTree(fd, "t2", 65534); err == nil {
-		t.Fatal("removeTree entered a root directory inside another uid's")
+	if err := RemoveTree(fd, "t2", 65534); err == nil {
+		t.Fatal("RemoveTree entered a root directory inside another uid's")
 	}
 	if _, err := os.Stat(filepath.Join(base, "t2/handed/root/f")); err != nil {
 		t.Fatalf("the root directory inside another uid's was emptied: %v", err)
@@ -119,13 +119,13 @@ func TestRemoveTreeChecksOwners(t *testing.T) {
 	// A symlink is removed, never followed.
 	must(os.MkdirAll(filepath.Join(base, "t3"), 0o755))
 	must(os.Symlink(filepath.Join(base, "t2"), filepath.Join(base, "t3/link")))
-	must(removeTree(fd, "t3"))
+	must(RemoveTree(fd, "t3"))
 	if _, err := os.Stat(filepath.Join(base, "t2/handed/root/f")); err != nil {
 		t.Fatalf("removing a symlink followed it: %v", err)
 	}
 }
 
-// A tree deeper than the descriptors removeTree holds is removed whole,
+// A tree deeper than the descriptors RemoveTree holds is removed whole,
 // with at most removeMaxDepth of them open at once.
 func TestRemoveTreeDeep(t *testing.T) {
 	base := t.TempDir()
@@ -145,19 +145,19 @@ func TestRemoveTreeDeep(t *testing.T) {
 	most := 0
 	removeHook = func(depth int) { most = max(most, depth) }
 	defer func() { removeHook = nil }()
-	mustOK(t, removeTree(dirFd(t, base), "deep"))
+	mustOK(t, RemoveTree(dirFd(t, base), "deep"))
 	if _, err := os.Lstat(p); err == nil {
 		t.Fatal("the deep tree is still there")
 	}
 	if most > removeMaxDepth {
-		t.Fatalf("removeTree held %d directories at once, more than %d", most, removeMaxDepth)
+		t.Fatalf("RemoveTree held %d directories at once, more than %d", most, removeMaxDepth)
 	}
 }
 
 // Review 2 finding 3: a tree someone keeps extending below where the
 // removal is (a process holding a directory descriptor inside it; here,
 // deterministically, the removal's hook adds two levels each time it
-// opens one) must not keep removeTree going: past removeMaxWork it stops
+// opens one) must not keep RemoveTree going: past removeMaxWork it stops
 // with an error naming the tree. Without the bound the hook's writer
 // wins until it gives up (extendMax) and the removal then ends with nil.
 func TestRemoveTreeBoundedWhileExtended(t *testing.T) {
@@ -190,15 +190,15 @@ func TestRemoveTreeBoundedWhileExtended(t *testing.T) {
 		}
 	}
 	defer func() { removeHook = nil }()
-	err = removeTree(pfd, "top")
+	err = RemoveTree(pfd, "top")
 	if err == nil {
-		t.Fatalf("removeTree of a tree extended under it ended with no error after %d opens (the writer gave up at %d): its work is not bounded", calls, extendMax)
+		t.Fatalf("RemoveTree of a tree extended under it ended with no error after %d opens (the writer gave up at %d): its work is not bounded", calls, extendMax)
 	}
 	if !strings.Contains(err.Error(), "top") || !strings.Contains(err.Error(), "more than 5000 entries") {
 		t.Fatalf("the error does not name the tree and the bound: %v", err)
 	}
 	if calls >= extendMax {
-		t.Fatalf("removeTree stopped only after %d opens, past its bound of %d", calls, removeMaxWork)
+		t.Fatalf("RemoveTree stopped only after %d opens, past its bound of %d", calls, removeMaxWork)
 	}
 }
 
@@ -213,15 +213,15 @@ func TestRemoveTreeBoundFlat(t *testing.T) {
 	}
 	defer func(old int) { removeMaxWork = old }(removeMaxWork)
 	removeMaxWork = 100
-	err := removeTree(dirFd(t, base), "top")
+	err := RemoveTree(dirFd(t, base), "top")
 	if err == nil || !strings.Contains(err.Error(), "top: more than 100 entries") {
-		t.Fatalf("removeTree of more than its bound: %v", err)
+		t.Fatalf("RemoveTree of more than its bound: %v", err)
 	}
 	if _, serr := os.Lstat(filepath.Join(base, "top")); serr != nil {
 		t.Fatalf("the tree is gone though the removal stopped: %v", serr)
 	}
 	removeMaxWork = 1_000_000
-	mustOK(t, removeTree(dirFd(t, base), "top"))
+	mustOK(t, RemoveTree(dirFd(t, base), "top"))
 }
 
 // Review 2 finding 4: a root-owned 0700 directory this process holds (its
@@ -244,25 +244,25 @@ func TestRemoveHeldUnderForeignParent(t *testing.T) {
 	}
 	pfd := dirFd(t, parent)
 	held := mk("staging")
-	if err := removeTree(pfd, "staging"); err == nil || !strings.Contains(err.Error(), "owned by uid 0") {
-		t.Fatalf("removeTree of a root directory in another uid's, not held: %v", err)
+	if err := RemoveTree(pfd, "staging"); err == nil || !strings.Contains(err.Error(), "owned by uid 0") {
+		t.Fatalf("RemoveTree of a root directory in another uid's, not held: %v", err)
 	}
 	other := mk("other")
-	if err := removeHeld(pfd, "staging", other); err == nil {
-		t.Fatal("removeHeld removed a directory that is not the one held")
+	if err := RemoveHeld(pfd, "staging", other); err == nil {
+		t.Fatal("RemoveHeld removed a directory that is not the one held")
 	}
-	mustOK(t, removeHeld(pfd, "staging", held))
+	mustOK(t, RemoveHeld(pfd, "staging", held))
 	if _, err := os.Lstat(filepath.Join(parent, "staging")); err == nil {
 		t.Fatal("the held staging directory is still there")
 	}
 	mustOK(t, os.Chmod(filepath.Join(parent, "other"), 0o755))
-	if err := removeHeld(pfd, "other", other); err == nil {
-		t.Fatal("removeHeld removed a held directory that is not 0700")
+	if err := RemoveHeld(pfd, "other", other); err == nil {
+		t.Fatal("RemoveHeld removed a held directory that is not 0700")
 	}
 	mustOK(t, os.Chmod(filepath.Join(parent, "other"), 0o700))
 	// Below the top: a directory of uid 65534 holding a root one.
 	mustOK(t, os.Chown(filepath.Join(parent, "other", "work"), 65534, 65534))
-	if err := removeHeld(pfd, "other", other, 65534); err == nil || !strings.Contains(err.Error(), "image is owned by uid 0") {
-		t.Fatalf("removeHeld entered a root directory inside another uid's: %v", err)
+	if err := RemoveHeld(pfd, "other", other, 65534); err == nil || !strings.Contains(err.Error(), "image is owned by uid 0") {
+		t.Fatalf("RemoveHeld entered a root directory inside another uid's: %v", err)
 	}
 }

@@ -1,0 +1,202 @@
+package dest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
+	"golang.org/x/sys/unix"
+)
+
+// The locks of a pull, all flock(2)s on root-only files in the state
+// root's lock directory (state.Root.Locks, passed in: StageOptions.Locks,
+// LockPull's and SweepLocks' dir), so that a killed holder releases them:
+// the pull lock of one image into one DEST (LockPull), the commit lock of
+// a directory a commit changes (lockInode), and gc's sweep of the files
+// nobody holds (SweepLocks).
+
+// LockPull serializes pulls of one image (its repository name) into one
+// DEST: the second waits, at most timeout, for the first to finish, and
+// then stages against what the first committed (an oci: layout's blobs are
+// known and not fetched again). The lock is a root-only file in dir (the
+// state root's lock directory, state.Root.Locks)
+// named by a hash of DEST's absolute path and the repository; it is held
+// by flock, so a killed holder releases it. The returned function releases
+// it. Waiting longer than timeout is failure.Destination (exit 9); the
+// wait ends with ctx too (SIGINT, SIGTERM: exit 130/143; the --timeout
+// deadline: its cause, exit 6).
+func LockPull(ctx context.Context, dir string, spec Spec, repository string, timeout time.Duration) (func(), error) {
+	if timeout <= 0 {
+		timeout = LockTimeout
+	}
+	if err := makeLockDir(dir); err != nil {
+		return nil, failure.Wrap(failure.Destination, err, "creating the lock directory %s", dir)
+	}
+	sum := sha256.Sum256([]byte(spec.Path + "\x00" + repository))
+	path := filepath.Join(dir, "pull-"+hex.EncodeToString(sum[:16])+".lock")
+	fd, unlock, err := lockFile(ctx, path, timeout)
+	if err != nil {
+		if cerr := ctxErr(ctx, "waiting for the pull lock of "+repository+" into "+spec.Path); cerr != nil {
+			return nil, cerr
+		}
+		if errors.Is(err, errStillLocked) {
+			return nil, failure.New(failure.Destination,
+				"another pull of %s into %s has held its lock for %s (--lock-timeout, dest.lock_timeout); lock file %s",
+				repository, spec.Path, timeout, path)
+		}
+		return nil, failure.Wrap(failure.Destination, err, "opening the pull lock %s", path)
+	}
+	_, _ = unix.Write(fd, []byte(fmt.Sprintf("%d\n", os.Getpid())))
+	// The pull lock files killed pulls left (nobody holds them); a pull
+	// that created one and has not locked it yet notices its file is gone
+	// (lockFile compares inodes) and tries again.
+	_, _ = sweepLockGlob(filepath.Join(dir, "pull-*.lock"), maxPullLockSweep)
+	return unlock, nil
+}
+
+// maxPullLockSweep bounds the stale pull locks one pull removes.
+const maxPullLockSweep = 4096
+
+// lockInode takes the commit lock of the directory held as fd: a
+// root-only file in dir (StageOptions.Locks) named by the directory's
+// device and inode, so that no other user can hold a pull's lock (any
+// user may flock a directory it can open, and so could stall every commit
+// into a shared parent until LockTimeout). It waits at
+// most d (and not past ctx: SIGINT, SIGTERM, the --timeout deadline), and
+// returns the function that releases it. The lock file is
+// removed on release, under the lock; a waiter that then holds a removed
+// file notices (its inode is no longer the path's) and tries again.
+func lockInode(ctx context.Context, dir string, fd int, d time.Duration) (func(), error) {
+	st, err := safefs.Fstat(fd)
+	if err != nil {
+		return nil, err
+	}
+	if err := makeLockDir(dir); err != nil {
+		return nil, err
+	}
+	_, unlock, err := lockFile(ctx, filepath.Join(dir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino)), d)
+	return unlock, err
+}
+
+// makeLockDir creates the lock directory (root's 0700) when missing. An
+// empty or relative one is refused: the caller forgot to pass it, and the
+// locks would land in the working directory.
+func makeLockDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("the lock directory %q is not an absolute path", dir)
+	}
+	return os.MkdirAll(dir, 0o700)
+}
+
+// lockFile takes an exclusive flock on the lock file path (created 0600),
+// waiting at most d and not past ctx (then ctx's error: the caller checks
+// ctxErr first), and returns its descriptor and the function that
+// releases it. The file is removed on release, under the lock; a waiter
+// that then holds a removed file notices (its inode is no longer the
+// path's) and tries again.
+func lockFile(ctx context.Context, path string, d time.Duration) (int, func(), error) {
+	deadline := time.Now().Add(d)
+	for {
+		lfd, err := unix.Open(path, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return -1, nil, err
+		}
+		if err := flockWait(ctx, lfd, time.Until(deadline)); err != nil {
+			unix.Close(lfd)
+			return -1, nil, err
+		}
+		held, err1 := safefs.Fstat(lfd)
+		var now unix.Stat_t
+		err2 := unix.Stat(path, &now)
+		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+			return lfd, func() {
+				_ = unix.Unlink(path)
+				_ = unix.Flock(lfd, unix.LOCK_UN)
+				unix.Close(lfd)
+			}, nil
+		}
+		unix.Close(lfd) // removed by the holder we waited for: again
+	}
+}
+
+// errStillLocked: flockWait's bound passed with the lock still held.
+var errStillLocked = errors.New("still locked by another pull")
+
+// flockWait takes an exclusive flock on fd, waiting at most d and not past
+// ctx (context.Cause(ctx) then).
+func flockWait(ctx context.Context, fd int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	wait := 5 * time.Millisecond
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w after %s", errStillLocked, d)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		if wait < 200*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
+
+// SweepLocks removes the commit and pull lock files in dir (the state
+// root's lock directory, state.Root.Locks) that no process holds
+// (left by a pullhelper killed while it committed), each under its own
+// flock, as a holder removes its own on release: a waiter that holds a
+// removed file notices and tries again (lockInode). It returns their paths.
+func SweepLocks(dir string) ([]string, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("the lock directory %q is not an absolute path", dir)
+	}
+	return sweepLockGlob(filepath.Join(dir, "*.lock"), 0)
+}
+
+// sweepLockGlob removes the unheld lock files matching pattern, at most
+// max of them when max > 0.
+func sweepLockGlob(pattern string, max int) ([]string, error) {
+	names, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, p := range names {
+		if max > 0 && i >= max {
+			break
+		}
+		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone meanwhile, or not a regular file of ours
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			unix.Close(fd) // held: a live pull's
+			continue
+		}
+		held, err1 := safefs.Fstat(fd)
+		var now unix.Stat_t
+		err2 := unix.Lstat(p, &now)
+		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino && unix.Unlink(p) == nil {
+			out = append(out, p)
+		}
+		unix.Close(fd)
+	}
+	return out, nil
+}

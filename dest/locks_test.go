@@ -1,0 +1,82 @@
+package dest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"golang.org/x/sys/unix"
+)
+
+// Another user holding an flock on DEST (any user can open a directory and
+// lock it) does not hold up a commit: the commit lock is a root-only file.
+func TestCommitIgnoresAnotherUsersFlock(t *testing.T) {
+	needRoot(t)
+	old, im := newImg("old"), newImg("new")
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, old, "prod")
+	f, err := os.Open(d)
+	must(t, err)
+	defer f.Close()
+	must(t, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB))
+	dd := parse(t, "oci:"+d+":a")
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks, HandTo: &dest.Identity{UID: 65534, GID: 65534}})
+	must(t, err)
+	defer st.Remove()
+	e := pull(t, dd, st, source(t, im), nil)
+	must(t, dd.Verify(bg, st, e))
+	must(t, dd.Commit(bg, st))
+	if got := readIndex(t, d); got["a"] != im.digest || got["prod"] != old.digest {
+		t.Fatalf("index after commit: %v", got)
+	}
+	var sd unix.Stat_t
+	must(t, unix.Stat(d, &sd))
+	if _, err := os.Stat(filepath.Join(testLocks, fmt.Sprintf("%d-%d.lock", sd.Dev, sd.Ino))); !os.IsNotExist(err) {
+		t.Errorf("the commit lock file of %s is left (%v)", d, err)
+	}
+}
+
+// The pull lock's wait ends with the pull's context: a signal is
+// failure.Interrupted, the deadline its own cause, not exit 9 after the
+// lock timeout.
+func TestLockPullEndsWithContext(t *testing.T) {
+	needRoot(t)
+	locks := t.TempDir()
+	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
+	unlock, err := dest.LockPull(context.Background(), locks, spec, "registry.example/x", time.Minute)
+	must(t, err)
+	defer unlock()
+	for _, c := range []struct {
+		cause error
+		want  failure.Code
+	}{
+		{errors.New("interrupted"), failure.Interrupted},
+		{failure.New(failure.Network, "pull timed out after 5s (--timeout)"), failure.Network},
+	} {
+		_, err := dest.LockPull(done(c.cause), locks, spec, "registry.example/x", 15*time.Second)
+		if failure.CodeOf(err) != c.want || !strings.Contains(fmt.Sprint(err), "waiting for the pull lock") {
+			t.Errorf("LockPull with an ended context (%v): %v, want %s", c.cause, err, c.want)
+		}
+	}
+}
+
+// The lock directory is the caller's to name: none (or a relative one)
+// is refused, never the working directory.
+func TestLockDirRequired(t *testing.T) {
+	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
+	for _, dir := range []string{"", "locks"} {
+		if _, err := dest.LockPull(context.Background(), dir, spec, "registry.example/x", time.Second); err == nil {
+			t.Errorf("LockPull in %q: no error", dir)
+		}
+		if _, err := dest.SweepLocks(dir); err == nil {
+			t.Errorf("SweepLocks in %q: no error", dir)
+		}
+	}
+}
