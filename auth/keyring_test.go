@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // hermetic returns a Config reading only files under dir: an empty
@@ -38,7 +40,7 @@ func newKeyring(t *testing.T, c auth.Config) *auth.Keyring {
 	return k
 }
 
-func endpoints(t *testing.T, k *auth.Keyring, image string) []auth.Endpoint {
+func endpoints(t *testing.T, k *auth.Keyring, image string) []wire.Endpoint {
 	t.Helper()
 	eps, err := k.Endpoints(image)
 	if err != nil {
@@ -48,7 +50,7 @@ func endpoints(t *testing.T, k *auth.Keyring, image string) []auth.Endpoint {
 }
 
 // who lists "source:key:username" of each candidate.
-func who(cs []auth.Credential) []string {
+func who(cs []wire.Credential) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.Source+":"+c.Key+":"+c.Username)
@@ -56,7 +58,7 @@ func who(cs []auth.Credential) []string {
 	return out
 }
 
-func hostsOf(eps []auth.Endpoint) []string {
+func hostsOf(eps []wire.Endpoint) []string {
 	var out []string
 	for _, e := range eps {
 		out = append(out, e.Scheme+"://"+e.Host+e.Path+" "+e.Source)
@@ -115,8 +117,8 @@ ca = "ca.crt"
 			t.Errorf("%s: mirror = %v", e.Host, e.Mirror)
 		}
 	}
-	if !reflect.DeepEqual(eps[0].Capabilities, []string{"pull"}) || !reflect.DeepEqual(eps[0].Headers, []string{"X-Token"}) {
-		t.Errorf("first: capabilities %q headers %q", eps[0].Capabilities, eps[0].Headers)
+	if !reflect.DeepEqual(eps[0].Capabilities.Names(), []string{"pull"}) || !reflect.DeepEqual(eps[0].Headers, []string{"X-Token"}) {
+		t.Errorf("first: capabilities %q headers %q", eps[0].Capabilities.Names(), eps[0].Headers)
 	}
 	if eps[0].Trust.Verify || !strings.Contains(eps[0].Trust.InsecureBy, "containerd skip_verify") {
 		t.Errorf("first: trust %+v, want skip_verify", eps[0].Trust)
@@ -260,7 +262,7 @@ blocked = true
 		t.Errorf("by digest: %q", hostsOf(eps))
 	}
 	// Every endpoint blocked: an error.
-	if _, err := k.Endpoints("blocked.example.com/x:1"); !errors.Is(err, auth.ErrBlocked) {
+	if _, err := k.Endpoints("blocked.example.com/x:1"); !errors.Is(err, hosts.ErrBlocked) {
 		t.Errorf("blocked image: err %v, want ErrBlocked", err)
 	}
 }
@@ -305,7 +307,7 @@ func TestTrustFor(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "certs.d", "reg.example.com:5000"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c.CAFiles = []auth.ScopedFile{{Pattern: "*.example.com:5000", File: "/ca/a.pem"}, {Pattern: "reg.example.com", File: "/ca/b.pem"}}
+	c.CAFiles = []hosts.ScopedFile{{Pattern: "*.example.com:5000", File: "/ca/a.pem"}, {Pattern: "reg.example.com", File: "/ca/b.pem"}}
 	c.InsecureRegistries = []string{"*.insecure.test"}
 	c.RegistriesConf = write(t, dir, "registries.conf", "[[registry]]\nlocation = \"rc.example.com\"\ninsecure = true\n")
 	k := newKeyring(t, c)
@@ -384,7 +386,7 @@ func TestNewKeyringConfigErrors(t *testing.T) {
 		{"auth.service_account_registries", func(c *auth.Config) {
 			c.ServiceAccountToken, c.ServiceAccountRegistries = "/t", []string{"https://x"}
 		}},
-		{"trust.ca_files", func(c *auth.Config) { c.CAFiles = []auth.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
+		{"trust.ca_files", func(c *auth.Config) { c.CAFiles = []hosts.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
 		{"trust.insecure_registries", func(c *auth.Config) { c.InsecureRegistries = []string{"x/y"} }},
 		{"auth.containerd_config", func(c *auth.Config) { c.ContainerdConfig = write(t, dir, "bad.toml", "version = [") }},
 	} {

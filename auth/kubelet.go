@@ -30,6 +30,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -55,7 +56,7 @@ const defaultRegistryHost = "index.docker.io"
 // sorted reverse-lexicographically. The zero value is an empty keyring.
 type KubeletKeyring struct {
 	index []string
-	creds map[string][]Credential
+	creds map[string][]wire.Credential
 }
 
 // AddDockerConfigJSON adds the "auths" of a config.json-format document
@@ -86,14 +87,14 @@ func (k *KubeletKeyring) AddDockerCfg(data []byte, source, file string) error {
 // then de-duplicate and reverse-sort the index.
 func (k *KubeletKeyring) add(cfg kubeletConfig, source, file string) {
 	if k.creds == nil {
-		k.creds = map[string][]Credential{}
+		k.creds = map[string][]wire.Credential{}
 	}
 	for _, item := range cfg.entries {
 		key, ok := normalizeKubeletKey(item.key)
 		if !ok {
 			continue // the kubelet logs "Entry %q in dockercfg invalid" and ignores it
 		}
-		k.creds[key] = append(k.creds[key], Credential{
+		k.creds[key] = append(k.creds[key], wire.Credential{
 			Source:   source,
 			File:     file,
 			Key:      item.key,
@@ -142,8 +143,8 @@ func normalizeKubeletKey(loc string) (string, bool) {
 // under index.docker.io are returned. image is the normalized repository
 // name without tag or digest, as the kubelet passes it (e.g.
 // "docker.io/library/nginx", "quay.io/org/repo", "reg:5000/x").
-func (k *KubeletKeyring) Lookup(image string) []Credential {
-	var ret []Credential
+func (k *KubeletKeyring) Lookup(image string) []wire.Credential {
+	var ret []wire.Credential
 	for _, key := range k.index {
 		if kubeletURLsMatch(key, image) {
 			ret = append(ret, k.creds[key]...)
@@ -154,7 +155,7 @@ func (k *KubeletKeyring) Lookup(image string) []Credential {
 	}
 	if isDefaultRegistryMatch(image) {
 		if creds, ok := k.creds[defaultRegistryHost]; ok {
-			return append([]Credential(nil), creds...)
+			return append([]wire.Credential(nil), creds...)
 		}
 	}
 	return nil

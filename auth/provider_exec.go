@@ -21,6 +21,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
 )
 
@@ -39,14 +40,14 @@ import (
 // provider (the kubelet logs such failures and pulls with the rest). Errors
 // before any provider ran (invalid config or image, missing binaries) come
 // with no credentials.
-func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, error) {
+func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]wire.Credential, error) {
 	creds, _, err := cpProviders(cfg, binDir, image, cacheDir, opts)
 	return creds, err
 }
 
 // cpProviders is Providers, also returning why each skipped provider was
 // skipped ("NAME: reason").
-func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, []string, error) {
+func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]wire.Credential, []string, error) {
 	if cfg == nil {
 		return nil, nil, nil
 	}

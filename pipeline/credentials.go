@@ -6,7 +6,9 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/policy"
 	"go.podman.io/image/v5/docker/reference"
 )
@@ -43,7 +45,7 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *reg
 	// Validate checked the entries.
 	c.ProviderServiceAccountAnnotations, _ = policy.ParseAnnotations(a.ProviderServiceAccountAnnotations)
 	for _, f := range t.CAFiles {
-		c.CAFiles = append(c.CAFiles, auth.ScopedFile{Pattern: f.Registry, File: f.File})
+		c.CAFiles = append(c.CAFiles, hosts.ScopedFile{Pattern: f.Registry, File: f.File})
 	}
 	if c.CredentialProviderConfig != "" && c.RunProviders {
 		c.ProviderCacheDir = DefaultProviderCacheDir
@@ -95,7 +97,7 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	primary := eps[len(eps)-1]
 	p.Credentials = primary.Credentials
 	if p.Credentials == nil {
-		p.Credentials = []auth.Credential{}
+		p.Credentials = []wire.Credential{}
 	}
 	p.Trust = primary.Trust
 	return nil

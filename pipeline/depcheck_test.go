@@ -15,14 +15,19 @@ func TestDependencyRules(t *testing.T) {
 		pkg    string
 		denied []string
 	}{
-		// The copy knows nothing of isolation or policy.
-		{"pull", []string{"cgroup", "privdrop", "netns", "dnsconf", "policy", "reexec", "pipeline", "cmd/pullhelper"}},
+		// The copy knows nothing of isolation or policy, nor of where its
+		// endpoints and credentials came from (it reads internal/wire).
+		{"pull", []string{"cgroup", "privdrop", "netns", "dnsconf", "policy", "auth", "hosts", "reexec", "pipeline", "cmd/pullhelper"}},
 		// cgroup takes its own limits type.
 		{"cgroup", []string{"policy", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
 		// The output types are importable by agents with no dependency.
 		{"api", []string{"*"}},
 		{"policy", []string{"pull", "pipeline", "reexec", "cgroup", "auth", "cmd/pullhelper"}},
 		{"auth", []string{"policy", "pull", "pipeline", "reexec", "cgroup", "cmd/pullhelper"}},
+		// Endpoints, mirrors and trust know no credential source.
+		{"hosts", []string{"auth", "policy", "pull", "dest", "pipeline", "reexec", "cgroup", "privdrop", "netns", "dnsconf", "cmd/pullhelper"}},
+		// What crosses to the copy has no dependency.
+		{"internal/wire", []string{"*"}},
 		{"reexec", []string{"pipeline", "policy", "cmd/pullhelper"}},
 		{"privdrop", []string{"pull", "pipeline", "reexec", "policy", "cmd/pullhelper"}},
 		{"pipeline", []string{"cmd/pullhelper"}},

@@ -17,7 +17,9 @@ import (
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
@@ -32,7 +34,7 @@ import (
 var version = "dev"
 
 // The default trust.certs_d is the linked containers/image's own search.
-func init() { policy.CertsDSearch = auth.DefaultCertsD }
+func init() { policy.CertsDSearch = hosts.DefaultCertsD }
 
 func main() {
 	// Before anything opens or marks a descriptor (--pull-secret-fd).
@@ -168,7 +170,7 @@ setting. Nothing is contacted and nothing is written.`,
 			}
 			view := *plan
 			if view.Credentials == nil {
-				view.Credentials = []auth.Credential{}
+				view.Credentials = []wire.Credential{}
 			}
 			var cg *cgroup.Config
 			if !c.noIsolation {

@@ -1,38 +1,21 @@
-package auth
+package hosts
 
 import (
-	"go.podman.io/storage/pkg/configfile"
 	"os"
 	"path/filepath"
-)
 
-// Trust is the TLS material chosen for one registry.
-type Trust struct {
-	// CertDir is the one directory whose *.crt, *.cert and *.key files are
-	// used ("" when none exists: the system pool alone).
-	CertDir string `json:"cert_dir,omitempty"`
-	// Searched lists every directory considered, in order.
-	Searched []string `json:"searched"`
-	// Verify is false when certificates are not checked (--tls-verify=false
-	// or the registry is listed as insecure).
-	Verify bool `json:"verify"`
-	// InsecureBy says what turned verification off.
-	InsecureBy string `json:"insecure_by,omitempty"`
-	// CAFiles are extra CA bundles for this registry (policy trust.ca_files
-	// matching it, containerd's hosts configuration), added to the pool.
-	CAFiles []string `json:"ca_files,omitempty"`
-	// ClientPairs are extra client certificate/key files ([cert, key]).
-	ClientPairs [][2]string `json:"client_pairs,omitempty"`
-}
+	"github.com/pullhelper/pullhelper/internal/wire"
+	"go.podman.io/storage/pkg/configfile"
+)
 
 // ResolveTrust picks the certificate directory for host ("host[:port]") the
 // containers way: a flat certDir for every host when given; otherwise the
 // first existing ROOT/host among certsD (unreadable candidates are skipped).
-func ResolveTrust(host, certDir string, certsD []string) Trust {
+func ResolveTrust(host, certDir string, certsD []string) wire.Trust {
 	if certDir != "" {
-		return Trust{CertDir: certDir, Searched: []string{certDir}, Verify: true}
+		return wire.Trust{CertDir: certDir, Searched: []string{certDir}, Verify: true}
 	}
-	t := Trust{Verify: true, Searched: []string{}}
+	t := wire.Trust{Verify: true, Searched: []string{}}
 	for _, root := range certsD {
 		d := filepath.Join(root, host)
 		t.Searched = append(t.Searched, d)
