@@ -33,9 +33,6 @@ import (
 // version is set with -ldflags "-X main.version=…" by make build.
 var version = "dev"
 
-// The default trust.certs_d is the linked containers/image's own search.
-func init() { policy.CertsDSearch = hosts.DefaultCertsD }
-
 func main() {
 	// Before anything opens or marks a descriptor (--pull-secret-fd).
 	recordInheritedFDs()
@@ -322,6 +319,7 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
+	l.DefaultCertsD(hosts.DefaultCertsD())
 	if err := applySettingFlags(cmd.Flags(), l); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
