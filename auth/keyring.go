@@ -34,10 +34,11 @@ package auth
 //     rewritten reference), as newDockerClientFromRef does through
 //     pkg/docker/config GetCredentialsForRef.
 //
-// Which endpoints: with a containerd config, containerd's (hosts.toml
-// [host] entries in file order, then server or the default; or the legacy
-// mirrors then the default); otherwise registries.conf's
-// (PullSourcesFromReference: mirrors, then the primary location).
+// Which endpoints is package hosts' answer: with a containerd config,
+// containerd's (hosts.toml [host] entries in file order, then server or the
+// default; or the legacy mirrors then the default); otherwise
+// registries.conf's (PullSourcesFromReference: mirrors, then the primary
+// location). Each comes with the hosts.Query the sources above answer.
 
 import (
 	"errors"

@@ -66,7 +66,7 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	if err != nil {
 		var ce *auth.ConfigError
 		if errors.As(err, &ce) {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, ce.Setting), ce.Err)
+			return failure.Wrap(failure.Usage, ce.Err, "%s", settingName(l, ce.Setting))
 		}
 		return failure.Wrap(failure.Usage, err, "")
 	}
@@ -91,7 +91,7 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	eps, err := k.Endpoints(named.String())
 	p.Warnings = append(p.Warnings, k.Warnings...)
 	if err != nil {
-		return failure.New(failure.Usage, "%s: %v", p.Reference, err)
+		return failure.Wrap(failure.Usage, err, "%s", p.Reference)
 	}
 	p.Endpoints = eps
 	primary := eps[len(eps)-1]

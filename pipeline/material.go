@@ -154,7 +154,7 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 
 	ents, err := os.ReadDir(SystemRegistriesD)
 	if err != nil && !os.IsNotExist(err) {
-		return failure.New(failure.Usage, "reading %s: %v", SystemRegistriesD, err)
+		return failure.Wrap(failure.Usage, err, "reading %s", SystemRegistriesD)
 	}
 	names := []string{}
 	for _, e := range ents {
@@ -166,7 +166,7 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 	for _, n := range names {
 		b, err := readBounded(filepath.Join(SystemRegistriesD, n))
 		if err != nil {
-			return failure.New(failure.Usage, "reading %s: %v", filepath.Join(SystemRegistriesD, n), err)
+			return failure.Wrap(failure.Usage, err, "reading %s", filepath.Join(SystemRegistriesD, n))
 		}
 		if m.RegistriesD == nil {
 			m.RegistriesD = map[string][]byte{}
