@@ -113,7 +113,7 @@ func ctrdKeyring(t *testing.T, cfg string) (*auth.Keyring, error) {
 	t.Helper()
 	c := hermetic(t, t.TempDir())
 	c.ContainerdConfig = cfg
-	return auth.NewKeyring(c)
+	return auth.NewTestKeyring(c)
 }
 
 // ctrdImage is an image on the reference host ref ("" = docker.io).

@@ -19,13 +19,16 @@
 //   - containers/image (containers.go): auth.json search order, path-aware
 //     key matching, credHelpers, and registries.conf credential-helpers.
 //
-// NewKeyring(Config) reads every source once and composes them in one
-// documented order (NewKeyring, with keychain.go's Multi, OrElse, First and Kubelet, as
-// authn.NewMultiKeychain composes keychains); it also builds the pull's
-// hosts.Resolver from Config.Hosts(), and Endpoints(image) is that
-// resolver's endpoints, each given the candidates the chain offers for its
-// Query, equal secrets sharing one ID. Endpoints, mirrors and TLS trust
-// are package hosts'; the values handed to the copy are internal/wire's.
+// NewKeyring(Config, *hosts.Resolver) reads every source once and composes
+// them in one documented order (NewKeyring, with keychain.go's Multi,
+// OrElse, First and Kubelet, as authn.NewMultiKeychain composes
+// keychains); the resolver supplies what auth reads from the files package
+// hosts owns (containerd's configs.*.auth, registries.conf's
+// credential-helpers). Fill gives the resolver's endpoints their
+// candidates: what the chain offers for each endpoint's hosts.Query, equal
+// secrets sharing one ID. The pipeline joins the two; endpoints, mirrors
+// and TLS trust are package hosts', and the values handed to the copy are
+// internal/wire's.
 //
 // Invariants: only the parent process calls this package, because the files
 // may be readable by root alone. A credential's secret fields never appear

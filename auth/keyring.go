@@ -53,10 +53,10 @@ import (
 	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
-// Config is everything the keyring reads: the credential sources, and the
-// endpoint and trust settings it hands package hosts (Hosts). The pipeline
-// fills it from the policy; auth imports no policy. Empty fields turn their
-// source off.
+// Config is every credential source the keyring reads (the files package
+// hosts owns -- containerd's config.toml, registries.conf -- come through
+// its Resolver). The pipeline fills it from the policy; auth imports no
+// policy. Empty fields turn their source off.
 type Config struct {
 	// PullSecrets are pull secret files (auth.pull_secrets);
 	// InlinePullSecrets pull secrets already read (--pull-secret-fd),
@@ -78,9 +78,6 @@ type Config struct {
 	// credential providers with tokenAttributes ("" = no service account).
 	ProviderServiceAccountToken       string
 	ProviderServiceAccountAnnotations map[string]string
-	// ContainerdConfig is containerd's config.toml; when set, containerd
-	// decides the endpoints.
-	ContainerdConfig string
 	// ServiceAccountToken is the token file offered to the hosts matching
 	// ServiceAccountRegistries, with ServiceAccountUsername ("" =
 	// DefaultServiceAccountUsername).
@@ -99,24 +96,6 @@ type Config struct {
 	Authfile       string
 	InlineAuthfile *Inline
 	Env            Env
-	// RegistriesConf is the effective registries.conf ("" = the
-	// containers default search); RegistriesConfDir the drop-in directory
-	// ("" = the containers default drop-in directories). The pipeline
-	// names its snapshot of the checked files here (pipeline/snapshot.go),
-	// so that containers/image reads the bytes that were checked, and
-	// RegistriesConfName the caller's file, for messages and explain
-	// ("" = RegistriesConf).
-	RegistriesConf, RegistriesConfDir, RegistriesConfName string
-	// CertDir (one flat directory for every host) or CertsD (roots of
-	// ROOT/HOST[:PORT]); CAFiles scoped by pattern (trust.ca_files);
-	// InsecureRegistries patterns; TLSVerify false turns verification off
-	// everywhere, TLSVerifySetting names who said so ("" = "tls_verify").
-	CertDir            string
-	CertsD             []string
-	CAFiles            []hosts.ScopedFile
-	InsecureRegistries []string
-	TLSVerify          bool
-	TLSVerifySetting   string
 }
 
 // ConfigError is a Config value the keyring cannot use. Setting is the
@@ -130,19 +109,9 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Setting + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// Hosts is the part of c that package hosts reads.
-func (c Config) Hosts() hosts.Config {
-	return hosts.Config{
-		ContainerdConfig: c.ContainerdConfig,
-		RegistriesConf:   c.RegistriesConf, RegistriesConfDir: c.RegistriesConfDir, RegistriesConfName: c.RegistriesConfName,
-		CertDir: c.CertDir, CertsD: c.CertsD, CAFiles: c.CAFiles, InsecureRegistries: c.InsecureRegistries,
-		TLSVerify: c.TLSVerify, TLSVerifySetting: c.TLSVerifySetting,
-	}
-}
-
-// Keyring answers credential questions per host for one pull, joined with
-// the endpoints package hosts resolves (Endpoints). It is built once per
-// pull, in the parent, and is not safe for concurrent use.
+// Keyring answers credential questions per host for one pull: Fill gives
+// the endpoints package hosts resolved their candidates. It is built once
+// per pull, in the parent, and is not safe for concurrent use.
 type Keyring struct {
 	hosts *hosts.Resolver
 	// chain is every configured source in the order of NewKeyring's
@@ -160,9 +129,11 @@ type Keyring struct {
 	Warnings []string
 }
 
-// NewKeyring reads every configured source once, and the endpoint and
-// trust settings through hosts.New. Errors are *ConfigError and never
-// quote a secret.
+// NewKeyring reads every configured source once; r is the pull's
+// hosts.Resolver, which has read containerd's config.toml (its
+// configs.*.auth are a source when it is set) and registries.conf (its
+// credential-helpers are). Errors are *ConfigError and never quote a
+// secret.
 //
 // The sources are composed in this order, as the kubelet and the runtime
 // apply them (the file comment says why):
@@ -173,7 +144,7 @@ type Keyring struct {
 //	          service-account token),
 //	    containerd configs."HOST".auth),
 //	  First(registries.conf credential-helpers, "containers-auth.json" = the auth files))
-func NewKeyring(c Config) (*Keyring, error) {
+func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	if c.InlineServiceAccountToken != nil {
 		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
 	}
@@ -216,24 +187,10 @@ func NewKeyring(c Config) (*Keyring, error) {
 		kubelet = append(kubelet, pk)
 	}
 	var ctrd Keychain
-	if c.ContainerdConfig != "" {
-		// Read by hosts.New below; the credential source asks it.
-		ctrd = &containerdKeychain{}
-	}
-	hc := c.Hosts()
-	hc.Warn = k.warn
-	r, err := hosts.New(hc)
-	if err != nil {
-		var he *hosts.ConfigError
-		if errors.As(err, &he) {
-			return bad(he.Setting, he.Err)
-		}
-		return nil, err
+	if r.Containerd() {
+		ctrd = &containerdKeychain{hosts: r}
 	}
 	k.hosts = r
-	if ctrd != nil {
-		ctrd.(*containerdKeychain).hosts = r
-	}
 	var sa Keychain
 	if c.ServiceAccountToken != "" {
 		pats, err := regpattern.ParseAll(c.ServiceAccountRegistries)
@@ -255,9 +212,7 @@ func NewKeyring(c Config) (*Keyring, error) {
 	k.Warnings = append(k.Warnings, warnings...)
 	helpers, err := r.CredentialHelpers()
 	if err != nil {
-		var he *hosts.ConfigError
-		errors.As(err, &he)
-		return bad(he.Setting, he.Err)
+		return bad("pull.registries_conf", err)
 	}
 	var containers First
 	for _, h := range helpers {
@@ -276,22 +231,16 @@ func (k *Keyring) AuthFiles() ([]wire.AuthFile, bool) { return k.authFiles, k.au
 // ("" when the search is off or found none).
 func (k *Keyring) NodeDockerConfig() string { return k.nodeFile }
 
-// Endpoints returns, in order, the hosts a pull of image contacts
-// (hosts.Resolver.Endpoints), each with its credential candidates: what
-// the composed sources offer for its hosts.Query, equal secrets sharing
-// one ID. An image whose every endpoint is blocked is an error wrapping
-// hosts.ErrBlocked.
-func (k *Keyring) Endpoints(image string) ([]wire.Endpoint, error) {
-	eps, err := k.hosts.Endpoints(image)
-	if err != nil {
-		return nil, err
-	}
+// Fill returns eps (hosts.Resolver.Endpoints, in order) each with its
+// credential candidates: what the composed sources offer for its
+// hosts.Query, equal secrets sharing one ID.
+func (k *Keyring) Fill(eps []hosts.Endpoint) []wire.Endpoint {
 	out := make([]wire.Endpoint, len(eps))
 	for i, e := range eps {
 		out[i] = e.Endpoint
 		out[i].Credentials = k.credentials(e.Query)
 	}
-	return out, nil
+	return out
 }
 
 // credentials asks the chain about q: every candidate gets its ID, every
@@ -299,7 +248,7 @@ func (k *Keyring) Endpoints(image string) ([]wire.Endpoint, error) {
 func (k *Keyring) credentials(q hosts.Query) []wire.Credential {
 	cs, err := k.chain.Resolve(q)
 	for _, e := range flatten(err) {
-		k.warn(e.Error())
+		k.Warn(e.Error())
 	}
 	out := make([]wire.Credential, 0, len(cs))
 	for _, c := range cs {
@@ -321,7 +270,9 @@ func (k *Keyring) withID(c wire.Credential) wire.Credential {
 	return c
 }
 
-func (k *Keyring) warn(msg string) {
+// Warn adds msg to Warnings unless it is there already (package hosts'
+// warnings join them: the pipeline hands it Warn).
+func (k *Keyring) Warn(msg string) {
 	for _, w := range k.Warnings {
 		if w == msg {
 			return

@@ -16,14 +16,14 @@ import (
 
 // hermetic returns a Config reading only files under dir: an empty
 // registries.conf and drop-in directory, no default auth files.
-func hermetic(t *testing.T, dir string) auth.Config {
+func hermetic(t *testing.T, dir string) auth.TestConfig {
 	t.Helper()
 	rc := write(t, dir, "registries.conf", "")
 	d := filepath.Join(dir, "registries.conf.d")
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return auth.Config{
+	return auth.TestConfig{
 		RegistriesConf: rc, RegistriesConfDir: d, TLSVerify: true,
 		Env:      auth.Env{UID: 4242, Home: filepath.Join(dir, "home")},
 		Authfile: write(t, dir, "auth.json", `{"auths":{}}`),
@@ -31,9 +31,9 @@ func hermetic(t *testing.T, dir string) auth.Config {
 	}
 }
 
-func newKeyring(t *testing.T, c auth.Config) *auth.Keyring {
+func newKeyring(t *testing.T, c auth.TestConfig) *auth.Keyring {
 	t.Helper()
-	k, err := auth.NewKeyring(c)
+	k, err := auth.NewTestKeyring(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,19 +380,19 @@ func TestNewKeyringConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		setting string
-		mod     func(*auth.Config)
+		mod     func(*auth.TestConfig)
 	}{
-		{"auth.pull_secrets", func(c *auth.Config) { c.PullSecrets = []string{filepath.Join(dir, "missing")} }},
-		{"auth.service_account_registries", func(c *auth.Config) {
+		{"auth.pull_secrets", func(c *auth.TestConfig) { c.PullSecrets = []string{filepath.Join(dir, "missing")} }},
+		{"auth.service_account_registries", func(c *auth.TestConfig) {
 			c.ServiceAccountToken, c.ServiceAccountRegistries = "/t", []string{"https://x"}
 		}},
-		{"trust.ca_files", func(c *auth.Config) { c.CAFiles = []hosts.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
-		{"trust.insecure_registries", func(c *auth.Config) { c.InsecureRegistries = []string{"x/y"} }},
-		{"auth.containerd_config", func(c *auth.Config) { c.ContainerdConfig = write(t, dir, "bad.toml", "version = [") }},
+		{"trust.ca_files", func(c *auth.TestConfig) { c.CAFiles = []hosts.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
+		{"trust.insecure_registries", func(c *auth.TestConfig) { c.InsecureRegistries = []string{"x/y"} }},
+		{"auth.containerd_config", func(c *auth.TestConfig) { c.ContainerdConfig = write(t, dir, "bad.toml", "version = [") }},
 	} {
 		c := hermetic(t, dir)
 		tc.mod(&c)
-		_, err := auth.NewKeyring(c)
+		_, err := auth.NewTestKeyring(c)
 		var ce *auth.ConfigError
 		if !errors.As(err, &ce) || ce.Setting != tc.setting {
 			t.Errorf("%s: err %v, want a ConfigError for it", tc.setting, err)
@@ -411,38 +411,38 @@ func TestContainerdAuthPrecedence(t *testing.T) {
 	const ctrdWho = `containerd-config:configs."reg.example.com".auth:ctrd-user`
 	tests := []struct {
 		name  string
-		setup func(t *testing.T, dir string, c *auth.Config)
+		setup func(t *testing.T, dir string, c *auth.TestConfig)
 		want  []string
 	}{
-		{"nothing from the kubelet: configs auth", func(t *testing.T, dir string, c *auth.Config) {}, []string{ctrdWho}},
-		{"pull secret matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"nothing from the kubelet: configs auth", func(t *testing.T, dir string, c *auth.TestConfig) {}, []string{ctrdWho}},
+		{"pull secret matches: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"reg.example.com":{"auth":"`+b64("sec:p")+`"}}}`)}
 		}, []string{"pull-secret:reg.example.com:sec"}},
-		{"pull secret for another registry: offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"pull secret for another registry: offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"other.example.com":{"auth":"`+b64("sec:p")+`"}}}`)}
 		}, []string{ctrdWho}},
-		{"node docker config matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"node docker config matches: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			root := filepath.Join(dir, "kubelet")
 			write(t, root, "config.json", `{"auths":{"reg.example.com":{"auth":"`+b64("node:p")+`"}}}`)
 			c.KubeletDockerConfig = root
 		}, []string{"kubelet-node-config:reg.example.com:node"}},
-		{"credential provider runs: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"credential provider runs: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			write(t, dir, "bin/p", "#!/bin/sh\nexit 1\n")
 			c.CredentialProviderConfig = write(t, dir, "cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"+
 				"providers:\n  - name: p\n    matchImages: [reg.example.com]\n    defaultCacheDuration: 1m\n    apiVersion: "+provV1+"\n")
 			c.CredentialProviderBinDir = filepath.Join(dir, "bin")
 		}, []string{"credential-provider:(plugins run at pull time; not run by explain):"}},
-		{"credential provider skipped (needs a service account): offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"credential provider skipped (needs a service account): offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			write(t, dir, "bin/p", "#!/bin/sh\nexit 1\n")
 			c.CredentialProviderConfig = write(t, dir, "cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"+
 				"providers:\n  - name: p\n    matchImages: [reg.example.com]\n    defaultCacheDuration: 1m\n    apiVersion: "+provV1+"\n"+
 				"    tokenAttributes: {serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true}\n")
 			c.CredentialProviderBinDir = filepath.Join(dir, "bin")
 		}, []string{ctrdWho}},
-		{"service-account token matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"service-account token matches: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.ServiceAccountToken, c.ServiceAccountRegistries = write(t, dir, "token", "tok\n"), []string{"reg.example.com"}
 		}, []string{"service-account-token:reg.example.com:serviceaccount"}},
-		{"auth file: after configs auth", func(t *testing.T, dir string, c *auth.Config) {
+		{"auth file: after configs auth", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.Authfile = write(t, dir, "a.json", `{"auths":{"reg.example.com":{"auth":"`+b64("af:p")+`"}}}`)
 		}, []string{ctrdWho, "containers-auth.json:reg.example.com:af"}},
 	}

@@ -21,7 +21,7 @@ func satKeyring(t *testing.T, tokenFile, username string, patterns []string) (*a
 	t.Helper()
 	c := hermetic(t, t.TempDir())
 	c.ServiceAccountToken, c.ServiceAccountUsername, c.ServiceAccountRegistries = tokenFile, username, patterns
-	return auth.NewKeyring(c)
+	return auth.NewTestKeyring(c)
 }
 
 // satLookup is the one candidate (or nil) the keyring offers host.

@@ -21,7 +21,8 @@
 // bitmask) and a Query: what package auth's credential sources are asked
 // for that host (the image's repository, the repository on the host,
 // whether the kubelet's credentials go there, which containerd
-// configs."KEY".auth applies). Registry patterns are internal/regpattern's.
+// configs."KEY".auth applies), which auth.Keyring.Fill answers; the
+// pipeline joins the two. Registry patterns are internal/regpattern's.
 //
 // Invariants: hosts imports no credential source (pipeline/depcheck_test.go):
 // it hands auth the containerd configs.*.auth tables undecoded

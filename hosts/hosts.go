@@ -134,7 +134,7 @@ func (r *Resolver) ContainerdAuth(key string) (a *ContainerdAuth, file, where st
 func (r *Resolver) CredentialHelpers() ([]string, error) {
 	h, err := sysregistriesv2.CredentialHelpers(r.sys)
 	if err != nil {
-		return nil, &ConfigError{Setting: "pull.registries_conf", Err: fmt.Errorf("reading credential-helpers: %s", RegistriesConfError(err))}
+		return nil, fmt.Errorf("reading credential-helpers: %s", RegistriesConfError(err))
 	}
 	return h, nil
 }
