@@ -108,3 +108,9 @@ func (k *Keyring) Endpoints(image string) ([]wire.Endpoint, error) {
 	}
 	return k.Fill(eps), nil
 }
+
+// Providers is, for the tests, cpProviders without the skip reasons.
+func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]wire.Credential, error) {
+	creds, _, err := cpProviders(cfg, binDir, image, cacheDir, opts)
+	return creds, err
+}
