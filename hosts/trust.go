@@ -1,10 +1,12 @@
 package hosts
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/pullhelper/pullhelper/internal/wire"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/storage/pkg/configfile"
 )
 
@@ -42,4 +44,41 @@ func DefaultCertsD() []string {
 		out = append(out, p.DropInDirectories...)
 	}
 	return append(out, "/etc/docker/certs.d")
+}
+
+// TrustFor returns the TLS trust for host ("host[:port]") on top of the
+// system pool: the certificate directory (a flat cert_dir, else the first
+// existing certs.d ROOT/host, containers/image docker_client.go
+// dockerCertDir), trust.ca_files whose pattern matches, and whether
+// verification is off and why (tls_verify=false, trust.insecure_registries,
+// or registries.conf insecure = true for the registry host -- the value
+// newDockerClient uses before an endpoint's own setting applies).
+func (r *Resolver) TrustFor(host string) wire.Trust {
+	t := ResolveTrust(host, r.c.CertDir, r.c.CertsD)
+	for _, cf := range r.caFiles {
+		if cf.p.Match(host) {
+			t.CAFiles = append(t.CAFiles, cf.file)
+		}
+	}
+	off := func(by string) {
+		if t.Verify {
+			t.Verify, t.InsecureBy = false, by
+		}
+	}
+	if !r.c.TLSVerify {
+		s := r.c.TLSVerifySetting
+		if s == "" {
+			s = "tls_verify"
+		}
+		off(s + "=false")
+	}
+	for _, p := range r.insecure {
+		if p.Match(host) {
+			off("trust.insecure_registries " + p.String())
+		}
+	}
+	if reg, err := sysregistriesv2.FindRegistry(r.sys, host); err == nil && reg != nil && reg.Insecure {
+		off(fmt.Sprintf("registries.conf insecure (prefix %q in %s)", reg.Prefix, r.RegistriesConfName()))
+	}
+	return t
 }
