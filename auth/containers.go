@@ -216,7 +216,7 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 		if strings.Contains(msg, "credentials not found") {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("running credential helper %s for %s (%s in %s): %v", bin, registry, key, file, err)
+		return nil, fmt.Errorf("running credential helper %s for %s (%s in %s): %w", bin, registry, key, file, err)
 	}
 	var out struct {
 		Username string `json:"Username"`

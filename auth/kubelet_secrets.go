@@ -188,7 +188,7 @@ func (k *KubeletKeyring) addSecret(m secretManifest, file string) error {
 	for key, v := range m.Data {
 		b, err := base64.StdEncoding.DecodeString(v)
 		if err != nil {
-			return fmt.Errorf("parsing Secret %q in %s: data key %q is not valid base64: %v", name, file, key, err)
+			return fmt.Errorf("parsing Secret %q in %s: data key %q is not valid base64: %w", name, file, key, err)
 		}
 		data[key] = b
 	}

@@ -89,7 +89,7 @@ func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts Provi
 func cpRepository(image string) (string, error) {
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return "", fmt.Errorf("credential providers: couldn't parse image name %q: %v", image, err)
+		return "", fmt.Errorf("credential providers: couldn't parse image name %q: %w", image, err)
 	}
 	return named.Name(), nil
 }

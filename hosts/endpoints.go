@@ -43,7 +43,7 @@ type Query struct {
 func (r *Resolver) Endpoints(image string) ([]Endpoint, error) {
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return nil, fmt.Errorf("parsing image reference %q: %v", image, err)
+		return nil, fmt.Errorf("parsing image reference %q: %w", image, err)
 	}
 	var eps []Endpoint
 	if r.ctrd != nil {
@@ -81,7 +81,7 @@ func (r *Resolver) registriesConfEndpoints(named reference.Named) ([]Endpoint, e
 	}
 	sources, err := reg.PullSourcesFromReference(named)
 	if err != nil {
-		return nil, fmt.Errorf("registries.conf entry %q in %s: %v", reg.Prefix, r.RegistriesConfName(), err)
+		return nil, fmt.Errorf("registries.conf entry %q in %s: %w", reg.Prefix, r.RegistriesConfName(), err)
 	}
 	var eps []Endpoint
 	for i, ps := range sources {
@@ -140,7 +140,7 @@ func (r *Resolver) containerdEndpoints(named reference.Named) ([]Endpoint, error
 	_, path := splitRepo(named.Name())
 	list, err := containerdEndpointList(r.ctrd, refHost, r.warn)
 	if err != nil {
-		return nil, fmt.Errorf("containerd config %s: %v", r.c.ContainerdConfig, err)
+		return nil, fmt.Errorf("containerd config %s: %w", r.c.ContainerdConfig, err)
 	}
 	legacyKey := ""
 	var eps []Endpoint
