@@ -113,6 +113,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // the endpoints package hosts resolved their candidates. It is built once
 // per pull, in the parent, and is not safe for concurrent use.
 type Keyring struct {
+	// hosts is the pull's resolver (the tests' Endpoints join asks it).
 	hosts *hosts.Resolver
 	// chain is every configured source in the order of NewKeyring's
 	// comment.
@@ -143,7 +144,8 @@ type Keyring struct {
 //	    Multi(Kubelet(Multi(pull secrets, node docker config, credential providers)),
 //	          service-account token),
 //	    containerd configs."HOST".auth),
-//	  First(registries.conf credential-helpers, "containers-auth.json" = the auth files))
+//	  First(each registries.conf credential-helper in order, "containers-auth.json"
+//	        walking the auth files))
 func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	if c.InlineServiceAccountToken != nil {
 		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
