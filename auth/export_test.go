@@ -28,9 +28,6 @@ func (k *Keyring) Lookup(host, repository string) []wire.Credential {
 	return k.credentials(q)
 }
 
-// TrustFor is, for the tests, the trust of host.
-func (k *Keyring) TrustFor(host string) wire.Trust { return k.hosts.TrustFor(host) }
-
 // TestConfig is, for the tests, a Config and the hosts.Config of the same
 // pull in one literal, as the pipeline fills both from one policy.
 type TestConfig struct {

@@ -301,38 +301,6 @@ func TestLookupRegistriesConfCredentialHelpers(t *testing.T) {
 // One rule for trust per host: certs.d/HOST, trust.ca_files and
 // trust.insecure_registries by internal/regpattern (ports equal),
 // registries.conf insecure by FindRegistry(host).
-func TestTrustFor(t *testing.T) {
-	dir := t.TempDir()
-	c := hermetic(t, dir)
-	if err := os.MkdirAll(filepath.Join(dir, "certs.d", "reg.example.com:5000"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	c.CAFiles = []hosts.ScopedFile{{Pattern: "*.example.com:5000", File: "/ca/a.pem"}, {Pattern: "reg.example.com", File: "/ca/b.pem"}}
-	c.InsecureRegistries = []string{"*.insecure.test"}
-	c.RegistriesConf = write(t, dir, "registries.conf", "[[registry]]\nlocation = \"rc.example.com\"\ninsecure = true\n")
-	k := newKeyring(t, c)
-	tr := k.TrustFor("reg.example.com:5000")
-	if tr.CertDir != filepath.Join(dir, "certs.d", "reg.example.com:5000") || !reflect.DeepEqual(tr.CAFiles, []string{"/ca/a.pem"}) || !tr.Verify {
-		t.Errorf("reg:5000: %+v", tr)
-	}
-	if tr := k.TrustFor("reg.example.com"); !reflect.DeepEqual(tr.CAFiles, []string{"/ca/b.pem"}) {
-		t.Errorf("reg: CA files %q", tr.CAFiles)
-	}
-	if tr := k.TrustFor("a.insecure.test"); tr.Verify || tr.InsecureBy != "trust.insecure_registries *.insecure.test" {
-		t.Errorf("insecure: %+v", tr)
-	}
-	if tr := k.TrustFor("a.insecure.test:443"); !tr.Verify {
-		t.Errorf("a pattern without a port must not match another port: %+v", tr)
-	}
-	if tr := k.TrustFor("rc.example.com"); tr.Verify || !strings.Contains(tr.InsecureBy, "registries.conf insecure") {
-		t.Errorf("registries.conf insecure not honoured: %+v", tr)
-	}
-	c.TLSVerify, c.TLSVerifySetting = false, "--tls-verify"
-	if tr := newKeyring(t, c).TrustFor("x.example.com"); tr.Verify || tr.InsecureBy != "--tls-verify=false" {
-		t.Errorf("tls_verify: %+v", tr)
-	}
-}
-
 // The kubelet keyring order (pull secrets, node docker config, provider
 // plugins), then containerd, token, auth files; equal secrets share an ID,
 // and no secret is in the JSON.
