@@ -112,7 +112,7 @@ FUZZ_TARGETS := \
 	policy:FuzzParse policy:FuzzUnits \
 	auth:FuzzContainersAuthFile auth:FuzzDockerConfigJSON auth:FuzzDockercfg \
 	auth:FuzzPullSecret auth:FuzzNodeDockerConfig auth:FuzzKubeletAuthField \
-	auth:FuzzContainerdAuth auth:FuzzContainerdConfig auth:FuzzHostsTOML \
+	auth:FuzzContainerdAuth hosts:FuzzContainerdConfig hosts:FuzzHostsTOML \
 	auth:FuzzProviderConfig auth:FuzzProviderResponse auth:FuzzServiceAccountToken \
 	dnsconf:FuzzBuild dnsconf:FuzzResolvConf dnsconf:FuzzKubeletConfig \
 	internal/regpattern:FuzzParse pipeline:FuzzResolveImage \

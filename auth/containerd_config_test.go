@@ -131,4 +131,4 @@ func TestContainerdConfigVersionsAndImports(t *testing.T) {
 	})
 }
 
-func authNewKeyring(c auth.Config) (*auth.Keyring, error) { return auth.NewKeyring(c) }
+func authNewKeyring(c auth.TestConfig) (*auth.Keyring, error) { return auth.NewTestKeyring(c) }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // ctrdCRI is the version 2 CRI registry section.
@@ -112,7 +113,7 @@ func ctrdKeyring(t *testing.T, cfg string) (*auth.Keyring, error) {
 	t.Helper()
 	c := hermetic(t, t.TempDir())
 	c.ContainerdConfig = cfg
-	return auth.NewKeyring(c)
+	return auth.NewTestKeyring(c)
 }
 
 // ctrdImage is an image on the reference host ref ("" = docker.io).
@@ -130,7 +131,7 @@ type ctrdTLS struct {
 	SkipVerify  bool
 }
 
-func ctrdTLSOf(t *testing.T, e auth.Endpoint) ctrdTLS {
+func ctrdTLSOf(t *testing.T, e wire.Endpoint) ctrdTLS {
 	t.Helper()
 	if !e.Trust.Verify && !strings.HasPrefix(e.Trust.InsecureBy, "containerd skip_verify") {
 		t.Errorf("%s: verification off by %q, want containerd skip_verify", e.Host, e.Trust.InsecureBy)
@@ -138,7 +139,7 @@ func ctrdTLSOf(t *testing.T, e auth.Endpoint) ctrdTLS {
 	return ctrdTLS{CAFiles: e.Trust.CAFiles, ClientPairs: e.Trust.ClientPairs, SkipVerify: !e.Trust.Verify}
 }
 
-func ctrdHosts(eps []auth.Endpoint) []string {
+func ctrdHosts(eps []wire.Endpoint) []string {
 	var out []string
 	for _, e := range eps {
 		out = append(out, e.Host)
@@ -330,7 +331,7 @@ func TestKeyringContainerdCredentials(t *testing.T) {
 				}
 			}
 			k, err := ctrdKeyring(t, cfg)
-			var eps []auth.Endpoint
+			var eps []wire.Endpoint
 			if err == nil {
 				eps, err = k.Endpoints(ctrdImage(tc.ref))
 			}

@@ -6,38 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pullhelper/pullhelper/internal/safefile"
-	"go.podman.io/storage/pkg/homedir"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/safefile"
+	"github.com/pullhelper/pullhelper/internal/wire"
+	"go.podman.io/storage/pkg/homedir"
 )
-
-// Credential is one candidate credential and where it came from. Username is
-// not secret; Password and IdentityToken are, and never marshal.
-type Credential struct {
-	// ID is the same for equal credentials of one Keyring (the secret is
-	// carried once; endpoints name it by ID).
-	ID            string `json:"id,omitempty"`
-	Source        string `json:"source"`
-	File          string `json:"file,omitempty"`
-	Key           string `json:"key,omitempty"`
-	Username      string `json:"username,omitempty"`
-	Password      string `json:"-"`
-	IdentityToken string `json:"-"`
-}
-
-// AuthFile is one file of the containers search path.
-type AuthFile struct {
-	Path   string `json:"path"`
-	Legacy bool   `json:"legacy,omitempty"` // .dockercfg format
-	// Data, when not nil, is the file's content, read once by the
-	// caller (an --authfile-fd pipe); Path then only names it ("fd:N").
-	// It never marshals.
-	Data []byte `json:"-"`
-}
 
 // Env is the part of the environment the default search depends on. Tests
 // substitute their own; FromOS reads the process's.
@@ -69,12 +47,12 @@ func OSEnv() Env {
 // order. An explicit file (--authfile, else REGISTRY_AUTH_FILE) is the only
 // one read; otherwise the primary runtime file is followed by the user's
 // containers, Docker and legacy files.
-func ContainersAuthFiles(explicit string, env Env) (files []AuthFile, userSpecified bool, warnings []string) {
+func ContainersAuthFiles(explicit string, env Env) (files []wire.AuthFile, userSpecified bool, warnings []string) {
 	if explicit == "" {
 		explicit = env.RegistryAuthFn
 	}
 	if explicit != "" {
-		return []AuthFile{{Path: explicit}}, true, nil
+		return []wire.AuthFile{{Path: explicit}}, true, nil
 	}
 	primary := fmt.Sprintf("/run/containers/%d/auth.json", env.UID)
 	if env.XDGRuntimeDir != "" {
@@ -86,22 +64,22 @@ func ContainersAuthFiles(explicit string, env Env) (files []AuthFile, userSpecif
 		}
 	}
 	if primary != "" {
-		files = append(files, AuthFile{Path: primary})
+		files = append(files, wire.AuthFile{Path: primary})
 	}
 	cfg := env.XDGConfigHome
 	if cfg == "" && env.Home != "" {
 		cfg = filepath.Join(env.Home, ".config")
 	}
 	if cfg != "" {
-		files = append(files, AuthFile{Path: filepath.Join(cfg, "containers/auth.json")})
+		files = append(files, wire.AuthFile{Path: filepath.Join(cfg, "containers/auth.json")})
 	}
 	if env.DockerConfig != "" {
-		files = append(files, AuthFile{Path: filepath.Join(env.DockerConfig, "config.json")})
+		files = append(files, wire.AuthFile{Path: filepath.Join(env.DockerConfig, "config.json")})
 	} else if env.Home != "" {
-		files = append(files, AuthFile{Path: filepath.Join(env.Home, ".docker/config.json")})
+		files = append(files, wire.AuthFile{Path: filepath.Join(env.Home, ".docker/config.json")})
 	}
 	if env.Home != "" {
-		files = append(files, AuthFile{Path: filepath.Join(env.Home, ".dockercfg"), Legacy: true})
+		files = append(files, wire.AuthFile{Path: filepath.Join(env.Home, ".dockercfg"), Legacy: true})
 	}
 	return files, false, warnings
 }
@@ -119,7 +97,7 @@ type authFileContent struct {
 // LookupContainers returns the credential containers/image would use for the
 // repository name (e.g. "quay.io/org/repo"), or nil for anonymous. It walks
 // files in order; the first non-empty result wins.
-func LookupContainers(files []AuthFile, name string) (*Credential, error) {
+func LookupContainers(files []wire.AuthFile, name string) (*wire.Credential, error) {
 	registry := strings.SplitN(name, "/", 2)[0]
 	for _, f := range files {
 		c, err := lookupFile(f, name, registry)
@@ -133,7 +111,7 @@ func LookupContainers(files []AuthFile, name string) (*Credential, error) {
 	return nil, nil
 }
 
-func lookupFile(f AuthFile, name, registry string) (*Credential, error) {
+func lookupFile(f wire.AuthFile, name, registry string) (*wire.Credential, error) {
 	data, err := f.Data, error(nil)
 	if data == nil {
 		data, err = readFile(f.Path)
@@ -185,7 +163,7 @@ func lookupFile(f AuthFile, name, registry string) (*Credential, error) {
 
 // decodeEntry follows containers/image: "auth" is standard (padded) base64 of
 // "user:password"; a decode error fails the lookup; no colon means empty.
-func decodeEntry(e authEntry, file, key string) (*Credential, error) {
+func decodeEntry(e authEntry, file, key string) (*wire.Credential, error) {
 	if e.Auth == "" {
 		return nil, nil
 	}
@@ -197,7 +175,7 @@ func decodeEntry(e authEntry, file, key string) (*Credential, error) {
 	if !ok {
 		return nil, nil
 	}
-	return &Credential{
+	return &wire.Credential{
 		Source: "containers-auth.json", File: file, Key: key,
 		Username: user, Password: strings.Trim(pass, "\x00"), IdentityToken: e.IdentityToken,
 	}, nil
@@ -221,13 +199,13 @@ func normalizeRegistry(r string) string {
 
 // runCredHelper runs docker-credential-NAME get, passing the registry on
 // stdin, as containers/image does. The helper's output is never logged.
-func runCredHelper(helper, registry, file string) (*Credential, error) {
+func runCredHelper(helper, registry, file string) (*wire.Credential, error) {
 	return runHelper(helper, registry, "credential-helper", file, "credHelpers."+registry)
 }
 
 // runHelper is pkg/docker/config getCredsFromCredHelper: "credentials not
 // found" is no credential, a "<token>" username an identity token.
-func runHelper(helper, registry, source, file, key string) (*Credential, error) {
+func runHelper(helper, registry, source, file, key string) (*wire.Credential, error) {
 	bin := "docker-credential-" + helper
 	cmd := exec.Command(bin, "get")
 	cmd.Stdin = strings.NewReader(registry)
@@ -238,7 +216,7 @@ func runHelper(helper, registry, source, file, key string) (*Credential, error) 
 		if strings.Contains(msg, "credentials not found") {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("running credential helper %s for %s (%s in %s): %v", bin, registry, key, file, err)
+		return nil, fmt.Errorf("running credential helper %s for %s (%s in %s): %w", bin, registry, key, file, err)
 	}
 	var out struct {
 		Username string `json:"Username"`
@@ -247,7 +225,7 @@ func runHelper(helper, registry, source, file, key string) (*Credential, error) 
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		return nil, fmt.Errorf("credential helper %s for %s returned malformed output", bin, registry)
 	}
-	c := &Credential{Source: source, File: file, Key: key, Username: out.Username, Password: out.Secret}
+	c := &wire.Credential{Source: source, File: file, Key: key, Username: out.Username, Password: out.Secret}
 	if out.Username == "<token>" {
 		c.Username, c.Password, c.IdentityToken = "", "", out.Secret
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -35,7 +36,7 @@ func TestLookupContainersMatching(t *testing.T) {
 		"reg:5000": {"auth": "`+b64("port:pp")+`", "identitytoken": "tok"},
 		"nocolon.io": {"auth": "`+b64("justuser")+`"}
 	}}`)
-	files := []auth.AuthFile{{Path: f}}
+	files := []wire.AuthFile{{Path: f}}
 	for _, tc := range []struct{ name, wantUser, wantKey string }{
 		{"quay.io/org/repo", "repo", "quay.io/org/repo"},
 		{"quay.io/org/repo2", "org", "quay.io/org"},
@@ -76,26 +77,26 @@ func TestLookupContainersOrderAndErrors(t *testing.T) {
 	first := write(t, dir, "a.json", `{"auths":{"r.io": {"auth": "`+b64("novalue")+`"}}}`)
 	second := write(t, dir, "b.json", `{"auths":{"r.io": {"auth": "`+b64("u2:p2")+`"}}}`)
 	legacy := write(t, dir, "dockercfg", `{"https://r.io/v1/": {"auth": "`+b64("u3:p3")+`"}}`)
-	c, err := auth.LookupContainers([]auth.AuthFile{{Path: filepath.Join(dir, "missing.json")}, {Path: first}, {Path: second}}, "r.io/x")
+	c, err := auth.LookupContainers([]wire.AuthFile{{Path: filepath.Join(dir, "missing.json")}, {Path: first}, {Path: second}}, "r.io/x")
 	if err != nil || c == nil || c.Username != "u2" || c.File != second {
 		t.Fatalf("want u2 from the second file, got %+v %v", c, err)
 	}
-	c, err = auth.LookupContainers([]auth.AuthFile{{Path: legacy, Legacy: true}}, "r.io/x")
+	c, err = auth.LookupContainers([]wire.AuthFile{{Path: legacy, Legacy: true}}, "r.io/x")
 	if err != nil || c == nil || c.Username != "u3" {
 		t.Fatalf("legacy: %+v %v", c, err)
 	}
 	unpadded := write(t, dir, "unpadded.json", `{"auths":{"r.io": {"auth": "`+strings.TrimRight(b64("ab:c"), "=")+`"}}}`)
-	if _, err := auth.LookupContainers([]auth.AuthFile{{Path: unpadded}, {Path: second}}, "r.io/x"); err == nil || !strings.Contains(err.Error(), "padding is required") {
+	if _, err := auth.LookupContainers([]wire.AuthFile{{Path: unpadded}, {Path: second}}, "r.io/x"); err == nil || !strings.Contains(err.Error(), "padding is required") {
 		t.Fatalf("unpadded base64 must fail the lookup, got %v", err)
 	}
 	bad := write(t, dir, "bad.json", `{"auths": {"r.io": {"auth": "secretvalue"`)
-	_, err = auth.LookupContainers([]auth.AuthFile{{Path: bad}}, "r.io/x")
+	_, err = auth.LookupContainers([]wire.AuthFile{{Path: bad}}, "r.io/x")
 	if err == nil || !strings.Contains(err.Error(), bad) || strings.Contains(err.Error(), "secretvalue") {
 		t.Fatalf("malformed file: %v", err)
 	}
 	// username/password fields are ignored by containers/image.
 	up := write(t, dir, "up.json", `{"auths":{"r.io": {"username": "u", "password": "p"}}}`)
-	if c, err := auth.LookupContainers([]auth.AuthFile{{Path: up}}, "r.io/x"); err != nil || c != nil {
+	if c, err := auth.LookupContainers([]wire.AuthFile{{Path: up}}, "r.io/x"); err != nil || c != nil {
 		t.Fatalf("username/password must be ignored: %+v %v", c, err)
 	}
 }
@@ -135,25 +136,5 @@ func TestContainersAuthFiles(t *testing.T) {
 	files, _, _ = auth.ContainersAuthFiles("", env)
 	if files[0].Path != "/run/containers/1000/auth.json" {
 		t.Fatalf("primary = %s", files[0].Path)
-	}
-}
-
-func TestResolveTrust(t *testing.T) {
-	dir := t.TempDir()
-	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	if err := os.MkdirAll(filepath.Join(b, "reg:5000"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tr := auth.ResolveTrust("reg:5000", "", []string{a, b, filepath.Join(dir, "c")})
-	if tr.CertDir != filepath.Join(b, "reg:5000") || len(tr.Searched) != 2 || !tr.Verify {
-		t.Fatalf("trust = %+v", tr)
-	}
-	tr = auth.ResolveTrust("reg:5000", "/flat", []string{b})
-	if tr.CertDir != "/flat" || len(tr.Searched) != 1 {
-		t.Fatalf("flat cert dir must win: %+v", tr)
-	}
-	tr = auth.ResolveTrust("none:1", "", []string{a})
-	if tr.CertDir != "" || len(tr.Searched) != 1 {
-		t.Fatalf("no dir: %+v", tr)
 	}
 }

@@ -3,12 +3,11 @@ package auth
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
-	"go.podman.io/image/v5/types"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // contentMarker stands for a secret in a file root reads for the caller.
@@ -47,9 +46,10 @@ func noMarker(t *testing.T, what, doc string, err error) {
 }
 
 // Every decoder of a file root reads for the caller keeps the file's
-// content out of its errors.
+// content out of its errors (package hosts checks its own readers the
+// same way).
 func TestDecoderErrorsCarryNoContent(t *testing.T) {
-	for i, doc := range secretShapes {
+	for _, doc := range secretShapes {
 		dir := t.TempDir()
 		f := filepath.Join(dir, "f")
 		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
@@ -59,31 +59,12 @@ func TestDecoderErrorsCarryNoContent(t *testing.T) {
 		noMarker(t, "pull secret", doc, err)
 		_, err = LoadProviderConfig(f)
 		noMarker(t, "credential provider config", doc, err)
-		_, err = loadContainerdConfig(f)
-		noMarker(t, "containerd config", doc, err)
-		_, err = lookupFile(AuthFile{Path: f}, "r.io/x", "r.io")
+		_, err = lookupFile(wire.AuthFile{Path: f}, "r.io/x", "r.io")
 		noMarker(t, "auth.json", doc, err)
-		_, err = lookupFile(AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io")
+		_, err = lookupFile(wire.AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io")
 		noMarker(t, ".dockercfg", doc, err)
-		_, err = CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: f, SystemRegistriesConfDirPath: filepath.Join(dir, "none")})
-		noMarker(t, "registries.conf", doc, err)
 		_, err = satToken(f, nil)
 		noMarker(t, "service account token", doc, err) // (a one-line token file is a token, not an error)
-		hd := filepath.Join(dir, "hosts")
-		if err := os.MkdirAll(hd, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(hd, "hosts.toml"), []byte(doc), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var warned []string
-		_, err = loadContainerdHostDir(hd, func(s string) { warned = append(warned, s) })
-		noMarker(t, "hosts.toml", doc, err)
-		for _, w := range warned {
-			if strings.Contains(w, contentMarker) {
-				t.Errorf("hosts.toml, file %d: the warning quotes the file: %s", i, w)
-			}
-		}
 	}
 }
 
@@ -98,14 +79,8 @@ func TestReadersRefuseNonRegular(t *testing.T) {
 		for what, fn := range map[string]func() error{
 			"pull secret":     func() error { _, err := LoadPullSecrets([]string{p}); return err },
 			"provider config": func() error { _, err := LoadProviderConfig(p); return err },
-			"containerd":      func() error { _, err := loadContainerdConfig(p); return err },
-			"auth file":       func() error { _, err := lookupFile(AuthFile{Path: p}, "r.io/x", "r.io"); return err },
-			"registries.conf": func() error {
-				_, err := CheckRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p})
-				return err
-			},
-			"service account":  func() error { _, err := satToken(p, nil); return err },
-			"client cert pair": func() error { _, err := loadX509KeyPair(p, p); return err },
+			"auth file":       func() error { _, err := lookupFile(wire.AuthFile{Path: p}, "r.io/x", "r.io"); return err },
+			"service account": func() error { _, err := satToken(p, nil); return err },
 		} {
 			err := fn()
 			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a regular file") {
@@ -146,29 +121,4 @@ func TestValueErrorsCarryNoContent(t *testing.T) {
 		t.Errorf("pull secret %q: want an error", doc)
 	}
 	noMarker(t, "pull secret", doc, err)
-	// containerd imports: a missing file, a bad pattern, too many matches.
-	for _, doc := range []string{
-		"version = 2\nimports = [\"" + filepath.Join(dir, contentMarker+".toml") + "\"]\n",
-		"version = 2\nimports = [\"" + filepath.Join(dir, "["+contentMarker+"*") + "\"]\n",
-	} {
-		_, err := loadContainerdConfig(write("config.toml", doc))
-		if err == nil {
-			t.Errorf("containerd config %q: want an error", doc)
-		}
-		noMarker(t, "containerd config", doc, err)
-	}
-	many := filepath.Join(dir, "many")
-	if err := os.Mkdir(many, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i <= ctrdMaxImports; i++ {
-		if err := os.WriteFile(filepath.Join(many, strconv.Itoa(i)+".toml"), []byte("version = 2\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f := write("config.toml", "version = 2\nimports = [\""+filepath.Join(many, "*.toml")+"\"]\n")
-	_, err = loadContainerdConfig(f)
-	if err == nil || !strings.Contains(err.Error(), f) || !strings.Contains(err.Error(), strconv.Itoa(ctrdMaxImports)) {
-		t.Errorf("%d imports: %v; want a refusal naming the config and the bound", ctrdMaxImports+1, err)
-	}
 }

@@ -17,13 +17,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -174,7 +173,7 @@ func FuzzContainersAuthFile(f *testing.F) {
 		p := fuzzWrite(t, t.TempDir(), "auth.json", data)
 		for _, name := range []string{"quay.io/org/repo", "docker.io/library/busybox"} {
 			registry := strings.SplitN(name, "/", 2)[0]
-			c, err := lookupFile(AuthFile{Path: p, Legacy: legacy}, name, registry)
+			c, err := lookupFile(wire.AuthFile{Path: p, Legacy: legacy}, name, registry)
 			if err != nil {
 				fuzzCheckErr(t, err, data)
 				continue
@@ -399,172 +398,6 @@ func FuzzContainerdAuth(f *testing.F) {
 			}
 		}
 	})
-}
-
-// fuzzTOMLImportsLocal reports whether every import of a containerd config
-// stays in its directory: the fuzzer must not make the loader read the
-// host's files (an import of /dev/zero never ends).
-func fuzzTOMLImportsLocal(data []byte) bool {
-	var top struct {
-		Imports []string `toml:"imports"`
-	}
-	if _, err := toml.Decode(string(data), &top); err != nil {
-		return true // the loader fails on it too, before reading imports
-	}
-	for _, p := range top.Imports {
-		if !filepath.IsLocal(p) {
-			return false
-		}
-	}
-	return true
-}
-
-// FuzzContainerdConfig: containerd's config.toml (versions 1 to 3, imports
-// of a drop-in): errors one line naming a file, no secret; a loaded
-// registry names the file it came from and an auth key for every auth.
-func FuzzContainerdConfig(f *testing.F) {
-	auth := `[plugins."io.containerd.grpc.v1.cri".registry.configs."reg.io".auth]` + "\nusername = \"u\"\npassword = \"p" + fuzzMarker + "\"\n"
-	for _, s := range [][2]string{
-		{"version = 2\n" + auth, ""},
-		{"version = 2\nimports = [\"conf.d/*.toml\"]\n", "version = 2\n" + auth},
-		{"version = 3\nimports = [\"conf.d/a.toml\"]\n", "version = 3\n[plugins.\"io.containerd.cri.v1.images\".registry]\nconfig_path = \"/etc/containerd/certs.d\"\n"},
-		{"[plugins.cri.registry.mirrors.\"docker.io\"]\nendpoint = [\"https://m.example\"]\n[plugins.cri.registry.auths.\"https://reg.io\"]\nauth = \"" + fuzzB64("u:p"+fuzzMarker) + "\"\n", ""},
-		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\nconfig_path = \"/x\"\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"a\"]\nendpoint = [\"b\"]\n", ""},
-		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry.auths.\"%zz\"]\nidentitytoken = \"t" + fuzzMarker + "\"\n", ""},
-		{"version = 4\n", ""},
-		{"version = 2\nimports = [\"conf.d/a.toml\"]\n", "version = 3\n"},
-		{"version = 2\nimports = [\"missing.toml\"]\n", ""},
-		{"version = 2\n[plugins\npassword = \"" + fuzzMarker + "\"\n", "["},
-	} {
-		f.Add([]byte(s[0]), []byte(s[1]))
-	}
-	f.Fuzz(func(t *testing.T, root, dropin []byte) {
-		if !fuzzTOMLImportsLocal(root) || !fuzzTOMLImportsLocal(dropin) {
-			return
-		}
-		dir := t.TempDir()
-		p := fuzzWrite(t, dir, "config.toml", root)
-		fuzzWrite(t, dir, "conf.d/a.toml", dropin)
-		reg, err := loadContainerdConfig(p)
-		if err != nil {
-			fuzzCheckErr(t, err, append(append(root, '\n'), dropin...))
-			if msg := err.Error(); !strings.Contains(msg, dir) {
-				t.Fatalf("error %q names no config file", msg)
-			}
-			return
-		}
-		if reg.file != p && !strings.HasPrefix(reg.file, dir) {
-			t.Fatalf("registry from %q, not from the config or its imports", reg.file)
-		}
-		for host, c := range reg.Configs {
-			if c.Auth != nil && reg.authKey[host] == "" {
-				t.Fatalf("configs %q has an auth without a key naming it", host)
-			}
-		}
-	})
-}
-
-// FuzzHostsTOML: a containerd hosts.toml: every [host] table then the
-// server, in order; paths end in /v2 unless override_path; capabilities
-// known; relative certificate paths made absolute; headers sorted; the
-// dial timeout a non-negative duration.
-func FuzzHostsTOML(f *testing.F) {
-	for _, s := range []string{
-		"server = \"https://registry-1.docker.io\"\n[host.\"https://mirror.example\"]\ncapabilities = [\"pull\", \"resolve\"]\nca = \"ca.crt\"\nclient = [[\"c.cert\", \"c.key\"]]\n[host.\"https://mirror.example\".header]\nAuthorization = \"Basic " + fuzzMarker + "\"\n",
-		"[host.\"http://10.0.0.1:5000/path/\"]\noverride_path = true\nskip_verify = true\ndial_timeout = \"5s\"\nca = [\"/abs.crt\", \"rel.crt\"]\nclient = \"c.pem\"\n",
-		"server = \"reg.io\"\nheader = {X-A = [\"1\", \"2\"], X-B = \"3\"}\n",
-		"[host.\"a\"]\ncapabilities = [\"delete\"]\n",
-		"[host.\"a\"]\ndial_timeout = \"-1s\"\n",
-		"[host.\"a\"]\nclient = [[\"only-one\"]]\n",
-		"[host.\"a\"]\nca = 1\n",
-		"host = 1\n",
-		"[host.\"%zz\"]\n",
-	} {
-		f.Add([]byte(s))
-	}
-	const base = "/etc/containerd/certs.d/reg.io"
-	f.Fuzz(func(t *testing.T, data []byte) {
-		hosts, err := parseContainerdHostsFile(base, data)
-		if err != nil {
-			return // containerd logs it and falls back to the certificate files
-		}
-		if len(hosts) == 0 {
-			t.Fatal("no server entry")
-		}
-		var override map[string]bool
-		var top struct {
-			OverridePath bool `toml:"override_path"`
-			Host         map[string]struct {
-				OverridePath bool `toml:"override_path"`
-			} `toml:"host"`
-		}
-		md, err := toml.Decode(string(data), &top)
-		if err != nil {
-			t.Fatalf("parsed, but its override_path does not decode: %v", err)
-		}
-		override = map[string]bool{}
-		for k, v := range top.Host {
-			override[k] = v.OverridePath
-		}
-		// The host tables are those whose key starts with exactly "host"
-		// (containerd's getSortedHosts compares case-sensitively; the TOML
-		// decoder matches struct fields case-insensitively, so top.Host
-		// may also hold a [HOST."x"] table, which containerd ignores).
-		tables := map[string]bool{}
-		for _, k := range md.Keys() {
-			if len(k) >= 2 && k[0] == "host" {
-				tables[k[1]] = true
-			}
-		}
-		if len(hosts) != len(tables)+1 {
-			t.Fatalf("%d entries for %d host tables and the server", len(hosts), len(tables))
-		}
-		for i, h := range hosts {
-			if h.host != "" && !fuzzPathOK(h, i == len(hosts)-1, top.OverridePath, override) {
-				t.Fatalf("entry %d: path %q does not end in /v2", i, h.path)
-			}
-			for _, c := range h.capabilities {
-				if !slices.Contains([]string{"pull", "resolve", "push"}, c) {
-					t.Fatalf("entry %d: capability %q", i, c)
-				}
-			}
-			for _, p := range h.caCerts {
-				if !filepath.IsAbs(p) {
-					t.Fatalf("entry %d: ca %q not absolute", i, p)
-				}
-			}
-			for _, p := range h.clientPairs {
-				if !filepath.IsAbs(p[0]) {
-					t.Fatalf("entry %d: client %q not absolute", i, p[0])
-				}
-			}
-			if !sort.StringsAreSorted(h.headers) {
-				t.Fatalf("entry %d: headers %q not sorted", i, h.headers)
-			}
-			if h.dialTimeout != "" {
-				if d, err := time.ParseDuration(h.dialTimeout); err != nil || d < 0 {
-					t.Fatalf("entry %d: dial_timeout %q", i, h.dialTimeout)
-				}
-			}
-		}
-	})
-}
-
-// overrideOK: a path ends in /v2 unless override_path was set for this
-// entry. last is the server entry (the top-level override_path).
-func fuzzPathOK(h ctrdHostConfig, last, topOverride bool, override map[string]bool) bool {
-	if strings.HasSuffix(h.path, "/v2") {
-		return true
-	}
-	if last {
-		return topOverride
-	}
-	for _, v := range override {
-		if v {
-			return true // some table set it; which one is the parser's order
-		}
-	}
-	return false
 }
 
 // FuzzProviderConfig: a CredentialProviderConfig (YAML or JSON) decodes

@@ -1,7 +1,8 @@
 package auth
 
-// The per-pull keyring: every credential source and every trust setting read
-// once, answering per contacted host (issue 11). What goes to which host:
+// The per-pull keyring: every credential source read once, answering per
+// contacted host (issue 11); package hosts says which hosts and their trust.
+// What goes to which host:
 //
 //   - The kubelet's credentials (pull secrets, node docker config, provider
 //     plugins) are matched against the IMAGE's repository, as the kubelet's
@@ -33,10 +34,11 @@ package auth
 //     rewritten reference), as newDockerClientFromRef does through
 //     pkg/docker/config GetCredentialsForRef.
 //
-// Which endpoints: with a containerd config, containerd's (hosts.toml
-// [host] entries in file order, then server or the default; or the legacy
-// mirrors then the default); otherwise registries.conf's
-// (PullSourcesFromReference: mirrors, then the primary location).
+// Which endpoints is package hosts' answer: with a containerd config,
+// containerd's (hosts.toml [host] entries in file order, then server or the
+// default; or the legacy mirrors then the default); otherwise
+// registries.conf's (PullSourcesFromReference: mirrors, then the primary
+// location). Each comes with the hosts.Query the sources above answer.
 
 import (
 	"errors"
@@ -46,20 +48,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/regpattern"
-	"go.podman.io/image/v5/pkg/sysregistriesv2"
-	"go.podman.io/image/v5/types"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
-// ScopedFile is one file that applies to the registries matching Pattern
-// (trust.ca_files).
-type ScopedFile struct {
-	Pattern string `json:"registry"`
-	File    string `json:"file"`
-}
-
-// Config is everything the keyring reads. The pipeline fills it from the
-// policy; auth imports no policy. Empty fields turn their source off.
+// Config is every credential source the keyring reads (the files package
+// hosts owns -- containerd's config.toml, registries.conf -- come through
+// its Resolver). The pipeline fills it from the policy; auth imports no
+// policy. Empty fields turn their source off.
 type Config struct {
 	// PullSecrets are pull secret files (auth.pull_secrets);
 	// InlinePullSecrets pull secrets already read (--pull-secret-fd),
@@ -81,9 +78,6 @@ type Config struct {
 	// credential providers with tokenAttributes ("" = no service account).
 	ProviderServiceAccountToken       string
 	ProviderServiceAccountAnnotations map[string]string
-	// ContainerdConfig is containerd's config.toml; when set, containerd
-	// decides the endpoints.
-	ContainerdConfig string
 	// ServiceAccountToken is the token file offered to the hosts matching
 	// ServiceAccountRegistries, with ServiceAccountUsername ("" =
 	// DefaultServiceAccountUsername).
@@ -102,24 +96,6 @@ type Config struct {
 	Authfile       string
 	InlineAuthfile *Inline
 	Env            Env
-	// RegistriesConf is the effective registries.conf ("" = the
-	// containers default search); RegistriesConfDir the drop-in directory
-	// ("" = the containers default drop-in directories). The pipeline
-	// names its snapshot of the checked files here (pipeline/snapshot.go),
-	// so that containers/image reads the bytes that were checked, and
-	// RegistriesConfName the caller's file, for messages and explain
-	// ("" = RegistriesConf).
-	RegistriesConf, RegistriesConfDir, RegistriesConfName string
-	// CertDir (one flat directory for every host) or CertsD (roots of
-	// ROOT/HOST[:PORT]); CAFiles scoped by pattern (trust.ca_files);
-	// InsecureRegistries patterns; TLSVerify false turns verification off
-	// everywhere, TLSVerifySetting names who said so ("" = "tls_verify").
-	CertDir            string
-	CertsD             []string
-	CAFiles            []ScopedFile
-	InsecureRegistries []string
-	TLSVerify          bool
-	TLSVerifySetting   string
 }
 
 // ConfigError is a Config value the keyring cannot use. Setting is the
@@ -133,30 +109,19 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Setting + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// Keyring answers credential and trust questions per host for one pull. It
-// is built once per pull, in the parent, and is not safe for concurrent use.
+// Keyring answers credential questions per host for one pull: Fill gives
+// the endpoints package hosts resolved their candidates. It is built once
+// per pull, in the parent, and is not safe for concurrent use.
 type Keyring struct {
-	c Config
+	// hosts is the pull's resolver (the tests' Endpoints join asks it).
+	hosts *hosts.Resolver
+	// chain is every configured source in the order of NewKeyring's
+	// comment.
+	chain Keychain
 
-	secrets  *KubeletKeyring
-	node     *KubeletKeyring
-	nodeFile string
-
-	providers   *ProviderConfig
-	providerBin string
-	provCache   map[string][]Credential
-
-	ctrd *ctrdRegistry
-
-	saPatterns []regpattern.Pattern
-	caFiles    []scopedPattern
-	insecure   []regpattern.Pattern
-
-	authFiles         []AuthFile
+	nodeFile          string
+	authFiles         []wire.AuthFile
 	authUserSpecified bool
-
-	sys     *types.SystemContext
-	helpers []string
 
 	ids map[string]string
 
@@ -165,33 +130,44 @@ type Keyring struct {
 	Warnings []string
 }
 
-type scopedPattern struct {
-	p    regpattern.Pattern
-	file string
-}
-
-// NewKeyring reads every configured source. Errors are *ConfigError and
-// never quote a secret.
-func NewKeyring(c Config) (*Keyring, error) {
+// NewKeyring reads every configured source once; r is the pull's
+// hosts.Resolver, which has read containerd's config.toml (its
+// configs.*.auth are a source when it is set) and registries.conf (its
+// credential-helpers are). Errors are *ConfigError and never quote a
+// secret.
+//
+// The sources are composed in this order, as the kubelet and the runtime
+// apply them (the file comment says why):
+//
+//	Multi(
+//	  OrElse(
+//	    Multi(Kubelet(Multi(pull secrets, node docker config, credential providers)),
+//	          service-account token),
+//	    containerd configs."HOST".auth),
+//	  First(each registries.conf credential-helper in order, "containers-auth.json"
+//	        walking the auth files))
+func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	if c.InlineServiceAccountToken != nil {
 		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
 	}
 	if c.InlineProviderServiceAccountToken != nil {
 		c.ProviderServiceAccountToken = c.InlineProviderServiceAccountToken.Name
 	}
-	k := &Keyring{c: c, provCache: map[string][]Credential{}, ids: map[string]string{}}
+	k := &Keyring{ids: map[string]string{}}
 	bad := func(setting string, err error) (*Keyring, error) {
 		return nil, &ConfigError{Setting: setting, Err: err}
 	}
-	var err error
+	var kubelet Multi
 	if len(c.PullSecrets) > 0 || len(c.InlinePullSecrets) > 0 {
-		if k.secrets, err = LoadPullSecrets(c.PullSecrets, c.InlinePullSecrets...); err != nil {
+		secrets, err := LoadPullSecrets(c.PullSecrets, c.InlinePullSecrets...)
+		if err != nil {
 			var ce *ConfigError
 			if errors.As(err, &ce) {
 				return nil, ce
 			}
 			return bad("auth.pull_secrets", err)
 		}
+		kubelet = append(kubelet, secrets)
 	}
 	if c.KubeletDockerConfig != "" {
 		root := c.KubeletDockerConfig
@@ -199,159 +175,93 @@ func NewKeyring(c Config) (*Keyring, error) {
 			root = "/var/lib/kubelet"
 		}
 		cwd, _ := os.Getwd()
-		if k.node, k.nodeFile, err = LoadNodeDockerConfig(NodeConfigDirs{RootDir: root, Cwd: cwd, Home: c.Env.Home}); err != nil {
+		node, file, err := LoadNodeDockerConfig(NodeConfigDirs{RootDir: root, Cwd: cwd, Home: c.Env.Home})
+		if err != nil {
 			return bad("auth.kubelet_docker_config", err)
 		}
+		kubelet, k.nodeFile = append(kubelet, node), file
 	}
 	if c.CredentialProviderConfig != "" {
-		if k.providers, err = LoadProviderConfig(c.CredentialProviderConfig); err != nil {
-			return bad("auth.credential_provider_config", err)
+		pk, err := newProviderKeychain(c)
+		if err != nil {
+			return bad(err.Setting, err.Err)
 		}
-		k.providerBin = c.CredentialProviderBinDir
-		if k.providerBin == "" {
-			k.providerBin = filepath.Dir(c.CredentialProviderConfig)
-		}
-		if st, err := os.Stat(k.providerBin); err != nil || !st.IsDir() {
-			return bad("auth.credential_provider_bin_dir", fmt.Errorf("%s is not a directory", k.providerBin))
-		}
+		kubelet = append(kubelet, pk)
 	}
-	if c.ContainerdConfig != "" {
-		if k.ctrd, err = loadContainerdConfig(c.ContainerdConfig); err != nil {
-			return bad("auth.containerd_config", err)
-		}
+	var ctrd Keychain
+	if r.Containerd() {
+		ctrd = &containerdKeychain{hosts: r}
 	}
+	k.hosts = r
+	var sa Keychain
 	if c.ServiceAccountToken != "" {
-		if k.saPatterns, err = regpattern.ParseAll(c.ServiceAccountRegistries); err != nil {
+		pats, err := regpattern.ParseAll(c.ServiceAccountRegistries)
+		if err != nil {
 			return bad("auth.service_account_registries", err)
 		}
-	}
-	for i, f := range c.CAFiles {
-		p, err := regpattern.Parse(f.Pattern)
-		if err != nil {
-			return bad("trust.ca_files", fmt.Errorf("entry %d: %w", i+1, err))
+		st := &serviceAccountKeychain{file: c.ServiceAccountToken, username: c.ServiceAccountUsername, patterns: pats}
+		if c.InlineServiceAccountToken != nil {
+			st.data = c.InlineServiceAccountToken.Data
 		}
-		k.caFiles = append(k.caFiles, scopedPattern{p, f.File})
-	}
-	if k.insecure, err = regpattern.ParseAll(c.InsecureRegistries); err != nil {
-		return bad("trust.insecure_registries", err)
+		sa = st
 	}
 	var warnings []string
 	if c.InlineAuthfile != nil {
-		k.authFiles, k.authUserSpecified = []AuthFile{{Path: c.InlineAuthfile.Name, Data: c.InlineAuthfile.Data}}, true
+		k.authFiles, k.authUserSpecified = []wire.AuthFile{{Path: c.InlineAuthfile.Name, Data: c.InlineAuthfile.Data}}, true
 	} else {
 		k.authFiles, k.authUserSpecified, warnings = ContainersAuthFiles(c.Authfile, c.Env)
 	}
 	k.Warnings = append(k.Warnings, warnings...)
-	k.sys = &types.SystemContext{SystemRegistriesConfPath: c.RegistriesConf, SystemRegistriesConfDirPath: c.RegistriesConfDir}
-	if _, err := CheckRegistriesConf(k.sys); err != nil {
+	helpers, err := r.CredentialHelpers()
+	if err != nil {
 		return bad("pull.registries_conf", err)
 	}
-	if k.helpers, err = sysregistriesv2.CredentialHelpers(k.sys); err != nil {
-		return bad("pull.registries_conf", fmt.Errorf("reading credential-helpers: %s", RegistriesConfError(err)))
+	var containers First
+	for _, h := range helpers {
+		containers = append(containers, newHelperKeychain(h, k.authFiles, c.RunProviders, r.RegistriesConfName()))
 	}
+	k.chain = Multi{OrElse{First: Multi{Kubelet{kubelet}, sa}, Then: ctrd}, containers}
 	return k, nil
 }
 
 // AuthFiles are the containers auth files searched, in order, and whether
 // the first was named by the user (--authfile or REGISTRY_AUTH_FILE; then it
 // is the only one and must exist -- the pipeline checks, naming the flag).
-func (k *Keyring) AuthFiles() ([]AuthFile, bool) { return k.authFiles, k.authUserSpecified }
+func (k *Keyring) AuthFiles() ([]wire.AuthFile, bool) { return k.authFiles, k.authUserSpecified }
 
 // NodeDockerConfig is the node docker config file the kubelet search found
 // ("" when the search is off or found none).
 func (k *Keyring) NodeDockerConfig() string { return k.nodeFile }
 
-// query is one host's credential question.
-type query struct {
-	host     string // endpoint host[:port]
-	logical  string // the image's repository, what the kubelet matches
-	physical string // the repository on host, what auth files match
-	// kubelet: the kubelet's credentials go to this host.
-	kubelet bool
-	// ctrdKey: the configs."KEY".auth consulted ("" = none).
-	ctrdKey string
+// Fill returns eps (hosts.Resolver.Endpoints, in order) each with its
+// credential candidates: what the composed sources offer for its
+// hosts.Query, equal secrets sharing one ID.
+func (k *Keyring) Fill(eps []hosts.Endpoint) []wire.Endpoint {
+	out := make([]wire.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = e.Endpoint
+		out[i].Credentials = k.credentials(e.Query)
+	}
+	return out
 }
 
-// Lookup returns the ordered credential candidates for host when pulling
-// repository (the image's normalized name, "registry.example.com/ns/repo",
-// no tag or digest), as if host served that repository under the same path:
-// the kubelet's credentials (pull secrets, node docker config, provider
-// plugins -- to any host with a containerd config, to the image's own
-// registry only without one), containerd's configs."host".auth, the
-// service-account token, then the containers auth files / registries.conf
-// credential-helpers. Secrets never marshal; equal secrets share one ID.
-func (k *Keyring) Lookup(host, repository string) []Credential {
-	domain, path := splitRepo(repository)
-	q := query{host: host, logical: repository, physical: host + path}
-	q.kubelet = k.ctrd != nil || host == domain
-	if k.ctrd != nil {
-		q.ctrdKey = host
+// credentials asks the chain about q: every candidate gets its ID, every
+// error becomes a warning (the pull goes on with the rest).
+func (k *Keyring) credentials(q hosts.Query) []wire.Credential {
+	cs, err := k.chain.Resolve(q)
+	for _, e := range flatten(err) {
+		k.Warn(e.Error())
 	}
-	return k.lookup(q)
-}
-
-func splitRepo(repository string) (domain, path string) {
-	domain, rest, ok := strings.Cut(repository, "/")
-	if ok {
-		path = "/" + rest
-	}
-	return domain, path
-}
-
-func (k *Keyring) lookup(q query) []Credential {
-	var out []Credential
-	add := func(cs ...Credential) {
-		for _, c := range cs {
-			out = append(out, k.withID(c))
-		}
-	}
-	// What the kubelet sends over CRI: pull secrets, node config, provider
-	// plugins, and the service-account token (a pull secret by another
-	// name). containerd reads configs."HOST".auth only when the kubelet sent
-	// none (pkg/cri/server/image_pull.go registryHosts: the CRI auth is
-	// used when non-nil, Credentials(host) consults the config otherwise).
-	kubeletSide := 0
-	if q.kubelet {
-		if k.secrets != nil {
-			add(k.secrets.Lookup(q.logical)...)
-		}
-		if k.node != nil {
-			add(k.node.Lookup(q.logical)...)
-		}
-		if k.providers != nil {
-			add(k.providerCredentials(q.logical)...)
-		}
-	}
-	if k.c.ServiceAccountToken != "" {
-		var data []byte
-		if k.c.InlineServiceAccountToken != nil {
-			data = k.c.InlineServiceAccountToken.Data
-		}
-		c, err := serviceAccountToken(k.c.ServiceAccountToken, data, k.c.ServiceAccountUsername, k.saPatterns, q.host)
-		if err != nil {
-			k.warn(err.Error())
-		} else if c != nil {
-			add(*c)
-		}
-	}
-	kubeletSide = len(out)
-	if k.ctrd != nil && q.ctrdKey != "" && kubeletSide == 0 {
-		c, err := k.ctrdCredential(q.ctrdKey)
-		if err != nil {
-			k.warn(err.Error())
-		} else if c != nil {
-			add(*c)
-		}
-	}
-	if c := k.containersCredential(q.physical); c != nil {
-		add(*c)
+	out := make([]wire.Credential, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, k.withID(c))
 	}
 	return out
 }
 
 // withID gives c the ID of the first equal credential seen (same source,
 // file, key and secret), so the pipeline carries each secret once.
-func (k *Keyring) withID(c Credential) Credential {
+func (k *Keyring) withID(c wire.Credential) wire.Credential {
 	ident := strings.Join([]string{c.Source, c.File, c.Key, c.Username, c.Password, c.IdentityToken}, "\x00")
 	id, ok := k.ids[ident]
 	if !ok {
@@ -362,7 +272,9 @@ func (k *Keyring) withID(c Credential) Credential {
 	return c
 }
 
-func (k *Keyring) warn(msg string) {
+// Warn adds msg to Warnings unless it is there already (package hosts'
+// warnings join them: the pipeline hands it Warn).
+func (k *Keyring) Warn(msg string) {
 	for _, w := range k.Warnings {
 		if w == msg {
 			return
@@ -371,118 +283,26 @@ func (k *Keyring) warn(msg string) {
 	k.Warnings = append(k.Warnings, msg)
 }
 
-// providerCredentials runs the plugins matching repository once per
-// repository (never when RunProviders is false: explain only says which
-// would run and why the others are skipped).
-func (k *Keyring) providerCredentials(repository string) []Credential {
-	if cs, ok := k.provCache[repository]; ok {
-		return cs
-	}
-	var sa *ProviderServiceAccount
-	if k.c.ProviderServiceAccountToken != "" {
-		sa = &ProviderServiceAccount{TokenFile: k.c.ProviderServiceAccountToken, Annotations: k.c.ProviderServiceAccountAnnotations}
-		if k.c.InlineProviderServiceAccountToken != nil {
-			sa.TokenData = k.c.InlineProviderServiceAccountToken.Data
-		}
-	}
-	var creds []Credential
-	var skipped []string
-	if !k.c.RunProviders {
-		plan, err := PlanProviders(k.providers, repository, sa)
-		if err != nil {
-			k.warn("credential provider: " + err.Error())
-		}
-		run := 0
-		for _, d := range plan {
-			if d.Skipped != "" {
-				skipped = append(skipped, fmt.Sprintf("%q: %s", d.Name, d.Skipped))
-			} else {
-				run++
-			}
-		}
-		if run > 0 {
-			creds = []Credential{{Source: "credential-provider", File: k.c.CredentialProviderConfig,
-				Key: "(plugins run at pull time; not run by explain)"}}
-		}
-	} else {
-		var err error
-		creds, skipped, err = cpProviders(k.providers, k.providerBin, repository, k.c.ProviderCacheDir, ProviderOptions{ServiceAccount: sa})
-		if err != nil {
-			// The kubelet logs a failing provider and pulls with the rest.
-			k.warn("credential provider: " + err.Error())
-		}
-	}
-	for _, s := range skipped {
-		k.warn("credential provider " + s + " (skipped for " + repository + ", as the kubelet skips it)")
-	}
-	k.provCache[repository] = creds
-	return creds
-}
-
-// ctrdCredential is configs."host".auth through ParseAuth.
-func (k *Keyring) ctrdCredential(host string) (*Credential, error) {
-	a := k.ctrd.Configs[host].Auth
-	if a == nil {
-		return nil, nil
-	}
-	key := k.ctrd.authKey[host]
-	user, secret, err := ParseContainerdAuth(a.Username, a.Password, a.Auth, a.IdentityToken)
+// newProviderKeychain checks the credential-provider settings.
+func newProviderKeychain(c Config) (*providerKeychain, *ConfigError) {
+	cfg, err := LoadProviderConfig(c.CredentialProviderConfig)
 	if err != nil {
-		return nil, fmt.Errorf("containerd config %s: %s: %v", k.ctrd.file, key, err)
+		return nil, &ConfigError{Setting: "auth.credential_provider_config", Err: err}
 	}
-	if user == "" && secret == "" {
-		return nil, nil
+	bin := c.CredentialProviderBinDir
+	if bin == "" {
+		bin = filepath.Dir(c.CredentialProviderConfig)
 	}
-	c := &Credential{Source: containerdSource, File: k.ctrd.file, Key: key, Username: user, Password: secret}
-	if user == "" {
-		c.Password, c.IdentityToken = "", secret
+	if st, err := os.Stat(bin); err != nil || !st.IsDir() {
+		return nil, &ConfigError{Setting: "auth.credential_provider_bin_dir", Err: fmt.Errorf("%s is not a directory", bin)}
 	}
-	return c, nil
-}
-
-// containersCredential is pkg/docker/config getCredentialsWithHomeDir:
-// each registries.conf credential-helper in order ("containers-auth.json"
-// walks the auth files), the first non-empty result wins, errors are
-// collected and reported (as warnings here) only when nothing was found.
-func (k *Keyring) containersCredential(physical string) *Credential {
-	registry, _, _ := strings.Cut(physical, "/")
-	var errs []string
-	for _, h := range k.helpers {
-		var c *Credential
-		var err error
-		if h == sysregistriesv2.AuthenticationFileHelper {
-			c, err = LookupContainers(k.authFiles, physical)
-		} else if !k.c.RunProviders {
-			c = &Credential{Source: "credential-helper", File: k.registriesConfName(), Key: "credential-helpers " + h + " (run at pull time; not run by explain)"}
-		} else {
-			c, err = runHelper(h, registry, "credential-helper", k.registriesConfName(), "credential-helpers "+h)
-		}
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		if c != nil {
-			return c
+	p := &providerKeychain{cfg: cfg, bin: bin, file: c.CredentialProviderConfig, cacheDir: c.ProviderCacheDir,
+		run: c.RunProviders, cache: map[string][]wire.Credential{}}
+	if c.ProviderServiceAccountToken != "" {
+		p.sa = &ProviderServiceAccount{TokenFile: c.ProviderServiceAccountToken, Annotations: c.ProviderServiceAccountAnnotations}
+		if c.InlineProviderServiceAccountToken != nil {
+			p.sa.TokenData = c.InlineProviderServiceAccountToken.Data
 		}
 	}
-	for _, e := range errs {
-		k.warn("looking up credentials for " + registry + ": " + e)
-	}
-	return nil
+	return p, nil
 }
-
-func (k *Keyring) registriesConfName() string {
-	if k.c.RegistriesConfName != "" {
-		return k.c.RegistriesConfName
-	}
-	if k.c.RegistriesConf != "" {
-		return k.c.RegistriesConf
-	}
-	return "registries.conf"
-}
-
-// errBlocked is returned by Endpoints when every endpoint is blocked.
-var errBlocked = errors.New("blocked in registries.conf")
-
-// ErrBlocked marks an image whose every endpoint registries.conf blocks.
-var ErrBlocked = errBlocked

@@ -10,18 +10,20 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // hermetic returns a Config reading only files under dir: an empty
 // registries.conf and drop-in directory, no default auth files.
-func hermetic(t *testing.T, dir string) auth.Config {
+func hermetic(t *testing.T, dir string) auth.TestConfig {
 	t.Helper()
 	rc := write(t, dir, "registries.conf", "")
 	d := filepath.Join(dir, "registries.conf.d")
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return auth.Config{
+	return auth.TestConfig{
 		RegistriesConf: rc, RegistriesConfDir: d, TLSVerify: true,
 		Env:      auth.Env{UID: 4242, Home: filepath.Join(dir, "home")},
 		Authfile: write(t, dir, "auth.json", `{"auths":{}}`),
@@ -29,16 +31,16 @@ func hermetic(t *testing.T, dir string) auth.Config {
 	}
 }
 
-func newKeyring(t *testing.T, c auth.Config) *auth.Keyring {
+func newKeyring(t *testing.T, c auth.TestConfig) *auth.Keyring {
 	t.Helper()
-	k, err := auth.NewKeyring(c)
+	k, err := auth.NewTestKeyring(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return k
 }
 
-func endpoints(t *testing.T, k *auth.Keyring, image string) []auth.Endpoint {
+func endpoints(t *testing.T, k *auth.Keyring, image string) []wire.Endpoint {
 	t.Helper()
 	eps, err := k.Endpoints(image)
 	if err != nil {
@@ -48,7 +50,7 @@ func endpoints(t *testing.T, k *auth.Keyring, image string) []auth.Endpoint {
 }
 
 // who lists "source:key:username" of each candidate.
-func who(cs []auth.Credential) []string {
+func who(cs []wire.Credential) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.Source+":"+c.Key+":"+c.Username)
@@ -56,7 +58,7 @@ func who(cs []auth.Credential) []string {
 	return out
 }
 
-func hostsOf(eps []auth.Endpoint) []string {
+func hostsOf(eps []wire.Endpoint) []string {
 	var out []string
 	for _, e := range eps {
 		out = append(out, e.Scheme+"://"+e.Host+e.Path+" "+e.Source)
@@ -115,8 +117,8 @@ ca = "ca.crt"
 			t.Errorf("%s: mirror = %v", e.Host, e.Mirror)
 		}
 	}
-	if !reflect.DeepEqual(eps[0].Capabilities, []string{"pull"}) || !reflect.DeepEqual(eps[0].Headers, []string{"X-Token"}) {
-		t.Errorf("first: capabilities %q headers %q", eps[0].Capabilities, eps[0].Headers)
+	if !reflect.DeepEqual(eps[0].Capabilities.Names(), []string{"pull"}) || !reflect.DeepEqual(eps[0].Headers, []string{"X-Token"}) {
+		t.Errorf("first: capabilities %q headers %q", eps[0].Capabilities.Names(), eps[0].Headers)
 	}
 	if eps[0].Trust.Verify || !strings.Contains(eps[0].Trust.InsecureBy, "containerd skip_verify") {
 		t.Errorf("first: trust %+v, want skip_verify", eps[0].Trust)
@@ -260,7 +262,7 @@ blocked = true
 		t.Errorf("by digest: %q", hostsOf(eps))
 	}
 	// Every endpoint blocked: an error.
-	if _, err := k.Endpoints("blocked.example.com/x:1"); !errors.Is(err, auth.ErrBlocked) {
+	if _, err := k.Endpoints("blocked.example.com/x:1"); !errors.Is(err, hosts.ErrBlocked) {
 		t.Errorf("blocked image: err %v, want ErrBlocked", err)
 	}
 }
@@ -299,38 +301,6 @@ func TestLookupRegistriesConfCredentialHelpers(t *testing.T) {
 // One rule for trust per host: certs.d/HOST, trust.ca_files and
 // trust.insecure_registries by internal/regpattern (ports equal),
 // registries.conf insecure by FindRegistry(host).
-func TestTrustFor(t *testing.T) {
-	dir := t.TempDir()
-	c := hermetic(t, dir)
-	if err := os.MkdirAll(filepath.Join(dir, "certs.d", "reg.example.com:5000"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	c.CAFiles = []auth.ScopedFile{{Pattern: "*.example.com:5000", File: "/ca/a.pem"}, {Pattern: "reg.example.com", File: "/ca/b.pem"}}
-	c.InsecureRegistries = []string{"*.insecure.test"}
-	c.RegistriesConf = write(t, dir, "registries.conf", "[[registry]]\nlocation = \"rc.example.com\"\ninsecure = true\n")
-	k := newKeyring(t, c)
-	tr := k.TrustFor("reg.example.com:5000")
-	if tr.CertDir != filepath.Join(dir, "certs.d", "reg.example.com:5000") || !reflect.DeepEqual(tr.CAFiles, []string{"/ca/a.pem"}) || !tr.Verify {
-		t.Errorf("reg:5000: %+v", tr)
-	}
-	if tr := k.TrustFor("reg.example.com"); !reflect.DeepEqual(tr.CAFiles, []string{"/ca/b.pem"}) {
-		t.Errorf("reg: CA files %q", tr.CAFiles)
-	}
-	if tr := k.TrustFor("a.insecure.test"); tr.Verify || tr.InsecureBy != "trust.insecure_registries *.insecure.test" {
-		t.Errorf("insecure: %+v", tr)
-	}
-	if tr := k.TrustFor("a.insecure.test:443"); !tr.Verify {
-		t.Errorf("a pattern without a port must not match another port: %+v", tr)
-	}
-	if tr := k.TrustFor("rc.example.com"); tr.Verify || !strings.Contains(tr.InsecureBy, "registries.conf insecure") {
-		t.Errorf("registries.conf insecure not honoured: %+v", tr)
-	}
-	c.TLSVerify, c.TLSVerifySetting = false, "--tls-verify"
-	if tr := newKeyring(t, c).TrustFor("x.example.com"); tr.Verify || tr.InsecureBy != "--tls-verify=false" {
-		t.Errorf("tls_verify: %+v", tr)
-	}
-}
-
 // The kubelet keyring order (pull secrets, node docker config, provider
 // plugins), then containerd, token, auth files; equal secrets share an ID,
 // and no secret is in the JSON.
@@ -378,19 +348,19 @@ func TestNewKeyringConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		setting string
-		mod     func(*auth.Config)
+		mod     func(*auth.TestConfig)
 	}{
-		{"auth.pull_secrets", func(c *auth.Config) { c.PullSecrets = []string{filepath.Join(dir, "missing")} }},
-		{"auth.service_account_registries", func(c *auth.Config) {
+		{"auth.pull_secrets", func(c *auth.TestConfig) { c.PullSecrets = []string{filepath.Join(dir, "missing")} }},
+		{"auth.service_account_registries", func(c *auth.TestConfig) {
 			c.ServiceAccountToken, c.ServiceAccountRegistries = "/t", []string{"https://x"}
 		}},
-		{"trust.ca_files", func(c *auth.Config) { c.CAFiles = []auth.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
-		{"trust.insecure_registries", func(c *auth.Config) { c.InsecureRegistries = []string{"x/y"} }},
-		{"auth.containerd_config", func(c *auth.Config) { c.ContainerdConfig = write(t, dir, "bad.toml", "version = [") }},
+		{"trust.ca_files", func(c *auth.TestConfig) { c.CAFiles = []hosts.ScopedFile{{Pattern: "a*b", File: "/f"}} }},
+		{"trust.insecure_registries", func(c *auth.TestConfig) { c.InsecureRegistries = []string{"x/y"} }},
+		{"auth.containerd_config", func(c *auth.TestConfig) { c.ContainerdConfig = write(t, dir, "bad.toml", "version = [") }},
 	} {
 		c := hermetic(t, dir)
 		tc.mod(&c)
-		_, err := auth.NewKeyring(c)
+		_, err := auth.NewTestKeyring(c)
 		var ce *auth.ConfigError
 		if !errors.As(err, &ce) || ce.Setting != tc.setting {
 			t.Errorf("%s: err %v, want a ConfigError for it", tc.setting, err)
@@ -409,38 +379,38 @@ func TestContainerdAuthPrecedence(t *testing.T) {
 	const ctrdWho = `containerd-config:configs."reg.example.com".auth:ctrd-user`
 	tests := []struct {
 		name  string
-		setup func(t *testing.T, dir string, c *auth.Config)
+		setup func(t *testing.T, dir string, c *auth.TestConfig)
 		want  []string
 	}{
-		{"nothing from the kubelet: configs auth", func(t *testing.T, dir string, c *auth.Config) {}, []string{ctrdWho}},
-		{"pull secret matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"nothing from the kubelet: configs auth", func(t *testing.T, dir string, c *auth.TestConfig) {}, []string{ctrdWho}},
+		{"pull secret matches: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"reg.example.com":{"auth":"`+b64("sec:p")+`"}}}`)}
 		}, []string{"pull-secret:reg.example.com:sec"}},
-		{"pull secret for another registry: offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"pull secret for another registry: offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.PullSecrets = []string{write(t, dir, "s.json", `{"auths":{"other.example.com":{"auth":"`+b64("sec:p")+`"}}}`)}
 		}, []string{ctrdWho}},
-		{"node docker config matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"node docker config matches: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			root := filepath.Join(dir, "kubelet")
 			write(t, root, "config.json", `{"auths":{"reg.example.com":{"auth":"`+b64("node:p")+`"}}}`)
 			c.KubeletDockerConfig = root
 		}, []string{"kubelet-node-config:reg.example.com:node"}},
-		{"credential provider runs: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"credential provider runs: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			write(t, dir, "bin/p", "#!/bin/sh\nexit 1\n")
 			c.CredentialProviderConfig = write(t, dir, "cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"+
 				"providers:\n  - name: p\n    matchImages: [reg.example.com]\n    defaultCacheDuration: 1m\n    apiVersion: "+provV1+"\n")
 			c.CredentialProviderBinDir = filepath.Join(dir, "bin")
 		}, []string{"credential-provider:(plugins run at pull time; not run by explain):"}},
-		{"credential provider skipped (needs a service account): offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"credential provider skipped (needs a service account): offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			write(t, dir, "bin/p", "#!/bin/sh\nexit 1\n")
 			c.CredentialProviderConfig = write(t, dir, "cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"+
 				"providers:\n  - name: p\n    matchImages: [reg.example.com]\n    defaultCacheDuration: 1m\n    apiVersion: "+provV1+"\n"+
 				"    tokenAttributes: {serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true}\n")
 			c.CredentialProviderBinDir = filepath.Join(dir, "bin")
 		}, []string{ctrdWho}},
-		{"service-account token matches: not offered", func(t *testing.T, dir string, c *auth.Config) {
+		{"service-account token matches: not offered", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.ServiceAccountToken, c.ServiceAccountRegistries = write(t, dir, "token", "tok\n"), []string{"reg.example.com"}
 		}, []string{"service-account-token:reg.example.com:serviceaccount"}},
-		{"auth file: after configs auth", func(t *testing.T, dir string, c *auth.Config) {
+		{"auth file: after configs auth", func(t *testing.T, dir string, c *auth.TestConfig) {
 			c.Authfile = write(t, dir, "a.json", `{"auths":{"reg.example.com":{"auth":"`+b64("af:p")+`"}}}`)
 		}, []string{ctrdWho, "containers-auth.json:reg.example.com:af"}},
 	}

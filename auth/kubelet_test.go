@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // kubeletB64 is padded standard base64, as docker writes "auth".
@@ -37,7 +38,7 @@ func kubeletConfigJSON(entries ...kubeletKV) string {
 	return `{"auths": ` + kubeletAuthsObject(entries...) + `}`
 }
 
-func kubeletUsers(creds []auth.Credential) []string {
+func kubeletUsers(creds []wire.Credential) []string {
 	var out []string
 	for _, c := range creds {
 		out = append(out, c.Username)
@@ -137,7 +138,7 @@ func TestKubeletCredentialFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := k.Lookup("docker.io/library/nginx")
-	want := []auth.Credential{{Source: "kubelet-node-config", File: "/var/lib/kubelet/config.json", Key: "https://index.docker.io/v1/", Username: "hub", Password: "secret"}}
+	want := []wire.Credential{{Source: "kubelet-node-config", File: "/var/lib/kubelet/config.json", Key: "https://index.docker.io/v1/", Username: "hub", Password: "secret"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

@@ -44,7 +44,7 @@ package auth
 //     the image is on Docker Hub, the "index.docker.io" credentials are used.
 //   - A provider that fails (exec error, timeout, bad response) contributes
 //     nothing and the others still do: the kubelet logs the failure and
-//     pulls with the rest. Providers returns the rest together with an
+//     pulls with the rest. cpProviders returns the rest together with an
 //     error naming each failed provider.
 //
 // Where this file differs, and why:
@@ -65,7 +65,7 @@ package auth
 //     service account: a provider with requireServiceAccount: true is
 //     skipped, one with false runs without a token (provider_sa.go).
 //   - The kubelet refuses to start when a configured plugin binary is
-//     missing; Providers fails the same way (no credentials, an error).
+//     missing; cpProviders fails the same way (no credentials, an error).
 //   - An empty provider name is rejected explicitly; the kubelet rejects it
 //     later, when it looks up binDir/"" as the plugin.
 //   - Plugin stderr is quoted in errors truncated, with every password of the
@@ -156,7 +156,7 @@ type ProviderTokenAttributes struct {
 	OptionalServiceAccountAnnotationKeys []string
 }
 
-// ProviderOptions tunes Providers. The zero value is the kubelet's behaviour.
+// ProviderOptions tunes cpProviders. The zero value is the kubelet's behaviour.
 type ProviderOptions struct {
 	// Timeout bounds one plugin run; 0 means DefaultProviderTimeout.
 	Timeout time.Duration

@@ -21,16 +21,18 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
 )
 
 // ---- running the providers ----
 
-// Providers runs, in config order, every provider whose matchImages match
+// cpProviders runs, in config order, every provider whose matchImages match
 // image, and returns the credentials of their responses in the order the
-// kubelet tries them (see the file comment). image may be any reference
-// (with tag or digest, or short like "nginx"); the kubelet's repository form
-// of it is what the plugins see and what is matched. binDir holds the plugin
+// kubelet tries them (see the file comment), and why each skipped provider
+// was skipped ("NAME: reason"). image may be any reference (with tag or
+// digest, or short like "nginx"); the kubelet's repository form of it is
+// what the plugins see and what is matched. binDir holds the plugin
 // executables, named as the providers. cacheDir keeps one cache file per
 // provider ("" = no cache).
 //
@@ -39,14 +41,7 @@ import (
 // provider (the kubelet logs such failures and pulls with the rest). Errors
 // before any provider ran (invalid config or image, missing binaries) come
 // with no credentials.
-func Providers(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, error) {
-	creds, _, err := cpProviders(cfg, binDir, image, cacheDir, opts)
-	return creds, err
-}
-
-// cpProviders is Providers, also returning why each skipped provider was
-// skipped ("NAME: reason").
-func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]Credential, []string, error) {
+func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts ProviderOptions) ([]wire.Credential, []string, error) {
 	if cfg == nil {
 		return nil, nil, nil
 	}
@@ -94,7 +89,7 @@ func cpProviders(cfg *ProviderConfig, binDir, image, cacheDir string, opts Provi
 func cpRepository(image string) (string, error) {
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return "", fmt.Errorf("credential providers: couldn't parse image name %q: %v", image, err)
+		return "", fmt.Errorf("credential providers: couldn't parse image name %q: %w", image, err)
 	}
 	return named.Name(), nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 const (
@@ -200,7 +201,7 @@ func provResponse(apiVersion, cacheKeyType, cacheDuration string, auth map[strin
 	return string(data)
 }
 
-func provUsers(creds []auth.Credential) []string {
+func provUsers(creds []wire.Credential) []string {
 	var out []string
 	for _, c := range creds {
 		out = append(out, c.Username)
@@ -428,7 +429,7 @@ func TestProvidersRequestResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []auth.Credential{{Source: "credential-provider", File: "example-provider", Key: "registry.example.com", Username: "robot", Password: provSecret}}
+	want := []wire.Credential{{Source: "credential-provider", File: "example-provider", Key: "registry.example.com", Username: "robot", Password: provSecret}}
 	if !reflect.DeepEqual(creds, want) {
 		t.Errorf("credentials: got %+v, want %+v", creds, want)
 	}
@@ -838,7 +839,7 @@ func TestProvidersCache(t *testing.T) {
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
-				want := []auth.Credential{{Source: "credential-provider", File: "cached", Key: "*.example.com", Username: "robot", Password: provSecret}}
+				want := []wire.Credential{{Source: "credential-provider", File: "cached", Key: "*.example.com", Username: "robot", Password: provSecret}}
 				if strings.Contains(st.image, ":5000") {
 					want = nil // the key has no port
 				}

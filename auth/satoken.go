@@ -25,6 +25,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/internal/regpattern"
 	"github.com/pullhelper/pullhelper/internal/safefile"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 const (
@@ -49,7 +50,7 @@ const (
 //
 // data, when not nil, is the token already read (--service-account-token-fd;
 // tokenFile then only names it).
-func serviceAccountToken(tokenFile string, data []byte, username string, pats []regpattern.Pattern, imageRegistry string) (*Credential, error) {
+func serviceAccountToken(tokenFile string, data []byte, username string, pats []regpattern.Pattern, imageRegistry string) (*wire.Credential, error) {
 	registry, _, _ := strings.Cut(imageRegistry, "/")
 	if registry == "" {
 		return nil, errors.New("service account token: the image registry is empty")
@@ -65,7 +66,7 @@ func serviceAccountToken(tokenFile string, data []byte, username string, pats []
 	if username == "" {
 		username = DefaultServiceAccountUsername
 	}
-	return &Credential{
+	return &wire.Credential{
 		Source: sourceServiceAccountToken, File: tokenFile, Key: p.String(),
 		Username: username, Password: token,
 	}, nil

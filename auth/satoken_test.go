@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 const satInternal = "image-registry.openshift-image-registry.svc:5000"
@@ -20,11 +21,11 @@ func satKeyring(t *testing.T, tokenFile, username string, patterns []string) (*a
 	t.Helper()
 	c := hermetic(t, t.TempDir())
 	c.ServiceAccountToken, c.ServiceAccountUsername, c.ServiceAccountRegistries = tokenFile, username, patterns
-	return auth.NewKeyring(c)
+	return auth.NewTestKeyring(c)
 }
 
 // satLookup is the one candidate (or nil) the keyring offers host.
-func satLookup(t *testing.T, k *auth.Keyring, host, repository string) *auth.Credential {
+func satLookup(t *testing.T, k *auth.Keyring, host, repository string) *wire.Credential {
 	t.Helper()
 	cs := k.Lookup(host, repository)
 	if len(cs) > 1 {
@@ -81,7 +82,7 @@ func TestServiceAccountTokenMatching(t *testing.T) {
 				}
 				continue
 			}
-			want := &auth.Credential{Source: "service-account-token", File: token, Key: tt.key, Username: "serviceaccount", Password: "tok-1"}
+			want := &wire.Credential{Source: "service-account-token", File: token, Key: tt.key, Username: "serviceaccount", Password: "tok-1"}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("%q vs %s (%s): got %+v, want %+v", tt.patterns, tt.host, repo, c, want)
 			}

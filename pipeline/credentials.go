@@ -6,28 +6,22 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/policy"
 	"go.podman.io/image/v5/docker/reference"
 )
 
-// keyringConfig translates the policy's [auth] and [trust] settings for
-// package auth (which imports no policy).
-func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *regSnapshot) auth.Config {
-	a, t := l.Auth, l.Trust
-	c := auth.Config{
-		PullSecrets: a.PullSecrets, KubeletDockerConfig: a.KubeletDockerConfig,
-		CredentialProviderConfig: a.CredentialProviderConfig, CredentialProviderBinDir: a.CredentialProviderBinDir,
-		RunProviders:        !in.Explain,
-		ContainerdConfig:    a.ContainerdConfig,
-		ServiceAccountToken: a.ServiceAccountToken, ServiceAccountUsername: a.ServiceAccountUsername,
-		ServiceAccountRegistries:    a.ServiceAccountRegistries,
-		ProviderServiceAccountToken: a.ProviderServiceAccountToken,
-		Authfile:                    a.Authfile, Env: in.Env,
-		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
-		InlineProviderServiceAccountToken: in.ProviderServiceAccountToken,
-		RegistriesConfName:                registriesConf,
-		CertDir:                           t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
+// hostsConfig translates the policy's [trust] settings, auth.containerd_config
+// and the registries.conf snapshot for package hosts (which imports no
+// policy).
+func hostsConfig(l *policy.Loaded, registriesConf string, snap *regSnapshot) hosts.Config {
+	t := l.Trust
+	c := hosts.Config{
+		ContainerdConfig:   l.Auth.ContainerdConfig,
+		RegistriesConfName: registriesConf,
+		CertDir:            t.CertDir, CertsD: t.CertsD, InsecureRegistries: t.InsecureRegistries,
 		TLSVerify: t.TLSVerify, TLSVerifySetting: "tls_verify",
 	}
 	// containers/image reads the checked bytes, not the caller's paths.
@@ -36,11 +30,29 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *reg
 	if src, ok := l.Defined("trust.tls_verify"); ok && strings.HasPrefix(src, "-") {
 		c.TLSVerifySetting = src
 	}
+	for _, f := range t.CAFiles {
+		c.CAFiles = append(c.CAFiles, hosts.ScopedFile{Pattern: f.Registry, File: f.File})
+	}
+	return c
+}
+
+// keyringConfig translates the policy's [auth] settings for package auth
+// (which imports no policy).
+func keyringConfig(l *policy.Loaded, in Inputs) auth.Config {
+	a := l.Auth
+	c := auth.Config{
+		PullSecrets: a.PullSecrets, KubeletDockerConfig: a.KubeletDockerConfig,
+		CredentialProviderConfig: a.CredentialProviderConfig, CredentialProviderBinDir: a.CredentialProviderBinDir,
+		RunProviders:        !in.Explain,
+		ServiceAccountToken: a.ServiceAccountToken, ServiceAccountUsername: a.ServiceAccountUsername,
+		ServiceAccountRegistries:    a.ServiceAccountRegistries,
+		ProviderServiceAccountToken: a.ProviderServiceAccountToken,
+		Authfile:                    a.Authfile, Env: in.Env,
+		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
+		InlineProviderServiceAccountToken: in.ProviderServiceAccountToken,
+	}
 	// Validate checked the entries.
 	c.ProviderServiceAccountAnnotations, _ = policy.ParseAnnotations(a.ProviderServiceAccountAnnotations)
-	for _, f := range t.CAFiles {
-		c.CAFiles = append(c.CAFiles, auth.ScopedFile{Pattern: f.Registry, File: f.File})
-	}
 	if c.CredentialProviderConfig != "" && c.RunProviders {
 		// The responses between pulls on this node (0700).
 		c.ProviderCacheDir = in.stateRoot().ProviderCache()
@@ -51,19 +63,26 @@ func keyringConfig(l *policy.Loaded, in Inputs, registriesConf string, snap *reg
 	return c
 }
 
-// resolveEndpoints builds the keyring once and asks it for every host the
-// pull contacts, in order (containerd hosts.toml [host] entries and
-// server, or registries.conf mirrors, then the registry), each with its own
-// credential candidates and trust. The last endpoint is the primary: its
-// candidates and trust are the plan's credentials and trust.
+// resolveEndpoints reads the endpoint and trust settings (hosts) and the
+// credential sources (auth) once, lists every host the pull contacts, in
+// order (containerd hosts.toml [host] entries and server, or
+// registries.conf mirrors, then the registry), each with its trust, and
+// gives each its own credential candidates. The last endpoint is the
+// primary: its candidates and trust are the plan's credentials and trust.
 func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Named) error {
-	k, err := auth.NewKeyring(keyringConfig(l, in, p.RegistriesConf, p.regSnap))
-	if err != nil {
-		var ce *auth.ConfigError
-		if errors.As(err, &ce) {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, ce.Setting), ce.Err)
+	var k *auth.Keyring
+	hc := hostsConfig(l, p.RegistriesConf, p.regSnap)
+	hc.Warn = func(msg string) {
+		if k != nil {
+			k.Warn(msg) // one list, in the order they happen
 		}
-		return failure.Wrap(failure.Usage, err, "")
+	}
+	r, err := hosts.New(hc)
+	if err != nil {
+		return settingError(l, err)
+	}
+	if k, err = auth.NewKeyring(keyringConfig(l, in), r); err != nil {
+		return settingError(l, err)
 	}
 	files, userSpecified := k.AuthFiles()
 	p.AuthFiles = files
@@ -83,17 +102,32 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	if l.Auth.ContainerdConfig != "" {
 		p.Sources = "containerd"
 	}
-	eps, err := k.Endpoints(named.String())
-	p.Warnings = append(p.Warnings, k.Warnings...)
+	eps, err := r.Endpoints(named.String())
 	if err != nil {
-		return failure.New(failure.Usage, "%s: %v", p.Reference, err)
+		p.Warnings = append(p.Warnings, k.Warnings...)
+		return failure.Wrap(failure.Usage, err, "%s", p.Reference)
 	}
-	p.Endpoints = eps
-	primary := eps[len(eps)-1]
+	p.Endpoints = k.Fill(eps)
+	p.Warnings = append(p.Warnings, k.Warnings...)
+	primary := p.Endpoints[len(p.Endpoints)-1]
 	p.Credentials = primary.Credentials
 	if p.Credentials == nil {
-		p.Credentials = []auth.Credential{}
+		p.Credentials = []wire.Credential{}
 	}
 	p.Trust = primary.Trust
 	return nil
+}
+
+// settingError is a hosts or auth configuration error as the user set it:
+// the flag or policy key, then the reason.
+func settingError(l *policy.Loaded, err error) error {
+	var he *hosts.ConfigError
+	if errors.As(err, &he) {
+		return failure.Wrap(failure.Usage, he.Err, "%s", settingName(l, he.Setting))
+	}
+	var ce *auth.ConfigError
+	if errors.As(err, &ce) {
+		return failure.Wrap(failure.Usage, ce.Err, "%s", settingName(l, ce.Setting))
+	}
+	return failure.Wrap(failure.Usage, err, "")
 }

@@ -17,8 +17,9 @@ func TestDependencyRules(t *testing.T) {
 	}{
 		// The copy knows nothing of isolation or policy, nor of the
 		// parent's side of DEST (dest: the containerd client and
-		// containers-storage); it knows DEST as dest/target.
-		{"pull", []string{"dest", "cgroup", "privdrop", "netns", "dnsconf", "policy", "reexec", "pipeline", "cmd/pullhelper"}},
+		// containers-storage; it knows DEST as dest/target), nor of where
+		// its endpoints and credentials came from (it reads internal/wire).
+		{"pull", []string{"dest", "cgroup", "privdrop", "netns", "dnsconf", "policy", "auth", "hosts", "reexec", "pipeline", "cmd/pullhelper"}},
 		{"dest/target", []string{"dest", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
 		// cgroup takes its own limits type.
 		{"cgroup", []string{"policy", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
@@ -26,6 +27,10 @@ func TestDependencyRules(t *testing.T) {
 		{"api", []string{"*"}},
 		{"policy", []string{"pull", "pipeline", "reexec", "cgroup", "auth", "cmd/pullhelper"}},
 		{"auth", []string{"policy", "pull", "pipeline", "reexec", "cgroup", "cmd/pullhelper"}},
+		// Endpoints, mirrors and trust know no credential source.
+		{"hosts", []string{"auth", "policy", "pull", "dest", "pipeline", "reexec", "cgroup", "privdrop", "netns", "dnsconf", "cmd/pullhelper"}},
+		// What crosses to the copy has no dependency.
+		{"internal/wire", []string{"*"}},
 		{"reexec", []string{"pipeline", "policy", "cmd/pullhelper"}},
 		{"privdrop", []string{"pull", "pipeline", "reexec", "policy", "cmd/pullhelper"}},
 		{"pipeline", []string{"cmd/pullhelper"}},

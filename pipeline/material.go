@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -9,10 +8,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefile"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/signature"
@@ -77,7 +76,7 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 // in a per-host directory: CA bundles (*.crt) and client pairs (X.cert,
 // X.key) from the certificate directory, then trust.ca_files and
 // containerd's ca/client files under names of their own.
-func certFiles(t auth.Trust) (map[string][]byte, error) {
+func certFiles(t wire.Trust) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if dir := t.CertDir; dir != "" {
 		ents, err := os.ReadDir(dir)
@@ -132,23 +131,30 @@ const SystemRegistriesD = "/etc/containers/registries.d"
 // maxConfigFile bounds each configuration file read for the copy.
 const maxConfigFile = 4 << 20
 
-// loadRegistriesConfig renders the registries.conf the copy uses and reads
-// registries.d, so that the copy, which may be unable to read them
-// (root-only files, a /tmp the child does not see), gets their contents.
+// loadRegistriesConfig renders the registries.conf the copy uses
+// (hosts.RenderRegistriesConf) and reads registries.d, so that the copy,
+// which may be unable to read them (root-only files, a /tmp the child does
+// not see), gets their contents.
 func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
-	conf, err := p.registriesConf()
-	if err != nil {
-		return err
+	var base *sysregistriesv2.V2RegistriesConf
+	if p.Sources != "containerd" {
+		// The snapshot of what NewPlan checked (snapshot.go), not the paths.
+		conf, err := sysregistriesv2.TryUpdatingCache(p.regSnap.sys(p.RegistriesConf))
+		if err != nil {
+			return failure.New(failure.Usage, "reading registries.conf %s: %s",
+				sysregistriesv2.ConfigurationSourceDescription(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}), p.regSnap.describe(hosts.RegistriesConfError(err)))
+		}
+		base = conf
 	}
-	var buf bytes.Buffer
-	if err := toml.NewEncoder(&buf).Encode(conf); err != nil {
+	conf, err := hosts.RenderRegistriesConf(p.Registry, p.Endpoints, base)
+	if err != nil {
 		return failure.Wrap(failure.Internal, err, "rendering registries.conf for the copy")
 	}
-	m.RegistriesConf = buf.Bytes()
+	m.RegistriesConf = conf
 
 	ents, err := os.ReadDir(SystemRegistriesD)
 	if err != nil && !os.IsNotExist(err) {
-		return failure.New(failure.Usage, "reading %s: %v", SystemRegistriesD, err)
+		return failure.Wrap(failure.Usage, err, "reading %s", SystemRegistriesD)
 	}
 	names := []string{}
 	for _, e := range ents {
@@ -160,7 +166,7 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 	for _, n := range names {
 		b, err := readBounded(filepath.Join(SystemRegistriesD, n))
 		if err != nil {
-			return failure.New(failure.Usage, "reading %s: %v", filepath.Join(SystemRegistriesD, n), err)
+			return failure.Wrap(failure.Usage, err, "reading %s", filepath.Join(SystemRegistriesD, n))
 		}
 		if m.RegistriesD == nil {
 			m.RegistriesD = map[string][]byte{}
@@ -179,95 +185,4 @@ func readBounded(path string) ([]byte, error) {
 		return nil, errors.New(safefile.Reason(err))
 	}
 	return b, nil
-}
-
-// childRegistriesConf is what the copy's registries.conf holds: the
-// endpoints, nothing of short names (the copy gets a qualified reference)
-// and no credential helper (credentials are resolved in the parent and
-// handed over per host).
-type childRegistriesConf struct {
-	Registries        []sysregistriesv2.Registry `toml:"registry"`
-	CredentialHelpers []string                   `toml:"credential-helpers"`
-}
-
-// registriesConf renders the endpoints for containers/image. With
-// registries.conf rules: the registries.conf in effect (the file and its
-// drop-ins, merged by containers/image as this process sees them). With
-// containerd rules: one entry for the image's registry whose location is
-// the hosts.toml server (or the registry) and whose mirrors are the
-// [host] entries, in order. Either way an endpoint whose trust is off
-// (trust.insecure_registries, containerd skip_verify or http) is insecure
-// for that host alone.
-func (p *Plan) registriesConf() (*childRegistriesConf, error) {
-	out := &childRegistriesConf{CredentialHelpers: []string{sysregistriesv2.AuthenticationFileHelper}}
-	if p.Sources == "containerd" {
-		// containerd asks every host other than the image's registry with
-		// ?ns=<registry> (the keyring sets NamespaceProxy by containerd's
-		// isProxy rule).
-		ns := func(e auth.Endpoint) string { return e.NamespaceProxy }
-		primary := p.Endpoints[len(p.Endpoints)-1]
-		reg := sysregistriesv2.Registry{Prefix: p.Registry, Endpoint: sysregistriesv2.Endpoint{
-			Location: endpointLocation(primary), Insecure: insecure(primary), NamespaceProxy: ns(primary)}}
-		for _, e := range p.Endpoints[:len(p.Endpoints)-1] {
-			mirror := sysregistriesv2.Endpoint{Location: endpointLocation(e), Insecure: insecure(e), NamespaceProxy: ns(e)}
-			if !hasCapability(e, "resolve") {
-				mirror.PullFromMirror = sysregistriesv2.MirrorByDigestOnly
-			}
-			reg.Mirrors = append(reg.Mirrors, mirror)
-		}
-		out.Registries = []sysregistriesv2.Registry{reg}
-		return out, nil
-	}
-	// The snapshot of what NewPlan checked (snapshot.go), not the paths.
-	conf, err := sysregistriesv2.TryUpdatingCache(p.regSnap.sys(p.RegistriesConf))
-	if err != nil {
-		return nil, failure.New(failure.Usage, "reading registries.conf %s: %s",
-			sysregistriesv2.ConfigurationSourceDescription(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}), p.regSnap.describe(auth.RegistriesConfError(err)))
-	}
-	out.Registries = conf.Registries
-	for _, e := range p.Endpoints {
-		if !insecure(e) || e.Insecure {
-			continue // secure, or registries.conf already says so
-		}
-		marked := false
-		for i := range out.Registries {
-			r := &out.Registries[i]
-			if r.Location == e.Host {
-				r.Insecure, marked = true, true
-			}
-			for j := range r.Mirrors {
-				if hostOf(r.Mirrors[j].Location) == e.Host {
-					r.Mirrors[j].Insecure, marked = true, true
-				}
-			}
-		}
-		if !marked {
-			out.Registries = append(out.Registries, sysregistriesv2.Registry{Prefix: e.Host,
-				Endpoint: sysregistriesv2.Endpoint{Location: e.Host, Insecure: true}})
-		}
-	}
-	return out, nil
-}
-
-// insecure: containers/image must not verify this endpoint's certificate
-// (and may fall back to plain http).
-func insecure(e auth.Endpoint) bool { return e.Insecure || !e.Trust.Verify || e.Scheme == "http" }
-
-func hasCapability(e auth.Endpoint, c string) bool {
-	for _, x := range e.Capabilities {
-		if x == c {
-			return true
-		}
-	}
-	return len(e.Capabilities) == 0
-}
-
-// endpointLocation is the registries.conf location of a containerd
-// endpoint: its host, which serves the image under the same repository
-// path (containerd's rule for server and [host] entries).
-func endpointLocation(e auth.Endpoint) string { return e.Host }
-
-func hostOf(location string) string {
-	h, _, _ := strings.Cut(location, "/")
-	return h
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/dnsconf"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/netns"
@@ -318,7 +319,7 @@ func resolveImage(image string, snap *regSnapshot, sys *types.SystemContext) (re
 		name := strings.SplitN(strings.SplitN(image, "@", 2)[0], ":", 2)[0]
 		alias, file, aerr := sysregistriesv2.ResolveShortNameAlias(sys, name)
 		if aerr != nil {
-			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %s", image, snap.describe(auth.RegistriesConfError(aerr)))
+			return nil, "", failure.New(failure.Usage, "resolving short name %q in registries.conf: %s", image, snap.describe(hosts.RegistriesConfError(aerr)))
 		}
 		var base reference.Named
 		if alias != nil {
@@ -326,7 +327,7 @@ func resolveImage(image string, snap *regSnapshot, sys *types.SystemContext) (re
 		} else {
 			regs, rerr := sysregistriesv2.UnqualifiedSearchRegistries(sys)
 			if rerr != nil {
-				return nil, "", failure.New(failure.Usage, "reading registries.conf: %s", snap.describe(auth.RegistriesConfError(rerr)))
+				return nil, "", failure.New(failure.Usage, "reading registries.conf: %s", snap.describe(hosts.RegistriesConfError(rerr)))
 			}
 			if len(regs) != 1 {
 				return nil, "", failure.New(failure.Usage, "image %q is a short name and registries.conf does not resolve it unambiguously (%d unqualified-search registries, no alias): use a fully qualified reference such as %s", image, len(regs), named.String())

@@ -6,9 +6,9 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
-	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pull"
 )
 
@@ -22,8 +22,8 @@ func TestResultIsBuiltFromWhatWasVerified(t *testing.T) {
 	p := &Plan{}
 	p.Reference, p.Image, p.Retries = "reg.example:5000/app:1", "reg.example:5000/app", 2
 	p.Signature = api.SignaturePolicy{Source: "system", File: "/etc/containers/policy.json"}
-	p.Credentials = []auth.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg.example:5000", Username: "u"}}
-	p.Endpoints = []auth.Endpoint{{Host: "mirror.example"}, {Host: "reg.example:5000"}}
+	p.Credentials = []wire.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg.example:5000", Username: "u"}}
+	p.Endpoints = []wire.Endpoint{{Host: "mirror.example"}, {Host: "reg.example:5000"}}
 	verified := &dest.Stage{Counts: dest.Counts{Manifests: 1, Layers: 1, Blobs: 2, Bytes: 50}}
 
 	rep := &pull.Report{Digest: digest.FromBytes(man).String(), MediaType: "application/vnd.hostile.claim+json",

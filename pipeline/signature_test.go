@@ -6,8 +6,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
-	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pull"
 )
 
@@ -55,7 +55,7 @@ func TestRecheckSignature(t *testing.T) {
 // anonymous): a child cannot name another.
 func TestCredentialView(t *testing.T) {
 	p := &Plan{}
-	p.Credentials = []auth.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}}
+	p.Credentials = []wire.Credential{{Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}}
 	for _, ok := range []*api.Credential{nil, {Source: "anonymous"}, {Source: "pull-secret", File: "/s.json", Key: "reg", Username: "u"}} {
 		got, err := p.credentialView(ok)
 		if err != nil || got == nil || ok != nil && *got != *ok {

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/memfs"
 	"go.podman.io/image/v5/types"
 )
 
 // snapshotSize bounds the registries.conf snapshot: the main file and
-// auth.MaxRegistriesConfDropIns drop-ins, each at most safefile.MaxConfig,
+// hosts.MaxRegistriesConfDropIns drop-ins, each at most safefile.MaxConfig,
 // are far below it in practice; a bigger set is refused, naming the bound.
 const snapshotSize = 64 << 20
 
@@ -39,18 +39,18 @@ type regSnapshot struct {
 }
 
 // snapshotRegistriesConf checks the registries.conf files sys names
-// (auth.CheckRegistriesConf) and snapshots them. Without root (explain run
+// (hosts.CheckRegistriesConf) and snapshots them. Without root (explain run
 // by a user) there is no private filesystem and nothing to protect: the
 // snapshot is nil and sys the caller's.
 func snapshotRegistriesConf(sys *types.SystemContext) (*regSnapshot, error) {
-	files, err := auth.CheckRegistriesConf(sys)
+	files, err := hosts.CheckRegistriesConf(sys)
 	if err != nil {
 		return nil, err
 	}
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
-	fs, err := memfs.New(snapshotSize, 2*auth.MaxRegistriesConfDropIns+16)
+	fs, err := memfs.New(snapshotSize, 2*hosts.MaxRegistriesConfDropIns+16)
 	if err != nil {
 		return nil, failure.New(failure.Isolation, "the checked registries.conf is kept in a private in-memory filesystem and one could not be created (%v); run pullhelper as root", err)
 	}

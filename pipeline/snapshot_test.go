@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/policy"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
@@ -109,12 +110,16 @@ func TestRegistriesConfSnapshotOutlivesSwap(t *testing.T) {
 	})
 	guarded(t, "keyring", func() {
 		l := policy.Defaults()
-		k, err := auth.NewKeyring(keyringConfig(l, Inputs{Env: auth.Env{Home: t.TempDir()}, Explain: true}, conf, snap))
+		r, err := hosts.New(hostsConfig(l, conf, snap))
 		if err != nil {
+			t.Errorf("hosts: %v", err)
+			return
+		}
+		if _, err := auth.NewKeyring(keyringConfig(l, Inputs{Env: auth.Env{Home: t.TempDir()}, Explain: true}), r); err != nil {
 			t.Errorf("keyring: %v", err)
 			return
 		}
-		eps, err := k.Endpoints("dropin.example/a/b:v1")
+		eps, err := r.Endpoints("dropin.example/a/b:v1")
 		if err != nil || len(eps) != 2 || eps[0].Host != "mirror.dropin.example" {
 			t.Errorf("drop-in endpoints: %+v, %v; want the drop-in's mirror first", eps, err)
 		}

@@ -396,6 +396,16 @@ func (l *Loaded) Defined(key string) (string, bool) {
 	return s, ok
 }
 
+// DefaultCertsD sets trust.certs_d to search when neither the policy file
+// nor a flag set it. The CLI passes hosts.DefaultCertsD (the linked
+// containers/image's own search), which policy, importing no
+// containers/image, cannot compute.
+func (l *Loaded) DefaultCertsD(search []string) {
+	if _, ok := l.defined["trust.certs_d"]; !ok && l.Trust.CertsD == nil {
+		l.Trust.CertsD = search
+	}
+}
+
 // DefinedUnder lists the defined keys under a dotted prefix, sorted.
 func (l *Loaded) DefinedUnder(prefix string) []string {
 	var out []string

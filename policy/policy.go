@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"os"
 	"time"
 )
 
@@ -104,7 +103,10 @@ type Trust struct {
 	// used for every registry, like skopeo --src-cert-dir.
 	CertDir string `toml:"cert_dir" json:"cert_dir,omitempty"`
 	// CertsD are roots of per-host directories ROOT/HOST[:PORT], searched in
-	// order; the first existing one is used (containers semantics).
+	// order; the first existing one is used (containers semantics). The
+	// built-in policy leaves it nil: its default is the linked
+	// containers/image's search, which the caller supplies
+	// (Loaded.DefaultCertsD).
 	CertsD []string `toml:"certs_d" json:"certs_d"`
 	// TLSVerify checks registry certificates (default true).
 	TLSVerify bool `toml:"tls_verify" json:"tls_verify"`
@@ -193,24 +195,10 @@ type Privileges struct {
 	Seccomp bool   `toml:"seccomp" json:"seccomp"`
 }
 
-// CertsDSearch returns the default trust.certs_d: the per-host certificate
-// search of the linked containers/image. The CLI sets it to
-// auth.DefaultCertsD (which asks go.podman.io/storage's configfile, as
-// containers/image does); policy itself stays plain data, so its own
-// fallback is the list that search gives root on a stock system.
-var CertsDSearch = func() []string {
-	home, _ := os.UserHomeDir()
-	var out []string
-	if home != "" {
-		out = append(out, home+"/.config/containers/certs.d")
-	}
-	return append(out, "/etc/containers/certs.rootful.d", "/etc/containers/certs.d",
-		"/usr/share/containers/certs.rootful.d", "/usr/share/containers/certs.d", "/etc/docker/certs.d")
-}
-
-// Default returns the built-in policy.
+// Default returns the built-in policy. Its trust.certs_d is nil: policy is
+// plain data and does not compute the per-host certificate search of the
+// linked containers/image; Loaded.DefaultCertsD sets it.
 func Default() *Policy {
-	certsD := CertsDSearch()
 	return &Policy{
 		Version: 1,
 		Pull: Pull{
@@ -221,7 +209,7 @@ func Default() *Policy {
 			MinRate:        1 << 10,
 			StallWindow:    Duration(time.Minute),
 		},
-		Trust:      Trust{CertsD: certsD, TLSVerify: true},
+		Trust:      Trust{TLSVerify: true},
 		Cgroup:     Cgroup{Driver: "auto", Parent: "/pullhelper"},
 		Network:    Network{Mode: "host"},
 		Privileges: Privileges{User: "dynamic", Seccomp: true},

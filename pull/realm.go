@@ -8,8 +8,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
@@ -262,7 +262,7 @@ func (p *Request) checkRequest(e *registry.Endpoint, u *url.URL, hosts []string,
 
 // endpointHost is the host name the registry client asks for endpoint e
 // (docker.io is served by registry-1.docker.io, as registryEndpoint says).
-func endpointHost(e auth.Endpoint) string {
+func endpointHost(e wire.Endpoint) string {
 	h := e.Host
 	if h == "docker.io" && !strings.HasPrefix(e.Source, "containerd") {
 		h = "registry-1.docker.io"

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/types"
 )
@@ -92,7 +92,7 @@ func TestRealmApprovedPerEndpoint(t *testing.T) {
 	hub := &registry.Endpoint{Scheme: "https", Host: "registry-1.docker.io"}
 	hubRealm, _ := url.Parse("https://auth.docker.io/token")
 	ep.approve(hub, hubRealm)
-	dockerHub := &Request{Registry: "docker.io", Endpoints: []auth.Endpoint{{Host: "mirror.example"}, {Host: "docker.io"}}}
+	dockerHub := &Request{Registry: "docker.io", Endpoints: []wire.Endpoint{{Host: "mirror.example"}, {Host: "docker.io"}}}
 	if err := dockerHub.realmHook(newEndpoints())(hub, hubRealm); err != nil {
 		t.Errorf("the realm hook refused Docker Hub's realm: %v", err)
 	}
@@ -112,7 +112,7 @@ func TestRealmApprovedPerEndpoint(t *testing.T) {
 // through to that destination; the registry's own realm under its name
 // still works for both.
 func TestRealmOnRegistrySubdomainNotForAnotherEndpoint(t *testing.T) {
-	p := &Request{Registry: "reg.example:5000", Endpoints: []auth.Endpoint{{Host: "reg.example:5000"}, {Host: "mirror.other:5000"}}}
+	p := &Request{Registry: "reg.example:5000", Endpoints: []wire.Endpoint{{Host: "reg.example:5000"}, {Host: "mirror.other:5000"}}}
 	hosts := []string{"reg.example:5000", "mirror.other:5000"}
 	reg := &registry.Endpoint{Scheme: "https", Host: "reg.example:5000"}
 	mirror := &registry.Endpoint{Scheme: "https", Host: "mirror.other:5000"}
@@ -216,7 +216,7 @@ func TestRealmOfOneEndpointGetsNoOtherCredential(t *testing.T) {
 	if err := os.WriteFile(conf, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &Request{Registry: aHost, Reference: aHost + "/app:latest", Endpoints: []auth.Endpoint{
+	p := &Request{Registry: aHost, Reference: aHost + "/app:latest", Endpoints: []wire.Endpoint{
 		{Host: aHost, Scheme: "http", Repository: aHost + "/app"},
 		{Host: bHost, Scheme: "http", Repository: aHost + "/app"},
 	}}

@@ -11,14 +11,13 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
@@ -74,7 +73,7 @@ func (p *Request) remoteClient(m *Material, sys *types.SystemContext, round int,
 	}), nil
 }
 
-func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int, e auth.Endpoint, round int) (registry.Endpoint, error) {
+func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int, e wire.Endpoint, round int) (registry.Endpoint, error) {
 	ep := registry.Endpoint{Scheme: e.Scheme, Host: e.Host, Path: e.Path, Namespace: e.NamespaceProxy}
 	if ep.Scheme == "" {
 		ep.Scheme = "https"
@@ -93,7 +92,7 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 		return ep, failure.New(failure.Internal, "endpoint %s has no repository path in %q", e.Host, e.Repository)
 	}
 	ep.Repository = repo
-	ep.Resolve = len(e.Capabilities) == 0 || slices.Contains(e.Capabilities, "resolve")
+	ep.Resolve = e.Capabilities.Has(wire.CapabilityResolve)
 	if i < len(m.Headers) && len(m.Headers[i]) > 0 {
 		ep.Header = map[string][]string{}
 		for k, v := range m.Headers[i] {

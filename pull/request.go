@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
-	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/dest/target"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // Request is one copy: everything the network-facing code needs, resolved
@@ -19,12 +19,12 @@ type Request struct {
 	// Endpoints are the hosts the copy contacts, in order (mirrors or a
 	// containerd server first, the primary last), each with its own
 	// credential candidates (by ID; secrets are in Material) and trust.
-	Endpoints []auth.Endpoint `json:"endpoints"`
+	Endpoints []wire.Endpoint `json:"endpoints"`
 	// Credentials and Trust are the primary endpoint's (the last): the
 	// candidates tried in order (empty means anonymous).
-	Credentials []auth.Credential `json:"credentials"`
-	AuthFiles   []auth.AuthFile   `json:"auth_files"`
-	Trust       auth.Trust        `json:"trust"`
+	Credentials []wire.Credential `json:"credentials"`
+	AuthFiles   []wire.AuthFile   `json:"auth_files"`
+	Trust       wire.Trust        `json:"trust"`
 	// TLSVerify false turns certificate checks off for every host
 	// (--tls-verify=false); per-host exceptions are in the endpoints.
 	TLSVerify    bool                `json:"tls_verify"`

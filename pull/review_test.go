@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/types"
 )
 
@@ -47,9 +47,9 @@ func TestHangingMirrorFallsBack(t *testing.T) {
 	}))
 	defer reg.Close()
 	ru, _ := url.Parse(reg.URL)
-	p := &Request{Registry: ru.Host, StallTimeout: 400 * time.Millisecond, TLSVerify: true, Endpoints: []auth.Endpoint{
-		{Host: l.Addr().String(), Scheme: "http", Repository: ru.Host + "/app", Mirror: true, Source: auth.EndpointContainerdServer},
-		{Host: ru.Host, Scheme: "http", Repository: ru.Host + "/app", Source: auth.EndpointContainerdServer},
+	p := &Request{Registry: ru.Host, StallTimeout: 400 * time.Millisecond, TLSVerify: true, Endpoints: []wire.Endpoint{
+		{Host: l.Addr().String(), Scheme: "http", Repository: ru.Host + "/app", Mirror: true, Source: wire.EndpointContainerdServer},
+		{Host: ru.Host, Scheme: "http", Repository: ru.Host + "/app", Source: wire.EndpointContainerdServer},
 	}}
 	rc, err := p.remoteClient(&Material{}, &types.SystemContext{}, 0, nil, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -84,8 +84,8 @@ func TestSkippedBytesCountAndTouch(t *testing.T) {
 	}))
 	defer reg.Close()
 	ru, _ := url.Parse(reg.URL)
-	p := &Request{Registry: ru.Host, TLSVerify: true, Endpoints: []auth.Endpoint{
-		{Host: ru.Host, Scheme: "http", Repository: ru.Host + "/app", Source: auth.EndpointContainerdServer},
+	p := &Request{Registry: ru.Host, TLSVerify: true, Endpoints: []wire.Endpoint{
+		{Host: ru.Host, Scheme: "http", Repository: ru.Host + "/app", Source: wire.EndpointContainerdServer},
 	}}
 	g := newGuard(ru.Host, 1<<20)
 	g.last.Store(0) // long idle

@@ -16,8 +16,10 @@ import (
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/state"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
@@ -30,9 +32,6 @@ import (
 
 // version is set with -ldflags "-X main.version=…" by make build.
 var version = "dev"
-
-// The default trust.certs_d is the linked containers/image's own search.
-func init() { policy.CertsDSearch = auth.DefaultCertsD }
 
 func main() {
 	// Before anything opens or marks a descriptor (--pull-secret-fd).
@@ -179,7 +178,7 @@ setting. Nothing is contacted and nothing is written.`,
 			}
 			view := *plan
 			if view.Credentials == nil {
-				view.Credentials = []auth.Credential{}
+				view.Credentials = []wire.Credential{}
 			}
 			doc := struct {
 				Plan     pipeline.Plan `json:"plan"`
@@ -336,6 +335,7 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}
+	l.DefaultCertsD(hosts.DefaultCertsD())
 	if err := applySettingFlags(cmd.Flags(), l); err != nil {
 		return nil, nil, failure.Wrap(failure.Usage, err, "")
 	}

@@ -1,4 +1,4 @@
-package auth
+package hosts
 
 import (
 	"fmt"
@@ -7,119 +7,49 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 )
 
-// Endpoint sources.
-const (
-	EndpointRegistry          = "registry"                     // the image's own registry, no configuration
-	EndpointRegistriesConf    = "registries.conf location"     // the primary location of a registries.conf entry
-	EndpointRegistriesMirror  = "registries.conf mirror"       // a [[registry.mirror]]
-	EndpointContainerdHost    = "containerd hosts.toml host"   // a [host."URL"] entry
-	EndpointContainerdServer  = "containerd hosts.toml server" // the top-level server
-	EndpointContainerdDefault = "containerd default"           // no server: the default host
-	EndpointContainerdMirror  = "containerd legacy mirror"     // registry.mirrors."H".endpoint
-)
-
-// Endpoint is one host a pull of the image contacts, in the order tried.
+// Endpoint is one host a pull contacts with what its credential sources
+// are asked about it (Query); auth fills Credentials from Query.
 type Endpoint struct {
-	// Host is the host[:port] contacted; Scheme "https" or "http".
-	Host   string `json:"host"`
-	Scheme string `json:"scheme"`
-	// Path is containerd's API root on the host ("/v2", a hosts.toml path
-	// prefix + "/v2", or exactly the path with override_path, possibly
-	// ""); "" for registries.conf endpoints, where containers/image always
-	// uses /v2.
-	Path string `json:"path,omitempty"`
-	// Repository is the repository name on this host (a registries.conf
-	// location or mirror may rewrite it), as the auth files are matched.
-	Repository string `json:"repository"`
-	// Mirror is true for every endpoint but the image's primary one.
-	Mirror bool `json:"mirror"`
-	// Capabilities are containerd's (pull, resolve, push); a host without
-	// "resolve" is never asked for a tag. Empty: all.
-	Capabilities []string `json:"capabilities,omitempty"`
-	// Headers are the header names hosts.toml sends to this host;
-	// HeaderValues the headers themselves, which may hold secrets: they
-	// never appear in JSON (explain), and travel to the copy in its
-	// Material.
-	Headers      []string            `json:"headers,omitempty"`
-	HeaderValues map[string][]string `json:"-"`
-	// DialTimeout is hosts.toml dial_timeout as written ("" for the
-	// default, 30 s).
-	DialTimeout string `json:"dial_timeout,omitempty"`
-	// Source says where the endpoint came from (Endpoint* constants); File
-	// names the file (hosts directory, registries.conf).
-	Source string `json:"source"`
-	File   string `json:"file,omitempty"`
-	// Credentials are this host's candidates in order (no secrets in JSON).
-	Credentials []Credential `json:"credentials"`
-	Trust       Trust        `json:"trust"`
-	// Insecure: registries.conf insecure = true for this endpoint (TLS not
-	// verified and plain HTTP allowed).
-	Insecure bool `json:"insecure,omitempty"`
-	// Blocked: registries.conf blocks this host; it is never contacted.
-	Blocked bool `json:"blocked,omitempty"`
-	// NamespaceProxy is registries.conf namespace-proxy, or containerd's
-	// rule (every host but the image's registry): the "ns" query
-	// parameter sent to this mirror.
-	NamespaceProxy string `json:"namespace_proxy,omitempty"`
+	wire.Endpoint
+	Query Query
 }
 
-// TrustFor returns the TLS trust for host ("host[:port]") on top of the
-// system pool: the certificate directory (a flat cert_dir, else the first
-// existing certs.d ROOT/host, containers/image docker_client.go
-// dockerCertDir), trust.ca_files whose pattern matches, and whether
-// verification is off and why (tls_verify=false, trust.insecure_registries,
-// or registries.conf insecure = true for the registry host -- the value
-// newDockerClient uses before an endpoint's own setting applies).
-func (k *Keyring) TrustFor(host string) Trust {
-	t := ResolveTrust(host, k.c.CertDir, k.c.CertsD)
-	for _, cf := range k.caFiles {
-		if cf.p.Match(host) {
-			t.CAFiles = append(t.CAFiles, cf.file)
-		}
-	}
-	off := func(by string) {
-		if t.Verify {
-			t.Verify, t.InsecureBy = false, by
-		}
-	}
-	if !k.c.TLSVerify {
-		s := k.c.TLSVerifySetting
-		if s == "" {
-			s = "tls_verify"
-		}
-		off(s + "=false")
-	}
-	for _, p := range k.insecure {
-		if p.Match(host) {
-			off("trust.insecure_registries " + p.String())
-		}
-	}
-	if reg, err := sysregistriesv2.FindRegistry(k.sys, host); err == nil && reg != nil && reg.Insecure {
-		off(fmt.Sprintf("registries.conf insecure (prefix %q in %s)", reg.Prefix, k.registriesConfName()))
-	}
-	return t
+// Query is one contacted host's credential question.
+type Query struct {
+	// Host is the endpoint host[:port].
+	Host string
+	// Logical is the image's repository ("reg.example.com/ns/repo"), what
+	// the kubelet matches; Physical the repository on Host, what the
+	// containers auth files match.
+	Logical, Physical string
+	// Kubelet: the kubelet's credentials go to this host.
+	Kubelet bool
+	// ContainerdKey: the containerd configs."KEY".auth consulted ("" =
+	// none).
+	ContainerdKey string
 }
 
 // Endpoints returns, in order, the hosts a pull of image contacts, each with
-// its own candidates and trust. image is a normalized reference
+// its trust and its credential question (Query; package auth answers it). image is a normalized reference
 // ("registry.example.com/ns/repo", with :tag or @digest when known: a
 // digest selects registries.conf digest-only mirrors). With a containerd
 // config the endpoints are containerd's, otherwise registries.conf's. An
 // image whose every endpoint is blocked is an error wrapping ErrBlocked.
-func (k *Keyring) Endpoints(image string) ([]Endpoint, error) {
+func (r *Resolver) Endpoints(image string) ([]Endpoint, error) {
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return nil, fmt.Errorf("parsing image reference %q: %v", image, err)
+		return nil, fmt.Errorf("parsing image reference %q: %w", image, err)
 	}
 	var eps []Endpoint
-	if k.ctrd != nil {
-		eps, err = k.containerdEndpoints(named)
+	if r.ctrd != nil {
+		eps, err = r.containerdEndpoints(named)
 	} else {
-		eps, err = k.registriesConfEndpoints(named)
+		eps, err = r.registriesConfEndpoints(named)
 	}
 	if err != nil {
 		return nil, err
@@ -129,7 +59,7 @@ func (k *Keyring) Endpoints(image string) ([]Endpoint, error) {
 			return eps, nil
 		}
 	}
-	return nil, fmt.Errorf("registry %s is %w %s", reference.Domain(named), errBlocked, k.registriesConfName())
+	return nil, fmt.Errorf("registry %s is %w %s", reference.Domain(named), ErrBlocked, r.RegistriesConfName())
 }
 
 // registriesConfEndpoints is containers/image's newImageSource:
@@ -137,47 +67,47 @@ func (k *Keyring) Endpoints(image string) ([]Endpoint, error) {
 // mirror-by-digest-only and pull-from-mirror, then the primary location);
 // per endpoint, insecure from the endpoint and blocked from
 // FindRegistry(endpoint host) as newDockerClient checks it.
-func (k *Keyring) registriesConfEndpoints(named reference.Named) ([]Endpoint, error) {
+func (r *Resolver) registriesConfEndpoints(named reference.Named) ([]Endpoint, error) {
 	logical := named.Name()
 	domain := reference.Domain(named)
-	reg, err := sysregistriesv2.FindRegistry(k.sys, logical)
+	reg, err := sysregistriesv2.FindRegistry(r.sys, logical)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %s", k.registriesConfName(), RegistriesConfError(err))
+		return nil, fmt.Errorf("reading %s: %s", r.RegistriesConfName(), RegistriesConfError(err))
 	}
 	if reg == nil {
-		ep := k.endpoint(query{host: domain, logical: logical, physical: logical, kubelet: true})
-		ep.Source = EndpointRegistry
+		ep := r.endpoint(Query{Host: domain, Logical: logical, Physical: logical, Kubelet: true})
+		ep.Source = wire.EndpointRegistry
 		return []Endpoint{ep}, nil
 	}
 	sources, err := reg.PullSourcesFromReference(named)
 	if err != nil {
-		return nil, fmt.Errorf("registries.conf entry %q in %s: %v", reg.Prefix, k.registriesConfName(), err)
+		return nil, fmt.Errorf("registries.conf entry %q in %s: %w", reg.Prefix, r.RegistriesConfName(), err)
 	}
 	var eps []Endpoint
 	for i, ps := range sources {
 		host := reference.Domain(ps.Reference)
 		physical := ps.Reference.Name()
-		ep := k.endpoint(query{host: host, logical: logical, physical: physical, kubelet: host == domain})
+		ep := r.endpoint(Query{Host: host, Logical: logical, Physical: physical, Kubelet: host == domain})
 		ep.Mirror = i < len(sources)-1
-		ep.File = k.registriesConfName()
+		ep.File = r.RegistriesConfName()
 		ep.NamespaceProxy = ps.Endpoint.NamespaceProxy
 		switch {
 		case ep.Mirror:
-			ep.Source = EndpointRegistriesMirror
+			ep.Source = wire.EndpointRegistriesMirror
 		case physical != logical:
-			ep.Source = EndpointRegistriesConf
+			ep.Source = wire.EndpointRegistriesConf
 		default:
-			ep.Source = EndpointRegistry
+			ep.Source = wire.EndpointRegistry
 		}
 		// newPullClient: client.tlsClientConfig.InsecureSkipVerify =
 		// pullSource.Endpoint.Insecure (overriding the host's own entry).
 		ep.Insecure = ps.Endpoint.Insecure
 		if ps.Endpoint.Insecure && ep.Trust.Verify {
-			ep.Trust.Verify, ep.Trust.InsecureBy = false, fmt.Sprintf("registries.conf insecure (%q in %s)", endpointLocation(ps.Endpoint, reg.Prefix), k.registriesConfName())
+			ep.Trust.Verify, ep.Trust.InsecureBy = false, fmt.Sprintf("registries.conf insecure (%q in %s)", endpointLocation(ps.Endpoint, reg.Prefix), r.RegistriesConfName())
 		} else if !ps.Endpoint.Insecure && strings.HasPrefix(ep.Trust.InsecureBy, "registries.conf insecure") {
 			ep.Trust.Verify, ep.Trust.InsecureBy = true, ""
 		}
-		if hr, err := sysregistriesv2.FindRegistry(k.sys, host); err == nil && hr != nil && hr.Blocked {
+		if hr, err := sysregistriesv2.FindRegistry(r.sys, host); err == nil && hr != nil && hr.Blocked {
 			ep.Blocked = true
 		}
 		eps = append(eps, ep)
@@ -192,19 +122,9 @@ func endpointLocation(e sysregistriesv2.Endpoint, prefix string) string {
 	return prefix
 }
 
-// endpoint fills the credentials and trust of one host.
-func (k *Keyring) endpoint(q query) Endpoint {
-	return Endpoint{
-		Host: q.host, Scheme: "https", Repository: q.physical,
-		Credentials: nonNil(k.lookup(q)), Trust: k.TrustFor(q.host),
-	}
-}
-
-func nonNil(c []Credential) []Credential {
-	if c == nil {
-		return []Credential{}
-	}
-	return c
+// endpoint is one host's endpoint, its trust and its credential question.
+func (r *Resolver) endpoint(q Query) Endpoint {
+	return Endpoint{Endpoint: wire.Endpoint{Host: q.Host, Scheme: "https", Repository: q.Physical, Trust: r.TrustFor(q.Host)}, Query: q}
 }
 
 // containerdEndpoints is registryHosts: config_path mode through
@@ -212,30 +132,30 @@ func nonNil(c []Credential) []Credential {
 // order, then server or the default host), legacy mode through
 // registryEndpoints (mirrors then the default). The kubelet's credentials
 // go to every host (ParseAuth with an empty ServerAddress).
-func (k *Keyring) containerdEndpoints(named reference.Named) ([]Endpoint, error) {
+func (r *Resolver) containerdEndpoints(named reference.Named) ([]Endpoint, error) {
 	refHost := reference.Domain(named)
 	if refHost == "index.docker.io" {
 		refHost = "docker.io"
 	}
 	_, path := splitRepo(named.Name())
-	list, err := containerdEndpointList(k.ctrd, refHost, k.warn)
+	list, err := containerdEndpointList(r.ctrd, refHost, r.warn)
 	if err != nil {
-		return nil, fmt.Errorf("containerd config %s: %v", k.c.ContainerdConfig, err)
+		return nil, fmt.Errorf("containerd config %s: %w", r.c.ContainerdConfig, err)
 	}
 	legacyKey := ""
 	var eps []Endpoint
 	for i, ce := range list {
-		q := query{host: ce.host, logical: named.Name(), physical: ce.host + path, kubelet: true, ctrdKey: ce.host}
-		if k.ctrd.ConfigPath == "" {
+		q := Query{Host: ce.host, Logical: named.Name(), Physical: ce.host + path, Kubelet: true, ContainerdKey: ce.host}
+		if r.ctrd.ConfigPath == "" {
 			// registryHosts (legacy): `if auth == nil && config.Auth != nil
 			// { auth = ... }` inside the loop: the first endpoint with an
 			// auth keeps it for the later ones.
-			if legacyKey == "" && k.ctrd.Configs[ce.host].Auth != nil {
+			if legacyKey == "" && r.ctrd.Configs[ce.host].Auth != nil {
 				legacyKey = ce.host
 			}
-			q.ctrdKey = legacyKey
+			q.ContainerdKey = legacyKey
 		}
-		ep := k.endpoint(q)
+		ep := r.endpoint(q)
 		ep.Scheme, ep.Path, ep.Source, ep.File = ce.scheme, ce.path, ce.source, ce.file
 		ep.Capabilities, ep.Headers, ep.HeaderValues, ep.DialTimeout = ce.capabilities, ce.headers, ce.header, ce.dialTimeout
 		ep.Mirror = i < len(list)-1
@@ -271,7 +191,8 @@ func appendNew(list []string, add ...string) []string {
 // ctrdEndpoint is one registry host containerd would try.
 type ctrdEndpoint struct {
 	scheme, host, path, source, file string
-	capabilities, headers            []string
+	capabilities                     wire.Capabilities
+	headers                          []string
 	header                           map[string][]string
 	dialTimeout                      string
 	tls                              ctrdTLS
@@ -298,9 +219,9 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)
 		hosts = make([]ctrdHostConfig, 1)
 	}
 	last := &hosts[len(hosts)-1]
-	lastSource := EndpointContainerdServer
+	lastSource := wire.EndpointContainerdServer
 	if last.host == "" {
-		lastSource = EndpointContainerdDefault
+		lastSource = wire.EndpointContainerdDefault
 		applyContainerdDefaultHost(last, refHost)
 	}
 	var out []ctrdEndpoint
@@ -310,7 +231,7 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)
 		}
 		e := ctrdEndpoint{scheme: h.scheme, host: h.host, path: h.path, file: dir,
 			capabilities: h.capabilities, headers: h.headers, header: h.header, dialTimeout: h.dialTimeout,
-			source: EndpointContainerdHost}
+			source: wire.EndpointContainerdHost}
 		if i == len(hosts)-1 {
 			e.source = lastSource
 		}
@@ -376,12 +297,12 @@ func containerdLegacyList(reg *ctrdRegistry, host string) ([]ctrdEndpoint, error
 		if p == "" {
 			p = "/v2"
 		}
-		src := EndpointContainerdMirror
+		src := wire.EndpointContainerdMirror
 		if i == len(endpoints)-1 && (u.Host == host || u.Host == "registry-1.docker.io" && host == "docker.io") {
-			src = EndpointContainerdDefault
+			src = wire.EndpointContainerdDefault
 		}
 		out = append(out, ctrdEndpoint{scheme: u.Scheme, host: u.Host, path: p, source: src,
-			capabilities: []string{"pull", "resolve"}, tls: t})
+			capabilities: wire.CapabilityPull | wire.CapabilityResolve, tls: t})
 	}
 	return out, nil
 }

@@ -1,0 +1,41 @@
+package wire
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// Capabilities marshal as containerd's names, zero (all) as omitted, and
+// read back the same.
+func TestCapabilitiesJSON(t *testing.T) {
+	for _, tc := range []struct {
+		c    Capabilities
+		want string
+	}{
+		{0, `{}`},
+		{CapabilityPull | CapabilityResolve, `{"c":["pull","resolve"]}`},
+		{CapabilityPush, `{"c":["push"]}`},
+	} {
+		b, err := json.Marshal(struct {
+			C Capabilities `json:"c,omitempty"`
+		}{tc.c})
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%b: %s %v, want %s", tc.c, b, err, tc.want)
+		}
+		var back struct {
+			C Capabilities `json:"c"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.C != tc.c {
+			t.Errorf("%s read back as %b (%v)", b, back.C, err)
+		}
+	}
+	if !Capabilities(0).Has(CapabilityResolve) || CapabilityPull.Has(CapabilityResolve) {
+		t.Error("Has: zero must allow everything, pull alone not resolve")
+	}
+	if _, err := ParseCapability("Resolve"); err != nil {
+		t.Error(err)
+	}
+	if _, err := ParseCapability("delete"); err == nil {
+		t.Error("an unknown capability must be refused")
+	}
+}
