@@ -532,15 +532,9 @@ const (
 	maxProgressBlobs = 4096
 )
 
-func apiLimits(l cgroup.Limits) *api.Limits {
-	out := &api.Limits{CPUQuota: l.CPUQuota, CPUWeight: l.CPUWeight, MemoryMax: l.MemoryMax, MemoryHigh: l.MemoryHigh,
-		SwapMax: l.SwapMax, PidsMax: l.PidsMax, IOWeight: l.IOWeight}
-	for _, d := range l.IO {
-		out.IO = append(out.IO, api.IODevice{Source: d.Source, Major: d.Major, Minor: d.Minor,
-			ReadBPS: d.ReadBPS, WriteBPS: d.WriteBPS, ReadIOPS: d.ReadIOPS, WriteIOPS: d.WriteIOPS})
-	}
-	return out
-}
+// apiLimits is the result's view of the cgroup's limits: the same type
+// (cgroup.Limits is api.Limits), copied so the result holds its own.
+func apiLimits(l cgroup.Limits) *api.Limits { return &l }
 
 // repositoryOf is the repository name of a reference (no tag or digest).
 func repositoryOf(ref string) string {
