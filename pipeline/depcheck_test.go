@@ -8,8 +8,9 @@ import (
 
 const module = "github.com/pullhelper/pullhelper/"
 
-// The layering rules of DESIGN.md and the restructure issue, checked on the
-// real import graph (go list -deps, so indirect imports count too).
+// The layering rules (each package's doc.go states its own; the README's
+// Development section lists the packages), checked on the real import
+// graph (go list -deps, so indirect imports count too).
 func TestDependencyRules(t *testing.T) {
 	rules := []struct {
 		pkg    string
@@ -17,7 +18,7 @@ func TestDependencyRules(t *testing.T) {
 	}{
 		// The copy knows nothing of isolation or policy.
 		{"pull", []string{"cgroup", "privdrop", "netns", "dnsconf", "policy", "reexec", "pipeline", "cmd/pullhelper"}},
-		// cgroup takes its own limits type.
+		// cgroup takes its limits as api.Limits, never from the policy.
 		{"cgroup", []string{"policy", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
 		// The output types are importable by agents with no dependency.
 		{"api", []string{"*"}},

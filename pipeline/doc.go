@@ -10,8 +10,11 @@
 //	→ take back → verify → commit → result.
 //
 // Invariants:
-//   - cmd/pullhelper parses flags and prints; it calls NewPlan and Run and
-//     nothing else of a pull.
+//   - cmd/pullhelper parses flags and prints. Of a pull it calls NewPlan
+//     and Run; it also builds part of the isolation itself: Run's Options
+//     carry the policy's cgroup (CgroupConfig, which explain prints beside
+//     the plan, not in it, and gc reclaims by), user and seccomp settings,
+//     and no cgroup with --no-isolation.
 //   - The copy (package pull) gets everything it needs, the version
 //     included, in its Request and Material; it reads no host
 //     configuration.

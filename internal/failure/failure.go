@@ -12,7 +12,7 @@ import (
 // (the "code" field of the JSON error object).
 type Code string
 
-// The codes of DESIGN.md, in exit-status order.
+// The codes, in exit-status order (the README's "Exit codes" table).
 const (
 	Internal     Code = "internal"
 	Usage        Code = "usage"
