@@ -15,6 +15,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 	"github.com/pullhelper/pullhelper/reexec"
@@ -37,7 +38,7 @@ type Options struct {
 	User string
 	// Seccomp is [privileges] seccomp.
 	Seccomp bool
-	// LockDir holds the dynamic uid locks (default privdrop.DefaultLockDir).
+	// LockDir holds the dynamic uid locks (default state.Default.UIDs()).
 	LockDir   string
 	LogFormat string
 	Debug     bool
@@ -182,7 +183,7 @@ func (p *Plan) pinned() string {
 // lockDir is where the dynamic uid locks are.
 func (o *Options) lockDir() string {
 	if o.LockDir == "" {
-		return privdrop.DefaultLockDir
+		return state.Default.UIDs()
 	}
 	return o.LockDir
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/privdrop"
@@ -43,7 +44,7 @@ agent but not of the node) and print what was removed as one JSON object:
                 the next pull to resume), unless a live pull holds it; one that is not a
                 root-owned 0700 directory (another user may have planted it) is left
                 alone, with a warning on stderr
-  uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
+  uid_locks     lock files of dynamic pull uids in ` + state.Default.UIDs() + ` that no pull holds
   commit_locks  commit and pull lock files in ` + dest.LockDir + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
                 cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
@@ -98,7 +99,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 				}
 				res.Staging = append(res.Staging, s.Reclaim()...)
 			}
-			res.UIDLocks = orEmpty(privdrop.Sweep(privdrop.DefaultLockDir))
+			res.UIDLocks = orEmpty(privdrop.Sweep(state.Default.UIDs()))
 			locks, err := dest.SweepLocks()
 			if err != nil {
 				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", dest.LockDir)
