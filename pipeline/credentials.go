@@ -64,7 +64,7 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	if err != nil {
 		var ce *auth.ConfigError
 		if errors.As(err, &ce) {
-			return failure.New(failure.Usage, "%s: %v", settingName(l, ce.Setting), ce.Err)
+			return failure.New(failure.Usage, "%s: %w", settingName(l, ce.Setting), ce.Err)
 		}
 		return failure.Wrap(failure.Usage, err, "")
 	}
@@ -89,7 +89,7 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	eps, err := k.Endpoints(named.String())
 	p.Warnings = append(p.Warnings, k.Warnings...)
 	if err != nil {
-		return failure.New(failure.Usage, "%s: %v", p.Reference, err)
+		return failure.New(failure.Usage, "%s: %w", p.Reference, err)
 	}
 	p.Endpoints = eps
 	primary := eps[len(eps)-1]

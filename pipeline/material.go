@@ -148,7 +148,7 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 
 	ents, err := os.ReadDir(SystemRegistriesD)
 	if err != nil && !os.IsNotExist(err) {
-		return failure.New(failure.Usage, "reading %s: %v", SystemRegistriesD, err)
+		return failure.New(failure.Usage, "reading %s: %w", SystemRegistriesD, err)
 	}
 	names := []string{}
 	for _, e := range ents {
@@ -160,7 +160,7 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 	for _, n := range names {
 		b, err := readBounded(filepath.Join(SystemRegistriesD, n))
 		if err != nil {
-			return failure.New(failure.Usage, "reading %s: %v", filepath.Join(SystemRegistriesD, n), err)
+			return failure.New(failure.Usage, "reading %s: %w", filepath.Join(SystemRegistriesD, n), err)
 		}
 		if m.RegistriesD == nil {
 			m.RegistriesD = map[string][]byte{}

@@ -118,7 +118,7 @@ func (m *Material) policyContext(p *Request) (*signature.PolicyContext, error) {
 	if m.SignaturePolicy != nil {
 		var err error
 		if pol, err = signature.NewPolicyFromBytes(m.SignaturePolicy); err != nil {
-			return nil, failure.New(failure.Usage, "signature policy %s: %v", p.Signature.File, err)
+			return nil, failure.New(failure.Usage, "signature policy %s: %w", p.Signature.File, err)
 		}
 	}
 	pc, err := signature.NewPolicyContext(pol)
