@@ -249,23 +249,3 @@ func TestTypeErrorsNameLineAndKey(t *testing.T) {
 		}
 	}
 }
-
-func TestMatchRegistry(t *testing.T) {
-	for _, tc := range []struct {
-		pattern, host string
-		want          bool
-	}{
-		{"reg:5000", "reg:5000", true},
-		{"reg:5000", "reg", false},
-		{"*.svc:5000", "image-registry.openshift-image-registry.svc:5000", true},
-		{"*.svc:5000", "image-registry.openshift-image-registry.svc:443", false},
-		{"*.svc:5000", "svc:5000", false},
-		{"*.example.com", "a.example.com:8443", false}, // ports must be equal (internal/regpattern)
-		{"*.example.com", "example.com", false},
-		{"*.example.com", "a.notexample.com", false},
-	} {
-		if got := policy.MatchRegistry(tc.pattern, tc.host); got != tc.want {
-			t.Errorf("MatchRegistry(%q, %q) = %v, want %v", tc.pattern, tc.host, got, tc.want)
-		}
-	}
-}

@@ -231,11 +231,6 @@ func checkRegistryPattern(r string) error {
 	return err
 }
 
-// MatchRegistry reports whether host ("host[:port]") matches pattern
-// ("host[:port]" or "*.domain[:port]"). The one rule (ports equal, no port
-// matches no port only) is internal/regpattern's.
-func MatchRegistry(pattern, host string) bool { return regpattern.Match(pattern, host) }
-
 // ParseAnnotations parses service-account annotations given as "KEY=VALUE"
 // (auth.provider_service_account_annotations). KEY is an annotation key:
 // an optional DNS-subdomain prefix and "/", then a name of at most 63
