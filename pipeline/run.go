@@ -534,7 +534,8 @@ const (
 )
 
 // apiLimits is the result's view of the cgroup's limits: the same type
-// (cgroup.Limits is api.Limits), copied so the result holds its own.
+// (cgroup.Limits is api.Limits), a copy that shares the IO list and SwapMax
+// with the configuration (nothing changes them once CgroupConfig made them).
 func apiLimits(l cgroup.Limits) *api.Limits { return &l }
 
 // repositoryOf is the repository name of a reference (no tag or digest).
