@@ -153,21 +153,29 @@ type Isolation struct {
 	DNS           []string `json:"dns,omitempty"`
 }
 
-// Limits are the per-pull cgroup's limits as the result reports them.
+// Limits are the resource limits of a per-pull cgroup, as cgroup applies
+// them (cgroup.Limits is this type) and the result reports them. Zero means
+// "no limit".
 type Limits struct {
-	CPUQuota   float64    `json:"cpu_quota,omitempty"`
-	CPUWeight  uint64     `json:"cpu_weight,omitempty"`
+	CPUQuota   float64    `json:"cpu_quota,omitempty"`  // cores
+	CPUWeight  uint64     `json:"cpu_weight,omitempty"` // 1..10000 (v2 scale)
 	MemoryMax  int64      `json:"memory_max,omitempty"`
 	MemoryHigh int64      `json:"memory_high,omitempty"`
-	SwapMax    *int64     `json:"swap_max,omitempty"`
+	SwapMax    *int64     `json:"swap_max,omitempty"` // nil: unset
 	PidsMax    int64      `json:"pids_max,omitempty"`
-	IOWeight   uint64     `json:"io_weight,omitempty"`
+	IOWeight   uint64     `json:"io_weight,omitempty"` // 1..10000 (v2 scale)
 	IO         []IODevice `json:"io,omitempty"`
+}
+
+// Any reports whether any limit is set.
+func (l Limits) Any() bool {
+	return l.CPUQuota > 0 || l.CPUWeight > 0 || l.MemoryMax > 0 || l.MemoryHigh > 0 || l.SwapMax != nil ||
+		l.PidsMax > 0 || l.IOWeight > 0 || len(l.IO) > 0
 }
 
 // IODevice is a throttle on one block device.
 type IODevice struct {
-	Source    string `json:"source"`
+	Source    string `json:"source"` // the path or MAJ:MIN the policy named
 	Major     int64  `json:"major"`
 	Minor     int64  `json:"minor"`
 	ReadBPS   uint64 `json:"read_bps,omitempty"`

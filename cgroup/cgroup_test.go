@@ -42,7 +42,7 @@ func TestLifecycle(t *testing.T) {
 		t.Skip("systemd is PID 1: the cgroupfs lifecycle is proven on hosts without it")
 	}
 	parent := "/pullhelper-unittest"
-	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, Limits: cgroup.Limits{
+	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir(), Limits: cgroup.Limits{
 		CPUQuota: 0.25, MemoryMax: 32 << 20, PidsMax: 16,
 	}})
 	if err != nil {
@@ -118,7 +118,7 @@ func TestReclaim(t *testing.T) {
 		t.Skip("systemd is PID 1: systemd collects stale scopes itself")
 	}
 	parent := "/pullhelper-reclaimtest"
-	live, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent})
+	live, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

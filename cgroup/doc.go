@@ -1,17 +1,26 @@
 // Package cgroup creates, joins, limits, measures, kills and removes the
 // cgroup a pull runs in, on cgroup v1 and v2, with the cgroupfs and systemd
 // drivers of github.com/opencontainers/cgroups. No other package imports
-// that library: Limits is translated to its Resources in exactly one
-// function (resources).
+// that library. Limits is the output contract's api.Limits (the result
+// reports it as it is applied); it is translated to the library's Resources
+// in one function (resources, limits.go) and, with the systemd driver on v2,
+// its IO limits also to the scope's properties (systemdIOProps).
+//
+// The files go by job: create.go (Create, the per-pull and the joined
+// cgroup), parents.go (the parents pullhelper created), member.go and
+// thread.go (placing processes, checking where they are), usage.go (the
+// accounting), kill.go (Kill, Remove), reclaim.go (stale cgroups of dead
+// owners), limits.go (Config, Limits and their translation), systemd.go
+// (the scope's anchor and properties), minimum.go (CheckLimits).
 //
 // Two modes:
 //   - per-pull: a fresh cgroup PARENT/pull-<pid>-<starttime>-<rand> with the
 //     policy's limits, created before the child exists and removed after it
 //     is gone. The name records the owning parent process, so a later run can
 //     tell a stale cgroup (its owner died, e.g. SIGKILL) from a live one and
-//     reclaim it. A PARENT that pullhelper created is marked (StateDir) and
-//     removed by the last pull to leave it; one that existed before is
-//     never removed.
+//     reclaim it. A PARENT that pullhelper created is marked (in
+//     Config.StateDir) and removed by the last pull to leave it; one that
+//     existed before is never removed.
 //   - joined: an existing cgroup (e.g. a pod's) is joined through a
 //     sub-cgroup of the pull's own, JOINED/pull-<…>, in exactly the
 //     hierarchies the joined cgroup exists in, with no controller enabled

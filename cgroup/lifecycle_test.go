@@ -13,7 +13,9 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 )
 
-func needCgroupfs(t *testing.T) {
+// needCgroupfs skips the test unless it can create cgroupfs cgroups, and
+// returns the directory to mark cgroup parents in (Config.StateDir).
+func needCgroupfs(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create cgroups")
@@ -21,18 +23,18 @@ func needCgroupfs(t *testing.T) {
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
 		t.Skip("systemd is PID 1: the cgroupfs driver is proven on hosts without it")
 	}
-	cgroup.StateDir = t.TempDir()
+	return t.TempDir()
 }
 
 // v1: a process forked by a thread inside the cgroup is born inside (it
 // reads its own /proc/self/cgroup as its first act), and the thread goes
 // back where it was.
 func TestEnterThreadForksInside(t *testing.T) {
-	needCgroupfs(t)
+	state := needCgroupfs(t)
 	if cgroup.Version() == "v2" {
 		t.Skip("cgroup v2 forks into the cgroup with CLONE_INTO_CGROUP; EnterThread is v1's")
 	}
-	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), Limits: cgroup.Limits{PidsMax: 30}})
+	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), StateDir: state, Limits: cgroup.Limits{PidsMax: 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +153,9 @@ func TestJoinedSubCgroup(t *testing.T) {
 // A parent pullhelper created goes with the last pull to leave it, even
 // when another pull created it; a parent that existed before stays.
 func TestParentRemovedByLastPull(t *testing.T) {
-	needCgroupfs(t)
+	state := needCgroupfs(t)
 	parent := fmt.Sprintf("/pullhelper-unittest-parent-%d", os.Getpid())
-	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent}
+	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state}
 	a, err := cgroup.Create(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,31 +7,16 @@ import (
 	"strings"
 
 	cg "github.com/opencontainers/cgroups"
+	"github.com/pullhelper/pullhelper/api"
 	"golang.org/x/sys/unix"
 )
 
-// Limits are the resource limits of a per-pull cgroup. Zero means "no limit".
-type Limits struct {
-	CPUQuota   float64    `json:"cpu_quota,omitempty"`  // cores
-	CPUWeight  uint64     `json:"cpu_weight,omitempty"` // 1..10000 (v2 scale)
-	MemoryMax  int64      `json:"memory_max,omitempty"`
-	MemoryHigh int64      `json:"memory_high,omitempty"`
-	SwapMax    *int64     `json:"swap_max,omitempty"` // nil: unset
-	PidsMax    int64      `json:"pids_max,omitempty"`
-	IOWeight   uint64     `json:"io_weight,omitempty"` // 1..10000 (v2 scale)
-	IO         []IODevice `json:"io,omitempty"`
-}
+// Limits are the resource limits of a per-pull cgroup: the output
+// contract's type, so the result reports them without a translation.
+type Limits = api.Limits
 
 // IODevice is a throttle on one block device.
-type IODevice struct {
-	Source    string `json:"source"` // the path or MAJ:MIN the policy named
-	Major     int64  `json:"major"`
-	Minor     int64  `json:"minor"`
-	ReadBPS   uint64 `json:"read_bps,omitempty"`
-	WriteBPS  uint64 `json:"write_bps,omitempty"`
-	ReadIOPS  uint64 `json:"read_iops,omitempty"`
-	WriteIOPS uint64 `json:"write_iops,omitempty"`
-}
+type IODevice = api.IODevice
 
 // Config says where the pull's cgroup is and what it may use.
 type Config struct {
@@ -39,6 +24,12 @@ type Config struct {
 	Parent string `json:"parent,omitempty"` // per-pull mode
 	Path   string `json:"path,omitempty"`   // joined mode
 	Limits Limits `json:"limits"`
+	// StateDir marks the cgroup parents pullhelper created (state.Root's
+	// CgroupParents): <hex of the path> marks a parent pullhelper created,
+	// so the last pull to leave it removes it, whichever pull created it,
+	// and .lock serialises creating pull cgroups against removing parents.
+	// A per-pull cgroupfs cgroup needs it; explain does not print it.
+	StateDir string `json:"-"`
 	// AccountPaths are paths (DEST's directory) whose disks get a no-op
 	// throttle rule on cgroup v1, where the kernel counts a cgroup's IO
 	// only on devices that have a rule; v2 always counts.
@@ -47,12 +38,6 @@ type Config struct {
 
 // Joined reports whether the config joins an existing cgroup.
 func (c Config) Joined() bool { return c.Path != "" }
-
-// Any reports whether any limit is set.
-func (l Limits) Any() bool {
-	return l.CPUQuota > 0 || l.CPUWeight > 0 || l.MemoryMax > 0 || l.MemoryHigh > 0 || l.SwapMax != nil ||
-		l.PidsMax > 0 || l.IOWeight > 0 || len(l.IO) > 0
-}
 
 // ResolveDevice turns "MAJ:MIN" or a path into the major:minor of the whole
 // disk that backs it (a partition resolves to its disk, as the kernel's IO

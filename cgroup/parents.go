@@ -12,25 +12,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StateDir holds what pullhelper remembers across runs about cgroup
-// parents: parents/<hex of the path> marks a parent pullhelper created (so
-// the last pull to leave it removes it, whichever pull created it), and
-// parents/.lock serialises creating pull cgroups against removing parents.
-// Tests point it elsewhere.
-var StateDir = "/run/pullhelper"
+// The parents pullhelper created are marked in Config.StateDir (see
+// there): the last pull to leave one removes it, whichever pull created it.
 
-func parentsDir() string { return filepath.Join(StateDir, "parents") }
-
-func parentMarker(parent string) string {
-	return filepath.Join(parentsDir(), hex.EncodeToString([]byte(filepath.Clean(parent))))
+// parentMarker is the file that marks c.Parent as pullhelper's.
+func (c Config) parentMarker() string {
+	return filepath.Join(c.StateDir, hex.EncodeToString([]byte(filepath.Clean(c.Parent))))
 }
 
-// withParentsLock runs f holding an exclusive flock on parents/.lock.
-func withParentsLock(f func() error) error {
-	if err := os.MkdirAll(parentsDir(), 0o700); err != nil {
-		return fmt.Errorf("creating the cgroup state directory %s: %w", parentsDir(), err)
+// withParentsLock runs f holding an exclusive flock on StateDir/.lock.
+func (c Config) withParentsLock(f func() error) error {
+	if c.StateDir == "" {
+		return errors.New("no directory to mark cgroup parents in (cgroup.Config.StateDir)")
 	}
-	l, err := os.OpenFile(filepath.Join(parentsDir(), ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating the cgroup state directory %s: %w", c.StateDir, err)
+	}
+	l, err := os.OpenFile(filepath.Join(c.StateDir, ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening the cgroup parents lock: %w", err)
 	}
@@ -44,14 +42,15 @@ func withParentsLock(f func() error) error {
 // claimParent, called under the lock, reports whether the parent is
 // pullhelper's: it does not exist yet (it is marked, then created by the
 // caller) or an earlier pull created and marked it.
-func claimParent(parent string) (bool, error) {
-	if _, err := os.Lstat(parentMarker(parent)); err == nil {
+func (c Config) claimParent() (bool, error) {
+	parent := c.Parent
+	if _, err := os.Lstat(c.parentMarker()); err == nil {
 		return true, nil
 	}
 	if parentExists(parent) {
 		return false, nil // the administrator's: never removed
 	}
-	if err := os.WriteFile(parentMarker(parent), []byte(parent+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(c.parentMarker(), []byte(parent+"\n"), 0o600); err != nil {
 		return false, fmt.Errorf("marking cgroup parent %s as pullhelper's: %w", parent, err)
 	}
 	return true, nil
@@ -70,8 +69,8 @@ func (g *Group) releaseParent() {
 // it busy and rmdir fails harmlessly (that pull removes it when it leaves).
 // The marker goes when the parent is gone from every hierarchy.
 func (g *Group) removeParent(paths map[string]string) {
-	_ = withParentsLock(func() error {
-		if _, err := os.Lstat(parentMarker(g.cfg.Parent)); err != nil {
+	_ = g.cfg.withParentsLock(func() error {
+		if _, err := os.Lstat(g.cfg.parentMarker()); err != nil {
 			return nil // another pull removed it already
 		}
 		gone := true
@@ -82,7 +81,7 @@ func (g *Group) removeParent(paths map[string]string) {
 			}
 		}
 		if gone {
-			_ = os.Remove(parentMarker(g.cfg.Parent))
+			_ = os.Remove(g.cfg.parentMarker())
 		}
 		return nil
 	})

@@ -71,8 +71,7 @@ func TestKillSparesTheAnchor(t *testing.T) {
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
 		t.Skip("systemd is PID 1: this test uses the cgroupfs driver")
 	}
-	StateDir = t.TempDir()
-	g, err := Create(Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-anchor-%d", os.Getpid())})
+	g, err := Create(Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-anchor-%d", os.Getpid()), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

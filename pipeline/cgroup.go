@@ -5,14 +5,16 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/cgroup"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/policy"
 )
 
 // CgroupConfig translates the [cgroup] section, resolving IO paths to their
-// whole-disk devices. Errors name the policy key.
+// whole-disk devices. Errors name the policy key. The cgroup parents are
+// marked under the default state root.
 func CgroupConfig(l *policy.Loaded) (cgroup.Config, error) {
 	p := l.Cgroup
-	c := cgroup.Config{Driver: p.Driver, Parent: p.Parent, Path: p.Path, Limits: cgroup.Limits{
+	c := cgroup.Config{Driver: p.Driver, Parent: p.Parent, Path: p.Path, StateDir: state.Default.CgroupParents(), Limits: cgroup.Limits{
 		CPUQuota:   float64(p.CPUQuota),
 		CPUWeight:  uint64(p.CPUWeight),
 		MemoryMax:  int64(p.MemoryMax),

@@ -8,8 +8,9 @@ import (
 
 const module = "github.com/pullhelper/pullhelper/"
 
-// The layering rules of DESIGN.md and the restructure issue, checked on the
-// real import graph (go list -deps, so indirect imports count too).
+// The layering rules (each package's doc.go states its own; the README's
+// Development section lists the packages), checked on the real import
+// graph (go list -deps, so indirect imports count too).
 func TestDependencyRules(t *testing.T) {
 	rules := []struct {
 		pkg    string
@@ -21,7 +22,7 @@ func TestDependencyRules(t *testing.T) {
 		// its endpoints and credentials came from (it reads internal/wire).
 		{"pull", []string{"dest", "cgroup", "privdrop", "netns", "dnsconf", "policy", "auth", "hosts", "reexec", "pipeline", "cmd/pullhelper"}},
 		{"dest/target", []string{"dest", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
-		// cgroup takes its own limits type.
+		// cgroup takes its limits as api.Limits, never from the policy.
 		{"cgroup", []string{"policy", "pull", "pipeline", "reexec", "cmd/pullhelper"}},
 		// The output types are importable by agents with no dependency.
 		{"api", []string{"*"}},

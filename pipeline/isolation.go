@@ -55,6 +55,7 @@ func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 	if err != nil {
 		return iso, err
 	}
+	cfg.StateDir = root.CgroupParents()
 	iso.Cgroup = &cfg
 	return iso, nil
 }

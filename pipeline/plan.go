@@ -163,9 +163,9 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 			return nil, err // the snapshot's own (no private filesystem, too big)
 		}
 		if l.Pull.RegistriesConf != "" {
-			return nil, failure.New(failure.Usage, "%s: %v", settingName(l, "pull.registries_conf"), err)
+			return nil, failure.New(failure.Usage, "%s: %w", settingName(l, "pull.registries_conf"), err)
 		}
-		return nil, failure.New(failure.Usage, "%v", err)
+		return nil, failure.Wrap(failure.Usage, err, "")
 	}
 	defer func() {
 		if err != nil {
@@ -223,7 +223,7 @@ func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 	if n.Netns != "" {
 		path, err := netns.Resolve(n.Netns)
 		if err != nil {
-			return failure.New(failure.Isolation, "%s: %v", settingName(l, "network.netns"), err)
+			return failure.New(failure.Isolation, "%s: %w", settingName(l, "network.netns"), err)
 		}
 		p.Isolation.Network.Netns = path
 	}
@@ -234,7 +234,7 @@ func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 			Namespace: n.DNS.Namespace, ClusterDomain: n.DNS.ClusterDomain, KubeletConfig: n.DNS.KubeletConfig,
 		})
 		if err != nil {
-			return failure.New(failure.Usage, "cluster DNS: %v", err)
+			return failure.New(failure.Usage, "cluster DNS: %w", err)
 		}
 		p.Isolation.Network.DNS = c
 		p.Warnings = append(p.Warnings, c.Warnings...)
@@ -262,7 +262,7 @@ func mustExist(path, what, setting string) error {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return failure.New(failure.Usage, "%s: %s %s: %v", setting, what, path, err)
+		return failure.New(failure.Usage, "%s: %s %s: %w", setting, what, path, err)
 	}
 	if st.IsDir() {
 		return failure.New(failure.Usage, "%s: %s %s is a directory, not a file", setting, what, path)
@@ -299,7 +299,7 @@ func parseImage(image string) (reference.Named, error) {
 	}
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "parsing image reference %q: %v", image, err)
+		return nil, failure.New(failure.Usage, "parsing image reference %q: %w", image, err)
 	}
 	return named, nil
 }
@@ -334,7 +334,7 @@ func resolveImage(image string, snap *regSnapshot, sys *types.SystemContext) (re
 			}
 			b, perr := reference.ParseNormalizedNamed(regs[0] + "/" + name)
 			if perr != nil {
-				return nil, "", failure.New(failure.Usage, "short name %q with registry %s: %v", image, regs[0], perr)
+				return nil, "", failure.New(failure.Usage, "short name %q with registry %s: %w", image, regs[0], perr)
 			}
 			base, how = b, "unqualified-search-registries"
 		}

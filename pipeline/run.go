@@ -11,7 +11,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
-	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
@@ -305,16 +304,6 @@ const (
 	progressInterval = 250 * time.Millisecond
 	maxProgressBlobs = 4096
 )
-
-func apiLimits(l cgroup.Limits) *api.Limits {
-	out := &api.Limits{CPUQuota: l.CPUQuota, CPUWeight: l.CPUWeight, MemoryMax: l.MemoryMax, MemoryHigh: l.MemoryHigh,
-		SwapMax: l.SwapMax, PidsMax: l.PidsMax, IOWeight: l.IOWeight}
-	for _, d := range l.IO {
-		out.IO = append(out.IO, api.IODevice{Source: d.Source, Major: d.Major, Minor: d.Minor,
-			ReadBPS: d.ReadBPS, WriteBPS: d.WriteBPS, ReadIOPS: d.ReadIOPS, WriteIOPS: d.WriteIOPS})
-	}
-	return out
-}
 
 // repositoryOf is the repository name of a reference (no tag or digest).
 func repositoryOf(ref string) string {

@@ -221,7 +221,8 @@ func (r *isolatedRunner) isolation(st *dest.Stage) api.Isolation {
 		iso.DNS = dns.Nameservers
 	}
 	if !g.Joined() && r.cfg.Limits.Any() {
-		iso.Limits = apiLimits(r.cfg.Limits)
+		l := r.cfg.Limits
+		iso.Limits = &l
 	}
 	return iso
 }

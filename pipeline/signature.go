@@ -42,7 +42,7 @@ func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull
 	}
 	pol, err := signature.NewPolicyFromBytes(m.SignaturePolicy)
 	if err != nil {
-		return failure.New(failure.Usage, "signature policy %s: %v", p.Signature.File, err)
+		return failure.New(failure.Usage, "signature policy %s: %w", p.Signature.File, err)
 	}
 	pc, err := signature.NewPolicyContext(pol)
 	if err != nil {

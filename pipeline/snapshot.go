@@ -52,7 +52,7 @@ func snapshotRegistriesConf(sys *types.SystemContext) (*regSnapshot, error) {
 	}
 	fs, err := memfs.New(snapshotSize, 2*hosts.MaxRegistriesConfDropIns+16)
 	if err != nil {
-		return nil, failure.New(failure.Isolation, "the checked registries.conf is kept in a private in-memory filesystem and one could not be created (%v); run pullhelper as root", err)
+		return nil, failure.New(failure.Isolation, "the checked registries.conf is kept in a private in-memory filesystem and one could not be created (%w); run pullhelper as root", err)
 	}
 	s := &regSnapshot{fs: fs, names: map[string]string{}}
 	base := fmt.Sprintf("registries-%d", snapshotSeq.Add(1))
@@ -76,7 +76,7 @@ func snapshotRegistriesConf(sys *types.SystemContext) (*regSnapshot, error) {
 	s.dir = filepath.Join(fs.Path(), base, "registries.conf.d")
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		s.Close()
-		return nil, failure.New(failure.Internal, "registries.conf snapshot: %v", err)
+		return nil, failure.New(failure.Internal, "registries.conf snapshot: %w", err)
 	}
 	for i, f := range files.DropIns {
 		// Named by position: containers/image reads a drop-in directory

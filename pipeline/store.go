@@ -21,7 +21,7 @@ func (p *Plan) configureStore(l *policy.Loaded) error {
 		return nil
 	}
 	if err != nil {
-		return failure.New(failure.Usage, "destination %s: %v", p.dst.Spec().Raw, err)
+		return failure.New(failure.Usage, "destination %s: %w", p.dst.Spec().Raw, err)
 	}
 	p.Containerd = &s
 	return nil

@@ -11,9 +11,8 @@
 // all (a path in another user's directory, a symlink to a root-only file):
 // no error quotes it -- a syntax error gives its line and kind without the
 // decoder's quoted fragments, and an unknown key is named only inside one
-// of the schema's sections. A setting that is accepted takes
-// effect; one this version cannot honour yet is rejected with "not supported
-// yet" instead of being ignored.
+// of the schema's sections. Every setting the schema accepts takes effect:
+// none is parsed and then ignored.
 //
 // Hostile input costs bounded time and memory: the file is read through
 // internal/safefile (a regular file only: a FIFO never blocks); a file over MaxFileSize

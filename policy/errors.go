@@ -8,6 +8,36 @@ import (
 	"sync"
 )
 
+// Error is a policy or flag error. It names where the bad setting came from:
+// File and Line for the policy file (Line is 0 when unknown), or a flag name
+// in Key.
+type Error struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		if fl := flagFor(e.Key); fl != "" && !strings.HasPrefix(e.Key, "-") {
+			b.WriteString(" (" + fl + ")")
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
 // Errors is every problem found in one policy document or one set of
 // settings, each an *Error, in file order. Validation reports them all at
 // once, like the kubelet's config validation; syntax errors still stop the

@@ -1,51 +1,15 @@
 package policy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/BurntSushi/toml"
-	"github.com/pullhelper/pullhelper/internal/safefile"
 )
-
-// Error is a policy or flag error. It names where the bad setting came from:
-// File and Line for the policy file (Line is 0 when unknown), or a flag name
-// in Key.
-type Error struct {
-	File string
-	Line int
-	Key  string
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			fmt.Fprintf(&b, ":%d", e.Line)
-		}
-		b.WriteString(": ")
-	}
-	if e.Key != "" {
-		b.WriteString(e.Key)
-		if fl := flagFor(e.Key); fl != "" && !strings.HasPrefix(e.Key, "-") {
-			b.WriteString(" (" + fl + ")")
-		}
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
 
 // File is a loaded policy file: the base policy, its profiles, and which keys
 // it set.
@@ -418,153 +382,6 @@ func (l *Loaded) DefinedUnder(prefix string) []string {
 	return out
 }
 
-// syntaxError is a TOML syntax error by where and what kind only: its
-// message may quote the file's bytes (the file may not be a policy at all:
-// a symlink to a root-only file), so quoted fragments go and the last key
-// stays only if it is one of the schema's.
-func syntaxError(name string, err error) error {
-	var pe toml.ParseError
-	if errors.As(err, &pe) {
-		key := pe.LastKey
-		if !schemaKey(key) {
-			key = ""
-		}
-		return &Error{File: name, Line: pe.Position.Line, Key: key, Msg: safefile.Redact(cleanTOMLMessage(pe.Message))}
-	}
-	return &Error{File: name, Msg: safefile.Redact(cleanTOMLMessage(err.Error()))}
-}
-
-// tomlError is a decoder's complaint about a value: a key of the schema is
-// named with the decoder's message (which may quote the value: the file
-// set a key of the policy) less its bare long numbers (an integer out of
-// range is repeated unquoted); any other key is not, and the message loses
-// its quoted fragments.
-func tomlError(name string, err error) error {
-	var pe toml.ParseError
-	if errors.As(err, &pe) {
-		msg := pe.Message
-		if pe.Usage != "" && !strings.Contains(msg, pe.Usage) {
-			msg += " (" + strings.TrimSpace(strings.SplitN(pe.Usage, "\n", 2)[0]) + ")"
-		}
-		if !schemaKey(pe.LastKey) {
-			return &Error{File: name, Line: pe.Position.Line, Msg: safefile.Redact(cleanTOMLMessage(msg))}
-		}
-		return &Error{File: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: safefile.RedactNumbers(cleanTOMLMessage(msg))}
-	}
-	// Type mismatches come as plain errors: "toml: line N (last key "K"): …".
-	if m := lineKeyRE.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		if !schemaKey(m[2]) {
-			return &Error{File: name, Line: line, Msg: safefile.Redact(cleanTOMLMessage(m[3]))}
-		}
-		return &Error{File: name, Line: line, Key: m[2], Msg: safefile.RedactNumbers(cleanTOMLMessage(m[3]))}
-	}
-	return &Error{File: name, Msg: safefile.Redact(cleanTOMLMessage(err.Error()))}
-}
-
-// schemaKey reports whether k is a key of the schema (inside a profile or
-// not), whose name an error may repeat.
-func schemaKey(k string) bool {
-	if k == "" {
-		return false
-	}
-	if parts := strings.SplitN(k, ".", 3); len(parts) == 3 && parts[0] == "profiles" {
-		k = parts[2]
-	}
-	return knownKeys()[k] || k == "profiles"
-}
-
-// inKnownSection reports whether the unknown key k lies in one of the
-// schema's sections (a profile's included): a misspelt key of a policy
-// file, whose name the error repeats.
-func inKnownSection(k string) bool {
-	if parts := strings.SplitN(k, ".", 3); len(parts) == 3 && parts[0] == "profiles" {
-		k = parts[2]
-	}
-	first := strings.SplitN(k, ".", 2)[0]
-	for _, s := range knownSections {
-		if first == s && s != "profiles" {
-			return strings.Contains(k, ".")
-		}
-	}
-	return false
-}
-
-var lineKeyRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
-
-func cleanTOMLMessage(s string) string {
-	s = strings.TrimPrefix(s, "toml: ")
-	return strings.ReplaceAll(s, "\n", " ")
-}
-
-// keyLine finds the line on which the dotted key is set, or 0. It follows
-// table headers and dotted keys; it is used only to point at lines the TOML
-// decoder does not report (unknown keys, cross-field checks).
-func keyLine(data []byte, key string) int {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	table, line, tableLine := "", 0, 0
-	for sc.Scan() {
-		line++
-		t := strings.TrimSpace(sc.Text())
-		if t == "" || t[0] == '#' {
-			continue
-		}
-		if strings.HasPrefix(t, "[") {
-			h := strings.Trim(strings.SplitN(t, "]]", 2)[0], "[] ")
-			if i := strings.Index(t, "]"); i > 0 && !strings.HasPrefix(t, "[[") {
-				h = strings.TrimSpace(t[1:i])
-			}
-			table = normKey(h)
-			tableLine = line
-			if table == key {
-				return line
-			}
-			continue
-		}
-		eq := strings.Index(t, "=")
-		if eq <= 0 {
-			continue
-		}
-		k := normKey(t[:eq])
-		if table != "" {
-			k = table + "." + k
-		}
-		if k == key || strings.HasPrefix(key, k+".") {
-			return line
-		}
-	}
-	if tableLine > 0 && table == key {
-		return tableLine
-	}
-	return 0
-}
-
-func normKey(s string) string {
-	parts := strings.Split(s, ".")
-	for i, p := range parts {
-		parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
-	}
-	return strings.Join(parts, ".")
-}
-
-var knownSections = []string{"pull", "auth", "trust", "cgroup", "network", "network.dns", "privileges", "dest", "profiles"}
-
-func hint(k string) string {
-	for _, s := range knownSections {
-		if k == s {
-			return ""
-		}
-	}
-	first := strings.SplitN(k, ".", 2)[0]
-	for _, s := range knownSections {
-		if first == s {
-			return " (see pullhelper-policy.toml(5) for the keys of [" + s + "])"
-		}
-	}
-	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [dest], [profiles.NAME])"
-}
-
 func clonePolicy(p Policy) Policy {
 	cl := func(s []string) []string {
 		if s == nil {
@@ -586,26 +403,3 @@ func clonePolicy(p Policy) Policy {
 	p.Network.DNS.Hosts = cl(p.Network.DNS.Hosts)
 	return p
 }
-
-// knownKeys is every dotted key of the schema (from Policy's toml tags).
-var knownKeys = sync.OnceValue(func() map[string]bool {
-	keys := map[string]bool{}
-	var walk func(t reflect.Type, prefix string)
-	walk = func(t reflect.Type, prefix string) {
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			name := strings.Split(f.Tag.Get("toml"), ",")[0]
-			if name == "" || name == "-" {
-				continue
-			}
-			keys[prefix+name] = true
-			if f.Type.Kind() == reflect.Struct && !reflect.PointerTo(f.Type).Implements(unmarshalerType) {
-				walk(f.Type, prefix+name+".")
-			}
-		}
-	}
-	walk(reflect.TypeOf(Policy{}), "")
-	return keys
-})
-
-var unmarshalerType = reflect.TypeOf((*toml.Unmarshaler)(nil)).Elem()

@@ -12,13 +12,9 @@ import (
 	"github.com/pullhelper/pullhelper/internal/regpattern"
 )
 
-// notYet lists settings that parse and validate but that this version cannot
-// honour. Each is rejected when set, never silently ignored.
-var notYet = []struct{ prefix, issue string }{}
-
 // Validate checks values and combinations that the decoder cannot check on
-// its own, and rejects settings this version does not support yet. It
-// reports every problem: one *Error, or Errors when there are several.
+// its own. It reports every problem: one *Error, or Errors when there are
+// several.
 func (l *Loaded) Validate() error {
 	p := &l.Policy
 	var errs Errors
@@ -186,11 +182,6 @@ func (l *Loaded) Validate() error {
 		bad("privileges.user", "must be \"dynamic\", a user name or a uid other than 0, not %q", u)
 	} else if msg := CheckUser(u); msg != "" {
 		bad("privileges.user", "%s", msg)
-	}
-	for _, ny := range notYet {
-		if keys := l.DefinedUnder(ny.prefix); len(keys) > 0 {
-			bad(keys[0], "not supported yet (%s: a later version); remove this setting", ny.issue)
-		}
 	}
 	return errs.result()
 }

@@ -18,9 +18,6 @@ const (
 	DynamicMax = 65519
 )
 
-// DefaultLockDir holds one lock file per dynamic uid in use.
-const DefaultLockDir = "/run/pullhelper/uids"
-
 // Lease is an identity held for one pull. Release frees a dynamic uid.
 type Lease struct {
 	Identity

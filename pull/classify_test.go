@@ -48,7 +48,7 @@ func manifestError(t *testing.T, status int, body string) error {
 	if err := os.WriteFile(conf, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sys := &types.SystemContext{DockerInsecureSkipTLSVerify: types.OptionalBoolTrue, DockerCertPath: noCertDir,
+	sys := &types.SystemContext{DockerInsecureSkipTLSVerify: types.OptionalBoolTrue, DockerCertPath: "/nonexistent",
 		SystemRegistriesConfPath: conf, SystemRegistriesConfDirPath: "/nonexistent", DockerAuthConfig: &types.DockerAuthConfig{}}
 	src, err := ref.NewImageSource(context.Background(), sys)
 	if err != nil {

@@ -4,8 +4,9 @@
 // through pullhelper's own registry client (package registry: per-endpoint
 // credentials, trust, headers, paths, connect timeouts, per-request
 // fallback, Range resume); containers/image does the copy itself and
-// reads signatures when a signature policy file needs them. It is the network-facing
-// code, run in the isolated child (or in-process with --no-isolation).
+// reads signatures when a signature policy file needs them. It is the
+// network-facing code, run in the isolated child (or in-process with
+// --no-isolation).
 //
 // Invariants:
 //   - The copy knows nothing of isolation or policy: it imports none of
@@ -13,9 +14,13 @@
 //     test in package pipeline enforces it).
 //   - A Request is JSON-representable; secrets and file contents travel in
 //     Material, never in a Request, explain, logs or errors.
-//   - The copy reads no file outside its staging area: credentials,
+//   - The copy reads no registry configuration of the host: credentials,
 //     certificates, registries.conf, registries.d and the signature policy
-//     come in Material.
+//     come in Material, which it writes into its private configuration
+//     directory (Stage.Config, in memory: the child's tmpfs, or in process
+//     a tmpfs held by descriptor), not into the staging area (Stage.Work,
+//     on DEST's filesystem), which holds the image being copied and its
+//     temporary files.
 //   - Nothing a registry sends is trusted (source.go, realm.go): every read
 //     is capped at its declared size, an image at Request.MaxImageBytes
 //     (read and written), manifests at 4 MiB; descriptors must be valid

@@ -44,7 +44,9 @@ type Secret struct {
 // systemContext is the one place a Request and its Material become
 // containers/image settings. Certificates, the auth file and the rendered
 // configuration are written into the private configuration directory
-// (Stage.Config, in memory), so nothing outside it is read.
+// (Stage.Config, in memory, apart from the staging area on DEST's disk),
+// and every configuration path containers/image reads points into it, so
+// that it reads none of the host's.
 func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, error) {
 	config := st.Config
 	if err := os.Mkdir(config, 0o700); err != nil && !os.IsExist(err) {
@@ -71,7 +73,6 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 		}
 	}
 	sys := &types.SystemContext{
-		DockerCertPath: noCertDir,
 		// Credentials come from the auth file Copy writes for each
 		// candidate (per host), never from DockerAuthConfig, which
 		// containers/image would send to every host of the image's domain.
@@ -101,7 +102,6 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 			}
 		}
 	}
-	sys.DockerCertPath = ""
 	sys.DockerPerHostCertDirPath = certs
 	sys.AuthFilePath = filepath.Join(config, "auth.json")
 	// --tls-verify=false (or tls_verify = false) turns verification off
@@ -118,7 +118,7 @@ func (m *Material) policyContext(p *Request) (*signature.PolicyContext, error) {
 	if m.SignaturePolicy != nil {
 		var err error
 		if pol, err = signature.NewPolicyFromBytes(m.SignaturePolicy); err != nil {
-			return nil, failure.New(failure.Usage, "signature policy %s: %v", p.Signature.File, err)
+			return nil, failure.New(failure.Usage, "signature policy %s: %w", p.Signature.File, err)
 		}
 	}
 	pc, err := signature.NewPolicyContext(pol)

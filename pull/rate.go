@@ -26,9 +26,7 @@ func nodeLimits(max int64, node <-chan NodeShare) (*limiter, *slots) {
 	if max <= 0 && node == nil {
 		return nil, nil
 	}
-	l := &limiter{now: time.Now, sleep: sleepCtx}
-	l.set(max)
-	l.tokens, l.last = l.burst, time.Now()
+	l := newLimiter(max)
 	if node == nil {
 		return l, nil
 	}
@@ -138,10 +136,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// newLimiter is a limiter at rate (bytes per second; 0: none until set),
+// its burst available at once.
 func newLimiter(rate int64) *limiter {
-	if rate <= 0 {
-		return nil
-	}
 	l := &limiter{now: time.Now, sleep: sleepCtx}
 	l.set(rate)
 	l.tokens, l.last = l.burst, time.Now()

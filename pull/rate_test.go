@@ -43,8 +43,8 @@ func TestLimiterHoldsTheRate(t *testing.T) {
 			t.Errorf("rate %d: %d bytes took %.3fs of virtual time, want within [%.3f, 10]", rate, total, got, lo)
 		}
 	}
-	if newLimiter(0) != nil {
-		t.Error("a zero rate must mean no limiter")
+	if l, s := nodeLimits(0, nil); l != nil || s != nil {
+		t.Error("a zero rate and no node share must mean no limiter")
 	}
 }
 

@@ -44,7 +44,7 @@ agent but not of the node) and print what was removed as one JSON object:
                 the next pull to resume), unless a live pull holds it; one that is not a
                 root-owned 0700 directory (another user may have planted it) is left
                 alone, with a warning on stderr
-  uid_locks     lock files of dynamic pull uids in ` + privdrop.DefaultLockDir + ` that no pull holds
+  uid_locks     lock files of dynamic pull uids in ` + state.Default.UIDs() + ` that no pull holds
   commit_locks  commit and pull lock files in ` + state.Default.Locks() + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
                 cgroup.parent; with --cgroup PATH, the sub-cgroups of PATH) whose owner
@@ -99,7 +99,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 				}
 				res.Staging = append(res.Staging, s.Reclaim()...)
 			}
-			res.UIDLocks = orEmpty(privdrop.Sweep(privdrop.DefaultLockDir))
+			res.UIDLocks = orEmpty(privdrop.Sweep(state.Default.UIDs()))
 			locks, err := dest.SweepLocks(state.Default.Locks())
 			if err != nil {
 				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", state.Default.Locks())

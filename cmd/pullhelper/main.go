@@ -96,7 +96,7 @@ stderr carries logs (and progress bars on a terminal). Exit codes:
 	root.SetOut(stderr)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return failure.New(failure.Usage, "%s (see --help)", err)
+		return failure.New(failure.Usage, "%w (see --help)", err)
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
 
@@ -249,7 +249,7 @@ this version does not support yet are errors naming the file, line and key.`,
 	}
 	if err != nil {
 		if failure.CodeOf(err) == failure.Internal && (strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand") || strings.HasPrefix(err.Error(), "accepts ") || strings.HasPrefix(err.Error(), "unknown flag")) {
-			err = failure.New(failure.Usage, "%s (see --help)", err)
+			err = failure.New(failure.Usage, "%w (see --help)", err)
 		}
 		if c.quiet {
 			stderr = io.Discard

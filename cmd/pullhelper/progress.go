@@ -64,7 +64,7 @@ func checkProgressFD(fd int) error {
 	}
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
-		return failure.New(failure.Usage, "--progress-fd %d: reading its flags: %v", fd, err)
+		return failure.New(failure.Usage, "--progress-fd %d: reading its flags: %w", fd, err)
 	}
 	if fl&unix.O_PATH != 0 || fl&unix.O_ACCMODE == unix.O_RDONLY {
 		return failure.New(failure.Usage, "--progress-fd %d: open read-only; pass a descriptor open for writing (e.g. 3>FILE or a pipe's write end)", fd)

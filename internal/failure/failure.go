@@ -12,7 +12,7 @@ import (
 // (the "code" field of the JSON error object).
 type Code string
 
-// The codes of DESIGN.md, in exit-status order.
+// The codes, in exit-status order (the README's "Exit codes" table).
 const (
 	Internal     Code = "internal"
 	Usage        Code = "usage"
@@ -61,9 +61,18 @@ func (e *Error) Error() string { return e.Message }
 // Unwrap returns the underlying cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// New returns an Error with a formatted message.
+// New returns an Error with a formatted message. An error formatted with %w
+// is printed as with %v and kept as the cause (Err), for errors.Is/As.
 func New(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	e := fmt.Errorf(format, args...)
+	fe := &Error{Code: code, Message: e.Error()}
+	switch w := e.(type) {
+	case interface{ Unwrap() error }:
+		fe.Err = w.Unwrap()
+	case interface{ Unwrap() []error }:
+		fe.Err = e // several %w: errors.Is/As walk them all
+	}
+	return fe
 }
 
 // Wrap returns an Error whose message is "context: err". A nil err gives nil.

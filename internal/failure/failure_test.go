@@ -3,6 +3,7 @@ package failure_test
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -37,5 +38,25 @@ func TestCodeOfWrapped(t *testing.T) {
 	}
 	if failure.Wrap(failure.TLS, nil, "x") != nil {
 		t.Fatal("Wrap(nil) must be nil")
+	}
+}
+
+// New with %w prints the error as %v would and keeps it as the cause; without
+// %w there is no cause.
+func TestNewKeepsWrapped(t *testing.T) {
+	cause := fmt.Errorf("reading x: %w", fs.ErrNotExist)
+	e := failure.New(failure.Usage, "policy %s: %w", "p.toml", cause)
+	if e.Error() != "policy p.toml: reading x: file does not exist" || e.Code != failure.Usage {
+		t.Fatalf("got %q %s", e.Error(), e.Code)
+	}
+	if !errors.Is(e, fs.ErrNotExist) || e.Err != cause {
+		t.Errorf("the cause is not kept: %#v", e.Err)
+	}
+	if e := failure.New(failure.Usage, "policy %s: %v", "p.toml", cause); e.Err != nil {
+		t.Errorf("%%v kept a cause: %v", e.Err)
+	}
+	two := failure.New(failure.Usage, "%w and %w", cause, errors.ErrUnsupported)
+	if !errors.Is(two, fs.ErrNotExist) || !errors.Is(two, errors.ErrUnsupported) || two.Error() != "reading x: file does not exist and unsupported operation" {
+		t.Errorf("two causes: %q", two.Error())
 	}
 }

@@ -1,0 +1,199 @@
+package cgroup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	cg "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/cgroups/systemd"
+	"github.com/pullhelper/pullhelper/internal/proc"
+)
+
+func useSystemd(driver string) (bool, error) {
+	switch driver {
+	case "systemd":
+		if !systemd.IsRunningSystemd() {
+			return false, errors.New("cgroup.driver is \"systemd\" but systemd is not running as PID 1; use \"cgroupfs\" or \"auto\"")
+		}
+		return true, nil
+	case "auto":
+		return systemd.IsRunningSystemd(), nil
+	}
+	return false, nil
+}
+
+// Create makes the per-pull cgroup (with its limits) or opens the joined
+// one. The limits are in place before any process is in the cgroup.
+func Create(cfg Config) (*Group, error) {
+	sd, err := useSystemd(cfg.Driver)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{cfg: cfg, v2: cg.IsCgroup2UnifiedMode(), systemd: sd}
+	c := &cg.Cgroup{Systemd: sd}
+	// The name records the owner, so a later run can tell a stale one.
+	name, err := pullName()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Joined() {
+		return createJoined(g, name)
+	}
+	if sd {
+		// A transient scope pullhelper-NAME.scope under the parent slice.
+		c.Parent, c.ScopePrefix, c.Name = systemdSlice(cfg.Parent), "pullhelper", name
+		if g.v2 {
+			c.SystemdProps = systemdIOProps(cfg.Limits)
+		}
+	} else {
+		c.Path = filepath.Join(cfg.Parent, name)
+	}
+	lim := cfg.Limits
+	if !g.v2 {
+		lim = accounting(lim, cfg.AccountPaths)
+	}
+	c.Resources = resources(lim, g.v2)
+	g.path = c.Path
+	m, err := manager.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("setting up cgroup %s: %w", g.describe(), err)
+	}
+	g.mgr = m
+	if sd {
+		// The scope is started now, with the anchor as its process, and
+		// its limits set: the child is born in it like in a cgroupfs one.
+		a, err := startAnchor()
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Apply(a.pid); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("starting systemd scope %s: %w", g.describe(), err)
+		}
+		g.anchor, g.created = a, true
+		if err := m.Set(c.Resources); err != nil {
+			_ = g.Remove()
+			return nil, fmt.Errorf("setting limits on systemd scope %s: %w", g.SubPath(), err)
+		}
+		return g, nil
+	}
+	// Create without joining (pid -1), then write the limits. The
+	// parents lock keeps a concurrent pull from removing the parent
+	// between its check and the mkdir.
+	err = cfg.withParentsLock(func() error {
+		owned, err := cfg.claimParent()
+		if err != nil {
+			return err
+		}
+		g.ownsParent = owned
+		if err := m.Apply(-1); err != nil {
+			_ = m.Destroy()
+			return fmt.Errorf("creating cgroup %s: %w", g.path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		g.releaseParent()
+		return nil, err
+	}
+	g.created = true
+	if err := m.Set(c.Resources); err != nil {
+		_ = m.Destroy()
+		g.releaseParent()
+		return nil, fmt.Errorf("setting limits on cgroup %s: %w", g.path, err)
+	}
+	return g, nil
+}
+
+// pullName is pull-<pid>-<starttime>-<rand>.
+func pullName() (string, error) {
+	tag, err := proc.SelfTag()
+	if err != nil {
+		return "", err
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	return namePrefix + tag + "-" + hex.EncodeToString(rnd[:]), nil
+}
+
+// createJoined makes the pull's own sub-cgroup NAME inside the joined cgroup,
+// in every hierarchy the joined cgroup exists in and in no other: the pull's
+// processes are charged to the joined cgroup (its limits apply to them), yet
+// the pull can be killed as a whole and measured on its own. No controller
+// is enabled and no limit written, so the joined cgroup is left as it was;
+// on v2 a child without controllers is allowed next to the joined cgroup's
+// own processes.
+func createJoined(g *Group, name string) (*Group, error) {
+	cfg := g.cfg
+	m, err := manager.New(&cg.Cgroup{Path: cfg.Path, Resources: &cg.Resources{SkipDevices: true}})
+	if err != nil {
+		return nil, fmt.Errorf("setting up cgroup %s: %w", cfg.Path, err)
+	}
+	g.mgr = m
+	joined := g.joinedPaths()
+	if len(joined) == 0 {
+		return nil, fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
+	}
+	sub := map[string]string{}
+	var made []string
+	undo := func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			_ = os.Remove(made[i])
+		}
+	}
+	for ctl, dir := range joined {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			made = append(made, d)
+		} else if !errors.Is(err, fs.ErrExist) { // co-mounted controllers share a directory
+			undo()
+			return nil, fmt.Errorf("creating the pull's sub-cgroup in %s: %w", dir, err)
+		}
+		sub[ctl] = d
+	}
+	g.path = filepath.Join(cfg.Path, name)
+	m, err = manager.NewWithPaths(&cg.Cgroup{Path: g.path, Resources: &cg.Resources{SkipDevices: true}}, sub)
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("setting up cgroup %s: %w", g.path, err)
+	}
+	g.mgr, g.created = m, true
+	return g, nil
+}
+
+// joinedPaths are the hierarchies in which a joined cgroup exists; the
+// pull's sub-cgroup is created in those and in no other.
+func (g *Group) joinedPaths() map[string]string {
+	out := map[string]string{}
+	for sub, dir := range g.mgr.GetPaths() {
+		if sub == "devices" {
+			continue
+		}
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			out[sub] = dir
+		}
+	}
+	return out
+}
+
+// systemdSlice names the slice for a parent given as a cgroup path: a path
+// whose last element is a slice ("/kubepods.slice/kubepods-burstable.slice")
+// is that slice; any other path becomes one ("/pullhelper" →
+// "pullhelper.slice", "/a/b" → "a-b.slice").
+func systemdSlice(parent string) string {
+	p := strings.Trim(parent, "/")
+	if base := filepath.Base(p); strings.HasSuffix(base, ".slice") {
+		return base
+	}
+	if p == "" || p == "." {
+		return "system.slice"
+	}
+	return strings.ReplaceAll(p, "/", "-") + ".slice"
+}

@@ -1,0 +1,115 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	cg "github.com/opencontainers/cgroups"
+)
+
+// Kill kills every process in the pull's cgroup (the per-pull one, or the
+// pull's sub-cgroup of a joined one) and the given pids, and waits until
+// none is left: cgroup.kill where the kernel has it, otherwise freeze,
+// SIGKILL each process, thaw (or, without a freezer hierarchy, SIGKILL
+// until empty). The calling process is never signalled, should one of its
+// threads be inside (see EnterThread), nor a systemd scope's anchor, which
+// must hold the scope until Remove (so there the freeze is used: cgroup.kill
+// would take the anchor too).
+func (g *Group) Kill(only ...int) error {
+	for _, pid := range only {
+		if pid > 0 && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if g.v2 && g.anchor == nil {
+		if err := cg.WriteFile(g.mgr.Path(""), "cgroup.kill", "1"); err == nil {
+			return g.waitEmpty()
+		}
+	}
+	_ = g.mgr.Freeze(cg.Frozen)
+	pids, _ := g.allPids()
+	killAll(pids)
+	_ = g.mgr.Freeze(cg.Thawed)
+	return g.waitEmpty()
+}
+
+func killAll(pids []int) {
+	self := os.Getpid()
+	for _, pid := range pids {
+		if pid != self {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// allPids lists every process in the cgroup but a systemd scope's anchor.
+func (g *Group) allPids() ([]int, error) {
+	pids, err := g.cgroupPids()
+	if g.anchor != nil {
+		pids = slices.DeleteFunc(pids, func(p int) bool { return p == g.anchor.pid })
+	}
+	return pids, err
+}
+
+// cgroupPids lists every process in the cgroup. On v1 the library reads the
+// devices hierarchy, which a pull does not join (SkipDevices), so read the
+// pids (or freezer, or memory) hierarchy instead.
+func (g *Group) cgroupPids() ([]int, error) {
+	if g.v2 {
+		return g.mgr.GetAllPids()
+	}
+	paths := g.mgr.GetPaths()
+	for _, sub := range []string{"pids", "freezer", "memory", "cpu", "cpuacct", "blkio", "name=systemd"} {
+		if dir, ok := paths[sub]; ok {
+			return cg.GetAllPids(dir)
+		}
+	}
+	return nil, errors.New("no v1 hierarchy to list processes from")
+}
+
+func (g *Group) waitEmpty() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		pids, err := g.allPids()
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(pids) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("listing the processes of cgroup %s: %w", g.Path(), err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still has processes %v after SIGKILL", g.Path(), pids)
+		}
+		killAll(pids)
+		time.Sleep(delay)
+	}
+}
+
+// Remove kills and deletes the pull's cgroup: the per-pull one, or the
+// pull's sub-cgroup of a joined one (never the joined cgroup itself). The
+// last pull to leave a parent that pullhelper created removes it too.
+func (g *Group) Remove() error {
+	if g.mgr == nil || g.removed {
+		return nil
+	}
+	if err := g.Kill(); err != nil {
+		return err
+	}
+	g.anchor.stop() // killed with the cgroup: reap it
+	// Copy: Destroy deletes entries from the library's own map.
+	paths := maps.Clone(g.mgr.GetPaths())
+	if err := g.mgr.Destroy(); err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", g.SubPath(), err)
+	}
+	g.removed = true
+	if g.ownsParent {
+		g.removeParent(paths)
+	}
+	return nil
+}

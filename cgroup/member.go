@@ -1,0 +1,95 @@
+package cgroup
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	cg "github.com/opencontainers/cgroups"
+)
+
+// OpenDir opens the unified cgroup directory for CLONE_INTO_CGROUP (v2, with
+// either driver; nil otherwise).
+func (g *Group) OpenDir() (*os.File, error) {
+	if !g.v2 {
+		return nil, nil
+	}
+	return os.OpenFile(g.mgr.Path(""), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+}
+
+// Place moves pid into the cgroup, in every controller (a systemd scope
+// exists by then, holding its anchor: the pid is written into its
+// directories as into a joined cgroup's).
+func (g *Group) Place(pid int) error {
+	if g.cfg.Joined() || g.systemd {
+		for _, dir := range g.paths() {
+			if err := cg.WriteCgroupProc(dir, pid); err != nil {
+				return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, dir, err)
+			}
+		}
+		return nil
+	}
+	if err := g.mgr.Apply(pid); err != nil {
+		return fmt.Errorf("moving pid %d into cgroup %s: %w", pid, g.Path(), err)
+	}
+	return nil
+}
+
+// Contains reports whether /proc/PID/cgroup shows pid in this cgroup in
+// every controller the group uses.
+func (g *Group) Contains(pid int) error {
+	return Verify(fmt.Sprintf("/proc/%d/cgroup", pid), g.Expected())
+}
+
+// Expected maps each controller of the group to the path /proc/PID/cgroup
+// shows for a member process.
+func (g *Group) Expected() map[string]string {
+	out := map[string]string{}
+	for sub, dir := range g.paths() {
+		if rel := g.relative(sub, dir); rel != "" {
+			out[sub] = rel
+		}
+	}
+	return out
+}
+
+// relative turns a controller directory back into the path /proc/PID/cgroup
+// shows for it.
+func (g *Group) relative(sub, dir string) string {
+	mnt := unifiedMountpoint
+	if !g.v2 {
+		mnt = filepath.Join(unifiedMountpoint, "unified") // hybrid mode
+	}
+	if sub != "" {
+		m, root, err := cg.FindCgroupMountpointAndRoot("", sub)
+		if err != nil {
+			return ""
+		}
+		rel := strings.TrimPrefix(dir, m)
+		if root != "/" {
+			rel = filepath.Join(root, rel)
+		}
+		return rel
+	}
+	return strings.TrimPrefix(dir, mnt)
+}
+
+// Verify checks a /proc/PID/cgroup file against Expected's map.
+func Verify(procFile string, want map[string]string) error {
+	own, err := cg.ParseCgroupFile(procFile)
+	if err != nil {
+		return err
+	}
+	for sub, path := range want {
+		if own[sub] != path {
+			name := sub
+			if name == "" {
+				name = "unified"
+			}
+			return fmt.Errorf("%s shows %s:%s, want %s", procFile, name, own[sub], path)
+		}
+	}
+	return nil
+}
