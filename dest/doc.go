@@ -14,10 +14,14 @@
 // names, so DEST is either as it was or holds the complete new image. A
 // containerd: DEST is staged as an oci: one and imported through
 // containerd's socket by the parent only, after Verify: content under a
-// lease, unpacked, and the image records created last, so a runtime never
-// lists a partial image. The socket and every directory above it are
-// checked to be root's before the parent connects, through the descriptor
-// it checked.
+// lease (labelled as containerd's own pull labels it: gc.ref to children,
+// the distribution source), unpacked, and the image records created last,
+// so a runtime never lists a partial image; an index copied whole
+// (--all-architectures) is the records' target. The pins of the records
+// follow the pull (containerd_pin.go); ReadContainerdConfig reads the
+// socket and the CRI's snapshotter from containerd's config.toml. The
+// socket and every directory above it are checked to be root's before the
+// parent connects, through the descriptor it checked.
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other
