@@ -178,6 +178,9 @@ func (d *containerdDest) ctrdErr(err error, what string) error {
 	msg := err.Error()
 	if errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) {
 		msg = "cannot reach containerd at " + d.set.Address + " (set --containerd-address or [dest] containerd_address)"
+		if from := d.set.From["address"]; d.set.Config != "" && from != "" && !strings.HasPrefix(from, "-") {
+			msg = "cannot reach containerd at " + d.set.Address + ", which " + from + " names (set --containerd-address or [dest] containerd_address)"
+		}
 	}
 	msg = strings.ReplaceAll(msg, "\n", " ")
 	return d.destErr("%s: %s", what, msg)
@@ -488,14 +491,9 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	// putManifest imports one image manifest: its config and layers,
 	// then the manifest labelled to them (ChildGCLabels).
 	putManifest := func(desc ocispec.Descriptor) (*ocispec.Manifest, error) {
-		mf, _, err := t.ctrdBlob(desc.Digest.String())
-		if err != nil || mf == nil {
-			return nil, verr(fmt.Errorf("the verified manifest %s is not staged", desc.Digest))
-		}
-		raw, err := readAll(mf, maxJSON)
-		mf.Close()
+		raw, err := d.stagedRaw(t, desc.Digest.String())
 		if err != nil {
-			return nil, verr(err)
+			return nil, err
 		}
 		var m ocispec.Manifest
 		if err := json.Unmarshal(raw, &m); err != nil {

@@ -477,6 +477,11 @@ ctrd_case_all_arch() {
     for d in $blobs; do
         ctr_k8s content ls -q | grep -qx "$d" || fail "blob $d was collected by the GC"
     done
+    # Again, with every blob already in the content store: the same image.
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --all-architectures "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "ctr lists $img without the index after the re-pull"
 }
 
 # pinned REF: REF's image record carries io.cri-containerd.pinned=pinned.
