@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -63,8 +64,21 @@ type ContainerdSettings struct {
 	// Snapshotter unpacks the layers (the CRI's: overlayfs unless its
 	// config says otherwise).
 	Snapshotter string `json:"snapshotter"`
-	// Pin sets io.cri-containerd.pinned=pinned on the image records.
+	// Pin sets io.cri-containerd.pinned=pinned on the image records;
+	// without it the pins this tool set on them go (containerd_pin.go).
 	Pin bool `json:"pin"`
+	// Unpin (an explicit --pin=false) removes every pin of the records
+	// written, the CRI's own too.
+	Unpin bool `json:"unpin,omitempty"`
+	// Source is the image pulled (a normalised reference): every blob
+	// gets containerd.io/distribution.source.HOST=REPO from it ("": none).
+	Source string `json:"source,omitempty"`
+	// Config is the containerd config.toml the defaults of Address,
+	// Namespace and Snapshotter came from ("" without one); From says,
+	// for each of the three, what set it (a flag, a policy key, the
+	// config's key, or "default").
+	Config string            `json:"config,omitempty"`
+	From   map[string]string `json:"from,omitempty"`
 	// Staging is the root-owned directory the image is staged in (an
 	// OCI layout, as for oci:) before the parent imports it.
 	Staging string `json:"staging"`
@@ -121,7 +135,8 @@ func ConfigureContainerd(d Destination, s ContainerdSettings) (ContainerdSetting
 	if s.Staging != "" {
 		c.set.Staging = s.Staging
 	}
-	c.set.Pin = s.Pin
+	c.set.Pin, c.set.Unpin = s.Pin, s.Unpin && !s.Pin
+	c.set.Source, c.set.Config, c.set.From = s.Source, s.Config, s.From
 	if err := identifiers.Validate(c.set.Namespace); err != nil {
 		return c.set, true, fmt.Errorf("containerd namespace %q: %v", c.set.Namespace, err)
 	}
@@ -279,6 +294,16 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	lease, _ := leases.FromContext(ctx)
 	cs := c.ContentStore()
 	t := v.tree
+	// Every blob written or reused gets the CRI's distribution source
+	// label (containerd's own handler: docker.AppendDistributionSourceLabel,
+	// as client.Pull and the transfer service's pull run it on each
+	// descriptor they fetch).
+	var srcLabel images.HandlerFunc
+	if d.set.Source != "" {
+		if srcLabel, err = docker.AppendDistributionSourceLabel(cs, d.set.Source); err != nil {
+			return d.destErr("distribution source %s: %v", d.set.Source, err)
+		}
+	}
 
 	// put writes one blob (staged) or checks it is still in the store
 	// (known), then sets labels; either way the lease holds it.
@@ -321,94 +346,151 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 				return d.ctrdErr(err, "labelling "+dg)
 			}
 		}
+		if srcLabel != nil {
+			if _, err := srcLabel(ctx, desc); err != nil {
+				return d.ctrdErr(err, "labelling "+dg+" with its distribution source")
+			}
+		}
 		return nil
 	}
 
+	// putManifest imports one image manifest: its config and layers,
+	// then the manifest labelled to them (ChildGCLabels).
+	putManifest := func(desc ocispec.Descriptor) (*ocispec.Manifest, error) {
+		raw, err := d.stagedRaw(t, desc.Digest.String())
+		if err != nil {
+			return nil, err
+		}
+		var m ocispec.Manifest
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, verr(err)
+		}
+		if m.Config.Digest == "" {
+			return nil, verr(fmt.Errorf("the verified manifest %s names no config", desc.Digest))
+		}
+		for _, b := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+			if err := put(b, nil, nil); err != nil {
+				return nil, err
+			}
+		}
+		return &m, put(desc, raw, childGCLabels(append([]ocispec.Descriptor{m.Config}, m.Layers...)))
+	}
+
 	mdesc := ocispec.Descriptor{MediaType: top.MediaType, Digest: digest.Digest(top.Digest), Size: top.Size}
-	mf, _, err := t.ctrdBlob(top.Digest)
-	if err != nil || mf == nil {
-		return verr(fmt.Errorf("the verified manifest %s is not staged", top.Digest))
-	}
-	mraw, err := readAll(mf, maxJSON)
-	mf.Close()
-	if err != nil {
-		return verr(err)
-	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(mraw, &m); err != nil {
-		return verr(err)
-	}
-	mlabels := map[string]string{"containerd.io/gc.ref.content.config": m.Config.Digest.String()}
-	if err := put(m.Config, nil, nil); err != nil {
-		return err
-	}
-	for i, l := range m.Layers {
-		mlabels["containerd.io/gc.ref.content.l."+strconv.Itoa(i)] = l.Digest.String()
-		if err := put(l, nil, nil); err != nil {
+	var imageID string
+	target := mdesc
+	if images.IsIndexType(top.MediaType) {
+		// --all-architectures: the staged top is the index itself and
+		// every instance is staged (verifyOCI checked each). All of them
+		// go in, the index is the target, labelled to every child.
+		idxRaw, err := d.stagedRaw(t, top.Digest)
+		if err != nil {
 			return err
 		}
-	}
-	if err := put(mdesc, mraw, mlabels); err != nil {
-		return err
-	}
-	target := mdesc
-	if cv.digest != top.Digest && len(cv.indexRaw) > 0 {
-		// The registry's index (verified against the digest), with only
-		// the instance copied referenced, as containerd's own pull does.
 		var idx ocispec.Index
-		if err := json.Unmarshal(cv.indexRaw, &idx); err != nil {
+		if err := json.Unmarshal(idxRaw, &idx); err != nil {
 			return verr(err)
 		}
-		mt := idx.MediaType
-		if mt == "" {
-			mt = ocispec.MediaTypeImageIndex
-		}
-		target = ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(cv.indexRaw))}
-		ilabels := map[string]string{}
-		for i, e := range idx.Manifests {
-			if e.Digest.String() == top.Digest {
-				ilabels["containerd.io/gc.ref.content.m."+strconv.Itoa(i)] = top.Digest
+		for _, e := range idx.Manifests {
+			if images.IsIndexType(e.MediaType) {
+				return verr(fmt.Errorf("index %s names index %s (nested indexes are refused)", top.Digest, e.Digest))
+			}
+			if _, err := putManifest(e); err != nil {
+				return err
 			}
 		}
-		if err := put(target, cv.indexRaw, ilabels); err != nil {
+		if err := put(mdesc, idxRaw, childGCLabels(idx.Manifests)); err != nil {
 			return err
+		}
+	} else {
+		m, err := putManifest(mdesc)
+		if err != nil {
+			return err
+		}
+		imageID = m.Config.Digest.String()
+		if cv.digest != top.Digest && len(cv.indexRaw) > 0 {
+			// The registry's index (verified against the digest), labelled
+			// to every child as containerd's own pull labels it
+			// (SetChildrenMappedLabels runs before FilterPlatforms): only
+			// the instance copied is in the store.
+			var idx ocispec.Index
+			if err := json.Unmarshal(cv.indexRaw, &idx); err != nil {
+				return verr(err)
+			}
+			mt := idx.MediaType
+			if mt == "" {
+				mt = ocispec.MediaTypeImageIndex
+			}
+			target = ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(cv.indexRaw))}
+			if err := put(target, cv.indexRaw, childGCLabels(idx.Manifests)); err != nil {
+				return err
+			}
 		}
 	}
 
-	img := images.Image{Name: d.spec.Ref, Target: target}
-	if err := containerd.NewImage(c.Client, img).Unpack(ctx, d.set.Snapshotter); err != nil {
+	img := containerd.NewImage(c.Client, images.Image{Name: d.spec.Ref, Target: target})
+	if err := img.Unpack(ctx, d.set.Snapshotter); err != nil {
 		return d.ctrdErr(err, "unpacking for snapshotter "+d.set.Snapshotter)
 	}
+	if imageID == "" {
+		// This platform's config, as the CRI names the image
+		// (image.Config: the platform matcher picks the instance).
+		cfg, err := img.Config(ctx)
+		if err != nil {
+			return d.ctrdErr(err, "finding this platform's image in "+top.Digest)
+		}
+		imageID = cfg.Digest.String()
+	}
 
-	names, err := d.names(cv.digest, m.Config.Digest.String())
+	names, err := d.names(cv.digest, imageID)
 	if err != nil {
 		return err
 	}
-	labels := map[string]string{criImageLabel: criImageValue}
-	if d.set.Pin {
-		labels[criPinnedLabel] = criPinnedValue
+	if err := d.writeRecords(ctx, c.ImageService(), names, target); err != nil {
+		return err
 	}
-	is := c.ImageService()
-	for _, n := range names {
-		rec := images.Image{Name: n, Target: target, Labels: labels}
-		if _, err := is.Create(ctx, rec); err != nil {
-			if !errdefs.IsAlreadyExists(err) {
-				return d.ctrdErr(err, "creating the image record "+n)
-			}
-			paths := []string{"target"}
-			for k := range labels {
-				paths = append(paths, "labels."+k)
-			}
-			if _, err := is.Update(ctx, rec, paths...); err != nil {
-				return d.ctrdErr(err, "updating the image record "+n)
-			}
-		}
-	}
-	d.report = &StoreReport{ImageID: m.Config.Digest.String(), Store: api.Store{
+	d.report = &StoreReport{ImageID: imageID, Store: api.Store{
 		Type: "containerd", Address: d.set.Address, Namespace: d.set.Namespace, Snapshotter: d.set.Snapshotter,
 		Pinned: d.set.Pin, Names: names,
 	}}
 	return nil
+}
+
+// stagedRaw reads a staged, verified JSON blob (a manifest or index).
+func (d *containerdDest) stagedRaw(t *tree, dg string) ([]byte, error) {
+	f, _, err := t.ctrdBlob(dg)
+	if err != nil || f == nil {
+		return nil, verr(fmt.Errorf("the verified manifest %s is not staged", dg))
+	}
+	defer f.Close()
+	raw, err := readAll(f, maxJSON)
+	if err != nil {
+		return nil, verr(err)
+	}
+	return raw, nil
+}
+
+// childGCLabels are the labels containerd's pull sets on a manifest or
+// index for its children (images.SetChildrenMappedLabels with the default
+// images.ChildGCLabels): one key per child, numbered per key
+// (gc.ref.content.config, gc.ref.content.l.0, …, gc.ref.content.m.0, …).
+func childGCLabels(children []ocispec.Descriptor) map[string]string {
+	out := map[string]string{}
+	n := map[string]int{}
+	for _, ch := range children {
+		for _, key := range images.ChildGCLabels(ch) {
+			i := n[key]
+			n[key] = i + 1
+			if strings.HasSuffix(key, ".sha256.") {
+				continue // referrers: none in a pulled image's graph
+			}
+			if i > 0 || key[len(key)-1] == '.' {
+				key += strconv.Itoa(i)
+			}
+			out[key] = ch.Digest.String()
+		}
+	}
+	return out
 }
 
 // names are the image records the CRI makes for a pull: REF, its

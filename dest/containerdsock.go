@@ -21,6 +21,9 @@ func (d *containerdDest) ctrdErr(err error, what string) error {
 	msg := err.Error()
 	if errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) {
 		msg = "cannot reach containerd at " + d.set.Address + " (set --containerd-address or [dest] containerd_address)"
+		if from := d.set.From["address"]; d.set.Config != "" && from != "" && !strings.HasPrefix(from, "-") {
+			msg = "cannot reach containerd at " + d.set.Address + ", which " + from + " names (set --containerd-address or [dest] containerd_address)"
+		}
 	}
 	msg = strings.ReplaceAll(msg, "\n", " ")
 	return d.destErr("%s: %s", what, msg)

@@ -29,9 +29,14 @@
 // store (containerd:, containers-storage:) lists the image only once all
 // of it is imported. A containerd: DEST is staged as an oci: one and
 // imported through containerd's socket by the parent only, after Verify:
-// content under a lease, unpacked, and the image records created last.
-// The socket and every directory above it are checked to be root's before
-// the parent connects, through the descriptor it checked.
+// content under a lease (labelled as containerd's own pull labels it:
+// gc.ref to children, the distribution source), unpacked, and the image
+// records created last; an index copied whole (--all-architectures) is the
+// records' target. The pins of the records follow the pull
+// (containerd_pin.go); ReadContainerdConfig (containerd_config.go) reads
+// the socket and the CRI's snapshotter from containerd's config.toml. The
+// socket and every directory above it are checked to be root's before the
+// parent connects, through the descriptor it checked (containerdsock.go).
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other

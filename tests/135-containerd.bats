@@ -134,3 +134,19 @@ while True:
 @test "containerd 1.6: ctr run of the pulled shell image prints the expected output (issue 24 item 9)" {
     ctrd_case_run
 }
+
+@test "containerd 1.6: --all-architectures imports every platform's content, unpacks this one's, the index is the target (issue 24 item 5)" {
+    ctrd_case_all_arch
+}
+
+@test "containerd 1.6: pinning follows the pull: a re-pull without --pin unpins, --pin=false unpins, a moved tag unpins what it leaves (issue 24 item 6)" {
+    ctrd_case_pin_follows
+}
+
+@test "containerd 1.6: --containerd-config gives the socket, the CRI's snapshotter and namespace (imports followed); flags win with a warning (issue 24 item 7)" {
+    ctrd_case_config
+}
+
+@test "containerd 1.6: every blob carries the CRI's distribution source label, appended to as the CRI appends (issue 24 item 8)" {
+    ctrd_case_source_labels
+}

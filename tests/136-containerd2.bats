@@ -44,3 +44,19 @@ CTRD_FLAVOR=2
 @test "containerd 2.x: ctr run of the pulled shell image prints the expected output (issue 24 item 9)" {
     ctrd_case_run
 }
+
+@test "containerd 2.x: --all-architectures imports every platform's content, unpacks this one's, the index is the target (issue 24 item 5)" {
+    ctrd_case_all_arch
+}
+
+@test "containerd 2.x: pinning follows the pull: a re-pull without --pin unpins, --pin=false unpins, a moved tag unpins what it leaves (issue 24 item 6)" {
+    ctrd_case_pin_follows
+}
+
+@test "containerd 2.x: --containerd-config gives the socket, the CRI's snapshotter and namespace (imports followed); flags win with a warning (issue 24 item 7)" {
+    ctrd_case_config
+}
+
+@test "containerd 2.x: every blob carries the CRI's distribution source label, appended to as the CRI appends (issue 24 item 8)" {
+    ctrd_case_source_labels
+}

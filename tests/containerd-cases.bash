@@ -375,3 +375,306 @@ ctrd_case_run() {
     assert_success
     [[ $output != *"$id"* ]] || fail "the container is still listed: $output"
 }
+
+# ctr_labels DIGEST: the content labels of blob DIGEST, one KEY=VALUE a
+# line, sorted. `ctr content ls` joins the labels with ',' and a
+# distribution source value is itself comma-separated: a piece without '='
+# continues the value before it.
+ctr_labels() {
+    ctr_k8s content ls | awk -v d="$1" '$1 == d {print $NF}' | "$PH_PYTHON" -c '
+import sys
+out = []
+for piece in sys.stdin.read().strip().split(","):
+    if "=" in piece or not out:
+        out.append(piece)
+    else:
+        out[-1] += "," + piece
+print("\n".join(sorted(p for p in out if p and p != "-")))
+'
+}
+
+# sorted_csv WORD...: the words sorted bytewise, comma-separated (as
+# appendDistributionSourceLabel keeps them).
+sorted_csv() {
+    printf '%s\n' "$@" | LC_ALL=C sort -u | paste -sd,
+}
+
+# ctr_label DIGEST KEY: the value of one content label of blob DIGEST.
+ctr_label() {
+    ctr_labels "$1" | awk -v k="$2=" 'index($0, k) == 1 {print substr($0, length(k) + 1)}'
+}
+
+# image_blobs REPO:TAG: the digests of the manifest (the index and every
+# instance's with ALL=1, else this platform's), configs and layers.
+image_blobs() {
+    local repo=${1%:*} raw m
+    raw=$(registry_manifest "$1") || return
+    {
+        registry_digest "$1"
+        if [[ $raw == *'"manifests"'* ]]; then
+            for m in $(ALL=${ALL:-0} "$PH_PYTHON" -c '
+import json, os, sys
+arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+for m in json.load(sys.stdin)["manifests"]:
+    p = m.get("platform", {})
+    if os.environ["ALL"] == "1" or (p.get("os") == "linux" and p.get("architecture") == arch):
+        print(m["digest"])
+' <<<"$raw"); do
+                echo "$m"
+                _blobs_of "$(registry_manifest "$repo@$m")"
+            done
+        else
+            _blobs_of "$raw"
+        fi
+    } | sort -u
+}
+
+# _blobs_of MANIFEST: its config's and layers' digests.
+_blobs_of() {
+    "$PH_PYTHON" -c 'import json, sys; m = json.loads(sys.argv[1]); print(m["config"]["digest"]); [print(l["digest"]) for l in m["layers"]]' "$1"
+}
+
+# --all-architectures: every instance's content in the store, this
+# platform's unpacked, the index the target and labelled to every child.
+# The owners': containerd's images.SetChildrenMappedLabels with
+# images.ChildGCLabels (the gc.ref keys), client.Pull's unpack
+# (Image.Unpack picks this platform: platforms.Default()) and the CRI's
+# image ID (image.Config: this platform's config, image_pull.go PullImage).
+ctrd_case_all_arch() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:latest" id raw n d blobs
+    id=$(config_digest fixtures/multi:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --all-architectures "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$MULTI_DIGEST"
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    assert_equal "$(json_get .store.names <<<"$output")" "[\"$img\",\"$REGISTRY_HOST/fixtures/multi@$MULTI_DIGEST\",\"$id\"]"
+    [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "ctr lists $img without the index as its target: $(ctr_k8s images ls)"
+    # Every platform's blobs are in the content store.
+    blobs=$(ALL=1 image_blobs fixtures/multi:latest)
+    [[ $(grep -c . <<<"$blobs") -gt 7 ]] || fail "the fixture has too few blobs: $blobs"
+    for d in $blobs; do
+        ctr_k8s content ls -q | grep -qx "$d" || fail "blob $d is not in the content store"
+    done
+    # The index labels every instance (gc.ref.content.m.N, in its order).
+    raw=$(registry_manifest fixtures/multi:latest)
+    n=0
+    for d in $("$PH_PYTHON" -c 'import json,sys; [print(m["digest"]) for m in json.load(sys.stdin)["manifests"]]' <<<"$raw"); do
+        assert_equal "$(ctr_label "$MULTI_DIGEST" "containerd.io/gc.ref.content.m.$n")" "$d"
+        n=$((n + 1))
+    done
+    assert_equal "$n" 3
+    # This platform's image is unpacked and complete; the CRI lists it.
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    wait_cri "$img" || return
+    run ctrd_crictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    # A forced GC keeps every platform's blobs (the labels hold them).
+    force_gc
+    for d in $blobs; do
+        ctr_k8s content ls -q | grep -qx "$d" || fail "blob $d was collected by the GC"
+    done
+    # Again, with every blob already in the content store: the same image.
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --all-architectures "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "ctr lists $img without the index after the re-pull"
+}
+
+# pinned REF: REF's image record carries io.cri-containerd.pinned=pinned.
+pinned() {
+    [[ $(ctr_image_line "$1") == *io.cri-containerd.pinned=pinned* ]]
+}
+
+# assert_pins WANT REF...: each REF's record exists and is pinned (WANT=1)
+# or not (0).
+assert_pins() {
+    local want=$1 r
+    shift
+    for r in "$@"; do
+        [[ -n $(ctr_image_line "$r") ]] || fail "no image record $r: $(ctr_k8s images ls)"
+        if ((want)); then
+            pinned "$r" || fail "$r is not pinned: $(ctr_image_line "$r")"
+        else
+            ! pinned "$r" || fail "$r is still pinned: $(ctr_image_line "$r")"
+        fi
+    done
+}
+
+# wait_cri_pinned REF WANT: the CRI (2.x, which reads the label) reports
+# REF pinned WANT (true/false) within 20 s (it follows image events).
+wait_cri_pinned() {
+    local deadline=$((SECONDS + 20)) got
+    while :; do
+        got=$(ctrd_crictl inspecti -o json "$1" 2>/dev/null | json_get .status.pinned 2>/dev/null)
+        [[ $got == "$2" ]] && return 0
+        if ((SECONDS >= deadline)); then
+            fail "crictl inspecti $1: pinned is $got, want $2"
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# pinning follows the pull: a re-pull without --pin unpins the records it
+# writes (its own pins; a pin it did not set stays), --pin=false unpins
+# them all, and a moved tag unpins what it leaves behind. The owner's:
+# the CRI's createOrUpdateImageReference (Create, then Update of target
+# and labels; it only ever adds io.cri-containerd.pinned, for its
+# pinned_images) and, in 2.x, the CRI image store's Pinned, read from that
+# label (internal/cri/store/image).
+ctrd_case_pin_follows() {
+    ctrd_up
+    local repo="fixtures/pinmove-$BATS_TEST_NUMBER" img d1 id1 d2 id2
+    push_fixture tiny "$repo"
+    img="$REGISTRY_HOST/$repo:latest"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin "$img" "containerd:$img"
+    assert_json_result
+    d1=$(json_get .digest <<<"$output")
+    id1=$(json_get .image_id <<<"$output")
+    assert_pins 1 "$img" "$REGISTRY_HOST/$repo@$d1" "$id1"
+
+    # A re-pull without --pin unpins every record it writes.
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    [[ $(json_get .store.pinned <<<"$output") != true ]] || fail "store.pinned: $output"
+    assert_pins 0 "$img" "$REGISTRY_HOST/$repo@$d1" "$id1"
+    if [[ ${CTRD_FLAVOR:-1.6} == 2 ]]; then
+        wait_cri_pinned "$img" false || return
+    fi
+
+    # A pin this tool did not set (ctr, or the CRI's pinned_images) stays
+    # without --pin; --pin=false removes it.
+    ctr_k8s images label "$img" io.cri-containerd.pinned=pinned >/dev/null
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_pins 1 "$img"
+    run_pullhelper explain "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin=false "$img" "containerd:$img"
+    assert_equal "$(json_get .plan.containerd.pin <<<"$output")" false
+    assert_equal "$(json_get .plan.containerd.unpin <<<"$output")" true
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin=false "$img" "containerd:$img"
+    assert_json_result
+    assert_pins 0 "$img" "$REGISTRY_HOST/$repo@$d1" "$id1"
+
+    # The tag moves (another image pushed under it) and is pulled with
+    # --pin: the new image's records are pinned, the old image's (its
+    # REPO@DIGEST and ID, which this tool pinned) are not any more.
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin "$img" "containerd:$img"
+    assert_pins 1 "$img" "$REGISTRY_HOST/$repo@$d1" "$id1"
+    push_fixture multi "$repo"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin "$img" "containerd:$img"
+    assert_json_result
+    d2=$(json_get .digest <<<"$output")
+    id2=$(json_get .image_id <<<"$output")
+    [[ $d2 != "$d1" && $id2 != "$id1" ]] || fail "the tag did not move: $d1 $d2"
+    assert_pins 1 "$img" "$REGISTRY_HOST/$repo@$d2" "$id2"
+    assert_pins 0 "$REGISTRY_HOST/$repo@$d1" "$id1"
+    if [[ ${CTRD_FLAVOR:-1.6} == 2 ]]; then
+        wait_cri_pinned "$img" true || return
+        wait_cri_pinned "$id1" false || return
+    fi
+}
+
+# --containerd-config gives the socket, the CRI's snapshotter (version 2:
+# plugins."io.containerd.grpc.v1.cri".containerd.snapshotter, version 3:
+# plugins."io.containerd.cri.v1.images".snapshotter) and namespace, its
+# imports followed; explicit flags win, with a warning. The owners':
+# containerd's LoadConfig (imports, mergeConfig: a plugin's table
+# replaced as a whole), the CRI images plugin's migrateConfig (v2 → v3)
+# and constants.K8sContainerdNamespace (the CRI's namespace, no setting).
+ctrd_case_config() {
+    ctrd_up
+    local cfg="$CTRD_DIR/config.toml" img="$REGISTRY_HOST/fixtures/tiny:latest" key
+    key='plugins."io.containerd.grpc.v1.cri".containerd.snapshotter'
+    [[ $CTRD_CONFIG_VERSION == 3 ]] && key='plugins."io.containerd.cri.v1.images".snapshotter'
+    run_pullhelper explain "${PH_OPTS[@]}" --containerd-config "$cfg" "$img" "containerd:$img"
+    assert_equal "$(json_get .plan.containerd.address <<<"$output")" "$SOCK"
+    assert_equal "$(json_get .plan.containerd.snapshotter <<<"$output")" native
+    assert_equal "$(json_get .plan.containerd.namespace <<<"$output")" k8s.io
+    assert_equal "$(json_get .plan.containerd.config <<<"$output")" "$cfg"
+    assert_equal "$(json_get .plan.containerd.from.address <<<"$output")" "$cfg: [grpc] address"
+    assert_equal "$(json_get .plan.containerd.from.snapshotter <<<"$output")" "$cfg: $key"
+    [[ $(json_get .plan.warnings <<<"$output") != *differs* ]] || fail "a warning without a flag: $output"
+
+    # The pull goes to the config's socket and snapshotter.
+    run_pullhelper pull "${PH_OPTS[@]}" --containerd-config "$cfg" --containerd-staging "$T/staging" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .store.address <<<"$output")" "$SOCK"
+    assert_equal "$(json_get .store.snapshotter <<<"$output")" native
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    wait_cri "$img" || return
+
+    # Explicit flags win; each that differs from the config is a warning.
+    run_pullhelper explain "${PH_OPTS[@]}" --containerd-config "$cfg" --containerd-snapshotter overlayfs \
+        --containerd-namespace prefetch "$img" "containerd:$img"
+    assert_equal "$(json_get .plan.containerd.snapshotter <<<"$output")" overlayfs
+    assert_equal "$(json_get .plan.containerd.namespace <<<"$output")" prefetch
+    assert_equal "$(json_get .plan.containerd.from.snapshotter <<<"$output")" --containerd-snapshotter
+    assert_equal "$(json_get .plan.containerd.address <<<"$output")" "$SOCK"
+    local w
+    w=$(json_get .plan.warnings <<<"$output")
+    [[ $w == *'--containerd-snapshotter \"overlayfs\" differs from the snapshotter'*native* ]] || fail "warnings: $w"
+    [[ $w == *'--containerd-namespace \"prefetch\" differs from the namespace'*k8s.io* ]] || fail "warnings: $w"
+
+    # imports: a root config importing the daemon's, then a drop-in that
+    # sets the CRI's table again (its snapshotter replaces the earlier).
+    mkdir -p "$T/cfg/conf.d"
+    printf 'version = %s\nimports = [%s, "conf.d/*.toml"]\n' "$CTRD_CONFIG_VERSION" "\"$cfg\"" >"$T/cfg/root.toml"
+    run_pullhelper explain "${PH_OPTS[@]}" --containerd-config "$T/cfg/root.toml" "$img" "containerd:$img"
+    assert_equal "$(json_get .plan.containerd.address <<<"$output")" "$SOCK"
+    assert_equal "$(json_get .plan.containerd.snapshotter <<<"$output")" native
+    if [[ $CTRD_CONFIG_VERSION == 3 ]]; then
+        printf 'version = 3\n[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "overlayfs"\n' >"$T/cfg/conf.d/10-snap.toml"
+    else
+        printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n' >"$T/cfg/conf.d/10-snap.toml"
+    fi
+    run_pullhelper explain "${PH_OPTS[@]}" --containerd-config "$T/cfg/root.toml" "$img" "containerd:$img"
+    assert_equal "$(json_get .plan.containerd.snapshotter <<<"$output")" overlayfs
+    assert_equal "$(json_get .plan.containerd.from.snapshotter <<<"$output")" "$T/cfg/conf.d/10-snap.toml: $key"
+    assert_equal "$(json_get .plan.containerd.address <<<"$output")" "$SOCK"
+}
+
+# every blob carries the CRI's distribution source label: key
+# containerd.io/distribution.source.HOST (the host without its port),
+# value the repositories, sorted and comma-separated; a CRI pull of the
+# same blobs from another repository appends to it, and so does
+# pullhelper. The owner's: containerd's docker.AppendDistributionSourceLabel
+# (core/remotes/docker/handler.go; its appendDistributionSourceLabel and
+# distributionSourceLabelKey), which client.Pull and the transfer
+# service's pull run on every descriptor they fetch.
+ctrd_case_source_labels() {
+    ctrd_up
+    local a="fixtures/src-a-$BATS_TEST_NUMBER" b="fixtures/src-b-$BATS_TEST_NUMBER" key d blobs
+    key="containerd.io/distribution.source.${REGISTRY_HOST%:*}"
+    push_fixture tiny "$a"
+    push_fixture tiny "$b"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "containerd:$REGISTRY_HOST/fixtures/tiny"
+    assert_json_result
+    blobs=$(image_blobs fixtures/tiny:latest)
+    [[ $(grep -c . <<<"$blobs") -ge 3 ]] || fail "blobs: $blobs"
+    for d in $blobs; do
+        assert_equal "$(ctr_label "$d" "$key")" fixtures/tiny
+    done
+    # The CRI appends its repository to the label pullhelper wrote (on the
+    # manifest and config: its unpacker does not dispatch a layer already
+    # unpacked, so that one keeps its label).
+    run ctrd_crictl pull "$REGISTRY_HOST/$b"
+    assert_success
+    for d in "$TINY_DIGEST" "$(config_digest fixtures/tiny:latest)"; do
+        assert_equal "$(ctr_label "$d" "$key")" "$(sorted_csv fixtures/tiny "$b")"
+    done
+    # pullhelper appends to the CRI's, in order and once: the source is
+    # IMAGE's repository, whatever DEST names it.
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$REGISTRY_HOST/$a" "containerd:$REGISTRY_HOST/fixtures/renamed:1"
+    assert_json_result
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$REGISTRY_HOST/$b" "containerd:$REGISTRY_HOST/$b"
+    assert_json_result
+    for d in $blobs; do
+        assert_equal "$(ctr_label "$d" "$key")" "$(sorted_csv fixtures/tiny "$a" "$b")"
+    done
+}
