@@ -102,13 +102,14 @@ type Request struct {
 	// A containerd:REF Dest's settings ("": the policy's, or containerd's
 	// defaults): --containerd-config FILE, --containerd-address SOCKET,
 	// --containerd-namespace NS, --containerd-snapshotter NAME,
-	// --containerd-staging DIR; Pin is --pin.
+	// --containerd-staging DIR; Pin is --pin (true) or --pin=false
+	// (false: unpin the records this pull writes); nil: the policy's.
 	ContainerdConfig      string
 	ContainerdAddress     string
 	ContainerdNamespace   string
 	ContainerdSnapshotter string
 	ContainerdStaging     string
-	Pin                   bool
+	Pin                   *bool
 
 	// Extra are further flags for `pullhelper pull`, put before IMAGE and
 	// DEST (e.g. "--memory-max", "256Mi").
@@ -343,8 +344,8 @@ func (r *Request) flags() []string {
 	add("--containerd-namespace", r.ContainerdNamespace)
 	add("--containerd-snapshotter", r.ContainerdSnapshotter)
 	add("--containerd-staging", r.ContainerdStaging)
-	if r.Pin {
-		a = append(a, "--pin")
+	if r.Pin != nil {
+		a = append(a, "--pin="+strconv.FormatBool(*r.Pin))
 	}
 	return append(a, r.Extra...)
 }

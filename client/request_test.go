@@ -38,13 +38,14 @@ version) echo '{"version":"x","protocol":%d}' ;;
 *) for a in "$@"; do echo "$a"; done > %s; echo '{"error":{"code":"usage","message":"fake"}}'; exit 2 ;;
 esac`, api.Protocol, argv))
 	c := &client.Client{Binary: fake}
+	no := false
 	_, err := c.Pull(testCtx(t), client.Request{
 		Image: "127.0.0.1:1/x", Dest: "containerd:127.0.0.1:1/x",
 		User: "4242", CPUQuota: 0.5, MemoryMax: "256Mi", PidsMax: 64,
 		IOReadBPS: []string{"/var=5MB/s"}, IOWriteBPS: []string{"/var=1MB/s", "/tmp=2MB/s"},
 		MaxBandwidth: "10MB/s", MaxImageSize: "2Gi", ParallelLayers: 3,
 		ContainerdConfig: "/etc/containerd/config.toml", ContainerdAddress: "/run/c.sock", ContainerdNamespace: "ns",
-		ContainerdSnapshotter: "native", ContainerdStaging: "/var/lib/s", Pin: true,
+		ContainerdSnapshotter: "native", ContainerdStaging: "/var/lib/s", Pin: &no,
 		Extra: []string{"--debug"},
 	})
 	if !errors.Is(err, client.ErrUsage) {
@@ -60,7 +61,7 @@ esac`, api.Protocol, argv))
 		"--max-bandwidth 10MB/s", "--max-image-size 2Gi", "--parallel-layers 3",
 		"--containerd-config /etc/containerd/config.toml", "--containerd-address /run/c.sock",
 		"--containerd-namespace ns", "--containerd-snapshotter native", "--containerd-staging /var/lib/s",
-		"--pin", "--debug -- 127.0.0.1:1/x containerd:127.0.0.1:1/x"} {
+		"--pin=false", "--debug -- 127.0.0.1:1/x containerd:127.0.0.1:1/x"} {
 		if !strings.Contains(got, " "+want+" ") {
 			t.Errorf("argv %q lacks %q", got, want)
 		}
