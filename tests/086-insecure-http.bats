@@ -7,7 +7,8 @@
 # insecure by registries.conf `insecure = true`, by trust.insecure_registries
 # (--insecure-registry) or by --tls-verify=false. Where plain HTTP is not
 # allowed, a server answering HTTP to HTTPS is exit 4 (tls), naming those
-# three ways. containerd's rules stay containerd's (an http:// host only).
+# three ways. containerd's rules stay containerd's (ConfigureHosts: plain
+# HTTP for an http:// host, skip_verify or not).
 #
 # setup_file builds:
 #   - a network namespace phhttp-PID with a veth pair to the host (host side
@@ -243,4 +244,22 @@ EOF
         --src-authfile "$HTTP_AUTHFILE" docker://registry.local:80/fixtures/tiny "oci:$OUT/skopeo2"
     assert_failure
     [[ $output == *"server gave HTTP response to HTTPS client"* ]] || fail "skopeo failed otherwise: $output"
+}
+
+@test "containerd's rules: a hosts.toml server named http:// is asked over plain HTTP (ConfigureHosts)" {
+    mkdir -p "$BATS_TEST_TMPDIR/certs.d/registry.local"
+    printf 'server = "http://registry.local"\n' >"$BATS_TEST_TMPDIR/certs.d/registry.local/hosts.toml"
+    cat >"$BATS_TEST_TMPDIR/config.toml" <<EOF
+version = 2
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "$BATS_TEST_TMPDIR/certs.d"
+EOF
+    local before
+    before=$(manifest_gets)
+    run_pullhelper pull --containerd-config "$BATS_TEST_TMPDIR/config.toml" "${OPTS[@]}" \
+        registry.local/fixtures/tiny "oci:$OUT/dest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    (($(manifest_gets) > before)) || fail "the registry logged no manifest GET"
+    [[ $stderr != *"using plain http"* ]] || fail "an http:// host went through the insecure fallback: $stderr"
 }
