@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"reflect"
 	"strings"
 	"syscall"
@@ -45,8 +46,10 @@ func (p *Request) classify(err error) error {
 		code = codeOf(errs[0])
 	}
 	msg := err.Error()
-	switch code {
-	case failure.TLS:
+	switch {
+	case code == failure.TLS && errors.Is(err, http.ErrSchemeMismatch):
+		msg = p.plainHTTPHint(err)
+	case code == failure.TLS:
 		where := "no per-host certificate directory exists; searched " + strings.Join(p.Trust.Searched, ", ")
 		if p.Trust.CertDir != "" {
 			where = "CA files (*.crt) read from " + p.Trust.CertDir
@@ -55,9 +58,9 @@ func (p *Request) classify(err error) error {
 			}
 		}
 		msg = fmt.Sprintf("TLS with %s failed: %v (%s; add the registry's CA as a .crt file there or pass --cert-dir)", p.Registry, rootCause(err), where)
-	case failure.NotFound:
+	case code == failure.NotFound:
 		msg = fmt.Sprintf("%s not found on %s: %v", p.Reference, p.Registry, rootCause(err))
-	case failure.Destination:
+	case code == failure.Destination:
 		// ENOSPC, EDQUOT, EROFS while the copy writes into staging (on
 		// DEST's filesystem): say so first, in the user's terms.
 		what := "no space left on DEST's filesystem"
@@ -70,6 +73,28 @@ func (p *Request) classify(err error) error {
 		msg = fmt.Sprintf("%s while writing %s (%s); free space there or choose another DEST", what, p.Reference, strings.TrimSpace(rootCause(err)))
 	}
 	return &failure.Error{Code: code, Message: msg, Err: err}
+}
+
+// plainHTTPHint is the message for a server that answers plain HTTP where
+// HTTPS was asked and plain HTTP is not allowed: how to allow it, by the
+// rules of whoever decides the endpoint. containers/image (registries.conf
+// endpoints) falls back to plain HTTP for an insecure registry
+// (detectPropertiesHelper); containerd only for a host named http:// in
+// its configuration (or a loopback one), whatever skip_verify says.
+func (p *Request) plainHTTPHint(err error) string {
+	host := p.Registry
+	var he *registry.HostError
+	if errors.As(err, &he) {
+		host = he.Host
+	}
+	for _, e := range p.Endpoints {
+		if e.Host == host && strings.HasPrefix(e.Source, "containerd") {
+			return fmt.Sprintf("%s answers plain HTTP where HTTPS was asked (%s); with containerd's configuration a host is reached over plain HTTP only when it is named with http:// (hosts.toml server = \"http://%s\" or [host.\"http://%s\"], or an http:// mirror endpoint); skip_verify, trust.insecure_registries and --tls-verify=false only turn certificate verification off there",
+				host, rootCause(err), host, host)
+		}
+	}
+	return fmt.Sprintf("%s answers plain HTTP where HTTPS was asked (%s); to allow plain HTTP mark it insecure, as containers/image does: insecure = true in its registries.conf [[registry]] (location = \"%s\"), trust.insecure_registries = [\"%s\"] (or --insecure-registry %s), or --tls-verify=false",
+		host, rootCause(err), host, host, host)
 }
 
 func (p *Request) authFileList() string {
@@ -107,6 +132,10 @@ func codeOf(err error) failure.Code {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return failure.Interrupted
+	case errors.Is(err, http.ErrSchemeMismatch):
+		// A plain-http answer to https where plain http is not allowed:
+		// the TLS the operator's configuration promises is missing.
+		return failure.TLS
 	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr),
 		errors.As(err, &verifyErr), errors.As(err, &alertErr), errors.As(err, &recordErr):
 		return failure.TLS

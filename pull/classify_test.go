@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	v2 "github.com/docker/distribution/registry/api/v2"
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
@@ -126,5 +128,29 @@ func TestClassifyLibraryErrors(t *testing.T) {
 		if strings.Contains(got.Error(), "\n") {
 			t.Errorf("%v: message has a newline", tc.err)
 		}
+	}
+}
+
+// A plain-http answer to https where plain http is not allowed is exit 4
+// (tls), naming the ways to allow it: containers/image's (insecure, whose
+// detectPropertiesHelper then falls back to http) for a registries.conf
+// endpoint, containerd's (an http:// host) for a containerd one.
+func TestClassifyPlainHTTPAnswer(t *testing.T) {
+	err := &registry.HostError{Host: "registry.local:80", Op: "fetching the manifest latest",
+		Err: &url.Error{Op: "Get", URL: "https://registry.local:80/v2/x/manifests/latest", Err: http.ErrSchemeMismatch}}
+	p := &Request{Registry: "registry.local:80", Reference: "registry.local:80/x:latest",
+		Endpoints: []wire.Endpoint{{Host: "registry.local:80", Source: wire.EndpointRegistry}}}
+	got := p.classify(err)
+	if failure.CodeOf(got) != failure.TLS {
+		t.Fatalf("classified %s, want tls", failure.CodeOf(got))
+	}
+	for _, want := range []string{"insecure = true", "trust.insecure_registries", "--insecure-registry registry.local:80", "--tls-verify=false"} {
+		if !strings.Contains(got.Error(), want) {
+			t.Errorf("message lacks %q: %v", want, got)
+		}
+	}
+	p.Endpoints[0].Source = wire.EndpointContainerdServer
+	if got := p.classify(err).Error(); !strings.Contains(got, `server = "http://registry.local:80"`) || strings.Contains(got, "insecure = true") {
+		t.Errorf("containerd endpoint: %v", got)
 	}
 }

@@ -112,3 +112,32 @@ func TestSkippedBytesCountAndTouch(t *testing.T) {
 		t.Errorf("err = %v, want the image limit", err)
 	}
 }
+
+// Plain http is a fallback of the insecure registries.conf endpoints alone
+// (containers/image's detectPropertiesHelper, for a registry whose TLS is
+// not verified): a verified endpoint next to it keeps verified https, so
+// its credential never goes over plain http; a containerd endpoint keeps
+// containerd's rule (plain http only for an http:// host), skip_verify or
+// not.
+func TestHTTPFallbackOnlyForInsecureRegistriesConf(t *testing.T) {
+	p := &Request{Registry: "reg.example", TLSVerify: true, Endpoints: []wire.Endpoint{
+		{Host: "mirror.example", Repository: "mirror.example/app", Mirror: true, Insecure: true, Source: wire.EndpointRegistriesMirror, Trust: wire.Trust{Verify: false}},
+		{Host: "other.example", Repository: "other.example/app", Mirror: true, Source: wire.EndpointRegistriesMirror, Trust: wire.Trust{Verify: false, InsecureBy: "trust.insecure_registries other.example"}},
+		{Host: "ctrd.example", Scheme: "https", Repository: "ctrd.example/app", Mirror: true, Source: wire.EndpointContainerdHost, Trust: wire.Trust{Verify: false}},
+		{Host: "reg.example", Repository: "reg.example/app", Source: wire.EndpointRegistry, Trust: wire.Trust{Verify: true}},
+	}}
+	rc, err := p.remoteClient(&Material{}, &types.SystemContext{}, 0, nil, nil, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	want := map[string]bool{"mirror.example": true, "other.example": true, "ctrd.example": false, "reg.example": false}
+	for _, e := range rc.Endpoints() {
+		if e.HTTPFallback != want[e.Host] {
+			t.Errorf("%s: HTTPFallback %v, want %v", e.Host, e.HTTPFallback, want[e.Host])
+		}
+		if e.Host == "reg.example" && (e.Scheme != "https" || e.TLS.InsecureSkipVerify) {
+			t.Errorf("the verified registry is asked over %s, skip verify %v", e.Scheme, e.TLS.InsecureSkipVerify)
+		}
+	}
+}

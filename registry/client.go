@@ -56,9 +56,12 @@ type Endpoint struct {
 	// TLS is the endpoint's TLS configuration (nil: the system roots,
 	// verified).
 	TLS *tls.Config
-	// HTTPFallback: when an https request cannot be made at all (the
-	// server does not speak TLS), use http for this endpoint from then on
-	// (containers/image's rule for an insecure registry).
+	// HTTPFallback: an insecure endpoint (containers/image's rule,
+	// detectPropertiesHelper): before its first request the API root is
+	// asked over https and, when that fails (no connection, no TLS, an
+	// answer other than 200 or 401), over plain http at the same
+	// host[:port] (port 80 when none is named); when http answers 200 or
+	// 401 the endpoint uses http from then on.
 	HTTPFallback bool
 	// DialTimeout bounds each connect (0: DefaultDialTimeout).
 	DialTimeout time.Duration
@@ -145,6 +148,10 @@ type host struct {
 	c      *Client
 	ep     Endpoint
 	client *http.Client
+
+	// detectMu serialises detect; detected is set once it decided.
+	detectMu sync.Mutex
+	detected bool
 
 	mu         sync.Mutex
 	scheme     string
@@ -281,6 +288,9 @@ func (h *host) newRequest(ctx context.Context, method string, u *url.URL, hdr ht
 // token obtained for this request that is refused is final, a cached token
 // that is refused is dropped and fetched again once.
 func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http.Response, error) {
+	if err := h.detect(ctx); err != nil {
+		return nil, err
+	}
 	for try := 0; ; try++ {
 		scheme := h.currentScheme()
 		req, err := h.newRequest(ctx, method, h.url(scheme, p), hdr)
@@ -293,13 +303,6 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 		}
 		res, err := h.client.Do(req)
 		if err != nil {
-			if try == 0 && scheme == "https" && h.ep.HTTPFallback && ctx.Err() == nil && notTLS(err) {
-				h.mu.Lock()
-				h.scheme = "http"
-				h.mu.Unlock()
-				h.c.hooks.Log.Info("endpoint does not speak TLS; using http (insecure)", "host", h.name())
-				continue
-			}
 			return nil, err
 		}
 		if res.StatusCode != http.StatusUnauthorized || try >= 2 {
@@ -327,6 +330,73 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 		h.mu.Unlock()
 		drain(res)
 	}
+}
+
+// detect is containers/image's detectPropertiesHelper for an endpoint
+// that may fall back to plain http (HTTPFallback): the API root is asked
+// over https, and when that fails, over http; http is used from then on
+// when it answers 200 or 401. When neither answers the error names both
+// (the https one wrapped) and the next request detects again; when https
+// answered (another status) and http does not, https stays and the
+// request's own answer counts. An endpoint without HTTPFallback, or
+// already decided, returns at once.
+func (h *host) detect(ctx context.Context) error {
+	if !h.ep.HTTPFallback || h.ep.Scheme != "https" {
+		return nil
+	}
+	h.detectMu.Lock()
+	defer h.detectMu.Unlock()
+	if h.detected {
+		return nil
+	}
+	answered, errS := h.probe(ctx, "https")
+	if errS == nil || ctx.Err() != nil {
+		h.detected = errS == nil
+		return errS
+	}
+	_, errH := h.probe(ctx, "http")
+	switch {
+	case errH == nil:
+		h.mu.Lock()
+		h.scheme = "http"
+		h.mu.Unlock()
+		h.detected = true
+		h.c.hooks.Log.Info("insecure endpoint does not answer over https; using plain http", "host", h.name(), "https_error", errS.Error())
+		return nil
+	case answered:
+		h.detected = true
+		return nil
+	}
+	return &probeError{https: errS, http: errH}
+}
+
+// probeError: an insecure endpoint answered neither over https nor over
+// http. It unwraps to the https failure.
+type probeError struct{ https, http error }
+
+func (e *probeError) Error() string {
+	return fmt.Sprintf("%v (and over plain http: %v)", e.https, e.http)
+}
+func (e *probeError) Unwrap() error { return e.https }
+
+// probe asks the API root over scheme without any credential: nil when it
+// answers 200 or 401 (containers/image's ping); answered when it gave
+// another answer.
+func (h *host) probe(ctx context.Context, scheme string) (answered bool, err error) {
+	u := h.url(scheme, "/")
+	req, err := h.newRequest(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	res, err := h.client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	drain(res)
+	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusUnauthorized {
+		return true, fmt.Errorf("%s://%s%s/ answered %d %s", scheme, h.ep.Host, h.ep.Path, res.StatusCode, http.StatusText(res.StatusCode))
+	}
+	return false, nil
 }
 
 // ping asks the API root for its challenges (the Docker way of learning
@@ -381,16 +451,6 @@ func (h *host) authorize(ctx context.Context, req *http.Request) (sent, fresh bo
 func drain(res *http.Response) {
 	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
 	_ = res.Body.Close()
-}
-
-// notTLS: the https request failed because the server does not speak TLS
-// (a plain-http server answers the ClientHello with HTTP).
-func notTLS(err error) bool {
-	var rh tls.RecordHeaderError
-	if errors.As(err, &rh) {
-		return true
-	}
-	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
 func (h *host) String() string { return fmt.Sprintf("%s://%s%s", h.ep.Scheme, h.ep.Host, h.ep.Path) }

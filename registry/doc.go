@@ -10,7 +10,10 @@
 // override_path), the "ns" query parameter of registry proxying, and its own
 // credential: Basic, or a bearer token fetched from the realm its challenge
 // names (a GET with Basic credentials, or an OAuth2 refresh-token POST with
-// an identity token, as containers/image does).
+// an identity token, as containers/image does). An insecure endpoint
+// (HTTPFallback) is first pinged at its API root over https and then over
+// plain http, and uses http when only that answers (containers/image's
+// detectPropertiesHelper); a plain-http answer to https elsewhere is final.
 //
 // Fallback, as containerd does it: a tag is asked only of endpoints that
 // may resolve; a manifest by digest and every blob are asked of each

@@ -89,6 +89,9 @@ func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "failing", f.status)
 		return
 	}
+	if r.URL.Path == "/v2/" {
+		return // the API root: 200
+	}
 	prefix := "/v2/" + f.repo + "/"
 	rest, ok := strings.CutPrefix(r.URL.Path, prefix)
 	if !ok {
@@ -634,5 +637,56 @@ func TestManifestBytesAreTold(t *testing.T) {
 	}
 	if told != len(raw) || told == 0 {
 		t.Errorf("told %d bytes of a %d-byte manifest", told, len(raw))
+	}
+}
+
+// An insecure endpoint (HTTPFallback) named https on a server that speaks
+// plain http: containers/image's detectPropertiesHelper asks /v2/ over
+// https, then over http, and uses http from then on. Without HTTPFallback
+// the plain-http answer is final (http.ErrSchemeMismatch, never retried).
+func TestHTTPFallbackAfterPing(t *testing.T) {
+	f, _, _ := newFake(t, "ns/app")
+	ep := endpointOf(t, f)
+	ep.Scheme, ep.HTTPFallback = "https", true
+	c := New([]Endpoint{ep}, Hooks{})
+	defer c.Close()
+	if _, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, r := range f.requests() {
+		paths = append(paths, r.URL.Path)
+	}
+	if want := "/v2/ /v2/ns/app/manifests/latest /v2/ns/app/manifests/latest"; strings.Join(paths, " ") != want {
+		t.Errorf("requests %q, want %q (one ping over http, then the manifests)", strings.Join(paths, " "), want)
+	}
+
+	ep.HTTPFallback = false
+	retried := 0
+	c = New([]Endpoint{ep}, Hooks{Retries: 2, RetryDelay: time.Millisecond,
+		OnRetry: func(string, int, int, time.Duration, error) { retried++ }})
+	defer c.Close()
+	_, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20)
+	if !errors.Is(err, http.ErrSchemeMismatch) {
+		t.Fatalf("err = %v, want http.ErrSchemeMismatch", err)
+	}
+	if retried != 0 {
+		t.Errorf("retried %d times, want 0 (final)", retried)
+	}
+}
+
+// An insecure endpoint that answers neither over https nor over http: the
+// error names both and unwraps to the https failure.
+func TestHTTPFallbackNeitherAnswers(t *testing.T) {
+	ep := Endpoint{Scheme: "https", Host: closedPort(t), Path: "/v2", Repository: "app", Resolve: true, HTTPFallback: true}
+	c := New([]Endpoint{ep}, Hooks{})
+	defer c.Close()
+	_, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20)
+	var pe *probeError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "over plain http") {
+		t.Fatalf("err = %v, want both failures named", err)
 	}
 }

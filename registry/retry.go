@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"math/rand/v2"
+	"net/http"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -65,7 +66,8 @@ func mayPass(err error) bool {
 
 // transient: a connection error, a broken body, 408, 429, a 5xx or the
 // codes UNAVAILABLE and TOOMANYREQUESTS; not a refusal by the caller's
-// hooks, a TLS failure, a size limit, another 4xx.
+// hooks, a TLS failure (a plain-http answer to https among them), a size
+// limit, another 4xx.
 func transient(err error) bool {
 	var (
 		fe   *failure.Error
@@ -82,7 +84,7 @@ func transient(err error) bool {
 	switch {
 	case noEp, errors.As(err, &fe), errors.As(err, &tl), errors.Is(err, context.Canceled),
 		errors.As(err, &ua), errors.As(err, &hn), errors.As(err, &ci), errors.As(err, &cv),
-		errors.As(err, &rh), errors.As(err, &al):
+		errors.As(err, &rh), errors.As(err, &al), errors.Is(err, http.ErrSchemeMismatch):
 		return false
 	case errors.As(err, &se):
 		// A registry that says it is unavailable or rate-limiting is

@@ -550,6 +550,8 @@ _ph_pid_is_ours() {
 #   PH_REGISTRY_LISTEN=IP   listen on IP instead of 127.0.0.1 (REGISTRY_HOST
 #                           becomes IP:PORT; the certificate gets IP:IP). The
 #                           port chosen is also free on the host's 127.0.0.1.
+#   PH_REGISTRY_PORT=N      listen on port N instead of a free one (e.g. 80
+#                           in a namespace of the test's own)
 #   PH_REGISTRY_EXTRA_SANS  more subjectAltName entries for the server
 #                           certificate, e.g. DNS:registry.ns.svc.cluster.local
 #   PH_REGISTRY_EXTRA_USERS more htpasswd users, space-separated NAME=FILE
@@ -673,7 +675,9 @@ start_registry() {
     ((tls)) || scheme=http
     local attempt port pid deadline code logstart
     for attempt in 1 2 3 4 5; do
-        if [[ -n $netns ]]; then
+        if [[ -n ${PH_REGISTRY_PORT:-} ]]; then
+            port=$PH_REGISTRY_PORT
+        elif [[ -n $netns ]]; then
             port=$(_ph_free_port "$listen" "$netns")
         else
             port=$(_ph_free_port)

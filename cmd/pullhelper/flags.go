@@ -52,6 +52,7 @@ var settingFlags = []settingFlag{
 	{"service-account-registry", "auth.service_account_registries", policy.Strings, "PATTERN", "registry (host[:port] or *.domain[:port]) that gets the service-account token (repeatable)", false},
 	{"cert-dir", "trust.cert_dir", policy.String, "DIR", "one flat directory of *.crt CAs and X.cert/X.key client pairs for every registry", true},
 	{"tls-verify", "trust.tls_verify", policy.Bool, "BOOL", "verify registry certificates (default true)", false},
+	{"insecure-registry", "trust.insecure_registries", policy.Strings, "PATTERN", "registry (host[:port] or *.domain[:port]) whose certificate is not verified and that may be reached over plain HTTP (repeatable)", false},
 	{"cgroup-parent", "cgroup.parent", policy.String, "PATH", "parent of the per-pull cgroup", false},
 	{"cgroup", "cgroup.path", policy.String, "PATH", "join this existing cgroup, e.g. a pod's", false},
 	{"cpu-quota", "cgroup.cpu_quota", policy.String, "CORES", "CPU limit in cores, e.g. 0.5 or 500m ", false},
