@@ -22,6 +22,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
 )
 
@@ -206,7 +207,7 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	}
 	s.verified = &verified{tree: t, oci: res}
 	s.Counts = res.counts
-	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw}
+	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
 	return nil
 }
 
@@ -214,6 +215,8 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 type ctrdVerified struct {
 	digest   string // the registry's top-level digest (REF@digest)
 	indexRaw []byte // the registry's index when digest is one
+	// platform is the platform unpacked (nil: this machine's).
+	platform *wire.Platform
 }
 
 // ctrdBlob reads a verified blob: staged (the inode taken back), or known
@@ -376,7 +379,11 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	}
 
 	img := images.Image{Name: d.spec.Ref, Target: target}
-	if err := containerd.NewImage(c.Client, img).Unpack(ctx, d.set.Snapshotter); err != nil {
+	unpack := containerd.NewImage(c.Client, img)
+	if cv.platform != nil {
+		unpack = containerd.NewImageWithPlatform(c.Client, img, ctrdPlatform(cv.platform))
+	}
+	if err := unpack.Unpack(ctx, d.set.Snapshotter); err != nil {
 		return d.ctrdErr(err, "unpacking for snapshotter "+d.set.Snapshotter)
 	}
 

@@ -235,7 +235,7 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 			return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", r.pinned)
 		}
 		if want, err = list.ChooseInstance(c.sys); err != nil {
-			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", r.pinned)
+			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for %s", r.pinned, p.platformName())
 		}
 		rep.InstanceDigest = want.String()
 	}

@@ -82,7 +82,7 @@ func (p *Request) checkSpace(ctx context.Context, sys *types.SystemContext, name
 		if !p.AllArchitectures {
 			d, err := list.ChooseInstance(sys)
 			if err != nil {
-				return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", p.Reference)
+				return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for %s", p.Reference, p.platformName())
 			}
 			instances = []digest.Digest{d}
 			decl.instance = d
