@@ -90,6 +90,11 @@ type Event struct {
 	// from, when known at the time of the event (layer_start often has
 	// none). Informational, as the child reports it.
 	Host string `json:"host,omitempty"`
+	// InstanceDigest and ConfigSize are a resolved event's: the instance
+	// chosen from an index (this platform's, or --platform's), and the
+	// part of Size that is configs (Size - ConfigSize is the layers').
+	InstanceDigest string `json:"instance_digest,omitempty"`
+	ConfigSize     int64  `json:"config_size,omitempty"`
 }
 
 // Event types. The pipeline emits start, done and error itself; only the
@@ -105,13 +110,20 @@ const (
 	EventConfigStart   = "config_start"
 	EventConfigProg    = "config_progress"
 	EventConfigDone    = "config_done"
+	// EventResolved comes once an attempt resolved the manifest, before
+	// any blob: Digest and MediaType the manifest's (an index's, with
+	// InstanceDigest the instance chosen), Layers the distinct layers and
+	// Size the declared sizes of the distinct configs and layers of what
+	// the attempt copies (this platform's image; every instance's with
+	// --all-architectures), as Result's Layers and Bytes count them.
+	EventResolved = "resolved"
 )
 
 // IsProgress reports whether t is a progress event type, the only kind the
 // copy may emit.
 func IsProgress(t string) bool {
 	switch t {
-	case EventLayerStart, EventLayerProgress, EventLayerDone, EventConfigStart, EventConfigProg, EventConfigDone:
+	case EventResolved, EventLayerStart, EventLayerProgress, EventLayerDone, EventConfigStart, EventConfigProg, EventConfigDone:
 		return true
 	}
 	return false

@@ -23,6 +23,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
 )
 
@@ -221,7 +222,7 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	}
 	s.verified = &verified{tree: t, oci: res}
 	s.Counts = res.counts
-	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw}
+	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
 	return nil
 }
 
@@ -229,6 +230,8 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 type ctrdVerified struct {
 	digest   string // the registry's top-level digest (REF@digest)
 	indexRaw []byte // the registry's index when digest is one
+	// platform is the platform unpacked (nil: this machine's).
+	platform *wire.Platform
 }
 
 // ctrdBlob reads a verified blob: staged (the inode taken back), or known
@@ -428,7 +431,11 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		}
 	}
 
-	img := containerd.NewImage(c.Client, images.Image{Name: d.spec.Ref, Target: target})
+	rec := images.Image{Name: d.spec.Ref, Target: target}
+	img := containerd.NewImage(c.Client, rec)
+	if cv.platform != nil {
+		img = containerd.NewImageWithPlatform(c.Client, rec, ctrdPlatform(cv.platform))
+	}
 	if err := img.Unpack(ctx, d.set.Snapshotter); err != nil {
 		return d.ctrdErr(err, "unpacking for snapshotter "+d.set.Snapshotter)
 	}

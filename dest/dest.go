@@ -13,6 +13,7 @@ import (
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // Spec is DEST split into its transport and path (target.Spec: the copy
@@ -154,6 +155,11 @@ type Expect struct {
 	Served []byte `json:"served,omitempty"`
 	// MaxBytes caps the sum of the image's blob sizes (0: no cap).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// Platform is the platform whose instance of an index the pull
+	// copies (nil: this machine's): Instance must be the one
+	// containers/image's ChooseInstance picks for it from IndexRaw, and a
+	// store DEST imports or unpacks that platform's image.
+	Platform *wire.Platform `json:"platform,omitempty"`
 }
 
 // kind builds one transport's Destination: its name, form and split are

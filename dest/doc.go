@@ -13,7 +13,9 @@
 // storage.go with storageconf.go, storepaths.go, storeroot.go and
 // importsrc.go); staging (stage.go),
 // taking the staged tree back (takeback.go), the taken-back tree (tree.go)
-// and the manifest graph verified on it (graph.go); the partial-blob cache
+// and the manifest graph verified on it (graph.go; the instance of an index
+// is the one the parent chooses itself for the pull's platform, which
+// stores import and containerd unpacks: platform.go); the partial-blob cache
 // (partial.go, partialtake.go, salvage.go, handover.go, prehash.go);
 // removal (remove.go), locks (locks.go) and gc (gc.go). The
 // descriptor-relative primitives are package internal/safefs.

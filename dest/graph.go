@@ -121,6 +121,9 @@ func checkExpect(e Expect) error {
 			if !found {
 				return badStaged("instance %s is not one of the manifests of index %s", e.Instance, e.Digest)
 			}
+			if err := checkPlatform(e); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

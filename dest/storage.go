@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/copy"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
@@ -68,7 +69,10 @@ type storageDest struct {
 	// its digest: the import records it as podman and CRI-O do.
 	index       []byte
 	indexDigest digest.Digest
-	report      *StoreReport // set by Commit
+	// platform is the platform whose image the import stores from a
+	// staged index (--all-architectures; Expect.Platform).
+	platform *wire.Platform
+	report   *StoreReport // set by Commit
 }
 
 // Committed is what Commit reported: the image ID, the store (the driver
@@ -208,7 +212,7 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := d.staged.Verify(ctx, s, e); err != nil {
 		return err
 	}
-	d.index, d.indexDigest = nil, ""
+	d.index, d.indexDigest, d.platform = nil, "", e.Platform
 	if e.IndexRaw != nil && e.Instance != "" {
 		d.index, d.indexDigest = e.IndexRaw, digest.Digest(e.Digest)
 	}
@@ -303,7 +307,7 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
 	defer func() { _ = pc.Destroy() }()
-	sys := &types.SystemContext{BlobInfoCacheDir: cache}
+	sys := platformContext(d.platform, &types.SystemContext{BlobInfoCacheDir: cache})
 	var resolved types.ImageReference
 	co := &copy.Options{SourceCtx: sys, DestinationCtx: sys, PreserveDigests: true, ReportResolvedReference: &resolved}
 	if importHook != nil { // the test build only (hook_hostile_storage.go)

@@ -13,6 +13,7 @@ import (
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/state"
+	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
 	"github.com/pullhelper/pullhelper/pull"
@@ -139,6 +140,13 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 	}
 	if l.Pull.MaxImageSize > 0 {
 		p.MaxImageBytes = int64(l.Pull.MaxImageSize)
+	}
+	if l.Pull.Platform != "" {
+		pl, err := wire.ParsePlatform(l.Pull.Platform)
+		if err != nil {
+			return nil, failure.New(failure.Usage, "%s: %v", settingName(l, "pull.platform"), err)
+		}
+		p.Platform = &pl
 	}
 	p.AllowOtherOwner = l.Dest.AllowOtherOwner
 	p.LockTimeout = time.Duration(l.Dest.LockTimeout)

@@ -64,6 +64,9 @@ type Pull struct {
 	// AllArchitectures copies every instance of a multi-arch index instead of
 	// the one for this machine's platform.
 	AllArchitectures bool `toml:"all_architectures" json:"all_architectures"`
+	// Platform, OS/ARCH[/VARIANT], is the platform whose instance of an
+	// index is copied, verified and unpacked ("": this machine's).
+	Platform string `toml:"platform" json:"platform,omitempty"`
 }
 
 // Auth is the [auth] section: where credentials come from.

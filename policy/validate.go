@@ -10,6 +10,7 @@ import (
 
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/regpattern"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // Validate checks values and combinations that the decoder cannot check on
@@ -29,6 +30,11 @@ func (l *Loaded) Validate() error {
 	}
 	if p.Dest.LockTimeout <= 0 {
 		bad("dest.lock_timeout", "must be positive, not %s", time.Duration(p.Dest.LockTimeout))
+	}
+	if p.Pull.Platform != "" {
+		if _, err := wire.ParsePlatform(p.Pull.Platform); err != nil {
+			bad("pull.platform", "%v", err)
+		}
 	}
 	if p.Pull.Retries > 100 {
 		bad("pull.retries", "must be between 0 and 100, not %d", p.Pull.Retries)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/registry"
@@ -44,6 +45,8 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, err
 	}
+	o.emit(Event{Type: api.EventResolved, Digest: r.top.String(), MediaType: r.mime, InstanceDigest: r.decl.instance.String(),
+		Layers: r.decl.layers, Size: r.decl.size, ConfigSize: r.decl.configSize, Attempt: n})
 	srcRef, destRef, err := p.refs(c, r, st)
 	if err != nil {
 		return nil, err
@@ -125,12 +128,14 @@ func (p *Request) connect(sys *types.SystemContext, m *Material, round int, st *
 }
 
 // resolved is what an attempt pins: the manifest the registry served for
-// the reference (top, raw, mime) and the reference by that digest.
+// the reference (top, raw, mime), the reference by that digest, and what
+// its manifests declare (checkSpace).
 type resolved struct {
 	top    digest.Digest
 	raw    []byte
 	mime   string
 	pinned reference.Canonical
+	decl   *declared
 }
 
 // resolve resolves the reference to a digest, checks that DEST's
@@ -143,7 +148,7 @@ func (p *Request) resolve(ctx context.Context, c *conn, named reference.Named, s
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	c.cache.put(r.top, r.raw, r.mime)
-	if err := p.checkSpace(ctx, c.sys, named, r.top, r.raw, r.mime, c.g, c.remote, st); err != nil {
+	if r.decl, err = p.checkSpace(ctx, c.sys, named, r.top, r.raw, r.mime, c.g, c.remote, st); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	c.partial.allow(st.spare)
@@ -230,7 +235,7 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 			return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", r.pinned)
 		}
 		if want, err = list.ChooseInstance(c.sys); err != nil {
-			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for this platform", r.pinned)
+			return nil, failure.Wrap(failure.NotFound, err, "choosing the instance of %s for %s", r.pinned, p.platformName())
 		}
 		rep.InstanceDigest = want.String()
 	}

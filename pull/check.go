@@ -130,14 +130,21 @@ func dnsName(s string) bool {
 func validCount(n int64) bool { return n >= 0 && n <= MaxCount }
 
 // CheckEvent reports why e is not a progress event the copy could have
-// sent, or nil: a progress type, a digest (or none), a media type (or
-// none), a host (or none), sizes in range.
+// sent, or nil: a progress type, digests (or none), a media type (or
+// none), a host (or none), sizes and a layer count in range (a resolved
+// event's configs within its size).
 func CheckEvent(e api.Event) error {
 	switch {
 	case !api.IsProgress(e.Type):
 		return fmt.Errorf("not a progress event type")
 	case e.Digest != "" && !ValidDigest(e.Digest):
 		return fmt.Errorf("digest: not algorithm:hex of the algorithm's length")
+	case e.InstanceDigest != "" && !ValidDigest(e.InstanceDigest):
+		return fmt.Errorf("instance digest: not algorithm:hex of the algorithm's length")
+	case e.Layers < 0 || e.Layers > MaxLayers || e.Attempt < 0 || e.Attempt > MaxLayers:
+		return fmt.Errorf("layers or attempt: negative or over %d", MaxLayers)
+	case !validCount(e.ConfigSize) || e.ConfigSize > e.Size:
+		return fmt.Errorf("config size: negative or over the size")
 	case e.MediaType != "" && !ValidMediaType(e.MediaType):
 		return fmt.Errorf("media type: not type/subtype of at most %d bytes", MaxMediaType)
 	case e.Host != "" && !ValidHost(e.Host):

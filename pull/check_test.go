@@ -61,6 +61,10 @@ func TestCheckEvent(t *testing.T) {
 	if err := CheckEvent(api.Event{Type: api.EventLayerStart}); err != nil {
 		t.Fatalf("an event without digest, media type or host: %v", err)
 	}
+	resolved := api.Event{Type: api.EventResolved, Digest: d, InstanceDigest: d, MediaType: "application/vnd.oci.image.index.v1+json", Layers: 3, Size: 100, ConfigSize: 10}
+	if err := CheckEvent(resolved); err != nil {
+		t.Fatalf("a resolved event: %v", err)
+	}
 	for name, mod := range map[string]func(*api.Event){
 		"type":       func(e *api.Event) { e.Type = api.EventDone },
 		"digest":     func(e *api.Event) { e.Digest = "sha256:" + strings.Repeat("a", 2<<20) },
@@ -68,6 +72,11 @@ func TestCheckEvent(t *testing.T) {
 		"host":       func(e *api.Event) { e.Host = strings.Repeat("h", 2<<20) },
 		"size":       func(e *api.Event) { e.Size = -1 },
 		"bytes":      func(e *api.Event) { e.Bytes = MaxCount + 1 },
+		"instance":   func(e *api.Event) { e.InstanceDigest = "sha256:abc" },
+		"layers":     func(e *api.Event) { e.Layers = MaxLayers + 1 },
+		"neg layers": func(e *api.Event) { e.Layers = -1 },
+		"attempt":    func(e *api.Event) { e.Attempt = -1 },
+		"config":     func(e *api.Event) { e.ConfigSize = e.Size + 1 },
 	} {
 		e := good
 		mod(&e)

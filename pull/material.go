@@ -89,6 +89,10 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 		// a pull leaves nothing behind.
 		BlobInfoCacheDir: config,
 	}
+	if pl := p.Platform; pl != nil {
+		// The instance of an index the copy chooses (ChooseInstance).
+		sys.OSChoice, sys.ArchitectureChoice, sys.VariantChoice = pl.OS, pl.Architecture, pl.Variant
+	}
 	// Per-host certificate directories, as containers/image lays them out
 	// (ROOT/HOST[:PORT]/…): each endpoint gets exactly its own trust.
 	certs := filepath.Join(config, "certs.d")

@@ -42,9 +42,21 @@ type Request struct {
 	MaxBandwidth     int64 `json:"max_bandwidth,omitempty"`
 	ParallelLayers   int   `json:"parallel_layers"`
 	AllArchitectures bool  `json:"all_architectures"`
+	// Platform chooses the instance of an index to copy (--platform;
+	// nil: this machine's), as containers/image's OSChoice,
+	// ArchitectureChoice and VariantChoice do.
+	Platform *wire.Platform `json:"platform,omitempty"`
 	// UserAgent is sent on every registry request ("pullhelper/VERSION").
 	UserAgent string `json:"user_agent"`
 	// MaxImageBytes bounds one image: its declared sizes, the bytes read
 	// and the bytes written into staging (0: DefaultMaxImageBytes).
 	MaxImageBytes int64 `json:"max_image_bytes,omitempty"`
+}
+
+// platformName names the platform whose instance of an index is copied.
+func (p *Request) platformName() string {
+	if p.Platform == nil {
+		return "this platform"
+	}
+	return "platform " + p.Platform.String()
 }

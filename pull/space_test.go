@@ -56,7 +56,8 @@ func TestCheckSpace(t *testing.T) {
 	mime := "application/vnd.oci.image.manifest.v1+json"
 	check := func(transport string, size int64, known []target.KnownBlob) error {
 		p := &Request{Reference: "r.example/x:latest", Destination: target.Spec{Transport: transport}}
-		return p.checkSpace(t.Context(), nil, named, "", layerManifest(cfg, layer, size), mime, nil, nil, &Stage{Work: dir, Known: known})
+		_, err := p.checkSpace(t.Context(), nil, named, "", layerManifest(cfg, layer, size), mime, nil, nil, &Stage{Work: dir, Known: known})
+		return err
 	}
 	// Far more than the disk: refused, naming both numbers.
 	err := check("oci", free*4, nil)
@@ -71,6 +72,14 @@ func TestCheckSpace(t *testing.T) {
 	}
 	if _, serr := fmt.Sscanf(msg[strings.Index(msg, "has "):], "has %d free", &has); serr != nil || has <= 0 {
 		t.Fatalf("4x free: %v", err)
+	}
+	// What the resolved event announces: the config and the layer as
+	// declared, DEST's blobs included.
+	p := &Request{Reference: "r.example/x:latest", Destination: target.Spec{Transport: "oci"}}
+	decl, err := p.checkSpace(t.Context(), nil, named, "", layerManifest(cfg, layer, 1000), mime, nil, nil,
+		&Stage{Work: dir, Known: []target.KnownBlob{{Digest: layer.String(), Size: 1000}}})
+	if err != nil || *decl != (declared{layers: 1, size: 1100, configSize: 100}) {
+		t.Fatalf("declared %+v, %v", decl, err)
 	}
 	// The same layer, already in DEST: nothing to fetch.
 	if err := check("oci", free*4, []target.KnownBlob{{Digest: layer.String(), Size: free * 4}}); err != nil {

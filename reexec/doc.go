@@ -21,7 +21,7 @@
 // that does not decode is exit 7, reported by kind and byte offset, never
 // quoted. The first report or error is the child's last word: later lines
 // are read and ignored. Only progress events whose every field is
-// what it names (pull.CheckEvent: a digest, a media type, a host, counts in
+// what it names (pull.CheckEvent: digests, a media type, a host, counts in
 // range) are accepted from it (the parent emits start, done and error
 // itself), through a queue bounded in events and so in bytes; the report
 // is checked (pull.Report.Check) and the pipeline builds the result from

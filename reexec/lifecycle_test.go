@@ -124,14 +124,14 @@ func TestProgressOnly(t *testing.T) {
 // An event that passed progressOnly is at most maxEventBytes: the event
 // queue's byte bound.
 func TestMaxEventBytes(t *testing.T) {
-	e := pull.Event{Type: api.EventConfigProg, Digest: "sha512:" + strings.Repeat("a", 128),
+	e := pull.Event{Type: api.EventConfigProg, Digest: "sha512:" + strings.Repeat("a", 128), InstanceDigest: "sha512:" + strings.Repeat("b", 128),
 		MediaType: strings.Repeat("a", 127) + "/" + strings.Repeat("b", 127), Host: strings.Repeat("h", 63) + "." + strings.Repeat("h", 63) + "." + strings.Repeat("h", 63) + "." + strings.Repeat("h", 61) + ":65535",
 		Size: 1 << 40, Bytes: 1 << 40}
 	got, err := progressOnly(e)
 	if err != nil {
 		t.Fatalf("a maximal valid event was refused: %v", err)
 	}
-	if n := len(got.Type) + len(got.Digest) + len(got.MediaType) + len(got.Host) + int(unsafe.Sizeof(got)); n > maxEventBytes {
+	if n := len(got.Type) + len(got.Digest) + len(got.InstanceDigest) + len(got.MediaType) + len(got.Host) + int(unsafe.Sizeof(got)); n > maxEventBytes {
 		t.Fatalf("a valid event holds %d bytes, more than maxEventBytes %d", n, maxEventBytes)
 	}
 }

@@ -99,8 +99,9 @@ type eventQueue struct {
 const eventQueueLen = 4096
 
 // maxEventBytes bounds an event that passed pull.CheckEvent: its strings
-// (type, digest, media type, host) and the struct itself.
-const maxEventBytes = len(api.EventConfigProg) + len("sha512:") + 128 + pull.MaxMediaType + pull.MaxHost + 256
+// (type, digest and instance digest, media type, host) and the struct
+// itself.
+const maxEventBytes = len(api.EventConfigProg) + 2*(len("sha512:")+128) + pull.MaxMediaType + pull.MaxHost + 256
 
 func newEventQueue(sink func(api.Event), log *slog.Logger) *eventQueue {
 	e := &eventQueue{q: make(chan api.Event, eventQueueLen), done: make(chan struct{}), log: log}

@@ -136,7 +136,7 @@ func (w *wireError) err() error {
 }
 
 // Bounds on fd 4's lines. An event is a few hundred bytes once its fields
-// pass pull.CheckEvent (a digest, a media type, a host, two counts), and
+// pass pull.CheckEvent (two digests, a media type, a host, a few counts), and
 // an error a few KiB: every line is at most maxLine, except one, the last
 // message (the report or the error), which may be up to maxMessage. The
 // report carries up to three manifests (the stored one, the index, the one
@@ -188,5 +188,6 @@ func progressOnly(e api.Event) (api.Event, error) {
 		return api.Event{}, err
 	}
 	return api.Event{Type: e.Type, TS: time.Now().UTC(), Digest: e.Digest, MediaType: e.MediaType,
-		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host}, nil
+		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host,
+		InstanceDigest: e.InstanceDigest, Layers: e.Layers, ConfigSize: e.ConfigSize, Attempt: e.Attempt}, nil
 }

@@ -222,6 +222,61 @@ print(m[0])' "$index")
     assert_layout_blobs_verify "$OUT/all"
 }
 
+# --platform (issue 24 item 14): the instance containers/image's
+# manifest.List.ChooseInstance picks with SystemContext OSChoice,
+# ArchitectureChoice and VariantChoice (skopeo's --override-os/-arch/-variant),
+# checked by digest against the registry's index, and what skopeo reads back.
+@test "pull: --platform linux/arm64 and linux/arm/v7 store that platform's instance of the index, by digest" {
+    local index want pl
+    index=$(registry_manifest fixtures/multi:latest)
+    for pl in linux/arm64 linux/arm/v7; do
+        want=$(index_instance "$index" "$pl")
+        [[ $want == sha256:* ]] || fail "no $pl instance in the fixture"
+        rm -rf "$OUT/plat"
+        run_pullhelper pull "${PH_OPTS[@]}" --platform "$pl" "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/plat"
+        assert_json_result
+        assert_equal "$(json_get .digest <<<"$output")" "$(registry_digest fixtures/multi:latest)"
+        assert_equal "$(json_get .instance_digest <<<"$output")" "$want"
+        assert_equal "$(json_get '.manifests[0].digest' <"$OUT/plat/index.json")" "$want"
+        # The stored image's config names that platform.
+        run ph_skopeo inspect --config "oci:$OUT/plat"
+        assert_success
+        assert_equal "$("$PH_PYTHON" -c '
+import json, sys
+c = json.loads(sys.argv[1])
+print("/".join([c["os"], c["architecture"]] + ([c["variant"]] if c.get("variant") else [])))' "$output")" "$pl"
+    done
+    # explain shows it, in the plan and in the text summary; a policy key
+    # sets it too.
+    run_pullhelper explain "${PH_OPTS[@]}" --platform linux/arm/v7 "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/x"
+    assert_equal "$(json_get .plan.platform <<<"$output")" '{"os":"linux","architecture":"arm","variant":"v7"}'
+    run_pullhelper explain --format text "${PH_OPTS[@]}" --platform linux/arm64 "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/x"
+    assert_output --partial "platform linux/arm64"
+    printf 'version = 1\n[pull]\nplatform = "linux/arm64"\n' >"$OUT/plat.toml"
+    run_pullhelper pull --policy "$OUT/plat.toml" "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/bypolicy"
+    assert_equal "$(json_get .instance_digest <<<"$output")" "$(index_instance "$index" linux/arm64)"
+}
+
+@test "pull: --platform refuses linux, a/b/c/d and Linux/AMD64 with exit 2 naming --platform (and pull.platform in a policy file)" {
+    local bad
+    for bad in linux a/b/c/d Linux/AMD64 linux//v7; do
+        run_pullhelper 2 pull "${PH_OPTS[@]}" --platform "$bad" "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/bad"
+        assert_json_error usage
+        [[ $ph_error_message == *"--platform"*"OS/ARCH[/VARIANT]"* ]] || fail "$bad: $ph_error_message"
+        [[ ! -e $OUT/bad ]] || fail "DEST written for --platform $bad"
+    done
+    printf 'version = 1\n[pull]\nplatform = "linux"\n' >"$OUT/bad.toml"
+    run_pullhelper 2 explain --policy "$OUT/bad.toml" "$REGISTRY_HOST/fixtures/multi"
+    assert_json_error usage
+    [[ $ph_error_message == *"pull.platform"*"OS/ARCH[/VARIANT]"* ]] || fail "$ph_error_message"
+}
+
+@test "pull: --platform with no instance in the index is not_found naming the platform" {
+    run_pullhelper 5 pull "${PH_OPTS[@]}" --platform linux/s390x "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/none"
+    assert_json_error not_found
+    assert_output --partial "platform linux/s390x"
+}
+
 @test "pull: many (32 layers) — result and layout have 32 layers" {
     run_pullhelper pull "${PH_OPTS[@]}" --parallel-layers 4 "$REGISTRY_HOST/fixtures/many" "oci:$OUT/many"
     assert_json_result

@@ -12,6 +12,7 @@ setup_file() {
     start_registry
     push_fixture tiny
     push_fixture big
+    push_fixture multi
 }
 
 teardown_file() {
@@ -198,6 +199,59 @@ print(max(c.values()) if c else 0)' "$OUT/progress.jsonl"
     # The progress fd carries events only; stdout carries only the result.
     assert_equal "$(grep -c '"type":"done"' "$OUT/progress.jsonl")" 1
     [[ $result != *'"type"'* ]] || fail "progress events leaked to stdout"
+}
+
+# check_resolved FILE RESULT_JSON: the one resolved event (issue 24 item 13)
+# comes after start and before any blob event, with the result's digest,
+# media type, instance digest, layers and bytes (the declared sizes of the
+# distinct configs and layers), config_size the part that is configs.
+check_resolved() {
+    "$PH_PYTHON" - "$@" <<'EOF2'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+result = json.loads(sys.argv[2])
+problems = []
+types = [e["type"] for e in events]
+res = [i for i, t in enumerate(types) if t == "resolved"]
+blobs = [i for i, t in enumerate(types) if t.startswith("layer_") or t.startswith("config_")]
+if len(res) != 1:
+    problems.append("%d resolved events: %s" % (len(res), types))
+else:
+    i, e = res[0], events[res[0]]
+    if types[0] != "start" or i == 0:
+        problems.append("resolved is not after start: %s" % types)
+    if blobs and min(blobs) < i:
+        problems.append("a blob event before resolved: %s" % types)
+    for k, rk in (("digest", "digest"), ("media_type", "media_type"), ("layers", "layers"), ("size", "bytes")):
+        if e.get(k) != result.get(rk):
+            problems.append("resolved.%s %r != result %s %r" % (k, e.get(k), rk, result.get(rk)))
+    if e.get("instance_digest") != result.get("instance_digest"):
+        problems.append("resolved.instance_digest %r != result %r" % (e.get("instance_digest"), result.get("instance_digest")))
+    configs = sum(x.get("size", 0) for x in events if x["type"] == "config_done")
+    if e.get("config_size") != configs:
+        problems.append("resolved.config_size %r != the config's size %r" % (e.get("config_size"), configs))
+    if e.get("attempt") != 1:
+        problems.append("resolved.attempt %r, not 1" % e.get("attempt"))
+for p in problems:
+    print(p)
+sys.exit(1 if problems else 0)
+EOF2
+}
+
+@test "progress: a resolved event after start and before any blob announces the digest, layers and bytes of the result" {
+    run_pullhelper pull "${PH_OPTS[@]}" --progress-fd 3 "$REGISTRY_HOST/fixtures/big" "oci:$OUT/big" 3>"$OUT/progress.jsonl"
+    assert_json_result
+    local result=$output
+    run check_resolved "$OUT/progress.jsonl" "$result"
+    assert_success
+    # An index: the instance chosen (--platform's), its layers and sizes.
+    run_pullhelper pull "${PH_OPTS[@]}" --platform linux/arm64 --progress-fd 3 "$REGISTRY_HOST/fixtures/multi" \
+        "oci:$OUT/multi" 3>"$OUT/multi.jsonl"
+    assert_json_result
+    result=$output
+    [[ $(json_get .instance_digest <<<"$result") == sha256:* ]] || fail "no instance digest: $result"
+    run check_resolved "$OUT/multi.jsonl" "$result"
+    assert_success
 }
 
 @test "progress: layers already in the oci: layout are reported skipped:true" {
@@ -418,7 +472,9 @@ EOF
 # bootc's published schema (docs/src/progress-v0.schema.json at
 # bootc-dev/bootc 534c76ea: every property is required, uint64s are
 # non-negative integers) and against MANIFEST, the image manifest's JSON.
-# CHECKS: fresh (every layer fetched), cached (every layer already in DEST),
+# CHECKS: fresh (every layer fetched), announced (fresh, and every
+# ProgressBytes line has the final totals: the resolved event's, before
+# every layer started), cached (every layer already in DEST),
 # failed (the last step incomplete), timed (at most 5 lines a second but for
 # Start and the final two). Prints one line per problem; exit 1 if any.
 check_bootc() {
@@ -506,6 +562,17 @@ else:
             for d, s in got.items():
                 if s["bytes"] != s["bytesTotal"] or s["bytesTotal"] != layers.get(d):
                     problems.append("layer %s: bytes %d / bytesTotal %d, manifest size %s" % (d, s["bytes"], s["bytesTotal"], layers.get(d)))
+        if "announced" in checks:
+            # The resolved event gives the totals from the first
+            # ProgressBytes line on (bootc's bytes_to_download and
+            # n_layers_to_fetch), before any layer started.
+            pbs = [e for e in events if e["type"] == "ProgressBytes"]
+            if len(pbs) < 3:
+                problems.append("only %d ProgressBytes lines" % len(pbs))
+            for e in pbs:
+                if e["bytesTotal"] != total or e["stepsTotal"] != len(layers):
+                    problems.append("ProgressBytes bytesTotal %d stepsTotal %d, want %d and %d from the start" % (e["bytesTotal"], e["stepsTotal"], total, len(layers)))
+                    break
         if "fresh" in checks:
             want = dict(bytesCached=0, bytes=total, bytesTotal=total, stepsCached=0, steps=len(layers), stepsTotal=len(layers))
         elif "cached" in checks:
@@ -558,6 +625,20 @@ EOF
     assert_success
     # The default format's types never appear.
     ! grep -q '"type":"layer_' "$OUT/bootc.times" || fail "pullhelper events in the bootc stream"
+}
+
+# One layer at a time, so that most lines come before the last layer
+# started: bytesTotal and stepsTotal are the image's layers' from the first
+# ProgressBytes line on (the resolved event), as bootc's are
+# (handle_layer_progress_print: bytes_to_download, n_layers_to_fetch).
+@test "progress: --progress-format bootc has bytesTotal and stepsTotal of every layer from the first line (the resolved event)" {
+    start_tarpit -1 --rate 20000000
+    run bootc_timed_pull "$OUT/bootc.times" pull --authfile "$TARPIT_AUTHFILE" --cert-dir "$REGISTRY_CERT_DIR" \
+        --parallel-layers 1 --progress-format bootc --progress-fd 3 "$TARPIT_HOST/fixtures/big" "oci:$OUT/big"
+    echo "[stderr] $(cat "$OUT/stderr")"
+    assert_success
+    run check_bootc "$OUT/bootc.times" "$(registry_manifest fixtures/big:latest)" fresh announced timed
+    assert_success
 }
 
 @test "progress: --progress-format bootc counts layers already in the oci: layout as cached" {

@@ -14,6 +14,7 @@ setup_file() {
     start_registry
     push_fixture tiny
     push_fixture many
+    push_fixture multi
 }
 
 teardown_file() {
@@ -216,4 +217,26 @@ victims() {
     stop_tarpit
     [[ -z $found ]] || fail "key material in staging: $found"
     assert_no_staging "$OUT"
+}
+
+# The parent chooses the instance of an index itself (containers/image's
+# manifest.List.ChooseInstance, the copy's function, for the pull's
+# platform: --platform's or this machine's): a child that copies another
+# platform's instance, valid and in the index, gets nothing committed
+# (issue 24 item 14).
+@test "hostile: a child copying another platform's instance of the index is refused (exit 8), with and without --platform" {
+    local index
+    index=$(registry_manifest fixtures/multi:latest)
+    PULLHELPER_HOSTILE=after-drop:other-platform PULLHELPER_HOSTILE_ARG=linux/arm/v7 PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/host"
+    [[ $stderr == *"hostile: running other-platform"* ]] || fail "the hostile action did not run"
+    assert_json_error verification
+    assert_output --partial "the copy stored instance $(index_instance "$index" linux/arm/v7)"
+    assert_output --partial "this platform's is"
+    [[ ! -e $OUT/host ]] || fail "DEST was committed"
+    PULLHELPER_HOSTILE=after-drop:other-platform PULLHELPER_HOSTILE_ARG=linux/arm/v7 PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" --platform linux/arm64 "$REGISTRY_HOST/fixtures/multi" "oci:$OUT/arm64"
+    assert_json_error verification
+    assert_output --partial "platform linux/arm64's is $(index_instance "$index" linux/arm64)"
+    [[ ! -e $OUT/arm64 ]] || fail "DEST was committed"
 }

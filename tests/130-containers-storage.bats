@@ -261,6 +261,39 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     assert_success
 }
 
+# --platform (issue 24 item 14): the instance containers/image's
+# manifest.List.ChooseInstance picks for SystemContext OSChoice,
+# ArchitectureChoice, VariantChoice (skopeo's --override-*), imported into
+# the store; with --all-architectures the import chooses it from the staged
+# index the same way.
+@test "containers-storage: --platform linux/arm64 imports that platform's image (skopeo and podman inspect show arm64), with --all-architectures too" {
+    skip_unless_cmd podman
+    local index want store="containers-storage:[vfs@$GRAPH+$RUN]"
+    index=$(registry_manifest fixtures/multi:latest)
+    want=$(index_instance "$index" linux/arm64)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" --platform linux/arm64 "$REGISTRY_HOST/fixtures/multi" \
+        "${store}$REGISTRY_HOST/fixtures/multi:arm64"
+    assert_json_result
+    assert_equal "$(json_get .instance_digest <<<"$output")" "$want"
+    run ph_skopeo inspect "${store}$REGISTRY_HOST/fixtures/multi:arm64"
+    assert_success
+    assert_equal "$(json_get .Architecture <<<"$output")" arm64
+    assert_equal "$(json_get .Digest <<<"$output")" "$want"
+    run podman_store image inspect --format '{{.Architecture}}' "$REGISTRY_HOST/fixtures/multi:arm64"
+    assert_success
+    assert_output arm64
+
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" --all-architectures --platform linux/arm/v7 \
+        "$REGISTRY_HOST/fixtures/multi" "${store}$REGISTRY_HOST/fixtures/multi:all"
+    assert_json_result
+    run podman_store image inspect --format '{{.Architecture}}' "$REGISTRY_HOST/fixtures/multi:all"
+    assert_success
+    assert_output arm
+    run ph_skopeo inspect --config "${store}$REGISTRY_HOST/fixtures/multi:all"
+    assert_success
+    assert_equal "$(json_get .variant <<<"$output")" v7
+}
+
 @test "containers-storage: podman run of the pulled shell image prints the expected output" {
     skip_unless_cmd podman
     skip_unless_cmd runc

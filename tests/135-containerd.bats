@@ -27,6 +27,10 @@ load containerd-cases
     ctrd_case_multi
 }
 
+@test "containerd 1.6: --platform linux/arm64 imports and unpacks the arm64 instance (ctr lists it for linux/arm64; issue 24 item 14)" {
+    ctrd_case_platform
+}
+
 @test "containerd 1.6: a forced GC keeps every blob and the unpacked snapshot (the gc.ref labels); --pin labels every record" {
     ctrd_case_gc
 }

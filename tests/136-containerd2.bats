@@ -25,6 +25,10 @@ CTRD_FLAVOR=2
     ctrd_case_multi
 }
 
+@test "containerd 2.x: --platform linux/arm64 imports and unpacks the arm64 instance (ctr lists it for linux/arm64; issue 24 item 14)" {
+    ctrd_case_platform
+}
+
 @test "containerd 2.x: a forced GC keeps every blob and the unpacked snapshot (the gc.ref labels); --pin labels every record" {
     ctrd_case_gc
 }

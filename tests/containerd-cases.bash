@@ -220,6 +220,42 @@ ctrd_case_multi() {
     assert_equal "$(blob_gets "$before")" ""
 }
 
+# --platform linux/arm64 (issue 24 item 14): the arm64 instance is imported
+# and unpacked (containerd's Image.Unpack with the platforms.Only matcher, as
+# the CRI unpacks for a platform): ctr lists the image (with the index's
+# platforms), the arm64 config carries the snapshot's gc.ref label (what
+# Unpack sets once the layers are in the snapshotter), and this machine's
+# instance was never fetched. Without the platform, containerd's unpack
+# looks for this machine's manifest, which is not there, and fails.
+ctrd_case_platform() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:arm64" index want cfg other
+    index=$(registry_manifest fixtures/multi:latest)
+    want=$(index_instance "$index" linux/arm64)
+    other=$(index_instance "$index" "linux/$("$(_ph_go)" env GOARCH)")
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --platform linux/arm64 "$REGISTRY_HOST/fixtures/multi" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$MULTI_DIGEST"
+    assert_equal "$(json_get .instance_digest <<<"$output")" "$want"
+    local line
+    line=$(ctr_image_line "$img")
+    echo "ctr images ls: $line"
+    [[ $line == *" $MULTI_DIGEST "* ]] || fail "ctr lists $img without the index digest: $line"
+    [[ $line == *linux/arm64* ]] || fail "ctr does not list linux/arm64 for $img: $line"
+    # The arm64 manifest and config are in the content store, the config
+    # labelled with the snapshot it was unpacked to; this machine's
+    # instance is not there.
+    run ctr_k8s content get "$want"
+    assert_success
+    cfg=$(json_get .config.digest <<<"$output")
+    run ctr_k8s content ls
+    assert_success
+    local cline
+    cline=$(awk -v d="$cfg" '$1 == d' <<<"$output")
+    [[ $cline == *containerd.io/gc.ref.snapshot.native=* ]] || fail "the arm64 config $cfg was not unpacked: $cline"
+    [[ $other == "$want" ]] || ! awk '{print $1}' <<<"$output" | grep -qx "$other" || fail "this machine's instance $other was fetched"
+}
+
 # force_gc: containerd's garbage collector, synchronously (deleting a lease
 # with --sync collects everything unreferenced), after our import's lease
 # is gone (none is left: ctr leases ls).

@@ -867,6 +867,20 @@ registry_digest() {
     echo "sha256:$sum"
 }
 
+# index_instance INDEX_JSON OS/ARCH[/VARIANT]: the digest of the one
+# manifest of the index whose platform is exactly that (fails otherwise).
+index_instance() {
+    "$PH_PYTHON" -c '
+import json, sys
+idx, want = json.loads(sys.argv[1]), sys.argv[2].split("/")
+def key(p):
+    return [p.get("os"), p.get("architecture")] + ([p["variant"]] if p.get("variant") else [])
+m = [m["digest"] for m in idx["manifests"] if key(m.get("platform") or {}) == want]
+if len(m) != 1:
+    sys.exit("index_instance: %d manifests for %s" % (len(m), sys.argv[2]))
+print(m[0])' "$1" "$2"
+}
+
 # registry_curl [--anon] CURL_ARGS... PATH: curl $REGISTRY_URL$PATH with the
 # registry's CA and (unless --anon) its credentials from a config file, from
 # the registry's network namespace (registry_ns_exec).

@@ -129,6 +129,13 @@ func explainText(w io.Writer, doc any) error {
 	if b, _ := plan["all_architectures"].(bool); b {
 		pull = append(pull, "all architectures")
 	}
+	if pl, _ := plan["platform"].(map[string]any); pl != nil {
+		v := str(pl, "os") + "/" + str(pl, "architecture")
+		if va := str(pl, "variant"); va != "" {
+			v += "/" + va
+		}
+		pull = append(pull, "platform "+v)
+	}
 	t.line("pull", strings.Join(pull, ", "))
 	if pol, _ := plan["policy"].(map[string]any); str(pol, "file") != "" {
 		s := str(pol, "file")

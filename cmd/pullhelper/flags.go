@@ -28,6 +28,7 @@ var settingFlags = []settingFlag{
 	{"stall-timeout", "pull.stall_timeout", policy.String, "DURATION", "fail an attempt when no byte arrives for DURATION (default 2m; 0 disables)", false},
 	{"parallel-layers", "pull.parallel_layers", policy.Int, "N", "download up to N layers at once (default 6)", false},
 	{"all-architectures", "pull.all_architectures", policy.Bool, "", "copy every instance of a multi-arch index, not only this platform's", false},
+	{"platform", "pull.platform", policy.String, "OS/ARCH[/VARIANT]", "copy, verify and unpack this platform's instance of a multi-arch index (e.g. linux/arm64, linux/arm/v7; default this machine's)", false},
 	{"max-image-size", "pull.max_image_size", policy.String, "SIZE", "refuse an image declaring, sending or writing more than SIZE (default 64Gi)", false},
 	{"lock-timeout", "dest.lock_timeout", policy.String, "DURATION", "wait at most DURATION for another pull of the image into DEST, and for the commit lock (default 2m; then exit 9)", false},
 	{"containerd-address", "dest.containerd_address", policy.String, "SOCKET", "containerd:REF DEST: containerd's API socket (default: --containerd-config's, else /run/containerd/containerd.sock)", true},

@@ -20,11 +20,15 @@ import (
 //     already in DEST (layer_done skipped) counts as cached: bytesCached and
 //     stepsCached, not bytesTotal and stepsTotal, as bootc counts layers a
 //     previous run fetched. The config blob is not a layer and not counted.
-//     The pull announces no layer count up front, so bytesTotal and
-//     stepsTotal are the layers started so far until the final event.
+//     From the resolved event on (before any blob), bytesTotal and
+//     stepsTotal are at least what it announces (its size less its
+//     configs', its layers) less what is cached so far, as bootc's are the
+//     layers to fetch from the start; before it, and in the final line of
+//     a success, they are the layers started (the final line's bytes equal
+//     its bytesTotal, the fetched layers' sizes).
 //   - ProgressSteps task "pullhelper" with the steps the events let one
-//     observe: "resolving" (the image and its manifest; until the first
-//     blob starts), "fetching" (the blobs; until the config and every
+//     observe: "resolving" (the image and its manifest; until the resolved
+//     event or the first blob), "fetching" (the blobs; until the config and every
 //     started layer are done: containers/image copies the config last) and
 //     "committing" (the parent's verification and commit; until done). The
 //     subtasks are the steps completed so far and the current one, as
@@ -100,6 +104,12 @@ type bootcTranslator struct {
 	layersDone int // done.layers, once known
 	bytesDirty bool
 	stepsDirty bool
+	// announced: a resolved event said annLayers layers of annBytes in
+	// all; succeeded: the done event came (the final line is what was
+	// fetched).
+	// totalsNew: the announced totals are not written yet.
+	announced, succeeded, totalsNew bool
+	annLayers, annBytes             uint64
 }
 
 func newBootcTranslator() *bootcTranslator {
@@ -127,6 +137,11 @@ func (t *bootcTranslator) handle(e api.Event, now time.Time) []bootcLine {
 	switch e.Type {
 	case api.EventStart:
 		t.image = e.Image
+	case api.EventResolved:
+		t.blobSeen()
+		t.announced, t.totalsNew = true, true
+		t.annLayers, t.annBytes = clampSize(int64(e.Layers)), clampSize(e.Size-e.ConfigSize)
+		t.bytesDirty = true
 	case api.EventConfigStart, api.EventConfigProg:
 		t.blobSeen()
 	case api.EventConfigDone:
@@ -159,6 +174,7 @@ func (t *bootcTranslator) handle(e api.Event, now time.Time) []bootcLine {
 		t.bytesDirty = true
 	case api.EventDone:
 		t.layersDone = max(e.Layers, 0)
+		t.succeeded = true
 		t.step = len(bootcSteps)
 		t.finished = true
 		return append(out, bootcLine{v: t.bytesEvent(), keep: true}, bootcLine{v: t.stepsEvent(), keep: true})
@@ -170,13 +186,17 @@ func (t *bootcTranslator) handle(e api.Event, now time.Time) []bootcLine {
 }
 
 // flush returns the held update once the window is open at now: the steps
-// if they changed, else the bytes; nothing if nothing changed.
+// if they changed, else the bytes; nothing if nothing changed. The totals
+// a resolved event announces go first, so that the first ProgressBytes
+// line has them before any layer started.
 func (t *bootcTranslator) flush(now time.Time) []bootcLine {
 	if t.finished || t.wrote && now.Sub(t.lastWrite) < t.minGap {
 		return nil
 	}
 	var l bootcLine
 	switch {
+	case t.totalsNew && t.bytesDirty:
+		l = bootcLine{v: t.bytesEvent()}
 	case t.stepsDirty:
 		l = bootcLine{v: t.stepsEvent()}
 	case t.bytesDirty:
@@ -196,7 +216,7 @@ func (t *bootcTranslator) due() (time.Time, bool) {
 	return t.lastWrite.Add(t.minGap), true
 }
 
-// blobSeen: a blob started, so the manifest was read.
+// blobSeen: the manifest was read (resolved, or a blob started).
 func (t *bootcTranslator) blobSeen() {
 	if t.step == 0 {
 		t.step = 1
@@ -227,7 +247,7 @@ func (t *bootcTranslator) id() string {
 }
 
 func (t *bootcTranslator) bytesEvent() api.BootcProgressBytes {
-	t.bytesDirty = false
+	t.bytesDirty, t.totalsNew = false, false
 	desc := "Pulling image"
 	if t.image != "" {
 		desc += " " + t.image
@@ -250,6 +270,16 @@ func (t *bootcTranslator) bytesEvent() api.BootcProgressBytes {
 			}
 		}
 		ev.Subtasks = append(ev.Subtasks, st)
+	}
+	// The resolved event's totals, less what turned out cached, until
+	// the final line of a success.
+	if t.announced && !t.succeeded {
+		if t.annBytes > ev.BytesCached {
+			ev.BytesTotal = max(ev.BytesTotal, t.annBytes-ev.BytesCached)
+		}
+		if t.annLayers > ev.StepsCached {
+			ev.StepsTotal = max(ev.StepsTotal, t.annLayers-ev.StepsCached)
+		}
 	}
 	// done's layer count covers layers that had no events of their own.
 	if n := uint64(t.layersDone); n > ev.StepsCached+ev.StepsTotal {

@@ -666,3 +666,47 @@ func TestBootcFatDigestsAreIgnored(t *testing.T) {
 		t.Fatalf("%d layers tracked holding %d bytes of digests; want the one sha512 layer", len(tr.layers), held)
 	}
 }
+
+// The resolved event gives bytesTotal and stepsTotal from the start, as
+// bootc's handle_layer_progress_print has them (bytes_to_download,
+// n_layers_to_fetch, from prepare_for_pull's layers_to_fetch): the layers
+// (not the config), less those found cached, until the final line.
+func TestBootcResolvedTotals(t *testing.T) {
+	tr := newBootcTranslator()
+	t0 := time.Now()
+	tr.handle(api.Event{Type: "start", Image: img}, t0)
+	lines := tr.handle(api.Event{Type: api.EventResolved, Layers: 2, Size: 1010, ConfigSize: 10}, t0.Add(time.Second))
+	var pb *api.BootcProgressBytes
+	var steps *api.BootcProgressSteps
+	for _, l := range lines {
+		switch v := l.v.(type) {
+		case api.BootcProgressBytes:
+			pb = &v
+		case api.BootcProgressSteps:
+			steps = &v
+		}
+	}
+	// The totals first, then (a window later) the step.
+	if pb == nil || steps != nil {
+		t.Fatalf("resolved wrote %+v; want the ProgressBytes line with the totals", lines)
+	}
+	if pb.BytesTotal != 1000 || pb.StepsTotal != 2 || pb.Bytes != 0 {
+		t.Fatalf("after resolved: bytesTotal %d stepsTotal %d bytes %d; want 1000, 2, 0", pb.BytesTotal, pb.StepsTotal, pb.Bytes)
+	}
+	if ev := tr.stepsEvent(); ev.Steps != 1 {
+		t.Fatalf("resolved did not end the resolving step: %+v", ev)
+	}
+	a, b := fmt.Sprintf("sha256:%064x", 1), fmt.Sprintf("sha256:%064x", 2)
+	tr.handle(api.Event{Type: "layer_start", Digest: a, Size: 400}, t0.Add(2*time.Second))
+	tr.handle(api.Event{Type: "layer_done", Digest: a, Size: 400, Bytes: 400, Skipped: true}, t0.Add(3*time.Second))
+	tr.handle(api.Event{Type: "layer_start", Digest: b, Size: 600}, t0.Add(4*time.Second))
+	if ev := tr.bytesEvent(); ev.BytesTotal != 600 || ev.BytesCached != 400 || ev.StepsTotal != 1 || ev.StepsCached != 1 {
+		t.Fatalf("a cached layer: %+v", ev)
+	}
+	lines = tr.handle(api.Event{Type: "layer_done", Digest: b, Size: 600, Bytes: 600}, t0.Add(5*time.Second))
+	lines = append(lines, tr.handle(api.Event{Type: "done", Layers: 2}, t0.Add(6*time.Second))...)
+	final := lines[len(lines)-2].v.(api.BootcProgressBytes)
+	if final.Bytes != final.BytesTotal || final.BytesTotal != 600 || final.Steps != 1 {
+		t.Fatalf("final: %+v", final)
+	}
+}

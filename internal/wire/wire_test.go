@@ -39,3 +39,21 @@ func TestCapabilitiesJSON(t *testing.T) {
 		t.Error("an unknown capability must be refused")
 	}
 }
+
+func TestParsePlatform(t *testing.T) {
+	for in, want := range map[string]Platform{
+		"linux/arm64":  {OS: "linux", Architecture: "arm64"},
+		"linux/arm/v7": {OS: "linux", Architecture: "arm", Variant: "v7"},
+		"linux/amd64":  {OS: "linux", Architecture: "amd64"},
+	} {
+		got, err := ParsePlatform(in)
+		if err != nil || got != want || got.String() != in {
+			t.Errorf("ParsePlatform(%q) = %+v, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "linux", "a/b/c/d", "Linux/AMD64", "linux/", "/arm64", "linux//v7", "linux/arm 64", "linux/arm64\n"} {
+		if _, err := ParsePlatform(bad); err == nil {
+			t.Errorf("ParsePlatform(%q) accepted", bad)
+		}
+	}
+}
