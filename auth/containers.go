@@ -102,15 +102,28 @@ type authFileContent struct {
 // field that is not padded base64 (decodeDockerAuth), a failing credHelpers
 // helper.
 func LookupContainers(files []wire.AuthFile, name string) (*wire.Credential, error) {
-	return lookupContainers(files, name, func(string) {})
+	return lookupContainers(files, name, lookupOpts{})
 }
 
-// lookupContainers is LookupContainers; warn gets what containers/image
-// only warns about (an "auth" field without a colon, which it skips).
-func lookupContainers(files []wire.AuthFile, name string, warn func(string)) (*wire.Credential, error) {
+// lookupOpts: Warn (nil: none) gets what containers/image only warns about
+// (an "auth" field without a colon, which it skips); with Explain a
+// credHelpers entry is not run: a placeholder says it would be.
+type lookupOpts struct {
+	Warn    func(string)
+	Explain bool
+}
+
+func (o lookupOpts) warn(msg string) {
+	if o.Warn != nil {
+		o.Warn(msg)
+	}
+}
+
+// lookupContainers is LookupContainers with o.
+func lookupContainers(files []wire.AuthFile, name string, o lookupOpts) (*wire.Credential, error) {
 	registry := strings.SplitN(name, "/", 2)[0]
 	for _, f := range files {
-		c, err := lookupFile(f, name, registry, warn)
+		c, err := lookupFile(f, name, registry, o)
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +134,7 @@ func lookupContainers(files []wire.AuthFile, name string, warn func(string)) (*w
 	return nil, nil
 }
 
-func lookupFile(f wire.AuthFile, name, registry string, warn func(string)) (*wire.Credential, error) {
+func lookupFile(f wire.AuthFile, name, registry string, o lookupOpts) (*wire.Credential, error) {
 	data, err := f.Data, error(nil)
 	if data == nil {
 		data, err = readFile(f.Path)
@@ -142,6 +155,10 @@ func lookupFile(f wire.AuthFile, name, registry string, warn func(string)) (*wir
 		return nil, fmt.Errorf("auth file %s does not parse: %s", f.Path, jsonErrorNoData(err))
 	}
 	if h, ok := content.CredHelpers[registry]; ok && !f.Legacy {
+		if o.Explain {
+			return &wire.Credential{Source: "credential-helper", File: f.Path,
+				Key: "credHelpers." + registry + ": docker-credential-" + h + " get " + registry + " (run at pull time; not run by explain)"}, nil
+		}
 		return runCredHelper(h, registry, f.Path)
 	}
 	var keys []string
@@ -159,13 +176,13 @@ func lookupFile(f wire.AuthFile, name, registry string, warn func(string)) (*wir
 	}
 	for _, k := range keys {
 		if e, ok := content.Auths[k]; ok {
-			return decodeEntry(e, f, k, warn)
+			return decodeEntry(e, f, k, o)
 		}
 	}
 	want := normalizeRegistry(registry)
 	for k, e := range content.Auths {
 		if normalizeAuthKey(k, f.Legacy) == want {
-			return decodeEntry(e, f, k, warn)
+			return decodeEntry(e, f, k, o)
 		}
 	}
 	return nil, nil
@@ -175,7 +192,7 @@ func lookupFile(f wire.AuthFile, name, registry string, warn func(string)) (*wir
 // (padded) base64 of "user:password"; a decode error fails the lookup; no
 // colon is no credential (the next file is searched), with a warning unless
 // the field is empty (Docker's marker of a credential helper).
-func decodeEntry(e authEntry, f wire.AuthFile, key string, warn func(string)) (*wire.Credential, error) {
+func decodeEntry(e authEntry, f wire.AuthFile, key string, o lookupOpts) (*wire.Credential, error) {
 	file, where := f.Path, fmt.Sprintf("auths.%q.auth", key)
 	if f.Legacy {
 		where = fmt.Sprintf("%q.auth", key)
@@ -190,7 +207,7 @@ func decodeEntry(e authEntry, f wire.AuthFile, key string, warn func(string)) (*
 	user, pass, ok := strings.Cut(string(raw), ":")
 	if !ok {
 		if len(raw) > 0 {
-			warn(fmt.Sprintf("auth file %s: %s decodes to no user:password (no colon); skipped, as containers/image skips it", file, where))
+			o.warn(fmt.Sprintf("auth file %s: %s decodes to no user:password (no colon); skipped, as containers/image skips it", file, where))
 		}
 		return nil, nil
 	}

@@ -59,9 +59,9 @@ func TestDecoderErrorsCarryNoContent(t *testing.T) {
 		noMarker(t, "pull secret", doc, err)
 		_, err = LoadProviderConfig(f)
 		noMarker(t, "credential provider config", doc, err)
-		_, err = lookupFile(wire.AuthFile{Path: f}, "r.io/x", "r.io", func(string) {})
+		_, err = lookupFile(wire.AuthFile{Path: f}, "r.io/x", "r.io", lookupOpts{})
 		noMarker(t, "auth.json", doc, err)
-		_, err = lookupFile(wire.AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io", func(string) {})
+		_, err = lookupFile(wire.AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io", lookupOpts{})
 		noMarker(t, ".dockercfg", doc, err)
 		_, err = satToken(f, nil)
 		noMarker(t, "service account token", doc, err) // (a one-line token file is a token, not an error)
@@ -80,7 +80,7 @@ func TestReadersRefuseNonRegular(t *testing.T) {
 			"pull secret":     func() error { _, err := LoadPullSecrets([]string{p}); return err },
 			"provider config": func() error { _, err := LoadProviderConfig(p); return err },
 			"auth file": func() error {
-				_, err := lookupFile(wire.AuthFile{Path: p}, "r.io/x", "r.io", func(string) {})
+				_, err := lookupFile(wire.AuthFile{Path: p}, "r.io/x", "r.io", lookupOpts{})
 				return err
 			},
 			"service account": func() error { _, err := satToken(p, nil); return err },

@@ -201,3 +201,33 @@ func TestLookupNodeConfigBrokenSkipped(t *testing.T) {
 		t.Errorf("warnings %q", w)
 	}
 }
+
+// An auth file's credHelpers entry (findCredentialsInFile →
+// getCredsFromCredHelper) runs at pull time; explain (RunProviders false)
+// runs no helper and says which one would serve the registry.
+func TestLookupCredHelpersNotRunByExplain(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	calls := filepath.Join(dir, "calls")
+	write(t, bin, "docker-credential-fake", "#!/bin/sh\nread reg\necho \"$reg\" >>"+calls+"\necho '{\"Username\":\"hu\",\"Secret\":\"hs\"}'\n")
+	if err := os.Chmod(filepath.Join(bin, "docker-credential-fake"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	c := hermetic(t, dir)
+	c.Authfile = write(t, dir, "auth2.json", `{"credHelpers":{"r.io":"fake"}}`)
+	k := newKeyring(t, c)
+	got, err := k.LookupE("r.io", "r.io/app")
+	if err != nil || len(got) != 1 || got[0].Key != "credHelpers.r.io: docker-credential-fake get r.io (run at pull time; not run by explain)" || got[0].Password != "" {
+		t.Fatalf("explain: %+v, %v", got, err)
+	}
+	if _, err := os.Stat(calls); err == nil {
+		t.Fatal("explain ran the helper")
+	}
+	c.RunProviders = true
+	k = newKeyring(t, c)
+	got, err = k.LookupE("r.io", "r.io/app")
+	if err != nil || !reflect.DeepEqual(who(got), []string{"credential-helper:credHelpers.r.io:hu"}) {
+		t.Fatalf("pull: %q, %v", who(got), err)
+	}
+}

@@ -151,7 +151,7 @@ func (h *helperKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
 	var err error
 	switch {
 	case h.name == sysregistriesv2.AuthenticationFileHelper:
-		c, err = lookupContainers(h.authFiles, q.Physical, h.warn)
+		c, err = lookupContainers(h.authFiles, q.Physical, lookupOpts{Warn: h.warn, Explain: !h.run})
 	case !h.run:
 		c = &wire.Credential{Source: "credential-helper", File: h.confName,
 			Key: "credential-helpers " + h.name + ": docker-credential-" + h.name + " get " + registry + " (run at pull time; not run by explain)"}
