@@ -11,8 +11,9 @@ import (
 // go-containerregistry's authn.Keychain and NewMultiKeychain): Resolve
 // returns the candidates it offers for one contacted host, in its order,
 // and the problems it met, which the pull goes on with (the keyring makes
-// each a warning). Both may be set: a failing credential provider does not
-// stop the others.
+// each a warning), unless one is a *LookupError (the owner fails the lookup
+// with it). Both may be set: a failing credential provider does not stop
+// the others.
 type Keychain interface {
 	Resolve(q hosts.Query) ([]wire.Credential, error)
 }

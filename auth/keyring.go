@@ -126,7 +126,7 @@ type Keyring struct {
 	ids map[string]string
 
 	// Warnings are problems a pull goes on with (a failing provider, a
-	// credential helper error, a missing XDG_RUNTIME_DIR).
+	// skipped node docker config, a missing XDG_RUNTIME_DIR).
 	Warnings []string
 }
 
