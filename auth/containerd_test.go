@@ -218,19 +218,31 @@ func TestKeyringContainerdCredentials(t *testing.T) {
 			ref:       "quay.io",
 			endpoints: []string{"quay.io"},
 		},
+		// containerd's ParseAuth (pkg/cri/server/image_pull.go; 2.x
+		// internal/cri/server/images/image_pull.go) returns an error for an
+		// auth that is not padded base64 or has no colon, and the request to
+		// the host fails with it: so does the lookup (exit 2), naming the
+		// file and key, never the value.
 		{
-			name:      "unpadded auth is skipped with a warning",
-			config:    `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(b64("u:secretpw"), "=") + "\"\n",
-			ref:       "quay.io",
-			endpoints: []string{"quay.io"},
-			wantWarn:  `configs."quay.io".auth: illegal base64`,
+			name:    "unpadded auth fails the lookup (ParseAuth)",
+			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + strings.TrimRight(b64("u:secretpw"), "=") + "\"\n",
+			ref:     "quay.io",
+			wantErr: `configs."quay.io".auth: illegal base64`,
 		},
 		{
-			name:      "auth without colon is skipped with a warning",
-			config:    `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
-			ref:       "quay.io",
-			endpoints: []string{"quay.io"},
-			wantWarn:  "invalid decoded auth",
+			name:    "auth without colon fails the lookup (ParseAuth)",
+			config:  `[` + ctrdCRI + `.configs."quay.io".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
+			ref:     "quay.io",
+			wantErr: `configs."quay.io".auth: invalid decoded auth`,
+		},
+		{
+			// registryHosts's legacy loop: the first endpoint's auth sticks
+			// for the later ones, so the broken one fails the registry too.
+			name: "legacy: a mirror's broken auth sticks to the default endpoint (ParseAuth)",
+			config: `[` + ctrdCRI + `.mirrors."quay.io"]` + "\nendpoint = [\"https://mirror.example.com\"]\n" +
+				`[` + ctrdCRI + `.configs."mirror.example.com".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
+			ref:     "quay.io",
+			wantErr: `configs."mirror.example.com".auth: invalid decoded auth`,
 		},
 		{
 			name:      "auths https URL is mapped to configs[host]",

@@ -96,11 +96,34 @@ type authFileContent struct {
 
 // LookupContainers returns the credential containers/image would use for the
 // repository name (e.g. "quay.io/org/repo"), or nil for anonymous. It walks
-// files in order; the first non-empty result wins.
+// files in order; the first non-empty result wins. An error fails the
+// lookup, as containers/image's getCredentialsFromAuthFiles fails it: a file
+// that cannot be read or does not parse (readJSONFile, parse), an "auth"
+// field that is not padded base64 (decodeDockerAuth), a failing credHelpers
+// helper.
 func LookupContainers(files []wire.AuthFile, name string) (*wire.Credential, error) {
+	return lookupContainers(files, name, lookupOpts{})
+}
+
+// lookupOpts: Warn (nil: none) gets what containers/image only warns about
+// (an "auth" field without a colon, which it skips); with Explain a
+// credHelpers entry is not run: a placeholder says it would be.
+type lookupOpts struct {
+	Warn    func(string)
+	Explain bool
+}
+
+func (o lookupOpts) warn(msg string) {
+	if o.Warn != nil {
+		o.Warn(msg)
+	}
+}
+
+// lookupContainers is LookupContainers with o.
+func lookupContainers(files []wire.AuthFile, name string, o lookupOpts) (*wire.Credential, error) {
 	registry := strings.SplitN(name, "/", 2)[0]
 	for _, f := range files {
-		c, err := lookupFile(f, name, registry)
+		c, err := lookupFile(f, name, registry, o)
 		if err != nil {
 			return nil, err
 		}
@@ -111,7 +134,7 @@ func LookupContainers(files []wire.AuthFile, name string) (*wire.Credential, err
 	return nil, nil
 }
 
-func lookupFile(f wire.AuthFile, name, registry string) (*wire.Credential, error) {
+func lookupFile(f wire.AuthFile, name, registry string, o lookupOpts) (*wire.Credential, error) {
 	data, err := f.Data, error(nil)
 	if data == nil {
 		data, err = readFile(f.Path)
@@ -129,9 +152,13 @@ func lookupFile(f wire.AuthFile, name, registry string) (*wire.Credential, error
 		err = json.Unmarshal(data, &content)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("unmarshaling JSON at %q: %s", f.Path, jsonErrorNoData(err))
+		return nil, fmt.Errorf("auth file %s does not parse: %s", f.Path, jsonErrorNoData(err))
 	}
 	if h, ok := content.CredHelpers[registry]; ok && !f.Legacy {
+		if o.Explain {
+			return &wire.Credential{Source: "credential-helper", File: f.Path,
+				Key: "credHelpers." + registry + ": docker-credential-" + h + " get " + registry + " (run at pull time; not run by explain)"}, nil
+		}
 		return runCredHelper(h, registry, f.Path)
 	}
 	var keys []string
@@ -149,30 +176,39 @@ func lookupFile(f wire.AuthFile, name, registry string) (*wire.Credential, error
 	}
 	for _, k := range keys {
 		if e, ok := content.Auths[k]; ok {
-			return decodeEntry(e, f.Path, k)
+			return decodeEntry(e, f, k, o)
 		}
 	}
 	want := normalizeRegistry(registry)
 	for k, e := range content.Auths {
 		if normalizeAuthKey(k, f.Legacy) == want {
-			return decodeEntry(e, f.Path, k)
+			return decodeEntry(e, f, k, o)
 		}
 	}
 	return nil, nil
 }
 
-// decodeEntry follows containers/image: "auth" is standard (padded) base64 of
-// "user:password"; a decode error fails the lookup; no colon means empty.
-func decodeEntry(e authEntry, file, key string) (*wire.Credential, error) {
+// decodeEntry is containers/image's decodeDockerAuth: "auth" is standard
+// (padded) base64 of "user:password"; a decode error fails the lookup; no
+// colon is no credential (the next file is searched), with a warning unless
+// the field is empty (Docker's marker of a credential helper).
+func decodeEntry(e authEntry, f wire.AuthFile, key string, o lookupOpts) (*wire.Credential, error) {
+	file, where := f.Path, fmt.Sprintf("auths.%q.auth", key)
+	if f.Legacy {
+		where = fmt.Sprintf("%q.auth", key)
+	}
 	if e.Auth == "" {
 		return nil, nil
 	}
 	raw, err := base64.StdEncoding.DecodeString(e.Auth)
 	if err != nil {
-		return nil, fmt.Errorf("decoding the auth field of %q in %s: not valid base64 (padding is required)", key, file)
+		return nil, fmt.Errorf("auth file %s: %s is not valid base64 (padding is required)", file, where)
 	}
 	user, pass, ok := strings.Cut(string(raw), ":")
 	if !ok {
+		if len(raw) > 0 {
+			o.warn(fmt.Sprintf("auth file %s: %s decodes to no user:password (no colon); skipped, as containers/image skips it", file, where))
+		}
 		return nil, nil
 	}
 	return &wire.Credential{
@@ -224,6 +260,9 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		return nil, fmt.Errorf("credential helper %s for %s returned malformed output", bin, registry)
+	}
+	if out.Username == "" && out.Secret == "" {
+		return nil, nil // an empty answer is none (getCredentialsWithHomeDir asks the next helper)
 	}
 	c := &wire.Credential{Source: source, File: file, Key: key, Username: out.Username, Password: out.Secret}
 	if out.Username == "<token>" {

@@ -59,9 +59,9 @@ func TestDecoderErrorsCarryNoContent(t *testing.T) {
 		noMarker(t, "pull secret", doc, err)
 		_, err = LoadProviderConfig(f)
 		noMarker(t, "credential provider config", doc, err)
-		_, err = lookupFile(wire.AuthFile{Path: f}, "r.io/x", "r.io")
+		_, err = lookupFile(wire.AuthFile{Path: f}, "r.io/x", "r.io", lookupOpts{})
 		noMarker(t, "auth.json", doc, err)
-		_, err = lookupFile(wire.AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io")
+		_, err = lookupFile(wire.AuthFile{Path: f, Legacy: true}, "r.io/x", "r.io", lookupOpts{})
 		noMarker(t, ".dockercfg", doc, err)
 		_, err = satToken(f, nil)
 		noMarker(t, "service account token", doc, err) // (a one-line token file is a token, not an error)
@@ -79,7 +79,10 @@ func TestReadersRefuseNonRegular(t *testing.T) {
 		for what, fn := range map[string]func() error{
 			"pull secret":     func() error { _, err := LoadPullSecrets([]string{p}); return err },
 			"provider config": func() error { _, err := LoadProviderConfig(p); return err },
-			"auth file":       func() error { _, err := lookupFile(wire.AuthFile{Path: p}, "r.io/x", "r.io"); return err },
+			"auth file": func() error {
+				_, err := lookupFile(wire.AuthFile{Path: p}, "r.io/x", "r.io", lookupOpts{})
+				return err
+			},
 			"service account": func() error { _, err := satToken(p, nil); return err },
 		} {
 			err := fn()

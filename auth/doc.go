@@ -1,7 +1,8 @@
 // Package auth finds the credential candidates for each host a pull
 // contacts, reading each file with the semantics of the tool that owns it.
 // Each source is one Keychain (keychain.go: Resolve(hosts.Query) → the
-// candidates in order, and the problems met, which become warnings), as
+// candidates in order, and the problems met, which become warnings, except
+// a *LookupError: a lookup its owner fails, which fails the pull), as
 // go-containerregistry's authn.Keychain; sources.go adapts them:
 //
 //   - kubelet (kubelet.go): pull secrets (.dockerconfigjson / .dockercfg,
@@ -17,7 +18,11 @@
 //   - containerd's configs.HOST.auth (containerd.go ParseContainerdAuth;
 //     package hosts reads config.toml and picks the key per endpoint);
 //   - containers/image (containers.go): auth.json search order, path-aware
-//     key matching, credHelpers, and registries.conf credential-helpers.
+//     key matching, credHelpers, and registries.conf credential-helpers in
+//     their order (First), run by the parent; a file that does not parse,
+//     an auth not padded base64, a failing helper fail the lookup (a
+//     *LookupError) unless a later helper has the credential, and are
+//     warnings when the kubelet's sources have one (Fallback).
 //
 // NewKeyring(Config, *hosts.Resolver) reads every source once and composes
 // them in one documented order (NewKeyring, with keychain.go's Multi,

@@ -16,6 +16,13 @@ import (
 // configs."host".auth, the service-account token, then the containers
 // auth files / credential-helpers.
 func (k *Keyring) Lookup(host, repository string) []wire.Credential {
+	cs, _ := k.LookupE(host, repository)
+	return cs
+}
+
+// LookupE is Lookup with the lookup's error (a *LookupError: the owner fails
+// the pull).
+func (k *Keyring) LookupE(host, repository string) ([]wire.Credential, error) {
 	domain, rest, ok := strings.Cut(repository, "/")
 	q := hosts.Query{Host: host, Logical: repository, Physical: host}
 	if ok {
@@ -103,7 +110,7 @@ func (k *Keyring) Endpoints(image string) ([]wire.Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k.Fill(eps), nil
+	return k.Fill(eps)
 }
 
 // Providers is, for the tests, cpProviders without the skip reasons.

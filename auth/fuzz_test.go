@@ -173,7 +173,7 @@ func FuzzContainersAuthFile(f *testing.F) {
 		p := fuzzWrite(t, t.TempDir(), "auth.json", data)
 		for _, name := range []string{"quay.io/org/repo", "docker.io/library/busybox"} {
 			registry := strings.SplitN(name, "/", 2)[0]
-			c, err := lookupFile(wire.AuthFile{Path: p, Legacy: legacy}, name, registry)
+			c, err := lookupFile(wire.AuthFile{Path: p, Legacy: legacy}, name, registry, lookupOpts{})
 			if err != nil {
 				fuzzCheckErr(t, err, data)
 				continue

@@ -11,8 +11,9 @@ import (
 // go-containerregistry's authn.Keychain and NewMultiKeychain): Resolve
 // returns the candidates it offers for one contacted host, in its order,
 // and the problems it met, which the pull goes on with (the keyring makes
-// each a warning). Both may be set: a failing credential provider does not
-// stop the others.
+// each a warning), unless one is a *LookupError (the owner fails the lookup
+// with it). Both may be set: a failing credential provider does not stop
+// the others.
 type Keychain interface {
 	Resolve(q hosts.Query) ([]wire.Credential, error)
 }
@@ -53,23 +54,60 @@ func (o OrElse) Resolve(q hosts.Query) ([]wire.Credential, error) {
 	return more, errors.Join(err, err2)
 }
 
+// Fallback offers First's candidates, then Then's; a LookupError of Then
+// is only a problem (a warning) when First offered candidates: CRI-O hands
+// the kubelet's credential to containers/image as DockerAuthConfig, and
+// getCredentialsWithHomeDir then reads no auth file and runs no helper.
+type Fallback struct{ First, Then Keychain }
+
+// Resolve implements Keychain.
+func (f Fallback) Resolve(q hosts.Query) ([]wire.Credential, error) {
+	cs, err := f.First.Resolve(q)
+	more, err2 := f.Then.Resolve(q)
+	if len(cs) > 0 {
+		var errs []error
+		for _, e := range flatten(err2) {
+			var le *LookupError
+			if errors.As(e, &le) {
+				e = le.Err
+			}
+			errs = append(errs, e)
+		}
+		err2 = errors.Join(errs...)
+	}
+	return append(cs, more...), errors.Join(err, err2)
+}
+
 // First offers the candidates of the first source that has any, and the
 // problems of all only when none has: containers/image's credential
-// helpers (pkg/docker/config getCredentialsWithHomeDir).
+// helpers (pkg/docker/config getCredentialsWithHomeDir). A source that
+// only says what it would do (explain: a helper not run) does not stop the
+// walk: its placeholder is listed and the next source asked too.
 type First []Keychain
+
+// placeholder is a source whose candidates stand for a lookup not made.
+type placeholder interface{ placeholder() bool }
 
 // Resolve implements Keychain.
 func (f First) Resolve(q hosts.Query) ([]wire.Credential, error) {
 	var errs []error
+	var tentative []wire.Credential
 	for _, k := range f {
 		cs, err := k.Resolve(q)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if len(cs) > 0 {
-			return cs, nil
+		if p, ok := k.(placeholder); ok && p.placeholder() {
+			tentative = append(tentative, cs...)
+			continue
 		}
+		if len(cs) > 0 {
+			return append(tentative, cs...), nil
+		}
+	}
+	if len(tentative) > 0 {
+		return tentative, nil
 	}
 	return nil, errors.Join(errs...)
 }
@@ -100,4 +138,25 @@ func flatten(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// LookupError is a credential lookup that fails, as its owner fails it:
+// containers/image's getCredentialsWithHomeDir on an auth file that does not
+// parse, an "auth" field that is not padded base64 or a credential helper
+// that fails (when no later helper has a credential), containerd's
+// ParseAuth on a configs."HOST".auth that does not decode. Where the owner
+// fails only the endpoint (a mirror: containers/image and containerd try the
+// next one), Fill drops the endpoint with a warning; on the primary it is
+// Fill's error. The message names the file and the key, never a value.
+type LookupError struct{ Err error }
+
+func (e *LookupError) Error() string { return e.Err.Error() }
+func (e *LookupError) Unwrap() error { return e.Err }
+
+// lookupFailed marks err (nil stays nil) as a LookupError.
+func lookupFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &LookupError{Err: err}
 }

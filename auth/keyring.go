@@ -126,7 +126,7 @@ type Keyring struct {
 	ids map[string]string
 
 	// Warnings are problems a pull goes on with (a failing provider, a
-	// credential helper error, a missing XDG_RUNTIME_DIR).
+	// skipped node docker config, a missing XDG_RUNTIME_DIR).
 	Warnings []string
 }
 
@@ -139,13 +139,17 @@ type Keyring struct {
 // The sources are composed in this order, as the kubelet and the runtime
 // apply them (the file comment says why):
 //
-//	Multi(
+//	Fallback(
 //	  OrElse(
 //	    Multi(Kubelet(Multi(pull secrets, node docker config, credential providers)),
 //	          service-account token),
 //	    containerd configs."HOST".auth),
 //	  First(each registries.conf credential-helper in order, "containers-auth.json"
 //	        walking the auth files))
+//
+// A lookup that fails as its owner fails it (a *LookupError: containerd's
+// ParseAuth, containers/image's auth files and helpers when the kubelet's
+// sources offer nothing) fails Fill; every other problem is a warning.
 func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	if c.InlineServiceAccountToken != nil {
 		c.ServiceAccountToken = c.InlineServiceAccountToken.Name
@@ -175,7 +179,7 @@ func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 			root = "/var/lib/kubelet"
 		}
 		cwd, _ := os.Getwd()
-		node, file, err := LoadNodeDockerConfig(NodeConfigDirs{RootDir: root, Cwd: cwd, Home: c.Env.Home})
+		node, file, err := LoadNodeDockerConfig(NodeConfigDirs{RootDir: root, Cwd: cwd, Home: c.Env.Home, Warn: k.Warn})
 		if err != nil {
 			return bad("auth.kubelet_docker_config", err)
 		}
@@ -218,9 +222,9 @@ func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	}
 	var containers First
 	for _, h := range helpers {
-		containers = append(containers, newHelperKeychain(h, k.authFiles, c.RunProviders, r.RegistriesConfName()))
+		containers = append(containers, newHelperKeychain(h, k.authFiles, c.RunProviders, r.RegistriesConfName(), k.Warn))
 	}
-	k.chain = Multi{OrElse{First: Multi{Kubelet{kubelet}, sa}, Then: ctrd}, containers}
+	k.chain = Fallback{First: OrElse{First: Multi{Kubelet{kubelet}, sa}, Then: ctrd}, Then: containers}
 	return k, nil
 }
 
@@ -235,28 +239,51 @@ func (k *Keyring) NodeDockerConfig() string { return k.nodeFile }
 
 // Fill returns eps (hosts.Resolver.Endpoints, in order) each with its
 // credential candidates: what the composed sources offer for its
-// hosts.Query, equal secrets sharing one ID.
-func (k *Keyring) Fill(eps []hosts.Endpoint) []wire.Endpoint {
-	out := make([]wire.Endpoint, len(eps))
+// hosts.Query, equal secrets sharing one ID. A lookup that fails (a
+// *LookupError) drops a mirror with a warning -- containers/image's
+// newImageSource and containerd's resolver go on with the next endpoint
+// when one's credentials cannot be read -- and is the error when it is the
+// primary's (the last endpoint), as it fails the owner's pull.
+func (k *Keyring) Fill(eps []hosts.Endpoint) ([]wire.Endpoint, error) {
+	out := make([]wire.Endpoint, 0, len(eps))
 	for i, e := range eps {
-		out[i] = e.Endpoint
-		out[i].Credentials = k.credentials(e.Query)
+		cs, err := k.credentials(e.Query)
+		if err != nil {
+			if i == len(eps)-1 {
+				return nil, err
+			}
+			k.Warn("skipping endpoint " + e.Endpoint.Host + ": " + err.Error())
+			continue
+		}
+		ep := e.Endpoint
+		ep.Credentials = cs
+		out = append(out, ep)
 	}
-	return out
+	return out, nil
 }
 
 // credentials asks the chain about q: every candidate gets its ID, every
-// error becomes a warning (the pull goes on with the rest).
-func (k *Keyring) credentials(q hosts.Query) []wire.Credential {
+// error but a *LookupError becomes a warning (the pull goes on with the
+// rest); the LookupErrors are the error, one line.
+func (k *Keyring) credentials(q hosts.Query) ([]wire.Credential, error) {
 	cs, err := k.chain.Resolve(q)
+	var failed []string
 	for _, e := range flatten(err) {
+		var le *LookupError
+		if errors.As(e, &le) {
+			failed = append(failed, le.Error())
+			continue
+		}
 		k.Warn(e.Error())
+	}
+	if len(failed) > 0 {
+		return nil, &LookupError{Err: errors.New(strings.Join(failed, "; "))}
 	}
 	out := make([]wire.Credential, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, k.withID(c))
 	}
-	return out
+	return out, nil
 }
 
 // withID gives c the ID of the first equal credential seen (same source,

@@ -292,9 +292,12 @@ func TestLookupRegistriesConfCredentialHelpers(t *testing.T) {
 	}
 	c.RunProviders = false
 	k = newKeyring(t, c)
+	// explain: the helper's placeholder (what it would be asked), then the
+	// auth file it would fall back to.
 	got := k.Lookup("helped.example.com", "helped.example.com/a")
-	if len(got) != 1 || got[0].Password != "" || !strings.Contains(got[0].Key, "not run by explain") {
-		t.Errorf("explain: %+v, want a placeholder", got)
+	if len(got) != 2 || got[0].Password != "" || got[0].Key != "credential-helpers fake: docker-credential-fake get helped.example.com (run at pull time; not run by explain)" ||
+		got[1].Source != "containers-auth.json" {
+		t.Errorf("explain: %+v, want a placeholder, then the auth file", got)
 	}
 }
 

@@ -106,7 +106,8 @@ func (k *containerdKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
 	}
 	user, secret, err := ParseContainerdAuth(a.Username, a.Password, a.Auth, a.IdentityToken)
 	if err != nil {
-		return nil, fmt.Errorf("containerd config %s: %s: %w", file, key, err)
+		// ParseAuth's error fails containerd's request to the host.
+		return nil, lookupFailed(fmt.Errorf("containerd config %s: %s: %w", file, key, err))
 	}
 	if user == "" && secret == "" {
 		return nil, nil
@@ -122,33 +123,43 @@ func (k *containerdKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
 // repository on the contacted host (q.Physical), as newDockerClientFromRef
 // does: "containers-auth.json" walks the auth files, any other NAME runs
 // docker-credential-NAME (not when run is false: explain says it would).
+// warn gets what containers/image only warns about.
 type helperKeychain struct {
 	name      string
 	authFiles []wire.AuthFile
 	run       bool
 	confName  string
+	warn      func(string)
 }
 
-func newHelperKeychain(name string, authFiles []wire.AuthFile, run bool, confName string) *helperKeychain {
-	return &helperKeychain{name: name, authFiles: authFiles, run: run, confName: confName}
+func newHelperKeychain(name string, authFiles []wire.AuthFile, run bool, confName string, warn func(string)) *helperKeychain {
+	return &helperKeychain{name: name, authFiles: authFiles, run: run, confName: confName, warn: warn}
+}
+
+// placeholder: explain lists a helper it does not run and goes on.
+func (h *helperKeychain) placeholder() bool {
+	return !h.run && h.name != sysregistriesv2.AuthenticationFileHelper
 }
 
 // Resolve implements Keychain. An error names the registry
-// ("looking up credentials for REGISTRY: ...").
+// ("looking up credentials for REGISTRY: ...") and is a LookupError:
+// getCredentialsWithHomeDir fails the lookup with it unless a later helper
+// has a credential (First).
 func (h *helperKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
 	registry, _, _ := strings.Cut(q.Physical, "/")
 	var c *wire.Credential
 	var err error
 	switch {
 	case h.name == sysregistriesv2.AuthenticationFileHelper:
-		c, err = LookupContainers(h.authFiles, q.Physical)
+		c, err = lookupContainers(h.authFiles, q.Physical, lookupOpts{Warn: h.warn, Explain: !h.run})
 	case !h.run:
-		c = &wire.Credential{Source: "credential-helper", File: h.confName, Key: "credential-helpers " + h.name + " (run at pull time; not run by explain)"}
+		c = &wire.Credential{Source: "credential-helper", File: h.confName,
+			Key: "credential-helpers " + h.name + ": docker-credential-" + h.name + " get " + registry + " (run at pull time; not run by explain)"}
 	default:
 		c, err = runHelper(h.name, registry, "credential-helper", h.confName, "credential-helpers "+h.name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("looking up credentials for %s: %w", registry, err)
+		return nil, lookupFailed(fmt.Errorf("looking up credentials for %s: %w", registry, err))
 	}
 	if c == nil {
 		return nil, nil

@@ -107,8 +107,12 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 		p.Warnings = append(p.Warnings, k.Warnings...)
 		return failure.Wrap(failure.Usage, err, "%s", p.Reference)
 	}
-	p.Endpoints = k.Fill(eps)
+	p.Endpoints, err = k.Fill(eps)
 	p.Warnings = append(p.Warnings, k.Warnings...)
+	if err != nil {
+		// As containers/image and containerd fail the lookup: fix the file.
+		return failure.Wrap(failure.Usage, err, "")
+	}
 	primary := p.Endpoints[len(p.Endpoints)-1]
 	p.Credentials = primary.Credentials
 	if p.Credentials == nil {

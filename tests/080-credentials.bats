@@ -7,7 +7,10 @@
 # service-account token, containers auth.json; the try order, the exit-3
 # report naming every source refused, explain, trust.ca_files, token
 # rotation, and containerd compatibility (Debian's containerd 1.6 and crictl
-# against the same config.toml).
+# against the same config.toml). Issue 24: broken credential files fail
+# where their owner fails (exit 2) and warn where it warns, and
+# registries.conf's credential-helpers (fake docker-credential-NAME scripts
+# on PATH, fake_helper) are consulted in order.
 #
 # The registry has two htpasswd users: $REGISTRY_USER (password in
 # $REGISTRY_DIR/password) and "serviceaccount", whose password is the token in
@@ -150,6 +153,87 @@ provider_runs() {
     fi
 }
 
+# broken_cred FORMAT MODE FILE: write (authjson, dockercfg) or append to
+# (containerd, a config.toml) FILE a credential for $REGISTRY_HOST whose auth
+# field is broken: MODE unpadded (base64 without its padding: containers/image
+# and containerd decode padded base64 only) or nocolon (the base64 of the
+# password alone). The password is read from $REGISTRY_DIR/password here.
+broken_cred() {
+    "$PH_PYTHON" - "$@" "$REGISTRY_HOST" "$REGISTRY_USER" "$REGISTRY_DIR/password" <<'PY' || fail "broken_cred $* failed"
+import base64, json, os, sys
+fmt, mode, dst, host, user, pwfile = sys.argv[1:7]
+pw = open(pwfile).read().strip()
+if mode == "unpadded":
+    s = user + ":" + pw
+    while len(s) % 3 == 0:
+        s += "x"
+    field = base64.b64encode(s.encode()).decode().rstrip("=")
+elif mode == "nocolon":
+    field = base64.b64encode(pw.encode()).decode()
+else:
+    sys.exit("mode " + mode)
+flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if fmt == "containerd" else os.O_TRUNC)
+with os.fdopen(os.open(dst, flags, 0o600), "w") as f:
+    if fmt == "authjson":
+        json.dump({"auths": {host: {"auth": field}}}, f)
+    elif fmt == "dockercfg":
+        json.dump({"https://" + host + "/v1/": {"auth": field, "email": "e@example.com"}}, f)
+    elif fmt == "containerd":
+        f.write('\n[plugins."io.containerd.grpc.v1.cri".registry.configs.%s.auth]\nauth = %s\n' % (json.dumps(host), json.dumps(field)))
+    else:
+        sys.exit("format " + fmt)
+PY
+}
+
+# auth_field FILE KEY: the auth field of "auths"."KEY" in FILE (to check
+# that a broken one is not repeated).
+auth_field() {
+    "$PH_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["auths"][sys.argv[2]]["auth"])' "$1" "$2"
+}
+
+# fake_helper NAME MODE: a docker-credential-NAME in $T/bin (put first on
+# PATH) that appends "NAME REGISTRY" to $T/helper-calls for each get, then:
+# MODE right answers $REGISTRY_USER and the password (read from
+# $REGISTRY_DIR/password when it runs) for $REGISTRY_HOST and "credentials
+# not found" for any other registry; none always "credentials not found";
+# fail exits 1 with another message.
+fake_helper() {
+    mkdir -p "$T/bin"
+    local f="$T/bin/docker-credential-$1"
+    cat >"$f" <<EOF
+#!/bin/sh
+[ "\$1" = get ] || exit 3
+read -r reg
+echo "$1 \$reg" >>"$T/helper-calls"
+case "$2:\$reg" in
+right:$REGISTRY_HOST)
+    printf '{"ServerURL":"%s","Username":"%s","Secret":"%s"}\n' "\$reg" "$REGISTRY_USER" "\$(tr -d '\n' <"$REGISTRY_DIR/password")" ;;
+fail:*)
+    echo "the keychain is locked" >&2
+    exit 1 ;;
+*)
+    echo "credentials not found in native keychain"
+    exit 1 ;;
+esac
+EOF
+    chmod 755 "$f"
+    case ":$PATH:" in
+        *":$T/bin:"*) ;;
+        *) export PATH="$T/bin:$PATH" ;;
+    esac
+}
+
+# helpers_conf NAME...: $T/registries.conf (0600) whose credential-helpers
+# are NAME..., in that order.
+helpers_conf() {
+    local list="" n
+    for n in "$@"; do
+        list+="${list:+, }\"$n\""
+    done
+    printf 'credential-helpers = [%s]\n' "$list" >"$T/registries.conf"
+    chmod 600 "$T/registries.conf"
+}
+
 # containerd_key: the key pullhelper reports for a containerd configs auth.
 containerd_key() {
     echo "configs.\"$REGISTRY_HOST\".auth"
@@ -200,6 +284,18 @@ containerd_key() {
     cred dockerconfigjson "$T/cwd/config.json"
     run_pullhelper pull "${PH_OPTS[@]}" --kubelet-docker-config "$T/kubelet" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
     assert_credential kubelet-node-config "$T/cwd/config.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    # The kubelet logs the file it skips (ReadDockerConfigJSONFile): a warning.
+    [[ $stderr == *"parsing docker config $T/kubelet/config.json: "*"skipped, as the kubelet skips it"* ]] ||
+        fail "no warning names the skipped file: $stderr"
+
+    # An auth field that does not decode fails the kubelet's decoding of the
+    # file (decodeDockerConfigFieldAuth): skipped the same way, never an error.
+    broken_cred authjson nocolon "$T/kubelet/config.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --kubelet-docker-config "$T/kubelet" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    assert_credential kubelet-node-config "$T/cwd/config.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    [[ $stderr == *"parsing docker config $T/kubelet/config.json: entry \\\"$REGISTRY_HOST\\\": unable to parse auth field"*"skipped, as the kubelet skips it"* ]] ||
+        fail "no warning names the skipped file and entry: $stderr"
+    assert_no_secrets "$output" "$stderr"
 }
 
 @test "credentials: credential-provider plugin (v1 exec protocol): request, args, credential, per-node cache" {
@@ -374,6 +470,176 @@ containerd_key() {
     assert_json_error unauthorized
     [[ $ph_error_message == *"refused anonymous access"* ]] || fail "message: $ph_error_message"
     [[ $ph_error_message != *"refused every matching credential"* ]] || fail "message: $ph_error_message"
+    assert_no_secrets "$output" "$stderr"
+}
+
+###############################################################################
+# Broken credential files fail where their owner fails (issue 24)
+
+# containers/image pkg/docker/config: findCredentialsInFile fails on a file
+# that does not parse (authPath.parse; ~/.dockercfg, the legacy format, too)
+# and decodeDockerAuth on an auth field that is not padded base64;
+# getCredentialsWithHomeDir returns the error and newDockerClientFromRef
+# fails the pull with it. pullhelper: exit 2, one line naming file and key.
+@test "broken credentials: an auth.json that does not parse, an auth field not padded base64, a ~/.dockercfg of either — exit 2 naming file and key (containers/image getCredentialsWithHomeDir, decodeDockerAuth)" {
+    printf '{"auths": {"%s": {"auth": "' "$REGISTRY_HOST" >"$T/auth.json"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error usage
+    [[ $ph_error_message == "looking up credentials for $REGISTRY_HOST: auth file $T/auth.json does not parse: "* ]] ||
+        fail "message: $ph_error_message"
+    [[ ! -e $OUT/a ]] || fail "DEST was created"
+
+    broken_cred authjson unpadded "$T/auth.json"
+    local field
+    field=$(auth_field "$T/auth.json" "$REGISTRY_HOST")
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --authfile "$T/auth.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error usage
+    assert_equal "$ph_error_message" "looking up credentials for $REGISTRY_HOST: auth file $T/auth.json: auths.\"$REGISTRY_HOST\".auth is not valid base64 (padding is required)"
+    [[ $output != *"$field"* && $stderr != *"$field"* ]] || fail "the broken auth field is in the output"
+    assert_no_secrets "$output" "$stderr"
+
+    # The default search (no --authfile) reaches ~/.dockercfg, the legacy format.
+    broken_cred dockercfg unpadded "$HOME/.dockercfg"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error usage
+    assert_equal "$ph_error_message" "looking up credentials for $REGISTRY_HOST: auth file $HOME/.dockercfg: \"https://$REGISTRY_HOST/v1/\".auth is not valid base64 (padding is required)"
+    echo '[1,' >"$HOME/.dockercfg"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error usage
+    [[ $ph_error_message == "looking up credentials for $REGISTRY_HOST: auth file $HOME/.dockercfg does not parse: "* ]] ||
+        fail "message: $ph_error_message"
+    assert_no_secrets "$output" "$stderr"
+    [[ ! -e $OUT/a ]] || fail "DEST was created"
+}
+
+# decodeDockerAuth: an auth field without a colon is only a warning
+# ("missing semicolon"): the entry is skipped and the next file searched.
+@test "broken credentials: an auth field without a colon is skipped with a warning and the next auth file's credential pulls (containers/image decodeDockerAuth)" {
+    mkdir -p "$XDG_CONFIG_HOME/containers" "$HOME/.docker"
+    broken_cred authjson nocolon "$XDG_CONFIG_HOME/containers/auth.json"
+    cred authjson "$HOME/.docker/config.json"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential containers-auth.json "$HOME/.docker/config.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    [[ $stderr == *"auth file $XDG_CONFIG_HOME/containers/auth.json: auths.\\\"$REGISTRY_HOST\\\".auth decodes to no user:password (no colon); skipped"* ]] ||
+        fail "no warning names the skipped entry: $stderr"
+    assert_no_secrets "$output" "$stderr"
+}
+
+# containerd's ParseAuth (1.x pkg/cri/server/image_pull.go, 2.x
+# internal/cri/server/images/image_pull.go): base64.StdEncoding.Decode
+# fails on unpadded base64, "invalid decoded auth" without a colon, and the
+# request to the host fails with it.
+@test "broken credentials: containerd configs.\"HOST\".auth not padded base64 or without a colon — exit 2 naming config.toml and the key (containerd ParseAuth)" {
+    local mode
+    for mode in unpadded nocolon; do
+        cred containerd "$T/config.toml" --https-endpoint --no-auth --ca "$REGISTRY_CA"
+        broken_cred containerd "$mode" "$T/config.toml"
+        run_pullhelper 2 pull --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+        assert_json_error usage
+        [[ $ph_error_message == "containerd config $T/config.toml: $(containerd_key): "* ]] || fail "message: $ph_error_message"
+        case $mode in
+            unpadded) [[ $ph_error_message == *": illegal base64 data at input byte "* ]] || fail "message: $ph_error_message" ;;
+            nocolon) [[ $ph_error_message == *": invalid decoded auth" ]] || fail "message: $ph_error_message" ;;
+        esac
+        assert_no_secrets "$output" "$stderr"
+        [[ ! -e $OUT/a ]] || fail "DEST was created"
+    done
+}
+
+###############################################################################
+# registries.conf credential-helpers (issue 24)
+
+# containers/image pkg/docker/config getCredentialsWithHomeDir: the helpers
+# of sysregistriesv2.CredentialHelpers in registries.conf's order,
+# "containers-auth.json" standing for the auth files, every other NAME run as
+# `docker-credential-NAME get` with the registry on stdin
+# (getCredsFromCredHelper); the first with a credential wins; the errors
+# only when none has one.
+@test "credential-helpers: consulted in registries.conf's order — one without the credential, then one with it, by the parent; the auth files listed after are not needed" {
+    fake_helper first none
+    fake_helper second right
+    helpers_conf first second containers-auth.json
+    cred authjson "$T/auth.json" --wrong
+    run_pullhelper pull "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential credential-helper "$T/registries.conf" "credential-helpers second" "$REGISTRY_USER"
+    [[ $stderr != *"refused"* ]] || fail "a credential was refused: $stderr"
+    # Each ran once, in order, asked for the registry.
+    assert_equal "$(cat "$T/helper-calls")" "first $REGISTRY_HOST
+second $REGISTRY_HOST"
+    assert_no_secrets "$output" "$stderr"
+
+    # The other order: the auth files first; their credential wins, no helper runs.
+    rm -f "$T/helper-calls"
+    cred authjson "$T/auth.json"
+    helpers_conf containers-auth.json second
+    run_pullhelper pull "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/b"
+    assert_credential containers-auth.json "$T/auth.json" "$REGISTRY_HOST" "$REGISTRY_USER"
+    [[ ! -e $T/helper-calls ]] || fail "a helper ran: $(cat "$T/helper-calls")"
+
+    # A broken auth file does not fail the pull when a later helper has the
+    # credential.
+    echo '{' >"$T/auth.json"
+    run_pullhelper pull "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    assert_credential credential-helper "$T/registries.conf" "credential-helpers second" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credential-helpers: a failing helper and no other credential — exit 2 naming the helper and registries.conf; with a later helper that has one, the pull goes on" {
+    fake_helper locked fail
+    fake_helper second right
+    helpers_conf locked containers-auth.json
+    cred authjson "$T/auth.json" --key other.example:5000
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_json_error usage
+    assert_equal "$ph_error_message" "looking up credentials for $REGISTRY_HOST: running credential helper docker-credential-locked for $REGISTRY_HOST (credential-helpers locked in $T/registries.conf): exit status 1"
+    [[ ! -e $OUT/a ]] || fail "DEST was created"
+
+    helpers_conf locked second
+    run_pullhelper pull "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential credential-helper "$T/registries.conf" "credential-helpers second" "$REGISTRY_USER"
+    assert_no_secrets "$output" "$stderr"
+}
+
+@test "credential-helpers: explain shows which helper serves the host, in order, then the auth files; it runs none and shows no secret" {
+    fake_helper first none
+    fake_helper second right
+    helpers_conf first second containers-auth.json
+    cred authjson "$T/auth.json"
+    run_pullhelper explain "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny"
+    local want
+    want=$("$PH_PYTHON" -c '
+import json, sys
+h, u, t = sys.argv[1:4]
+rc = t + "/registries.conf"
+helper = "credential-helpers %s: docker-credential-%s get " + h + " (run at pull time; not run by explain)"
+print(json.dumps([
+    {"id": "cred-1", "source": "credential-helper", "file": rc, "key": helper % ("first", "first")},
+    {"id": "cred-2", "source": "credential-helper", "file": rc, "key": helper % ("second", "second")},
+    {"id": "cred-3", "source": "containers-auth.json", "file": t + "/auth.json", "key": h, "username": u},
+], separators=(",", ":")))' "$REGISTRY_HOST" "$REGISTRY_USER" "$T")
+    assert_equal "$(json_get .plan.credentials <<<"$output")" "$want"
+    assert_equal "$(json_get '.plan.endpoints[-1].credentials' <<<"$output")" "$want"
+    [[ ! -e $T/helper-calls ]] || fail "explain ran a helper: $(cat "$T/helper-calls")"
+    assert_no_secrets "$output" "$stderr"
+
+    # An auth file's credHelpers entry (findCredentialsInFile) is not run
+    # by explain either; the pull runs it.
+    printf '{"credHelpers": {"%s": "second"}}\n' "$REGISTRY_HOST" >"$T/auth.json"
+    helpers_conf containers-auth.json
+    run_pullhelper explain "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$(json_get '.plan.credentials[0].key' <<<"$output")" \
+        "credHelpers.$REGISTRY_HOST: docker-credential-second get $REGISTRY_HOST (run at pull time; not run by explain)"
+    [[ ! -e $T/helper-calls ]] || fail "explain ran a helper: $(cat "$T/helper-calls")"
+    run_pullhelper pull "${PH_OPTS[@]}" --registries-conf "$T/registries.conf" --authfile "$T/auth.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
+    assert_credential credential-helper "$T/auth.json" "credHelpers.$REGISTRY_HOST" "$REGISTRY_USER"
+    assert_equal "$(cat "$T/helper-calls")" "second $REGISTRY_HOST"
     assert_no_secrets "$output" "$stderr"
 }
 
