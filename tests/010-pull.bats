@@ -172,6 +172,30 @@ print(sum(t[k] for k in ks))' <<<"$output") || fail "bad timings in the result"
     assert_no_staging "$OUT"
 }
 
+# containers/image's docker/internal/tarfile Writer records the RepoTag
+# fully qualified (tag.Name():tag.Tag()); its Reader.ChooseManifestItem
+# compares reference.ParseNormalizedNamed of each RepoTag: the verifier
+# compares the same normalised references (issue 24 item 4).
+@test "pull: docker-archive:PATH:demo/app:1 and :app (Docker Hub short names) verify; the RepoTag is the normalised name skopeo finds" {
+    local ref want
+    for ref in demo/app:1 app; do
+        case $ref in
+            demo/app:1) want=docker.io/demo/app:1 ;;
+            app) want=docker.io/library/app:latest ;;
+        esac
+        rm -f "$OUT/short.tar"
+        run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/short.tar:$ref"
+        assert_json_result
+        run tar -xOf "$OUT/short.tar" manifest.json
+        assert_success
+        assert_equal "$(json_get '.[0].RepoTags' <<<"$output")" "[\"$want\"]"
+        run ph_skopeo inspect "docker-archive:$OUT/short.tar:$ref"
+        assert_success
+        assert_equal "$(json_get .Architecture <<<"$output")" amd64
+    done
+    assert_no_staging "$OUT"
+}
+
 @test "pull: multi-arch index — digest is the index's, instance_digest the linux/amd64 entry" {
     local index want amd64
     index=$(registry_manifest fixtures/multi:latest)
