@@ -13,7 +13,7 @@ import (
 
 func init() {
 	register("docker-archive", kind{new: func(s Spec) (Destination, error) {
-		d := &dockerArchiveDest{archiveBase: archiveBase{base{s}}}
+		d := &dockerArchiveDest{archiveBase: archiveBase{base{s}, dockerArchiveKind}}
 		if s.Ref != "" {
 			t, err := target.DockerTag(s.Ref)
 			if err != nil {
@@ -24,6 +24,14 @@ func init() {
 		return d, nil
 	}})
 }
+
+// dockerArchiveKind: a manifest.json member that is a JSON array, without
+// which containers/image's docker/internal/tarfile Reader refuses an
+// archive (and `docker load` too).
+var dockerArchiveKind = archiveKind{what: "a docker-archive (a `docker save` tar)", member: "manifest.json", valid: func(b []byte) bool {
+	var items []json.RawMessage
+	return json.Unmarshal(b, &items) == nil && items != nil
+}}
 
 // dockerArchiveDest is docker-archive:PATH[:REF], a `docker save` tar
 // holding one image; a commit replaces the file.

@@ -351,6 +351,45 @@ wait_background_pull() {
     assert_no_staging "$OUT"
 }
 
+# dir: and oci: refuse a DEST that is not theirs (checkExisting,
+# openExisting); the archives refuse an existing file that is not their
+# kind's tar, read within bounds, before any download (issue 24 item 10).
+@test "exit 9: oci-archive: and docker-archive: refuse an existing file that is not their archive (text, a tar of something else, the other kind's archive); it stays unchanged" {
+    tar -cf "$OUT/other.tar" -C "$BATS_TEST_DIRNAME" helpers.bash
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci-archive:$OUT/theirs-oci.tar"
+    assert_json_result
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/theirs-docker.tar"
+    assert_json_result
+    local tr f sum before
+    before=$(registry_log_barrier)
+    for tr in oci-archive docker-archive; do
+        echo "notes, not an archive" >"$OUT/text"
+        cp "$OUT/other.tar" "$OUT/plain.tar"
+        for f in text plain.tar theirs-oci.tar theirs-docker.tar; do
+            [[ $f == "theirs-${tr%-archive}.tar" ]] && continue
+            sum=$(sha256sum <"$OUT/$f")
+            run_pullhelper 9 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$tr:$OUT/$f"
+            assert_json_error destination
+            [[ $ph_error_message == *"$OUT/$f exists and is not"*"refusing to replace it"* ]] ||
+                fail "$tr over $f: the message does not say why: $ph_error_message"
+            assert_equal "$(sha256sum <"$OUT/$f")" "$sum"
+            assert_no_staging "$OUT"
+        done
+    done
+    # Refused before any request for the image.
+    registry_log_barrier >/dev/null
+    run grep -c fixtures/tiny < <(tail -n "+$((before + 1))" "$REGISTRY_LOG")
+    assert_output 0
+    # Their own archive, and an empty file, are replaced.
+    : >"$OUT/empty"
+    for f in theirs-oci.tar empty; do
+        run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci-archive:$OUT/$f"
+        assert_json_result
+    done
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/theirs-docker.tar"
+    assert_json_result
+}
+
 ###############################################################################
 # 2 usage
 
