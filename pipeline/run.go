@@ -86,7 +86,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
 	res.Timings = o.phases.timings(start, res.DurationMS)
-	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
+	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, KeptBytes: res.KeptBytes, Layers: res.Layers})
 	return res, nil
 }
 

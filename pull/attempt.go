@@ -190,6 +190,7 @@ func (p *Request) copyImage(ctx context.Context, pc *signature.PolicyContext, c 
 			c.g.touch()
 			if e, ok := tally.event(pp); ok {
 				e.Host = c.g.hosts.blobHost(pp.Artifact.Digest)
+				e.KeptBytes = min(c.g.hosts.keptOf(pp.Artifact.Digest), e.Bytes)
 				o.emit(e)
 			}
 		}
@@ -250,7 +251,7 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 	if err := served(ctx, c.sys, src, r.top, want, r.raw, p.Signature.File != "", out); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
 	}
-	rep.Endpoints = c.g.hosts.endpoints()
+	rep.Endpoints, rep.KeptBytes = c.g.hosts.endpoints(), c.g.hosts.keptTotal()
 	return rep, nil
 }
 

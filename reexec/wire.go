@@ -188,5 +188,5 @@ func progressOnly(e api.Event) (api.Event, error) {
 		return api.Event{}, err
 	}
 	return api.Event{Type: e.Type, TS: time.Now().UTC(), Digest: e.Digest, MediaType: e.MediaType,
-		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host}, nil
+		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host, KeptBytes: min(e.KeptBytes, e.Bytes)}, nil
 }
