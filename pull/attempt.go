@@ -48,7 +48,9 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, err
 	}
-	o.Log.Info("pulling", "image", p.Reference, "digest", r.top.String(), "destination", p.Destination.Raw, "attempt", n)
+	// No destination: the isolated copy knows DEST only as "oci:DEST"
+	// (Anonymous); the pipeline's own "pulling" line names it.
+	o.Log.Info("pulling", "image", p.Reference, "digest", r.top.String(), "attempt", n)
 	copied, tally, err := p.copyImage(ctx, pc, c, srcRef, destRef, st, o)
 	if err != nil {
 		return nil, p.classify(stallCause(ctx, err))
