@@ -32,6 +32,12 @@ type Result struct {
 	// verified, never checked further), and nothing may rely on it for a
 	// security decision.
 	Endpoints []EndpointUse `json:"endpoints,omitempty"`
+	// KeptBytes are the blob bytes not fetched in this pull because an
+	// earlier, interrupted one kept them in DEST's partial-blob cache (a
+	// resumed blob's prefix, or all of a blob kept whole); the endpoints'
+	// bytes are only what the registry sent. Informational, like
+	// Endpoints (the copy's account, at most Bytes).
+	KeptBytes int64 `json:"kept_bytes,omitempty"`
 	// ImageID is the image as the runtime sees it when DEST is a store
 	// (containerd:, containers-storage:): sha256:<config digest>, what
 	// podman --no-trunc and crictl show; Store says which store. Both are
@@ -95,6 +101,11 @@ type Event struct {
 	// part of Size that is configs (Size - ConfigSize is the layers').
 	InstanceDigest string `json:"instance_digest,omitempty"`
 	ConfigSize     int64  `json:"config_size,omitempty"`
+	// KeptBytes: of a layer_* or config_* event's Bytes, those the
+	// partial-blob cache served (kept by an earlier, interrupted pull),
+	// not the registry; on done, the pull's total (the result's
+	// kept_bytes). Informational, as the child reports it.
+	KeptBytes int64 `json:"kept_bytes,omitempty"`
 }
 
 // Event types. The pipeline emits start, done and error itself; only the

@@ -3,6 +3,8 @@ package dest
 import (
 	"archive/tar"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path"
@@ -15,7 +17,28 @@ import (
 )
 
 // archiveBase is shared by the single-file destinations.
-type archiveBase struct{ base }
+type archiveBase struct {
+	base
+	kind archiveKind
+}
+
+// archiveKind is what makes an existing file this kind's archive, so that
+// a commit may replace it (as dir: and oci: replace only their own
+// layouts): a tar holding the member named member, at most 64 KiB, whose
+// content valid accepts.
+type archiveKind struct {
+	what   string // "an OCI archive (a tar of an OCI layout)"
+	member string
+	valid  func([]byte) bool
+}
+
+// Bounds of reading an existing DEST to recognise it: members looked at,
+// bytes read (headers, PAX records, the member's content).
+const (
+	recogniseMembers = 4096
+	recogniseBytes   = 16 << 20
+	recogniseContent = 64 << 10
+)
 
 func (d *archiveBase) stage(o StageOptions) (*Stage, error) {
 	parent, pst, err := d.openParent(o.AllowOtherOwner)
@@ -23,8 +46,8 @@ func (d *archiveBase) stage(o StageOptions) (*Stage, error) {
 		return nil, err
 	}
 	st, exists, err := d.existing(parent, o.AllowOtherOwner)
-	if err == nil && exists && !safefs.IsReg(st) {
-		err = d.destErr("%s exists and is not a regular file", d.spec.Path)
+	if err == nil && exists {
+		err = d.checkReplaceable(parent, st)
 	}
 	if err != nil {
 		parent.Close()
@@ -224,8 +247,10 @@ func (d *archiveBase) commitFile(s *Stage) error {
 	if err != nil {
 		return err
 	}
-	if exists && !safefs.IsReg(st) {
-		return d.destErr("%s exists and is not a regular file", d.spec.Path)
+	if exists {
+		if err := d.checkReplaceable(s.parent, st); err != nil {
+			return err
+		}
 	}
 	pfd := int(s.parent.Fd())
 	if err := unix.Renameat(int(s.Work.Fd()), s.Name, pfd, filepath.Base(d.spec.Path)); err != nil {
@@ -233,3 +258,76 @@ func (d *archiveBase) commitFile(s *Stage) error {
 	}
 	return d.commitErr(unix.Fsync(pfd))
 }
+
+// checkReplaceable refuses an existing DEST (st, beneath parent) that a
+// commit must not replace: anything but a regular file, or a regular file
+// that is not empty and not this kind's archive (a text file, another
+// kind's archive, an archive of something else). It is read, never
+// written, within the recognise bounds.
+func (d *archiveBase) checkReplaceable(parent *os.File, st unix.Stat_t) error {
+	if !safefs.IsReg(st) {
+		return d.destErr("%s exists and is not a regular file", d.spec.Path)
+	}
+	if st.Size == 0 {
+		return nil // an empty file, as oci:'s empty directory
+	}
+	f, err := safefs.FileAt(int(parent.Fd()), filepath.Base(d.spec.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return d.destErr("%s: %v", d.spec.Path, safefs.ErrnoText(err))
+	}
+	defer f.Close()
+	if got, err := safefs.Fstat(int(f.Fd())); err != nil || got.Ino != st.Ino || !safefs.IsReg(got) {
+		return d.destErr("%s changed while it was read; retry", d.spec.Path)
+	}
+	refuse := func(why string) error {
+		return d.destErr("%s exists and is not %s: %s; refusing to replace it", d.spec.Path, d.kind.what, why)
+	}
+	r := &boundedReader{f: f, left: recogniseBytes}
+	tr := tar.NewReader(r)
+	for i := 0; i < recogniseMembers; i++ {
+		h, err := tr.Next()
+		switch {
+		case err == io.EOF:
+			return refuse("no " + d.kind.member + " member")
+		case r.over:
+			return refuse(fmt.Sprintf("no %s member within its first %d bytes", d.kind.member, recogniseBytes))
+		case err != nil:
+			return refuse("not a tar archive")
+		}
+		if path.Clean(strings.TrimPrefix(h.Name, "./")) != d.kind.member {
+			continue
+		}
+		if h.Typeflag != tar.TypeReg || h.Size > recogniseContent {
+			return refuse(d.kind.member + " is not a small regular file")
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil || !d.kind.valid(b) {
+			return refuse("its " + d.kind.member + " is not valid")
+		}
+		return nil
+	}
+	return refuse(fmt.Sprintf("no %s member among its first %d", d.kind.member, recogniseMembers))
+}
+
+// boundedReader reads and seeks f (tar skips member contents by seeking),
+// failing once more than left bytes were read.
+type boundedReader struct {
+	f    *os.File
+	left int64
+	over bool
+}
+
+func (r *boundedReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		r.over = true
+		return 0, errors.New("read limit reached")
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.f.Read(p)
+	r.left -= int64(n)
+	return n, err
+}
+
+func (r *boundedReader) Seek(off int64, whence int) (int64, error) { return r.f.Seek(off, whence) }

@@ -3,6 +3,7 @@ package dest_test
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -120,4 +121,63 @@ func TestDockerArchiveLegacyMembersAreBounded(t *testing.T) {
 	must(t, tw.Close())
 	must(t, os.WriteFile(staged, out.Bytes(), 0o644))
 	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not to a verified layer")
+}
+
+// writeTar writes a tar of the members (name, content) to p.
+func writeTar(t *testing.T, p string, members [][2]string) {
+	f, err := os.Create(p)
+	must(t, err)
+	tw := tar.NewWriter(f)
+	for _, m := range members {
+		must(t, tw.WriteHeader(&tar.Header{Name: m[0], Mode: 0o644, Size: int64(len(m[1])), Typeflag: tar.TypeReg}))
+		_, err := tw.Write([]byte(m[1]))
+		must(t, err)
+	}
+	must(t, tw.Close())
+	must(t, f.Close())
+}
+
+// An existing file is replaced only when it is empty or its kind's
+// archive, recognised within the bounds: an oci-layout past the first
+// 4096 members is not looked for.
+func TestArchiveRecognisesItsOwn(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	layout := [2]string{"./oci-layout", `{"imageLayoutVersion":"1.0.0"}`}
+	var many [][2]string
+	for i := 0; i < 4096; i++ {
+		many = append(many, [2]string{fmt.Sprintf("blobs/x%d", i), ""})
+	}
+	for _, c := range []struct {
+		name    string
+		members [][2]string
+		ok      bool
+	}{
+		{"layout", [][2]string{{"blobs/sha256/aa", "x"}, layout, {"index.json", "{}"}}, true},
+		{"bad-layout", [][2]string{{"oci-layout", `{"other":1}`}}, false},
+		{"docker", [][2]string{{"manifest.json", "[]"}}, false},
+		{"late-layout", append(append([][2]string(nil), many...), layout), false},
+	} {
+		p := filepath.Join(dir, c.name+".tar")
+		writeTar(t, p, c.members)
+		st, err := parse(t, "oci-archive:"+p).Stage(dest.StageOptions{Locks: testLocks})
+		if st != nil {
+			st.Remove()
+		}
+		if c.ok != (err == nil) || err != nil && failure.CodeOf(err) != failure.Destination {
+			t.Errorf("%s: Stage: %v", c.name, err)
+		}
+	}
+	p := filepath.Join(dir, "docker.tar")
+	st, err := parse(t, "docker-archive:"+p).Stage(dest.StageOptions{Locks: testLocks})
+	if err != nil {
+		t.Fatalf("docker-archive over its own: %v", err)
+	}
+	st.Remove()
+	must(t, os.WriteFile(p, nil, 0o644))
+	st, err = parse(t, "docker-archive:"+p).Stage(dest.StageOptions{Locks: testLocks})
+	if err != nil {
+		t.Fatalf("docker-archive over an empty file: %v", err)
+	}
+	st.Remove()
 }

@@ -29,7 +29,10 @@
 // nothing and Commit moves exactly the files the verified manifest graph
 // names, so DEST is either as it was or holds the complete new image; a
 // store (containerd:, containers-storage:) lists the image only once all
-// of it is imported. A containerd: DEST is staged as an oci: one and
+// of it is imported. An existing DEST is replaced only when it is its
+// kind's own (an empty or oci: layout, a dir: image, an empty file or an
+// archive of its kind, recognised by a bounded read of its members:
+// archive.go checkReplaceable). A containerd: DEST is staged as an oci: one and
 // imported through containerd's socket by the parent only, after Verify:
 // content under a lease (labelled as containerd's own pull labels it:
 // gc.ref to children, the distribution source), unpacked, and the image

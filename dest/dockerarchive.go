@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/dest/target"
@@ -12,7 +13,7 @@ import (
 
 func init() {
 	register("docker-archive", kind{new: func(s Spec) (Destination, error) {
-		d := &dockerArchiveDest{archiveBase: archiveBase{base{s}}}
+		d := &dockerArchiveDest{archiveBase: archiveBase{base{s}, dockerArchiveKind}}
 		if s.Ref != "" {
 			t, err := target.DockerTag(s.Ref)
 			if err != nil {
@@ -23,6 +24,14 @@ func init() {
 		return d, nil
 	}})
 }
+
+// dockerArchiveKind: a manifest.json member that is a JSON array, without
+// which containers/image's docker/internal/tarfile Reader refuses an
+// archive (and `docker load` too).
+var dockerArchiveKind = archiveKind{what: "a docker-archive (a `docker save` tar)", member: "manifest.json", valid: func(b []byte) bool {
+	var items []json.RawMessage
+	return json.Unmarshal(b, &items) == nil && items != nil
+}}
 
 // dockerArchiveDest is docker-archive:PATH[:REF], a `docker save` tar
 // holding one image; a commit replaces the file.
@@ -98,12 +107,8 @@ func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) erro
 		return verr(badStaged("manifest.json holds %d images; exactly one is accepted", len(items)))
 	}
 	it := items[0]
-	var wantTags []string
-	if d.tag != nil {
-		wantTags = []string{reference.FamiliarString(d.tag)}
-	}
-	if strings.Join(it.RepoTags, ",") != strings.Join(wantTags, ",") {
-		return verr(badStaged("manifest.json tags the image %q, not %q", it.RepoTags, wantTags))
+	if err := d.checkRepoTags(it.RepoTags); err != nil {
+		return verr(err)
 	}
 	want2 := append([]descriptor{*m.Config}, m.Layers...)
 	names := append([]string{it.Config}, it.Layers...)
@@ -163,6 +168,30 @@ func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) erro
 	s.Counts.Manifests, s.Counts.Layers, s.Counts.Blobs = 1, len(layers), len(blobs)
 	for _, size := range blobs {
 		s.Counts.Bytes += size
+	}
+	return nil
+}
+
+// checkRepoTags: manifest.json tags the image with REF, and only with it
+// (untagged without REF). Tags are compared normalised, as containers/image
+// reads them (docker/internal/tarfile's Reader.ChooseManifestItem parses
+// each RepoTag with reference.ParseNormalizedNamed); its Writer records
+// the fully qualified name ("docker.io/library/app:1" for "app:1").
+func (d *dockerArchiveDest) checkRepoTags(tags []string) error {
+	var want []string
+	if d.tag != nil {
+		want = []string{d.tag.String()}
+	}
+	var got []string
+	for _, t := range tags {
+		n, err := reference.ParseNormalizedNamed(t)
+		if err != nil {
+			return badStaged("manifest.json tags the image %q, not a reference: %v", t, err)
+		}
+		got = append(got, n.String())
+	}
+	if !slices.Equal(got, want) {
+		return badStaged("manifest.json tags the image %q, not %q", tags, want)
 	}
 	return nil
 }

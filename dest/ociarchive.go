@@ -2,6 +2,7 @@ package dest
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/dest/target"
@@ -9,7 +10,7 @@ import (
 
 func init() {
 	register("oci-archive", kind{new: func(s Spec) (Destination, error) {
-		d := &ociArchiveDest{archiveBase{base{s}}}
+		d := &ociArchiveDest{archiveBase{base{s}, ociArchiveKind}}
 		if s.Ref != "" {
 			if _, err := target.StagedReference(s, "/", nil); err != nil {
 				return nil, err
@@ -18,6 +19,16 @@ func init() {
 		return d, nil
 	}})
 }
+
+// ociArchiveKind: an oci-layout member as the image-spec defines it (an
+// object with imageLayoutVersion), which containers/image's oci/archive
+// writes, like every OCI layout.
+var ociArchiveKind = archiveKind{what: "an OCI archive (a tar of an OCI layout)", member: "oci-layout", valid: func(b []byte) bool {
+	var l struct {
+		ImageLayoutVersion *string `json:"imageLayoutVersion"`
+	}
+	return json.Unmarshal(b, &l) == nil && l.ImageLayoutVersion != nil
+}}
 
 // ociArchiveDest is oci-archive:PATH[:TAG], a tar of an OCI layout holding
 // one image; a commit replaces the file.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -184,6 +186,9 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 		named reference.Named
 		how   string
 	)
+	if err := checkOrder(in.Image, in.Dest); err != nil {
+		return nil, err
+	}
 	if l.Auth.ContainerdConfig != "" {
 		// containerd semantics: a short name is docker.io's (the CRI's
 		// reference normalisation, the kubelet keyring's too); registries.conf
@@ -310,6 +315,32 @@ func parseImage(image string) (reference.Named, error) {
 		return nil, failure.New(failure.Usage, "parsing image reference %q: %w", image, err)
 	}
 	return named, nil
+}
+
+// checkOrder refuses IMAGE and DEST given the wrong way round: IMAGE has
+// a DEST form (one of target.Kinds' transports, "oci:/x") and either does
+// not parse as a reference or DEST is no DEST ("registry/app:1"). (A
+// short name such as "oci:v1", docker.io/library/oci:v1, before a DEST
+// is an image.) parseImage alone would say only "invalid reference
+// format", for both the registries.conf and the containerd rules.
+func checkOrder(image, dst string) error {
+	tr, _, ok := strings.Cut(image, ":")
+	if !ok {
+		return nil
+	}
+	if _, isDest := target.Lookup(tr); !isDest {
+		return nil
+	}
+	_, perr := reference.ParseNormalizedNamed(image)
+	dtr, _, _ := strings.Cut(dst, ":")
+	if _, destOK := target.Lookup(dtr); perr == nil && (dst == "" || destOK) {
+		return nil
+	}
+	swapped := ""
+	if _, err := reference.ParseNormalizedNamed(dst); dst != "" && err == nil {
+		swapped = fmt.Sprintf(", and DEST %q is an image reference", dst)
+	}
+	return failure.New(failure.Usage, "IMAGE %q is a destination (%s:), not an image reference%s: IMAGE comes first, then DEST (registry.example.com/repo:tag oci:/path)", image, tr, swapped)
 }
 
 // resolveImage parses IMAGE into a fully qualified reference. A short name

@@ -26,8 +26,9 @@ import (
 //   - verified: Layers and Bytes, the staged image's distinct layers and
 //     the declared sizes of its distinct blobs (dest.Stage.Counts);
 //   - the copy's tally, informational and bounded: Attempts (at most one
-//     per retry and credential) and Endpoints (only the plan's own
-//     endpoint hosts, counts at most what was verified: planned).
+//     per retry and credential), Endpoints (only the plan's own
+//     endpoint hosts, counts at most what was verified: planned) and
+//     KeptBytes (at most Bytes).
 //
 // The caller adds Isolation, Usage, DurationMS and Timings, its own.
 func (p *Plan) result(rep *pull.Report, st *dest.Stage) (*api.Result, error) {
@@ -50,6 +51,7 @@ func (p *Plan) result(rep *pull.Report, st *dest.Stage) (*api.Result, error) {
 		Layers: st.Counts.Layers, Bytes: st.Counts.Bytes,
 		Attempts:  min(max(rep.Attempts, 0), p.MaxAttempts()),
 		Endpoints: p.planned(pull.BoundEndpoints(rep.Endpoints), st.Counts, rep.InstanceDigest != ""),
+		KeptBytes: min(max(rep.KeptBytes, 0), st.Counts.Bytes),
 	}
 	p.reportStore(res)
 	if st.ImageID != "" {

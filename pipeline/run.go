@@ -60,6 +60,9 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 		return nil, failure.New(failure.Usage, "no destination: pull takes IMAGE DEST")
 	}
 	o.emit(api.Event{Type: api.EventStart, Image: p.Reference, Destination: p.Destination.Raw})
+	// DEST as the result names it (its absolute path; a store's name for
+	// it): the copy's lines cannot, it is never told the path.
+	o.Log.Info("pulling", "image", p.Reference, "destination", p.dst.String())
 	m, err := p.LoadMaterial()
 	if err != nil {
 		return nil, err
@@ -86,7 +89,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
 	res.Timings = o.phases.timings(start, res.DurationMS)
-	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, Layers: res.Layers})
+	o.emit(api.Event{Type: api.EventDone, Digest: res.Digest, Bytes: res.Bytes, KeptBytes: res.KeptBytes, Layers: res.Layers})
 	return res, nil
 }
 

@@ -51,7 +51,9 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	if err != nil {
 		return nil, err
 	}
-	o.Log.Info("pulling", "image", p.Reference, "digest", r.top.String(), "destination", p.Destination.Raw, "attempt", n)
+	// No destination: the isolated copy knows DEST only as "oci:DEST"
+	// (Anonymous); the pipeline's own "pulling" line names it.
+	o.Log.Info("pulling", "image", p.Reference, "digest", r.top.String(), "attempt", n)
 	copied, tally, err := p.copyImage(ctx, pc, c, srcRef, destRef, st, o)
 	if err != nil {
 		return nil, p.classify(stallCause(ctx, err))
@@ -195,6 +197,7 @@ func (p *Request) copyImage(ctx context.Context, pc *signature.PolicyContext, c 
 			c.g.touch()
 			if e, ok := tally.event(pp); ok {
 				e.Host = c.g.hosts.blobHost(pp.Artifact.Digest)
+				e.KeptBytes = min(c.g.hosts.keptOf(pp.Artifact.Digest), e.Bytes)
 				o.emit(e)
 			}
 		}
@@ -255,7 +258,7 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 	if err := served(ctx, c.sys, src, r.top, want, r.raw, p.Signature.File != "", out); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
 	}
-	rep.Endpoints = c.g.hosts.endpoints()
+	rep.Endpoints, rep.KeptBytes = c.g.hosts.endpoints(), c.g.hosts.keptTotal()
 	return rep, nil
 }
 

@@ -149,8 +149,8 @@ func CheckEvent(e api.Event) error {
 		return fmt.Errorf("media type: not type/subtype of at most %d bytes", MaxMediaType)
 	case e.Host != "" && !ValidHost(e.Host):
 		return fmt.Errorf("host: not a host[:port] of at most %d bytes", MaxHost)
-	case !validCount(e.Size) || !validCount(e.Bytes):
-		return fmt.Errorf("size or bytes: negative or over %d", int64(MaxCount))
+	case !validCount(e.Size) || !validCount(e.Bytes) || !validCount(e.KeptBytes):
+		return fmt.Errorf("size, bytes or kept_bytes: negative or over %d", int64(MaxCount))
 	}
 	return nil
 }
@@ -172,7 +172,7 @@ func (r *Report) Check() error {
 		// Only bounded: a registry's Content-Type may carry parameters,
 		// and the parent takes the media type from the verified manifest.
 		return fmt.Errorf("the report's media type is over %d bytes", MaxMediaType)
-	case r.Layers < 0 || r.Layers > MaxLayers || !validCount(r.Bytes) || r.Attempts < 0 || r.Attempts > MaxLayers:
+	case r.Layers < 0 || r.Layers > MaxLayers || !validCount(r.Bytes) || !validCount(r.KeptBytes) || r.Attempts < 0 || r.Attempts > MaxLayers:
 		return fmt.Errorf("the report's counts are negative or out of range")
 	case len(r.Copied.Manifest) > MaxManifestBytes || len(r.Copied.IndexRaw) > MaxManifestBytes || len(r.Copied.Served) > MaxManifestBytes:
 		return fmt.Errorf("the report carries a manifest over %d bytes", MaxManifestBytes)

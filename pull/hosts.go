@@ -29,13 +29,14 @@ type hostLog struct {
 	order     []string                 // hosts, in the order of their first request
 	manifests map[string]string        // tag or digest → host
 	blobs     map[digest.Digest]string // blob → host
-	bytes     map[digest.Digest]int64  // blob → bytes read in its last fetch
+	bytes     map[digest.Digest]int64  // blob → bytes read from the registry in its last fetch
+	kept      map[digest.Digest]int64  // blob → bytes its last fetch served from the partial-blob cache
 	// lastManifest is the host a manifest was last asked of.
 	lastManifest string
 }
 
 func newHostLog() *hostLog {
-	return &hostLog{manifests: map[string]string{}, blobs: map[digest.Digest]string{}, bytes: map[digest.Digest]int64{}}
+	return &hostLog{manifests: map[string]string{}, blobs: map[digest.Digest]string{}, bytes: map[digest.Digest]int64{}, kept: map[digest.Digest]int64{}}
 }
 
 // wrap returns a copy of sys whose DockerProxy records each request that
@@ -120,7 +121,37 @@ func (h *hostLog) manifestHost() string {
 func (h *hostLog) startBlob(d digest.Digest) {
 	h.mu.Lock()
 	h.bytes[d] = 0
+	delete(h.kept, d)
 	h.mu.Unlock()
+}
+
+// setKept records that the fetch of d starts with n bytes kept in the
+// partial-blob cache by an earlier pull (not read from the registry).
+func (h *hostLog) setKept(d digest.Digest, n int64) {
+	h.mu.Lock()
+	if n > 0 {
+		h.kept[d] = n
+	}
+	h.mu.Unlock()
+}
+
+// keptOf is how many bytes of d's last fetch the partial-blob cache served.
+func (h *hostLog) keptOf(d digest.Digest) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.kept[d]
+}
+
+// keptTotal is the bytes the partial-blob cache served, over every blob's
+// last fetch: the result's kept_bytes.
+func (h *hostLog) keptTotal() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for _, k := range h.kept {
+		n += k
+	}
+	return n
 }
 
 // addBytes counts n bytes of blob d read from the registry.
@@ -132,7 +163,7 @@ func (h *hostLog) addBytes(d digest.Digest, n int64) {
 
 // endpoints is the result's endpoints block: every host that served a
 // manifest or a blob, in the order of its first request, with the blob
-// bytes read from it.
+// bytes read from it (a resumed blob's kept prefix is not: keptTotal).
 func (h *hostLog) endpoints() []api.EndpointUse {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -32,8 +32,11 @@ type Report struct {
 	// Credential is the candidate the registry accepted, as the copy was
 	// given it (or anonymous).
 	Credential *api.Credential `json:"credential,omitempty"`
-	// Endpoints are the hosts that served the successful attempt.
+	// Endpoints are the hosts that served the successful attempt, with
+	// the blob bytes each sent; KeptBytes the bytes the partial-blob cache
+	// served instead (resumed blobs' kept prefixes), which no host sent.
 	Endpoints []api.EndpointUse `json:"endpoints,omitempty"`
+	KeptBytes int64             `json:"kept_bytes,omitempty"`
 	// Copied is what the parent verifies the staged image against.
 	Copied Copied `json:"copied"`
 }

@@ -326,12 +326,26 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 		done()
 		return nil, 0, err
 	}
+	kept := keptPrefix(rc)
+	s.g.hosts.setKept(info.Digest, kept)
 	if info.Size >= 0 && size > info.Size {
 		done()
 		_ = rc.Close()
 		return nil, 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d (the registry announces %d bytes)", info.Digest, info.Size, size)
 	}
-	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, g: s.g, done: done, m: s.g.meters.add(what, func() string { return s.g.hosts.blobHost(info.Digest) })}, size, nil
+	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, kept: kept, g: s.g, done: done, m: s.g.meters.add(what, func() string { return s.g.hosts.blobHost(info.Digest) })}, size, nil
+}
+
+// keptPrefix is how many of the first bytes of a blob stream the
+// partial-blob cache serves (kept by an earlier pull), not the registry.
+func keptPrefix(rc io.ReadCloser) int64 {
+	if s, ok := rc.(*slotReader); ok {
+		rc = s.ReadCloser
+	}
+	if r, ok := rc.(*resumeReader); ok {
+		return r.kept
+	}
+	return 0
 }
 
 // discarded accounts bytes the registry client skips (a full answer to a
@@ -346,11 +360,15 @@ func (g *guard) discarded(n int) error {
 }
 
 // cappedReader returns an error as soon as more than limit bytes arrive
-// (limit < 0: the size is unknown, only the image limit applies).
+// (limit < 0: the size is unknown, only the image limit applies). Its
+// first kept bytes come from the partial-blob cache: they count for the
+// limits and the watchdogs, but they are not bytes the registry sent
+// (endpoints) nor bandwidth (the limiter).
 type cappedReader struct {
 	rc    io.ReadCloser
 	d     digest.Digest
 	limit int64
+	kept  int64
 	n     int64
 	g     *guard
 	done  func()
@@ -368,13 +386,14 @@ func (r *cappedReader) Read(b []byte) (int, error) {
 	n, err := r.rc.Read(b)
 	if n > 0 {
 		r.g.touch()
+		wire := int64(n) - min(max(r.kept-r.n, 0), int64(n))
 		r.n += int64(n)
 		if r.m != nil {
 			r.m.bytes.Add(int64(n))
 		}
-		r.g.hosts.addBytes(r.d, int64(n))
-		if r.g.lim != nil && r.g.ctx != nil {
-			if werr := r.g.lim.wait(r.g.ctx, n); werr != nil && err == nil {
+		r.g.hosts.addBytes(r.d, wire)
+		if r.g.lim != nil && r.g.ctx != nil && wire > 0 {
+			if werr := r.g.lim.wait(r.g.ctx, int(wire)); werr != nil && err == nil {
 				err = werr
 			}
 		}

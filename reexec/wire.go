@@ -188,6 +188,6 @@ func progressOnly(e api.Event) (api.Event, error) {
 		return api.Event{}, err
 	}
 	return api.Event{Type: e.Type, TS: time.Now().UTC(), Digest: e.Digest, MediaType: e.MediaType,
-		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host,
+		Size: e.Size, Bytes: e.Bytes, Skipped: e.Skipped, Host: e.Host, KeptBytes: min(e.KeptBytes, e.Bytes),
 		InstanceDigest: e.InstanceDigest, Layers: e.Layers, ConfigSize: e.ConfigSize, Attempt: e.Attempt}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,8 +40,9 @@ func (c *Client) manifestOnce(ctx context.Context, ref string, accept []string, 
 	op := "fetching the manifest " + ref
 	var errs []error
 	asked := false
-	for _, h := range c.hosts {
-		if !isDigest && !h.ep.Resolve {
+	may := func(h *host) bool { return isDigest || h.ep.Resolve }
+	for i, h := range c.hosts {
+		if !may(h) {
 			continue
 		}
 		asked = true
@@ -52,7 +54,12 @@ func (c *Client) manifestOnce(ctx context.Context, ref string, accept []string, 
 		if ctx.Err() != nil {
 			break
 		}
-		c.hooks.Log.Info("endpoint failed; trying the next", "host", h.name(), "what", "manifest "+ref, "error", err.Error())
+		// Said only when a later endpoint will be asked (one that may
+		// resolve a tag, for a tag): after the last, the error is the
+		// FallbackError's.
+		if slices.ContainsFunc(c.hosts[i+1:], may) {
+			c.hooks.Log.Info("endpoint failed; trying the next", "host", h.name(), "what", "manifest "+ref, "error", err.Error())
+		}
 	}
 	if !asked {
 		return nil, "", "", fmt.Errorf("%w for the tag %s: none may resolve (containerd capabilities)", ErrNoEndpoint, ref)

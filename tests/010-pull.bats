@@ -86,6 +86,23 @@ print(sum(t[k] for k in ks))' <<<"$output") || fail "bad timings in the result"
     assert_no_staging "$OUT"
 }
 
+# The isolated copy is never told DEST's path (target.Spec.Anonymous):
+# its lines name no destination rather than "oci:DEST:1.0"; the parent's
+# "pulling" and "pulled" lines name the real one, as the result does
+# (issue 24 item 16).
+@test "pull: the log lines name DEST's real path (a relative DEST made absolute); the child's name none" {
+    cd "$OUT"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:rel:1.0"
+    assert_json_result
+    assert_equal "$(json_get .destination <<<"$output")" "oci:$OUT/rel:1.0"
+    grep -v '^pullhelper-child:' <<<"$stderr" | grep -q "msg=pulling .*destination=oci:$OUT/rel:1.0" ||
+        fail "the parent's pulling line does not name DEST: $stderr"
+    grep -v '^pullhelper-child:' <<<"$stderr" | grep -q "msg=pulled .*destination=oci:$OUT/rel:1.0" ||
+        fail "the parent's pulled line does not name DEST: $stderr"
+    grep -q '^pullhelper-child:.*msg=pulling' <<<"$stderr" || fail "the child's pulling line is gone: $stderr"
+    [[ $stderr != *DEST* ]] || fail "a log line names the anonymous DEST: $stderr"
+}
+
 @test "pull: big (~100 MB) into oci: — skopeo inspect reads it and its manifest digest equals the registry's (issue 2 done-when)" {
     local want
     want=$(registry_digest fixtures/big:latest)
@@ -169,6 +186,30 @@ print(sum(t[k] for k in ks))' <<<"$output") || fail "bad timings in the result"
     assert_equal "$(json_get .Architecture <<<"$output")" amd64
     run ph_skopeo inspect "docker-archive:$OUT/tiny.tar:example.com/pullhelper/tiny:other"
     assert_failure
+    assert_no_staging "$OUT"
+}
+
+# containers/image's docker/internal/tarfile Writer records the RepoTag
+# fully qualified (tag.Name():tag.Tag()); its Reader.ChooseManifestItem
+# compares reference.ParseNormalizedNamed of each RepoTag: the verifier
+# compares the same normalised references (issue 24 item 4).
+@test "pull: docker-archive:PATH:demo/app:1 and :app (Docker Hub short names) verify; the RepoTag is the normalised name skopeo finds" {
+    local ref want
+    for ref in demo/app:1 app; do
+        case $ref in
+            demo/app:1) want=docker.io/demo/app:1 ;;
+            app) want=docker.io/library/app:latest ;;
+        esac
+        rm -f "$OUT/short.tar"
+        run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/short.tar:$ref"
+        assert_json_result
+        run tar -xOf "$OUT/short.tar" manifest.json
+        assert_success
+        assert_equal "$(json_get '.[0].RepoTags' <<<"$output")" "[\"$want\"]"
+        run ph_skopeo inspect "docker-archive:$OUT/short.tar:$ref"
+        assert_success
+        assert_equal "$(json_get .Architecture <<<"$output")" amd64
+    done
     assert_no_staging "$OUT"
 }
 

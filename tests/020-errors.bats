@@ -215,6 +215,9 @@ wait_background_pull() {
     run_pullhelper 5 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny:no-such-tag" "oci:$OUT/dest"
     assert_json_error not_found
     [[ $ph_error_message == *no-such-tag* ]] || fail "message does not name the tag"
+    # The registry is the only endpoint: there is no next to try (issue
+    # 24 item 16).
+    [[ $stderr != *"trying the next"* ]] || fail "a fallback is announced with no endpoint left: $stderr"
     assert_untouched "$OUT/dest"
 }
 
@@ -351,6 +354,45 @@ wait_background_pull() {
     assert_no_staging "$OUT"
 }
 
+# dir: and oci: refuse a DEST that is not theirs (checkExisting,
+# openExisting); the archives refuse an existing file that is not their
+# kind's tar, read within bounds, before any download (issue 24 item 10).
+@test "exit 9: oci-archive: and docker-archive: refuse an existing file that is not their archive (text, a tar of something else, the other kind's archive); it stays unchanged" {
+    tar -cf "$OUT/other.tar" -C "$BATS_TEST_DIRNAME" helpers.bash
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci-archive:$OUT/theirs-oci.tar"
+    assert_json_result
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/theirs-docker.tar"
+    assert_json_result
+    local tr f sum before
+    before=$(registry_log_barrier)
+    for tr in oci-archive docker-archive; do
+        echo "notes, not an archive" >"$OUT/text"
+        cp "$OUT/other.tar" "$OUT/plain.tar"
+        for f in text plain.tar theirs-oci.tar theirs-docker.tar; do
+            [[ $f == "theirs-${tr%-archive}.tar" ]] && continue
+            sum=$(sha256sum <"$OUT/$f")
+            run_pullhelper 9 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$tr:$OUT/$f"
+            assert_json_error destination
+            [[ $ph_error_message == *"$OUT/$f exists and is not"*"refusing to replace it"* ]] ||
+                fail "$tr over $f: the message does not say why: $ph_error_message"
+            assert_equal "$(sha256sum <"$OUT/$f")" "$sum"
+            assert_no_staging "$OUT"
+        done
+    done
+    # Refused before any request for the image.
+    registry_log_barrier >/dev/null
+    run grep -c fixtures/tiny < <(tail -n "+$((before + 1))" "$REGISTRY_LOG")
+    assert_output 0
+    # Their own archive, and an empty file, are replaced.
+    : >"$OUT/empty"
+    for f in theirs-oci.tar empty; do
+        run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci-archive:$OUT/$f"
+        assert_json_result
+    done
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/theirs-docker.tar"
+    assert_json_result
+}
+
 ###############################################################################
 # 2 usage
 
@@ -367,6 +409,12 @@ wait_background_pull() {
     run_pullhelper 2 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "bogus:$OUT/dest"
     assert_json_error usage
     [[ $ph_error_message == *bogus* ]] || fail "message does not name the transport"
+    # It offers every DEST form, containerd:REF included (issue 24 item 16).
+    local form
+    for form in 'oci:PATH[:TAG]' 'dir:PATH' 'oci-archive:PATH[:TAG]' 'docker-archive:PATH[:REF]' \
+        'containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF' 'containerd:REF'; do
+        [[ $ph_error_message == *"$form"* ]] || fail "the message does not offer $form: $ph_error_message"
+    done
     run_pullhelper 2 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "$OUT/dest"
     assert_json_error usage
     run_pullhelper 2 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:"
@@ -386,6 +434,36 @@ wait_background_pull() {
     assert_json_error usage
     run_pullhelper 2 frobnicate
     assert_json_error usage
+    assert_untouched "$OUT/dest"
+}
+
+# IMAGE and DEST the wrong way round: IMAGE has a DEST form (target.Kinds)
+# where parseImage (reference.ParseNormalizedNamed, also under
+# normalizeContainerd's rules) would say only "invalid reference format"
+# (issue 24 item 16).
+@test "exit 2: IMAGE and DEST swapped — the message names the argument and says IMAGE comes first" {
+    local img=$REGISTRY_HOST/fixtures/tiny d
+    : >"$OUT/containerd.toml"
+    for d in "oci:$OUT/dest" "oci-archive:$OUT/dest.tar" "dir:$OUT/dest" "containerd:$img"; do
+        run_pullhelper 2 pull "${PH_OPTS[@]}" "$d" "$img"
+        assert_json_error usage
+        [[ $ph_error_message == *"IMAGE \"$d\" is a destination"*"DEST \"$img\" is an image reference"*"IMAGE comes first, then DEST"* ]] ||
+            fail "swapped $d: the message does not say which argument is wrong: $ph_error_message"
+        [[ $ph_error_message != *"invalid reference format"* ]] || fail "still only the parser's words: $ph_error_message"
+    done
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --containerd-config "$OUT/containerd.toml" "oci:$OUT/dest" "$img"
+    assert_json_error usage
+    [[ $ph_error_message == *"IMAGE comes first, then DEST"* ]] || fail "containerd rules: $ph_error_message"
+    run_pullhelper 2 explain "oci:$OUT/dest"
+    assert_json_error usage
+    [[ $ph_error_message == *"IMAGE \"oci:$OUT/dest\" is a destination"* ]] || fail "explain: $ph_error_message"
+    # A short name that merely looks like one (docker.io/library/oci:v1)
+    # before a real DEST is an image, not a swap.
+    # (An empty registries.conf: refused as an unresolvable short name.)
+    : >"$OUT/registries.conf"
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --registries-conf "$OUT/registries.conf" oci:v1 "oci:$OUT/dest"
+    assert_json_error usage
+    [[ $ph_error_message == *"short name"* && $ph_error_message != *"IMAGE comes first"* ]] || fail "oci:v1 taken for a DEST: $ph_error_message"
     assert_untouched "$OUT/dest"
 }
 

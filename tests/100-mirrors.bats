@@ -280,6 +280,10 @@ EOF
     assert_json_result
     assert_dest_complete "$OUT/tiny"
     grep -q '^req GET /v2/' "$T/fake.log" || fail "the 500 mirror was never asked: $(cat "$T/fake.log")"
+    # "trying the next" is said of the mirror, never of the registry, the
+    # last endpoint (issue 24 item 16).
+    grep -q "trying the next.*host=$FAKE_HOST" <<<"$stderr" || fail "the fallback from the mirror is not logged: $stderr"
+    ! grep "trying the next" <<<"$stderr" | grep -qv "host=$FAKE_HOST" || fail "a fallback is announced after the last endpoint: $stderr"
     local u
     u=$(new_requests img "$before_u")
     grep -q '"GET /v2/fixtures/tiny/manifests/' <<<"$u" || fail "the registry served no manifest: $u"

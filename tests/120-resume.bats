@@ -24,7 +24,8 @@ setup_file() {
     LAYERS=$("$PH_PYTHON" -c 'import json,sys; print(" ".join(l["digest"] for l in json.load(open(sys.argv[1]))["layers"]))' "$m")
     SIZES=$("$PH_PYTHON" -c 'import json,sys; print(" ".join(str(l["size"]) for l in json.load(open(sys.argv[1]))["layers"]))' "$m")
     [[ $(wc -w <<<"$LAYERS") == 4 ]] || fail "the big fixture has layers '$LAYERS', want 4"
-    export LAYERS SIZES
+    CONFIG=$("$PH_PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["digest"])' "$m")
+    export LAYERS SIZES CONFIG
     printf 'sizes: %s\n' "$SIZES" >&3
     printf '%-6s %-6s %-14s | %s\n' trial kill point "per layer: bytes kept at the kill (c cache, s staged, d in DEST) -> fetched on the rerun (= size - kept)" >&3
 }
@@ -278,11 +279,20 @@ kill_trial() {
         [[ $moved == "$n" ]] || fail "the commit was held after $n blobs but DEST has $moved new ones"
     fi
 
+    # The config, written last by the copy, is kept too once it was
+    # (whole, in the cache or the killed pull's staging).
+    local cfgkept=0
+    if (($(in_dest "$CONFIG") == 0)); then
+        cfgkept=$(staged "$CONFIG")
+        ((cfgkept > 0)) || cfgkept=$(kept "$CONFIG")
+    fi
     faultproxy_rules P '[]'
-    local from
+    local from regfrom
     from=$(log_lines)
-    run_pullhelper pull "${PH_OPTS[@]}" "$IMAGE" "oci:$OUT/dest:big"
+    regfrom=$(registry_log_barrier)
+    run_pullhelper pull "${PH_OPTS[@]}" --progress-fd 3 "$IMAGE" "oci:$OUT/dest:big" 3>"$OUT/rerun.jsonl"
     assert_json_result
+    assert_wire_and_kept "$regfrom" "$OUT/rerun.jsonl" "$(for i in "${!LAYER[@]}"; do [[ ${src[$i]} == d ]] && echo 0 || echo "${k[$i]}"; done)" "$cfgkept"
     [[ ! -e $PARTIAL ]] || fail "the partial-blob cache is left after the commit: $(ls -la "$PARTIAL")"
     assert_no_staging "$OUT"
     [[ $(json_get '.manifests[1].annotations."org.opencontainers.image.ref.name"' <"$OUT/dest/index.json") == big ]] || fail "DEST lacks old or big: $(cat "$OUT/dest/index.json")"
@@ -307,6 +317,50 @@ kill_trial() {
     [[ $point == layer ]] && where="L$li@$at"
     [[ $point == commit ]] && where="commit@$n"
     printf '%-6s %-6s %-14s |%s\n' "$name" "$who" "$where" "$row" >&3
+}
+
+# assert_wire_and_kept REGFROM EVENTS KEPT CFGKEPT: the last run_pullhelper's
+# result counts in endpoints[].bytes exactly the blob bytes the registry's
+# own access log (distribution's combined log: status, then the body bytes
+# it wrote) shows it sent after line REGFROM, and in kept_bytes the bytes
+# the partial-blob cache served instead: KEPT, one number a layer, and
+# CFGKEPT of the config (issue 24 item 12: a resumed blob's kept prefix
+# was counted as sent). The progress events (file EVENTS) say the same:
+# each blob's layer_done or config_done its kept_bytes, done the total.
+assert_wire_and_kept() {
+    local regfrom=$1 events=$2 kept="$3 $4" sent
+    registry_log_barrier >/dev/null || return
+    sent=$(tail -n "+$((regfrom + 1))" "$REGISTRY_LOG" | "$PH_PYTHON" -c '
+import re, sys
+n = 0
+for line in sys.stdin:
+    m = re.search(r"\"GET (\S+/blobs/sha256:[0-9a-f]{64}) HTTP/[^\"]*\" (\d{3}) (\d+)", line)
+    if m:
+        n += int(m.group(3))
+print(n)')
+    "$PH_PYTHON" - "$output" "$events" "$sent" "$LAYERS $CONFIG" "$kept" <<'PY' || fail "bytes sent and kept misreported (see above)"
+import json, sys
+res, events, sent = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+layers, kept = sys.argv[4].split(), [int(k) for k in sys.argv[5].split()]
+bad = []
+wire = sum(e["bytes"] for e in res.get("endpoints", []))
+if wire != sent:
+    bad.append("endpoints[].bytes sum to %d, the registry's access log shows %d blob bytes sent" % (wire, sent))
+if res.get("kept_bytes", 0) != sum(kept):
+    bad.append("kept_bytes is %s, want %d (%s)" % (res.get("kept_bytes"), sum(kept), kept))
+evs = [json.loads(l) for l in open(events)]
+last = {e["digest"]: e for e in evs if e["type"] in ("layer_done", "config_done")}
+for d, k in zip(layers, kept):
+    got = last.get(d, {}).get("kept_bytes", 0)
+    if got != k:
+        bad.append("the last layer_done/config_done of %s says kept_bytes %d, want %d" % (d, got, k))
+done = [e for e in evs if e["type"] == "done"]
+if len(done) != 1 or done[0].get("kept_bytes", 0) != sum(kept):
+    bad.append("the done event says kept_bytes %s, want %d" % ([e.get("kept_bytes") for e in done], sum(kept)))
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
 }
 
 # pct LAYER_INDEX PERCENT: that share of the layer's size, in bytes.
