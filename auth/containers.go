@@ -1,7 +1,7 @@
 package auth
 
 import (
-	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/pullhelper/pullhelper/internal/safefile"
 	"github.com/pullhelper/pullhelper/internal/wire"
@@ -240,14 +242,43 @@ func runCredHelper(helper, registry, file string) (*wire.Credential, error) {
 }
 
 // runHelper is pkg/docker/config getCredsFromCredHelper: "credentials not
-// found" is no credential, a "<token>" username an identity token.
+// found" is no credential, a "<token>" username an identity token. Unlike
+// the owner's, a run is bounded (the root parent runs it): helperTimeout,
+// then the helper's process group is killed; helperMaxStdout of answer
+// (more fails the lookup) and helperMaxStderr of messages are read. A
+// helper name that is not a plain name (a "/" in it, from a caller's file)
+// is refused rather than run as a path.
 func runHelper(helper, registry, source, file, key string) (*wire.Credential, error) {
+	if helper == "" || strings.ContainsAny(helper, "/\x00") || helper == "." || helper == ".." {
+		return nil, fmt.Errorf("credential helper %q (%s in %s) is not a helper name: docker-credential-NAME is looked up in PATH", helper, key, file)
+	}
 	bin := "docker-credential-" + helper
-	cmd := exec.Command(bin, "get")
+	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "get")
 	cmd.Stdin = strings.NewReader(registry)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout := &cpCappedBuffer{max: helperMaxStdout, fail: true}
+	stderr := &cpCappedBuffer{max: helperMaxStderr}
+	// Too much output ends the run at once (the helper would otherwise
+	// block on a full pipe until the timeout).
+	cmd.Stdout = writerFunc(func(p []byte) (int, error) {
+		n, err := stdout.Write(p)
+		if err != nil {
+			cancel()
+		}
+		return n, err
+	})
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = cpWaitDelay
 	if err := cmd.Run(); err != nil {
+		if stdout.overflow {
+			return nil, fmt.Errorf("credential helper %s for %s (%s in %s) wrote more than %d bytes", bin, registry, key, file, helperMaxStdout)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("credential helper %s for %s (%s in %s) did not answer within %s and was killed", bin, registry, key, file, helperTimeout)
+		}
 		msg := strings.TrimSpace(stdout.String() + stderr.String())
 		if strings.Contains(msg, "credentials not found") {
 			return nil, nil
@@ -270,6 +301,18 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 	}
 	return c, nil
 }
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Bounds on one credential helper run (runHelper).
+const (
+	helperTimeout   = 60 * time.Second
+	helperMaxStdout = 1 << 20
+	helperMaxStderr = 64 << 10
+)
 
 func pathErr(err error) error {
 	var pe *fs.PathError

@@ -144,13 +144,25 @@ func ReadContainerdConfig(path string) (*ContainerdDaemon, error) {
 			if !filepath.IsAbs(p) {
 				p = filepath.Join(filepath.Dir(f.path), p)
 			}
+			if len(pending) >= ctrdConfigMaxFiles {
+				return nil, fmt.Errorf("containerd config %s: more than %d files to import", f.path, ctrdConfigMaxFiles)
+			}
 			if !strings.Contains(p, "*") {
 				pending = append(pending, file{path: p, parent: f.path})
 				continue
 			}
+			// A pattern is globbed by containerd as written; here one
+			// with a wildcard in more than its last two path elements
+			// (which could walk most of the filesystem as root) is refused.
+			if wild := wildElems(p); wild > 2 || (wild > 0 && !strings.Contains(filepath.Base(p), "*") && !strings.Contains(filepath.Base(filepath.Dir(p)), "*")) {
+				return nil, fmt.Errorf("containerd config %s: imports entry %d: a wildcard above the last two path elements is not followed", f.path, i+1)
+			}
 			matches, err := filepath.Glob(p)
 			if err != nil {
 				return nil, fmt.Errorf("containerd config %s: imports entry %d: an invalid pattern", f.path, i+1)
+			}
+			if len(pending)+len(matches) > ctrdConfigMaxFiles {
+				return nil, fmt.Errorf("containerd config %s: more than %d files to import", f.path, ctrdConfigMaxFiles)
 			}
 			for _, m := range matches {
 				pending = append(pending, file{path: m, parent: f.path})
@@ -158,6 +170,17 @@ func ReadContainerdConfig(path string) (*ContainerdDaemon, error) {
 		}
 	}
 	return out, nil
+}
+
+// wildElems counts the path elements of p that hold a wildcard.
+func wildElems(p string) int {
+	n := 0
+	for _, e := range strings.Split(p, "/") {
+		if strings.ContainsAny(e, "*?[") {
+			n++
+		}
+	}
+	return n
 }
 
 // tomlErrNoData describes a TOML error by its line, quoting nothing of

@@ -87,3 +87,22 @@ func TestReadContainerdConfig(t *testing.T) {
 		t.Errorf("a drop-in of a higher version: %v", err)
 	}
 }
+
+// An imports pattern that would walk the filesystem as root (a wildcard
+// above the last two path elements) is refused before it is globbed
+// (review of issue 24); containerd's own conf.d form is followed.
+func TestReadContainerdConfigImportBounds(t *testing.T) {
+	dir := t.TempDir()
+	deep := filepath.Join(dir, "deep.toml")
+	writeCfg(t, deep, "version = 2\nimports = [\"/*/*/*/*.toml\"]\n")
+	if _, err := dest.ReadContainerdConfig(deep); err == nil || !strings.Contains(err.Error(), "wildcard") {
+		t.Errorf("a filesystem-wide pattern: %v, want refused", err)
+	}
+	ok := filepath.Join(dir, "ok.toml")
+	writeCfg(t, ok, "version = 2\nimports = [\""+dir+"/conf.d/*.toml\"]\n")
+	writeCfg(t, filepath.Join(dir, "conf.d", "a.toml"), "version = 2\n[grpc]\n address = \"/x.sock\"\n")
+	d, err := dest.ReadContainerdConfig(ok)
+	if err != nil || d.Address != "/x.sock" {
+		t.Errorf("conf.d/*.toml: %+v, %v; want the import's address", d, err)
+	}
+}

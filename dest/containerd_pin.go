@@ -49,10 +49,14 @@ func (d *containerdDest) writeRecords(ctx context.Context, is images.Store, name
 				return d.ctrdErr(err, "creating the image record "+n)
 			}
 			p := paths
-			if !d.set.Pin && !d.set.Unpin {
-				// Without --pin or --pin=false a pin this tool did not
-				// set (the CRI's pinned_images) stays.
-				if cur, err := is.Get(ctx, n); err == nil && cur.Labels[pinnedByUsLabel] == "" {
+			if !d.set.Unpin {
+				// Without --pin=false a pin this tool did not set (the
+				// CRI's pinned_images, the sandbox image) stays the
+				// CRI's: not unpinned without --pin, and not marked as
+				// ours with it (a later pull without --pin would
+				// otherwise remove it).
+				if cur, err := is.Get(ctx, n); err == nil && cur.Labels[pinnedByUsLabel] == "" &&
+					(!d.set.Pin || cur.Labels[criPinnedLabel] == criPinnedValue) {
 					p = paths[:2]
 				}
 			}

@@ -160,6 +160,10 @@ type Expect struct {
 	// containers/image's ChooseInstance picks for it from IndexRaw, and a
 	// store DEST imports or unpacks that platform's image.
 	Platform *wire.Platform `json:"platform,omitempty"`
+	// AllArchitectures is the plan's --all-architectures: only then may
+	// the stored top be an index (without it the copy stores one
+	// instance, and Instance names it).
+	AllArchitectures bool `json:"all_architectures,omitempty"`
 }
 
 // kind builds one transport's Destination: its name, form and split are

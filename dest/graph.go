@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"go.podman.io/image/v5/manifest"
 )
 
 // The media types of indexes (an index inside an index is refused).
@@ -103,6 +105,12 @@ func checkExpect(e Expect) error {
 	salg, _, _ := splitDigest(src)
 	if got := digestOf(salg, e.Served); got != src {
 		return badStaged("the manifest handed over as served is %s, not the reported %s", got, src)
+	}
+	// The whole index only with --all-architectures: otherwise the copy
+	// stores one platform's instance, which it must name (and which
+	// checkPlatform then checks), however the plan was pinned.
+	if e.Instance == "" && !e.AllArchitectures && manifest.MIMETypeIsMultiImage(manifest.GuessMIMEType(e.Served)) {
+		return badStaged("the copy stored the whole index %s, but the pull copies one platform's image (no --all-architectures)", e.Digest)
 	}
 	if e.IndexRaw != nil {
 		alg, _, _ := splitDigest(e.Digest)

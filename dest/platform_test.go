@@ -38,3 +38,30 @@ func TestCheckPlatform(t *testing.T) {
 		}
 	}
 }
+
+// A copy that stores a pinned index whole, reporting no instance, is
+// refused unless the plan copies every architecture (review finding: the
+// instance check ran only when the child named an instance).
+func TestWholeIndexOnlyWithAllArchitectures(t *testing.T) {
+	d := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	index := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[
+{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":10,"platform":{"os":"linux","architecture":"amd64"}},
+{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":10,"platform":{"os":"linux","architecture":"arm64"}}]}`,
+		d("a"), d("b")))
+	top := digestOf("sha256", index)
+	for _, all := range []bool{false, true} {
+		for _, withIndex := range []bool{false, true} {
+			e := Expect{Digest: top, Pinned: top, Served: index, AllArchitectures: all}
+			if withIndex {
+				e.IndexRaw = index
+			}
+			err := checkExpect(e)
+			if all && err != nil {
+				t.Errorf("--all-architectures, index stored whole (IndexRaw %v): %v", withIndex, err)
+			}
+			if !all && (err == nil || !strings.Contains(err.Error(), "whole index")) {
+				t.Errorf("one platform, index stored whole (IndexRaw %v): %v, want refused", withIndex, err)
+			}
+		}
+	}
+}

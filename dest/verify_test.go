@@ -89,7 +89,7 @@ func TestVerifyRefusesWhatTheChildPlanted(t *testing.T) {
 				must(t, os.WriteFile(blob(st, b), b, 0o644))
 			}
 			must(t, os.WriteFile(filepath.Join(st.WorkPath, "image", "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(outer), len(outer)), 0o644))
-			e.Digest, e.Served = sha(outer), outer
+			e.Digest, e.Served, e.AllArchitectures = sha(outer), outer, true
 		}, "nested indexes are refused"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -174,7 +174,7 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 		img := filepath.Join(st.WorkPath, "image")
 		must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(index)[7:]), index, 0o644))
 		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(index), len(index)), 0o644))
-		e.Digest, e.IndexRaw, e.Served = sha(index), index, index
+		e.Digest, e.IndexRaw, e.Served, e.AllArchitectures = sha(index), index, index, true
 		must(t, dd.Verify(bg, st, e))
 		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(im.config) + len(im.layer))}); st.Counts != want {
 			t.Errorf("counts %+v, want %+v", st.Counts, want)

@@ -22,4 +22,11 @@ func init() {
 		e.Req.Copy.Platform = &pl
 		return false, 0
 	})
+	// whole-index: copy every instance of the index and report none, as
+	// if the plan had --all-architectures: a pinned index then matches
+	// the pin, and the parent must refuse the whole index itself.
+	registerHostile("whole-index", func(e *hostileEnv) (bool, int) {
+		e.Req.Copy.AllArchitectures = true
+		return false, 0
+	})
 }

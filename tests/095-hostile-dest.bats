@@ -240,3 +240,20 @@ victims() {
     assert_output --partial "platform linux/arm64's is $(index_instance "$index" linux/arm64)"
     [[ ! -e $OUT/arm64 ]] || fail "DEST was committed"
 }
+
+# Without --all-architectures the copy stores one instance and names it: a
+# child that stores a pinned index whole, naming none (so the instance check
+# has nothing to check), is refused by the parent (review of issue 24).
+@test "hostile: a child storing a pinned index whole without --all-architectures is refused (exit 8); with it the index commits" {
+    local digest
+    digest=$(registry_digest fixtures/multi:latest)
+    PULLHELPER_HOSTILE=after-drop:whole-index PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/multi@$digest" "oci:$OUT/whole"
+    [[ $stderr == *"hostile: running whole-index"* ]] || fail "the hostile action did not run"
+    assert_json_error verification
+    assert_output --partial "the copy stored the whole index $digest"
+    [[ ! -e $OUT/whole ]] || fail "DEST was committed"
+    run_pullhelper pull "${PH_OPTS[@]}" --all-architectures "$REGISTRY_HOST/fixtures/multi@$digest" "oci:$OUT/all"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$digest"
+}

@@ -588,6 +588,14 @@ ctrd_case_pin_follows() {
     run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
     assert_json_result
     assert_pins 1 "$img"
+    # With --pin it stays the CRI's (not marked as this tool's), so a later
+    # pull without --pin still leaves it (review of issue 24).
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin "$img" "containerd:$img"
+    assert_json_result
+    [[ $(ctr_image_line "$img") != *io.pullhelper.pinned* ]] || fail "the CRI's pin was marked as pullhelper's: $(ctr_image_line "$img")"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_pins 1 "$img"
     run_pullhelper explain "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --pin=false "$img" "containerd:$img"
     assert_equal "$(json_get .plan.containerd.pin <<<"$output")" false
     assert_equal "$(json_get .plan.containerd.unpin <<<"$output")" true
