@@ -14,8 +14,10 @@ CTRD_FLAVOR=2
 
 setup_file() {
     fixture tiny
+    fixture multi
     start_registry
     push_fixture tiny
+    push_fixture multi
     TINY_DIGEST=$(registry_digest fixtures/tiny:latest)
     export TINY_DIGEST
 }
@@ -239,6 +241,32 @@ manifest_gets() {
     # and copies that manifest; a second pull would fetch it again).
     assert_equal "$(manifest_gets "$before" "[^ ]*" | grep -c '" 200 ')" 1
     assert_equal "$(pull_lines | grep -c '"shared":true')" 1
+}
+
+@test "cri: two different images pulled at once in one service both land, each in its own cgroup" {
+    ctrd2_require
+    cri_up
+    local pid1 pid2 tiny="$REGISTRY_HOST/fixtures/tiny:latest" multi="$REGISTRY_HOST/fixtures/multi:latest"
+    reg_stop
+    pcrictl pull --creds "$(creds)" "$tiny" >"$T/pull1.out" 2>&1 &
+    pid1=$!
+    pcrictl pull --creds "$(creds)" "$multi" >"$T/pull2.out" 2>&1 &
+    pid2=$!
+    local deadline=$((SECONDS + 30))
+    until [[ $(grep -c '"msg":"pull started"' "$T/cri.log") == 2 ]]; do
+        ((SECONDS < deadline)) || { fail "two pulls did not start: $(cat "$T/cri.log")"; return; }
+        sleep 0.05
+    done
+    reg_cont
+    wait "$pid1" || fail "tiny: $(cat "$T/pull1.out")"
+    wait "$pid2" || fail "multi: $(cat "$T/pull2.out")"
+    grep -qF "$(config_digest fixtures/tiny:latest)" "$T/pull1.out" || fail "tiny: $(cat "$T/pull1.out")"
+    grep -qF "$(config_digest fixtures/multi:latest)" "$T/pull2.out" || fail "multi: $(cat "$T/pull2.out")"
+    assert_equal "$(pull_lines | grep -c '"code":"OK"')" 2
+    assert_equal "$(pull_lines | json_get .cgroup | sort -u | wc -l)" 2
+    run pcrictl inspecti -o json "$multi"
+    assert_success
+    assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/multi@$(registry_digest fixtures/multi:latest)\"]"
 }
 
 @test "cri: a cancelled request stops its pull: no cgroup, no staging left" {
