@@ -174,3 +174,29 @@ rooted() {
     assert_equal "$(json_get .plan.destination.store.storage_conf <<<"$output")" "$ROOT/etc/containers/storage.conf"
     assert_equal "$(json_get .plan.destination.store.graph_root <<<"$output")" "$ROOT/var/lib/containers/storage"
 }
+
+@test "pullhelper-cri.service: its ExecStart starts pullhelper cri (the node's paths below a temporary root), root-only socket, SIGTERM stops it" {
+    [[ $(id -u) == 0 ]] || skip "pullhelper cri runs as root"
+    local cmd sock=$BATS_TEST_TMPDIR/run/cri.sock pid
+    cmd=$(sed -n 's/^ExecStart=//p' "$EXAMPLES/pullhelper-cri.service")
+    [[ $cmd == "/usr/local/bin/pullhelper cri "* ]] || fail "ExecStart: $cmd"
+    cmd=${cmd#/usr/local/bin/pullhelper }
+    cmd=${cmd//unix:\/\/\/run\/pullhelper\/cri.sock/unix://$sock}
+    cmd=${cmd//unix:\/\/\/run\/containerd\/containerd.sock/unix://$BATS_TEST_TMPDIR/containerd.sock}
+    cmd=${cmd//\/etc\/containerd\/config.toml/$ROOT/etc/containerd/config.toml}
+    cmd=${cmd//--kubelet-docker-config auto/--kubelet-docker-config $ROOT/var/lib/kubelet}
+    # shellcheck disable=SC2086 # the unit's words, as systemd splits them
+    "$PULLHELPER" $cmd </dev/null >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/log" &
+    pid=$!
+    local deadline=$((SECONDS + 30))
+    until grep -q '"msg":"serving"' "$BATS_TEST_TMPDIR/log"; do
+        _ph_pid_alive "$pid" || fail "pullhelper cri exited: $(cat "$BATS_TEST_TMPDIR/log")"
+        ((SECONDS < deadline)) || { kill -KILL "$pid"; fail "not serving after 30 s"; }
+        sleep 0.05
+    done
+    assert_equal "$(stat -c '%a %u %F' "$sock")" "600 0 socket"
+    kill -TERM "$pid"
+    wait "$pid" || fail "pullhelper cri exit $? after SIGTERM: $(cat "$BATS_TEST_TMPDIR/log")"
+    [[ ! -e $sock ]] || fail "the socket is left"
+    assert_equal "$(json_get .pulls <"$BATS_TEST_TMPDIR/out")" 0
+}
