@@ -189,6 +189,43 @@ manifest_gets() {
     assert_equal "$(json_get .status.id <<<"$output")" "$id"
 }
 
+@test "cri: crictl pull with --auth (AuthConfig.auth, base64) and --pod-config: the pod is in the log line" {
+    ctrd2_require
+    cri_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" id line
+    id=$(config_digest fixtures/tiny:latest)
+    printf '{"metadata":{"name":"web-1","namespace":"shop","uid":"u-1","attempt":0}}\n' >"$T/pod.json"
+    # CRICTL_AUTH is crictl's --auth.
+    CRICTL_AUTH=$(creds | base64 -w0) run pcrictl pull --pod-config "$T/pod.json" "$img"
+    echo "$output"
+    assert_success
+    assert_output --partial "Image is up to date for $id"
+    line=$(pull_lines)
+    assert_equal "$(json_get .pod_namespace <<<"$line")" shop
+    assert_equal "$(json_get .pod_name <<<"$line")" web-1
+    assert_equal "$(json_get .username <<<"$line")" "$REGISTRY_USER"
+    assert_secret_absent -f "$T/cri.log" "$T/cri.out"
+}
+
+@test "cri: a request whose deadline passes fails DeadlineExceeded and stops its pull: no cgroup, no staging" {
+    ctrd2_require
+    cri_up
+    reg_stop
+    # The registry does not answer: crictl's own deadline (--pull-timeout)
+    # passes first.
+    run pcrictl pull --pull-timeout 3s --creds "$(creds)" "$REGISTRY_HOST/fixtures/tiny:latest"
+    echo "$output"
+    assert_failure
+    assert_output --partial "DeadlineExceeded"
+    wait_for_file_match "$T/cri.log" '"msg":"pull done"' 60
+    reg_cont
+    # The server's deadline (grpc-timeout) and the client's RST_STREAM race:
+    # the service sees the one that comes first.
+    [[ $(json_get .code <<<"$(pull_lines)") =~ ^(DeadlineExceeded|Canceled)$ ]] || fail "pull line: $(pull_lines)"
+    assert_no_staging "$T/staging"
+    assert_equal "$(pull_cgroups)" ""
+}
+
 @test "cri: a wrong password fails Unauthenticated with the registry's reason; no secret in the error or the log" {
     ctrd2_require
     cri_up
