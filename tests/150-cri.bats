@@ -348,3 +348,27 @@ manifest_gets() {
     run timeout 60 "$CRICTL" --runtime-endpoint "unix://$PH_SOCK" --image-endpoint "unix://$PH_SOCK" --timeout 30s version
     assert_equal "$(grep Runtime <<<"$output")" "$(grep Runtime <<<"$want")"
 }
+
+@test "cri: SIGTERM of the service mid-pull stops the pull and cleans up: no cgroup, no staging, no socket; the caller gets an error" {
+    ctrd2_require
+    cri_up
+    local pid
+    reg_stop
+    "$CRICTL" --config "$T/ph-crictl.yaml" pull --creds "$(creds)" "$REGISTRY_HOST/fixtures/tiny:latest" >"$T/pull1.out" 2>&1 &
+    pid=$!
+    local deadline=$((SECONDS + 30))
+    until [[ -n $(pull_cgroups) ]]; do
+        ((SECONDS < deadline)) || { fail "no pull cgroup under $CG_PARENT: $(cat "$T/cri.log")"; return; }
+        sleep 0.05
+    done
+    kill -TERM "$CRI_PID"
+    wait "$CRI_PID" || fail "pullhelper cri exit $? after SIGTERM: $(cat "$T/cri.log")"
+    CRI_PID=""
+    reg_cont
+    wait "$pid" && fail "crictl pull succeeded: $(cat "$T/pull1.out")"
+    grep -q '"msg":"pull done"' "$T/cri.log" || fail "the pull did not end before the service: $(cat "$T/cri.log")"
+    assert_no_staging "$T/staging"
+    assert_equal "$(pull_cgroups)" ""
+    [[ ! -e $PH_SOCK ]] || fail "the socket is left"
+    assert_equal "$(json_get .pulls <"$T/cri.out")" 1
+}
