@@ -139,8 +139,13 @@ func (s *Server) join(ctx context.Context, key string, do func(context.Context) 
 func (s *Server) run(ctx context.Context, image string, cred *Credential) (*api.Result, error) {
 	select {
 	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		s.log.Info("pull waiting", "image", image, "max_parallel", cap(s.sem))
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	defer func() { <-s.sem }()
 	s.mu.Lock()

@@ -306,6 +306,25 @@ manifest_gets() {
     assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/multi@$(registry_digest fixtures/multi:latest)\"]"
 }
 
+@test "cri: --max-parallel 1: a second image waits for the first pull's slot, then both land" {
+    ctrd2_require
+    cri_up --max-parallel 1
+    local pid1 pid2
+    reg_stop
+    pcrictl pull --creds "$(creds)" "$REGISTRY_HOST/fixtures/tiny:latest" >"$T/pull1.out" 2>&1 &
+    pid1=$!
+    wait_for_file_match "$T/cri.log" '"msg":"pull started"' 30
+    pcrictl pull --creds "$(creds)" "$REGISTRY_HOST/fixtures/multi:latest" >"$T/pull2.out" 2>&1 &
+    pid2=$!
+    wait_for_file_match "$T/cri.log" '"msg":"pull waiting"' 30
+    assert_equal "$(grep -c '"msg":"pull started"' "$T/cri.log")" 1
+    reg_cont
+    wait "$pid1" || fail "tiny: $(cat "$T/pull1.out")"
+    wait "$pid2" || fail "multi: $(cat "$T/pull2.out")"
+    assert_equal "$(grep -c '"msg":"pull started"' "$T/cri.log")" 2
+    assert_equal "$(pull_lines | grep -c '"code":"OK"')" 2
+}
+
 @test "cri: a cancelled request stops its pull: no cgroup, no staging left" {
     ctrd2_require
     cri_up
