@@ -175,6 +175,27 @@ manifest_gets() {
     [[ -z $(ctr_image_line "$img") ]] || fail "ctr still lists $img after crictl rmi"
 }
 
+@test "cri: in front of Debian's containerd 1.6: crictl pull by tag, inspecti and rmi forwarded" {
+    CTRD_FLAVOR=1.6
+    ctrd_require
+    cri_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" id
+    id=$(config_digest fixtures/tiny:latest)
+    run pcrictl pull --creds "$(creds)" "$img"
+    echo "$output"
+    assert_success
+    assert_output --partial "Image is up to date for $id"
+    wait_cri "$img" || return
+    run pcrictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST\"]"
+    run pcrictl rmi "$img"
+    assert_success
+    run ctrd_crictl inspecti -o json "$img"
+    assert_failure
+}
+
 @test "cri: crictl pull by digest with --creds; the answer is the image ID" {
     ctrd2_require
     cri_up
