@@ -41,6 +41,9 @@ type Config struct {
 	// Options are passed to every Run (its Log too: one line per pull).
 	Options pipeline.Options
 	Log     *slog.Logger
+	// Ready, when set, is called once the socket listens (systemd's
+	// READY=1).
+	Ready func()
 }
 
 // Server is a running image service.
@@ -128,6 +131,9 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		srv.Stop()
 		close(stopped)
 	}()
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
 	s.log.Info("serving", "listen", "unix://"+cfg.Listen, "runtime_endpoint", "unix://"+cfg.Runtime, "max_parallel", cfg.MaxParallel)
 	serveErr := srv.Serve(l)
 	if ctx.Err() == nil {

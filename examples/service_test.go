@@ -31,7 +31,7 @@ func TestCRIUnit(t *testing.T) {
 	}
 	want := map[string]string{
 		"Unit.After": "containerd.service", "Unit.Requires": "containerd.service", "Unit.Before": "kubelet.service",
-		"Service.Type": "simple", "Service.KillMode": "mixed", "Install.WantedBy": "multi-user.target",
+		"Service.Type": "notify", "Service.KillMode": "mixed", "Install.WantedBy": "multi-user.target",
 	}
 	for k, v := range want {
 		if len(got[k]) != 1 || got[k][0] != v {

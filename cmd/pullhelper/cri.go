@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/cri"
 	"github.com/pullhelper/pullhelper/hosts"
@@ -47,7 +48,8 @@ Every other call (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImage
 any method or service) is forwarded to --runtime-endpoint as it came.
 
 The socket is created root-only (0600); a stale socket is replaced, anything else
-there is refused. SIGTERM or SIGINT stops the service: pulls in flight are stopped
+there is refused. Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens
+(Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
 and cleaned up, the socket is removed, and one JSON object is printed:
   {"listen":..., "runtime_endpoint":..., "pulls":N}`,
 		Args: exactArgs(0, "no arguments"),
@@ -92,6 +94,14 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			n, err := cri.Serve(cmd.Context(), cri.Config{
 				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run,
 				Options: pipeline.Options{Log: log, LogFormat: c.logFormat, Debug: c.debug}, Log: log,
+				// systemd Type=notify: ready once the socket listens.
+				// NOTIFY_SOCKET is unset then, so that no pull child
+				// inherits it.
+				Ready: func() {
+					if _, err := daemon.SdNotify(true, daemon.SdNotifyReady); err != nil {
+						log.Warn("telling systemd the service is ready", "error", err)
+					}
+				},
 			})
 			if err != nil {
 				return err
