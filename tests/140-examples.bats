@@ -174,3 +174,46 @@ rooted() {
     assert_equal "$(json_get .plan.destination.store.storage_conf <<<"$output")" "$ROOT/etc/containers/storage.conf"
     assert_equal "$(json_get .plan.destination.store.graph_root <<<"$output")" "$ROOT/var/lib/containers/storage"
 }
+
+@test "pullhelper-cri.service: its ExecStart starts pullhelper cri (the node's paths below a temporary root), READY=1 to systemd once it listens, root-only socket, SIGTERM stops it" {
+    [[ $(id -u) == 0 ]] || skip "pullhelper cri runs as root"
+    local cmd sock=$BATS_TEST_TMPDIR/run/cri.sock pid
+    cmd=$(sed -n 's/^ExecStart=//p' "$EXAMPLES/pullhelper-cri.service")
+    [[ $cmd == "/usr/local/bin/pullhelper cri "* ]] || fail "ExecStart: $cmd"
+    cmd=${cmd#/usr/local/bin/pullhelper }
+    cmd=${cmd//unix:\/\/\/run\/pullhelper\/cri.sock/unix://$sock}
+    cmd=${cmd//unix:\/\/\/run\/containerd\/containerd.sock/unix://$BATS_TEST_TMPDIR/containerd.sock}
+    cmd=${cmd//\/etc\/containerd\/config.toml/$ROOT/etc/containerd/config.toml}
+    cmd=${cmd//--kubelet-docker-config auto/--kubelet-docker-config $ROOT/var/lib/kubelet}
+    # systemd's notification socket (Type=notify): one datagram, READY=1.
+    local notify=$BATS_TEST_TMPDIR/notify.sock npid
+    "$PH_PYTHON" -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(60)
+open(sys.argv[2], "wb").write(s.recv(4096))' "$notify" "$BATS_TEST_TMPDIR/notified" &
+    npid=$!
+    local deadline=$((SECONDS + 30))
+    until [[ -S $notify ]]; do
+        ((SECONDS < deadline)) || fail "no notify socket"
+        sleep 0.05
+    done
+    # shellcheck disable=SC2086 # the unit's words, as systemd splits them
+    NOTIFY_SOCKET=$notify "$PULLHELPER" $cmd </dev/null >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/log" &
+    pid=$!
+    wait "$npid" || fail "no notification from pullhelper cri: $(cat "$BATS_TEST_TMPDIR/log")"
+    assert_equal "$(cat "$BATS_TEST_TMPDIR/notified")" "READY=1"
+    [[ -S $sock ]] || fail "READY=1 before the socket listens"
+    deadline=$((SECONDS + 30))
+    until grep -q '"msg":"serving"' "$BATS_TEST_TMPDIR/log"; do
+        _ph_pid_alive "$pid" || fail "pullhelper cri exited: $(cat "$BATS_TEST_TMPDIR/log")"
+        ((SECONDS < deadline)) || { kill -KILL "$pid"; fail "not serving after 30 s"; }
+        sleep 0.05
+    done
+    assert_equal "$(stat -c '%a %u %F' "$sock")" "600 0 socket"
+    kill -TERM "$pid"
+    wait "$pid" || fail "pullhelper cri exit $? after SIGTERM: $(cat "$BATS_TEST_TMPDIR/log")"
+    [[ ! -e $sock ]] || fail "the socket is left"
+    assert_equal "$(json_get .pulls <"$BATS_TEST_TMPDIR/out")" 0
+}

@@ -230,7 +230,7 @@ this version does not support yet are errors naming the file, line and key.`,
 			return nil
 		},
 	}
-	root.AddCommand(pullCmd, explainCmd, policyCmd, gcCommand(&c, &result), versionCmd)
+	root.AddCommand(pullCmd, explainCmd, policyCmd, gcCommand(&c, &result), criCommand(&c, &result), versionCmd)
 	root.SetArgs(args)
 	if inspectCommands != nil {
 		inspectCommands(root) // docs_test.go walks the command tree
@@ -243,7 +243,7 @@ this version does not support yet are errors naming the file, line and key.`,
 	if err == nil && result == nil {
 		// --help, or a command group without a subcommand.
 		if len(args) == 0 {
-			return writeError(stdout, stderr, failure.New(failure.Usage, "missing command: use pull, explain, policy check, gc or version (see --help)"))
+			return writeError(stdout, stderr, failure.New(failure.Usage, "missing command: use pull, explain, policy check, gc, cri or version (see --help)"))
 		}
 		return 0
 	}

@@ -1,0 +1,155 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pipeline"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// fakeRuntime is the runtime's own CRI: a list, a stream (StreamImages, new
+// in cri-api v0.37), an error, and the metadata it was sent.
+type fakeRuntime struct {
+	runtimeapi.UnimplementedImageServiceServer
+	gotMD chan metadata.MD
+}
+
+func (f *fakeRuntime) ListImages(ctx context.Context, _ *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.gotMD <- md
+	return &runtimeapi.ListImagesResponse{Images: []*runtimeapi.Image{{Id: "sha256:one", RepoTags: []string{"reg/a:1"}}}}, nil
+}
+
+func (f *fakeRuntime) StreamImages(_ *runtimeapi.StreamImagesRequest, s grpc.ServerStreamingServer[runtimeapi.StreamImagesResponse]) error {
+	for _, id := range []string{"sha256:one", "sha256:two"} {
+		if err := s.Send(&runtimeapi.StreamImagesResponse{Images: []*runtimeapi.Image{{Id: id}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeRuntime) ImageStatus(context.Context, *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	return nil, status.Error(codes.NotFound, "no such image: reg/b:2")
+}
+
+// Serve end to end over real sockets: PullImage answers the image ID of
+// the pull it ran (the pipeline stood in for) or the mapped status; every
+// other method, unary or streaming, reaches the runtime with the caller's
+// metadata, and its answers and errors come back unchanged.
+func TestServe(t *testing.T) {
+	dir := t.TempDir()
+	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph", "cri.sock")
+	l, err := net.Listen("unix", rtSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := grpc.NewServer()
+	fake := &fakeRuntime{gotMD: make(chan metadata.MD, 1)}
+	runtimeapi.RegisterImageServiceServer(rt, fake)
+	go func() { _ = rt.Serve(l) }()
+	defer rt.Stop()
+
+	var planned []string
+	cfg := Config{
+		Listen: phSock, Runtime: rtSock, MaxParallel: 2,
+		Plan: func(image, dest string, cred *Credential) (*pipeline.Plan, error) {
+			planned = append(planned, image+" "+dest)
+			if image == "docker.io/library/missing:latest" {
+				return nil, failure.New(failure.NotFound, "docker.io/library/missing:latest: manifest unknown")
+			}
+			return &pipeline.Plan{}, nil
+		},
+		Run: func(context.Context, *pipeline.Plan, pipeline.Options) (*api.Result, error) {
+			return &api.Result{ImageID: "sha256:cfg", Digest: "sha256:man"}, nil
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { _, err := Serve(ctx, cfg); served <- err }()
+	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := runtimeapi.NewImageServiceClient(conn)
+	// Wait for the socket (WaitForReady: no sleep).
+	res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}, grpc.WaitForReady(true))
+	if err != nil || res.ImageRef != "sha256:cfg" {
+		t.Fatalf("PullImage: %v %v", res, err)
+	}
+	if fi, err := os.Stat(phSock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v %v", fi.Mode(), err)
+	}
+	if len(planned) != 1 || planned[0] != "docker.io/library/busybox:latest containerd:docker.io/library/busybox:latest" {
+		t.Fatalf("planned %v", planned)
+	}
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "missing"}})
+	if st, _ := status.FromError(err); st.Code() != codes.NotFound || st.Message() != "pullhelper: not_found: docker.io/library/missing:latest: manifest unknown" {
+		t.Fatalf("missing: %v", err)
+	}
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "Bad Name"}})
+	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument {
+		t.Fatalf("bad name: %v", err)
+	}
+
+	// Forwarded: unary, with the caller's metadata.
+	lctx := metadata.AppendToOutgoingContext(ctx, "x-test", "v1")
+	list, err := c.ListImages(lctx, &runtimeapi.ListImagesRequest{})
+	if err != nil || len(list.Images) != 1 || list.Images[0].Id != "sha256:one" || list.Images[0].RepoTags[0] != "reg/a:1" {
+		t.Fatalf("ListImages: %v %v", list, err)
+	}
+	if md := <-fake.gotMD; len(md.Get("x-test")) != 1 || md.Get("x-test")[0] != "v1" {
+		t.Fatalf("the runtime got metadata %v", md)
+	}
+	// Forwarded: server streaming.
+	stream, err := c.StreamImages(ctx, &runtimeapi.StreamImagesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("StreamImages: %v", err)
+		}
+		ids = append(ids, m.Images[0].Id)
+	}
+	if len(ids) != 2 || ids[1] != "sha256:two" {
+		t.Fatalf("StreamImages: %v", ids)
+	}
+	// Forwarded: the runtime's error, code and message.
+	_, err = c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "reg/b:2"}})
+	if st, _ := status.FromError(err); st.Code() != codes.NotFound || st.Message() != "no such image: reg/b:2" {
+		t.Fatalf("ImageStatus: %v", err)
+	}
+	// A method the runtime lacks: its Unimplemented, not ours.
+	_, err = c.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: "x"}})
+	if st, _ := status.FromError(err); st.Code() != codes.Unimplemented {
+		t.Fatalf("RemoveImage: %v", err)
+	}
+
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(phSock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket is left: %v", err)
+	}
+}

@@ -1,0 +1,182 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pipeline"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// PlanFunc builds the plan of one pull of image (normalised, as
+// containerd's CRI normalises it) into dest, with the request's credential
+// (nil: the node's sources only). The caller owns the policy, the flags and
+// the inputs; Serve closes the plan.
+type PlanFunc func(image, dest string, cred *Credential) (*pipeline.Plan, error)
+
+// RunFunc runs a plan (pipeline.Run; a test's stand-in).
+type RunFunc func(ctx context.Context, p *pipeline.Plan, o pipeline.Options) (*api.Result, error)
+
+// Config is what Serve needs.
+type Config struct {
+	// Listen and Runtime are unix socket paths (without "unix://").
+	Listen, Runtime string
+	// MaxParallel bounds the pulls running at once (at least 1).
+	MaxParallel int
+	Plan        PlanFunc
+	Run         RunFunc
+	// Options are passed to every Run (its Log too: one line per pull).
+	Options pipeline.Options
+	Log     *slog.Logger
+	// Ready, when set, is called once the socket listens (systemd's
+	// READY=1).
+	Ready func()
+}
+
+// Server is a running image service.
+type Server struct {
+	cfg     Config
+	runtime *grpc.ClientConn
+	log     *slog.Logger
+	sem     chan struct{}
+
+	base    context.Context
+	mu      sync.Mutex
+	flights map[string]*flight
+	running sync.WaitGroup
+	pulls   int
+}
+
+// SocketPath checks a --listen or --runtime-endpoint value, unix:///PATH
+// with PATH absolute, and returns PATH.
+func SocketPath(flag, v string) (string, error) {
+	p, ok := strings.CutPrefix(v, "unix://")
+	if !ok || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return "", failure.New(failure.Usage, "%s %q: want unix:///ABSOLUTE/PATH", flag, v)
+	}
+	return p, nil
+}
+
+// listen creates the socket at path, root-only (0600, created under that
+// umask: never more open, not even for a moment). An existing socket
+// nobody answers on is stale and removed; a live one, or anything else at
+// path, is refused (exit 2).
+func listen(path string) (net.Listener, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode().Type() != fs.ModeSocket:
+		return nil, failure.New(failure.Usage, "--listen %s: exists and is not a socket (%s); remove it or listen elsewhere", path, fi.Mode().Type())
+	case err == nil:
+		if c, derr := net.DialTimeout("unix", path, 2*time.Second); derr == nil {
+			c.Close()
+			return nil, failure.New(failure.Usage, "--listen %s: another server answers on this socket; stop it or listen elsewhere", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, failure.New(failure.Usage, "--listen %s: removing the stale socket: %s", path, failure.Reason(err))
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
+	}
+	old := unix.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: %v", path, err)
+	}
+	return l, nil
+}
+
+// Serve serves until ctx ends, then stops: every pull in flight is
+// cancelled and waited for (its cgroup killed, its staging removed), and
+// the socket is removed. It returns the number of pulls run.
+func Serve(ctx context.Context, cfg Config) (int, error) {
+	if cfg.MaxParallel < 1 {
+		return 0, failure.New(failure.Usage, "--max-parallel %d: want at least 1", cfg.MaxParallel)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	conn, err := grpc.NewClient("unix://"+cfg.Runtime, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
+	}
+	defer conn.Close()
+	l, err := listen(cfg.Listen)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(cfg.Listen)
+	s := &Server{cfg: cfg, runtime: conn, log: cfg.Log, sem: make(chan struct{}, cfg.MaxParallel), base: ctx, flights: map[string]*flight{}}
+	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.UnknownServiceHandler(s.forward))
+	srv.RegisterService(&imageServiceDesc, s)
+	stopped := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		srv.Stop()
+		close(stopped)
+	}()
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+	s.log.Info("serving", "listen", "unix://"+cfg.Listen, "runtime_endpoint", "unix://"+cfg.Runtime, "max_parallel", cfg.MaxParallel)
+	serveErr := srv.Serve(l)
+	if ctx.Err() == nil {
+		srv.Stop()
+	} else {
+		<-stopped
+	}
+	s.running.Wait()
+	s.mu.Lock()
+	n := s.pulls
+	s.mu.Unlock()
+	if serveErr != nil && ctx.Err() == nil {
+		return n, failure.New(failure.Internal, "serving on %s: %v", cfg.Listen, serveErr)
+	}
+	return n, nil
+}
+
+// imageService is the part of runtime.v1.ImageService served here.
+type imageService interface {
+	PullImage(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)
+}
+
+// imageServiceDesc registers PullImage only: every other method of the
+// service, like every other service, reaches the unknown-service handler
+// (forward).
+var imageServiceDesc = grpc.ServiceDesc{
+	ServiceName: "runtime.v1.ImageService",
+	HandlerType: (*imageService)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "PullImage",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			in := new(runtimeapi.PullImageRequest)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			if interceptor == nil {
+				return srv.(imageService).PullImage(ctx, in)
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: runtimeapi.ImageService_PullImage_FullMethodName}
+			return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+				return srv.(imageService).PullImage(ctx, req.(*runtimeapi.PullImageRequest))
+			})
+		},
+	}},
+	Metadata: "api.proto",
+}
