@@ -401,22 +401,23 @@ t_io_throttle_pull() {
         [ "$RC" = 0 ] || { bad "unlimited pull exited $RC"; show_err base; return; }
         USAGE_MS=$DUR
     fi
-    rate=$((1 << 20))
-    pull io --io-write-bps "$DISK=1Mi/s" "$REG/fixtures/medium" "oci:$d/dest"
+    # 256 KiB/s: the throttle alone then needs about 80 s for the image's
+    # 20 MiB, several times what the whole unlimited pull takes even on a
+    # loaded host (11 s idle, 19 s seen under load): a lower bound the
+    # limit imposes, which load can only lengthen. (Comparing the limited
+    # pull with the unlimited one measured at another moment failed by
+    # timing: the CPU-bound download varies more than the margin.)
+    rate=$((256 << 10))
+    pull io --io-write-bps "$DISK=256Ki/s" "$REG/fixtures/medium" "oci:$d/dest"
     [ "$RC" = 0 ] || { bad "exit $RC"; show_err io; return; }
     o=$W/io.out
     bytes=$(jget bytes "$o")
     wr=$(jget io_write_bytes "$o")
-    # At 1 MiB/s the image's bytes need bytes/rate seconds to reach the
-    # disk; allow for the throttle's initial burst (70%). The download itself
-    # is CPU-bound here and not throttled, so the limit adds about
-    # bytes/rate to the unlimited time: ask for half of that on top, and a
-    # generous ratio.
+    # At 256 KiB/s the image's bytes need bytes/rate seconds to reach the
+    # disk; allow for the throttle's initial burst (70%).
     need=$((bytes * 1000 / rate * 7 / 10))
     ev "unlimited_ms=$USAGE_MS limited_ms=$DUR ratio=$((DUR * 100 / USAGE_MS))% (bytes=$bytes, >= ${need} ms expected) io_write_bytes=$wr"
-    [ "$DUR" -ge "$need" ] || bad "limited pull took $DUR ms, want >= $need ms"
-    [ "$DUR" -ge $((USAGE_MS + need * 5 / 7)) ] || bad "limited pull $DUR ms is not $((need * 5 / 7)) ms slower than the unlimited $USAGE_MS ms"
-    [ "$DUR" -ge $((USAGE_MS * 13 / 10)) ] || bad "limited pull $DUR ms is not 1.3x the unlimited $USAGE_MS ms"
+    [ "$DUR" -ge "$need" ] || bad "limited pull took $DUR ms, want >= $need ms (the throttle's own minimum)"
     isnum "$wr" && [ "$wr" -ge $((bytes / 2)) ] || bad "io_write_bytes '$wr' for $bytes bytes"
     [ "$(jget digest "$o")" = "$DIGEST_medium" ] || bad "digest $(jget digest "$o")"
 }
