@@ -10,7 +10,9 @@
 # PID 1 on a root filesystem built by tests/vm/systemd/build.sh (mmdebstrap),
 # running tests/vm/systemd/guest-tests.sh: the systemd cgroup driver.
 #
-# Environment: PH_VM_TIMEOUT (seconds QEMU may run, default 480),
+# Environment: PH_VM_TIMEOUT (seconds QEMU may run, default 1200: the
+# guest needs about 220 s on an idle 2-core host and can take more than
+# twice that while the host is busy; the bound is for a guest that hangs),
 # PH_VM_KEEP=1 keeps the work directory (serial log, disk image),
 # PH_VM_ONLY="name ..." runs only those guest tests, and
 # PH_VM_GUEST_SCRIPT=FILE boots with FILE as the guest tests (development).
@@ -28,7 +30,7 @@ elif [[ -n ${1:-} ]]; then
     echo "run.sh: unknown argument $1 (only --systemd)" >&2
     exit 2
 fi
-VM_TIMEOUT=${PH_VM_TIMEOUT:-480}
+VM_TIMEOUT=${PH_VM_TIMEOUT:-1200}
 
 # Every test the guest must report (in this order); a missing one fails.
 if [[ $MODE == systemd ]]; then
