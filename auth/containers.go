@@ -145,7 +145,7 @@ func lookupFile(f wire.AuthFile, name, registry string, o lookupOpts) (*wire.Cre
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading auth file %s: %w", f.Path, pathErr(err))
+		return nil, fmt.Errorf("reading auth file %s: %w", f.Path, safefile.Cause(err))
 	}
 	var content authFileContent
 	if f.Legacy {
@@ -313,18 +313,6 @@ const (
 	helperMaxStdout = 1 << 20
 	helperMaxStderr = 64 << 10
 )
-
-func pathErr(err error) error {
-	var pe *fs.PathError
-	var se *safefile.Error
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err
-	case errors.As(err, &se):
-		return errors.New(se.Msg)
-	}
-	return err
-}
 
 // readFile reads a file root reads for the caller: a regular file (a FIFO
 // or a device is refused without blocking), at most safefile.MaxConfig

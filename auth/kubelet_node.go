@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 // The node's docker config search (kubernetes pkg/credentialprovider
@@ -67,7 +69,7 @@ func searchNodeConfig(dirs []string, name string, parse func([]byte) (kubeletCon
 		data, err := readFile(p)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				skipped(fmt.Sprintf("reading the node docker config %s: %v", p, pathErr(err)))
+				skipped(fmt.Sprintf("reading the node docker config %s: %v", p, safefile.Cause(err)))
 			}
 			continue
 		}

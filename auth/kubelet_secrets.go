@@ -9,6 +9,7 @@ import (
 	"io"
 	"regexp"
 
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -44,7 +45,7 @@ func LoadPullSecrets(files []string, inline ...Inline) (*KubeletKeyring, error) 
 	for _, f := range files {
 		data, err := readFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("reading pull secret %s: %w", f, pathErr(err))
+			return nil, fmt.Errorf("reading pull secret %s: %w", f, safefile.Cause(err))
 		}
 		if err := k.addPullSecretFile(data, f); err != nil {
 			return nil, err

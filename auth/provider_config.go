@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -282,7 +283,7 @@ func LoadProviderConfig(path string) (*ProviderConfig, error) {
 	for _, f := range files {
 		data, err := readFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("credential provider config %s: %w", f, pathErr(err))
+			return nil, fmt.Errorf("credential provider config %s: %w", f, safefile.Cause(err))
 		}
 		providers, err := cpDecodeConfig(data, f)
 		if err != nil {

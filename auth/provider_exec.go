@@ -21,6 +21,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
 )
@@ -114,7 +115,7 @@ func cpCheckBinaries(cfg *ProviderConfig, binDir string) error {
 	return nil
 }
 
-func cpPathErr(err error) error { return pathErr(err) }
+func cpPathErr(err error) error { return safefile.Cause(err) }
 
 type cpAuthConfig struct {
 	Username string `json:"username"`

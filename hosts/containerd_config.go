@@ -153,11 +153,11 @@ func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
 		data, err := readFile(path)
 		if err != nil {
 			if path == configPath {
-				return nil, fmt.Errorf("reading containerd config %s: %w", path, pathErr(err))
+				return nil, fmt.Errorf("reading containerd config %s: %w", path, safefile.Cause(err))
 			}
 			// The imported path is the importing file's content: named by
 			// its entry, with the reason (no such file, not regular).
-			return nil, fmt.Errorf("containerd config %s: imports: a file its entry %d names: %w", imp.parent, imp.n, pathErr(err))
+			return nil, fmt.Errorf("containerd config %s: imports: a file its entry %d names: %w", imp.parent, imp.n, safefile.Cause(err))
 		}
 		var top struct {
 			Version int                       `toml:"version"`

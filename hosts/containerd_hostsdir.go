@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pullhelper/pullhelper/internal/safefile"
 	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
@@ -37,7 +38,7 @@ func checkctrdTLSFiles(h ctrdHostConfig) error {
 	for _, f := range h.caCerts {
 		data, err := readFile(f)
 		if err != nil {
-			return fmt.Errorf("unable to read CA cert %q: %w", f, pathErr(err))
+			return fmt.Errorf("unable to read CA cert %q: %w", f, safefile.Cause(err))
 		}
 		if !x509.NewCertPool().AppendCertsFromPEM(data) {
 			return fmt.Errorf("unable to load CA cert %q", f)
@@ -46,12 +47,12 @@ func checkctrdTLSFiles(h ctrdHostConfig) error {
 	for _, pair := range h.clientPairs {
 		certPEM, err := readFile(pair[0])
 		if err != nil {
-			return fmt.Errorf("unable to read CERT file %q: %w", pair[0], pathErr(err))
+			return fmt.Errorf("unable to read CERT file %q: %w", pair[0], safefile.Cause(err))
 		}
 		keyPEM := certPEM
 		if pair[1] != "" {
 			if keyPEM, err = readFile(pair[1]); err != nil {
-				return fmt.Errorf("unable to read CERT file %q: %w", pair[1], pathErr(err))
+				return fmt.Errorf("unable to read CERT file %q: %w", pair[1], safefile.Cause(err))
 			}
 		}
 		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
@@ -97,7 +98,7 @@ func containerdHostDirectory(host string) string {
 func loadContainerdHostDir(dir string, warn func(string)) ([]ctrdHostConfig, error) {
 	b, err := readFile(filepath.Join(dir, "hosts.toml"))
 	if err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, "hosts.toml"), pathErr(err))
+		return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, "hosts.toml"), safefile.Cause(err))
 	}
 	if len(b) == 0 {
 		return loadContainerdCertFiles(dir)
@@ -335,11 +336,11 @@ func loadContainerdCertFiles(dir string) ([]ctrdHostConfig, error) {
 func loadX509KeyPair(certFile, keyFile string) (tls.Certificate, error) {
 	certPEM, err := readFile(certFile)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("open %s: %w", certFile, pathErr(err))
+		return tls.Certificate{}, fmt.Errorf("open %s: %w", certFile, safefile.Cause(err))
 	}
 	keyPEM, err := readFile(keyFile)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("open %s: %w", keyFile, pathErr(err))
+		return tls.Certificate{}, fmt.Errorf("open %s: %w", keyFile, safefile.Cause(err))
 	}
 	return tls.X509KeyPair(certPEM, keyPEM)
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/safefile"
 )
 
 // containerd legacy mode (config_path == ""): mirrors[host] then the default
@@ -99,7 +101,7 @@ func ctrdLegacyTLS(c *ctrdTLSConfig, host string, u *url.URL) (ctrdTLS, error) {
 	if c.CAFile != "" {
 		data, err := readFile(c.CAFile)
 		if err != nil {
-			return t, fmt.Errorf("failed to load CA file: %s: %w", c.CAFile, pathErr(err))
+			return t, fmt.Errorf("failed to load CA file: %s: %w", c.CAFile, safefile.Cause(err))
 		}
 		// containerd ignores AppendCertsFromPEM's result here: a file
 		// without a certificate adds nothing and is not an error.

@@ -3,7 +3,6 @@ package hosts
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/regpattern"
@@ -175,16 +174,3 @@ func splitRepo(repository string) (domain, path string) {
 // (containers/image and containerd use os.ReadFile). A missing file still
 // matches fs.ErrNotExist.
 func readFile(path string) ([]byte, error) { return safefile.ReadFile(path, safefile.MaxConfig) }
-
-// pathErr is err's reason without the path (the caller names the file).
-func pathErr(err error) error {
-	var pe *fs.PathError
-	var se *safefile.Error
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err
-	case errors.As(err, &se):
-		return errors.New(se.Msg)
-	}
-	return err
-}

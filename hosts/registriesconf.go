@@ -78,7 +78,7 @@ func CheckRegistriesConf(sys *types.SystemContext) (*RegistriesConfFiles, error)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading registries.conf drop-in directory %s: %w", dir, pathErr(err))
+			return nil, fmt.Errorf("reading registries.conf drop-in directory %s: %w", dir, safefile.Cause(err))
 		}
 		for _, e := range ents {
 			if !e.IsDir() && strings.HasSuffix(e.Name(), ".conf") {
@@ -108,7 +108,7 @@ func CheckRegistriesConf(sys *types.SystemContext) (*RegistriesConfFiles, error)
 			return nil, nil // containers/image skips a vanished drop-in
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading registries.conf %s: %w", f, pathErr(err))
+			return nil, fmt.Errorf("reading registries.conf %s: %w", f, safefile.Cause(err))
 		}
 		var v map[string]any
 		if _, err := toml.Decode(string(data), &v); err != nil {

@@ -185,6 +185,21 @@ func Reason(err error) string {
 	return err.Error()
 }
 
+// Cause is err's reason as an error without the path, for a caller that
+// names the file itself: a *fs.PathError's errno (errors.Is still matches
+// fs.ErrNotExist), a safefile *Error's message, else err.
+func Cause(err error) error {
+	var pe *fs.PathError
+	var se *Error
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err
+	case errors.As(err, &se):
+		return errors.New(se.Msg)
+	}
+	return err
+}
+
 // Redact removes what a decoder's message quotes ('x', "x", `x`, up to the
 // end of the message for an unterminated quote or one whose text holds a
 // backslash-escaped quote, to the last backtick for a backtick excerpt,
