@@ -3,7 +3,8 @@
 // own CRI, for the kubelet's --image-service-endpoint.
 //
 //   - PullImage (pull.go) runs one pull per request through the pipeline
-//     (the caller's Plan hook builds it, as `pullhelper pull` would, into
+//     (the caller's Plan hook builds it from a Request — the image, DEST, the
+//     credential and the pod's sandbox_config — as `pullhelper pull` would, into
 //     containerd:REF of the runtime's socket, namespace k8s.io; Run is
 //     pipeline.Run, isolated), and answers image_ref = the image ID, as
 //     containerd's CRI does (criService.PullImage returns the image ID).

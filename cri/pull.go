@@ -76,7 +76,7 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 		key += cred.Identity
 	}
 	res, shared, err := s.join(ctx, key, func(ctx context.Context) (*api.Result, error) {
-		return s.run(ctx, image, cred)
+		return s.run(ctx, Request{Image: image, Dest: "containerd:" + image, Cred: cred, Pod: req.GetSandboxConfig()})
 	})
 	return res, shared, cred, err
 }
@@ -136,7 +136,8 @@ func (s *Server) join(ctx context.Context, key string, do func(context.Context) 
 }
 
 // run is one pull: a slot of MaxParallel, the plan, the pipeline.
-func (s *Server) run(ctx context.Context, image string, cred *Credential) (*api.Result, error) {
+func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
+	image := r.Image
 	select {
 	case s.sem <- struct{}{}:
 	default:
@@ -152,7 +153,7 @@ func (s *Server) run(ctx context.Context, image string, cred *Credential) (*api.
 	s.pulls++
 	s.mu.Unlock()
 	s.log.Info("pull started", "image", image)
-	plan, err := s.cfg.Plan(image, "containerd:"+image, cred)
+	plan, err := s.cfg.Plan(r)
 	if err != nil {
 		return nil, err
 	}

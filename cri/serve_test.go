@@ -66,9 +66,9 @@ func TestServe(t *testing.T) {
 	var planned []string
 	cfg := Config{
 		Listen: phSock, Runtime: rtSock, MaxParallel: 2,
-		Plan: func(image, dest string, cred *Credential) (*pipeline.Plan, error) {
-			planned = append(planned, image+" "+dest)
-			if image == "docker.io/library/missing:latest" {
+		Plan: func(r Request) (*pipeline.Plan, error) {
+			planned = append(planned, r.Image+" "+r.Dest)
+			if r.Image == "docker.io/library/missing:latest" {
 				return nil, failure.New(failure.NotFound, "docker.io/library/missing:latest: manifest unknown")
 			}
 			return &pipeline.Plan{}, nil

@@ -21,11 +21,22 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// PlanFunc builds the plan of one pull of image (normalised, as
-// containerd's CRI normalises it) into dest, with the request's credential
-// (nil: the node's sources only). The caller owns the policy, the flags and
-// the inputs; Serve closes the plan.
-type PlanFunc func(image, dest string, cred *Credential) (*pipeline.Plan, error)
+// Request is one pull as the plan hook sees it.
+type Request struct {
+	// Image is the request's image, normalised as containerd's CRI
+	// normalises it (docker.io/library/NAME:latest).
+	Image string
+	// Dest is the pull's DEST (containerd:IMAGE).
+	Dest string
+	// Cred is the request's credential (nil: the node's sources only).
+	Cred *Credential
+	// Pod is the request's sandbox_config (nil when it has none).
+	Pod *runtimeapi.PodSandboxConfig
+}
+
+// PlanFunc builds the plan of one pull. The caller owns the policy, the
+// flags and the inputs; Serve closes the plan.
+type PlanFunc func(r Request) (*pipeline.Plan, error)
 
 // RunFunc runs a plan (pipeline.Run; a test's stand-in).
 type RunFunc func(ctx context.Context, p *pipeline.Plan, o pipeline.Options) (*api.Result, error)

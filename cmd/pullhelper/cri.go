@@ -77,13 +77,13 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			if _, err := criPolicy(cmd.Flags(), c, rpath); err != nil {
 				return err
 			}
-			plan := func(image, dest string, cred *cri.Credential) (*pipeline.Plan, error) {
+			plan := func(r cri.Request) (*pipeline.Plan, error) {
 				l, err := criPolicy(cmd.Flags(), c, rpath)
 				if err != nil {
 					return nil, err
 				}
-				in := pipeline.Inputs{Image: image, Dest: dest, Env: auth.OSEnv(), Version: version, StateRoot: state.Default}
-				if cred != nil {
+				in := pipeline.Inputs{Image: r.Image, Dest: r.Dest, Env: auth.OSEnv(), Version: version, StateRoot: state.Default}
+				if cred := r.Cred; cred != nil {
 					if cred.PullSecret != nil {
 						in.PullSecrets = []auth.Inline{*cred.PullSecret}
 					}
