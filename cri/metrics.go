@@ -125,7 +125,12 @@ func (m *metrics) pulled(res *api.Result, err error) {
 		return
 	}
 	if err != nil {
-		m.pulls.WithLabelValues(string(failure.CodeOf(err))).Inc()
+		code := failure.CodeOf(err)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			// Every caller went, or the service stops.
+			code = failure.Interrupted
+		}
+		m.pulls.WithLabelValues(string(code)).Inc()
 		return
 	}
 	m.pulls.WithLabelValues("ok").Inc()

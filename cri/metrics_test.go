@@ -536,3 +536,32 @@ func TestLogLineBounds(t *testing.T) {
 		t.Errorf("the log line is %d bytes", buf.Len())
 	}
 }
+
+// A request cancelled while its pull runs: the request counted
+// interrupted/Canceled, its pull (no caller left, so stopped) interrupted,
+// and the gauge back to 0.
+func TestMetricsCancelled(t *testing.T) {
+	cfg := Config{
+		MaxParallel: 1,
+		Plan:        func(Request) (*pipeline.Plan, error) { return &pipeline.Plan{}, nil },
+		Run: func(ctx context.Context, p *pipeline.Plan, o pipeline.Options) (*api.Result, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}
+	c, addr, _, _ := startServe(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}, grpc.WaitForReady(true))
+		done <- err
+	}()
+	waitMetric(t, addr, "pullhelper_cri_pulls_in_flight", 1)
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled request: %v", err)
+	}
+	waitMetric(t, addr, `pullhelper_cri_pull_requests_total{grpc_code="Canceled",result="interrupted"}`, 1)
+	waitMetric(t, addr, `pullhelper_cri_pulls_total{result="interrupted"}`, 1)
+	waitMetric(t, addr, "pullhelper_cri_pulls_in_flight", 0)
+}

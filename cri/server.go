@@ -139,13 +139,20 @@ func bindAs(path string, gid int) (net.Listener, error) {
 	if st.Mode&unix.S_ISGID != 0 && int(st.Gid) != gid {
 		return nil, failure.New(failure.Usage, "--listen %s: its directory is setgid (group %d), which would be the socket's group instead of --listen-group's %d; listen elsewhere", path, st.Gid, gid)
 	}
-	l, err := func() (net.Listener, error) {
+	// A goroutine of its own: should the fsgid not come back, it
+	// returns with its thread still locked, and the runtime ends that
+	// thread, its credentials with it.
+	type bound struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan bound, 1)
+	go func() {
 		runtime.LockOSThread()
 		prev, _ := unix.SetfsgidRetGid(gid)
 		if cur, _ := unix.SetfsgidRetGid(-1); cur != gid {
-			// The thread is left locked: it ends with this
-			// goroutine, its credentials with it.
-			return nil, failure.New(failure.Usage, "--listen-group %d: cannot create the socket with this group", gid)
+			ch <- bound{nil, failure.New(failure.Usage, "--listen-group %d: cannot create the socket with this group", gid)}
+			return
 		}
 		old := unix.Umask(0o117)
 		l, lerr := net.Listen("unix", path)
@@ -155,14 +162,17 @@ func bindAs(path string, gid int) (net.Listener, error) {
 			if l != nil {
 				l.Close()
 			}
-			return nil, failure.New(failure.Internal, "--listen %s: could not restore the filesystem gid", path)
+			ch <- bound{nil, failure.New(failure.Internal, "--listen %s: could not restore the filesystem gid", path)}
+			return
 		}
 		runtime.UnlockOSThread()
 		if lerr != nil {
-			return nil, failure.New(failure.Usage, "--listen %s: %v", path, lerr)
+			lerr = failure.New(failure.Usage, "--listen %s: %v", path, lerr)
 		}
-		return l, nil
+		ch <- bound{l, lerr}
 	}()
+	b := <-ch
+	l, err := b.l, b.err
 	if err != nil {
 		return nil, err
 	}
