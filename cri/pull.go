@@ -25,8 +25,8 @@ type flight struct {
 }
 
 // PullImage implements runtime.v1.ImageService/PullImage. It logs one
-// line per request (logAttrs: every field bounded) and counts it in the
-// metrics.
+// line per request (logline.go: every field a request sets bounded) and
+// counts it in the metrics.
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	start := time.Now()
 	attrs := requestAttrs(req)

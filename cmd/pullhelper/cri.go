@@ -74,8 +74,8 @@ any method or service) is forwarded to --runtime-endpoint as it came.
 
 The socket is created root-only (0600), or with --listen-group GROUP root:GROUP 0660
 (born so: never more open, not even for a moment; a setgid directory of another
-group is refused); a stale socket is replaced, anything else there is refused. Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens
-(Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
+group is refused); a stale socket is replaced, anything else there is refused.
+Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens (Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
 and cleaned up, the socket is removed, and one JSON object is printed:
   {"listen":..., "runtime_endpoint":..., "pulls":N}`,
 		Args: exactArgs(0, "no arguments"),
