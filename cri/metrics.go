@@ -168,8 +168,9 @@ func wireBytes(res *api.Result) int64 {
 	return n
 }
 
-// MetricsAddr checks a --metrics-listen value, HOST:PORT with a numeric
-// port (HOST empty: every address), and returns it. A unix socket is not
+// MetricsAddr checks a --metrics-listen value, HOST:PORT with HOST an IP
+// address (never a name, not even localhost: nothing is resolved; empty:
+// every address) and a numeric port, and returns it. A unix socket is not
 // offered: Prometheus scrapes TCP.
 func MetricsAddr(v string) (string, error) {
 	host, port, err := net.SplitHostPort(v)
@@ -179,8 +180,8 @@ func MetricsAddr(v string) (string, error) {
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return "", failure.New(failure.Usage, "--metrics-listen %q: the port must be a number 0-65535", v)
 	}
-	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
-		return "", failure.New(failure.Usage, "--metrics-listen %q: HOST must be an IP address or localhost (no name is resolved)", v)
+	if host != "" && net.ParseIP(host) == nil {
+		return "", failure.New(failure.Usage, "--metrics-listen %q: HOST must be an IP address, e.g. 127.0.0.1 (no name is resolved)", v)
 	}
 	return v, nil
 }

@@ -394,12 +394,12 @@ func TestMetricsListenerBounds(t *testing.T) {
 }
 
 func TestMetricsAddr(t *testing.T) {
-	for _, v := range []string{"127.0.0.1:9471", "[::1]:9471", ":9471", "localhost:0"} {
+	for _, v := range []string{"127.0.0.1:9471", "[::1]:9471", ":9471", "127.0.0.1:0"} {
 		if _, err := MetricsAddr(v); err != nil {
 			t.Errorf("%q: %v", v, err)
 		}
 	}
-	for _, v := range []string{"", "9471", "127.0.0.1", "127.0.0.1:x", "127.0.0.1:70000", "example.com:9471", "unix:///run/m.sock"} {
+	for _, v := range []string{"", "9471", "127.0.0.1", "127.0.0.1:x", "127.0.0.1:70000", "example.com:9471", "localhost:9471", "unix:///run/m.sock"} {
 		if _, err := MetricsAddr(v); failure.CodeOf(err) != failure.Usage || !strings.Contains(fmt.Sprint(err), "--metrics-listen") {
 			t.Errorf("%q: %v, want a usage error naming the flag", v, err)
 		}

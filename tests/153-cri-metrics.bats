@@ -155,7 +155,7 @@ metric() {
     [[ $output == *"--metrics-listen $REGISTRY_HOST"* ]] || fail "want the flag named: $output"
     [[ ! -e $s ]] || fail "a socket was left"
     local v
-    for v in 9471 example.com:9471 127.0.0.1:99999 unix:///run/m.sock; do
+    for v in 9471 example.com:9471 localhost:9471 127.0.0.1:99999 unix:///run/m.sock; do
         run_pullhelper 2 cri --listen "unix://$s" --runtime-endpoint "unix://$T/none.sock" --metrics-listen "$v"
         assert_json_error usage
         [[ $output == *"--metrics-listen"* ]] || fail "$v: want the flag named: $output"

@@ -151,7 +151,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 	fs := cmd.Flags()
 	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, unless --listen-group)")
 	fs.StringVar(&listenGroup, "listen-group", "", "create the --listen socket root:`GROUP` 0660 (a name of /etc/group or a numeric GID) so that this group's members may call it; default root-only 0600")
-	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address or localhost, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
+	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
 	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "containerd's CRI and API socket, `unix:///PATH`: pulls import into it (namespace k8s.io), every other call is forwarded to it")
 	fs.IntVar(&maxParallel, "max-parallel", 4, "run at most `N` pulls at once (equal requests in flight share one pull)")
 	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
