@@ -20,9 +20,22 @@
 //     bytes (forward.go: grpc.UnknownServiceHandler with a codec that
 //     passes frames through), so the kubelet sees one store and methods
 //     newer than this code still work.
+//   - Observability: one log line per PullImage request (logline.go: the
+//     request's image and pod, the result's digest, image ID, bytes, cgroup
+//     and usage, the failure code beside the gRPC code; every field a
+//     request sets bounded and escaped) and, with Config.MetricsListen,
+//     Prometheus metrics on GET /metrics (metrics.go: client_golang, a
+//     registry of its own with the Go and process collectors; requests by
+//     failure and gRPC code, pulls by failure code, bytes, a duration
+//     histogram, pulls in flight and waiting, joined requests; no label
+//     holds a request's value). The HTTP server has read and write
+//     timeouts, a header bound, at most 4 scrapes at once, and stops
+//     after the last pull when Serve returns.
 //
 // Invariants: an error returned to a caller is a gRPC status whose message
 // is the pull's one-line error (failure's invariant: no secret), with the
 // request's secrets redacted again in case; no secret is logged; the
-// socket is created root-only (0600) and removed when Serve returns.
+// socket is created root-only (0600), or root:ListenGID 0660 (group.go,
+// server.go bindAs: born with that group and mode, never more open), and
+// removed when Serve returns.
 package cri

@@ -24,33 +24,25 @@ type flight struct {
 	cancel  context.CancelFunc
 }
 
-// PullImage implements runtime.v1.ImageService/PullImage.
+// PullImage implements runtime.v1.ImageService/PullImage. It logs one
+// line per request (logline.go: every field a request sets bounded) and
+// counts it in the metrics.
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	start := time.Now()
-	image := req.GetImage().GetImage()
-	attrs := []any{"image", image}
-	if md := req.GetSandboxConfig().GetMetadata(); md != nil {
-		attrs = append(attrs, "pod_namespace", md.GetNamespace(), "pod_name", md.GetName())
-	}
+	attrs := requestAttrs(req)
 	res, shared, cred, err := s.pull(ctx, req)
-	attrs = append(attrs, "duration_ms", time.Since(start).Milliseconds(), "shared", shared)
-	if cred != nil {
-		attrs = append(attrs, "registry", cred.Host, "username", cred.Username)
-		if cred.Ignored != "" {
-			attrs = append(attrs, "ignored", cred.Ignored)
-		}
-	}
+	d := time.Since(start)
+	attrs = append(attrs, "duration_ms", d.Milliseconds(), "shared", shared)
+	attrs = append(attrs, credentialAttrs(cred)...)
 	if err != nil {
 		st := statusOf(err, ctx.Err(), cred)
-		s.log.Warn("pull", append(attrs, "code", st.Code().String(), "error", st.Message())...)
+		result := resultOf(st, err)
+		s.metrics.request(result, st.Code(), d)
+		s.log.Warn("pull", append(attrs, "result", string(result), "code", st.Code().String(), "error", clip(st.Message(), maxLogError))...)
 		return nil, st.Err()
 	}
-	attrs = append(attrs, "digest", res.Digest, "image_id", res.ImageID, "bytes", res.Bytes, "cgroup", res.Isolation.Cgroup,
-		"isolated", res.Isolation.Enabled, "uid", res.Isolation.UID, "code", codes.OK.String())
-	if res.Usage != nil {
-		attrs = append(attrs, "usage", res.Usage)
-	}
-	s.log.Info("pull", attrs...)
+	s.metrics.request(resultOf(nil, nil), codes.OK, d)
+	s.log.Info("pull", append(attrs, resultAttrs(res)...)...)
 	return &runtimeapi.PullImageResponse{ImageRef: res.ImageID}, nil
 }
 
@@ -64,7 +56,7 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	// (docker.io/library/NAME:latest) before anything else.
 	named, err := reference.ParseDockerRef(raw)
 	if err != nil {
-		return nil, false, nil, failure.New(failure.Usage, "image %q: %v", pull.Printable(raw), err)
+		return nil, false, nil, failure.New(failure.Usage, "image %q: %v", clip(raw, maxLogImage), err)
 	}
 	image := named.String()
 	cred, err := credentialFor(req.GetAuth(), image)
@@ -96,6 +88,7 @@ func (s *Server) join(ctx context.Context, key string, do func(context.Context) 
 		go func() {
 			defer s.running.Done()
 			f.res, f.err = do(fctx)
+			s.metrics.pulled(f.res, f.err)
 			result := "ok"
 			if f.err != nil {
 				result = string(failure.CodeOf(f.err))
@@ -113,6 +106,7 @@ func (s *Server) join(ctx context.Context, key string, do func(context.Context) 
 	f.waiters++
 	s.mu.Unlock()
 	if shared {
+		s.metrics.joinedOne()
 		s.log.Info("pull joined", "image", strings.SplitN(key, "\x00", 2)[0])
 	}
 	select {
@@ -142,13 +136,20 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 	case s.sem <- struct{}{}:
 	default:
 		s.log.Info("pull waiting", "image", image, "max_parallel", cap(s.sem))
+		s.metrics.waitingAdd(1)
 		select {
 		case s.sem <- struct{}{}:
+			s.metrics.waitingAdd(-1)
 		case <-ctx.Done():
+			s.metrics.waitingAdd(-1)
 			return nil, ctx.Err()
 		}
 	}
-	defer func() { <-s.sem }()
+	s.metrics.inFlightAdd(1)
+	defer func() {
+		s.metrics.inFlightAdd(-1)
+		<-s.sem
+	}()
 	s.mu.Lock()
 	s.pulls++
 	s.mu.Unlock()

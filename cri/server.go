@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,12 @@ type Config struct {
 	// Ready, when set, is called once the socket listens (systemd's
 	// READY=1).
 	Ready func()
+	// ListenGID, when not 0, is the group of the socket (--listen-group):
+	// the socket is root's, that group's, 0660. 0: root-only, 0600.
+	ListenGID int
+	// MetricsListen, when set, is the HOST:PORT of the Prometheus
+	// metrics (--metrics-listen, checked by MetricsAddr).
+	MetricsListen string
 }
 
 // Server is a running image service.
@@ -69,6 +76,7 @@ type Server struct {
 	flights map[string]*flight
 	running sync.WaitGroup
 	pulls   int
+	metrics *metrics
 }
 
 // SocketPath checks a --listen or --runtime-endpoint value, unix:///PATH
@@ -81,11 +89,12 @@ func SocketPath(flag, v string) (string, error) {
 	return p, nil
 }
 
-// listen creates the socket at path, root-only (0600, created under that
-// umask: never more open, not even for a moment). An existing socket
-// nobody answers on is stale and removed; a live one, or anything else at
-// path, is refused (exit 2).
-func listen(path string) (net.Listener, error) {
+// listen creates the socket at path: root-only (0600, created under that
+// umask), or with gid (not 0) root's, gid's, 0660 — created so, never more
+// open, not even for a moment (bindAs). An existing socket nobody answers
+// on is stale and removed; a live one, or anything else at path, is
+// refused (exit 2).
+func listen(path string, gid int) (net.Listener, error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case err == nil && fi.Mode().Type() != fs.ModeSocket:
@@ -104,11 +113,72 @@ func listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
 	}
-	old := unix.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	unix.Umask(old)
+	if gid == 0 {
+		old := unix.Umask(0o177)
+		l, err := net.Listen("unix", path)
+		unix.Umask(old)
+		if err != nil {
+			return nil, failure.New(failure.Usage, "--listen %s: %v", path, err)
+		}
+		return l, nil
+	}
+	return bindAs(path, gid)
+}
+
+// bindAs creates the socket at path as root:gid 0660 in one step: the
+// bind runs on a locked thread whose filesystem gid is gid
+// (setfsgid(2), this thread only) under umask 0117, so the inode is
+// born with that group and mode. A setgid directory would give the
+// socket its own group instead, so one of another group is refused
+// first; the result is checked (owner, group, mode) before it is used.
+func bindAs(path string, gid int) (net.Listener, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Dir(path), &st); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
+	}
+	if st.Mode&unix.S_ISGID != 0 && int(st.Gid) != gid {
+		return nil, failure.New(failure.Usage, "--listen %s: its directory is setgid (group %d), which would be the socket's group instead of --listen-group's %d; listen elsewhere", path, st.Gid, gid)
+	}
+	// A goroutine of its own: should the fsgid not come back, it
+	// returns with its thread still locked, and the runtime ends that
+	// thread, its credentials with it.
+	type bound struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan bound, 1)
+	go func() {
+		runtime.LockOSThread()
+		prev, _ := unix.SetfsgidRetGid(gid)
+		if cur, _ := unix.SetfsgidRetGid(-1); cur != gid {
+			ch <- bound{nil, failure.New(failure.Usage, "--listen-group %d: cannot create the socket with this group", gid)}
+			return
+		}
+		old := unix.Umask(0o117)
+		l, lerr := net.Listen("unix", path)
+		unix.Umask(old)
+		_, _ = unix.SetfsgidRetGid(prev)
+		if cur, _ := unix.SetfsgidRetGid(-1); cur != prev {
+			if l != nil {
+				l.Close()
+			}
+			ch <- bound{nil, failure.New(failure.Internal, "--listen %s: could not restore the filesystem gid", path)}
+			return
+		}
+		runtime.UnlockOSThread()
+		if lerr != nil {
+			lerr = failure.New(failure.Usage, "--listen %s: %v", path, lerr)
+		}
+		ch <- bound{l, lerr}
+	}()
+	b := <-ch
+	l, err := b.l, b.err
 	if err != nil {
-		return nil, failure.New(failure.Usage, "--listen %s: %v", path, err)
+		return nil, err
+	}
+	if err := unix.Lstat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != 0 || int(st.Gid) != gid || st.Mode&0o7777 != 0o660 {
+		l.Close()
+		return nil, failure.New(failure.Usage, "--listen %s: the socket was not created root:%d 0660 (mode %#o, owner %d:%d); listen elsewhere", path, gid, st.Mode&0o7777, st.Uid, st.Gid)
 	}
 	return l, nil
 }
@@ -128,12 +198,29 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
 	}
 	defer conn.Close()
-	l, err := listen(cfg.Listen)
+	m := newMetrics()
+	// The metrics port first: when it is taken, no socket was made.
+	var ml net.Listener
+	if cfg.MetricsListen != "" {
+		if ml, err = listenMetrics(cfg.MetricsListen); err != nil {
+			return 0, err
+		}
+	}
+	l, err := listen(cfg.Listen, cfg.ListenGID)
 	if err != nil {
+		if ml != nil {
+			ml.Close()
+		}
 		return 0, err
 	}
 	defer os.Remove(cfg.Listen)
-	s := &Server{cfg: cfg, runtime: conn, log: cfg.Log, sem: make(chan struct{}, cfg.MaxParallel), base: ctx, flights: map[string]*flight{}}
+	s := &Server{cfg: cfg, runtime: conn, log: cfg.Log, sem: make(chan struct{}, cfg.MaxParallel), base: ctx, flights: map[string]*flight{}, metrics: m}
+	if ml != nil {
+		// Stopped after every pull has ended: its last scrape can
+		// show nothing in flight.
+		stop := serveMetrics(ml, m, s.log)
+		defer stop()
+	}
 	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.UnknownServiceHandler(s.forward))
 	srv.RegisterService(&imageServiceDesc, s)
 	stopped := make(chan struct{})
@@ -145,7 +232,14 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
-	s.log.Info("serving", "listen", "unix://"+cfg.Listen, "runtime_endpoint", "unix://"+cfg.Runtime, "max_parallel", cfg.MaxParallel)
+	attrs := []any{"listen", "unix://" + cfg.Listen, "runtime_endpoint", "unix://" + cfg.Runtime, "max_parallel", cfg.MaxParallel}
+	if cfg.ListenGID != 0 {
+		attrs = append(attrs, "listen_gid", cfg.ListenGID)
+	}
+	if ml != nil {
+		attrs = append(attrs, "metrics_listen", ml.Addr().String())
+	}
+	s.log.Info("serving", attrs...)
 	serveErr := srv.Serve(l)
 	if ctx.Err() == nil {
 		srv.Stop()

@@ -268,17 +268,52 @@ func TestDaemonSetDecodingIsStrict(t *testing.T) {
 // Kubernetes' API types stay out of the binary. The one exception is the
 // CRI's protocol, k8s.io/cri-api/pkg/apis/runtime/v1 (generated protobuf
 // and gRPC stubs, no other k8s.io package), which `pullhelper cri` serves.
+// Prometheus is linked for `pullhelper cri --metrics-listen` as
+// client_golang's prometheus, collectors and promhttp with what they need
+// (client_model, common's expfmt and model, procfs, and their two small
+// helpers): nothing of Prometheus' server, no push gateway client, no
+// test utilities.
 func TestBinaryHasNoKubernetesTypes(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/pullhelper/pullhelper/cmd/pullhelper").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
+	promOK := []string{
+		"github.com/prometheus/client_golang/prometheus",
+		"github.com/prometheus/client_golang/prometheus/internal",
+		"github.com/prometheus/client_golang/prometheus/collectors",
+		"github.com/prometheus/client_golang/prometheus/promhttp",
+		"github.com/prometheus/client_golang/prometheus/promhttp/internal",
+		"github.com/prometheus/client_golang/internal/",
+		"github.com/prometheus/client_model/go",
+		"github.com/prometheus/common/expfmt",
+		"github.com/prometheus/common/model",
+		"github.com/prometheus/procfs",
+		"github.com/beorn7/perks/quantile",
+		"github.com/munnerz/goautoneg",
+	}
+	linked := map[string]bool{}
 	for _, d := range strings.Fields(string(out)) {
+		linked[d] = true
 		if d == "k8s.io/cri-api/pkg/apis/runtime/v1" {
 			continue
 		}
 		if strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/") {
 			t.Errorf("cmd/pullhelper depends on %s", d)
 		}
+		if strings.HasPrefix(d, "github.com/prometheus/") || strings.HasPrefix(d, "github.com/beorn7/") || strings.HasPrefix(d, "github.com/munnerz/") {
+			ok := false
+			for _, p := range promOK {
+				if d == p || strings.HasSuffix(p, "/") && strings.HasPrefix(d, p) || p == "github.com/prometheus/procfs" && strings.HasPrefix(d, p+"/internal/") {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("cmd/pullhelper depends on %s, not in the Prometheus packages allowed for --metrics-listen", d)
+			}
+		}
+	}
+	if !linked["github.com/prometheus/client_golang/prometheus/promhttp"] {
+		t.Errorf("cmd/pullhelper does not link promhttp: --metrics-listen has no server")
 	}
 }

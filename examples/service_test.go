@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -13,7 +14,9 @@ const criUnit = "pullhelper-cri.service"
 // The systemd unit of `pullhelper cri` parses (go-systemd's
 // unit.DeserializeOptions, systemd's own syntax), starts the service after
 // containerd and before the kubelet, serves the socket the kubelet line in
-// its header names, and lets pullhelper stop its own pulls (KillMode=mixed).
+// its header names (in the kubelet's configuration file and flag forms),
+// serves its metrics on loopback only, and lets pullhelper stop its own
+// pulls (KillMode=mixed).
 // tests/140-examples.bats runs its ExecStart.
 func TestCRIUnit(t *testing.T) {
 	f, err := os.Open(criUnit)
@@ -58,5 +61,22 @@ func TestCRIUnit(t *testing.T) {
 	}
 	if r := flag["--runtime-endpoint"]; r == "" || !strings.Contains(string(data), "containerRuntimeEndpoint: "+r) {
 		t.Errorf("%s: --runtime-endpoint %q is not the containerRuntimeEndpoint its header gives", criUnit, r)
+	}
+	// The kubelet's flag form names the same sockets.
+	if l := flag["--listen"]; !strings.Contains(string(data), "--image-service-endpoint="+l) {
+		t.Errorf("%s: its header gives no --image-service-endpoint=%s", criUnit, l)
+	}
+	if r := flag["--runtime-endpoint"]; !strings.Contains(string(data), "--container-runtime-endpoint="+r) {
+		t.Errorf("%s: its header gives no --container-runtime-endpoint=%s", criUnit, r)
+	}
+	// The metrics endpoint has no authentication: loopback only, and
+	// the address the header tells Prometheus to scrape.
+	m := flag["--metrics-listen"]
+	host, _, err := net.SplitHostPort(m)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("%s: --metrics-listen %q is not a loopback HOST:PORT", criUnit, m)
+	}
+	if !strings.Contains(string(data), "http://"+m+"/metrics") {
+		t.Errorf("%s: its header does not say where the metrics are (http://%s/metrics)", criUnit, m)
 	}
 }

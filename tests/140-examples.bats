@@ -175,7 +175,7 @@ rooted() {
     assert_equal "$(json_get .plan.destination.store.graph_root <<<"$output")" "$ROOT/var/lib/containers/storage"
 }
 
-@test "pullhelper-cri.service: its ExecStart starts pullhelper cri (the node's paths below a temporary root), READY=1 to systemd once it listens, root-only socket, SIGTERM stops it" {
+@test "pullhelper-cri.service: its ExecStart starts pullhelper cri (the node's paths below a temporary root), READY=1 to systemd once it listens, root-only socket, metrics served, SIGTERM stops it" {
     [[ $(id -u) == 0 ]] || skip "pullhelper cri runs as root"
     local cmd sock=$BATS_TEST_TMPDIR/run/cri.sock pid
     cmd=$(sed -n 's/^ExecStart=//p' "$EXAMPLES/pullhelper-cri.service")
@@ -185,6 +185,10 @@ rooted() {
     cmd=${cmd//unix:\/\/\/run\/containerd\/containerd.sock/unix://$BATS_TEST_TMPDIR/containerd.sock}
     cmd=${cmd//\/etc\/containerd\/config.toml/$ROOT/etc/containerd/config.toml}
     cmd=${cmd//--kubelet-docker-config auto/--kubelet-docker-config $ROOT/var/lib/kubelet}
+    # The unit's fixed metrics port may be taken here: port 0, then the
+    # address the serving line names.
+    [[ $cmd == *"--metrics-listen 127.0.0.1:9471 "* ]] || fail "ExecStart has no --metrics-listen 127.0.0.1:9471: $cmd"
+    cmd=${cmd//--metrics-listen 127.0.0.1:9471/--metrics-listen 127.0.0.1:0}
     # systemd's notification socket (Type=notify): one datagram, READY=1.
     local notify=$BATS_TEST_TMPDIR/notify.sock npid
     "$PH_PYTHON" -c '
@@ -212,6 +216,11 @@ open(sys.argv[2], "wb").write(s.recv(4096))' "$notify" "$BATS_TEST_TMPDIR/notifi
         sleep 0.05
     done
     assert_equal "$(stat -c '%a %u %F' "$sock")" "600 0 socket"
+    local metrics
+    metrics=$(grep '"msg":"serving"' "$BATS_TEST_TMPDIR/log" | json_get .metrics_listen)
+    run curl -sS --max-time 20 "http://$metrics/metrics"
+    assert_success
+    assert_line "pullhelper_cri_pulls_in_flight 0"
     kill -TERM "$pid"
     wait "$pid" || fail "pullhelper cri exit $? after SIGTERM: $(cat "$BATS_TEST_TMPDIR/log")"
     [[ ! -e $sock ]] || fail "the socket is left"

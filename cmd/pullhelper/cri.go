@@ -24,7 +24,7 @@ type criResult struct {
 
 // criCommand is `pullhelper cri`.
 func criCommand(c *common, result *any) *cobra.Command {
-	var listen, runtimeEndpoint string
+	var listen, runtimeEndpoint, listenGroup, metricsListen string
 	var maxParallel int
 	cmd := &cobra.Command{
 		Use:   "cri --listen unix:///PATH --runtime-endpoint unix:///PATH [options]",
@@ -42,14 +42,40 @@ apply. The same image asked for twice at once (with the same credential) is pull
 once; at most --max-parallel pulls run at once. A cancelled or timed-out request
 stops its pull (the cgroup is killed, the staging removed). Errors are gRPC statuses:
 unauthorized Unauthenticated, not_found NotFound, network/tls Unavailable, usage
-InvalidArgument, others Internal. stderr has one log line per pull.
+InvalidArgument, others Internal.
+
+stderr has one log line ("msg":"pull") per request: image, pod_namespace, pod_name,
+pod_uid, duration_ms, shared (joined a pull in flight), registry and username of the
+request's credential; on success digest, image_id, bytes (the result's), wire_bytes
+(the registries' blob bytes), pull_duration_ms, cgroup, isolated, uid and usage (the
+cgroup's cpu_usage_ns, memory_peak_bytes, io_read_bytes, io_write_bytes, ... as the
+result JSON names them); result (the failure code: ok, unauthorized, not_found,
+network, ...) beside code (the gRPC code), and error on failure. Each field a request
+sets is bounded (the image 1024 bytes, a namespace 63, a pod name 253, a pod UID 128)
+and escaped.
+
+--metrics-listen HOST:PORT serves Prometheus metrics at /metrics (client_golang, a
+registry of its own with the Go and process collectors):
+  pullhelper_cri_pull_requests_total{result,grpc_code}  requests answered
+  pullhelper_cri_pulls_total{result}                    pulls run (joined requests share one)
+  pullhelper_cri_pull_request_duration_seconds          histogram, request to answer (0.5 s..1 h: the kubelet's buckets)
+  pullhelper_cri_pull_bytes_total                       the successful pulls' result bytes
+  pullhelper_cri_pull_wire_bytes_total                  the blob bytes the registries sent
+  pullhelper_cri_pulls_in_flight                        pulls running now
+  pullhelper_cri_pulls_waiting                          pulls waiting for a --max-parallel slot
+  pullhelper_cri_pull_requests_joined_total             requests that joined a pull in flight
+No label holds an image, pod or registry. The endpoint has no authentication: bind it
+to loopback (or firewall it). The server bounds a scrape (10 s to read the request, 30
+s to write the answer, 8 KiB of headers, 4 scrapes at once) and stops with the
+service; a port that cannot be bound is exit 2.
 
 Every other call (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImages,
 any method or service) is forwarded to --runtime-endpoint as it came.
 
-The socket is created root-only (0600); a stale socket is replaced, anything else
-there is refused. Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens
-(Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
+The socket is created root-only (0600), or with --listen-group GROUP root:GROUP 0660
+(born so: never more open, not even for a moment; a setgid directory of another
+group is refused); a stale socket is replaced, anything else there is refused.
+Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens (Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
 and cleaned up, the socket is removed, and one JSON object is printed:
   {"listen":..., "runtime_endpoint":..., "pulls":N}`,
 		Args: exactArgs(0, "no arguments"),
@@ -68,6 +94,17 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			rpath, err := cri.SocketPath("--runtime-endpoint", runtimeEndpoint)
 			if err != nil {
 				return err
+			}
+			var gid int
+			if cmd.Flags().Changed("listen-group") {
+				if gid, err = cri.ListenGroup(listenGroup); err != nil {
+					return err
+				}
+			}
+			if metricsListen != "" {
+				if _, err := cri.MetricsAddr(metricsListen); err != nil {
+					return err
+				}
 			}
 			if err := needRoot("cri", os.Geteuid()); err != nil {
 				return err
@@ -93,6 +130,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			}
 			n, err := cri.Serve(cmd.Context(), cri.Config{
 				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run,
+				ListenGID: gid, MetricsListen: metricsListen,
 				Options: pipeline.Options{Log: log, LogFormat: c.logFormat, Debug: c.debug}, Log: log,
 				// systemd Type=notify: ready once the socket listens.
 				// NOTIFY_SOCKET is unset then, so that no pull child
@@ -111,7 +149,9 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600)")
+	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, unless --listen-group)")
+	fs.StringVar(&listenGroup, "listen-group", "", "create the --listen socket root:`GROUP` 0660 (a name of /etc/group or a numeric GID) so that this group's members may call it; default root-only 0600")
+	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
 	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "containerd's CRI and API socket, `unix:///PATH`: pulls import into it (namespace k8s.io), every other call is forwarded to it")
 	fs.IntVar(&maxParallel, "max-parallel", 4, "run at most `N` pulls at once (equal requests in flight share one pull)")
 	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
