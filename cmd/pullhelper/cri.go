@@ -5,6 +5,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/cri"
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -74,12 +75,26 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			}
 			// The policy and flags are checked once now; each pull
 			// resolves them again (a fresh Loaded per plan).
-			if _, err := criPolicy(cmd.Flags(), c, rpath); err != nil {
+			if _, err := criPolicy(cmd.Flags(), c, rpath, ""); err != nil {
 				return err
 			}
-			plan := func(r cri.Request) (*pipeline.Plan, error) {
-				l, err := criPolicy(cmd.Flags(), c, rpath)
+			podPolicy := func(profile string) (cri.PodPolicy, error) {
+				l, err := criPolicy(cmd.Flags(), c, rpath, profile)
 				if err != nil {
+					return cri.PodPolicy{}, err
+				}
+				sd, err := cgroup.UsesSystemd(l.Cgroup.Driver)
+				if err != nil {
+					return cri.PodPolicy{}, failure.New(failure.Usage, "%v", err)
+				}
+				return cri.PodPolicy{CRI: l.CRI, Systemd: sd}, nil
+			}
+			plan := func(r cri.Request) (*pipeline.Plan, error) {
+				l, err := criPolicy(cmd.Flags(), c, rpath, r.Settings.Profile)
+				if err != nil {
+					return nil, err
+				}
+				if err := applyPodSettings(l, r.Settings); err != nil {
 					return nil, err
 				}
 				in := pipeline.Inputs{Image: r.Image, Dest: r.Dest, Env: auth.OSEnv(), Version: version, StateRoot: state.Default}
@@ -92,7 +107,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 				return pipeline.NewPlan(l, in)
 			}
 			n, err := cri.Serve(cmd.Context(), cri.Config{
-				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run,
+				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run, PodPolicy: podPolicy,
 				Options: pipeline.Options{Log: log, LogFormat: c.logFormat, Debug: c.debug}, Log: log,
 				// systemd Type=notify: ready once the socket listens.
 				// NOTIFY_SOCKET is unset then, so that no pull child
@@ -123,10 +138,14 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 }
 
 // criPolicy is the policy of one pull of `pullhelper cri`: the file, its
-// profile, the setting flags, then the runtime's socket as the containerd
-// address and the CRI's namespace.
-func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket string) (*policy.Loaded, error) {
-	l, err := policy.Resolve(c.policyFile, c.profile)
+// profile (the pod's choice, else --profile), the setting flags, then the
+// runtime's socket as the containerd address and the CRI's namespace.
+func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket, podProfile string) (*policy.Loaded, error) {
+	profile := c.profile
+	if podProfile != "" {
+		profile = podProfile
+	}
+	l, err := policy.Resolve(c.policyFile, profile)
 	if err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "")
 	}
@@ -144,6 +163,38 @@ func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket string) (*policy.Load
 		return nil, failure.Wrap(failure.Usage, err, "")
 	}
 	return l, nil
+}
+
+// applyPodSettings applies what the policy took from the pull's pod (the
+// checked sandbox_config): the pull's cgroup under the pod's cgroup parent,
+// the pod's DNS as the child's resolv.conf (dns policy None: only the
+// pod's servers, searches and options, as the kubelet's dnsPolicy None
+// builds it in GetPodDNS; the policy's search and options are replaced,
+// its hosts entries kept). It overrides the flags, as the policy said.
+func applyPodSettings(l *policy.Loaded, st cri.PodSettings) error {
+	var err error
+	set := func(flag, key string, kind policy.Kind, vals ...string) {
+		if err == nil {
+			err = l.Set(flag, key, kind, vals...)
+		}
+	}
+	if st.CgroupParent != "" {
+		set("sandbox_config linux.cgroup_parent", "cgroup.parent", policy.String, st.CgroupParent)
+	}
+	if d := st.DNS; d != nil {
+		set("sandbox_config dns_config", "network.mode", policy.String, "cluster-dns")
+		set("sandbox_config dns_config", "network.dns.policy", policy.String, "None")
+		set("sandbox_config dns_config.servers", "network.dns.nameservers", policy.Strings, d.Servers...)
+		set("sandbox_config dns_config.searches", "network.dns.search", policy.Strings, d.Searches...)
+		set("sandbox_config dns_config.options", "network.dns.options", policy.Strings, d.Options...)
+	}
+	if err == nil {
+		err = l.Validate()
+	}
+	if err != nil {
+		return failure.Wrap(failure.Usage, err, "")
+	}
+	return nil
 }
 
 // addSettingFlagsExcept adds every setting flag but the named ones.
