@@ -350,3 +350,21 @@ _dns_down() {
     grep '"msg":"pull started"' "$T/cri.log" | tail -n 1 | grep -qF "\"servers\":[\"$DNS_IP\"]" ||
         fail "pull started: $(grep '"msg":"pull started"' "$T/cri.log")"
 }
+
+@test "cri pod: policy check shows what cri takes from pods; explain shows a profile's [cri]; a profile widening pod_profiles is exit 2" {
+    run_pullhelper policy check "$POLICY"
+    assert_json_result
+    assert_equal "$(json_get .cri.base.profile_annotation <<<"$output")" pullhelper.io/profile
+    assert_equal "$(json_get .cri.base.pull_cgroup <<<"$output")" own
+    assert_equal "$(json_get .cri.pod_profiles.inpod.pull_cgroup <<<"$output")" pod
+    assert_equal "$(json_get .cri.pod_profiles.cluster.pod_dns <<<"$output")" true
+    assert_equal "$(json_get .cri.pod_profiles.hidden <<<"$output")" null
+    run_pullhelper explain --policy "$POLICY" --profile inpod "$REGISTRY_HOST/fixtures/tiny:latest" "oci:$T/dest"
+    assert_equal "$(json_get .settings.cri.pull_cgroup <<<"$output")" pod
+    assert_equal "$(json_get .settings.cri.pod_dns <<<"$output")" false
+    printf 'version = 1\n[cri]\nprofile_annotation = "a.io/p"\npod_profiles = ["a"]\n[profiles.a.cri]\npod_profiles = ["a", "b"]\n[profiles.b.pull]\nretries = 1\n' >"$T/wide.toml"
+    run_pullhelper 2 policy check "$T/wide.toml"
+    assert_json_error usage
+    [[ $stderr == *"wide.toml:6: profiles.a.cri.pod_profiles: a profile cannot set cri.pod_profiles (set it in the base [cri])"* ]] ||
+        fail "stderr: $stderr"
+}
