@@ -45,6 +45,13 @@ stops its pull (the cgroup is killed, the staging removed). Errors are gRPC stat
 unauthorized Unauthenticated, not_found NotFound, network/tls Unavailable, usage
 InvalidArgument, others Internal. stderr has one log line per pull.
 
+Per pod, the policy's [cri] table reads the request's sandbox_config: the annotation
+cri.profile_annotation chooses the pull's profile among cri.pod_profiles (any other
+value is InvalidArgument; without it, --profile applies); that profile's
+cri.pull_cgroup = "pod" puts the pull's cgroup under the pod's linux.cgroup_parent
+(an existing cgroup) instead of --cgroup-parent, and cri.pod_dns = true makes the pod's
+dns_config the child's resolv.conf. Requests share a pull only with equal pod settings.
+
 Every other call (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImages,
 any method or service) is forwarded to --runtime-endpoint as it came.
 
