@@ -149,6 +149,27 @@ func TestCgroupParentSystemd(t *testing.T) {
 			t.Errorf("%q: %v, want %q", p, err, want)
 		}
 	}
+	// An existing slice, found where systemd nests it
+	// (a-b.slice is /a.slice/a-b.slice).
+	testCgroup(t, "") // root, a place for cgroups (or skipped)
+	root := "/sys/fs/cgroup"
+	if _, err := os.Stat("/sys/fs/cgroup/pids/cgroup.procs"); err == nil {
+		root = "/sys/fs/cgroup/pids"
+	}
+	name := fmt.Sprintf("phgotest%d", os.Getpid()) // no dash: one level
+	pod := name + "-pod1.slice"
+	for _, d := range []string{name + ".slice", name + ".slice/" + pod} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(filepath.Join(root, d)) })
+	}
+	if err := checkCgroupParent(pod, true); err != nil {
+		t.Fatalf("%s: %v", pod, err)
+	}
+	if err := checkCgroupParent(name+"-pod2.slice", true); err == nil || !strings.Contains(err.Error(), "no such cgroup") {
+		t.Fatalf("missing slice: %v", err)
+	}
 }
 
 // Pulls share a flight only with equal pod settings: two requests of one
