@@ -240,7 +240,7 @@ runp() {
     assert_equal "$(cg_pulls "$CG_PARENT")" ""
 }
 
-@test "cri pod: a profile pods may not choose, and bad cgroup parents, are refused InvalidArgument with one line; nothing is pulled or left" {
+@test "cri pod: a profile pods may not choose, and bad cgroup parents, are refused InvalidArgument with one line; nothing is pulled or left; a pod cgroup missing from a hierarchy is not made there" {
     pod_ctrd_up
     cri_up
     local img="$REGISTRY_HOST/fixtures/tiny:latest" before
@@ -275,6 +275,18 @@ runp() {
     [[ ! -e /sys/fs/cgroup/pids${POD_CG}/missing ]] || fail "a missing cgroup parent was created"
     assert_equal "$(cg_pulls "$POD_CG")" ""
     assert_equal "$(cg_pulls "$CG_PARENT")" ""
+
+    # $POD_CG exists in the pids hierarchy only (a pod half gone): the
+    # pull, started, does not make the pod's cgroup in the others.
+    pod_json "$T/pod.json" inpod "$POD_CG"
+    run pcrictl pull --pod-config "$T/pod.json" --creds "$(creds)" "$img"
+    assert_failure
+    assert_output --partial "cgroup parent $POD_CG does not exist (any more) in the"
+    local h
+    for h in /sys/fs/cgroup/*/; do
+        [[ $h == /sys/fs/cgroup/pids/ || ! -e $h${POD_CG#/} ]] || fail "the pod's cgroup was made in $h"
+    done
+    assert_equal "$(cg_pulls "$POD_CG")" ""
 }
 
 # _dns_up: a network namespace with dnsmasq on its veth address $DNS_IP,

@@ -111,7 +111,13 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 					}
 					in.Authfile = cred.Authfile
 				}
-				return pipeline.NewPlan(l, in)
+				p, err := pipeline.NewPlan(l, in)
+				if err == nil && r.Settings.CgroupParent != "" && p.Isolation.Cgroup != nil {
+					// The pod's cgroup: never created (nor removed) by
+					// the pull, should the pod end before it starts.
+					p.Isolation.Cgroup.ParentMustExist = true
+				}
+				return p, err
 			}
 			n, err := cri.Serve(cmd.Context(), cri.Config{
 				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run, PodPolicy: podPolicy,
