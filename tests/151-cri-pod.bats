@@ -281,7 +281,7 @@ runp() {
     pod_json "$T/pod.json" inpod "$POD_CG"
     run pcrictl pull --pod-config "$T/pod.json" --creds "$(creds)" "$img"
     assert_failure
-    assert_output --partial "cgroup parent $POD_CG does not exist (any more) in the"
+    assert_output --partial "code = Internal desc = pullhelper: isolation: cgroup parent $POD_CG does not exist (any more) in the"
     local h
     for h in /sys/fs/cgroup/*/; do
         [[ $h == /sys/fs/cgroup/pids/ || ! -e $h${POD_CG#/} ]] || fail "the pod's cgroup was made in $h"
