@@ -380,3 +380,51 @@ _dns_down() {
     [[ $stderr == *"wide.toml:6: profiles.a.cri.pod_profiles: a profile cannot set cri.pod_profiles (set it in the base [cri])"* ]] ||
         fail "stderr: $stderr"
 }
+
+# mk_pod_cgroup PATH: PATH in every cgroup hierarchy, as a runtime makes a
+# pod's (teardown removes $POD_CG and below).
+mk_pod_cgroup() {
+    local h
+    for h in /sys/fs/cgroup/*/; do
+        [[ -e $h/cgroup.procs ]] || continue
+        mkdir -p "$h${1#/}"
+    done
+}
+
+@test "cri pod: the same image for two pods at once is two pulls, each in its own pod's cgroup; a second request of one pod joins that pod's pull" {
+    # (the two pulls of one image into one DEST run one after the other)
+    ctrd2_require
+    ctrd_up
+    cri_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" pa pb pa2
+    mk_pod_cgroup "$POD_CG/a"
+    mk_pod_cgroup "$POD_CG/b"
+    pod_json "$T/pod-a.json" inpod "$POD_CG/a"
+    pod_json "$T/pod-b.json" inpod "$POD_CG/b"
+    reg_stop
+    pcrictl pull --pod-config "$T/pod-a.json" --creds "$(creds)" "$img" >"$T/a.out" 2>&1 &
+    pa=$!
+    wait_for_file_match "$T/cri.log" '"msg":"pull started"' 30
+    pcrictl pull --pod-config "$T/pod-a.json" --creds "$(creds)" "$img" >"$T/a2.out" 2>&1 &
+    pa2=$!
+    wait_for_file_match "$T/cri.log" '"msg":"pull joined"' 30
+    pcrictl pull --pod-config "$T/pod-b.json" --creds "$(creds)" "$img" >"$T/b.out" 2>&1 &
+    pb=$!
+    # Pod b's pull is a pull of its own (it then waits for pod a's: one
+    # image into one DEST at a time).
+    local deadline=$((SECONDS + 30))
+    until [[ -n $(cg_pulls "$POD_CG/a") && $(grep -c '"msg":"pull started"' "$T/cri.log") == 2 ]]; do
+        ((SECONDS < deadline)) || { fail "pod a's pull cgroup and pod b's pull: $(cat "$T/cri.log")"; return; }
+        sleep 0.05
+    done
+    reg_cont
+    wait "$pa" || fail "pod a: $(cat "$T/a.out")"
+    wait "$pa2" || fail "pod a again: $(cat "$T/a2.out")"
+    wait "$pb" || fail "pod b: $(cat "$T/b.out")"
+    assert_equal "$(grep -c '"msg":"pull started"' "$T/cri.log")" 2
+    assert_equal "$(grep -c '"msg":"pull joined"' "$T/cri.log")" 1
+    assert_equal "$(pull_lines | grep -c '"code":"OK"')" 3
+    assert_equal "$(pull_lines | json_get .cgroup | grep -c "^$POD_CG/a/pull-")" 2
+    assert_equal "$(pull_lines | json_get .cgroup | grep -c "^$POD_CG/b/pull-")" 1
+    assert_equal "$(cg_pulls "$POD_CG/a")$(cg_pulls "$POD_CG/b")" ""
+}
