@@ -46,6 +46,9 @@ func Create(cfg Config) (*Group, error) {
 	if cfg.Joined() {
 		return createJoined(g, name)
 	}
+	if cfg.ParentMustExist && !ExistingParent(mustExistName(cfg.Parent, sd), sd) {
+		return nil, fmt.Errorf("cgroup parent %s does not exist (any more); it is not pullhelper's to create", cfg.Parent)
+	}
 	if sd {
 		// A transient scope pullhelper-NAME.scope under the parent slice.
 		c.Parent, c.ScopePrefix, c.Name = systemdSlice(cfg.Parent), "pullhelper", name
@@ -88,6 +91,16 @@ func Create(cfg Config) (*Group, error) {
 	// parents lock keeps a concurrent pull from removing the parent
 	// between its check and the mkdir.
 	err = cfg.withParentsLock(func() error {
+		if cfg.ParentMustExist {
+			// Checked again under the lock, in every hierarchy the
+			// library would mkdir -p it in: gone since (the pod
+			// ended), or never there, it is not made.
+			for sub, dir := range m.GetPaths() {
+				if st, err := os.Stat(filepath.Dir(dir)); err != nil || !st.IsDir() {
+					return fmt.Errorf("cgroup parent %s does not exist (any more) in the %q hierarchy; it is not pullhelper's to create", cfg.Parent, sub)
+				}
+			}
+		}
 		owned, err := cfg.claimParent()
 		if err != nil {
 			return err
@@ -110,6 +123,15 @@ func Create(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("setting limits on cgroup %s: %w", g.path, err)
 	}
 	return g, nil
+}
+
+// mustExistName is the parent as ExistingParent takes it: with systemd
+// the slice (as systemdSlice names it), else the path.
+func mustExistName(parent string, sd bool) string {
+	if sd {
+		return systemdSlice(parent)
+	}
+	return parent
 }
 
 // pullName is pull-<pid>-<starttime>-<rand>.

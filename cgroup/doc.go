@@ -20,7 +20,9 @@
 //     tell a stale cgroup (its owner died, e.g. SIGKILL) from a live one and
 //     reclaim it. A PARENT that pullhelper created is marked (in
 //     Config.StateDir) and removed by the last pull to leave it; one that
-//     existed before is never removed.
+//     existed before is never removed. With ParentMustExist (a pod's
+//     cgroup, for pullhelper cri) a PARENT missing from any hierarchy is an
+//     error, checked under the parents lock: it is never created.
 //   - joined: an existing cgroup (e.g. a pod's) is joined through a
 //     sub-cgroup of the pull's own, JOINED/pull-<…>, in exactly the
 //     hierarchies the joined cgroup exists in, with no controller enabled

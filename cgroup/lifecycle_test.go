@@ -199,3 +199,72 @@ func TestParentRemovedByLastPull(t *testing.T) {
 		t.Fatalf("a parent that existed before was removed: %v", err)
 	}
 }
+
+// ParentMustExist (a pod's cgroup, for pullhelper cri): a missing parent is
+// an error and is not created; an existing one holds the pull's cgroup and
+// stays after it.
+func TestParentMustExist(t *testing.T) {
+	state := needCgroupfs(t)
+	parent := fmt.Sprintf("/pullhelper-unittest-pod-%d", os.Getpid())
+	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state, ParentMustExist: true}
+	if g, err := cgroup.Create(cfg); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		if g != nil {
+			_ = g.Remove()
+		}
+		t.Fatalf("missing parent: %v", err)
+	}
+	if cgroup.ExistingParent(parent, false) {
+		t.Fatal("the missing parent was created")
+	}
+	// On v1, a parent in one hierarchy only is refused too, and not made
+	// in the others.
+	if cgroup.Version() != "v2" {
+		pids := filepath.Join("/sys/fs/cgroup/pids", parent)
+		if err := os.Mkdir(pids, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if g, err := cgroup.Create(cfg); err == nil || !strings.Contains(err.Error(), "does not exist (any more) in the") {
+			if g != nil {
+				_ = g.Remove()
+			}
+			t.Fatalf("parent in pids only: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", parent)); err == nil {
+			t.Fatal("the parent was made in the memory hierarchy")
+		}
+		if err := os.Remove(pids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The parent in every hierarchy, as a runtime makes a pod's.
+	made, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, d := range made.Paths() {
+		dirs = append(dirs, filepath.Dir(d))
+	}
+	if err := made.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+		defer os.Remove(d)
+	}
+	g, err := cgroup.Create(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(g.Path(), parent+"/pull-") {
+		t.Fatalf("the pull's cgroup %s is not under %s", g.Path(), parent)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !cgroup.ExistingParent(parent, false) {
+		t.Fatal("the existing parent was removed")
+	}
+}

@@ -30,6 +30,10 @@ type Config struct {
 	// and .lock serialises creating pull cgroups against removing parents.
 	// A per-pull cgroupfs cgroup needs it; explain does not print it.
 	StateDir string `json:"-"`
+	// ParentMustExist: Parent is someone else's (a pod's cgroup, for
+	// pullhelper cri) and must exist when the pull's cgroup is made; it is
+	// never created, so never claimed or removed.
+	ParentMustExist bool `json:"-"`
 	// AccountPaths are paths (DEST's directory) whose disks get a no-op
 	// throttle rule on cgroup v1, where the kernel counts a cgroup's IO
 	// only on devices that have a rule; v2 always counts.

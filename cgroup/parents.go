@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	cg "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/systemd"
 	"golang.org/x/sys/unix"
 )
 
@@ -98,4 +99,33 @@ func parentExists(parent string) bool {
 	}
 	_, err := os.Stat(dir)
 	return err == nil
+}
+
+// UsesSystemd reports whether the driver ("auto", "cgroupfs", "systemd")
+// makes cgroups through systemd here.
+func UsesSystemd(driver string) (bool, error) { return useSystemd(driver) }
+
+// ExistingParent reports whether parent, a cgroup parent as a runtime
+// names it (a cgroupfs path, or with sd a systemd slice name such as
+// "kubepods-burstable-pod1.slice", expanded as systemd nests it), is an
+// existing cgroup: on v1 in the pids hierarchy, as parentExists looks.
+// It is false when that cannot be told.
+func ExistingParent(parent string, sd bool) bool {
+	if sd {
+		p, err := systemd.ExpandSlice(parent)
+		if err != nil {
+			return false
+		}
+		parent = p
+	}
+	dir := filepath.Join(unifiedMountpoint, parent)
+	if !cg.IsCgroup2UnifiedMode() {
+		m, err := cg.FindCgroupMountpoint("", "pids")
+		if err != nil {
+			return false
+		}
+		dir = filepath.Join(m, parent)
+	}
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
 }

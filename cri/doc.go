@@ -10,10 +10,20 @@
 //     containerd's CRI does (criService.PullImage returns the image ID).
 //     The request's AuthConfig becomes an in-memory credential for that
 //     registry (auth.go); without one the node's own sources apply. Equal
-//     requests in flight (image and credential identity) share one pull;
+//     requests in flight (image, credential identity and pod settings)
+//     share one pull;
 //     at most MaxParallel pulls run at once. When every caller of a pull
 //     has gone (cancelled, deadline), the pull's context is cancelled,
 //     which kills its cgroup and removes its staging.
+//   - Per pod (pod.go): before a pull joins or starts, the request's
+//     sandbox_config is read as the policy's [cri] says (PodPolicy, the
+//     caller's hook): the profile the pod chose by annotation (only one of
+//     cri.pod_profiles), then by that profile its cgroup parent
+//     (cri.pull_cgroup = "pod", as CRI-O's separate_pull_cgroup = "pod")
+//     and its DNS (cri.pod_dns), each checked and bounded; a bad value is
+//     a usage error (InvalidArgument) and nothing starts. The result,
+//     PodSettings, is part of the flight key and goes to the Plan hook in
+//     the Request.
 //   - Every other method, of the ImageService or any other service
 //     (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImages,
 //     RuntimeService calls), is forwarded to the runtime's socket as raw

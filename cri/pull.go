@@ -63,12 +63,19 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	if err != nil {
 		return nil, false, nil, failure.New(failure.Usage, "%s", cred.redact(err.Error()))
 	}
+	pod, err := podSettings(req.GetSandboxConfig(), s.cfg.PodPolicy)
+	if err != nil {
+		return nil, false, cred, err
+	}
+	// Equal requests share a pull: the same image, credential and pod
+	// settings (a pull in one pod's cgroup or with its DNS is that pod's).
 	key := image + "\x00"
 	if cred != nil {
 		key += cred.Identity
 	}
+	key += "\x00" + pod.key()
 	res, shared, err := s.join(ctx, key, func(ctx context.Context) (*api.Result, error) {
-		return s.run(ctx, Request{Image: image, Dest: "containerd:" + image, Cred: cred, Pod: req.GetSandboxConfig()})
+		return s.run(ctx, Request{Image: image, Dest: "containerd:" + image, Cred: cred, Pod: req.GetSandboxConfig(), Settings: pod})
 	})
 	return res, shared, cred, err
 }
@@ -153,7 +160,11 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 	s.mu.Lock()
 	s.pulls++
 	s.mu.Unlock()
-	s.log.Info("pull started", "image", image)
+	attrs := []any{"image", image}
+	if st := r.Settings; st.Profile != "" || st.CgroupParent != "" || st.DNS != nil {
+		attrs = append(attrs, "pod_settings", st)
+	}
+	s.log.Info("pull started", attrs...)
 	plan, err := s.cfg.Plan(r)
 	if err != nil {
 		return nil, err

@@ -33,6 +33,10 @@ type Request struct {
 	Cred *Credential
 	// Pod is the request's sandbox_config (nil when it has none).
 	Pod *runtimeapi.PodSandboxConfig
+	// Settings are what the policy took from Pod (pod.go): the profile
+	// the pod chose, the pod's cgroup parent and DNS when the policy
+	// uses them. The plan applies them.
+	Settings PodSettings
 }
 
 // PlanFunc builds the plan of one pull. The caller owns the policy, the
@@ -50,6 +54,9 @@ type Config struct {
 	MaxParallel int
 	Plan        PlanFunc
 	Run         RunFunc
+	// PodPolicy, when set, is asked per request what the policy takes
+	// from the pod (PodSettings); nil: nothing.
+	PodPolicy PodPolicyFunc
 	// Options are passed to every Run (its Log too: one line per pull).
 	Options pipeline.Options
 	Log     *slog.Logger

@@ -14,6 +14,11 @@
 // of the schema's sections. Every setting the schema accepts takes effect:
 // none is parsed and then ignored.
 //
+// The [cri] table is read by `pullhelper cri` alone (what it takes from a
+// request's pod); its profile_annotation and pod_profiles are the base's
+// word, which no profile may set, and each of pod_profiles must name a
+// profile of the file.
+//
 // Hostile input costs bounded time and memory: the file is read through
 // internal/safefile (a regular file only: a FIFO never blocks); a file over MaxFileSize
 // (1 MiB) or nested deeper than MaxDepth is refused before the TOML decoder

@@ -62,7 +62,7 @@ func inKnownSection(k string) bool {
 }
 
 // knownSections are the schema's sections.
-var knownSections = []string{"pull", "auth", "trust", "cgroup", "network", "network.dns", "privileges", "dest", "profiles"}
+var knownSections = []string{"pull", "auth", "trust", "cgroup", "network", "network.dns", "privileges", "dest", "cri", "profiles"}
 
 // hint is what an unknown key's error adds: where to find the keys of its
 // section, or the sections there are.
@@ -78,7 +78,7 @@ func hint(k string) string {
 			return " (see pullhelper-policy.toml(5) for the keys of [" + s + "])"
 		}
 	}
-	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [dest], [profiles.NAME])"
+	return " (sections are [pull], [auth], [trust], [cgroup], [network], [network.dns], [privileges], [dest], [cri], [profiles.NAME])"
 }
 
 // keyLine finds the line on which the dotted key is set, or 0. It follows

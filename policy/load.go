@@ -157,8 +157,25 @@ func parse(name string, data, source []byte) (*File, error) {
 		errs = append(errs, &Error{File: name, Line: keyLine(source, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d; this pullhelper reads version = 1", doc.Version)})
 	}
 	for _, n := range names {
-		if pd := profDefined[n]; pd["version"] {
+		pd := profDefined[n]
+		if pd["version"] {
 			errs = append(errs, &Error{File: name, Line: keyLine(source, "profiles."+n+".version"), Key: "profiles." + n + ".version", Msg: "a profile cannot set version"})
+		}
+		// Which profiles a pod may choose is the service's word: a
+		// profile a pod chose cannot widen it.
+		for _, k := range []string{"cri.profile_annotation", "cri.pod_profiles"} {
+			if pd[k] {
+				errs = append(errs, &Error{File: name, Line: keyLine(source, "profiles."+n+"."+k), Key: "profiles." + n + "." + k, Msg: "a profile cannot set " + k + " (set it in the base [cri])"})
+			}
+		}
+	}
+	for i, pp := range doc.CRI.PodProfiles {
+		if _, ok := f.profiles[pp]; !ok {
+			avail := strings.Join(names, ", ")
+			if avail == "" {
+				avail = "none"
+			}
+			errs = append(errs, &Error{File: name, Line: keyLine(source, "cri.pod_profiles"), Key: "cri.pod_profiles", Msg: fmt.Sprintf("entry %d: no profile %q in the policy file (profiles: %s)", i+1, pp, avail)})
 		}
 	}
 	f.base.Version = 1
@@ -401,5 +418,6 @@ func clonePolicy(p Policy) Policy {
 	p.Network.DNS.Search = cl(p.Network.DNS.Search)
 	p.Network.DNS.Options = cl(p.Network.DNS.Options)
 	p.Network.DNS.Hosts = cl(p.Network.DNS.Hosts)
+	p.CRI.PodProfiles = cl(p.CRI.PodProfiles)
 	return p
 }

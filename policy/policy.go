@@ -20,6 +20,7 @@ type Policy struct {
 	Network    Network    `toml:"network" json:"network"`
 	Privileges Privileges `toml:"privileges" json:"privileges"`
 	Dest       Dest       `toml:"dest" json:"dest"`
+	CRI        CRI        `toml:"cri" json:"cri"`
 }
 
 // Pull is the [pull] section: how the copy itself behaves.
@@ -192,6 +193,32 @@ type Dest struct {
 	StorageConf string `toml:"storage_conf" json:"storage_conf,omitempty"`
 }
 
+// CRI is the [cri] section: what `pullhelper cri` takes from a pull's pod
+// (the request's sandbox_config).
+type CRI struct {
+	// ProfileAnnotation is the pod annotation whose value names the
+	// [profiles.NAME] its pulls use ("": pods cannot choose). Only the
+	// service's own policy (the base or its --profile) sets it.
+	ProfileAnnotation string `toml:"profile_annotation" json:"profile_annotation,omitempty"`
+	// PodProfiles are the profiles a pod may choose by that annotation;
+	// any other value is refused. Set with ProfileAnnotation.
+	PodProfiles []string `toml:"pod_profiles" json:"pod_profiles,omitempty"`
+	// PullCgroup is where a pull's per-pull cgroup goes: "own" (default)
+	// under cgroup.parent, or "pod" under the pod's cgroup parent
+	// (linux.cgroup_parent), charged to the pod.
+	PullCgroup string `toml:"pull_cgroup" json:"pull_cgroup"`
+	// PodDNS makes the pod's dns_config (servers, searches, options) the
+	// pull child's resolv.conf (network.dns.policy "None"); default false:
+	// the policy's DNS.
+	PodDNS bool `toml:"pod_dns" json:"pod_dns"`
+}
+
+// Pull cgroup placements of the cri service (CRI.PullCgroup).
+const (
+	PullCgroupOwn = "own"
+	PullCgroupPod = "pod"
+)
+
 // Privileges is the [privileges] section.
 type Privileges struct {
 	User    string `toml:"user" json:"user"`
@@ -216,6 +243,7 @@ func Default() *Policy {
 		Cgroup:     Cgroup{Driver: "auto", Parent: "/pullhelper"},
 		Network:    Network{Mode: "host"},
 		Privileges: Privileges{User: "dynamic", Seccomp: true},
+		CRI:        CRI{PullCgroup: PullCgroupOwn},
 		Dest: Dest{LockTimeout: Duration(2 * time.Minute), ContainerdAddress: "/run/containerd/containerd.sock",
 			ContainerdNamespace: "k8s.io", ContainerdSnapshotter: "overlayfs", ContainerdStaging: "/var/lib/pullhelper/containerd"},
 	}

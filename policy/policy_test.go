@@ -249,3 +249,60 @@ func TestTypeErrorsNameLineAndKey(t *testing.T) {
 		}
 	}
 }
+
+// [cri]: the annotation that chooses a profile, the profiles pods may
+// choose (named in the file, set by the base only), and per profile where
+// the pull's cgroup goes and whether the pod's DNS is used.
+func TestCRI(t *testing.T) {
+	doc := `version = 1
+[cri]
+profile_annotation = "pullhelper.io/profile"
+pod_profiles = ["small", "cluster"]
+[profiles.small.cri]
+pull_cgroup = "pod"
+[profiles.small.cgroup]
+memory_max = "64Mi"
+[profiles.cluster.cri]
+pod_dns = true
+[profiles.other.pull]
+retries = 1
+`
+	f, err := policy.Parse("p.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := f.Select("")
+	if base.CRI.PullCgroup != "own" || base.CRI.PodDNS || base.CRI.ProfileAnnotation != "pullhelper.io/profile" || len(base.CRI.PodProfiles) != 2 {
+		t.Fatalf("base [cri] = %+v", base.CRI)
+	}
+	small, _ := f.Select("small")
+	if small.CRI.PullCgroup != "pod" || small.CRI.PodDNS || small.Cgroup.MemoryMax != 64<<20 {
+		t.Fatalf("small: %+v %d", small.CRI, small.Cgroup.MemoryMax)
+	}
+	cluster, _ := f.Select("cluster")
+	if cluster.CRI.PullCgroup != "own" || !cluster.CRI.PodDNS {
+		t.Fatalf("cluster [cri] = %+v", cluster.CRI)
+	}
+	if d := policy.Default().CRI; d.PullCgroup != "own" || d.PodDNS || d.ProfileAnnotation != "" {
+		t.Fatalf("default [cri] = %+v", d)
+	}
+	for _, tc := range []struct{ name, doc, want string }{
+		{"bad pull_cgroup", "version = 1\n[cri]\npull_cgroup = \"node\"\n", `p.toml:3: cri.pull_cgroup: must be "own" (under cgroup.parent) or "pod"`},
+		{"pod and cgroup.path", "version = 1\n[cgroup]\npath = \"/kubepods/x\"\n[cri]\npull_cgroup = \"pod\"\n", `p.toml:5: cri.pull_cgroup: "pod" puts the pull's cgroup under the pod's cgroup parent; it cannot also join cgroup.path "/kubepods/x"`},
+		{"bad annotation key", "version = 1\n[profiles.a.pull]\nretries = 1\n[cri]\nprofile_annotation = \"-bad/x\"\npod_profiles = [\"a\"]\n", `p.toml:5: cri.profile_annotation: "-bad/x" is not an annotation key`},
+		{"annotation without profiles", "version = 1\n[cri]\nprofile_annotation = \"a.io/p\"\n", "p.toml:3: cri.profile_annotation: needs cri.pod_profiles"},
+		{"profiles without annotation", "version = 1\n[profiles.a.pull]\nretries = 1\n[cri]\npod_profiles = [\"a\"]\n", "p.toml:5: cri.pod_profiles: needs cri.profile_annotation"},
+		{"unknown profile", "version = 1\n[profiles.a.pull]\nretries = 1\n[cri]\nprofile_annotation = \"a.io/p\"\npod_profiles = [\"a\", \"b\"]\n", `p.toml:6: cri.pod_profiles: entry 2: no profile "b" in the policy file (profiles: a)`},
+		{"listed twice", "version = 1\n[profiles.a.pull]\nretries = 1\n[cri]\nprofile_annotation = \"a.io/p\"\npod_profiles = [\"a\", \"a\"]\n", `cri.pod_profiles: entry 2: "a" is listed twice`},
+		{"profile widens the list", "version = 1\n[profiles.a.cri]\npod_profiles = [\"a\"]\nprofile_annotation = \"a.io/p\"\n", "profiles.a.cri.pod_profiles: a profile cannot set cri.pod_profiles (set it in the base [cri])"},
+		{"unknown key", "version = 1\n[cri]\npod_dns_servers = [\"1.1.1.1\"]\n", "p.toml:3: cri.pod_dns_servers: unknown key (see pullhelper-policy.toml(5) for the keys of [cri])"},
+		{"pod_dns type", "version = 1\n[cri]\npod_dns = \"yes\"\n", "p.toml:3: cri.pod_dns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policy.Parse("p.toml", []byte(tc.doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %v, want one line with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -184,12 +184,45 @@ func (l *Loaded) Validate() error {
 			bad("network.dns.search", "entry %d: %v", i+1, err)
 		}
 	}
+	l.validateCRI(bad)
 	if u := p.Privileges.User; u == "" || u == "0" || u == "root" {
 		bad("privileges.user", "must be \"dynamic\", a user name or a uid other than 0, not %q", u)
 	} else if msg := CheckUser(u); msg != "" {
 		bad("privileges.user", "%s", msg)
 	}
 	return errs.result()
+}
+
+// validateCRI checks [cri]. Whether each entry of pod_profiles names a
+// profile is checked where the profiles are known (Parse).
+func (l *Loaded) validateCRI(bad func(key, format string, args ...any)) {
+	c := &l.Policy.CRI
+	switch c.PullCgroup {
+	case PullCgroupOwn:
+	case PullCgroupPod:
+		if l.Policy.Cgroup.Path != "" {
+			bad("cri.pull_cgroup", "\"pod\" puts the pull's cgroup under the pod's cgroup parent; it cannot also join cgroup.path %q", l.Policy.Cgroup.Path)
+		}
+	default:
+		bad("cri.pull_cgroup", "must be \"own\" (under cgroup.parent) or \"pod\" (under the pod's cgroup parent), not %q", c.PullCgroup)
+	}
+	if k := c.ProfileAnnotation; k != "" {
+		if msg := annotationKeyError(strings.ToLower(k)); msg != "" {
+			bad("cri.profile_annotation", "%q is not an annotation key: %s", k, msg)
+		}
+		if len(c.PodProfiles) == 0 {
+			bad("cri.profile_annotation", "needs cri.pod_profiles (the profiles a pod may choose)")
+		}
+	} else if len(c.PodProfiles) > 0 {
+		bad("cri.pod_profiles", "needs cri.profile_annotation (the pod annotation that chooses one)")
+	}
+	seen := map[string]bool{}
+	for i, n := range c.PodProfiles {
+		if seen[n] {
+			bad("cri.pod_profiles", "entry %d: %q is listed twice", i+1, n)
+		}
+		seen[n] = true
+	}
 }
 
 // source says who set key: "file", a flag name, or "" for the default.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/cri"
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -69,6 +70,13 @@ to loopback (or firewall it). The server bounds a scrape (10 s to read the reque
 s to write the answer, 8 KiB of headers, 4 scrapes at once) and stops with the
 service; a port that cannot be bound is exit 2.
 
+Per pod, the policy's [cri] table reads the request's sandbox_config: the annotation
+cri.profile_annotation chooses the pull's profile among cri.pod_profiles (any other
+value is InvalidArgument; without it, --profile applies); that profile's
+cri.pull_cgroup = "pod" puts the pull's cgroup under the pod's linux.cgroup_parent
+(an existing cgroup) instead of --cgroup-parent, and cri.pod_dns = true makes the pod's
+dns_config the child's resolv.conf. Requests share a pull only with equal pod settings.
+
 Every other call (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImages,
 any method or service) is forwarded to --runtime-endpoint as it came.
 
@@ -111,12 +119,26 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			}
 			// The policy and flags are checked once now; each pull
 			// resolves them again (a fresh Loaded per plan).
-			if _, err := criPolicy(cmd.Flags(), c, rpath); err != nil {
+			if _, err := criPolicy(cmd.Flags(), c, rpath, ""); err != nil {
 				return err
 			}
-			plan := func(r cri.Request) (*pipeline.Plan, error) {
-				l, err := criPolicy(cmd.Flags(), c, rpath)
+			podPolicy := func(profile string) (cri.PodPolicy, error) {
+				l, err := criPolicy(cmd.Flags(), c, rpath, profile)
 				if err != nil {
+					return cri.PodPolicy{}, err
+				}
+				sd, err := cgroup.UsesSystemd(l.Cgroup.Driver)
+				if err != nil {
+					return cri.PodPolicy{}, failure.New(failure.Usage, "%v", err)
+				}
+				return cri.PodPolicy{CRI: l.CRI, Systemd: sd}, nil
+			}
+			plan := func(r cri.Request) (*pipeline.Plan, error) {
+				l, err := criPolicy(cmd.Flags(), c, rpath, r.Settings.Profile)
+				if err != nil {
+					return nil, err
+				}
+				if err := applyPodSettings(l, r.Settings); err != nil {
 					return nil, err
 				}
 				in := pipeline.Inputs{Image: r.Image, Dest: r.Dest, Env: auth.OSEnv(), Version: version, StateRoot: state.Default}
@@ -126,10 +148,16 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 					}
 					in.Authfile = cred.Authfile
 				}
-				return pipeline.NewPlan(l, in)
+				p, err := pipeline.NewPlan(l, in)
+				if err == nil && r.Settings.CgroupParent != "" && p.Isolation.Cgroup != nil {
+					// The pod's cgroup: never created (nor removed) by
+					// the pull, should the pod end before it starts.
+					p.Isolation.Cgroup.ParentMustExist = true
+				}
+				return p, err
 			}
 			n, err := cri.Serve(cmd.Context(), cri.Config{
-				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run,
+				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run, PodPolicy: podPolicy,
 				ListenGID: gid, MetricsListen: metricsListen,
 				Options: pipeline.Options{Log: log, LogFormat: c.logFormat, Debug: c.debug}, Log: log,
 				// systemd Type=notify: ready once the socket listens.
@@ -163,10 +191,14 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 }
 
 // criPolicy is the policy of one pull of `pullhelper cri`: the file, its
-// profile, the setting flags, then the runtime's socket as the containerd
-// address and the CRI's namespace.
-func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket string) (*policy.Loaded, error) {
-	l, err := policy.Resolve(c.policyFile, c.profile)
+// profile (the pod's choice, else --profile), the setting flags, then the
+// runtime's socket as the containerd address and the CRI's namespace.
+func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket, podProfile string) (*policy.Loaded, error) {
+	profile := c.profile
+	if podProfile != "" {
+		profile = podProfile
+	}
+	l, err := policy.Resolve(c.policyFile, profile)
 	if err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "")
 	}
@@ -184,6 +216,38 @@ func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket string) (*policy.Load
 		return nil, failure.Wrap(failure.Usage, err, "")
 	}
 	return l, nil
+}
+
+// applyPodSettings applies what the policy took from the pull's pod (the
+// checked sandbox_config): the pull's cgroup under the pod's cgroup parent,
+// the pod's DNS as the child's resolv.conf (dns policy None: only the
+// pod's servers, searches and options, as the kubelet's dnsPolicy None
+// builds it in GetPodDNS; the policy's search and options are replaced,
+// its hosts entries kept). It overrides the flags, as the policy said.
+func applyPodSettings(l *policy.Loaded, st cri.PodSettings) error {
+	var err error
+	set := func(flag, key string, kind policy.Kind, vals ...string) {
+		if err == nil {
+			err = l.Set(flag, key, kind, vals...)
+		}
+	}
+	if st.CgroupParent != "" {
+		set("sandbox_config linux.cgroup_parent", "cgroup.parent", policy.String, st.CgroupParent)
+	}
+	if d := st.DNS; d != nil {
+		set("sandbox_config dns_config", "network.mode", policy.String, "cluster-dns")
+		set("sandbox_config dns_config", "network.dns.policy", policy.String, "None")
+		set("sandbox_config dns_config.servers", "network.dns.nameservers", policy.Strings, d.Servers...)
+		set("sandbox_config dns_config.searches", "network.dns.search", policy.Strings, d.Searches...)
+		set("sandbox_config dns_config.options", "network.dns.options", policy.Strings, d.Options...)
+	}
+	if err == nil {
+		err = l.Validate()
+	}
+	if err != nil {
+		return failure.Wrap(failure.Usage, err, "")
+	}
+	return nil
 }
 
 // addSettingFlagsExcept adds every setting flag but the named ones.

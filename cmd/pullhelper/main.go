@@ -201,7 +201,10 @@ setting. Nothing is contacted and nothing is written.`,
 		Short: "Validate a policy file; exit 0, or 2 with FILE:LINE: KEY: problem",
 		Long: `Validate a policy file and every profile in it. FILE defaults to $PULLHELPER_POLICY, else
 /etc/pullhelper/policy.toml. Unknown keys, wrong types, impossible values and settings
-this version does not support yet are errors naming the file, line and key.`,
+this version does not support yet are errors naming the file, line and key. When the
+base sets [cri] (pods choose profiles, or every pull takes the pod's cgroup or DNS), it
+also prints what pullhelper cri takes from pods: "cri": {"base": the base's [cri],
+"pod_profiles": each choosable profile's pull_cgroup and pod_dns}.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := os.Getenv(policy.EnvPolicy)
@@ -215,7 +218,25 @@ this version does not support yet are errors naming the file, line and key.`,
 			if err != nil {
 				return failure.Wrap(failure.Usage, err, "")
 			}
-			result = map[string]any{"file": path, "valid": true, "profiles": orEmpty(f.Profiles())}
+			out := map[string]any{"file": path, "valid": true, "profiles": orEmpty(f.Profiles())}
+			// What pullhelper cri takes from pods: the base's [cri] and,
+			// for each profile a pod may choose, its cgroup and DNS.
+			base, err := f.Select("")
+			if err != nil {
+				return failure.Wrap(failure.Usage, err, "")
+			}
+			if c := base.CRI; c.ProfileAnnotation != "" || c.PullCgroup != policy.PullCgroupOwn || c.PodDNS {
+				pods := map[string]policy.CRI{}
+				for _, n := range base.CRI.PodProfiles {
+					pl, err := f.Select(n)
+					if err != nil {
+						return failure.Wrap(failure.Usage, err, "")
+					}
+					pods[n] = policy.CRI{PullCgroup: pl.CRI.PullCgroup, PodDNS: pl.CRI.PodDNS}
+				}
+				out["cri"] = map[string]any{"base": base.CRI, "pod_profiles": pods}
+			}
+			result = out
 			return nil
 		},
 	}
