@@ -11,7 +11,7 @@ HOSTILE_BIN := bin/pullhelper-hostile
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
-APT_PACKAGES := docker-registry skopeo time bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman busybox-static runc go-md2man groff-base
+APT_PACKAGES := docker-registry skopeo time bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman busybox-static runc go-md2man groff-base containernetworking-plugins
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
