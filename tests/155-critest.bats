@@ -88,6 +88,7 @@ setup() {
     CRI_PID=""
     CG_PARENT="/pullhelper-bats-critest-$$-${BATS_TEST_NUMBER}"
     BRIDGE=""
+    POD_DIRS=()
 }
 
 teardown() {
@@ -95,6 +96,10 @@ teardown() {
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     [[ -z ${BRIDGE:-} ]] || ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
     local d p
+    # The directories the pods made that were not there before (the pods'
+    # parent cgroups, containerd's /k8s.io on cgroupfs; libcni's result
+    # cache), once empty: rmdir removes nothing else.
+    for d in "${POD_DIRS[@]}"; do rmdir "$d" 2>/dev/null || true; done
     for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
         [[ -d $d ]] || continue
         for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
@@ -274,6 +279,13 @@ EOF
     [[ -x $BUSYBOX ]] || skip "$BUSYBOX missing (Debian busybox-static; make deps): the containers run it"
     command -v runc >/dev/null || skip "runc not installed (make deps)"
     CTRD_DIR="$T/ctrd"
+    local d
+    for d in /sys/fs/cgroup/*/; do
+        [[ -e ${d}k8s.io ]] || POD_DIRS+=("${d}k8s.io")
+    done
+    for d in /var/lib/cni/results /var/lib/cni; do
+        [[ -e $d ]] || POD_DIRS+=("$d")
+    done
     cni_bridge
     critest_up
     # The sandbox image, pulled as the kubelet would: through the image
