@@ -187,8 +187,9 @@ var (
 // image store before it answers (CRIImageService.PullImage:
 // imageStore.Update for each reference), so that the kubelet's
 // ImageStatus right after PullImage finds the image (critest's "should
-// list and get image status immediately after pulling"). Bounded by
-// listedTimeout and ctx.
+// list and get image status immediately after pulling"). When the name is
+// listed as another image (a later pull moved the tag), the image listed
+// by its ID is enough. Bounded by listedTimeout and ctx.
 func (s *Server) awaitListed(ctx context.Context, image, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, listedTimeout)
 	defer cancel()
@@ -197,8 +198,17 @@ func (s *Server) awaitListed(ctx context.Context, image, id string) error {
 	defer tick.Stop()
 	for {
 		res, err := c.ImageStatus(wctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
-		if err == nil && res.GetImage().GetId() == id {
+		switch got := res.GetImage().GetId(); {
+		case err != nil || got == "":
+		case got == id:
 			return nil
+		default:
+			// The name is listed as another image: a later pull moved
+			// the tag on. This pull's image is listed once its ID is.
+			byID, err := c.ImageStatus(wctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: id}})
+			if err == nil && byID.GetImage().GetId() == id {
+				return nil
+			}
 		}
 		select {
 		case <-wctx.Done():

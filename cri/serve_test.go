@@ -34,6 +34,9 @@ type fakeRuntime struct {
 	// listed (as listedID) from the listAfter'th call on (never when 0).
 	statusCalls int
 	listAfter   int
+	// moved: listedImage is listed as another image (a later pull moved
+	// the tag), listedID by its ID.
+	moved bool
 }
 
 const (
@@ -61,11 +64,19 @@ func (f *fakeRuntime) StreamImages(_ *runtimeapi.StreamImagesRequest, s grpc.Ser
 // handled the image's events; before, the answer has no image (containerd's
 // answer for an unknown image). Any other image is an error.
 func (f *fakeRuntime) ImageStatus(_ context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.moved {
+		switch r.GetImage().GetImage() {
+		case listedImage:
+			return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:newer"}}, nil
+		case listedID:
+			return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: listedID}}, nil
+		}
+	}
 	if r.GetImage().GetImage() != listedImage {
 		return nil, status.Errorf(codes.NotFound, "no such image: %s", r.GetImage().GetImage())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.statusCalls++
 	if f.listAfter > 0 && f.statusCalls >= f.listAfter {
 		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: listedID}}, nil
@@ -233,6 +244,18 @@ func TestPullAwaitsListing(t *testing.T) {
 	if fake.calls() < 2 {
 		t.Fatalf("%d ImageStatus calls: the wait did not poll", fake.calls())
 	}
+	// The tag listed as another image (moved on by a later pull): this
+	// pull's image listed by its ID is enough.
+	fake.mu.Lock()
+	fake.moved = true
+	fake.mu.Unlock()
+	res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+	if err != nil || res.ImageRef != listedID {
+		t.Fatalf("moved tag: %v %v", res, err)
+	}
+	fake.mu.Lock()
+	fake.moved = false
+	fake.mu.Unlock()
 	// The caller's deadline ends the wait first.
 	listedTimeout = time.Hour
 	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
