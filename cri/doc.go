@@ -9,7 +9,8 @@
 //     pipeline.Run, isolated), and answers image_ref = the image ID, as
 //     containerd's CRI does (criService.PullImage returns the image ID),
 //     once the runtime's CRI lists it: its ImageStatus(image) answers that
-//     ID (awaitListed, at most 30 s; containerd's CRI learns of an import
+//     ID, or, when a later pull has moved the name on, ImageStatus(ID) does
+//     (awaitListed, at most 30 s; containerd's CRI learns of an import
 //     from its image events, while its own pull updates its image store
 //     before it answers).
 //     The request's AuthConfig becomes an in-memory credential for that
