@@ -11,7 +11,7 @@ HOSTILE_BIN := bin/pullhelper-hostile
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
-APT_PACKAGES := docker-registry skopeo time bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman busybox-static runc go-md2man groff-base
+APT_PACKAGES := docker-registry skopeo time bats bats-assert bats-support apache2-utils openssl curl python3 iproute2 dnsmasq-base util-linux containerd podman busybox-static runc go-md2man groff-base containernetworking-plugins
 # crictl (cri-tools) for the containerd compatibility tests, from the Go module proxy.
 CRICTL := tests/.cache/bin/crictl
 CRICTL_VERSION := v1.34.0
@@ -21,6 +21,11 @@ CRICTL_VERSION := v1.34.0
 # PH_CONTAINERD2_VERSION names it too).
 CONTAINERD2_VERSION := v2.4.2
 CONTAINERD2 := tests/.cache/bin/containerd-$(CONTAINERD2_VERSION)/containerd
+# critest (cri-tools' CRI validation suite, a Go test binary) for
+# tests/155-critest.bats, built from tests/critest/go.mod (its own module:
+# cri-tools stays out of pullhelper's go.mod) into a versioned name.
+CRITEST_VERSION := v1.37.0
+CRITEST := tests/.cache/bin/critest-$(CRITEST_VERSION)
 # crane for make bench (crane pull --format oci), from the Go module proxy.
 CRANE := tests/.cache/bin/crane
 CRANE_VERSION := v0.22.1
@@ -45,6 +50,7 @@ deps:
 	fi
 	@$(GO) mod download
 	@test -x $(CRICTL) || { echo "building crictl $(CRICTL_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION); }
+	@test -x $(CRITEST) || { echo "building critest $(CRITEST_VERSION)"; d=$$(mktemp -d) && (cd tests/critest && GOFLAGS=-mod=readonly CGO_ENABLED=0 $(GO) test -c -o $$d/critest sigs.k8s.io/cri-tools/cmd/critest) && mkdir -p $(dir $(CRITEST)) && mv $$d/critest $(CRITEST) && rmdir $$d; }
 	@test -x $(STATICCHECK) || { echo "building staticcheck $(STATICCHECK_VERSION)"; d=$$(mktemp -d) && GOBIN=$$d GOFLAGS= CGO_ENABLED=0 $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mkdir -p $(dir $(STATICCHECK)) && mv $$d/staticcheck $(STATICCHECK) && rmdir $$d; }
 	@test -x $(DEADCODE) || { echo "building deadcode $(XTOOLS_VERSION)"; d=$$(mktemp -d) && GOBIN=$$d GOFLAGS= CGO_ENABLED=0 $(GO) install golang.org/x/tools/cmd/deadcode@$(XTOOLS_VERSION) && mkdir -p $(dir $(DEADCODE)) && mv $$d/deadcode $(DEADCODE) && rmdir $$d; }
 	@test -x $(CONTAINERD2) -a -x $(dir $(CONTAINERD2))ctr -a -x $(dir $(CONTAINERD2))containerd-shim-runc-v2 || { echo "building containerd, ctr and containerd-shim-runc-v2 $(CONTAINERD2_VERSION)"; GOBIN=$(CURDIR)/$(dir $(CONTAINERD2)) GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION) github.com/containerd/containerd/v2/cmd/ctr@$(CONTAINERD2_VERSION) github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$(CONTAINERD2_VERSION); }

@@ -7,7 +7,12 @@
 //     credential and the pod's sandbox_config — as `pullhelper pull` would, into
 //     containerd:REF of the runtime's socket, namespace k8s.io; Run is
 //     pipeline.Run, isolated), and answers image_ref = the image ID, as
-//     containerd's CRI does (criService.PullImage returns the image ID).
+//     containerd's CRI does (criService.PullImage returns the image ID),
+//     once the runtime's CRI lists it: its ImageStatus(image) answers that
+//     ID, or, when a later pull has moved the name on, ImageStatus(ID) does
+//     (awaitListed, at most 30 s; containerd's CRI learns of an import
+//     from its image events, while its own pull updates its image store
+//     before it answers).
 //     The request's AuthConfig becomes an in-memory credential for that
 //     registry (auth.go); without one the node's own sources apply. Equal
 //     requests in flight (image, credential identity and pod settings)

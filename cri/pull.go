@@ -180,7 +180,57 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 	if res.ImageID == "" {
 		return nil, failure.New(failure.Destination, "the import into containerd reported no image ID")
 	}
+	if err := s.awaitListed(ctx, image, res.ImageID); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// listedTimeout bounds awaitListed; listedPoll is its interval.
+var (
+	listedTimeout = 30 * time.Second
+	listedPoll    = 20 * time.Millisecond
+)
+
+// awaitListed waits until the runtime's CRI answers ImageStatus(image) with
+// the image ID the pull imported. containerd's CRI learns of an image
+// imported through its API from the image events, asynchronously (its event
+// monitor calls CRIImageService.UpdateImage); its own PullImage updates its
+// image store before it answers (CRIImageService.PullImage:
+// imageStore.Update for each reference), so that the kubelet's
+// ImageStatus right after PullImage finds the image (critest's "should
+// list and get image status immediately after pulling"). When the name is
+// listed as another image (a later pull moved the tag), the image listed
+// by its ID is enough. Bounded by listedTimeout and ctx.
+func (s *Server) awaitListed(ctx context.Context, image, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, listedTimeout)
+	defer cancel()
+	c := runtimeapi.NewImageServiceClient(s.runtime)
+	tick := time.NewTicker(listedPoll)
+	defer tick.Stop()
+	for {
+		res, err := c.ImageStatus(wctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+		switch got := res.GetImage().GetId(); {
+		case err != nil || got == "":
+		case got == id:
+			return nil
+		default:
+			// The name is listed as another image: a later pull moved
+			// the tag on. This pull's image is listed once its ID is.
+			byID, err := c.ImageStatus(wctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: id}})
+			if err == nil && byID.GetImage().GetId() == id {
+				return nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return failure.New(failure.Destination, "%s is imported as %s, but the runtime's CRI did not list it within %s (ImageStatus); its image events may be stalled", pull.Printable(image), id, listedTimeout)
+		case <-tick.C:
+		}
+	}
 }
 
 // grpcCodes maps each failure code to the status code the kubelet sees.

@@ -7,7 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -25,7 +28,21 @@ import (
 type fakeRuntime struct {
 	runtimeapi.UnimplementedImageServiceServer
 	gotMD chan metadata.MD
+
+	mu sync.Mutex
+	// statusCalls counts ImageStatus calls for listedImage, which is
+	// listed (as listedID) from the listAfter'th call on (never when 0).
+	statusCalls int
+	listAfter   int
+	// moved: listedImage is listed as another image (a later pull moved
+	// the tag), listedID by its ID.
+	moved bool
 }
+
+const (
+	listedImage = "docker.io/library/busybox:latest"
+	listedID    = "sha256:cfg"
+)
 
 func (f *fakeRuntime) ListImages(ctx context.Context, _ *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -42,8 +59,35 @@ func (f *fakeRuntime) StreamImages(_ *runtimeapi.StreamImagesRequest, s grpc.Ser
 	return nil
 }
 
-func (f *fakeRuntime) ImageStatus(context.Context, *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	return nil, status.Error(codes.NotFound, "no such image: reg/b:2")
+// ImageStatus: listedImage is listed from the listAfter'th call on, as
+// containerd's CRI lists an image imported through its API once it has
+// handled the image's events; before, the answer has no image (containerd's
+// answer for an unknown image). Any other image is an error.
+func (f *fakeRuntime) ImageStatus(_ context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.moved {
+		switch r.GetImage().GetImage() {
+		case listedImage:
+			return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:newer"}}, nil
+		case listedID:
+			return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: listedID}}, nil
+		}
+	}
+	if r.GetImage().GetImage() != listedImage {
+		return nil, status.Errorf(codes.NotFound, "no such image: %s", r.GetImage().GetImage())
+	}
+	f.statusCalls++
+	if f.listAfter > 0 && f.statusCalls >= f.listAfter {
+		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: listedID}}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{}, nil
+}
+
+func (f *fakeRuntime) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statusCalls
 }
 
 // Serve end to end over real sockets: PullImage answers the image ID of
@@ -58,7 +102,7 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := grpc.NewServer()
-	fake := &fakeRuntime{gotMD: make(chan metadata.MD, 1)}
+	fake := &fakeRuntime{gotMD: make(chan metadata.MD, 1), listAfter: 3}
 	runtimeapi.RegisterImageServiceServer(rt, fake)
 	go func() { _ = rt.Serve(l) }()
 	defer rt.Stop()
@@ -88,8 +132,13 @@ func TestServe(t *testing.T) {
 	c := runtimeapi.NewImageServiceClient(conn)
 	// Wait for the socket (WaitForReady: no sleep).
 	res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}, grpc.WaitForReady(true))
-	if err != nil || res.ImageRef != "sha256:cfg" {
+	if err != nil || res.ImageRef != listedID {
 		t.Fatalf("PullImage: %v %v", res, err)
+	}
+	// The answer came once the runtime's CRI listed the image (the third
+	// ImageStatus), not before.
+	if n := fake.calls(); n != 3 {
+		t.Fatalf("PullImage answered after %d ImageStatus calls, want 3", n)
 	}
 	if fi, err := os.Stat(phSock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket: %v %v", fi.Mode(), err)
@@ -151,5 +200,72 @@ func TestServe(t *testing.T) {
 	}
 	if _, err := os.Lstat(phSock); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the socket is left: %v", err)
+	}
+}
+
+// A pull whose image the runtime's CRI never lists fails (Internal, after
+// listedTimeout) instead of answering an image ID that ImageStatus does
+// not know; a caller that goes meanwhile gets Canceled.
+func TestPullAwaitsListing(t *testing.T) {
+	old := listedTimeout
+	listedTimeout = 300 * time.Millisecond
+	defer func() { listedTimeout = old }()
+	dir := t.TempDir()
+	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph.sock")
+	l, err := net.Listen("unix", rtSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := grpc.NewServer()
+	fake := &fakeRuntime{gotMD: make(chan metadata.MD, 1)}
+	runtimeapi.RegisterImageServiceServer(rt, fake)
+	go func() { _ = rt.Serve(l) }()
+	defer rt.Stop()
+	cfg := Config{
+		Listen: phSock, Runtime: rtSock, MaxParallel: 1,
+		Plan: func(Request) (*pipeline.Plan, error) { return &pipeline.Plan{}, nil },
+		Run: func(context.Context, *pipeline.Plan, pipeline.Options) (*api.Result, error) {
+			return &api.Result{ImageID: listedID}, nil
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { _, err := Serve(ctx, cfg); served <- err }()
+	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := runtimeapi.NewImageServiceClient(conn)
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}, grpc.WaitForReady(true))
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "did not list it within 300ms") {
+		t.Fatalf("never listed: %v", err)
+	}
+	if fake.calls() < 2 {
+		t.Fatalf("%d ImageStatus calls: the wait did not poll", fake.calls())
+	}
+	// The tag listed as another image (moved on by a later pull): this
+	// pull's image listed by its ID is enough.
+	fake.mu.Lock()
+	fake.moved = true
+	fake.mu.Unlock()
+	res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+	if err != nil || res.ImageRef != listedID {
+		t.Fatalf("moved tag: %v %v", res, err)
+	}
+	fake.mu.Lock()
+	fake.moved = false
+	fake.mu.Unlock()
+	// The caller's deadline ends the wait first.
+	listedTimeout = time.Hour
+	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer dcancel()
+	_, err = c.PullImage(dctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+	if st, _ := status.FromError(err); st.Code() != codes.DeadlineExceeded {
+		t.Fatalf("deadline: %v", err)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -37,7 +37,8 @@ own CRI at --runtime-endpoint.
 PullImage runs one pull per request as pullhelper pull would (the policy, its profile
 and the setting flags; isolated: its own cgroup, a dropped uid) into containerd:REF of
 the runtime's socket, namespace k8s.io, and answers the image ID (image_ref), as
-containerd's CRI does. The request's auth (username/password, auth, identity_token) is
+containerd's CRI does, once the runtime's CRI lists it (its ImageStatus answers that
+ID; at most 30 s, else Internal), so that an ImageStatus right after the pull finds it. The request's auth (username/password, auth, identity_token) is
 the credential for its registry, in memory only; without one, the node's own sources
 apply. The same image asked for twice at once (with the same credential) is pulled
 once; at most --max-parallel pulls run at once. A cancelled or timed-out request

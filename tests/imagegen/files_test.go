@@ -79,3 +79,27 @@ func TestFilesLayer(t *testing.T) {
 		t.Errorf("entries %q, want %q", got, want)
 	}
 }
+
+// TestUser: -user sets the config's User; without it there is no User key
+// (the other fixtures' config digests stay what they were).
+func TestUser(t *testing.T) {
+	for _, user := range []string{"www-data:www-data", ""} {
+		o := Options{Layers: 1, LayerSize: 16, Seed: 1, Platforms: mustPlatforms(t, "linux/amd64"), User: user}
+		out, d := gen(t, o)
+		c := &checker{t: t, files: readTree(t, out), visited: map[string]bool{}}
+		m := decode[Manifest](t, c.blob(d))
+		var cfg struct {
+			Config map[string]json.RawMessage `json:"config"`
+		}
+		if err := json.Unmarshal(c.blob(m.Config), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := cfg.Config["User"]
+		switch {
+		case user == "" && ok:
+			t.Errorf("no -user: the config has User %s", got)
+		case user != "" && string(got) != `"`+user+`"`:
+			t.Errorf("-user %s: the config's User is %s", user, got)
+		}
+	}
+}

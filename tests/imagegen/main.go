@@ -109,6 +109,9 @@ type Options struct {
 	Symlinks []SymlinkSpec
 	// Cmd is the config's Cmd (default ["/bin/true"]).
 	Cmd []string
+	// User is the config's User (UID, NAME, UID:GID or NAME:GROUP); empty
+	// leaves it out, so the other fixtures' digests do not change.
+	User string
 }
 
 // Descriptor is an OCI content descriptor.
@@ -146,6 +149,7 @@ type history struct {
 }
 
 type execConfig struct {
+	User   string            `json:"User,omitempty"`
 	Env    []string          `json:"Env"`
 	Cmd    []string          `json:"Cmd"`
 	Labels map[string]string `json:"Labels"`
@@ -176,6 +180,7 @@ func main() {
 	flag.Var(fileList{&o.Files}, "file", "HOST:PATH: copy the host file into the image at PATH, in an extra last layer (repeatable)")
 	flag.Var(symlinkList{&o.Symlinks}, "symlink", "PATH=TARGET: a symlink in the extra last layer (repeatable)")
 	flag.Var(cmdFlag{&o.Cmd}, "cmd", `the config's Cmd as a JSON array (default ["/bin/true"])`)
+	flag.StringVar(&o.User, "user", "", "the config's User (UID, NAME, UID:GID or NAME:GROUP; default none)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagegen -out DIR [flags]\n\nWrites a deterministic OCI image layout.\n\n")
 		flag.PrintDefaults()
@@ -265,8 +270,9 @@ func Generate(o Options) (Descriptor, error) {
 			OS:           p.OS,
 			Variant:      p.Variant,
 			Config: execConfig{
-				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-				Cmd: cmd,
+				User: o.User,
+				Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+				Cmd:  cmd,
 				Labels: map[string]string{
 					"org.pullhelper.imagegen.seed":     strconv.FormatUint(o.Seed, 10),
 					"org.pullhelper.imagegen.platform": p.String(),
