@@ -118,7 +118,7 @@ func startServe(t *testing.T, cfg Config) (runtimeapi.ImageServiceClient, string
 		t.Fatal(err)
 	}
 	rt := grpc.NewServer()
-	runtimeapi.RegisterImageServiceServer(rt, &fakeRuntime{gotMD: make(chan metadata.MD, 16)})
+	runtimeapi.RegisterImageServiceServer(rt, &fakeRuntime{gotMD: make(chan metadata.MD, 16), listAny: true})
 	go func() { _ = rt.Serve(l) }()
 	t.Cleanup(rt.Stop)
 	logs := &syncBuffer{}

@@ -182,24 +182,25 @@ func TestFlightPerPod(t *testing.T) {
 	var planned []PodSettings
 	release := make(chan struct{})
 	started := make(chan struct{}, 8)
-	s := &Server{base: context.Background(), flights: map[string]*flight{}, log: discardLog(), sem: make(chan struct{}, 8), cfg: Config{
-		PodPolicy: pods,
-		Plan: func(r Request) (*pipeline.Plan, error) {
-			mu.Lock()
-			planned = append(planned, r.Settings)
-			mu.Unlock()
-			return &pipeline.Plan{}, nil
-		},
-		Run: func(ctx context.Context, _ *pipeline.Plan, _ pipeline.Options) (*api.Result, error) {
-			started <- struct{}{}
-			select {
-			case <-release:
-				return &api.Result{ImageID: "sha256:x"}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		},
-	}}
+	s := &Server{base: context.Background(), flights: map[string]*flight{}, log: discardLog(), sem: make(chan struct{}, 8),
+		listed: func(context.Context, string, string) error { return nil }, cfg: Config{
+			PodPolicy: pods,
+			Plan: func(r Request) (*pipeline.Plan, error) {
+				mu.Lock()
+				planned = append(planned, r.Settings)
+				mu.Unlock()
+				return &pipeline.Plan{}, nil
+			},
+			Run: func(ctx context.Context, _ *pipeline.Plan, _ pipeline.Options) (*api.Result, error) {
+				started <- struct{}{}
+				select {
+				case <-release:
+					return &api.Result{ImageID: "sha256:x"}, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			},
+		}}
 	req := func(sb *runtimeapi.PodSandboxConfig) *runtimeapi.PullImageRequest {
 		return &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "reg.example/app:1"}, SandboxConfig: sb}
 	}

@@ -180,7 +180,7 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 	if res.ImageID == "" {
 		return nil, failure.New(failure.Destination, "the import into containerd reported no image ID")
 	}
-	if err := s.awaitListed(ctx, image, res.ImageID); err != nil {
+	if err := s.listed(ctx, image, res.ImageID); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -37,6 +37,8 @@ type fakeRuntime struct {
 	// moved: listedImage is listed as another image (a later pull moved
 	// the tag), listedID by its ID.
 	moved bool
+	// listAny: every image is listed, as listedID.
+	listAny bool
 }
 
 const (
@@ -66,6 +68,9 @@ func (f *fakeRuntime) StreamImages(_ *runtimeapi.StreamImagesRequest, s grpc.Ser
 func (f *fakeRuntime) ImageStatus(_ context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.listAny {
+		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: listedID}}, nil
+	}
 	if f.moved {
 		switch r.GetImage().GetImage() {
 		case listedImage:

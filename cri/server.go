@@ -84,6 +84,9 @@ type Server struct {
 	running sync.WaitGroup
 	pulls   int
 	metrics *metrics
+	// listed waits until the runtime's CRI lists a pulled image
+	// (awaitListed; Serve sets it).
+	listed func(ctx context.Context, image, id string) error
 }
 
 // SocketPath checks a --listen or --runtime-endpoint value, unix:///PATH
@@ -222,6 +225,7 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	}
 	defer os.Remove(cfg.Listen)
 	s := &Server{cfg: cfg, runtime: conn, log: cfg.Log, sem: make(chan struct{}, cfg.MaxParallel), base: ctx, flights: map[string]*flight{}, metrics: m}
+	s.listed = s.awaitListed
 	if ml != nil {
 		// Stopped after every pull has ended: its last scrape can
 		// show nothing in flight.
