@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distribution/reference"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
@@ -28,7 +27,7 @@ type flight struct {
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	start := time.Now()
 	image := req.GetImage().GetImage()
-	attrs := []any{"image", image}
+	attrs := []any{"image", image, "runtime", s.cfg.RuntimeKind.name()}
 	if md := req.GetSandboxConfig().GetMetadata(); md != nil {
 		attrs = append(attrs, "pod_namespace", md.GetNamespace(), "pod_name", md.GetName())
 	}
@@ -51,7 +50,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		attrs = append(attrs, "usage", res.Usage)
 	}
 	s.log.Info("pull", attrs...)
-	return &runtimeapi.PullImageResponse{ImageRef: res.ImageID}, nil
+	return &runtimeapi.PullImageResponse{ImageRef: s.cfg.RuntimeKind.imageRef(res.ImageID)}, nil
 }
 
 // pull normalises the request and joins or starts its flight.
@@ -60,13 +59,14 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	if raw == "" {
 		return nil, false, nil, failure.New(failure.Usage, "the request names no image (image.image is empty)")
 	}
-	// containerd's CRI: the image reference is normalised
-	// (docker.io/library/NAME:latest) before anything else.
-	named, err := reference.ParseDockerRef(raw)
+	// The image as the runtime's CRI reads it, before anything else
+	// (runtime.go: containerd's docker.io/library/NAME:latest; CRI-O's
+	// short names are left to registries.conf).
+	rt := s.cfg.RuntimeKind
+	image, short, err := rt.normalize(raw)
 	if err != nil {
-		return nil, false, nil, failure.New(failure.Usage, "image %q: %v", pull.Printable(raw), err)
+		return nil, false, nil, err
 	}
-	image := named.String()
 	cred, err := credentialFor(req.GetAuth(), image)
 	if err != nil {
 		return nil, false, nil, failure.New(failure.Usage, "%s", cred.redact(err.Error()))
@@ -76,7 +76,11 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 		key += cred.Identity
 	}
 	res, shared, err := s.join(ctx, key, func(ctx context.Context) (*api.Result, error) {
-		return s.run(ctx, Request{Image: image, Dest: "containerd:" + image, Cred: cred, Pod: req.GetSandboxConfig()})
+		r := Request{Image: image, Runtime: rt, Cred: cred, Pod: req.GetSandboxConfig()}
+		if !short {
+			r.Dest = rt.Dest(image)
+		}
+		return s.run(ctx, r)
 	})
 	return res, shared, cred, err
 }
@@ -166,7 +170,7 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 		return nil, err
 	}
 	if res.ImageID == "" {
-		return nil, failure.New(failure.Destination, "the import into containerd reported no image ID")
+		return nil, failure.New(failure.Destination, "the import into %s's store reported no image ID", s.cfg.RuntimeKind.name())
 	}
 	return res, nil
 }

@@ -23,11 +23,18 @@ import (
 
 // Request is one pull as the plan hook sees it.
 type Request struct {
-	// Image is the request's image, normalised as containerd's CRI
-	// normalises it (docker.io/library/NAME:latest).
+	// Image is the request's image, normalised as the runtime's CRI
+	// normalises it (containerd: docker.io/library/NAME:latest; CRI-O: a
+	// qualified name with its tag, or a short name as sent).
 	Image string
-	// Dest is the pull's DEST (containerd:IMAGE).
+	// Dest is the pull's DEST: Runtime.Dest(Image), containerd:IMAGE or
+	// containers-storage:[STORE]IMAGE. It is "" when Image is a short name
+	// for CRI-O: the hook resolves Image through registries.conf (as the
+	// pipeline resolves a short IMAGE) and pulls into
+	// Runtime.Dest(resolved).
 	Dest string
+	// Runtime is the runtime behind the service.
+	Runtime Runtime
 	// Cred is the request's credential (nil: the node's sources only).
 	Cred *Credential
 	// Pod is the request's sandbox_config (nil when it has none).
@@ -45,6 +52,9 @@ type RunFunc func(ctx context.Context, p *pipeline.Plan, o pipeline.Options) (*a
 type Config struct {
 	// Listen and Runtime are unix socket paths (without "unix://").
 	Listen, Runtime string
+	// RuntimeKind is the runtime behind the socket (the zero value:
+	// containerd).
+	RuntimeKind Runtime
 	// MaxParallel bounds the pulls running at once (at least 1).
 	MaxParallel int
 	Plan        PlanFunc
@@ -145,7 +155,8 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
-	s.log.Info("serving", "listen", "unix://"+cfg.Listen, "runtime_endpoint", "unix://"+cfg.Runtime, "max_parallel", cfg.MaxParallel)
+	s.log.Info("serving", "listen", "unix://"+cfg.Listen, "runtime_endpoint", "unix://"+cfg.Runtime, "runtime", cfg.RuntimeKind.name(),
+		"runtime_version", cfg.RuntimeKind.Version, "runtime_from", cfg.RuntimeKind.From, "max_parallel", cfg.MaxParallel)
 	serveErr := srv.Serve(l)
 	if ctx.Err() == nil {
 		srv.Stop()
