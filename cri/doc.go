@@ -2,12 +2,22 @@
 // of k8s.io/cri-api) on a unix socket, in front of the container runtime's
 // own CRI, for the kubelet's --image-service-endpoint.
 //
+//   - The runtime behind the socket (runtime.go) is containerd or CRI-O:
+//     named by the caller, or Detect asks its RuntimeService/Version
+//     (runtime_name "containerd" or "cri-o"). For CRI-O, crioconf.go reads
+//     the store CRI-O uses: storage.conf's, with crio.conf's [crio] root,
+//     runroot, storage_driver and storage_option over it, then the
+//     drop-ins', merged as CRI-O's Config.UpdateFromDropInFile merges them.
 //   - PullImage (pull.go) runs one pull per request through the pipeline
 //     (the caller's Plan hook builds it from a Request — the image, DEST, the
-//     credential and the pod's sandbox_config — as `pullhelper pull` would, into
-//     containerd:REF of the runtime's socket, namespace k8s.io; Run is
-//     pipeline.Run, isolated), and answers image_ref = the image ID, as
-//     containerd's CRI does (criService.PullImage returns the image ID).
+//     runtime, the credential and the pod's sandbox_config — as `pullhelper
+//     pull` would; Run is pipeline.Run, isolated) into the runtime's store:
+//     containerd:REF of the runtime's socket, namespace k8s.io, answering
+//     image_ref = the image ID as containerd's CRI does
+//     (criService.PullImage), or containers-storage:[STORE]REF, answering
+//     the bare storage ID as CRI-O's resolveImageRefToID does. For CRI-O a
+//     short name is left to the hook, which resolves it through
+//     registries.conf before naming the DEST; a digest is refused.
 //     The request's AuthConfig becomes an in-memory credential for that
 //     registry (auth.go); without one the node's own sources apply. Equal
 //     requests in flight (image and credential identity) share one pull;
