@@ -134,16 +134,10 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 					// registry: CRI-O's enforcing short-name mode), and
 					// the DEST names the resolved image, as CRI-O's
 					// store does.
-					p0, err := pipeline.NewPlan(l, pipeline.Inputs{Image: r.Image, Env: auth.OSEnv(), Version: version, StateRoot: state.Default})
-					if err != nil {
+					if in.Image, err = pipeline.ResolveImage(l, r.Image); err != nil {
 						return nil, err
 					}
-					in.Image = p0.Reference
-					p0.Close()
 					in.Dest = r.Runtime.Dest(in.Image)
-					if l, err = criPolicy(cmd.Flags(), c, rt, rpath, ro); err != nil {
-						return nil, err
-					}
 				}
 				if cred := r.Cred; cred != nil {
 					if cred.PullSecret != nil {
