@@ -12,8 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pipeline"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -251,5 +256,54 @@ func TestCRIOStoreSpecRefusals(t *testing.T) {
 	// storage.conf's own options (a comma in one) are left to it.
 	if spec, err := (CRIOStorage{Root: "/g", RunRoot: "/r", Options: base.Options}).StoreSpec(base); err != nil || spec != "[/g+/r]" {
 		t.Errorf("storage.conf's options: %q %v", spec, err)
+	}
+}
+
+// Serve in front of CRI-O: the Request carries the runtime and the
+// containers-storage: DEST (none for a short name, which the hook
+// resolves), a digest is InvalidArgument before any plan, and image_ref is
+// the ID without sha256:, as CRI-O's PullImage answers.
+func TestServeCRIO(t *testing.T) {
+	dir := t.TempDir()
+	phSock := filepath.Join(dir, "ph", "cri.sock")
+	var planned []Request
+	id := strings.Repeat("c", 64)
+	cfg := Config{
+		Listen: phSock, Runtime: serveVersion(t, "cri-o", "1.36.0"), MaxParallel: 1,
+		RuntimeKind: Runtime{Name: RuntimeCRIO, Store: "[vfs@/g+/r]"},
+		Plan: func(r Request) (*pipeline.Plan, error) {
+			planned = append(planned, r)
+			return &pipeline.Plan{}, nil
+		},
+		Run: func(context.Context, *pipeline.Plan, pipeline.Options) (*api.Result, error) {
+			return &api.Result{ImageID: "sha256:" + id}, nil
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { _, err := Serve(ctx, cfg); served <- err }()
+	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := runtimeapi.NewImageServiceClient(conn)
+	for _, image := range []string{"quay.io/a/b", "busybox"} {
+		res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}, grpc.WaitForReady(true))
+		if err != nil || res.ImageRef != id {
+			t.Fatalf("PullImage %s: %v %v", image, res, err)
+		}
+	}
+	if len(planned) != 2 || planned[0].Image != "quay.io/a/b:latest" || planned[0].Dest != "containers-storage:[vfs@/g+/r]quay.io/a/b:latest" ||
+		planned[1].Image != "busybox" || planned[1].Dest != "" || planned[1].Runtime.Dest("x.io/busybox:latest") != "containers-storage:[vfs@/g+/r]x.io/busybox:latest" {
+		t.Fatalf("planned %+v", planned)
+	}
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "quay.io/a/b@sha256:" + id}})
+	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || len(planned) != 2 {
+		t.Fatalf("by digest: %v (%d plans)", err, len(planned))
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 }
