@@ -65,9 +65,10 @@ and answers the image ID (image_ref) as the runtime's CRI does:
               name is resolved through registries.conf (an alias, or the one
               unqualified-search registry), the DEST named after it. A pull by digest
               is InvalidArgument (the DEST names a tag).
-The request's auth (username/password, auth, identity_token) is
-the credential for its registry, in memory only; without one, the node's own sources
-apply. The same image asked for twice at once (with the same credential) is pulled
+
+The request's auth (username/password, auth, identity_token) is the credential for its
+registry (server_address's host, else the image's as sent), in memory only; without
+one, the node's own sources apply. The same image asked for twice at once (with the same credential) is pulled
 once; at most --max-parallel pulls run at once. A cancelled or timed-out request
 stops its pull (the cgroup is killed, the staging removed). Errors are gRPC statuses:
 unauthorized Unauthenticated, not_found NotFound, network/tls Unavailable, usage
@@ -172,7 +173,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 	fs.StringVar(&ro.runtime, "runtime", "auto", "the runtime behind --runtime-endpoint, `auto|containerd|cri-o`; auto: containerd with --containerd-config, cri-o with a --crio-* or --storage-conf flag, else what the runtime's Version answer names")
 	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; a missing default is skipped, as CRI-O does)")
 	fs.StringVar(&ro.crioConfigDir, "crio-config-dir", cri.CRIOConfigDirDefault, "CRI-O: its drop-in `DIR`, every file below it applied after --crio-config in lexical order, as CRI-O does")
-	fs.StringVar(&ro.crioStore, "crio-store", "", "CRI-O: the store, `[DRIVER@GRAPHROOT+RUNROOT:OPTIONS]` (containers-storage: spelling), instead of what --crio-config and its drop-ins say")
+	fs.StringVar(&ro.crioStore, "crio-store", "", "CRI-O: its store in the containers-storage: spelling, `[DRIVER@GRAPHROOT+RUNROOT:OPTIONS]`, instead of what --crio-config and its drop-ins say (a CRI-O started with --root, --runroot, --storage-driver or --storage-opt)")
 	fs.StringVar(&ro.storageConf, "storage-conf", "", "CRI-O: the containers-storage.conf(5) `FILE` CRI-O reads (default: dest.storage_conf of the policy, else $CONTAINERS_STORAGE_CONF, else /etc/containers/storage.conf)")
 	fs.IntVar(&maxParallel, "max-parallel", 4, "run at most `N` pulls at once (equal requests in flight share one pull)")
 	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
