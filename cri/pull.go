@@ -67,7 +67,7 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	if err != nil {
 		return nil, false, nil, err
 	}
-	cred, err := credentialFor(req.GetAuth(), image)
+	cred, err := credentialFor(rt.authConfig(req.GetAuth()), image)
 	if err != nil {
 		return nil, false, nil, failure.New(failure.Usage, "%s", cred.redact(err.Error()))
 	}

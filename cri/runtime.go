@@ -151,3 +151,24 @@ func (r Runtime) imageRef(id string) string {
 	}
 	return id
 }
+
+// authConfig is the request's AuthConfig as the runtime's CRI reads it,
+// for credentialFor (which has containerd's precedence: username, then
+// identity_token, then auth). CRI-O's PullImage reads username and
+// password, replaced by the decoded auth when auth is set, and nothing
+// else (no identity_token); a credential without a username is none. So
+// for CRI-O the copy keeps auth alone when it is set, else username and
+// password when there is a username.
+func (r Runtime) authConfig(a *runtimeapi.AuthConfig) *runtimeapi.AuthConfig {
+	if !r.crio() || a == nil {
+		return a
+	}
+	out := &runtimeapi.AuthConfig{ServerAddress: a.GetServerAddress(), RegistryToken: a.GetRegistryToken()}
+	switch {
+	case a.GetAuth() != "":
+		out.Auth = a.GetAuth()
+	case a.GetUsername() != "":
+		out.Username, out.Password = a.GetUsername(), a.GetPassword()
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"net"
@@ -305,5 +306,42 @@ func TestServeCRIO(t *testing.T) {
 	cancel()
 	if err := <-served; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// CRI-O's PullImage reads the AuthConfig its own way: auth (decoded) over
+// username and password, identity_token never, nothing without a
+// username; containerd's is left to credentialFor (ParseAuth).
+func TestCRIOAuthConfig(t *testing.T) {
+	crio := Runtime{Name: RuntimeCRIO}
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		a        *runtimeapi.AuthConfig
+		user     string
+		identity bool
+		none     bool
+	}{
+		{&runtimeapi.AuthConfig{Username: "u1", Password: "p1", Auth: b64("u2:p2")}, "u2", false, false},
+		{&runtimeapi.AuthConfig{Username: "u1", Password: "p1", IdentityToken: "tok"}, "u1", false, false},
+		{&runtimeapi.AuthConfig{IdentityToken: "tok"}, "", false, true},
+		{&runtimeapi.AuthConfig{Password: "p1"}, "", false, true},
+	} {
+		c, err := credentialFor(crio.authConfig(tc.a), "reg.io/a:1")
+		if err != nil {
+			t.Fatalf("%v: %v", tc.a, err)
+		}
+		if tc.none {
+			if c != nil {
+				t.Errorf("%v: want no credential, got %+v", tc.a, c)
+			}
+			continue
+		}
+		if c == nil || c.Username != tc.user || c.PullSecret == nil || c.Authfile != nil {
+			t.Errorf("%v: got %+v", tc.a, c)
+		}
+	}
+	// containerd's: the identity token is a credential (ParseAuth).
+	if c, err := credentialFor(Runtime{}.authConfig(&runtimeapi.AuthConfig{IdentityToken: "tok"}), "reg.io/a:1"); err != nil || c == nil || c.Authfile == nil {
+		t.Errorf("containerd identity token: %+v %v", c, err)
 	}
 }
