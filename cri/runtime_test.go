@@ -202,9 +202,10 @@ func TestLoadCRIOStorage(t *testing.T) {
 func TestLoadCRIOStorageBroken(t *testing.T) {
 	dir := t.TempDir()
 	base := CRIOStorage{Root: "/g", RunRoot: "/r"}
-	const secret = "s3cr3t-token-value"
+	const secret = "secretTokenValue"
 	for name, content := range map[string]string{
 		"syntax.conf": "[crio]\nroot = \"/x\n# " + secret + "\n",
+		"bare.conf":   "[crio]\nroot = " + secret + "\n",
 		"type.conf":   "[crio]\nroot = 1\nrunroot = \"" + secret + "\"\n",
 		"option.conf": "[crio]\nstorage_option = \"" + secret + "\"\n",
 		"dup.conf":    "[crio]\nroot = \"/a\"\nroot = \"" + secret + "\"\n",
