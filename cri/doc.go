@@ -34,5 +34,8 @@
 // Invariants: an error returned to a caller is a gRPC status whose message
 // is the pull's one-line error (failure's invariant: no secret), with the
 // request's secrets redacted again in case; no secret is logged; the
-// socket is created root-only (0600) and removed when Serve returns.
+// socket is created root-only (0600) and removed when Serve returns; the
+// runtime's socket is reached through Config.Dial, which `pullhelper cri`
+// sets to dest.DialRootSocket (root's socket, in root's directories,
+// checked at each connection).
 package cri

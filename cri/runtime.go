@@ -2,14 +2,15 @@ package cri
 
 import (
 	"context"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/reference"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -53,8 +54,22 @@ const maxVersionField = 128
 // to answer) and returns the runtime it names: containerd or cri-o, with
 // its runtime_version. Anything else, or no answer, is exit 2 naming
 // --runtime.
-func Detect(ctx context.Context, socket string, timeout time.Duration) (Runtime, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func Detect(ctx context.Context, socket string, timeout time.Duration, dial DialFunc) (Runtime, error) {
+	// The last refusal of dial (a socket not root's) is the reason when
+	// no answer comes: gRPC only retries it.
+	var mu sync.Mutex
+	var dialErr error
+	if dial != nil {
+		inner := dial
+		dial = func(ctx context.Context, path string) (net.Conn, error) {
+			c, err := inner(ctx, path)
+			mu.Lock()
+			dialErr = err
+			mu.Unlock()
+			return c, err
+		}
+	}
+	conn, err := runtimeConn(socket, dial)
 	if err != nil {
 		return Runtime{}, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", socket, err)
 	}
@@ -66,6 +81,11 @@ func Detect(ctx context.Context, socket string, timeout time.Duration) (Runtime,
 		msg := err.Error()
 		if ctx.Err() != nil {
 			msg = "no answer within " + timeout.String()
+			mu.Lock()
+			if dialErr != nil {
+				msg += " (" + dialErr.Error() + ")"
+			}
+			mu.Unlock()
 		}
 		return Runtime{}, failure.New(failure.Usage, "--runtime auto: asking the runtime at unix://%s for its Version (runtime.v1.RuntimeService/Version): %s; start the runtime first, or name it with --runtime containerd or --runtime cri-o",
 			socket, pull.Printable(limit(msg, 4*maxVersionField)))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestDetect(t *testing.T) {
 		{"containerd", "v2.4.2", RuntimeContainerd},
 		{"cri-o", "1.36.0", RuntimeCRIO},
 	} {
-		rt, err := Detect(ctx, serveVersion(t, tc.name, tc.version), 30*time.Second)
+		rt, err := Detect(ctx, serveVersion(t, tc.name, tc.version), 30*time.Second, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -65,7 +66,7 @@ func TestDetect(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"docker", "", strings.Repeat("x", 10000)} {
-		_, err := Detect(ctx, serveVersion(t, name, "1"), 30*time.Second)
+		_, err := Detect(ctx, serveVersion(t, name, "1"), 30*time.Second, nil)
 		if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--runtime containerd or --runtime cri-o") {
 			t.Errorf("runtime_name %.10q: got %v", name, err)
 		}
@@ -74,9 +75,27 @@ func TestDetect(t *testing.T) {
 		}
 	}
 	// Nothing listens: the bounded wait ends in exit 2.
-	_, err := Detect(ctx, filepath.Join(t.TempDir(), "none.sock"), 200*time.Millisecond)
+	_, err := Detect(ctx, filepath.Join(t.TempDir(), "none.sock"), 200*time.Millisecond, nil)
 	if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "no answer within 200ms") || !strings.Contains(err.Error(), "--runtime") {
 		t.Errorf("no runtime: got %v", err)
+	}
+	// Through a dialer (pullhelper cri's checks the socket is root's): its
+	// connection is used, and its refusal is the reason given.
+	sock := serveVersion(t, "cri-o", "1.36.0")
+	var dials atomic.Int32
+	rt, err := Detect(ctx, sock, 30*time.Second, func(ctx context.Context, p string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", p)
+	})
+	if err != nil || rt.Name != RuntimeCRIO || dials.Load() == 0 {
+		t.Errorf("through a dialer: %+v %v (%d dials)", rt, err, dials.Load())
+	}
+	_, err = Detect(ctx, sock, 200*time.Millisecond, func(context.Context, string) (net.Conn, error) {
+		return nil, errors.New("runtime socket " + sock + " is owned by uid 65534, not root")
+	})
+	if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("a refused socket: %v", err)
 	}
 	if _, err := ParseRuntime("crio"); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--runtime") {
 		t.Errorf("--runtime crio: got %v", err)

@@ -65,6 +65,23 @@ type Config struct {
 	// Ready, when set, is called once the socket listens (systemd's
 	// READY=1).
 	Ready func()
+	// Dial, when set, connects to the runtime's socket (each connection:
+	// forwarded calls, reconnects); `pullhelper cri` checks the socket is
+	// root's, in root's directories (dest.DialRootSocket). Nil: a plain
+	// unix dial.
+	Dial DialFunc
+}
+
+// DialFunc connects to the unix socket at path.
+type DialFunc func(ctx context.Context, path string) (net.Conn, error)
+
+// runtimeConn is a client of the runtime's socket, through dial when set.
+func runtimeConn(path string, dial DialFunc) (*grpc.ClientConn, error) {
+	if dial == nil {
+		return grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	return grpc.NewClient("passthrough:///"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx, path) }))
 }
 
 // Server is a running image service.
@@ -133,7 +150,7 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	conn, err := grpc.NewClient("unix://"+cfg.Runtime, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := runtimeConn(cfg.Runtime, cfg.Dial)
 	if err != nil {
 		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
 	}

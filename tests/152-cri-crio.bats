@@ -239,3 +239,20 @@ podman_on() {
     assert_output --partial InvalidArgument
     assert_output --partial "by digest into CRI-O's store is not supported"
 }
+
+@test "cri-o: a runtime socket root does not own is refused, named with its owner: at start (--runtime auto's Version call) and for every forwarded call" {
+    chown 65534:65534 "$RT_SOCK"
+    # auto: the Version call is refused at each dial; after the bounded wait
+    # (15 s) the start fails naming the socket and its owner.
+    run_pullhelper 2 cri --listen "unix://$T/ph/cri.sock" --runtime-endpoint "unix://$RT_SOCK" --policy "$T/policy.toml"
+    assert_json_error usage
+    assert_output --partial "runtime socket $RT_SOCK is owned by uid 65534, not root"
+    [[ ! -e $T/ph/cri.sock ]] || fail "a socket was created"
+    # Named: the service starts; crictl's ImageFsInfo, forwarded, is not
+    # sent to that socket.
+    cri_up --runtime cri-o --storage-conf "$STORAGE_CONF" --crio-store "[vfs@$T/s/graph+$T/s/run]"
+    run pcrictl imagefsinfo
+    echo "$output"
+    assert_failure
+    assert_output --partial "owned by uid 65534, not root"
+}

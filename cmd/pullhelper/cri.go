@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"net"
 	"os"
 	"time"
 
@@ -154,6 +156,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 				// systemd Type=notify: ready once the socket listens.
 				// NOTIFY_SOCKET is unset then, so that no pull child
 				// inherits it.
+				Dial: dialRuntime,
 				Ready: func() {
 					if _, err := daemon.SdNotify(true, daemon.SdNotifyReady); err != nil {
 						log.Warn("telling systemd the service is ready", "error", err)
@@ -262,7 +265,7 @@ func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string,
 		rt = cri.Runtime{Name: cri.RuntimeCRIO, From: crioFlag}
 	default:
 		var err error
-		if rt, err = cri.Detect(cmd.Context(), rpath, detectTimeout); err != nil {
+		if rt, err = cri.Detect(cmd.Context(), rpath, detectTimeout, dialRuntime); err != nil {
 			return rt, err
 		}
 	}
@@ -301,4 +304,12 @@ func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string,
 		return rt, failure.Wrap(failure.Usage, err, "the store of CRI-O's configuration (%d files read)", len(s.Files))
 	}
 	return rt, nil
+}
+
+// dialRuntime connects to the runtime's socket only when it is root's, in
+// root's directories (dest.DialRootSocket, as a containerd: DEST's socket
+// is checked): root sends it the kubelet's image calls and trusts what
+// answers.
+func dialRuntime(ctx context.Context, path string) (net.Conn, error) {
+	return dest.DialRootSocket(ctx, path, "runtime socket", "use --runtime-endpoint with a socket of root's, in root's directories")
 }
