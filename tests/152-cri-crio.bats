@@ -211,6 +211,9 @@ podman_on() {
     run_pullhelper 2 cri --listen "unix://$T/ph/cri.sock" --runtime-endpoint "unix://$RT_SOCK" --runtime cri-o --containerd-config "$c/crio.conf"
     assert_json_error usage
     assert_output --partial "--containerd-config (auth.containerd_config) is containerd's"
+    run_pullhelper 2 cri --listen "unix://$T/ph/cri.sock" --runtime-endpoint "unix://$RT_SOCK" --storage-conf "$STORAGE_CONF" --pin
+    assert_json_error usage
+    assert_output --partial "--pin is for a containerd: DEST, and the runtime is cri-o (from --storage-conf)"
     run_pullhelper 2 cri --listen "unix://$T/ph/cri.sock" --runtime-endpoint "unix://$RT_SOCK" --runtime crio
     assert_json_error usage
     assert_output --partial '--runtime \"crio\": want auto, containerd or cri-o'

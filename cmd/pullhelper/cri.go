@@ -278,6 +278,11 @@ func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string,
 	if ctrdConf {
 		return rt, failure.New(failure.Usage, "--containerd-config (auth.containerd_config) is containerd's, and the runtime is cri-o (from %s); drop it", rt.From)
 	}
+	for _, f := range []string{"containerd-snapshotter", "containerd-staging", "pin"} {
+		if fs.Changed(f) {
+			return rt, failure.New(failure.Usage, "--%s is for a containerd: DEST, and the runtime is cri-o (from %s): its pulls go to containers-storage:; drop it", f, rt.From)
+		}
+	}
 	const probe = "localhost/pullhelper-cri-check:latest"
 	opts := dest.ParseOptions{StorageConf: l.Dest.StorageConf}
 	if ro.crioStore != "" {
