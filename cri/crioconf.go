@@ -2,7 +2,6 @@ package cri
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -89,7 +88,9 @@ func LoadCRIOStorage(base CRIOStorage, c CRIOConfig) (CRIOStorage, error) {
 	if c.Dir == "" {
 		return cur, nil
 	}
-	if _, err := os.Lstat(c.Dir); errors.Is(err, fs.ErrNotExist) {
+	// UpdateFromPath: os.Stat, a path that does not exist (a dangling
+	// link too) is skipped.
+	if _, err := os.Stat(c.Dir); errors.Is(err, fs.ErrNotExist) {
 		return cur, nil
 	}
 	n := 0
@@ -116,7 +117,7 @@ func (s *CRIOStorage) update(path, flag string) error {
 	data, err := safefile.ReadFile(path, safefile.MaxConfig)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("CRI-O configuration %s (%s): %w", path, flag, fs.ErrNotExist)
+			return failure.Wrap(failure.Usage, fs.ErrNotExist, "CRI-O configuration %s (%s)", path, flag)
 		}
 		return failure.New(failure.Usage, "CRI-O configuration %s (%s) is not a readable file: %s", path, flag, safefile.Reason(err))
 	}

@@ -205,8 +205,26 @@ func TestLoadCRIOStorage(t *testing.T) {
 		t.Errorf("StoreSpec of storage.conf's: %q %v", spec, err)
 	}
 	// An explicit --crio-config that is missing fails, as CRI-O's does.
-	if _, err := LoadCRIOStorage(base, CRIOConfig{File: missing, FileSet: true}); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "--crio-config") {
+	if _, err := LoadCRIOStorage(base, CRIOConfig{File: missing, FileSet: true}); !errors.Is(err, fs.ErrNotExist) || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config") {
 		t.Errorf("explicit missing file: %v", err)
+	}
+	// A dangling link as the drop-in directory is skipped (os.Stat); a
+	// dangling link below it fails (os.ReadFile), exit 2.
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling.d")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: filepath.Join(dir, "dangling.d")}); err != nil {
+		t.Errorf("a dangling drop-in directory: %v", err)
+	}
+	ld := filepath.Join(dir, "links.d")
+	if err := os.MkdirAll(ld, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(ld, "10.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: ld}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "10.conf") {
+		t.Errorf("a dangling drop-in: %v", err)
 	}
 	// A drop-in "directory" that is a file is read as one (filepath.Walk
 	// of a file).

@@ -208,6 +208,12 @@ podman_on() {
     refute_output --partial secretmarker
     [[ ! -e $T/ph/cri.sock && ! -e $T/b ]] || fail "something was created: $(ls -R "$T")"
 
+    # A named --crio-config that is missing fails, as CRI-O's --config does.
+    run_pullhelper 2 cri --listen "unix://$T/ph/cri.sock" --runtime-endpoint "unix://$RT_SOCK" --storage-conf "$STORAGE_CONF" \
+        --crio-config "$c/none.conf" --crio-config-dir "$c/none.d"
+    assert_json_error usage
+    assert_output --partial "$c/none.conf (--crio-config): file does not exist"
+
     run_pullhelper 2 cri --listen "unix://$T/ph/cri.sock" --runtime-endpoint "unix://$RT_SOCK" --runtime cri-o --containerd-config "$c/crio.conf"
     assert_json_error usage
     assert_output --partial "--containerd-config (auth.containerd_config) is containerd's"
