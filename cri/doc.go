@@ -2,17 +2,28 @@
 // of k8s.io/cri-api) on a unix socket, in front of the container runtime's
 // own CRI, for the kubelet's --image-service-endpoint.
 //
+//   - The runtime behind the socket (runtime.go) is containerd or CRI-O:
+//     named by the caller, or Detect asks its RuntimeService/Version
+//     (runtime_name "containerd" or "cri-o"). For CRI-O, crioconf.go reads
+//     the store CRI-O uses: storage.conf's, with crio.conf's [crio] root,
+//     runroot, storage_driver and storage_option over it, then the
+//     drop-ins', merged as CRI-O's Config.UpdateFromDropInFile merges them.
 //   - PullImage (pull.go) runs one pull per request through the pipeline
 //     (the caller's Plan hook builds it from a Request — the image, DEST, the
-//     credential and the pod's sandbox_config — as `pullhelper pull` would, into
-//     containerd:REF of the runtime's socket, namespace k8s.io; Run is
-//     pipeline.Run, isolated), and answers image_ref = the image ID, as
-//     containerd's CRI does (criService.PullImage returns the image ID),
-//     once the runtime's CRI lists it: its ImageStatus(image) answers that
-//     ID, or, when a later pull has moved the name on, ImageStatus(ID) does
-//     (awaitListed, at most 30 s; containerd's CRI learns of an import
-//     from its image events, while its own pull updates its image store
-//     before it answers).
+//     runtime, the credential and the pod's sandbox_config — as `pullhelper
+//     pull` would; Run is pipeline.Run, isolated) into the runtime's store:
+//     containerd:REF of the runtime's socket, namespace k8s.io, answering
+//     image_ref = the image ID as containerd's CRI does
+//     (criService.PullImage) once the runtime's CRI lists it: its
+//     ImageStatus(image) answers that ID, or, when a later pull has moved
+//     the name on, ImageStatus(ID) does (awaitListed, at most 30 s;
+//     containerd's CRI learns of an import from its image events, while its
+//     own pull updates its image store before it answers); or
+//     containers-storage:[STORE]REF, answering the bare storage ID as
+//     CRI-O's resolveImageRefToID does (CRI-O reads its store on each
+//     ImageStatus: no wait). For CRI-O a short name is left to the hook,
+//     which resolves it through registries.conf before naming the DEST; a
+//     digest is refused.
 //     The request's AuthConfig becomes an in-memory credential for that
 //     registry (auth.go); without one the node's own sources apply. Equal
 //     requests in flight (image, credential identity and pod settings)
@@ -52,5 +63,7 @@
 // request's secrets redacted again in case; no secret is logged; the
 // socket is created root-only (0600), or root:ListenGID 0660 (group.go,
 // server.go bindAs: born with that group and mode, never more open), and
-// removed when Serve returns.
+// removed when Serve returns; the runtime's socket is reached through
+// Config.Dial, which `pullhelper cri` sets to dest.DialRootSocket (root's
+// socket, in root's directories, checked at each connection).
 package cri

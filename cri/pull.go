@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distribution/reference"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
@@ -29,7 +28,7 @@ type flight struct {
 // counts it in the metrics.
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	start := time.Now()
-	attrs := requestAttrs(req)
+	attrs := append(requestAttrs(req), "runtime", s.cfg.RuntimeKind.name())
 	res, shared, cred, err := s.pull(ctx, req)
 	d := time.Since(start)
 	attrs = append(attrs, "duration_ms", d.Milliseconds(), "shared", shared)
@@ -43,7 +42,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	s.metrics.request(resultOf(nil, nil), codes.OK, d)
 	s.log.Info("pull", append(attrs, resultAttrs(res)...)...)
-	return &runtimeapi.PullImageResponse{ImageRef: res.ImageID}, nil
+	return &runtimeapi.PullImageResponse{ImageRef: s.cfg.RuntimeKind.imageRef(res.ImageID)}, nil
 }
 
 // pull normalises the request and joins or starts its flight.
@@ -52,14 +51,15 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	if raw == "" {
 		return nil, false, nil, failure.New(failure.Usage, "the request names no image (image.image is empty)")
 	}
-	// containerd's CRI: the image reference is normalised
-	// (docker.io/library/NAME:latest) before anything else.
-	named, err := reference.ParseDockerRef(raw)
+	// The image as the runtime's CRI reads it, before anything else
+	// (runtime.go: containerd's docker.io/library/NAME:latest; CRI-O's
+	// short names are left to registries.conf).
+	rt := s.cfg.RuntimeKind
+	image, short, err := rt.normalize(raw)
 	if err != nil {
-		return nil, false, nil, failure.New(failure.Usage, "image %q: %v", clip(raw, maxLogImage), err)
+		return nil, false, nil, err
 	}
-	image := named.String()
-	cred, err := credentialFor(req.GetAuth(), image)
+	cred, err := credentialFor(rt.authConfig(req.GetAuth()), image)
 	if err != nil {
 		return nil, false, nil, failure.New(failure.Usage, "%s", cred.redact(err.Error()))
 	}
@@ -75,7 +75,11 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	}
 	key += "\x00" + pod.key()
 	res, shared, err := s.join(ctx, key, func(ctx context.Context) (*api.Result, error) {
-		return s.run(ctx, Request{Image: image, Dest: "containerd:" + image, Cred: cred, Pod: req.GetSandboxConfig(), Settings: pod})
+		r := Request{Image: image, Runtime: rt, Cred: cred, Pod: req.GetSandboxConfig(), Settings: pod}
+		if !short {
+			r.Dest = rt.Dest(image)
+		}
+		return s.run(ctx, r)
 	})
 	return res, shared, cred, err
 }
@@ -178,10 +182,15 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 		return nil, err
 	}
 	if res.ImageID == "" {
-		return nil, failure.New(failure.Destination, "the import into containerd reported no image ID")
+		return nil, failure.New(failure.Destination, "the import into %s's store reported no image ID", s.cfg.RuntimeKind.name())
 	}
-	if err := s.listed(ctx, image, res.ImageID); err != nil {
-		return nil, err
+	// containerd's CRI lists an import asynchronously; CRI-O reads its
+	// containers-storage store on each ImageStatus, so a committed image
+	// is listed already.
+	if !s.cfg.RuntimeKind.crio() {
+		if err := s.listed(ctx, image, res.ImageID); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

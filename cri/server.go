@@ -24,11 +24,18 @@ import (
 
 // Request is one pull as the plan hook sees it.
 type Request struct {
-	// Image is the request's image, normalised as containerd's CRI
-	// normalises it (docker.io/library/NAME:latest).
+	// Image is the request's image, normalised as the runtime's CRI
+	// normalises it (containerd: docker.io/library/NAME:latest; CRI-O: a
+	// qualified name with its tag, or a short name as sent).
 	Image string
-	// Dest is the pull's DEST (containerd:IMAGE).
+	// Dest is the pull's DEST: Runtime.Dest(Image), containerd:IMAGE or
+	// containers-storage:[STORE]IMAGE. It is "" when Image is a short name
+	// for CRI-O: the hook resolves Image through registries.conf (as the
+	// pipeline resolves a short IMAGE) and pulls into
+	// Runtime.Dest(resolved).
 	Dest string
+	// Runtime is the runtime behind the service.
+	Runtime Runtime
 	// Cred is the request's credential (nil: the node's sources only).
 	Cred *Credential
 	// Pod is the request's sandbox_config (nil when it has none).
@@ -50,6 +57,9 @@ type RunFunc func(ctx context.Context, p *pipeline.Plan, o pipeline.Options) (*a
 type Config struct {
 	// Listen and Runtime are unix socket paths (without "unix://").
 	Listen, Runtime string
+	// RuntimeKind is the runtime behind the socket (the zero value:
+	// containerd).
+	RuntimeKind Runtime
 	// MaxParallel bounds the pulls running at once (at least 1).
 	MaxParallel int
 	Plan        PlanFunc
@@ -69,6 +79,23 @@ type Config struct {
 	// MetricsListen, when set, is the HOST:PORT of the Prometheus
 	// metrics (--metrics-listen, checked by MetricsAddr).
 	MetricsListen string
+	// Dial, when set, connects to the runtime's socket (each connection:
+	// forwarded calls, reconnects); `pullhelper cri` checks the socket is
+	// root's, in root's directories (dest.DialRootSocket). Nil: a plain
+	// unix dial.
+	Dial DialFunc
+}
+
+// DialFunc connects to the unix socket at path.
+type DialFunc func(ctx context.Context, path string) (net.Conn, error)
+
+// runtimeConn is a client of the runtime's socket, through dial when set.
+func runtimeConn(path string, dial DialFunc) (*grpc.ClientConn, error) {
+	if dial == nil {
+		return grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	return grpc.NewClient("passthrough:///"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx, path) }))
 }
 
 // Server is a running image service.
@@ -203,7 +230,7 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	conn, err := grpc.NewClient("unix://"+cfg.Runtime, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := runtimeConn(cfg.Runtime, cfg.Dial)
 	if err != nil {
 		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
 	}
@@ -243,7 +270,8 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
-	attrs := []any{"listen", "unix://" + cfg.Listen, "runtime_endpoint", "unix://" + cfg.Runtime, "max_parallel", cfg.MaxParallel}
+	attrs := []any{"listen", "unix://" + cfg.Listen, "runtime_endpoint", "unix://" + cfg.Runtime, "runtime", cfg.RuntimeKind.name(),
+		"runtime_version", cfg.RuntimeKind.Version, "runtime_from", cfg.RuntimeKind.From, "max_parallel", cfg.MaxParallel}
 	if cfg.ListenGID != 0 {
 		attrs = append(attrs, "listen_gid", cfg.ListenGID)
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
@@ -58,20 +61,30 @@ func (d *containerdDest) connect() (*ctrdClient, error) {
 }
 
 // openSocket opens containerd's socket O_PATH, refusing one root does not
-// own or that someone else could replace: every directory above it is
+// own or that someone else could replace (openRootSocket). Root would
+// otherwise stream the image (and trust what answers) to a listener
+// another user made. Errors name the path and the owner found.
+func (d *containerdDest) openSocket() (int, error) {
+	fd, err := openRootSocket(d.set.Address, "containerd socket", "set --containerd-address or [dest] containerd_address")
+	if err != nil {
+		return -1, d.destErr("%v", err)
+	}
+	return fd, nil
+}
+
+// openRootSocket opens the socket at addr O_PATH, refusing one root does
+// not own or that someone else could replace: every directory above it is
 // checked as DEST's are (root's, not writable by group or others unless
 // sticky; openAncestors), it must be a socket owned by root (a symbolic
 // link is followed only when root's and its target checked the same way).
-// Root would otherwise stream the image (and trust what answers) to a
-// listener another user made. Errors name the path and the owner found.
-func (d *containerdDest) openSocket() (int, error) {
-	const fix = "set --containerd-address or [dest] containerd_address"
-	addr := filepath.Clean(d.set.Address)
+// Errors start with what and the path, and end with fix.
+func openRootSocket(address, what, fix string) (int, error) {
+	addr := filepath.Clean(address)
 	for links := 0; ; links++ {
 		dir, name := filepath.Dir(addr), filepath.Base(addr)
 		dfd, err := openAncestors(dir, false)
 		if err != nil {
-			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
+			return -1, fmt.Errorf("%s %s: %v (%s)", what, address, err, fix)
 		}
 		pst, err := safefs.Fstat(dfd)
 		if err == nil {
@@ -79,18 +92,18 @@ func (d *containerdDest) openSocket() (int, error) {
 		}
 		if err != nil {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
+			return -1, fmt.Errorf("%s %s: %v (%s)", what, address, err, fix)
 		}
 		st, err := safefs.FstatAt(dfd, name)
 		if err != nil {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
+			return -1, fmt.Errorf("%s %s: %s (%s)", what, address, safefs.ErrnoText(err), fix)
 		}
 		if safefs.IsLink(st) && st.Uid == 0 && links < 8 {
 			target, err := readlinkAt(dfd, name)
 			unix.Close(dfd)
 			if err != nil {
-				return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
+				return -1, fmt.Errorf("%s %s: %s (%s)", what, address, safefs.ErrnoText(err), fix)
 			}
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(dir, target)
@@ -100,21 +113,46 @@ func (d *containerdDest) openSocket() (int, error) {
 		}
 		if st.Uid != 0 {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s is owned by uid %d, not root; refusing to connect to it as root (%s)", filepath.Join(dir, name), st.Uid, fix)
+			return -1, fmt.Errorf("%s %s is owned by uid %d, not root; refusing to connect to it as root (%s)", what, filepath.Join(dir, name), st.Uid, fix)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: not a socket (%s)", filepath.Join(dir, name), fix)
+			return -1, fmt.Errorf("%s %s: not a socket (%s)", what, filepath.Join(dir, name), fix)
 		}
 		fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(dfd)
 		if err != nil {
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
+			return -1, fmt.Errorf("%s %s: %s (%s)", what, address, safefs.ErrnoText(err), fix)
 		}
 		if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Dev != st.Dev || got.Uid != 0 {
 			unix.Close(fd)
-			return -1, d.destErr("containerd socket %s changed while it was checked; retry", d.set.Address)
+			return -1, fmt.Errorf("%s %s changed while it was checked; retry", what, address)
 		}
 		return fd, nil
 	}
+}
+
+// DialRootSocket connects to the unix socket at path as openRootSocket
+// checks it (root's, in root's directories), through the descriptor it
+// checked (/proc/self/fd/N: the path cannot be swapped after the check).
+// Each dial checks again, so a runtime that recreated its socket is
+// reached. Errors (failure.Destination) start with what and the path and
+// end with fix.
+func DialRootSocket(ctx context.Context, path, what, fix string) (net.Conn, error) {
+	fd, err := openRootSocket(path, what, fix)
+	if err != nil {
+		return nil, failure.New(failure.Destination, "%v", err)
+	}
+	defer unix.Close(fd)
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		msg := err.Error()
+		var se *os.SyscallError
+		if errors.As(err, &se) {
+			msg = se.Err.Error()
+		}
+		return nil, failure.New(failure.Destination, "%s %s: %s (%s)", what, path, msg, fix)
+	}
+	return c, nil
 }

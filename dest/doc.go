@@ -38,8 +38,10 @@
 // gc.ref to children, the distribution source), unpacked, and the image
 // records created last; an index copied whole (--all-architectures) is the
 // records' target. The pins of the records follow the pull
-// (containerd_pin.go); ReadContainerdConfig (containerd_config.go) reads
-// the socket and the CRI's snapshotter from containerd's config.toml. The
+// (containerd_pin.go); ReadContainerdConfig (containerd_config.go) takes
+// the socket and the CRI's snapshotter of containerd's config.toml from
+// hosts' reader of it (hosts.ReadContainerdDaemon), with containerd's
+// defaults. The
 // socket and every directory above it are checked to be root's before the
 // parent connects, through the descriptor it checked (containerdsock.go).
 //

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -19,16 +20,19 @@ import (
 // remotes/docker/config/hosts.go).
 //
 // What is modelled:
-//   - config.toml: version 3 (containerd 2.x) reads
-//     [plugins."io.containerd.cri.v1.images".registry]; version 2
+//   - config.toml: versions 3 and 4 (containerd 2.x; 4 moves only the
+//     server tables) read [plugins."io.containerd.cri.v1.images".registry];
+//     version 2
 //     [plugins."io.containerd.grpc.v1.cri".registry] (containerd 2.x
 //     migrates it there); version 1 -- which is also what a file WITHOUT a
 //     `version` key is in containerd 1.x -- [plugins.cri.registry]. The
 //     other sections are ignored, as containerd ignores them. `imports` are
 //     followed as containerd's LoadConfig does (loadContainerdConfig). A
 //     missing config.toml means containerd's defaults (no mirrors,
-//     config_path = ""); a version above 3, a missing import or a file that
-//     does not parse is an error naming the file.
+//     config_path = ""); a version above 4, a missing import or a file that
+//     does not parse is an error naming the file. The same walk gives the
+//     daemon's socket and the CRI's snapshotter (ReadContainerdDaemon, for
+//     a containerd: DEST): one reader of config.toml.
 //   - ValidatePluginConfig: `mirrors` or any `configs.*.tls` together with
 //     config_path are errors; `auths."https://HOST"` is mapped into
 //     configs[HOST].auth (a key without a scheme is used verbatim; note that
@@ -115,10 +119,53 @@ var ctrdRegistryPlugin = map[int]string{
 	1: "cri",
 	2: "io.containerd.grpc.v1.cri",
 	3: "io.containerd.cri.v1.images",
+	// Version 4 (containerd 2.4's serviceMigrate) moves only the server
+	// tables ([grpc], [ttrpc], [debug], [metrics]) into plugins; the
+	// image service's table stays.
+	4: "io.containerd.cri.v1.images",
 }
 
-// ctrdMaxVersion is containerd 2.x's CurrentConfigVersion.
-const ctrdMaxVersion = 3
+// ctrdMaxVersion is containerd 2.4's version.ConfigVersion.
+const ctrdMaxVersion = 4
+
+// ctrdCRISnapshotter is where each config version keeps the CRI's
+// snapshotter: version 1 (and no version) plugins.cri.containerd, 2
+// plugins."io.containerd.grpc.v1.cri".containerd (containerd 2.x's
+// migration moves it to the image service's table: plugins/cri/images
+// migrateConfig), 3 and 4 plugins."io.containerd.cri.v1.images".
+var ctrdCRISnapshotter = map[int][]string{
+	0: {"cri", "containerd"},
+	1: {"cri", "containerd"},
+	2: {"io.containerd.grpc.v1.cri", "containerd"},
+	3: {"io.containerd.cri.v1.images"},
+	4: {"io.containerd.cri.v1.images"},
+}
+
+// ctrdGRPCPlugin holds the socket address in version 4 (containerd 2.4's
+// serviceMigrate moves [grpc] there).
+const ctrdGRPCPlugin = "io.containerd.server.v1.grpc"
+
+// ContainerdDaemon is what a containerd config.toml says about where a
+// containerd: DEST goes: the daemon's socket and the CRI's snapshotter,
+// each with the file and key that set it ("" and "": containerd's
+// default).
+type ContainerdDaemon struct {
+	Address, AddressKey         string
+	Snapshotter, SnapshotterKey string
+}
+
+// ReadContainerdDaemon reads the socket and the CRI's snapshotter from a
+// containerd config.toml, through the one reader of config.toml
+// (readContainerdConfig: imports, versions 1 to 4, as containerd's
+// LoadConfig). mergeConfig replaces a plugin's table as a whole, so the
+// last file with the CRI's table decides the snapshotter (containerd's
+// default when that table does not set it); the address is the last one a
+// file sets ([grpc] address; version 4: the grpc server plugin's table,
+// which decides as a whole). A missing file means containerd's defaults.
+func ReadContainerdDaemon(path string) (ContainerdDaemon, error) {
+	_, d, err := readContainerdConfig(path)
+	return d, err
+}
 
 // loadContainerdConfig is containerd's LoadConfig (2.x
 // cmd/containerd/server/config/config.go; 1.x services/server/config) as
@@ -132,9 +179,24 @@ const ctrdMaxVersion = 3
 // containerd's defaults; a missing import, an unparsable file or a version
 // this does not know is an error naming the file.
 func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
+	reg, _, err := readContainerdConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateContainerdRegistry(reg); err != nil {
+		return nil, fmt.Errorf("containerd config %s: invalid plugin config: %w", reg.file, err)
+	}
+	return reg, nil
+}
+
+// readContainerdConfig is the one reader of a containerd config.toml
+// (loadContainerdConfig's walk), for the registry and the daemon's socket
+// and snapshotter (ReadContainerdDaemon).
+func readContainerdConfig(configPath string) (*ctrdRegistry, ContainerdDaemon, error) {
 	reg := &ctrdRegistry{authKey: map[string]string{}, file: configPath}
+	var d ContainerdDaemon
 	if _, err := os.Stat(configPath); os.IsNotExist(err) {
-		return reg, nil // containerd runs with its defaults
+		return reg, d, nil // containerd runs with its defaults
 	}
 	loaded := map[string]bool{}
 	pending := []ctrdImport{{path: configPath}}
@@ -148,56 +210,100 @@ func loadContainerdConfig(configPath string) (*ctrdRegistry, error) {
 		}
 		loaded[path] = true
 		if len(loaded) > ctrdMaxImports+1 {
-			return nil, fmt.Errorf("containerd config %s: imports name more than %d files, the bound here", configPath, ctrdMaxImports)
+			return nil, d, fmt.Errorf("containerd config %s: imports name more than %d files, the bound here", configPath, ctrdMaxImports)
 		}
 		data, err := readFile(path)
 		if err != nil {
 			if path == configPath {
-				return nil, fmt.Errorf("reading containerd config %s: %w", path, safefile.Cause(err))
+				return nil, d, fmt.Errorf("reading containerd config %s: %w", path, safefile.Cause(err))
 			}
 			// The imported path is the importing file's content: named by
 			// its entry, with the reason (no such file, not regular).
-			return nil, fmt.Errorf("containerd config %s: imports: a file its entry %d names: %w", imp.parent, imp.n, safefile.Cause(err))
+			return nil, d, fmt.Errorf("containerd config %s: imports: a file its entry %d names: %w", imp.parent, imp.n, safefile.Cause(err))
 		}
 		var top struct {
-			Version int                       `toml:"version"`
-			Imports []string                  `toml:"imports"`
+			Version int      `toml:"version"`
+			Imports []string `toml:"imports"`
+			GRPC    struct {
+				Address string `toml:"address"`
+			} `toml:"grpc"`
 			Plugins map[string]toml.Primitive `toml:"plugins"`
 		}
 		md, err := toml.Decode(string(data), &top)
 		if err != nil {
-			return nil, fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+			return nil, d, fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
 		}
 		id, ok := ctrdRegistryPlugin[top.Version]
 		if !ok {
-			return nil, fmt.Errorf("containerd config %s: unsupported version %d (containerd reads versions 1 to %d)", path, top.Version, ctrdMaxVersion)
+			return nil, d, fmt.Errorf("containerd config %s: unsupported version %d (containerd reads versions 1 to %d)", path, top.Version, ctrdMaxVersion)
 		}
 		if rootVersion < 0 {
 			rootVersion = top.Version
 		} else if top.Version > rootVersion {
-			return nil, fmt.Errorf("containerd config %s: drop-in config version %d higher than root config version %d", path, top.Version, rootVersion)
+			return nil, d, fmt.Errorf("containerd config %s: drop-in config version %d higher than root config version %d", path, top.Version, rootVersion)
 		}
 		if prim, ok := top.Plugins[id]; ok {
 			var cri struct {
 				Registry ctrdRegistry `toml:"registry"`
 			}
 			if err := md.PrimitiveDecode(prim, &cri); err != nil {
-				return nil, fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+				return nil, d, fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
 			}
 			cri.Registry.authKey = map[string]string{}
 			cri.Registry.file = path
 			reg = &cri.Registry
 		}
+		if err := ctrdDaemonOf(&d, path, top.Version, top.GRPC.Address, top.Plugins, md); err != nil {
+			return nil, d, err
+		}
 		imports, err := ctrdResolveImports(path, top.Imports)
 		if err != nil {
-			return nil, fmt.Errorf("containerd config %s: imports: %w", path, err)
+			return nil, d, fmt.Errorf("containerd config %s: imports: %w", path, err)
 		}
 		pending = append(pending, imports...)
 	}
-	if err := validateContainerdRegistry(reg); err != nil {
-		return nil, fmt.Errorf("containerd config %s: invalid plugin config: %w", reg.file, err)
+	return reg, d, nil
+}
+
+// ctrdDaemonOf applies one file's socket and CRI snapshotter to d.
+func ctrdDaemonOf(d *ContainerdDaemon, path string, version int, grpcAddress string, plugins map[string]toml.Primitive, md toml.MetaData) error {
+	where := ctrdCRISnapshotter[version]
+	if prim, ok := plugins[where[0]]; ok {
+		var t struct {
+			Snapshotter string `toml:"snapshotter"`
+			Containerd  struct {
+				Snapshotter string `toml:"snapshotter"`
+			} `toml:"containerd"`
+		}
+		if err := md.PrimitiveDecode(prim, &t); err != nil {
+			return fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+		}
+		s, key := t.Snapshotter, "plugins."+strconv.Quote(where[0])+".snapshotter"
+		if len(where) > 1 {
+			s, key = t.Containerd.Snapshotter, "plugins."+strconv.Quote(where[0])+".containerd.snapshotter"
+		}
+		d.Snapshotter, d.SnapshotterKey = "", ""
+		if s != "" {
+			d.Snapshotter, d.SnapshotterKey = s, path+": "+key
+		}
 	}
-	return reg, nil
+	if version >= 4 {
+		if prim, ok := plugins[ctrdGRPCPlugin]; ok {
+			var g struct {
+				Address string `toml:"address"`
+			}
+			if err := md.PrimitiveDecode(prim, &g); err != nil {
+				return fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+			}
+			d.Address, d.AddressKey = "", ""
+			if g.Address != "" {
+				d.Address, d.AddressKey = g.Address, path+": plugins."+strconv.Quote(ctrdGRPCPlugin)+".address"
+			}
+		}
+	} else if grpcAddress != "" {
+		d.Address, d.AddressKey = grpcAddress, path+": [grpc] address"
+	}
+	return nil
 }
 
 // ctrdResolveImports is containerd 2.x resolveImports: each path cleaned and
@@ -212,6 +318,13 @@ func ctrdResolveImports(parent string, imports []string) ([]ctrdImport, error) {
 			p = filepath.Join(filepath.Dir(parent), p)
 		}
 		if strings.Contains(p, "*") {
+			// A pattern is globbed by containerd as written; here one
+			// with a wildcard in more than its last two path elements
+			// (which could walk most of the filesystem as root) is
+			// refused.
+			if wild := wildElems(p); wild > 2 || (wild > 0 && !strings.ContainsAny(filepath.Base(p), "*?[") && !strings.ContainsAny(filepath.Base(filepath.Dir(p)), "*?[")) {
+				return nil, fmt.Errorf("entry %d: a wildcard above the last two path elements is not followed", i+1)
+			}
 			matches, err := filepath.Glob(p)
 			if err != nil {
 				return nil, fmt.Errorf("entry %d: an invalid pattern (%s)", i+1, safefile.Redact(err.Error()))
@@ -227,6 +340,17 @@ func ctrdResolveImports(parent string, imports []string) ([]ctrdImport, error) {
 		out = append(out, ctrdImport{path: p, parent: parent, n: i + 1})
 	}
 	return out, nil
+}
+
+// wildElems counts the path elements of p that hold a wildcard.
+func wildElems(p string) int {
+	n := 0
+	for _, e := range strings.Split(p, "/") {
+		if strings.ContainsAny(e, "*?[") {
+			n++
+		}
+	}
+	return n
 }
 
 // ctrdImport is a file to read: the importing file and the number (from

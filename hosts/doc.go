@@ -2,8 +2,10 @@
 // reading each file with the semantics of the tool that owns it:
 //
 //   - containerd (containerd_config.go): the CRI registry section of
-//     config.toml (versions 1-3 and imports as containerd's LoadConfig
-//     reads them); legacy mirrors with configs.HOST.tls
+//     config.toml (versions 1-4 and imports as containerd's LoadConfig
+//     reads them), and from the same walk the daemon's socket and the
+//     CRI's snapshotter (ReadContainerdDaemon, which dest reads a
+//     containerd: DEST's defaults with); legacy mirrors with configs.HOST.tls
 //     (containerd_legacy.go); config_path hosts directories, hosts.toml or
 //     the Docker layout (containerd_hostsdir.go);
 //   - containers/image: registries.conf and its drop-ins, checked and read

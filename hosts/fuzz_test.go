@@ -167,7 +167,7 @@ func fuzzTOMLImportsLocal(data []byte) bool {
 	return true
 }
 
-// FuzzContainerdConfig: containerd's config.toml (versions 1 to 3, imports
+// FuzzContainerdConfig: containerd's config.toml (versions 1 to 4, imports
 // of a drop-in): errors one line naming a file, no secret; a loaded
 // registry names the file it came from and an auth key for every auth.
 func FuzzContainerdConfig(f *testing.F) {
@@ -180,6 +180,8 @@ func FuzzContainerdConfig(f *testing.F) {
 		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\nconfig_path = \"/x\"\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"a\"]\nendpoint = [\"b\"]\n", ""},
 		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry.auths.\"%zz\"]\nidentitytoken = \"t" + fuzzMarker + "\"\n", ""},
 		{"version = 4\n", ""},
+		{"version = 5\n", ""},
+		{"version = 4\nimports = [\"conf.d/a.toml\"]\n[plugins.\"io.containerd.server.v1.grpc\"]\naddress = \"/s.sock\"\n", "version = 3\n[plugins.\"io.containerd.cri.v1.images\"]\nsnapshotter = \"native\"\n"},
 		{"version = 2\nimports = [\"conf.d/a.toml\"]\n", "version = 3\n"},
 		{"version = 2\nimports = [\"missing.toml\"]\n", ""},
 		{"version = 2\n[plugins\npassword = \"" + fuzzMarker + "\"\n", "["},

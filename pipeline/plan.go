@@ -154,28 +154,8 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 	p.LockTimeout = time.Duration(l.Dest.LockTimeout)
 	p.NodeBandwidth = int64(l.Pull.NodeBandwidth)
 	p.NodeParallelLayers = int(l.Pull.NodeParallelLayers)
-	if l.Pull.RegistriesConf != "" {
-		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
-			return nil, err
-		}
-		p.RegistriesConf = l.Pull.RegistriesConf
-	} else if f := systemRegistriesConf(); fileExists(f) {
-		// Pin the file this (root) process would read, so that the child,
-		// whose HOME is not root's, reads the same one.
-		p.RegistriesConf = f
-	}
-	// Every registries.conf file is read here, once, through safefile
-	// (regular files, bounded, errors without content); containers/image
-	// reads the snapshot of those bytes, never the caller's paths again.
-	if p.regSnap, err = snapshotRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}); err != nil {
-		var fe *failure.Error
-		if errors.As(err, &fe) {
-			return nil, err // the snapshot's own (no private filesystem, too big)
-		}
-		if l.Pull.RegistriesConf != "" {
-			return nil, failure.New(failure.Usage, "%s: %w", settingName(l, "pull.registries_conf"), err)
-		}
-		return nil, failure.Wrap(failure.Usage, err, "")
+	if p.RegistriesConf, p.regSnap, err = openRegistriesConf(l); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -341,6 +321,55 @@ func checkOrder(image, dst string) error {
 		swapped = fmt.Sprintf(", and DEST %q is an image reference", dst)
 	}
 	return failure.New(failure.Usage, "IMAGE %q is a destination (%s:), not an image reference%s: IMAGE comes first, then DEST (registry.example.com/repo:tag oci:/path)", image, tr, swapped)
+}
+
+// openRegistriesConf is the registries.conf in effect ("" : none) and the
+// snapshot of its bytes.
+func openRegistriesConf(l *policy.Loaded) (string, *regSnapshot, error) {
+	conf := ""
+	if l.Pull.RegistriesConf != "" {
+		if err := mustExist(l.Pull.RegistriesConf, "registries.conf", "--registries-conf"); err != nil {
+			return "", nil, err
+		}
+		conf = l.Pull.RegistriesConf
+	} else if f := systemRegistriesConf(); fileExists(f) {
+		// Pin the file this (root) process would read, so that the child,
+		// whose HOME is not root's, reads the same one.
+		conf = f
+	}
+	// Every registries.conf file is read here, once, through safefile
+	// (regular files, bounded, errors without content); containers/image
+	// reads the snapshot of those bytes, never the caller's paths again.
+	snap, err := snapshotRegistriesConf(&types.SystemContext{SystemRegistriesConfPath: conf})
+	if err != nil {
+		var fe *failure.Error
+		if errors.As(err, &fe) {
+			return "", nil, err // the snapshot's own (no private filesystem, too big)
+		}
+		if l.Pull.RegistriesConf != "" {
+			return "", nil, failure.New(failure.Usage, "%s: %w", settingName(l, "pull.registries_conf"), err)
+		}
+		return "", nil, failure.Wrap(failure.Usage, err, "")
+	}
+	return conf, snap, nil
+}
+
+// ResolveImage is IMAGE fully qualified, as NewPlan resolves it without a
+// containerd configuration (a short name through registries.conf: an
+// alias, or the one unqualified-search registry), with its tag (latest
+// when it has none), without planning a pull: `pullhelper cri` in front
+// of CRI-O names the containers-storage: DEST after it.
+func ResolveImage(l *policy.Loaded, image string) (string, error) {
+	conf, snap, err := openRegistriesConf(l)
+	if err != nil {
+		return "", err
+	}
+	defer snap.Close()
+	named, _, err := resolveImage(image, snap, snap.sys(conf))
+	if err != nil {
+		return "", err
+	}
+	return named.String(), nil
 }
 
 // resolveImage parses IMAGE into a fully qualified reference. A short name

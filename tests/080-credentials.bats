@@ -928,7 +928,7 @@ provider_token_attrs() {
     [[ ! -e $OUT/b ]] || fail "DEST was created"
 }
 
-@test "containerd 2.x: version = 3 config.toml, imports drop-in with the io.containerd.cri.v1.images registry — its configs auth pulls; an unknown version or a missing import is exit 2 naming the file (the importing one)" {
+@test "containerd 2.x: version = 3 and 4 config.toml, imports drop-in with the io.containerd.cri.v1.images registry — its configs auth pulls; an unknown version or a missing import is exit 2 naming the file (the importing one)" {
     mkdir -p "$T/containerd/conf.d"
     cred containerd "$T/v2.toml" --https-endpoint --ca "$REGISTRY_CA"
     sed -e 's/^version = 2$/version = 3/' -e 's/io\.containerd\.grpc\.v1\.cri/io.containerd.cri.v1.images/g' \
@@ -946,10 +946,18 @@ provider_token_attrs() {
     [[ $status -ne 0 ]] || fail "pulled with a section containerd 2 ignores"
     [[ $output != *containerd-config* ]] || fail "used the version 2 section: $output"
 
-    printf 'version = 4\n' >"$T/v4.toml"
-    run_pullhelper 2 pull --containerd-config "$T/v4.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
+    # Version 4 (containerd 2.4: only the server tables moved) keeps the
+    # registry in the image service's table; its version 3 drop-in is read.
+    sed -e 's/^version = 2$/version = 3/' -e 's/io\.containerd\.grpc\.v1\.cri/io.containerd.cri.v1.images/g' \
+        "$T/v2.toml" >"$T/containerd/conf.d/registry.toml"
+    printf 'version = 4\nimports = ["conf.d/*.toml"]\n' >"$T/containerd/config.toml"
+    run_pullhelper pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/v4"
+    assert_credential containerd-config "$T/containerd/conf.d/registry.toml" "$(containerd_key)" "$REGISTRY_USER"
+
+    printf 'version = 5\n' >"$T/v5.toml"
+    run_pullhelper 2 pull --containerd-config "$T/v5.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"
     assert_json_error usage
-    [[ $ph_error_message == *"$T/v4.toml: unsupported version 4"* ]] || fail "message: $ph_error_message"
+    [[ $ph_error_message == *"$T/v5.toml: unsupported version 5"* ]] || fail "message: $ph_error_message"
 
     printf 'version = 3\nimports = ["gone.toml"]\n' >"$T/containerd/config.toml"
     run_pullhelper 2 pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c"

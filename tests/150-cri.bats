@@ -122,12 +122,16 @@ manifest_gets() {
     [[ -S $s ]]
     cri_up
     assert_equal "$(stat -c '%a %u %F' "$PH_SOCK")" "600 0 socket"
+    # --runtime auto: containerd 2.x's CRI answers Version "containerd".
+    assert_equal "$(grep '"msg":"serving"' "$T/cri.log" | json_get .runtime)" containerd
+    assert_equal "$(grep '"msg":"serving"' "$T/cri.log" | json_get .runtime_from)" Version
     _ph_stop_pid "$CRI_PID" "pullhelper cri"
     wait "$CRI_PID" || true
     CRI_PID=""
     [[ ! -e $PH_SOCK ]] || fail "the socket is left after SIGTERM"
     assert_equal "$(json_get .pulls <"$T/cri.out")" 0
     assert_equal "$(json_get .listen <"$T/cri.out")" "unix://$PH_SOCK"
+    assert_equal "$(json_get .runtime <"$T/cri.out")" containerd
 }
 
 @test "cri: crictl pull by tag with --creds imports into containerd, isolated; images, inspecti (forwarded) show the registry's digest; rmi (forwarded) removes it" {
@@ -179,6 +183,9 @@ manifest_gets() {
     CTRD_FLAVOR=1.6
     ctrd_require
     cri_up
+    # --runtime auto: containerd 1.6's CRI answers Version "containerd".
+    assert_equal "$(grep '"msg":"serving"' "$T/cri.log" | json_get .runtime)" containerd
+    assert_equal "$(grep '"msg":"serving"' "$T/cri.log" | json_get .runtime_from)" Version
     local img="$REGISTRY_HOST/fixtures/tiny:latest" id
     id=$(config_digest fixtures/tiny:latest)
     run pcrictl pull --creds "$(creds)" "$img"

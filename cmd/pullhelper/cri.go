@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
+	"net"
 	"os"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/cri"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/state"
@@ -20,27 +24,56 @@ import (
 type criResult struct {
 	Listen          string `json:"listen"`
 	RuntimeEndpoint string `json:"runtime_endpoint"`
+	Runtime         string `json:"runtime"`
 	Pulls           int    `json:"pulls"`
 }
+
+// criOptions are the runtime flags of `pullhelper cri`.
+type criOptions struct {
+	runtime, crioConfig, crioConfigDir, crioStore, storageConf string
+}
+
+// detectTimeout bounds the wait for the runtime's Version answer at start
+// (the socket may appear meanwhile: the runtime is starting).
+const detectTimeout = 15 * time.Second
 
 // criCommand is `pullhelper cri`.
 func criCommand(c *common, result *any) *cobra.Command {
 	var listen, runtimeEndpoint, listenGroup, metricsListen string
 	var maxParallel int
+	var ro criOptions
 	cmd := &cobra.Command{
 		Use:   "cri --listen unix:///PATH --runtime-endpoint unix:///PATH [options]",
 		Short: "Serve the CRI image service: every PullImage an isolated pull, the rest forwarded",
 		Long: `Serve runtime.v1.ImageService (the CRI, k8s.io/cri-api) on the unix socket --listen, for
-the kubelet's imageServiceEndpoint (crictl --image-endpoint), in front of containerd's
-own CRI at --runtime-endpoint.
+the kubelet's imageServiceEndpoint (crictl --image-endpoint), in front of the runtime's
+own CRI at --runtime-endpoint: containerd (1.6 and 2.x) or CRI-O.
+
+The runtime is --runtime: with auto (the default), containerd when --containerd-config
+is given, cri-o when --crio-config, --crio-config-dir, --crio-store or --storage-conf
+is, else what the runtime answers runtime.v1.RuntimeService/Version with at start
+(runtime_name "containerd" or "cri-o"; no answer within 15 s, or another name, is exit 2).
 
 PullImage runs one pull per request as pullhelper pull would (the policy, its profile
-and the setting flags; isolated: its own cgroup, a dropped uid) into containerd:REF of
-the runtime's socket, namespace k8s.io, and answers the image ID (image_ref), as
-containerd's CRI does, once the runtime's CRI lists it (its ImageStatus answers that
-ID; at most 30 s, else Internal), so that an ImageStatus right after the pull finds it. The request's auth (username/password, auth, identity_token) is
-the credential for its registry, in memory only; without one, the node's own sources
-apply. The same image asked for twice at once (with the same credential) is pulled
+and the setting flags; isolated: its own cgroup, a dropped uid) into the runtime's store
+and answers the image ID (image_ref) as the runtime's CRI does:
+  containerd  containerd:REF of the runtime's socket, namespace k8s.io, with the CRI's
+              labels; image_ref sha256:ID, answered once the runtime's CRI lists it
+              (its ImageStatus answers that ID; at most 30 s, else Internal), so that
+              an ImageStatus right after the pull finds it. A short name is docker.io's.
+  cri-o       containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF, the store CRI-O reads:
+              storage.conf (--storage-conf), then crio.conf's [crio] root, runroot,
+              storage_driver and storage_option (--crio-config), then every file
+              below --crio-config-dir in lexical order, as CRI-O merges them (a file
+              CRI-O could not load is exit 2); --crio-store names the store instead.
+              image_ref is the storage ID without sha256:, as CRI-O answers. A short
+              name is resolved through registries.conf (an alias, or the one
+              unqualified-search registry), the DEST named after it. A pull by digest
+              is InvalidArgument (the DEST names a tag).
+
+The request's auth (username/password, auth, identity_token) is the credential for its
+registry (server_address's host, else the image's as sent), in memory only; without
+one, the node's own sources apply. The same image asked for twice at once (with the same credential) is pulled
 once; at most --max-parallel pulls run at once. A cancelled or timed-out request
 stops its pull (the cgroup is killed, the staging removed). Errors are gRPC statuses:
 unauthorized Unauthenticated, not_found NotFound, network/tls Unavailable, usage
@@ -86,7 +119,7 @@ The socket is created root-only (0600), or with --listen-group GROUP root:GROUP 
 group is refused); a stale socket is replaced, anything else there is refused.
 Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens (Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
 and cleaned up, the socket is removed, and one JSON object is printed:
-  {"listen":..., "runtime_endpoint":..., "pulls":N}`,
+  {"listen":..., "runtime_endpoint":..., "runtime":..., "pulls":N}`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), c.logFormat, c.debug)
@@ -118,13 +151,28 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			if err := needRoot("cri", os.Geteuid()); err != nil {
 				return err
 			}
-			// The policy and flags are checked once now; each pull
-			// resolves them again (a fresh Loaded per plan).
-			if _, err := criPolicy(cmd.Flags(), c, rpath, ""); err != nil {
+			kind, err := cri.ParseRuntime(ro.runtime)
+			if err != nil {
 				return err
 			}
+			// The policy and flags are checked once now; each pull
+			// resolves them again (a fresh Loaded per plan).
+			l, err := criPolicy(cmd.Flags(), c, cri.Runtime{}, rpath, ro, "")
+			if err != nil {
+				return err
+			}
+			rt, err := criRuntime(cmd, kind, l, rpath, ro)
+			if err != nil {
+				return err
+			}
+			if _, err := criPolicy(cmd.Flags(), c, rt, rpath, ro, ""); err != nil {
+				return err
+			}
+			if rt.Name == cri.RuntimeCRIO {
+				log.Info("cri-o store", "dest", rt.Dest("IMAGE"), "storage_conf", l.Dest.StorageConf)
+			}
 			podPolicy := func(profile string) (cri.PodPolicy, error) {
-				l, err := criPolicy(cmd.Flags(), c, rpath, profile)
+				l, err := criPolicy(cmd.Flags(), c, rt, rpath, ro, profile)
 				if err != nil {
 					return cri.PodPolicy{}, err
 				}
@@ -135,7 +183,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 				return cri.PodPolicy{CRI: l.CRI, Systemd: sd}, nil
 			}
 			plan := func(r cri.Request) (*pipeline.Plan, error) {
-				l, err := criPolicy(cmd.Flags(), c, rpath, r.Settings.Profile)
+				l, err := criPolicy(cmd.Flags(), c, rt, rpath, ro, r.Settings.Profile)
 				if err != nil {
 					return nil, err
 				}
@@ -143,6 +191,18 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 					return nil, err
 				}
 				in := pipeline.Inputs{Image: r.Image, Dest: r.Dest, Env: auth.OSEnv(), Version: version, StateRoot: state.Default}
+				if in.Dest == "" {
+					// A short name for CRI-O: resolved through
+					// registries.conf as the pipeline resolves a short
+					// IMAGE (an alias, or the one unqualified-search
+					// registry: CRI-O's enforcing short-name mode), and
+					// the DEST names the resolved image, as CRI-O's
+					// store does.
+					if in.Image, err = pipeline.ResolveImage(l, r.Image); err != nil {
+						return nil, err
+					}
+					in.Dest = r.Runtime.Dest(in.Image)
+				}
 				if cred := r.Cred; cred != nil {
 					if cred.PullSecret != nil {
 						in.PullSecrets = []auth.Inline{*cred.PullSecret}
@@ -158,12 +218,13 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 				return p, err
 			}
 			n, err := cri.Serve(cmd.Context(), cri.Config{
-				Listen: lpath, Runtime: rpath, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run, PodPolicy: podPolicy,
+				Listen: lpath, Runtime: rpath, RuntimeKind: rt, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run, PodPolicy: podPolicy,
 				ListenGID: gid, MetricsListen: metricsListen,
 				Options: pipeline.Options{Log: log, LogFormat: c.logFormat, Debug: c.debug}, Log: log,
 				// systemd Type=notify: ready once the socket listens.
 				// NOTIFY_SOCKET is unset then, so that no pull child
 				// inherits it.
+				Dial: dialRuntime,
 				Ready: func() {
 					if _, err := daemon.SdNotify(true, daemon.SdNotifyReady); err != nil {
 						log.Warn("telling systemd the service is ready", "error", err)
@@ -173,7 +234,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			if err != nil {
 				return err
 			}
-			*result = criResult{Listen: listen, RuntimeEndpoint: runtimeEndpoint, Pulls: n}
+			*result = criResult{Listen: listen, RuntimeEndpoint: runtimeEndpoint, Runtime: rt.Name, Pulls: n}
 			return nil
 		},
 	}
@@ -181,7 +242,12 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, unless --listen-group)")
 	fs.StringVar(&listenGroup, "listen-group", "", "create the --listen socket root:`GROUP` 0660 (a name of /etc/group or a numeric GID) so that this group's members may call it; default root-only 0600")
 	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
-	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "containerd's CRI and API socket, `unix:///PATH`: pulls import into it (namespace k8s.io), every other call is forwarded to it")
+	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH` (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): every other call is forwarded to it")
+	fs.StringVar(&ro.runtime, "runtime", "auto", "the runtime behind --runtime-endpoint, `auto|containerd|cri-o`; auto: containerd with --containerd-config, cri-o with a --crio-* or --storage-conf flag, else what the runtime's Version answer names")
+	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; a missing default is skipped, as CRI-O does)")
+	fs.StringVar(&ro.crioConfigDir, "crio-config-dir", cri.CRIOConfigDirDefault, "CRI-O: its drop-in `DIR`, every file below it applied after --crio-config in lexical order, as CRI-O does")
+	fs.StringVar(&ro.crioStore, "crio-store", "", "CRI-O: its store in the containers-storage: spelling, `[DRIVER@GRAPHROOT+RUNROOT:OPTIONS]`, instead of what --crio-config and its drop-ins say (a CRI-O started with --root, --runroot, --storage-driver or --storage-opt)")
+	fs.StringVar(&ro.storageConf, "storage-conf", "", "CRI-O: the containers-storage.conf(5) `FILE` CRI-O reads (default: dest.storage_conf of the policy, else $CONTAINERS_STORAGE_CONF, else /etc/containers/storage.conf)")
 	fs.IntVar(&maxParallel, "max-parallel", 4, "run at most `N` pulls at once (equal requests in flight share one pull)")
 	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
 	fs.StringVar(&c.profile, "profile", "", "use [profiles.NAME] of the policy file")
@@ -192,9 +258,10 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 }
 
 // criPolicy is the policy of one pull of `pullhelper cri`: the file, its
-// profile (the pod's choice, else --profile), the setting flags, then the
-// runtime's socket as the containerd address and the CRI's namespace.
-func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket, podProfile string) (*policy.Loaded, error) {
+// profile (the pod's choice, else --profile), the setting flags, then for
+// containerd the runtime's socket as the containerd address and the CRI's
+// namespace, for CRI-O --storage-conf.
+func criPolicy(fs *pflag.FlagSet, c *common, rt cri.Runtime, runtimeSocket string, ro criOptions, podProfile string) (*policy.Loaded, error) {
 	profile := c.profile
 	if podProfile != "" {
 		profile = podProfile
@@ -207,11 +274,18 @@ func criPolicy(fs *pflag.FlagSet, c *common, runtimeSocket, podProfile string) (
 	if err := applySettingFlags(fs, l); err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "")
 	}
-	if err := l.Set("--runtime-endpoint", "dest.containerd_address", policy.String, runtimeSocket); err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "")
+	if ro.storageConf != "" {
+		if err := l.Set("--storage-conf", "dest.storage_conf", policy.String, ro.storageConf); err != nil {
+			return nil, failure.Wrap(failure.Usage, err, "")
+		}
 	}
-	if err := l.Set("--runtime-endpoint", "dest.containerd_namespace", policy.String, "k8s.io"); err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "")
+	if rt.Name != cri.RuntimeCRIO {
+		if err := l.Set("--runtime-endpoint", "dest.containerd_address", policy.String, runtimeSocket); err != nil {
+			return nil, failure.Wrap(failure.Usage, err, "")
+		}
+		if err := l.Set("--runtime-endpoint", "dest.containerd_namespace", policy.String, "k8s.io"); err != nil {
+			return nil, failure.Wrap(failure.Usage, err, "")
+		}
 	}
 	if err := l.Validate(); err != nil {
 		return nil, failure.Wrap(failure.Usage, err, "")
@@ -267,4 +341,87 @@ func addSettingFlagsExcept(fs *pflag.FlagSet, names ...string) {
 		}
 		fs.Var(&textFlag{typ: f.arg}, f.name, f.usage)
 	}
+}
+
+// criRuntime is the runtime behind the service: --runtime when it names
+// one; with auto, containerd when a containerd config is given
+// (--containerd-config, auth.containerd_config), cri-o when a --crio-*
+// flag is, else what the runtime's Version answer names (cri.Detect). For
+// CRI-O, the store comes from --crio-store, else from storage.conf with
+// CRI-O's configuration over it (cri.LoadCRIOStorage), and is checked as
+// a containers-storage: DEST now (exit 2 naming what to fix).
+func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string, ro criOptions) (cri.Runtime, error) {
+	fs := cmd.Flags()
+	crioFlag := ""
+	for _, f := range []string{"crio-config", "crio-config-dir", "crio-store", "storage-conf"} {
+		if fs.Changed(f) {
+			crioFlag = "--" + f
+			break
+		}
+	}
+	ctrdConf := l.Auth.ContainerdConfig != ""
+	var rt cri.Runtime
+	switch {
+	case kind != "auto":
+		rt = cri.Runtime{Name: kind, From: "--runtime"}
+	case ctrdConf && crioFlag != "":
+		return rt, failure.New(failure.Usage, "--containerd-config (auth.containerd_config) is containerd's and %s is CRI-O's: name the runtime with --runtime containerd or --runtime cri-o and drop the other", crioFlag)
+	case ctrdConf:
+		rt = cri.Runtime{Name: cri.RuntimeContainerd, From: "--containerd-config"}
+	case crioFlag != "":
+		rt = cri.Runtime{Name: cri.RuntimeCRIO, From: crioFlag}
+	default:
+		var err error
+		if rt, err = cri.Detect(cmd.Context(), rpath, detectTimeout, dialRuntime); err != nil {
+			return rt, err
+		}
+	}
+	if rt.Name != cri.RuntimeCRIO {
+		if crioFlag != "" {
+			return rt, failure.New(failure.Usage, "%s is CRI-O's, and the runtime is containerd (from %s); drop it, or use --runtime cri-o", crioFlag, rt.From)
+		}
+		return rt, nil
+	}
+	if ctrdConf {
+		return rt, failure.New(failure.Usage, "--containerd-config (auth.containerd_config) is containerd's, and the runtime is cri-o (from %s); drop it", rt.From)
+	}
+	for _, f := range []string{"containerd-snapshotter", "containerd-staging", "pin"} {
+		if fs.Changed(f) {
+			return rt, failure.New(failure.Usage, "--%s is for a containerd: DEST, and the runtime is cri-o (from %s): its pulls go to containers-storage:; drop it", f, rt.From)
+		}
+	}
+	const probe = "localhost/pullhelper-cri-check:latest"
+	opts := dest.ParseOptions{StorageConf: l.Dest.StorageConf}
+	if ro.crioStore != "" {
+		if _, err := dest.ParseWith("containers-storage:"+ro.crioStore+probe, opts); err != nil {
+			return rt, failure.Wrap(failure.Usage, err, "--crio-store")
+		}
+		rt.Store = ro.crioStore
+		return rt, nil
+	}
+	d, err := dest.ParseWith("containers-storage:"+probe, opts)
+	if err != nil {
+		return rt, failure.Wrap(failure.Usage, err, "the store of storage.conf (CRI-O's defaults)")
+	}
+	st := d.Spec().Store
+	base := cri.CRIOStorage{Root: st.GraphRoot, RunRoot: st.RunRoot, Driver: st.Driver, Options: st.DriverOptions}
+	s, err := cri.LoadCRIOStorage(base, cri.CRIOConfig{File: ro.crioConfig, FileSet: fs.Changed("crio-config"), Dir: ro.crioConfigDir})
+	if err != nil {
+		return rt, err
+	}
+	if rt.Store, err = s.StoreSpec(base); err != nil {
+		return rt, err
+	}
+	if _, err := dest.ParseWith(rt.Dest(probe), opts); err != nil {
+		return rt, failure.Wrap(failure.Usage, err, "the store of CRI-O's configuration (%d files read)", len(s.Files))
+	}
+	return rt, nil
+}
+
+// dialRuntime connects to the runtime's socket only when it is root's, in
+// root's directories (dest.DialRootSocket, as a containerd: DEST's socket
+// is checked): root sends it the kubelet's image calls and trusts what
+// answers.
+func dialRuntime(ctx context.Context, path string) (net.Conn, error) {
+	return dest.DialRootSocket(ctx, path, "runtime socket", "use --runtime-endpoint with a socket of root's, in root's directories")
 }

@@ -1,0 +1,194 @@
+package cri
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distribution/reference"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pull"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The runtimes the service stands in front of, by the runtime_name their
+// CRI answers Version with: containerd's criService.Version
+// ("containerd"), CRI-O's server.Version (containerName, "cri-o").
+const (
+	RuntimeContainerd = "containerd"
+	RuntimeCRIO       = "cri-o"
+)
+
+// Runtime is the runtime behind the service: where a pull goes and what
+// PullImage answers.
+type Runtime struct {
+	// Name is RuntimeContainerd ("" too) or RuntimeCRIO.
+	Name string
+	// Version is the runtime's runtime_version ("" when it was not
+	// asked), From what chose it (logged).
+	Version, From string
+	// Store is, for CRI-O, the store specifier of the containers-storage:
+	// DEST ([DRIVER@GRAPHROOT+RUNROOT:OPTIONS], from CRI-O's
+	// configuration), "" for storage.conf's store.
+	Store string
+}
+
+// ParseRuntime checks a --runtime value: auto, containerd or cri-o.
+func ParseRuntime(v string) (string, error) {
+	switch v {
+	case "auto", RuntimeContainerd, RuntimeCRIO:
+		return v, nil
+	}
+	return "", failure.New(failure.Usage, "--runtime %q: want auto, containerd or cri-o", pull.Printable(v))
+}
+
+// maxVersionField bounds each string of the runtime's Version answer that
+// is used or logged.
+const maxVersionField = 128
+
+// Detect asks the runtime's CRI at socket for its Version
+// (runtime.v1.RuntimeService/Version; waiting up to timeout for the socket
+// to answer) and returns the runtime it names: containerd or cri-o, with
+// its runtime_version. Anything else, or no answer, is exit 2 naming
+// --runtime.
+func Detect(ctx context.Context, socket string, timeout time.Duration, dial DialFunc) (Runtime, error) {
+	// The last refusal of dial (a socket not root's) is the reason when
+	// no answer comes: gRPC only retries it.
+	var mu sync.Mutex
+	var dialErr error
+	if dial != nil {
+		inner := dial
+		dial = func(ctx context.Context, path string) (net.Conn, error) {
+			c, err := inner(ctx, path)
+			mu.Lock()
+			dialErr = err
+			mu.Unlock()
+			return c, err
+		}
+	}
+	conn, err := runtimeConn(socket, dial)
+	if err != nil {
+		return Runtime{}, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", socket, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{Version: "v1"}, grpc.WaitForReady(true))
+	if err != nil {
+		msg := err.Error()
+		if ctx.Err() != nil {
+			msg = "no answer within " + timeout.String()
+			mu.Lock()
+			if dialErr != nil {
+				msg += " (" + dialErr.Error() + ")"
+			}
+			mu.Unlock()
+		}
+		return Runtime{}, failure.New(failure.Usage, "--runtime auto: asking the runtime at unix://%s for its Version (runtime.v1.RuntimeService/Version): %s; start the runtime first, or name it with --runtime containerd or --runtime cri-o",
+			socket, pull.Printable(limit(msg, 4*maxVersionField)))
+	}
+	name, version := limit(resp.GetRuntimeName(), maxVersionField), limit(resp.GetRuntimeVersion(), maxVersionField)
+	switch name {
+	case RuntimeContainerd, RuntimeCRIO:
+		return Runtime{Name: name, Version: version, From: "Version"}, nil
+	}
+	return Runtime{}, failure.New(failure.Usage, "--runtime auto: the runtime at unix://%s is %q (its Version's runtime_name), neither containerd nor cri-o; name the store's runtime with --runtime containerd or --runtime cri-o",
+		socket, pull.Printable(name))
+}
+
+// limit cuts s to n bytes.
+func limit(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// crio reports whether the runtime is CRI-O.
+func (r Runtime) crio() bool { return r.Name == RuntimeCRIO }
+
+// name is the runtime's name for logs and messages.
+func (r Runtime) name() string {
+	if r.Name == "" {
+		return RuntimeContainerd
+	}
+	return r.Name
+}
+
+// Dest is the DEST of a pull of the qualified image ref into the
+// runtime's store: containerd:REF (the runtime's socket, namespace
+// k8s.io), or for CRI-O containers-storage:[STORE]REF.
+func (r Runtime) Dest(ref string) string {
+	if r.crio() {
+		return "containers-storage:" + r.Store + ref
+	}
+	return "containerd:" + ref
+}
+
+// normalize is the request's image as the runtime's own CRI reads it, and
+// whether it is a short name still to be resolved.
+//   - containerd: reference.ParseDockerRef (criService.PullImage): a name
+//     without a registry host is docker.io's, no tag means latest.
+//   - CRI-O: a qualified name is the name (no tag: latest); a short name
+//     is resolved through registries.conf (CRI-O's
+//     CandidatesForPotentiallyShortImageName: shortnames.Resolve, which
+//     CRI-O runs in enforcing mode: an alias or exactly one
+//     unqualified-search registry), by the plan hook (short is true).
+//     A digest is refused: a containers-storage: DEST names a tag.
+func (r Runtime) normalize(raw string) (image string, short bool, err error) {
+	if !r.crio() {
+		named, err := reference.ParseDockerRef(raw)
+		if err != nil {
+			return "", false, failure.New(failure.Usage, "image %q: %v", clip(raw, maxLogImage), err)
+		}
+		return named.String(), false, nil
+	}
+	named, err := reference.ParseNormalizedNamed(raw)
+	if err != nil {
+		return "", false, failure.New(failure.Usage, "image %q: %v", clip(raw, maxLogImage), err)
+	}
+	if _, ok := named.(reference.Digested); ok {
+		return "", false, failure.New(failure.Usage, "image %q: a pull by digest into CRI-O's store is not supported (pullhelper's containers-storage: DEST names a tag); pull a tag", clip(raw, maxLogImage))
+	}
+	first, _, hasSlash := strings.Cut(raw, "/")
+	if !hasSlash || !(strings.ContainsAny(first, ".:") || first == "localhost") {
+		return raw, true, nil
+	}
+	return reference.TagNameOnly(named).String(), false, nil
+}
+
+// imageRef is PullImage's image_ref for the pulled image's ID
+// (sha256:HEX, as the containerd and containers-storage imports report
+// it): containerd's CRI answers the ID as it is (criService.PullImage),
+// CRI-O the storage ID without "sha256:" (server.resolveImageRefToID:
+// StorageImageID.IDStringForOutOfProcessConsumptionOnly).
+func (r Runtime) imageRef(id string) string {
+	if r.crio() {
+		return strings.TrimPrefix(id, "sha256:")
+	}
+	return id
+}
+
+// authConfig is the request's AuthConfig as the runtime's CRI reads it,
+// for credentialFor (which has containerd's precedence: username, then
+// identity_token, then auth). CRI-O's PullImage reads username and
+// password, replaced by the decoded auth when auth is set, and nothing
+// else (no identity_token); a credential without a username is none. So
+// for CRI-O the copy keeps auth alone when it is set, else username and
+// password when there is a username.
+func (r Runtime) authConfig(a *runtimeapi.AuthConfig) *runtimeapi.AuthConfig {
+	if !r.crio() || a == nil {
+		return a
+	}
+	out := &runtimeapi.AuthConfig{ServerAddress: a.GetServerAddress(), RegistryToken: a.GetRegistryToken()}
+	switch {
+	case a.GetAuth() != "":
+		out.Auth = a.GetAuth()
+	case a.GetUsername() != "":
+		out.Username, out.Password = a.GetUsername(), a.GetPassword()
+	}
+	return out
+}

@@ -1,0 +1,385 @@
+package cri
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/pipeline"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// versionRuntime answers RuntimeService/Version with a runtime_name, as
+// containerd's criService.Version and CRI-O's server.Version do.
+type versionRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	name, version string
+}
+
+func (v *versionRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: v.name, RuntimeVersion: v.version, RuntimeApiVersion: "v1"}, nil
+}
+
+func serveVersion(t *testing.T, name, version string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "rt.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, &versionRuntime{name: name, version: version})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return sock
+}
+
+// Detect names the runtime by its Version answer; another runtime, or no
+// answer, is exit 2 naming --runtime.
+func TestDetect(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ name, version, want string }{
+		{"containerd", "v2.4.2", RuntimeContainerd},
+		{"cri-o", "1.36.0", RuntimeCRIO},
+	} {
+		rt, err := Detect(ctx, serveVersion(t, tc.name, tc.version), 30*time.Second, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if rt.Name != tc.want || rt.Version != tc.version || rt.From != "Version" {
+			t.Errorf("%s: got %+v", tc.name, rt)
+		}
+	}
+	for _, name := range []string{"docker", "", strings.Repeat("x", 10000)} {
+		_, err := Detect(ctx, serveVersion(t, name, "1"), 30*time.Second, nil)
+		if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--runtime containerd or --runtime cri-o") {
+			t.Errorf("runtime_name %.10q: got %v", name, err)
+		}
+		if err != nil && len(err.Error()) > 400 {
+			t.Errorf("runtime_name %.10q: the error is not bounded (%d bytes)", name, len(err.Error()))
+		}
+	}
+	// Nothing listens: the bounded wait ends in exit 2.
+	_, err := Detect(ctx, filepath.Join(t.TempDir(), "none.sock"), 200*time.Millisecond, nil)
+	if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "no answer within 200ms") || !strings.Contains(err.Error(), "--runtime") {
+		t.Errorf("no runtime: got %v", err)
+	}
+	// Through a dialer (pullhelper cri's checks the socket is root's): its
+	// connection is used, and its refusal is the reason given.
+	sock := serveVersion(t, "cri-o", "1.36.0")
+	var dials atomic.Int32
+	rt, err := Detect(ctx, sock, 30*time.Second, func(ctx context.Context, p string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", p)
+	})
+	if err != nil || rt.Name != RuntimeCRIO || dials.Load() == 0 {
+		t.Errorf("through a dialer: %+v %v (%d dials)", rt, err, dials.Load())
+	}
+	_, err = Detect(ctx, sock, 200*time.Millisecond, func(context.Context, string) (net.Conn, error) {
+		return nil, errors.New("runtime socket " + sock + " is owned by uid 65534, not root")
+	})
+	if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("a refused socket: %v", err)
+	}
+	if _, err := ParseRuntime("crio"); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--runtime") {
+		t.Errorf("--runtime crio: got %v", err)
+	}
+	for _, v := range []string{"auto", "containerd", "cri-o"} {
+		if got, err := ParseRuntime(v); err != nil || got != v {
+			t.Errorf("--runtime %s: got %q, %v", v, got, err)
+		}
+	}
+}
+
+// The image and DEST of a request, and image_ref, as each runtime's CRI
+// has them: containerd normalises to docker.io and answers sha256:ID
+// (criService.PullImage); CRI-O leaves short names to registries.conf
+// (CandidatesForPotentiallyShortImageName) and answers the bare storage
+// ID (resolveImageRefToID).
+func TestRuntimeNames(t *testing.T) {
+	ctrd, crio := Runtime{}, Runtime{Name: RuntimeCRIO, Store: "[vfs@/g+/r]"}
+	for _, tc := range []struct {
+		rt          Runtime
+		raw, image  string
+		short       bool
+		dest, error string
+	}{
+		{ctrd, "busybox", "docker.io/library/busybox:latest", false, "containerd:docker.io/library/busybox:latest", ""},
+		{ctrd, "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), false, "containerd:reg:5000/a/b@sha256:" + strings.Repeat("a", 64), ""},
+		{crio, "busybox", "busybox", true, "", ""},
+		{crio, "library/busybox:1", "library/busybox:1", true, "", ""},
+		{crio, "quay.io/a/b", "quay.io/a/b:latest", false, "containers-storage:[vfs@/g+/r]quay.io/a/b:latest", ""},
+		{crio, "localhost/x:2", "localhost/x:2", false, "containers-storage:[vfs@/g+/r]localhost/x:2", ""},
+		{crio, "reg:5000/a/b:3", "reg:5000/a/b:3", false, "containers-storage:[vfs@/g+/r]reg:5000/a/b:3", ""},
+		{crio, "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), "", false, "", "by digest"},
+		{crio, "Bad Name", "", false, "", "invalid reference format"},
+	} {
+		image, short, err := tc.rt.normalize(tc.raw)
+		if tc.error != "" {
+			if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), tc.error) {
+				t.Errorf("%s %q: want an error with %q, got %v", tc.rt.name(), tc.raw, tc.error, err)
+			}
+			continue
+		}
+		if err != nil || image != tc.image || short != tc.short {
+			t.Errorf("%s %q: got %q short=%v %v", tc.rt.name(), tc.raw, image, short, err)
+			continue
+		}
+		if !short && tc.rt.Dest(image) != tc.dest {
+			t.Errorf("%s %q: DEST %q, want %q", tc.rt.name(), tc.raw, tc.rt.Dest(image), tc.dest)
+		}
+	}
+	id := "sha256:" + strings.Repeat("b", 64)
+	if got := ctrd.imageRef(id); got != id {
+		t.Errorf("containerd image_ref %q", got)
+	}
+	if got := crio.imageRef(id); got != strings.Repeat("b", 64) {
+		t.Errorf("cri-o image_ref %q", got)
+	}
+}
+
+func write(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// CRI-O's precedence (Config.UpdateFromFile, UpdateFromPath,
+// UpdateFromDropInFile): storage.conf, crio.conf, then the drop-ins in
+// lexical order, recursively; an empty value keeps the one before;
+// storage_option appends, duplicates dropped keeping the last.
+func TestLoadCRIOStorage(t *testing.T) {
+	dir := t.TempDir()
+	base := CRIOStorage{Root: "/var/lib/containers/storage", RunRoot: "/run/containers/storage", Driver: "overlay", Options: []string{"o1", "o2"}}
+	conf := write(t, filepath.Join(dir, "crio.conf"), "[crio]\nroot = \"/c/root\"\nstorage_driver = \"vfs\"\nstorage_option = [\"o2\", \"o3\"]\nlog_dir = \"/x\"\n[crio.runtime]\ncgroup_manager = \"cgroupfs\"\n")
+	d := filepath.Join(dir, "crio.conf.d")
+	write(t, filepath.Join(d, "10-run.conf"), "[crio]\nrunroot = \"/d/run\"\n")
+	write(t, filepath.Join(d, "20-empty.conf"), "[crio]\nroot = \"\"\nstorage_driver = \"\"\nstorage_option = [\"o1\"]\n")
+	write(t, filepath.Join(d, "05-first", "99-sub.conf"), "[crio]\nroot = \"/sub/root\"\n")
+	write(t, filepath.Join(d, "30-last"), "[crio]\nroot = \"/last/root\"\n# no .conf suffix: CRI-O reads every file\n")
+	got, err := LoadCRIOStorage(base, CRIOConfig{File: conf, FileSet: true, Dir: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := CRIOStorage{Root: "/last/root", RunRoot: "/d/run", Driver: "vfs", Options: []string{"o2", "o3", "o1"},
+		Files: []string{conf, filepath.Join(d, "05-first", "99-sub.conf"), filepath.Join(d, "10-run.conf"), filepath.Join(d, "20-empty.conf"), filepath.Join(d, "30-last")}}
+	if got.Root != want.Root || got.RunRoot != want.RunRoot || got.Driver != want.Driver || !slices.Equal(got.Options, want.Options) || !slices.Equal(got.Files, want.Files) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	if !slices.Equal(base.Options, []string{"o1", "o2"}) {
+		t.Errorf("base changed: %v", base.Options)
+	}
+	spec, err := got.StoreSpec(base)
+	if err != nil || spec != "[vfs@/last/root+/d/run:o2,o3,o1]" {
+		t.Errorf("StoreSpec: %q %v", spec, err)
+	}
+
+	// Without files: storage.conf's store, its options left to it.
+	missing := filepath.Join(dir, "none.conf")
+	got, err = LoadCRIOStorage(base, CRIOConfig{File: missing, Dir: filepath.Join(dir, "none.d")})
+	if err != nil || got.Root != base.Root || len(got.Files) != 0 {
+		t.Fatalf("missing default files: %+v %v", got, err)
+	}
+	if spec, err := got.StoreSpec(base); err != nil || spec != "[overlay@/var/lib/containers/storage+/run/containers/storage]" {
+		t.Errorf("StoreSpec of storage.conf's: %q %v", spec, err)
+	}
+	// An explicit --crio-config that is missing fails, as CRI-O's does.
+	if _, err := LoadCRIOStorage(base, CRIOConfig{File: missing, FileSet: true}); !errors.Is(err, fs.ErrNotExist) || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config") {
+		t.Errorf("explicit missing file: %v", err)
+	}
+	// A dangling link as the drop-in directory is skipped (os.Stat); a
+	// dangling link below it fails (os.ReadFile), exit 2.
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling.d")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: filepath.Join(dir, "dangling.d")}); err != nil {
+		t.Errorf("a dangling drop-in directory: %v", err)
+	}
+	ld := filepath.Join(dir, "links.d")
+	if err := os.MkdirAll(ld, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(ld, "10.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: ld}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "10.conf") {
+		t.Errorf("a dangling drop-in: %v", err)
+	}
+	// A drop-in "directory" that is a file is read as one (filepath.Walk
+	// of a file).
+	if got, err := LoadCRIOStorage(base, CRIOConfig{Dir: filepath.Join(d, "10-run.conf")}); err != nil || got.RunRoot != "/d/run" {
+		t.Errorf("drop-in path a file: %+v %v", got, err)
+	}
+}
+
+// A file CRI-O's loader fails on ("unable to decode configuration") fails
+// here too, exit 2, naming the file and never its content; so does one
+// that is not a regular file, and a drop-in directory beyond the bound.
+func TestLoadCRIOStorageBroken(t *testing.T) {
+	dir := t.TempDir()
+	base := CRIOStorage{Root: "/g", RunRoot: "/r"}
+	const secret = "secretTokenValue"
+	for name, content := range map[string]string{
+		"syntax.conf": "[crio]\nroot = \"/x\n# " + secret + "\n",
+		"bare.conf":   "[crio]\nroot = " + secret + "\n",
+		"type.conf":   "[crio]\nroot = 1\nrunroot = \"" + secret + "\"\n",
+		"option.conf": "[crio]\nstorage_option = \"" + secret + "\"\n",
+		"dup.conf":    "[crio]\nroot = \"/a\"\nroot = \"" + secret + "\"\n",
+	} {
+		p := write(t, filepath.Join(dir, name), content)
+		_, err := LoadCRIOStorage(base, CRIOConfig{File: p, FileSet: true})
+		if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "unable to decode") {
+			t.Errorf("%s: got %v", name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the error repeats the file's content: %v", name, err)
+		}
+		// The same file as a drop-in fails the same way.
+		d := filepath.Join(dir, "d-"+name)
+		write(t, filepath.Join(d, "00.conf"), content)
+		if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: d}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config-dir") {
+			t.Errorf("%s as a drop-in: got %v", name, err)
+		}
+	}
+	if _, err := LoadCRIOStorage(base, CRIOConfig{File: dir, FileSet: true}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "not a readable file") {
+		t.Errorf("a directory as crio.conf: %v", err)
+	}
+	many := filepath.Join(dir, "many")
+	for i := 0; i <= maxCRIODropIns; i++ {
+		write(t, filepath.Join(many, strings.Repeat("a", 1+i/26)+string(rune('a'+i%26))), "")
+	}
+	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: many}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("too many drop-ins: %v", err)
+	}
+}
+
+// What a containers-storage: store specifier cannot spell is refused,
+// naming the key.
+func TestCRIOStoreSpecRefusals(t *testing.T) {
+	base := CRIOStorage{Root: "/g", RunRoot: "/r", Options: []string{"overlay.mountopt=nodev,metacopy=on"}}
+	for _, tc := range []struct {
+		s    CRIOStorage
+		want string
+	}{
+		{CRIOStorage{Root: "/g+x", RunRoot: "/r"}, "root"},
+		{CRIOStorage{Root: "/g", RunRoot: "/r:x"}, "runroot"},
+		{CRIOStorage{Root: "rel", RunRoot: "/r"}, "absolute"},
+		{CRIOStorage{Root: "/g", RunRoot: "/r", ImageStore: "/i"}, "imagestore"},
+		{CRIOStorage{Root: "/g", RunRoot: "/r", Options: []string{"overlay.mountopt=nodev,metacopy=on", "x=1"}}, "storage_option 1 of 2"},
+	} {
+		if _, err := tc.s.StoreSpec(base); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: want %q, got %v", tc.s, tc.want, err)
+		}
+	}
+	// storage.conf's own options (a comma in one) are left to it.
+	if spec, err := (CRIOStorage{Root: "/g", RunRoot: "/r", Options: base.Options}).StoreSpec(base); err != nil || spec != "[/g+/r]" {
+		t.Errorf("storage.conf's options: %q %v", spec, err)
+	}
+}
+
+// Serve in front of CRI-O: the Request carries the runtime and the
+// containers-storage: DEST (none for a short name, which the hook
+// resolves), a digest is InvalidArgument before any plan, and image_ref is
+// the ID without sha256:, as CRI-O's PullImage answers.
+func TestServeCRIO(t *testing.T) {
+	dir := t.TempDir()
+	phSock := filepath.Join(dir, "ph", "cri.sock")
+	var planned []Request
+	id := strings.Repeat("c", 64)
+	cfg := Config{
+		Listen: phSock, Runtime: serveVersion(t, "cri-o", "1.36.0"), MaxParallel: 1,
+		RuntimeKind: Runtime{Name: RuntimeCRIO, Store: "[vfs@/g+/r]"},
+		Plan: func(r Request) (*pipeline.Plan, error) {
+			planned = append(planned, r)
+			return &pipeline.Plan{}, nil
+		},
+		Run: func(context.Context, *pipeline.Plan, pipeline.Options) (*api.Result, error) {
+			return &api.Result{ImageID: "sha256:" + id}, nil
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { _, err := Serve(ctx, cfg); served <- err }()
+	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := runtimeapi.NewImageServiceClient(conn)
+	for _, image := range []string{"quay.io/a/b", "busybox"} {
+		res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}, grpc.WaitForReady(true))
+		if err != nil || res.ImageRef != id {
+			t.Fatalf("PullImage %s: %v %v", image, res, err)
+		}
+	}
+	if len(planned) != 2 || planned[0].Image != "quay.io/a/b:latest" || planned[0].Dest != "containers-storage:[vfs@/g+/r]quay.io/a/b:latest" ||
+		planned[1].Image != "busybox" || planned[1].Dest != "" || planned[1].Runtime.Dest("x.io/busybox:latest") != "containers-storage:[vfs@/g+/r]x.io/busybox:latest" {
+		t.Fatalf("planned %+v", planned)
+	}
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "quay.io/a/b@sha256:" + id}})
+	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || len(planned) != 2 {
+		t.Fatalf("by digest: %v (%d plans)", err, len(planned))
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CRI-O's PullImage reads the AuthConfig its own way: auth (decoded) over
+// username and password, identity_token never, nothing without a
+// username; containerd's is left to credentialFor (ParseAuth).
+func TestCRIOAuthConfig(t *testing.T) {
+	crio := Runtime{Name: RuntimeCRIO}
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		a        *runtimeapi.AuthConfig
+		user     string
+		identity bool
+		none     bool
+	}{
+		{&runtimeapi.AuthConfig{Username: "u1", Password: "p1", Auth: b64("u2:p2")}, "u2", false, false},
+		{&runtimeapi.AuthConfig{Username: "u1", Password: "p1", IdentityToken: "tok"}, "u1", false, false},
+		{&runtimeapi.AuthConfig{IdentityToken: "tok"}, "", false, true},
+		{&runtimeapi.AuthConfig{Password: "p1"}, "", false, true},
+	} {
+		c, err := credentialFor(crio.authConfig(tc.a), "reg.io/a:1")
+		if err != nil {
+			t.Fatalf("%v: %v", tc.a, err)
+		}
+		if tc.none {
+			if c != nil {
+				t.Errorf("%v: want no credential, got %+v", tc.a, c)
+			}
+			continue
+		}
+		if c == nil || c.Username != tc.user || c.PullSecret == nil || c.Authfile != nil {
+			t.Errorf("%v: got %+v", tc.a, c)
+		}
+	}
+	// containerd's: the identity token is a credential (ParseAuth).
+	if c, err := credentialFor(Runtime{}.authConfig(&runtimeapi.AuthConfig{IdentityToken: "tok"}), "reg.io/a:1"); err != nil || c == nil || c.Authfile == nil {
+		t.Errorf("containerd identity token: %+v %v", c, err)
+	}
+}
