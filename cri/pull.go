@@ -45,7 +45,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		s.log.Warn("pull", append(attrs, "code", st.Code().String(), "error", st.Message())...)
 		return nil, st.Err()
 	}
-	attrs = append(attrs, "digest", res.Digest, "image_id", res.ImageID, "bytes", res.Bytes, "cgroup", res.Isolation.Cgroup,
+	attrs = append(attrs, "digest", res.Digest, "image_id", res.ImageID, "bytes", res.Bytes, "kept_bytes", res.KeptBytes, "cgroup", res.Isolation.Cgroup,
 		"isolated", res.Isolation.Enabled, "uid", res.Isolation.UID, "code", codes.OK.String())
 	if res.Usage != nil {
 		attrs = append(attrs, "usage", res.Usage)
