@@ -2,6 +2,8 @@ package dest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -111,9 +113,22 @@ func newContainerd(s Spec) (Destination, error) {
 		Snapshotter: DefaultContainerdSnapshotter, Staging: DefaultContainerdStaging,
 	}}
 	if s.Path != HiddenPath {
-		d.spec.Path = filepath.Join(d.set.Staging, "image")
+		d.spec.Path = filepath.Join(d.set.Staging, containerdStageName(s.Ref))
 	}
 	return d, nil
+}
+
+// containerdStageName is the name a containerd:REF DEST stages under in
+// the staging directory: "image-" and 16 hex digits of the SHA-256 of
+// REF. Its staging directories and its partial-blob cache
+// (.pullhelper-partial-image-…) are then REF's own, so that concurrent
+// pulls of different images into one staging directory (pullhelper cri)
+// each keep their received bytes across a kill, instead of one of them
+// holding a cache the others go without, and a later pull of another
+// image dropping them.
+func containerdStageName(ref string) string {
+	h := sha256.Sum256([]byte(ref))
+	return "image-" + hex.EncodeToString(h[:8])
 }
 
 // ConfigureContainerd applies the settings to a containerd: DEST (a no-op
@@ -148,7 +163,7 @@ func ConfigureContainerd(d Destination, s ContainerdSettings) (ContainerdSetting
 		return c.set, true, fmt.Errorf("containerd address %q: give the absolute path of its socket", c.set.Address)
 	}
 	c.set.Staging = filepath.Clean(c.set.Staging)
-	c.spec.Path = filepath.Join(c.set.Staging, "image")
+	c.spec.Path = filepath.Join(c.set.Staging, containerdStageName(c.spec.Ref))
 	return c.set, true, nil
 }
 
