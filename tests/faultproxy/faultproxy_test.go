@@ -364,3 +364,23 @@ func TestStallEndsWithClient(t *testing.T) {
 		}
 	}
 }
+
+// The files the proxy writes must be named absolutely: a relative -log or
+// -port-file would land in the caller's working directory (the repository
+// root, when a test or a person starts it from there). Nothing is created.
+func TestRelativeOutputPathsRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ port, log, flag string }{
+		{"port", filepath.Join(dir, "log.abs"), "-port-file"},
+		{filepath.Join(dir, "port.abs"), "log", "-log"},
+	} {
+		err := run("https://127.0.0.1:1", "", c.port, "", "", true, "", c.log, "", time.Second, time.Second)
+		if err == nil || !strings.Contains(err.Error(), c.flag+" ") || !strings.Contains(err.Error(), "absolute path") {
+			t.Errorf("%s relative: %v, want an error naming %s", c.flag, err, c.flag)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the refused runs created %v", ents)
+	}
+}

@@ -426,6 +426,14 @@ func run(upstream, upstreamCA, portFile, tlsCert, tlsKey string, plain bool, rul
 	if portFile == "" {
 		return errors.New("-port-file is required")
 	}
+	// The files it writes are named absolutely: a relative -log landed in
+	// whatever directory the proxy was started from (a stray access log,
+	// ./log, was once committed at the repository's root).
+	for _, f := range []struct{ flag, path string }{{"-port-file", portFile}, {"-log", logFile}} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			return fmt.Errorf("%s %q: give an absolute path (a test's tmp dir), not one relative to the working directory", f.flag, f.path)
+		}
+	}
 	if plain == (tlsCert != "" || tlsKey != "") || (!plain && (tlsCert == "" || tlsKey == "")) {
 		return errors.New("give -tls-cert and -tls-key, or -plain")
 	}
