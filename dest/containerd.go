@@ -25,8 +25,10 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the containerd: destination (the [dest] policy keys).
@@ -131,6 +133,43 @@ func containerdStageName(ref string) string {
 	return "image-" + hex.EncodeToString(h[:8])
 }
 
+// sweepOtherCaches removes, from the containerd staging directory held as
+// dir, the partial-blob caches of other images (.pullhelper-partial-image-…,
+// not mine) whose blobs/ has not changed for PartialMaxAge and that no pull
+// holds (sweepPartial: root's 0700 only, flock, removal beneath held
+// descriptors). With a cache per image, one whose image is never pulled
+// again would otherwise stay until `pullhelper gc containerd:REF`. It
+// returns the removed paths.
+func sweepOtherCaches(dir *os.File, mine string, now time.Time) []string {
+	names, err := safefs.ReadDirNames(int(dir.Fd()))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range names {
+		base, ok := strings.CutPrefix(n, partialPrefix)
+		if !ok || base == mine || !strings.HasPrefix(base, "image-") {
+			continue
+		}
+		fd, err := safefs.OpenDirAt(int(dir.Fd()), n)
+		if err != nil {
+			continue
+		}
+		st, err := safefs.FstatAt(fd, partialBlobs)
+		if err != nil {
+			st, err = safefs.Fstat(fd)
+		}
+		unix.Close(fd)
+		if err != nil || now.Sub(time.Unix(st.Mtim.Unix())) < PartialMaxAge {
+			continue
+		}
+		if p, _ := sweepPartial(dir, base); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ConfigureContainerd applies the settings to a containerd: DEST (a no-op
 // for any other kind: false). Empty fields keep their defaults. Errors are
 // failure.Usage-worthy (the caller wraps them).
@@ -214,6 +253,9 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	if err != nil {
 		parent.Close()
 		return nil, err
+	}
+	for _, p := range sweepOtherCaches(parent, filepath.Base(d.spec.Path), time.Now()) {
+		discard(o.Log).Info("removed another image's partial-blob cache, unchanged for 7 days and held by no pull", "path", p)
 	}
 	s.Known = known
 	return s, nil
