@@ -261,6 +261,11 @@ func TestProxyFaults(t *testing.T) {
 			if e.Bytes != c.logBytes || e.Action != c.logAction || e.Upstream != c.logUpstreamS || e.Status != c.status {
 				t.Errorf("log %+v; want bytes %d action %q upstream %d status %d", e, c.logBytes, c.logAction, c.logUpstreamS, c.status)
 			}
+			start, err1 := time.Parse(time.RFC3339Nano, e.Time)
+			end, err2 := time.Parse(time.RFC3339Nano, e.End)
+			if err1 != nil || err2 != nil || end.Before(start) {
+				t.Errorf("log times %q .. %q: want end at or after time (%v, %v)", e.Time, e.End, err1, err2)
+			}
 			if c.logAction == "trickle" && e.Writes < 10000/(200000/20) {
 				t.Errorf("trickle: %d writes for 10000 bytes in pieces of %d", e.Writes, 200000/20)
 			}

@@ -47,7 +47,12 @@ var neverLogged = map[string]bool{"Authorization": true, "Proxy-Authorization": 
 
 // entry is one access-log line.
 type entry struct {
+	// Time is when the request came, End when the line was written:
+	// before the client can see the end of the response, so [Time, End]
+	// lies within the client's request (a test may bound how many were
+	// in flight at once).
 	Time    string            `json:"time"`
+	End     string            `json:"end"`
 	Method  string            `json:"method"`
 	Path    string            `json:"path"`
 	Query   string            `json:"query"`
@@ -85,6 +90,7 @@ func (p *proxy) log(e *entry) {
 		return
 	}
 	e.done = true
+	e.End = time.Now().UTC().Format(time.RFC3339Nano)
 	line, err := json.Marshal(e)
 	if err != nil {
 		line = []byte(fmt.Sprintf(`{"error":%q}`, err.Error()))
