@@ -25,9 +25,10 @@ CTRD_FLAVOR=2
 LOAD_IMAGES=5
 LOAD_REQUESTS=20
 # The node cap, bytes/s (--node-bandwidth 1MiB/s): the 10 MiB take about
-# 10 s at it. It binds: the four pulls running at once could fetch 16 MiB/s
-# from the slow mirror alone (2 MiB/s a stream, two streams each under
-# --node-parallel-layers 8), and more from the registry.
+# 10 s at it. It binds: the four pulls running at once could fetch 8 MiB/s
+# from the slow mirror alone (2 MiB/s a stream, one stream each under
+# --node-parallel-layers 4), and more from the registry.
+NODE_LAYERS=4
 NODE_CAP=1048576
 
 setup_file() {
@@ -199,6 +200,29 @@ staging_left() {
     find "$T/staging" -mindepth 1 -maxdepth 1 \( -name '.pullhelper-staging-*' -o -name '.pullhelper-partial-*' \) 2>/dev/null || true
 }
 
+# in_flight "DIGEST...": the most requests for those blobs both proxies
+# had in flight at once, each from its time (arrival) to its end (log line).
+in_flight() {
+    "$PH_PYTHON" - "$FP_MIR_LOG" "$FP_REG_LOG" $1 <<'PY'
+import json, sys
+from datetime import datetime, timezone
+def ts(s):
+    main, _, frac = s.rstrip("Z").partition(".")
+    return datetime.fromisoformat(main).replace(tzinfo=timezone.utc).timestamp() + float("0." + (frac or "0"))
+digests, ev = set(sys.argv[3:]), []
+for log in sys.argv[1:3]:
+    for line in open(log):
+        e = json.loads(line)
+        if "/blobs/" in e["path"] and e["path"].rsplit("/", 1)[-1] in digests:
+            ev += [(ts(e["time"]), 1), (ts(e["end"]), -1)]
+n = most = 0
+for _, d in sorted(ev):  # at one instant an end comes before a start
+    n += d
+    most = max(most, n)
+print(most)
+PY
+}
+
 # assert_nothing_left FDS MOUNTS: no pull cgroup, staging, partial cache,
 # uid lock or node-share registration; the service's mounts are MOUNTS and
 # its descriptors back to FDS (both polled, at most 30 s: a pull's last
@@ -220,7 +244,7 @@ assert_nothing_left() {
     done
 }
 
-@test "cri load: 20 concurrent crictl pulls of 5 images (and one of a missing image) through resets, 503s and a slow mirror under node caps: all land (the missing one NotFound), one pull per image, the node cap holds, nothing is left" {
+@test "cri load: 20 concurrent crictl pulls of 5 images (and one of a missing image) through resets, 503s and a slow mirror under node caps: all land (the missing one NotFound), one pull per image, the node bandwidth and layer budgets hold, nothing is left" {
     ctrd2_require
     ctrd_up
     start_faultproxy REG "$REGISTRY_URL"
@@ -244,7 +268,7 @@ assert_nothing_left() {
     chmod 700 "$T/node" "$T/node/certs"
     chmod 600 "$T/node/auth.json" "$T/node/registries.conf" "$T/node/certs"/*
     ph_up --cert-dir "$T/node/certs" --authfile "$T/node/auth.json" --registries-conf "$T/node/registries.conf" \
-        --retry-delay 100ms --node-bandwidth 1MiB/s --node-parallel-layers 8 --max-parallel 4
+        --retry-delay 100ms --node-bandwidth 1MiB/s --node-parallel-layers "$NODE_LAYERS" --max-parallel 4 --debug
 
     # The baseline: after a first pull, the service's descriptors and
     # mounts.
@@ -273,6 +297,9 @@ assert_nothing_left() {
     # wait; none can end while the registry is held.
     wait_lines '"msg":"pull started"' $((1 + 4)) || return
     assert_equal "$(count_lines '"msg":"pull started"')" $((1 + 4))
+    # Each of the four has counted the four (nodeShare's debug line): the
+    # budgets are split four ways before the first byte.
+    wait_lines '"msg":"node share","pulls":4,' 4 || return
     local t0 t1
     t0=$(date +%s%N)
     reg_cont
@@ -321,6 +348,24 @@ assert_nothing_left() {
     ((bytes <= allowed)) ||
         fail "$bytes blob bytes in ${ms} ms: over the node cap ($NODE_CAP B/s +15 %, at most $allowed)"
     echo "# node cap 1MiB/s, $LOAD_REQUESTS requests of $LOAD_IMAGES images: $bytes blob bytes in ${ms} ms = $((bytes * 1000 / ms / 1024)) KiB/s, $((bytes * 1000 * 100 / ms / NODE_CAP)) % of the cap (at most $((allowed * 1000 / ms / 1024)) KiB/s allowed)" >&3
+
+    # The layer budget: layer downloads in flight at once, both proxies
+    # together, each request from its arrival to its log line (which lies
+    # within the client's request, so this undercounts, never overcounts:
+    # an upper bound holds on a busy machine). The budget is 4, split
+    # evenly (at least one a pull); a pull keeps the downloads it started
+    # under a larger share, which it had only once two of the first four
+    # were done, and then at most one image pull (the waiting fifth) can
+    # join: at most 2 + 2 + 1. Without the budget each of the four runs
+    # both its layers at once: 8.
+    local layers="" most
+    for ((i = 0; i < LOAD_IMAGES; i++)); do
+        layers+=" $(_blobs_of "$(registry_manifest "fixtures/load$i:latest")" | tail -n +2 | tr '\n' ' ')"
+    done
+    most=$(in_flight "$layers")
+    ((most >= 1 && most <= NODE_LAYERS + 1)) ||
+        fail "$most layer downloads at once under --node-parallel-layers $NODE_LAYERS (at most $((NODE_LAYERS + 1)))"
+    echo "# node-parallel-layers $NODE_LAYERS: at most $most layer downloads at once" >&3
 
     # Nothing left: no cgroup, staging, partial cache, uid lock or share;
     # the service's mounts and descriptors as after the first pull.
