@@ -163,6 +163,46 @@ for rnd in range(TTFB_ROUNDS):
 # big under memory_max = 64Mi (policy file).
 mem = [run(ISO, "big", extra=["--policy", mem_policy]) for _ in range(MEM_ROUNDS)]
 
+# crictl pull of big through pullhelper cri against crictl pull straight to
+# containerd's own CRI (bench.sh started both; same containerd, native
+# snapshotter, unpacked). Before each pull the image is removed through the
+# CRI (containerd's RemoveImage deletes every reference of the image, the
+# last with a synchronous GC: content and snapshots go), so each pull
+# fetches, stores and unpacks all of it. Interleaved, the order swapped each
+# round, after one warm-up round; wall time of the crictl command.
+CRI_SOCK, CTRD_SOCK, CRICTL = E.get("BENCH_CRI_SOCK"), E.get("BENCH_CTRD_SOCK"), E.get("BENCH_CRICTL")
+CRI_ROUNDS = int(E.get("BENCH_CRI_ROUNDS", "3"))
+CRI_PATHS = {"containerd CRI": CTRD_SOCK, "pullhelper cri": CRI_SOCK}
+
+
+def crictl(image_sock, *args):
+    return subprocess.run([CRICTL, "--runtime-endpoint", "unix://" + CTRD_SOCK, "--image-endpoint", "unix://" + image_sock,
+                           "--timeout", "600s", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+
+def cri_pull(path):
+    ref = f"{HOST}/bench/big:latest"
+    crictl(CTRD_SOCK, "rmi", ref)  # absent the first time
+    if crictl(CTRD_SOCK, "inspecti", ref).returncode == 0:
+        die(f"crictl rmi {ref} left the image in containerd")
+    t0 = time.monotonic()
+    p = crictl(CRI_PATHS[path], "pull", ref)
+    wall = time.monotonic() - t0
+    if p.returncode != 0:
+        die(f"crictl pull through {path} failed: {(p.stdout + p.stderr).strip()[-600:]}")
+    return wall
+
+
+cri_walls = {k: [] for k in CRI_PATHS}
+if CRI_SOCK:
+    for rnd in range(CRI_ROUNDS + 1):
+        order = list(CRI_PATHS) if rnd % 2 == 0 else list(CRI_PATHS)[::-1]
+        for path in order:
+            w = cri_pull(path)
+            if rnd > 0:
+                cri_walls[path].append(w)
+    print(f"bench: crictl pulls done ({time.monotonic() - t_start:.0f} s)", file=sys.stderr)
+
 # ---- summary
 def summary(rs):
     return {k: med(r.get(k) for r in rs) for k in
@@ -185,6 +225,13 @@ for img in IMAGES:
                               "isolation_overhead_pairs_s": [round(x, 4) for x in pairs[img]]}
 results["ttfb"] = {t: {"first_request_s": med(r["first_request_s"] for r in ttfb[t]),
                        "first_response_s": med(r["first_response_s"] for r in ttfb[t])} for t in TOOLS}
+if CRI_SOCK:
+    c, p = med(cri_walls["containerd CRI"]), med(cri_walls["pullhelper cri"])
+    results["cri"] = {"image": "big", "rounds": CRI_ROUNDS, "snapshotter": "native",
+                      "containerd_cri_wall_s": c, "pullhelper_cri_wall_s": p, "ratio": p / c,
+                      "walls_s": {k: [round(x, 4) for x in v] for k, v in cri_walls.items()}}
+else:
+    results["cri"] = {"skipped": E.get("BENCH_CRI_SKIP") or "not started"}
 results["memory_max_64Mi"] = {"image": "big", "runs": [
     {k: r.get(k) for k in ("ok", "exit_code", "wall_s", "self_peak_rss_mib", "desc_peak_rss_mib", "usage", "stderr")} for r in mem]}
 
@@ -268,6 +315,13 @@ for i, r in enumerate(results["memory_max_64Mi"]["runs"]):
           + (f", {r['wall_s']:.2f} s, child peak RSS {mib(r.get('desc_peak_rss_mib'))} MiB, parent {mib(r.get('self_peak_rss_mib'))} MiB, "
              f"cgroup memory peak (incl. page cache) {(u.get('memory_peak_bytes') or 0)/2**20:.1f} MiB, oom_kills {u.get('oom_kills')}" if r.get("wall_s") else "")
           + ("" if r["ok"] else ": " + (r.get("stderr") or "").strip()[-300:]))
+cri = results["cri"]
+if "skipped" in cri:
+    print(f"crictl pull, pullhelper cri vs containerd's own CRI: skipped ({cri['skipped']})")
+else:
+    print(f"crictl pull of big, unpacked (native), median of {cri['rounds']}: straight to containerd's CRI "
+          f"{cri['containerd_cri_wall_s']:.3f} s, through pullhelper cri {cri['pullhelper_cri_wall_s']:.3f} s: "
+          f"{cri['ratio']:.2f} x (the service path's overhead)")
 print("\ntargets (issue 15):")
 for t in targets:
     print(f"  {'met    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['detail']}")

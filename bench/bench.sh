@@ -4,7 +4,12 @@
 # on a local TLS + htpasswd registry, interleaved, medians; see bench/bench.py
 # for what is measured and README "Performance" for how to read it.
 # Environment: ROUNDS (default 7, after one warm-up), TTFB_ROUNDS (3),
-# MEM_ROUNDS (3), CRANE (path of crane; make bench builds the pinned one).
+# MEM_ROUNDS (3), CRI_ROUNDS (3), CRANE (path of crane; make bench builds
+# the pinned one).
+# With the containerd 2.x and crictl of make deps it also compares, on the
+# big image, `crictl pull` through `pullhelper cri` (in front of that
+# containerd) with `crictl pull` straight to containerd's own CRI, both
+# unpacked (native snapshotter), as a ratio.
 set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
@@ -17,7 +22,15 @@ bats_require_minimum_version() { :; }
 fail() { echo "bench: ${*:-failed}" >&2; exit 1; }
 # shellcheck source=tests/helpers.bash
 source "$ROOT/tests/helpers.bash"
-trap 'stop_registry >/dev/null 2>&1 || true; rm -rf "$BATS_FILE_TMPDIR"' EXIT
+CRI_PID=""
+CTRD_DIR=""
+bench_cleanup() {
+    [[ -z $CRI_PID ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri" >/dev/null 2>&1 || true
+    [[ -z $CTRD_DIR ]] || ctrd_stop "$CTRD_DIR" >/dev/null 2>&1 || true
+    stop_registry >/dev/null 2>&1 || true
+    rm -rf "$BATS_FILE_TMPDIR"
+}
+trap bench_cleanup EXIT
 
 [[ $(id -u) -eq 0 ]] || fail "run as root (the isolated pull needs it)"
 CRANE=${CRANE:-$PH_CACHE/bin/crane}
@@ -50,6 +63,46 @@ for name in big medium many-small; do
         "$(fixture_ref "bench-$name")" "docker://$REGISTRY_HOST/bench/$name:latest" ||
         fail "pushing bench-$name failed"
 done
+
+# The CRI comparison: containerd 2.x with the tests' version-3 config
+# (tests/cred-files.py: its own root, state and socket below the bench's
+# directory; the native snapshotter for the CRI and, in
+# plugins."io.containerd.transfer.v1.local".unpack_config, for the
+# transfer service that containerd 2.x's CRI pulls through: without that
+# entry its PullImage fails "unable to initialize unpacker: no unpack
+# platforms defined", core/unpack.NewUnpacker; the registry's CA in a
+# hosts.toml, its credential in the CRI's registry.configs.auth), and
+# pullhelper cri in front of it with the node's credential (--authfile):
+# crictl sends none, so no secret is on any command line.
+BENCH_CRI_SKIP=""
+CRICTL=$(command -v crictl || true)
+[[ -n $CRICTL ]] || CRICTL=$PH_CACHE/bin/crictl
+if [[ ! -x $PH_CONTAINERD2_DIR/containerd ]]; then
+    BENCH_CRI_SKIP="no containerd $PH_CONTAINERD2_VERSION in $PH_CONTAINERD2_DIR (make deps builds it)"
+elif [[ ! -x $CRICTL ]]; then
+    BENCH_CRI_SKIP="no crictl in PATH or $PH_CACHE/bin (make deps builds it)"
+else
+    CTRD_BIN=$PH_CONTAINERD2_DIR/containerd
+    CTRD_DIR=$BATS_FILE_TMPDIR/ctrd
+    mkdir -p "$CTRD_DIR"
+    "$PH_PYTHON" "$ROOT/tests/cred-files.py" containerd "$CTRD_DIR/config.toml" --state-dir "$CTRD_DIR" \
+        --ca "$REGISTRY_CA" --version 3 || fail "writing containerd's config failed"
+    PH_CONTAINERD_LIFETIME=14400 ctrd_start "$CTRD_DIR"
+    BENCH_CRI_SOCK=$BATS_FILE_TMPDIR/cri.sock
+    "$PULLHELPER" cri --listen "unix://$BENCH_CRI_SOCK" --runtime-endpoint "unix://$CTRD_DIR/c.sock" \
+        --cert-dir "$REGISTRY_CERT_DIR" --authfile "$REGISTRY_AUTHFILE" --containerd-snapshotter native \
+        --containerd-staging "$BATS_FILE_TMPDIR/cri-staging" --log-format json \
+        </dev/null >"$BATS_FILE_TMPDIR/cri.out" 2>"$BATS_FILE_TMPDIR/cri.log" 3>&- &
+    CRI_PID=$!
+    deadline=$((SECONDS + 30))
+    until grep -q '"msg":"serving"' "$BATS_FILE_TMPDIR/cri.log" 2>/dev/null; do
+        _ph_pid_alive "$CRI_PID" || fail "pullhelper cri exited: $(cat "$BATS_FILE_TMPDIR/cri.log")"
+        ((SECONDS < deadline)) || fail "pullhelper cri did not listen within 30 s"
+        sleep 0.05
+    done
+    export BENCH_CRI_SOCK BENCH_CTRD_SOCK=$CTRD_DIR/c.sock BENCH_CRICTL=$CRICTL
+fi
+export BENCH_CRI_SKIP BENCH_CRI_ROUNDS=${CRI_ROUNDS:-3}
 
 export BENCH_ROUNDS=${ROUNDS:-7} BENCH_TTFB_ROUNDS=${TTFB_ROUNDS:-3} BENCH_MEM_ROUNDS=${MEM_ROUNDS:-3}
 export BENCH_TMP=$BATS_FILE_TMPDIR BENCH_BIN=$BATS_FILE_TMPDIR/bin BENCH_CRANE=$CRANE BENCH_PULLHELPER=$PULLHELPER

@@ -69,7 +69,7 @@ func credentialAttrs(cred *Credential) []any {
 // the wire), the pull's own duration, its cgroup, uid and usage (as the
 // result JSON names them), result ok and gRPC code OK.
 func resultAttrs(res *api.Result) []any {
-	attrs := []any{"digest", res.Digest, "image_id", res.ImageID, "bytes", res.Bytes, "wire_bytes", wireBytes(res),
+	attrs := []any{"digest", res.Digest, "image_id", res.ImageID, "bytes", res.Bytes, "kept_bytes", res.KeptBytes, "wire_bytes", wireBytes(res),
 		"pull_duration_ms", res.DurationMS, "cgroup", res.Isolation.Cgroup, "isolated", res.Isolation.Enabled,
 		"uid", res.Isolation.UID}
 	if u := res.Usage; u != nil {

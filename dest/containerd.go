@@ -2,6 +2,8 @@ package dest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,8 +25,10 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"github.com/pullhelper/pullhelper/internal/wire"
 	"go.podman.io/image/v5/docker/reference"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the containerd: destination (the [dest] policy keys).
@@ -111,9 +115,59 @@ func newContainerd(s Spec) (Destination, error) {
 		Snapshotter: DefaultContainerdSnapshotter, Staging: DefaultContainerdStaging,
 	}}
 	if s.Path != HiddenPath {
-		d.spec.Path = filepath.Join(d.set.Staging, "image")
+		d.spec.Path = filepath.Join(d.set.Staging, containerdStageName(s.Ref))
 	}
 	return d, nil
+}
+
+// containerdStageName is the name a containerd:REF DEST stages under in
+// the staging directory: "image-" and 16 hex digits of the SHA-256 of
+// REF. Its staging directories and its partial-blob cache
+// (.pullhelper-partial-image-…) are then REF's own, so that concurrent
+// pulls of different images into one staging directory (pullhelper cri)
+// each keep their received bytes across a kill, instead of one of them
+// holding a cache the others go without, and a later pull of another
+// image dropping them.
+func containerdStageName(ref string) string {
+	h := sha256.Sum256([]byte(ref))
+	return "image-" + hex.EncodeToString(h[:8])
+}
+
+// sweepOtherCaches removes, from the containerd staging directory held as
+// dir, the partial-blob caches of other images (.pullhelper-partial-image-…,
+// not mine) whose blobs/ has not changed for PartialMaxAge and that no pull
+// holds (sweepPartial: root's 0700 only, flock, removal beneath held
+// descriptors). With a cache per image, one whose image is never pulled
+// again would otherwise stay until `pullhelper gc containerd:REF`. It
+// returns the removed paths.
+func sweepOtherCaches(dir *os.File, mine string, now time.Time) []string {
+	names, err := safefs.ReadDirNames(int(dir.Fd()))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range names {
+		base, ok := strings.CutPrefix(n, partialPrefix)
+		if !ok || base == mine || !strings.HasPrefix(base, "image-") {
+			continue
+		}
+		fd, err := safefs.OpenDirAt(int(dir.Fd()), n)
+		if err != nil {
+			continue
+		}
+		st, err := safefs.FstatAt(fd, partialBlobs)
+		if err != nil {
+			st, err = safefs.Fstat(fd)
+		}
+		unix.Close(fd)
+		if err != nil || now.Sub(time.Unix(st.Mtim.Unix())) < PartialMaxAge {
+			continue
+		}
+		if p, _ := sweepPartial(dir, base); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ConfigureContainerd applies the settings to a containerd: DEST (a no-op
@@ -148,7 +202,7 @@ func ConfigureContainerd(d Destination, s ContainerdSettings) (ContainerdSetting
 		return c.set, true, fmt.Errorf("containerd address %q: give the absolute path of its socket", c.set.Address)
 	}
 	c.set.Staging = filepath.Clean(c.set.Staging)
-	c.spec.Path = filepath.Join(c.set.Staging, "image")
+	c.spec.Path = filepath.Join(c.set.Staging, containerdStageName(c.spec.Ref))
 	return c.set, true, nil
 }
 
@@ -199,6 +253,9 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	if err != nil {
 		parent.Close()
 		return nil, err
+	}
+	for _, p := range sweepOtherCaches(parent, filepath.Base(d.spec.Path), time.Now()) {
+		discard(o.Log).Info("removed another image's partial-blob cache, unchanged for 7 days and held by no pull", "path", p)
 	}
 	s.Known = known
 	return s, nil

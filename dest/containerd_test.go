@@ -20,7 +20,10 @@ func TestContainerdParse(t *testing.T) {
 	if got := d.String(); got != "containerd:docker.io/library/busybox:latest" {
 		t.Fatalf("String %q", got)
 	}
-	if got := d.Spec().Path; got != dest.DefaultContainerdStaging+"/image" {
+	// The staging name is the reference's own (sha256 of
+	// docker.io/library/busybox:latest, 16 hex digits).
+	const name = "image-de68ccc327e508f4"
+	if got := d.Spec().Path; got != dest.DefaultContainerdStaging+"/"+name {
 		t.Fatalf("path %q", got)
 	}
 	set, ok, err := dest.ConfigureContainerd(d, dest.ContainerdSettings{Staging: "/srv/stage", Address: "/x/c.sock", Pin: true})
@@ -28,7 +31,7 @@ func TestContainerdParse(t *testing.T) {
 	if !ok || set.Namespace != "k8s.io" || set.Snapshotter != "overlayfs" || set.Address != "/x/c.sock" || !set.Pin {
 		t.Fatalf("settings %+v ok=%v", set, ok)
 	}
-	if got := d.Spec().Path; got != "/srv/stage/image" {
+	if got := d.Spec().Path; got != "/srv/stage/"+name {
 		t.Fatalf("configured path %q", got)
 	}
 	c := d.Spec().Anonymous()
@@ -39,6 +42,27 @@ func TestContainerdParse(t *testing.T) {
 	must(t, err)
 	if got := ref.StringWithinTransport(); got != "/tmp/image:" {
 		t.Fatalf("staged reference %q (want an untagged layout)", got)
+	}
+}
+
+// Each image stages under a name of its own in the shared staging
+// directory, so its partial-blob cache is its own: concurrent pulls of two
+// images (pullhelper cri) each keep their bytes across a kill. The same
+// image, however it is written, shares its name (the one DEST).
+func TestContainerdStageNamePerImage(t *testing.T) {
+	path := func(raw string) string {
+		d, err := dest.Parse(raw)
+		must(t, err)
+		_, _, err = dest.ConfigureContainerd(d, dest.ContainerdSettings{Staging: "/srv/stage", Address: "/x/c.sock"})
+		must(t, err)
+		return d.Spec().Path
+	}
+	a, b := path("containerd:busybox"), path("containerd:r.io/app:1")
+	if a == b {
+		t.Fatalf("two images share the staging name %q", a)
+	}
+	if again := path("containerd:docker.io/library/busybox:latest"); again != a {
+		t.Fatalf("busybox stages as %q and %q", a, again)
 	}
 }
 

@@ -32,7 +32,11 @@
 // of it is imported. An existing DEST is replaced only when it is its
 // kind's own (an empty or oci: layout, a dir: image, an empty file or an
 // archive of its kind, recognised by a bounded read of its members:
-// archive.go checkReplaceable). A containerd: DEST is staged as an oci: one and
+// archive.go checkReplaceable). A containerd: DEST is staged as an oci: one
+// (in the staging directory, under image-<16 hex of sha256(REF)>, so that
+// its staging and partial-blob cache are the image's own: concurrent
+// pulls of different images each resume, and a pull sweeps the other
+// images' caches unchanged for PartialMaxAge and held by no one) and
 // imported through containerd's socket by the parent only, after Verify:
 // content under a lease (labelled as containerd's own pull labels it:
 // gc.ref to children, the distribution source), unpacked, and the image

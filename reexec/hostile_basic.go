@@ -5,6 +5,7 @@ package reexec
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 // Basic actions that prove the hook itself works.
@@ -15,5 +16,17 @@ func init() {
 	registerHostile("whoami", func(*hostileEnv) (bool, int) {
 		fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: uid=%d euid=%d gid=%d\n", os.Getuid(), os.Geteuid(), os.Getgid())
 		return false, 0
+	})
+	// crash-image: a child that crashes (an unrecovered panic: exit 2
+	// with its stack on stderr) when its image contains
+	// $PULLHELPER_HOSTILE_ARG, and pulls as usual otherwise: in one
+	// long-lived service (pullhelper cri) only that request's pull
+	// crashes.
+	registerHostile("crash-image", func(env *hostileEnv) (bool, int) {
+		arg := os.Getenv(hostileArgVar)
+		if arg == "" || env.Req.Copy == nil || !strings.Contains(env.Req.Copy.Image, arg) {
+			return false, 0
+		}
+		panic("hostile: crash-image: the child crashes mid-pull")
 	})
 }

@@ -41,7 +41,8 @@
 // The access log L gets one JSON line per request (see entry), written
 // before the client can see the end of the response (before its last body
 // byte or the connection's end), so a test may read it as soon as its client
-// returns. Header values are never logged except those named by
+// returns. Its time is when the request came, its end when the line was
+// written: the interval lies within the client's request. Header values are never logged except those named by
 // -log-header; Authorization, Proxy-Authorization and Cookie cannot be.
 //
 // The port is written to F (atomically) once the proxy listens. SIGTERM or

@@ -261,6 +261,11 @@ func TestProxyFaults(t *testing.T) {
 			if e.Bytes != c.logBytes || e.Action != c.logAction || e.Upstream != c.logUpstreamS || e.Status != c.status {
 				t.Errorf("log %+v; want bytes %d action %q upstream %d status %d", e, c.logBytes, c.logAction, c.logUpstreamS, c.status)
 			}
+			start, err1 := time.Parse(time.RFC3339Nano, e.Time)
+			end, err2 := time.Parse(time.RFC3339Nano, e.End)
+			if err1 != nil || err2 != nil || end.Before(start) {
+				t.Errorf("log times %q .. %q: want end at or after time (%v, %v)", e.Time, e.End, err1, err2)
+			}
 			if c.logAction == "trickle" && e.Writes < 10000/(200000/20) {
 				t.Errorf("trickle: %d writes for 10000 bytes in pieces of %d", e.Writes, 200000/20)
 			}
@@ -362,5 +367,25 @@ func TestStallEndsWithClient(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stall still holds 10s after its client went")
 		}
+	}
+}
+
+// The files the proxy writes must be named absolutely: a relative -log or
+// -port-file would land in the caller's working directory (the repository
+// root, when a test or a person starts it from there). Nothing is created.
+func TestRelativeOutputPathsRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ port, log, flag string }{
+		{"port", filepath.Join(dir, "log.abs"), "-port-file"},
+		{filepath.Join(dir, "port.abs"), "log", "-log"},
+	} {
+		err := run("https://127.0.0.1:1", "", c.port, "", "", true, "", c.log, "", time.Second, time.Second)
+		if err == nil || !strings.Contains(err.Error(), c.flag+" ") || !strings.Contains(err.Error(), "absolute path") {
+			t.Errorf("%s relative: %v, want an error naming %s", c.flag, err, c.flag)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the refused runs created %v", ents)
 	}
 }

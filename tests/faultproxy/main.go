@@ -47,7 +47,12 @@ var neverLogged = map[string]bool{"Authorization": true, "Proxy-Authorization": 
 
 // entry is one access-log line.
 type entry struct {
+	// Time is when the request came, End when the line was written:
+	// before the client can see the end of the response, so [Time, End]
+	// lies within the client's request (a test may bound how many were
+	// in flight at once).
 	Time    string            `json:"time"`
+	End     string            `json:"end"`
 	Method  string            `json:"method"`
 	Path    string            `json:"path"`
 	Query   string            `json:"query"`
@@ -85,6 +90,7 @@ func (p *proxy) log(e *entry) {
 		return
 	}
 	e.done = true
+	e.End = time.Now().UTC().Format(time.RFC3339Nano)
 	line, err := json.Marshal(e)
 	if err != nil {
 		line = []byte(fmt.Sprintf(`{"error":%q}`, err.Error()))
@@ -425,6 +431,14 @@ func run(upstream, upstreamCA, portFile, tlsCert, tlsKey string, plain bool, rul
 	}
 	if portFile == "" {
 		return errors.New("-port-file is required")
+	}
+	// The files it writes are named absolutely: a relative -log landed in
+	// whatever directory the proxy was started from (a stray access log,
+	// ./log, was once committed at the repository's root).
+	for _, f := range []struct{ flag, path string }{{"-port-file", portFile}, {"-log", logFile}} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			return fmt.Errorf("%s %q: give an absolute path (a test's tmp dir), not one relative to the working directory", f.flag, f.path)
+		}
 	}
 	if plain == (tlsCert != "" || tlsKey != "") || (!plain && (tlsCert == "" || tlsKey == "")) {
 		return errors.New("give -tls-cert and -tls-key, or -plain")
