@@ -57,21 +57,32 @@ func (d *containerdDest) connect() (*ctrdClient, error) {
 	return &ctrdClient{Client: c, sock: fd}, nil
 }
 
-// openSocket opens containerd's socket O_PATH, refusing one root does not
-// own or that someone else could replace: every directory above it is
-// checked as DEST's are (root's, not writable by group or others unless
-// sticky; openAncestors), it must be a socket owned by root (a symbolic
-// link is followed only when root's and its target checked the same way).
-// Root would otherwise stream the image (and trust what answers) to a
-// listener another user made. Errors name the path and the owner found.
+// openSocket is OpenRootSocket of the configured address, its errors a
+// destination error with the setting to fix.
 func (d *containerdDest) openSocket() (int, error) {
-	const fix = "set --containerd-address or [dest] containerd_address"
-	addr := filepath.Clean(d.set.Address)
+	fd, err := OpenRootSocket(d.set.Address)
+	if err != nil {
+		return -1, d.destErr("%v (set --containerd-address or [dest] containerd_address)", err)
+	}
+	return fd, nil
+}
+
+// OpenRootSocket opens containerd's socket at addr O_PATH, refusing one
+// root does not own or that someone else could replace: every directory
+// above it is checked as DEST's are (root's, not writable by group or
+// others unless sticky; openAncestors), it must be a socket owned by root
+// (a symbolic link is followed only when root's and its target checked the
+// same way). Root would otherwise stream the image (and trust what
+// answers) to a listener another user made. Errors name the path and the
+// owner found. Connect through /proc/self/fd/N of the descriptor: the path
+// cannot be swapped after the check.
+func OpenRootSocket(address string) (int, error) {
+	addr := filepath.Clean(address)
 	for links := 0; ; links++ {
 		dir, name := filepath.Dir(addr), filepath.Base(addr)
 		dfd, err := openAncestors(dir, false)
 		if err != nil {
-			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
+			return -1, fmt.Errorf("containerd socket %s: %v", address, err)
 		}
 		pst, err := safefs.Fstat(dfd)
 		if err == nil {
@@ -79,18 +90,18 @@ func (d *containerdDest) openSocket() (int, error) {
 		}
 		if err != nil {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %v (%s)", d.set.Address, err, fix)
+			return -1, fmt.Errorf("containerd socket %s: %v", address, err)
 		}
 		st, err := safefs.FstatAt(dfd, name)
 		if err != nil {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
+			return -1, fmt.Errorf("containerd socket %s: %s", address, safefs.ErrnoText(err))
 		}
 		if safefs.IsLink(st) && st.Uid == 0 && links < 8 {
 			target, err := readlinkAt(dfd, name)
 			unix.Close(dfd)
 			if err != nil {
-				return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
+				return -1, fmt.Errorf("containerd socket %s: %s", address, safefs.ErrnoText(err))
 			}
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(dir, target)
@@ -100,21 +111,41 @@ func (d *containerdDest) openSocket() (int, error) {
 		}
 		if st.Uid != 0 {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s is owned by uid %d, not root; refusing to connect to it as root (%s)", filepath.Join(dir, name), st.Uid, fix)
+			return -1, fmt.Errorf("containerd socket %s is owned by uid %d, not root; refusing to connect to it as root", filepath.Join(dir, name), st.Uid)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			unix.Close(dfd)
-			return -1, d.destErr("containerd socket %s: not a socket (%s)", filepath.Join(dir, name), fix)
+			return -1, fmt.Errorf("containerd socket %s: not a socket", filepath.Join(dir, name))
 		}
 		fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(dfd)
 		if err != nil {
-			return -1, d.destErr("containerd socket %s: %s (%s)", d.set.Address, safefs.ErrnoText(err), fix)
+			return -1, fmt.Errorf("containerd socket %s: %s", address, safefs.ErrnoText(err))
 		}
 		if got, err := safefs.Fstat(fd); err != nil || got.Ino != st.Ino || got.Dev != st.Dev || got.Uid != 0 {
 			unix.Close(fd)
-			return -1, d.destErr("containerd socket %s changed while it was checked; retry", d.set.Address)
+			return -1, fmt.Errorf("containerd socket %s changed while it was checked; retry", address)
 		}
 		return fd, nil
 	}
+}
+
+// CheckRootDir checks dir as a directory where root may create a socket
+// others connect to (pullhelper cri's --listen): it and every directory
+// above it root's, not writable by group or others unless sticky (then
+// nobody else can rename or remove root's entries), no symbolic link of
+// another owner on the way (openAncestors). Another user who could write
+// there could move root's socket aside and listen in its place, and so
+// receive what the caller sends (a PullImage request's credentials).
+func CheckRootDir(dir string) error {
+	fd, err := openAncestors(dir, false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	st, err := safefs.Fstat(fd)
+	if err != nil {
+		return err
+	}
+	return rootOnly(st, dir, true)
 }
