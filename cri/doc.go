@@ -24,5 +24,9 @@
 // Invariants: an error returned to a caller is a gRPC status whose message
 // is the pull's one-line error (failure's invariant: no secret), with the
 // request's secrets redacted again in case; no secret is logged; the
-// socket is created root-only (0600) and removed when Serve returns.
+// socket is created root-only (0600), in a directory that it and every one
+// above it are root's and not writable by others (sticky allowed:
+// dest.CheckRootDir), and removed when Serve returns; the runtime's socket
+// is connected to only through dest.OpenRootSocket (root's, in such
+// directories), at every connection, forwarded calls included.
 package cri

@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"golang.org/x/sys/unix"
@@ -101,8 +103,27 @@ func listen(path string) (net.Listener, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// The kubelet sends its pull credentials to this socket: nobody but
+	// root may be able to move it aside and listen in its place, so its
+	// directory and every one above it are root's and not writable by
+	// others (sticky allowed) — the part that exists before it is
+	// created, all of it after.
+	dir := filepath.Dir(path)
+	existing := dir
+	for {
+		if _, err := os.Lstat(existing); err == nil || existing == "/" {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if err := dest.CheckRootDir(existing); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
+	}
+	if err := dest.CheckRootDir(dir); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
 	}
 	old := unix.Umask(0o177)
 	l, err := net.Listen("unix", path)
@@ -111,6 +132,24 @@ func listen(path string) (net.Listener, error) {
 		return nil, failure.New(failure.Usage, "--listen %s: %v", path, err)
 	}
 	return l, nil
+}
+
+// runtimeDialer connects to the runtime's socket at path as the pulls'
+// import does (dest.OpenRootSocket): only to a socket of root's, in
+// directories nobody else can write, through the descriptor that was
+// checked; each connection checks again. Forwarded calls (what the
+// kubelet asks about its images) would otherwise go to, and their answers
+// come from, a listener another user made.
+func runtimeDialer(path string) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, _ string) (net.Conn, error) {
+		fd, err := dest.OpenRootSocket(path)
+		if err != nil {
+			return nil, fmt.Errorf("--runtime-endpoint: %v", err)
+		}
+		defer unix.Close(fd)
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	}
 }
 
 // Serve serves until ctx ends, then stops: every pull in flight is
@@ -123,7 +162,8 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	conn, err := grpc.NewClient("unix://"+cfg.Runtime, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+cfg.Runtime, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(runtimeDialer(cfg.Runtime)))
 	if err != nil {
 		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
 	}

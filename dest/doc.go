@@ -41,7 +41,9 @@
 // (containerd_pin.go); ReadContainerdConfig (containerd_config.go) reads
 // the socket and the CRI's snapshotter from containerd's config.toml. The
 // socket and every directory above it are checked to be root's before the
-// parent connects, through the descriptor it checked (containerdsock.go).
+// parent connects, through the descriptor it checked (containerdsock.go:
+// OpenRootSocket, which pullhelper cri's forwarding uses too, as it uses
+// CheckRootDir for the directory of the socket it serves on).
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other

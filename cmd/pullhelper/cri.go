@@ -48,7 +48,10 @@ Every other call (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImage
 any method or service) is forwarded to --runtime-endpoint as it came.
 
 The socket is created root-only (0600); a stale socket is replaced, anything else
-there is refused. Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens
+there is refused; its directory and each one above it must be root's and not
+writable by others (sticky allowed), since the kubelet's credentials arrive there.
+The runtime endpoint is connected to only when it is a socket of root's in such
+directories (checked at each connection). Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens
 (Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
 and cleaned up, the socket is removed, and one JSON object is printed:
   {"listen":..., "runtime_endpoint":..., "pulls":N}`,
@@ -111,8 +114,8 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600)")
-	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "containerd's CRI and API socket, `unix:///PATH`: pulls import into it (namespace k8s.io), every other call is forwarded to it")
+	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, in a directory only root can write)")
+	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "containerd's CRI and API socket, `unix:///PATH` (root's, in directories only root can write): pulls import into it (namespace k8s.io), every other call is forwarded to it")
 	fs.IntVar(&maxParallel, "max-parallel", 4, "run at most `N` pulls at once (equal requests in flight share one pull)")
 	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
 	fs.StringVar(&c.profile, "profile", "", "use [profiles.NAME] of the policy file")
