@@ -19,7 +19,8 @@
 //     RuntimeService calls), is forwarded to the runtime's socket as raw
 //     bytes (forward.go: grpc.UnknownServiceHandler with a codec that
 //     passes frames through), so the kubelet sees one store and methods
-//     newer than this code still work.
+//     newer than this code still work. Messages are bounded at 16 MiB
+//     each way, as the kubelet's CRI client bounds them (maxMsgSize).
 //
 // Invariants: an error returned to a caller is a gRPC status whose message
 // is the pull's one-line error (failure's invariant: no secret), with the

@@ -134,6 +134,13 @@ func listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
+// maxMsgSize bounds a message either way, as the kubelet's CRI client
+// bounds what it sends and receives (k8s.io/cri-client/pkg maxMsgSize,
+// 16 MiB; containerd's gRPC server allows as much): a ListImages answer
+// between gRPC's default 4 MiB and that reaches the kubelet as it would
+// from containerd directly, and nothing larger is held.
+const maxMsgSize = 16 << 20
+
 // runtimeDialer connects to the runtime's socket at path as the pulls'
 // import does (dest.OpenRootSocket): only to a socket of root's, in
 // directories nobody else can write, through the descriptor that was
@@ -163,7 +170,8 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	conn, err := grpc.NewClient("unix://"+cfg.Runtime, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(runtimeDialer(cfg.Runtime)))
+		grpc.WithContextDialer(runtimeDialer(cfg.Runtime)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)))
 	if err != nil {
 		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
 	}
@@ -174,7 +182,8 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	}
 	defer os.Remove(cfg.Listen)
 	s := &Server{cfg: cfg, runtime: conn, log: cfg.Log, sem: make(chan struct{}, cfg.MaxParallel), base: ctx, flights: map[string]*flight{}}
-	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.UnknownServiceHandler(s.forward))
+	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.UnknownServiceHandler(s.forward),
+		grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(maxMsgSize))
 	srv.RegisterService(&imageServiceDesc, s)
 	stopped := make(chan struct{})
 	go func() {
