@@ -84,30 +84,18 @@ func SocketPath(flag, v string) (string, error) {
 }
 
 // listen creates the socket at path, root-only (0600, created under that
-// umask: never more open, not even for a moment). An existing socket
-// nobody answers on is stale and removed; a live one, or anything else at
-// path, is refused (exit 2).
+// umask: never more open, not even for a moment), in a directory that it
+// and every one above it are root's and not writable by others (checked
+// first: dest.CheckRootDir). An existing socket nobody answers on is
+// stale and removed; a live one, or anything else at path, is refused
+// (exit 2).
 func listen(path string) (net.Listener, error) {
-	fi, err := os.Lstat(path)
-	switch {
-	case err == nil && fi.Mode().Type() != fs.ModeSocket:
-		return nil, failure.New(failure.Usage, "--listen %s: exists and is not a socket (%s); remove it or listen elsewhere", path, fi.Mode().Type())
-	case err == nil:
-		if c, derr := net.DialTimeout("unix", path, 2*time.Second); derr == nil {
-			c.Close()
-			return nil, failure.New(failure.Usage, "--listen %s: another server answers on this socket; stop it or listen elsewhere", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, failure.New(failure.Usage, "--listen %s: removing the stale socket: %s", path, failure.Reason(err))
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
-	}
 	// The kubelet sends its pull credentials to this socket: nobody but
 	// root may be able to move it aside and listen in its place, so its
 	// directory and every one above it are root's and not writable by
 	// others (sticky allowed) — the part that exists before it is
-	// created, all of it after.
+	// created, all of it after, and before anything at path is looked at
+	// (a stale socket removed).
 	dir := filepath.Dir(path)
 	existing := dir
 	for {
@@ -124,6 +112,21 @@ func listen(path string) (net.Listener, error) {
 	}
 	if err := dest.CheckRootDir(dir); err != nil {
 		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode().Type() != fs.ModeSocket:
+		return nil, failure.New(failure.Usage, "--listen %s: exists and is not a socket (%s); remove it or listen elsewhere", path, fi.Mode().Type())
+	case err == nil:
+		if c, derr := net.DialTimeout("unix", path, 2*time.Second); derr == nil {
+			c.Close()
+			return nil, failure.New(failure.Usage, "--listen %s: another server answers on this socket; stop it or listen elsewhere", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, failure.New(failure.Usage, "--listen %s: removing the stale socket: %s", path, failure.Reason(err))
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
 	}
 	old := unix.Umask(0o177)
 	l, err := net.Listen("unix", path)

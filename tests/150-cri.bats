@@ -138,10 +138,13 @@ manifest_gets() {
 # PullImage with --creds, password included). And --runtime-endpoint is
 # connected to as dest.OpenRootSocket connects to containerd's socket for
 # the pulls (issue 22 finding 11): never to a socket another user owns.
-@test "cri: --listen in a directory another user can write (theirs, 0777, through their symlink) is exit 2 and nothing is created there; a --runtime-endpoint socket another user owns gets no forwarded call" {
+@test "cri: --listen in a directory another user can write (theirs, 0777, through their symlink) is exit 2, nothing there is created or removed; a --runtime-endpoint socket another user owns gets no forwarded call" {
     ctrd2_require
     mkdir -p "$T/user" "$T/open" "$T/root"
     chown 65534:65534 "$T/user"
+    # The user's own stale socket at the path: not root's to remove.
+    "$PH_PYTHON" -c 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$T/user/cri.sock"
+    chown -h 65534:65534 "$T/user/cri.sock"
     chmod 0777 "$T/open"
     ln -s "$T/root" "$T/link"
     chown -h 65534:65534 "$T/link"
@@ -155,7 +158,12 @@ manifest_gets() {
         open) [[ $output == *"$T/open is writable by group or others"* ]] || fail "the message does not name the mode: $output" ;;
         link) [[ $output == *"$T/link is a symbolic link owned by uid 65534"* ]] || fail "the message does not name the link: $output" ;;
         esac
-        [[ -z $(ls -A "$T/$dir/") ]] || fail "the refused service created $(ls -A "$T/$dir/")"
+        if [[ $dir == user ]]; then
+            assert_equal "$(stat -c '%U %F' "$T/user/cri.sock")" "nobody socket"
+            assert_equal "$(ls -A "$T/user/")" "cri.sock"
+        else
+            [[ -z $(ls -A "$T/$dir/") ]] || fail "the refused service created $(ls -A "$T/$dir/")"
+        fi
     done
     # A missing directory under root's is created (0755) and served in.
     # The runtime's socket is another user's, in a directory of root's.
