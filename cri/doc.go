@@ -45,7 +45,8 @@
 //     RuntimeService calls), is forwarded to the runtime's socket as raw
 //     bytes (forward.go: grpc.UnknownServiceHandler with a codec that
 //     passes frames through), so the kubelet sees one store and methods
-//     newer than this code still work.
+//     newer than this code still work. Messages are bounded at 16 MiB
+//     each way, as the kubelet's CRI client bounds them (maxMsgSize).
 //   - Observability: one log line per PullImage request (logline.go: the
 //     request's image and pod, the result's digest, image ID, bytes, cgroup
 //     and usage, the failure code beside the gRPC code; every field a
@@ -62,8 +63,10 @@
 // is the pull's one-line error (failure's invariant: no secret), with the
 // request's secrets redacted again in case; no secret is logged; the
 // socket is created root-only (0600), or root:ListenGID 0660 (group.go,
-// server.go bindAs: born with that group and mode, never more open), and
-// removed when Serve returns; the runtime's socket is reached through
-// Config.Dial, which `pullhelper cri` sets to dest.DialRootSocket (root's
-// socket, in root's directories, checked at each connection).
+// server.go bindAs: born with that group and mode, never more open), in a
+// directory that it and every one above it are root's and not writable by
+// others (sticky allowed: dest.CheckRootDir), and removed when Serve
+// returns; the runtime's socket is reached through Config.Dial, which
+// `pullhelper cri` sets to dest.DialRootSocket (root's socket, in root's
+// directories, checked at each connection, forwarded calls included).
 package cri

@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -100,6 +102,9 @@ func (f *fakeRuntime) calls() int {
 // other method, unary or streaming, reaches the runtime with the caller's
 // metadata, and its answers and errors come back unchanged.
 func TestServe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: Serve refuses a --listen directory that is not root's (dest.CheckRootDir)")
+	}
 	dir := t.TempDir()
 	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph", "cri.sock")
 	l, err := net.Listen("unix", rtSock)
@@ -212,6 +217,9 @@ func TestServe(t *testing.T) {
 // listedTimeout) instead of answering an image ID that ImageStatus does
 // not know; a caller that goes meanwhile gets Canceled.
 func TestPullAwaitsListing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: Serve refuses a --listen directory that is not root's (dest.CheckRootDir)")
+	}
 	old := listedTimeout
 	listedTimeout = 300 * time.Millisecond
 	defer func() { listedTimeout = old }()
@@ -272,5 +280,67 @@ func TestPullAwaitsListing(t *testing.T) {
 	cancel()
 	if err := <-served; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bigRuntime answers ListImages with an answer of about 6 MiB: between
+// gRPC's default 4 MiB and the kubelet's 16 MiB (k8s.io/cri-client/pkg
+// maxMsgSize), as a node with many thousands of image tags would.
+type bigRuntime struct {
+	runtimeapi.UnimplementedImageServiceServer
+}
+
+func (bigRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	var imgs []*runtimeapi.Image
+	for i := range 6 << 10 {
+		imgs = append(imgs, &runtimeapi.Image{Id: fmt.Sprintf("sha256:%064d", i), RepoTags: []string{fmt.Sprintf("reg/app:%d-%s", i, strings.Repeat("t", 900))}})
+	}
+	return &runtimeapi.ListImagesResponse{Images: imgs}, nil
+}
+
+// A forwarded answer larger than gRPC's default 4 MiB but within the
+// kubelet's 16 MiB reaches the kubelet whole, as it would from containerd
+// directly (without the bound it was ResourceExhausted).
+func TestServeForwardsKubeletSizedAnswers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: Serve refuses a --listen directory that is not root's (dest.CheckRootDir)")
+	}
+	dir := t.TempDir()
+	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "cri.sock")
+	l, err := net.Listen("unix", rtSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := grpc.NewServer(grpc.MaxSendMsgSize(16 << 20))
+	runtimeapi.RegisterImageServiceServer(rt, bigRuntime{})
+	go func() { _ = rt.Serve(l) }()
+	defer rt.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		_, err := Serve(ctx, Config{Listen: phSock, Runtime: rtSock, MaxParallel: 1,
+			Plan: func(Request) (*pipeline.Plan, error) { return nil, errors.New("no pulls here") },
+			Run:  func(context.Context, *pipeline.Plan, pipeline.Options) (*api.Result, error) { return nil, nil }})
+		served <- err
+	}()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	// As the kubelet dials its image service (cri-client: 16 MiB).
+	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	list, err := runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatalf("ListImages through the service: %v", err)
+	}
+	if n := len(list.Images); n != 6<<10 || proto.Size(list) <= 4<<20 {
+		t.Fatalf("got %d images, %d bytes; want %d images over 4 MiB", n, proto.Size(list), 6<<10)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pipeline"
 	"golang.org/x/sys/unix"
@@ -91,11 +92,13 @@ type DialFunc func(ctx context.Context, path string) (net.Conn, error)
 
 // runtimeConn is a client of the runtime's socket, through dial when set.
 func runtimeConn(path string, dial DialFunc) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize))}
 	if dial == nil {
-		return grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		return grpc.NewClient("unix://"+path, opts...)
 	}
-	return grpc.NewClient("passthrough:///"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx, path) }))
+	return grpc.NewClient("passthrough:///"+path, append(opts,
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx, path) }))...)
 }
 
 // Server is a running image service.
@@ -128,10 +131,34 @@ func SocketPath(flag, v string) (string, error) {
 
 // listen creates the socket at path: root-only (0600, created under that
 // umask), or with gid (not 0) root's, gid's, 0660 — created so, never more
-// open, not even for a moment (bindAs). An existing socket nobody answers
-// on is stale and removed; a live one, or anything else at path, is
-// refused (exit 2).
+// open, not even for a moment (bindAs) — in a directory that it and every
+// one above it are root's and not writable by others (checked first:
+// dest.CheckRootDir). An existing socket nobody answers on is stale and
+// removed; a live one, or anything else at path, is refused (exit 2).
 func listen(path string, gid int) (net.Listener, error) {
+	// The kubelet sends its pull credentials to this socket: nobody but
+	// root may be able to move it aside and listen in its place, so its
+	// directory and every one above it are root's and not writable by
+	// others (sticky allowed) — the part that exists before it is
+	// created, all of it after, and before anything at path is looked at
+	// (a stale socket removed).
+	dir := filepath.Dir(path)
+	existing := dir
+	for {
+		if _, err := os.Lstat(existing); err == nil || existing == "/" {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if err := dest.CheckRootDir(existing); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
+	}
+	if err := dest.CheckRootDir(dir); err != nil {
+		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
+	}
 	fi, err := os.Lstat(path)
 	switch {
 	case err == nil && fi.Mode().Type() != fs.ModeSocket:
@@ -146,9 +173,6 @@ func listen(path string, gid int) (net.Listener, error) {
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
 	}
 	if gid == 0 {
 		old := unix.Umask(0o177)
@@ -220,6 +244,13 @@ func bindAs(path string, gid int) (net.Listener, error) {
 	return l, nil
 }
 
+// maxMsgSize bounds a message either way, as the kubelet's CRI client
+// bounds what it sends and receives (k8s.io/cri-client/pkg maxMsgSize,
+// 16 MiB; containerd's gRPC server allows as much): a ListImages answer
+// between gRPC's default 4 MiB and that reaches the kubelet as it would
+// from containerd directly, and nothing larger is held.
+const maxMsgSize = 16 << 20
+
 // Serve serves until ctx ends, then stops: every pull in flight is
 // cancelled and waited for (its cgroup killed, its staging removed), and
 // the socket is removed. It returns the number of pulls run.
@@ -259,7 +290,8 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		stop := serveMetrics(ml, m, s.log)
 		defer stop()
 	}
-	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.UnknownServiceHandler(s.forward))
+	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.UnknownServiceHandler(s.forward),
+		grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(maxMsgSize))
 	srv.RegisterService(&imageServiceDesc, s)
 	stopped := make(chan struct{})
 	go func() {

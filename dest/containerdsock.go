@@ -156,3 +156,23 @@ func DialRootSocket(ctx context.Context, path, what, fix string) (net.Conn, erro
 	}
 	return c, nil
 }
+
+// CheckRootDir checks dir as a directory where root may create a socket
+// others connect to (pullhelper cri's --listen): it and every directory
+// above it root's, not writable by group or others unless sticky (then
+// nobody else can rename or remove root's entries), no symbolic link of
+// another owner on the way (openAncestors). Another user who could write
+// there could move root's socket aside and listen in its place, and so
+// receive what the caller sends (a PullImage request's credentials).
+func CheckRootDir(dir string) error {
+	fd, err := openAncestors(dir, false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	st, err := safefs.Fstat(fd)
+	if err != nil {
+		return err
+	}
+	return rootOnly(st, dir, true)
+}

@@ -47,7 +47,10 @@
 // hosts' reader of it (hosts.ReadContainerdDaemon), with containerd's
 // defaults. The
 // socket and every directory above it are checked to be root's before the
-// parent connects, through the descriptor it checked (containerdsock.go).
+// parent connects, through the descriptor it checked (containerdsock.go:
+// openRootSocket; DialRootSocket, which pullhelper cri's forwarding uses, dials
+// through it; pullhelper cri uses
+// CheckRootDir for the directory of the socket it serves on).
 //
 // A staged inode is committed in place only when the kernel grants a write
 // lease on it once the child is dead and work/ is root's (no other

@@ -27,12 +27,14 @@ setup() {
     T=$BATS_TEST_TMPDIR
     CTRD_DIR=""
     CRI_PID=""
+    BG_LISTENER=""
     CG_PARENT="/pullhelper-bats-cri-$$-${BATS_TEST_NUMBER}"
 }
 
 teardown() {
     reg_cont
     [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    [[ -z ${BG_LISTENER:-} ]] || { kill "$BG_LISTENER" 2>/dev/null; wait "$BG_LISTENER" 2>/dev/null; }
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     local d
     for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
@@ -132,6 +134,71 @@ manifest_gets() {
     assert_equal "$(json_get .pulls <"$T/cri.out")" 0
     assert_equal "$(json_get .listen <"$T/cri.out")" "unix://$PH_SOCK"
     assert_equal "$(json_get .runtime <"$T/cri.out")" containerd
+}
+
+# The kubelet sends its pull credentials to --listen: a user who can write
+# its directory could move root's socket aside and listen in its place (a
+# spy answering every call with an empty message got crictl's
+# PullImage with --creds, password included). And --runtime-endpoint is
+# connected to as dest.OpenRootSocket connects to containerd's socket for
+# the pulls (issue 22 finding 11): never to a socket another user owns.
+@test "cri: --listen in a directory another user can write (theirs, 0777, through their symlink) is exit 2, nothing there is created or removed; a --runtime-endpoint socket another user owns gets no forwarded call" {
+    ctrd2_require
+    mkdir -p "$T/user" "$T/open" "$T/root"
+    chown 65534:65534 "$T/user"
+    # The user's own stale socket at the path: not root's to remove.
+    "$PH_PYTHON" -c 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$T/user/cri.sock"
+    chown -h 65534:65534 "$T/user/cri.sock"
+    chmod 0777 "$T/open"
+    ln -s "$T/root" "$T/link"
+    chown -h 65534:65534 "$T/link"
+    local dir
+    for dir in user open link; do
+        run_pullhelper 2 cri --listen "unix://$T/$dir/cri.sock" --runtime-endpoint "unix://$T/root/rt.sock"
+        assert_json_error usage
+        [[ $output == *"--listen $T/$dir/cri.sock: "* ]] || fail "the message does not name the socket: $output"
+        case $dir in
+        user) [[ $output == *"$T/user is owned by uid 65534"* ]] || fail "the message does not name the owner: $output" ;;
+        open) [[ $output == *"$T/open is writable by group or others"* ]] || fail "the message does not name the mode: $output" ;;
+        link) [[ $output == *"$T/link is a symbolic link owned by uid 65534"* ]] || fail "the message does not name the link: $output" ;;
+        esac
+        if [[ $dir == user ]]; then
+            assert_equal "$(stat -c '%U %F' "$T/user/cri.sock")" "nobody socket"
+            assert_equal "$(ls -A "$T/user/")" "cri.sock"
+        else
+            [[ -z $(ls -A "$T/$dir/") ]] || fail "the refused service created $(ls -A "$T/$dir/")"
+        fi
+    done
+    # A missing directory under root's is created (0755) and served in.
+    # The runtime's socket is another user's, in a directory of root's.
+    : >"$T/conns"
+    "$PH_PYTHON" -c '
+import socket, sys, os
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)
+os.close(1)
+while True:
+    c, _ = s.accept()
+    with open(sys.argv[2], "a") as f:
+        f.write("conn\n")
+    c.close()
+' "$T/root/rt.sock" "$T/conns" >/dev/null &
+    BG_LISTENER=$!
+    wait_for_file_match /proc/net/unix "$T/root/rt.sock" 10 || return
+    chown -h 65534:65534 "$T/root/rt.sock"
+    PH_SOCK=$T/root/new/cri.sock
+    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$T/root/rt.sock" --log-format json \
+        </dev/null >"$T/cri.out" 2>"$T/cri.log" &
+    CRI_PID=$!
+    wait_for_file_match "$T/cri.log" '"msg":"serving"' 30 || return
+    assert_equal "$(stat -c '%a %u' "$T/root/new")" "755 0"
+    run timeout --kill-after=5 60 "$CRICTL" --image-endpoint "unix://$PH_SOCK" --timeout 5s images
+    echo "$output"
+    kill "$BG_LISTENER"
+    wait "$BG_LISTENER" 2>/dev/null || true
+    BG_LISTENER=""
+    assert_equal "$(grep -c conn "$T/conns" || true)" 0
+    assert_failure
+    [[ $output == *"$T/root/rt.sock is owned by uid 65534"* ]] || fail "crictl's error does not name the refused socket: $output"
 }
 
 @test "cri: crictl pull by tag with --creds imports into containerd, isolated; images, inspecti (forwarded) show the registry's digest; rmi (forwarded) removes it" {

@@ -116,8 +116,12 @@ any method or service) is forwarded to --runtime-endpoint as it came.
 
 The socket is created root-only (0600), or with --listen-group GROUP root:GROUP 0660
 (born so: never more open, not even for a moment; a setgid directory of another
-group is refused); a stale socket is replaced, anything else there is refused.
-Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens (Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
+group is refused); a stale socket is replaced, anything else there is refused; its
+directory and each one above it must be root's and not writable by others (sticky
+allowed), since the kubelet's credentials arrive there. The runtime endpoint is
+connected to only when it is a socket of root's in such directories (checked at each
+connection). Under systemd (NOTIFY_SOCKET), READY=1 is sent once it listens
+(Type=notify). SIGTERM or SIGINT stops the service: pulls in flight are stopped
 and cleaned up, the socket is removed, and one JSON object is printed:
   {"listen":..., "runtime_endpoint":..., "runtime":..., "pulls":N}`,
 		Args: exactArgs(0, "no arguments"),
@@ -239,10 +243,10 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, unless --listen-group)")
+	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, unless --listen-group; in a directory only root can write)")
 	fs.StringVar(&listenGroup, "listen-group", "", "create the --listen socket root:`GROUP` 0660 (a name of /etc/group or a numeric GID) so that this group's members may call it; default root-only 0600")
 	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
-	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH` (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): every other call is forwarded to it")
+	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH`, root's, in directories only root can write (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): every other call is forwarded to it")
 	fs.StringVar(&ro.runtime, "runtime", "auto", "the runtime behind --runtime-endpoint, `auto|containerd|cri-o`; auto: containerd with --containerd-config, cri-o with a --crio-* or --storage-conf flag, else what the runtime's Version answer names")
 	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; a missing default is skipped, as CRI-O does)")
 	fs.StringVar(&ro.crioConfigDir, "crio-config-dir", cri.CRIOConfigDirDefault, "CRI-O: its drop-in `DIR`, every file below it applied after --crio-config in lexical order, as CRI-O does")
