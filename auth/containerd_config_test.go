@@ -35,8 +35,8 @@ func TestContainerdConfigVersionsAndImports(t *testing.T) {
 		{"version 2: the CRI plugin", map[string]string{"config.toml": "version = 2\n" + auth(v2, "two")}, "two@config.toml", nil},
 		{"version 2 ignores the v3 section", map[string]string{"config.toml": "version = 2\n" + auth(v3, "three")}, "", nil},
 		{"no version is version 1", map[string]string{"config.toml": auth(v1, "one")}, "one@config.toml", nil},
-		{"version 4 is refused", map[string]string{"config.toml": "version = 4\n" + auth(v3, "x")}, "",
-			[]string{"config.toml: unsupported version 4 (containerd reads versions 1 to 3)"}},
+		{"version 5 is refused", map[string]string{"config.toml": "version = 5\n" + auth(v3, "x")}, "",
+			[]string{"config.toml: unsupported version 5 (containerd reads versions 1 to 4)"}},
 		{"negative version is refused", map[string]string{"config.toml": "version = -1\n"}, "", []string{"config.toml: unsupported version -1"}},
 		{"unparsable root", map[string]string{"config.toml": "version = 3\n[plugins\n"}, "", []string{"parsing containerd config", "config.toml: invalid TOML at line"}},
 		{"glob import relative to the file", map[string]string{
