@@ -451,16 +451,7 @@ func TestListenGroupSocket(t *testing.T) {
 		t.Fatalf("root-only socket %#o %d (%v)", st.Mode, st.Gid, err)
 	}
 	// A setgid directory of another group would give its group.
-	sg := filepath.Join(dir, "sgid")
-	if err := os.Mkdir(sg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(sg, 0, 777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(sg, 0o755|os.ModeSetgid); err != nil {
-		t.Fatal(err)
-	}
+	sg := setgidDir(t, filepath.Join(dir, "sgid"), 777)
 	if _, err := listen(filepath.Join(sg, "cri.sock"), gid); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "setgid") {
 		t.Fatalf("setgid directory: %v", err)
 	}
@@ -598,16 +589,7 @@ func TestPreflight(t *testing.T) {
 	if _, err := Preflight(Config{Listen: notSock, MaxParallel: 1}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("a file at --listen: %v", err)
 	}
-	sg := filepath.Join(dir, "sgid")
-	if err := os.Mkdir(sg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(sg, 0, 777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(sg, 0o755|os.ModeSetgid); err != nil {
-		t.Fatal(err)
-	}
+	sg := setgidDir(t, filepath.Join(dir, "sgid"), 777)
 	if _, err := Preflight(Config{Listen: filepath.Join(sg, "cri.sock"), ListenGID: 4242, MaxParallel: 1}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "setgid") {
 		t.Errorf("a setgid directory: %v", err)
 	}
@@ -627,4 +609,15 @@ func TestPreflight(t *testing.T) {
 	} else {
 		l.Close()
 	}
+}
+
+// setgidDir makes path a root:gid 0755 setgid directory.
+func setgidDir(t *testing.T, path string, gid int) string {
+	t.Helper()
+	for _, err := range []error{os.Mkdir(path, 0o755), os.Chown(path, 0, gid), os.Chmod(path, 0o755|os.ModeSetgid)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
 }
