@@ -1,17 +1,14 @@
 package auth
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/safefile"
@@ -253,33 +250,18 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 		return nil, fmt.Errorf("credential helper %q (%s in %s) is not a helper name: docker-credential-NAME is looked up in PATH", helper, key, file)
 	}
 	bin := "docker-credential-" + helper
-	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "get")
-	cmd.Stdin = strings.NewReader(registry)
-	stdout := &cpCappedBuffer{max: helperMaxStdout, fail: true}
-	stderr := &cpCappedBuffer{max: helperMaxStderr}
 	// Too much output ends the run at once (the helper would otherwise
 	// block on a full pipe until the timeout).
-	cmd.Stdout = writerFunc(func(p []byte) (int, error) {
-		n, err := stdout.Write(p)
-		if err != nil {
-			cancel()
-		}
-		return n, err
-	})
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = cpWaitDelay
-	if err := cmd.Run(); err != nil {
-		if stdout.overflow {
+	res, err := runBounded(bin, []string{"get"}, strings.NewReader(registry), nil,
+		runBounds{Timeout: helperTimeout, MaxStdout: helperMaxStdout, MaxStderr: helperMaxStderr, KillOnOverflow: true})
+	if err != nil {
+		if res.Overflow {
 			return nil, fmt.Errorf("credential helper %s for %s (%s in %s) wrote more than %d bytes", bin, registry, key, file, helperMaxStdout)
 		}
-		if ctx.Err() != nil {
+		if res.TimedOut {
 			return nil, fmt.Errorf("credential helper %s for %s (%s in %s) did not answer within %s and was killed", bin, registry, key, file, helperTimeout)
 		}
-		msg := strings.TrimSpace(stdout.String() + stderr.String())
+		msg := strings.TrimSpace(string(res.Stdout) + string(res.Stderr))
 		if strings.Contains(msg, "credentials not found") {
 			return nil, nil
 		}
@@ -289,7 +271,7 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 		Username string `json:"Username"`
 		Secret   string `json:"Secret"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+	if err := json.Unmarshal(res.Stdout, &out); err != nil {
 		return nil, fmt.Errorf("credential helper %s for %s returned malformed output", bin, registry)
 	}
 	if out.Username == "" && out.Secret == "" {
@@ -301,11 +283,6 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 	}
 	return c, nil
 }
-
-// writerFunc is an io.Writer of a function.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // Bounds on one credential helper run (runHelper).
 const (

@@ -17,7 +17,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
@@ -208,32 +207,21 @@ func cpExec(p *CredentialProvider, d *ProviderDecision, binDir, image string, ti
 	}
 	req = append(req, '\n')
 
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, p.Name), p.Args...)
-	stdout := &cpCappedBuffer{max: cpMaxStdout, fail: true}
-	stderr := &cpCappedBuffer{max: cpMaxStderr}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(req), stdout, stderr
 	env := os.Environ()
 	for _, e := range p.Env {
 		env = append(env, e.Name+"="+e.Value)
 	}
-	cmd.Env = env // exec keeps the last of duplicate names: the config wins
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = cpWaitDelay
-
-	runErr := cmd.Run()
-	if ctx.Err() != nil {
-		return nil, fail("plugin timed out after %s and was killed: %w", timeout, ctx.Err())
+	// exec keeps the last of duplicate names in env: the config wins.
+	res, runErr := runBounded(filepath.Join(binDir, p.Name), p.Args, bytes.NewReader(req), env,
+		runBounds{Timeout: timeout, MaxStdout: cpMaxStdout, MaxStderr: cpMaxStderr})
+	if res.TimedOut {
+		return nil, fail("plugin timed out after %s and was killed: %w", timeout, context.DeadlineExceeded)
 	}
 	if runErr != nil {
-		if stdout.overflow {
+		if res.Overflow {
 			return nil, fail("plugin wrote more than %d bytes to stdout", cpMaxStdout)
 		}
-		msg := cpRedact(stderr.String(), append(cpPasswordsFromOutput(stdout.Bytes()), d.token))
+		msg := cpRedact(string(res.Stderr), append(cpPasswordsFromOutput(res.Stdout), d.token))
 		msg = strings.TrimSpace(cpTruncate(msg, cpStderrInError))
 		if msg == "" {
 			return nil, fail("error execing credential provider plugin: %v", runErr)
@@ -241,7 +229,7 @@ func cpExec(p *CredentialProvider, d *ProviderDecision, binDir, image string, ti
 		return nil, fail("error execing credential provider plugin: %v: stderr: %s", runErr, msg)
 	}
 
-	return cpDecodeResponse(p, stdout.Bytes(), d.token, fail)
+	return cpDecodeResponse(p, res.Stdout, d.token, fail)
 }
 
 // cpDecodeResponse decodes the plugin's stdout as a CredentialProviderResponse

@@ -58,6 +58,12 @@
 //     holds a request's value). The HTTP server has read and write
 //     timeouts, a header bound, at most 4 scrapes at once, and stops
 //     after the last pull when Serve returns.
+//   - Preflight, called before the runtime is asked anything (Detect
+//     waits up to 15 s), checks what needs no runtime — --max-parallel,
+//     --listen's directories and path (checkListen, making nothing),
+//     --listen-group's setgid rule — and binds --metrics-listen, handed to
+//     Serve as Config.MetricsListener (Serve closes it, whatever it
+//     returns): a usage error comes at once.
 //
 // Invariants: an error returned to a caller is a gRPC status whose message
 // is the pull's one-line error (failure's invariant: no secret), with the

@@ -451,16 +451,7 @@ func TestListenGroupSocket(t *testing.T) {
 		t.Fatalf("root-only socket %#o %d (%v)", st.Mode, st.Gid, err)
 	}
 	// A setgid directory of another group would give its group.
-	sg := filepath.Join(dir, "sgid")
-	if err := os.Mkdir(sg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(sg, 0, 777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(sg, 0o755|os.ModeSetgid); err != nil {
-		t.Fatal(err)
-	}
+	sg := setgidDir(t, filepath.Join(dir, "sgid"), 777)
 	if _, err := listen(filepath.Join(sg, "cri.sock"), gid); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "setgid") {
 		t.Fatalf("setgid directory: %v", err)
 	}
@@ -567,4 +558,66 @@ func TestMetricsCancelled(t *testing.T) {
 	waitMetric(t, addr, `pullhelper_cri_pull_requests_total{grpc_code="Canceled",result="interrupted"}`, 1)
 	waitMetric(t, addr, `pullhelper_cri_pulls_total{result="interrupted"}`, 1)
 	waitMetric(t, addr, "pullhelper_cri_pulls_in_flight", 0)
+}
+
+// Preflight refuses, before any runtime is asked, what Serve would: a taken
+// metrics port, a setgid --listen directory of another group, something at
+// --listen that is not a socket, --max-parallel 0; it makes nothing (a
+// missing --listen directory stays missing) and hands Serve the metrics
+// listener, which Serve closes even when it fails.
+func TestPreflight(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: --listen's directories must be root's (this test runs as uid", os.Geteuid(), ")")
+	}
+	dir := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	sock := filepath.Join(dir, "new", "cri.sock")
+	if _, err := Preflight(Config{Listen: sock, MaxParallel: 1, MetricsListen: taken.Addr().String()}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--metrics-listen") {
+		t.Errorf("a taken port: %v", err)
+	}
+	if _, err := Preflight(Config{Listen: sock, MaxParallel: 0}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--max-parallel") {
+		t.Errorf("--max-parallel 0: %v", err)
+	}
+	notSock := filepath.Join(dir, "file")
+	if err := os.WriteFile(notSock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Preflight(Config{Listen: notSock, MaxParallel: 1}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("a file at --listen: %v", err)
+	}
+	sg := setgidDir(t, filepath.Join(dir, "sgid"), 777)
+	if _, err := Preflight(Config{Listen: filepath.Join(sg, "cri.sock"), ListenGID: 4242, MaxParallel: 1}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "setgid") {
+		t.Errorf("a setgid directory: %v", err)
+	}
+	ml, err := Preflight(Config{Listen: sock, MaxParallel: 1, MetricsListen: "127.0.0.1:0"})
+	if err != nil || ml == nil {
+		t.Fatalf("good flags: %v, %v", ml, err)
+	}
+	if _, err := os.Lstat(filepath.Dir(sock)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Preflight made --listen's directory: %v", err)
+	}
+	// Serve fails (--max-parallel) and still closes the listener handed.
+	if _, err := Serve(context.Background(), Config{Listen: sock, Runtime: filepath.Join(dir, "rt.sock"), MetricsListener: ml}); err == nil {
+		t.Fatal("Serve with --max-parallel 0 did not fail")
+	}
+	if l, err := net.Listen("tcp", ml.Addr().String()); err != nil {
+		t.Errorf("the metrics port is still held after Serve failed: %v", err)
+	} else {
+		l.Close()
+	}
+}
+
+// setgidDir makes path a root:gid 0755 setgid directory.
+func setgidDir(t *testing.T, path string, gid int) string {
+	t.Helper()
+	for _, err := range []error{os.Mkdir(path, 0o755), os.Chown(path, 0, gid), os.Chmod(path, 0o755|os.ModeSetgid)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
 }

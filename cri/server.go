@@ -80,6 +80,9 @@ type Config struct {
 	// MetricsListen, when set, is the HOST:PORT of the Prometheus
 	// metrics (--metrics-listen, checked by MetricsAddr).
 	MetricsListen string
+	// MetricsListener, when set, is MetricsListen already bound
+	// (Preflight): Serve serves on it and closes it, whatever it returns.
+	MetricsListener net.Listener
 	// Dial, when set, connects to the runtime's socket (each connection:
 	// forwarded calls, reconnects); `pullhelper cri` checks the socket is
 	// root's, in root's directories (dest.DialRootSocket). Nil: a plain
@@ -136,43 +139,14 @@ func SocketPath(flag, v string) (string, error) {
 // dest.CheckRootDir). An existing socket nobody answers on is stale and
 // removed; a live one, or anything else at path, is refused (exit 2).
 func listen(path string, gid int) (net.Listener, error) {
-	// The kubelet sends its pull credentials to this socket: nobody but
-	// root may be able to move it aside and listen in its place, so its
-	// directory and every one above it are root's and not writable by
-	// others (sticky allowed) — the part that exists before it is
-	// created, all of it after, and before anything at path is looked at
-	// (a stale socket removed).
-	dir := filepath.Dir(path)
-	existing := dir
-	for {
-		if _, err := os.Lstat(existing); err == nil || existing == "/" {
-			break
-		}
-		existing = filepath.Dir(existing)
+	stale, err := checkListen(path, gid, true)
+	if err != nil {
+		return nil, err
 	}
-	if err := dest.CheckRootDir(existing); err != nil {
-		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
-	}
-	if err := dest.CheckRootDir(dir); err != nil {
-		return nil, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
-	}
-	fi, err := os.Lstat(path)
-	switch {
-	case err == nil && fi.Mode().Type() != fs.ModeSocket:
-		return nil, failure.New(failure.Usage, "--listen %s: exists and is not a socket (%s); remove it or listen elsewhere", path, fi.Mode().Type())
-	case err == nil:
-		if c, derr := net.DialTimeout("unix", path, 2*time.Second); derr == nil {
-			c.Close()
-			return nil, failure.New(failure.Usage, "--listen %s: another server answers on this socket; stop it or listen elsewhere", path)
-		}
+	if stale {
 		if err := os.Remove(path); err != nil {
 			return nil, failure.New(failure.Usage, "--listen %s: removing the stale socket: %s", path, failure.Reason(err))
 		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
 	}
 	if gid == 0 {
 		old := unix.Umask(0o177)
@@ -186,6 +160,84 @@ func listen(path string, gid int) (net.Listener, error) {
 	return bindAs(path, gid)
 }
 
+// checkListen checks --listen's path as listen uses it. The kubelet sends
+// its pull credentials to this socket: nobody but root may be able to move
+// it aside and listen in its place, so its directory and every one above
+// it are root's and not writable by others (sticky allowed) — the part
+// that exists before it is created (create: its missing directories are
+// then made), all of it after, and before anything at path is looked at.
+// What is at path must be a socket no server answers on (stale: listen
+// removes it); with gid, a setgid directory must have that group. Without
+// create nothing is made or removed (Preflight).
+func checkListen(path string, gid int, create bool) (stale bool, err error) {
+	dir := filepath.Dir(path)
+	existing := dir
+	for {
+		if _, err := os.Lstat(existing); err == nil || existing == "/" {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if err := dest.CheckRootDir(existing); err != nil {
+		return false, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
+	}
+	if !create && existing != dir {
+		return false, nil // made by listen, and checked again there
+	}
+	if create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return false, failure.New(failure.Usage, "--listen %s: creating its directory: %s", path, failure.Reason(err))
+		}
+	}
+	if err := dest.CheckRootDir(dir); err != nil {
+		return false, failure.New(failure.Usage, "--listen %s: %v; listen in a directory only root can write (as /run)", path, err)
+	}
+	if gid != 0 {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return false, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
+		}
+		if st.Mode&unix.S_ISGID != 0 && int(st.Gid) != gid {
+			return false, failure.New(failure.Usage, "--listen %s: its directory is setgid (group %d), which would be the socket's group instead of --listen-group's %d; listen elsewhere", path, st.Gid, gid)
+		}
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode().Type() != fs.ModeSocket:
+		return false, failure.New(failure.Usage, "--listen %s: exists and is not a socket (%s); remove it or listen elsewhere", path, fi.Mode().Type())
+	case err == nil:
+		if c, derr := net.DialTimeout("unix", path, 2*time.Second); derr == nil {
+			c.Close()
+			return false, failure.New(failure.Usage, "--listen %s: another server answers on this socket; stop it or listen elsewhere", path)
+		}
+		return true, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
+	}
+	return false, nil
+}
+
+// Preflight checks, before the runtime is asked anything (with --runtime
+// auto, Detect waits up to 15 s for its Version), what Serve would refuse
+// without it, so that a usage error comes at once: --max-parallel,
+// --listen's directories and path and --listen-group's setgid rule
+// (checkListen, creating and removing nothing), and --metrics-listen,
+// which it binds. The listener it returns (nil without MetricsListen) is
+// Serve's in Config.MetricsListener; the caller closes it on any error
+// before Serve.
+func Preflight(cfg Config) (net.Listener, error) {
+	if cfg.MaxParallel < 1 {
+		return nil, failure.New(failure.Usage, "--max-parallel %d: want at least 1", cfg.MaxParallel)
+	}
+	if _, err := checkListen(cfg.Listen, cfg.ListenGID, false); err != nil {
+		return nil, err
+	}
+	if cfg.MetricsListen == "" {
+		return nil, nil
+	}
+	return listenMetrics(cfg.MetricsListen)
+}
+
 // bindAs creates the socket at path as root:gid 0660 in one step: the
 // bind runs on a locked thread whose filesystem gid is gid
 // (setfsgid(2), this thread only) under umask 0117, so the inode is
@@ -193,13 +245,8 @@ func listen(path string, gid int) (net.Listener, error) {
 // socket its own group instead, so one of another group is refused
 // first; the result is checked (owner, group, mode) before it is used.
 func bindAs(path string, gid int) (net.Listener, error) {
+	// The directory's setgid bit was checked (checkListen).
 	var st unix.Stat_t
-	if err := unix.Stat(filepath.Dir(path), &st); err != nil {
-		return nil, failure.New(failure.Usage, "--listen %s: %s", path, failure.Reason(err))
-	}
-	if st.Mode&unix.S_ISGID != 0 && int(st.Gid) != gid {
-		return nil, failure.New(failure.Usage, "--listen %s: its directory is setgid (group %d), which would be the socket's group instead of --listen-group's %d; listen elsewhere", path, st.Gid, gid)
-	}
 	// A goroutine of its own: should the fsgid not come back, it
 	// returns with its thread still locked, and the runtime ends that
 	// thread, its credentials with it.
@@ -255,21 +302,27 @@ const maxMsgSize = 16 << 20
 // cancelled and waited for (its cgroup killed, its staging removed), and
 // the socket is removed. It returns the number of pulls run.
 func Serve(ctx context.Context, cfg Config) (int, error) {
+	ml := cfg.MetricsListener
+	fail := func(err error) (int, error) {
+		if ml != nil {
+			ml.Close()
+		}
+		return 0, err
+	}
 	if cfg.MaxParallel < 1 {
-		return 0, failure.New(failure.Usage, "--max-parallel %d: want at least 1", cfg.MaxParallel)
+		return fail(failure.New(failure.Usage, "--max-parallel %d: want at least 1", cfg.MaxParallel))
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	conn, err := runtimeConn(cfg.Runtime, cfg.Dial)
 	if err != nil {
-		return 0, failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err)
+		return fail(failure.New(failure.Usage, "--runtime-endpoint unix://%s: %v", cfg.Runtime, err))
 	}
 	defer conn.Close()
 	m := newMetrics()
 	// The metrics port first: when it is taken, no socket was made.
-	var ml net.Listener
-	if cfg.MetricsListen != "" {
+	if ml == nil && cfg.MetricsListen != "" {
 		if ml, err = listenMetrics(cfg.MetricsListen); err != nil {
 			return 0, err
 		}

@@ -128,18 +128,29 @@ func newContainerd(s Spec) (Destination, error) {
 // each keep their received bytes across a kill, instead of one of them
 // holding a cache the others go without, and a later pull of another
 // image dropping them.
+//
+// Before, every containerd: DEST staged under legacyContainerdBase, and
+// its cache .pullhelper-partial-image is no image's now: the pull's sweep
+// (sweepOtherCaches) and `pullhelper gc containerd:REF` remove it.
 func containerdStageName(ref string) string {
 	h := sha256.Sum256([]byte(ref))
 	return "image-" + hex.EncodeToString(h[:8])
 }
 
+// legacyContainerdBase is the name every containerd: DEST staged under
+// before the per-image names (containerdStageName).
+const legacyContainerdBase = "image"
+
 // sweepOtherCaches removes, from the containerd staging directory held as
 // dir, the partial-blob caches of other images (.pullhelper-partial-image-…,
 // not mine) whose blobs/ has not changed for PartialMaxAge and that no pull
 // holds (sweepPartial: root's 0700 only, flock, removal beneath held
-// descriptors). With a cache per image, one whose image is never pulled
-// again would otherwise stay until `pullhelper gc containerd:REF`. It
-// returns the removed paths.
+// descriptors), and the shared cache of older pullhelpers
+// (.pullhelper-partial-image, legacyContainerdBase) at any age unless a
+// pull holds it. With a cache per image, one whose image is never pulled
+// again would otherwise stay until `pullhelper gc containerd:REF`; the old
+// shared one, which nothing adopts any more, forever. It returns the
+// removed paths.
 func sweepOtherCaches(dir *os.File, mine string, now time.Time) []string {
 	names, err := safefs.ReadDirNames(int(dir.Fd()))
 	if err != nil {
@@ -148,19 +159,14 @@ func sweepOtherCaches(dir *os.File, mine string, now time.Time) []string {
 	var out []string
 	for _, n := range names {
 		base, ok := strings.CutPrefix(n, partialPrefix)
-		if !ok || base == mine || !strings.HasPrefix(base, "image-") {
+		legacy := base == legacyContainerdBase
+		if !ok || base == mine || !legacy && !strings.HasPrefix(base, "image-") {
 			continue
 		}
-		fd, err := safefs.OpenDirAt(int(dir.Fd()), n)
-		if err != nil {
-			continue
-		}
-		st, err := safefs.FstatAt(fd, partialBlobs)
-		if err != nil {
-			st, err = safefs.Fstat(fd)
-		}
-		unix.Close(fd)
-		if err != nil || now.Sub(time.Unix(st.Mtim.Unix())) < PartialMaxAge {
+		// The old shared cache is no image's: nothing adopts it, so it
+		// goes whatever its age (unless an older pullhelper's pull
+		// still holds it).
+		if !legacy && !staleCache(dir, n, now) {
 			continue
 		}
 		if p, _ := sweepPartial(dir, base); p != "" {
@@ -168,6 +174,21 @@ func sweepOtherCaches(dir *os.File, mine string, now time.Time) []string {
 		}
 	}
 	return out
+}
+
+// staleCache: the cache n in dir has a blobs/ (or, without one, is
+// itself) unchanged for PartialMaxAge.
+func staleCache(dir *os.File, n string, now time.Time) bool {
+	fd, err := safefs.OpenDirAt(int(dir.Fd()), n)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	st, err := safefs.FstatAt(fd, partialBlobs)
+	if err != nil {
+		st, err = safefs.Fstat(fd)
+	}
+	return err == nil && now.Sub(time.Unix(st.Mtim.Unix())) >= PartialMaxAge
 }
 
 // ConfigureContainerd applies the settings to a containerd: DEST (a no-op
@@ -255,7 +276,7 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 		return nil, err
 	}
 	for _, p := range sweepOtherCaches(parent, filepath.Base(d.spec.Path), time.Now()) {
-		discard(o.Log).Info("removed another image's partial-blob cache, unchanged for 7 days and held by no pull", "path", p)
+		discard(o.Log).Info("removed a partial-blob cache held by no pull: another image's, unchanged for 7 days, or the shared one of an older pullhelper", "path", p)
 	}
 	s.Known = known
 	return s, nil

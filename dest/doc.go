@@ -36,7 +36,9 @@
 // (in the staging directory, under image-<16 hex of sha256(REF)>, so that
 // its staging and partial-blob cache are the image's own: concurrent
 // pulls of different images each resume, and a pull sweeps the other
-// images' caches unchanged for PartialMaxAge and held by no one) and
+// images' caches unchanged for PartialMaxAge and held by no one, and the
+// shared .pullhelper-partial-image older versions kept for every image,
+// at any age; OpenSweep with the staging directory finds both for gc) and
 // imported through containerd's socket by the parent only, after Verify:
 // content under a lease (labelled as containerd's own pull labels it:
 // gc.ref to children, the distribution source), unpacked, and the image

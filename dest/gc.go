@@ -19,6 +19,9 @@ import (
 type Sweep struct {
 	dirs []*os.File // DEST's parent, and DEST itself when it is a directory
 	base string     // DEST's name (its partial-blob cache's)
+	// legacy: a containerd: DEST, whose staging directory may hold the
+	// shared cache of older pullhelpers (legacyContainerdBase).
+	legacy bool
 	// Refused says why a partial-blob cache was left (ReclaimPartial):
 	// not root's 0700, or not removable whole.
 	Refused []string
@@ -30,13 +33,20 @@ type Sweep struct {
 // mount point holds its staging inside). The parent is reached as Stage
 // reaches it (openAncestors: no directory on the way that another user could
 // swap). A parent that does not exist has nothing to sweep: nil, nil.
-func OpenSweep(arg string) (*Sweep, error) {
+// A containerd:REF DEST stages in containerdStaging ("": the default
+// /var/lib/pullhelper/containerd) under REF's own name
+// (containerdStageName), as a pull with --containerd-staging does.
+func OpenSweep(arg, containerdStaging string) (*Sweep, error) {
 	path := arg
+	legacy := false
 	if tr, _, ok := strings.Cut(arg, ":"); ok {
 		if _, known := kinds[tr]; known {
 			d, err := Parse(arg)
 			if err != nil {
 				return nil, err
+			}
+			if _, legacy, err = ConfigureContainerd(d, ContainerdSettings{Staging: containerdStaging}); err != nil {
+				return nil, failure.New(failure.Usage, "gc %s: %v (set --containerd-staging)", arg, err)
 			}
 			path = d.Spec().Path
 		}
@@ -65,7 +75,7 @@ func OpenSweep(arg string) (*Sweep, error) {
 		unix.Close(fd)
 		return nil, failure.Wrap(failure.Destination, err, "gc: DEST's parent directory %s", dir)
 	}
-	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}, base: filepath.Base(abs)}
+	s := &Sweep{dirs: []*os.File{os.NewFile(uintptr(fd), dir)}, base: filepath.Base(abs), legacy: legacy}
 	if dfd, err := unix.Openat(fd, filepath.Base(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
 		s.dirs = append(s.dirs, os.NewFile(uintptr(dfd), abs))
 	}
@@ -89,22 +99,31 @@ func (s *Sweep) Reclaim() []string {
 }
 
 // ReclaimPartial removes DEST's partial-blob cache (beside DEST) unless a
-// live pull holds it, and returns its path (none: nil). A cache that is
-// not a root-owned 0700 directory is not entered (another user may have
-// planted it): Refused says so. Call it before Reclaim, which closes the
-// sweep.
+// live pull holds it, and returns its path (none: nil). For a containerd:
+// DEST it removes as well the shared cache older pullhelpers kept in the
+// staging directory for every image (.pullhelper-partial-image), which no
+// pull adopts any more. A cache that is not a root-owned 0700 directory is
+// not entered (another user may have planted it): Refused says so. Call it
+// before Reclaim, which closes the sweep.
 func (s *Sweep) ReclaimPartial() []string {
 	if s == nil || len(s.dirs) == 0 {
 		return nil
 	}
-	p, why := sweepPartial(s.dirs[0], s.base)
-	if why != "" {
-		s.Refused = append(s.Refused, why)
+	bases := []string{s.base}
+	if s.legacy && s.base != legacyContainerdBase {
+		bases = append(bases, legacyContainerdBase)
 	}
-	if p != "" {
-		return []string{p}
+	var out []string
+	for _, b := range bases {
+		p, why := sweepPartial(s.dirs[0], b)
+		if why != "" {
+			s.Refused = append(s.Refused, why)
+		}
+		if p != "" {
+			out = append(out, p)
+		}
 	}
-	return nil
+	return out
 }
 
 // Close closes the sweep without removing anything.

@@ -480,6 +480,51 @@ plant() {
     assert_equal "$(json_get '.partial' <<<"$output")" "[]"
 }
 
+# The containerd: DEST stages under image-<16 hex of sha256(REF)>
+# (dest.containerdStageName); older pullhelpers used the shared name image,
+# whose cache .pullhelper-partial-image nothing adopts now. gc containerd:REF
+# finds REF's own cache in --containerd-staging and removes the old shared
+# one with it; another user's in its place, or a link, is neither entered
+# nor followed. (The pull's own sweep of it: ctrd_case_legacy_cache.)
+@test "resume: pullhelper gc containerd:REF --containerd-staging removes REF's cache and the old shared .pullhelper-partial-image; another user's, or a link, is left" {
+    local st=$OUT/staging ref=registry.example/app:1 mine old
+    mkdir -m 700 "$st"
+    mine=$st/.pullhelper-partial-image-$(printf %s "$ref" | sha256sum | cut -c1-16)
+    old=$st/.pullhelper-partial-image
+    local c
+    for c in "$mine" "$old" "$st/.pullhelper-partial-image-00000000000000aa"; do
+        mkdir -m 700 "$c" "$c/blobs"
+    done
+    echo kept >"$mine/blobs/sha256-aa.partial"
+    echo kept >"$old/blobs/sha256-aa.partial"
+    echo other >"$st/.pullhelper-partial-image-00000000000000aa/blobs/sha256-aa.partial"
+    run_pullhelper gc --containerd-staging "$st" "containerd:$ref"
+    assert_json_result
+    assert_equal "$(json_get '.partial' <<<"$output")" "[\"$mine\",\"$old\"]"
+    [[ ! -e $mine && ! -e $old ]] || fail "gc left $(ls -a "$st")"
+    [[ $(cat "$st/.pullhelper-partial-image-00000000000000aa/blobs/sha256-aa.partial") == other ]] || fail "gc removed another image's cache"
+
+    # Another user's in the old name: not entered, not removed, a warning.
+    mkdir -m 700 "$old" "$old/blobs"
+    echo theirs >"$old/blobs/f"
+    chown -R 65534:65534 "$old"
+    run_pullhelper gc --containerd-staging "$st" "containerd:$ref"
+    assert_json_result
+    assert_equal "$(json_get '.partial' <<<"$output")" "[]"
+    [[ $stderr == *"$old is owned by uid 65534"* ]] || fail "no warning about another user's old cache: $stderr"
+    [[ $(stat -c %u "$old/blobs") == 65534 && $(cat "$old/blobs/f") == theirs ]] || fail "gc entered another user's old cache"
+    rm -rf "$old"
+
+    # A link in its place to a root 0700 cache elsewhere: not followed.
+    mkdir -m 700 "$OUT/elsewhere" "$OUT/elsewhere/blobs"
+    echo kept >"$OUT/elsewhere/blobs/sha256-aa.partial"
+    ln -s "$OUT/elsewhere" "$old"
+    run_pullhelper gc --containerd-staging "$st" "containerd:$ref"
+    assert_json_result
+    assert_equal "$(json_get '.partial' <<<"$output")" "[]"
+    [[ -L $old && $(cat "$OUT/elsewhere/blobs/sha256-aa.partial") == kept ]] || fail "gc followed the link $old"
+}
+
 @test "resume: each layer is written once: the copy leaves whole layers in the cache and the parent moves them into staging, where it verifies them (isolated and --no-isolation)" {
     local mode
     for mode in isolated --no-isolation; do

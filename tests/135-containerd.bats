@@ -86,6 +86,10 @@ while True:
     ctrd_case_kill
 }
 
+@test "containerd 1.6: the next pull removes the shared partial-blob cache of older pullhelpers (.pullhelper-partial-image); another user's is left" {
+    ctrd_case_legacy_cache
+}
+
 @test "containerd 1.6: SIGTERM while containerd does not answer mid-import ends the pull (143): no staging, no image record" {
     ctrd_case_sigterm_stopped
 }

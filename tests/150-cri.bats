@@ -186,7 +186,9 @@ while True:
     wait_for_file_match /proc/net/unix "$T/root/rt.sock" 10 || return
     chown -h 65534:65534 "$T/root/rt.sock"
     PH_SOCK=$T/root/new/cri.sock
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$T/root/rt.sock" --log-format json \
+    # --runtime containerd: --runtime auto would ask this socket its
+    # Version first, and refuse it (exit 2) before serving.
+    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$T/root/rt.sock" --runtime containerd --log-format json \
         </dev/null >"$T/cri.out" 2>"$T/cri.log" &
     CRI_PID=$!
     wait_for_file_match "$T/cri.log" '"msg":"serving"' 30 || return

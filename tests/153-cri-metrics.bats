@@ -167,6 +167,37 @@ metric() {
     [[ ! -e $s ]] || fail "a socket was left"
 }
 
+# With --runtime auto the runtime is asked its Version (cri.Detect), which
+# waits up to 15 s for an absent one; cri.Preflight checks first what needs
+# no runtime, so a bad flag is reported at once, and nothing is made.
+@test "cri: with --runtime auto and no runtime, a taken --metrics-listen port or an unusable --listen directory is exit 2 naming the flag, not the runtime's Version" {
+    local s="$T/ph/cri.sock"
+    # The registry holds its port.
+    run_pullhelper 2 cri --listen "unix://$s" --runtime-endpoint "unix://$T/none.sock" --metrics-listen "$REGISTRY_HOST"
+    assert_json_error usage
+    [[ $output == *"--metrics-listen $REGISTRY_HOST"* ]] || fail "want the flag named: $output"
+    [[ $output != *Version* && $output != *"--runtime "* ]] || fail "the runtime was asked first: $output"
+    [[ ! -e $T/ph ]] || fail "the --listen directory was made: $(ls -la "$T/ph")"
+
+    # A --listen directory another user can write.
+    mkdir -m 755 "$T/user"
+    chown 65534:65534 "$T/user"
+    run_pullhelper 2 cri --listen "unix://$T/user/cri.sock" --runtime-endpoint "unix://$T/none.sock" --metrics-listen 127.0.0.1:0
+    assert_json_error usage
+    [[ $output == *"--listen $T/user/cri.sock"* ]] || fail "want the flag named: $output"
+    [[ $output != *Version* ]] || fail "the runtime was asked first: $output"
+    [[ ! -e $T/user/cri.sock ]] || fail "a socket was left"
+
+    # Something at --listen that is not a socket.
+    mkdir -m 700 "$T/ph"
+    : >"$s"
+    run_pullhelper 2 cri --listen "unix://$s" --runtime-endpoint "unix://$T/none.sock"
+    assert_json_error usage
+    [[ $output == *"--listen $s: exists and is not a socket"* ]] || fail "want the flag named: $output"
+    [[ $output != *Version* ]] || fail "the runtime was asked first: $output"
+    [[ -f $s && ! -s $s ]] || fail "the file at --listen was touched"
+}
+
 @test "cri: --listen-group users: the socket is root:users 0660; uid 65534 in group users lists images through it, without the group it is refused" {
     ctrd2_require
     local gid

@@ -336,6 +336,29 @@ ctrd_case_kill() {
     assert_no_staging "$T/staging"
 }
 
+# the shared partial-blob cache of older pullhelpers (.pullhelper-partial-image,
+# from before the per-image names image-<16 hex>) is removed by the next
+# containerd: pull's sweep of its staging directory (dest.sweepOtherCaches),
+# whatever its age; another user's in its place is neither entered nor removed
+ctrd_case_legacy_cache() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" old=$T/staging/.pullhelper-partial-image
+    mkdir -m 700 "$T/staging" "$old" "$old/blobs"
+    echo kept >"$old/blobs/sha256-aa.partial"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    [[ ! -e $old ]] || fail "the pull left the old shared cache: $(ls -la "$old")"
+    [[ $stderr == *"removed a partial-blob cache"*"$old"* ]] || fail "the pull did not log removing $old: $stderr"
+
+    mkdir -m 700 "$old" "$old/blobs"
+    echo theirs >"$old/blobs/f"
+    chown -R 65534:65534 "$old"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    [[ $(stat -c %u "$old/blobs") == 65534 && $(cat "$old/blobs/f") == theirs ]] || fail "the pull entered another user's old cache"
+    [[ $stderr != *"removed a partial-blob cache"* ]] || fail "the pull says it removed another user's cache: $stderr"
+}
+
 # ctrd_daemon_pid: the pid of the containerd daemon itself (ctrd_start's
 # pid file names the timeout(1) wrapping it).
 ctrd_daemon_pid() {

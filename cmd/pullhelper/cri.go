@@ -53,6 +53,9 @@ The runtime is --runtime: with auto (the default), containerd when --containerd-
 is given, cri-o when --crio-config, --crio-config-dir, --crio-store or --storage-conf
 is, else what the runtime answers runtime.v1.RuntimeService/Version with at start
 (runtime_name "containerd" or "cri-o"; no answer within 15 s, or another name, is exit 2).
+Every flag and local resource is checked before the runtime is asked (the policy,
+--max-parallel, --listen's directory and path, --listen-group, --metrics-listen's port,
+which is bound then): a usage error comes at once, not after that wait.
 
 PullImage runs one pull per request as pullhelper pull would (the policy, its profile
 and the setting flags; isolated: its own cgroup, a dropped uid) into the runtime's store
@@ -165,6 +168,20 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			if err != nil {
 				return err
 			}
+			// Everything checked without the runtime comes before it is
+			// asked (--runtime auto waits up to 15 s for its Version):
+			// the metrics port is bound now, Serve's from here, closed
+			// on any error before.
+			ml, err := cri.Preflight(cri.Config{Listen: lpath, ListenGID: gid, MetricsListen: metricsListen, MaxParallel: maxParallel})
+			if err != nil {
+				return err
+			}
+			handed := false
+			defer func() {
+				if ml != nil && !handed {
+					ml.Close()
+				}
+			}()
 			rt, err := criRuntime(cmd, kind, l, rpath, ro)
 			if err != nil {
 				return err
@@ -221,9 +238,10 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 				}
 				return p, err
 			}
+			handed = true
 			n, err := cri.Serve(cmd.Context(), cri.Config{
 				Listen: lpath, Runtime: rpath, RuntimeKind: rt, MaxParallel: maxParallel, Plan: plan, Run: pipeline.Run, PodPolicy: podPolicy,
-				ListenGID: gid, MetricsListen: metricsListen,
+				ListenGID: gid, MetricsListen: metricsListen, MetricsListener: ml,
 				Options: pipeline.Options{Log: log, LogFormat: c.logFormat, Debug: c.debug}, Log: log,
 				// systemd Type=notify: ready once the socket listens.
 				// NOTIFY_SOCKET is unset then, so that no pull child

@@ -43,7 +43,11 @@ agent but not of the node) and print what was removed as one JSON object:
                 DEST's parent: the bytes of blobs a killed pull had received, kept for
                 the next pull to resume), unless a live pull holds it; one that is not a
                 root-owned 0700 directory (another user may have planted it) is left
-                alone, with a warning on stderr
+                alone, with a warning on stderr. A containerd:REF DEST stages in
+                --containerd-staging (dest.containerd_staging) under REF's own name,
+                image-<16 hex of sha256(REF)>; gc containerd:REF removes that cache
+                and the shared one older pullhelpers kept for every image there
+                (.pullhelper-partial-image), which no pull uses any more
   uid_locks     lock files of dynamic pull uids in ` + state.Default.UIDs() + ` that no pull holds
   commit_locks  commit and pull lock files in ` + state.Default.Locks() + ` that no pull holds
   cgroups       per-pull cgroups under the cgroup parent (--cgroup-parent, the policy's
@@ -78,7 +82,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 			// anything is removed.
 			var sweeps []*dest.Sweep
 			for _, a := range args {
-				s, err := dest.OpenSweep(a)
+				s, err := dest.OpenSweep(a, l.Dest.ContainerdStaging)
 				if err != nil {
 					for _, s := range sweeps {
 						s.Close()
@@ -115,7 +119,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 	fs := cmd.Flags()
 	fs.StringVar(&c.policyFile, "policy", "", "policy file (default $PULLHELPER_POLICY, else /etc/pullhelper/policy.toml when present)")
 	fs.StringVar(&c.profile, "profile", "", "use [profiles.NAME] of the policy file")
-	addSettingFlagsNamed(fs, "cgroup-parent", "cgroup")
+	addSettingFlagsNamed(fs, "cgroup-parent", "cgroup", "containerd-staging")
 	return cmd
 }
 
