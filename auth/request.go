@@ -18,11 +18,16 @@ const sourceRequest = "cri-request"
 //
 // Unlike a kubelet pull secret, which the keyring offers to every endpoint
 // the kubelet's credentials go to (mirrors included) and matches by glob,
-// a Request is offered to one endpoint host only: the one equal to Host
-// (docker.io also answers as registry-1.docker.io and index.docker.io),
-// never a mirror on another host, never by pattern -- what containerd's
-// ParseAuth(auth, host) does when server_address is set, and what
-// INVARIANTS.md 5 asks of it when server_address is not.
+// a Request is offered to one registry only: the endpoint whose host equals
+// Host (docker.io also answers as registry-1.docker.io and
+// index.docker.io), and, when Host is the image's own registry, containerd's
+// server for it (a hosts.toml server, which stands for that registry; not a
+// mirror) -- never a mirror on another host, never by pattern. That is
+// containerd's ParseAuth(auth, host) when server_address is set, and what
+// INVARIANTS.md 5 asks of it when server_address is not (ParseAuth then
+// gives every host the credential); for registries.conf it is
+// containers/image's newImageSourceAttempt, which drops DockerAuthConfig
+// for an endpoint whose domain is not the image's.
 type Request struct {
 	// Host is the registry host[:port] the credential belongs to.
 	Host                              string
@@ -34,7 +39,11 @@ type requestKeychain struct{ r *Request }
 
 // Resolve implements Keychain.
 func (k requestKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
-	if k.r == nil || !sameRegistryHost(q.Host, k.r.Host) {
+	if k.r == nil {
+		return nil, nil
+	}
+	registry, _, _ := strings.Cut(q.Logical, "/")
+	if !sameRegistryHost(q.Host, k.r.Host) && !(q.Server && sameRegistryHost(registry, k.r.Host)) {
 		return nil, nil
 	}
 	c := wire.Credential{Source: sourceRequest, Key: k.r.Host, Username: k.r.Username, Password: k.r.Password, IdentityToken: k.r.IdentityToken}

@@ -85,3 +85,25 @@ func TestRequestNotToRegistriesConfMirror(t *testing.T) {
 		t.Fatalf("credentials %q, want %q", got, want)
 	}
 }
+
+// A hosts.toml server stands for the image's registry: the request's
+// credential for that registry goes there (containerd's ParseAuth without
+// server_address gives it every host), still not to a mirror before it;
+// a request naming another host (server_address) does not.
+func TestRequestToContainerdServer(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "hosts")
+	write(t, root, "reg.example.com/hosts.toml", "server = \"https://backend.example.com:7000\"\n[host.\"https://mirror.example.com\"]\ncapabilities = [\"pull\"]\n")
+	c := hermetic(t, dir)
+	c.ContainerdConfig = write(t, dir, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n")
+	c.Request = &auth.Request{Host: "reg.example.com", Username: "u", Password: "p"}
+	want := map[string][]string{"mirror.example.com": {}, "backend.example.com:7000": {"cri-request:reg.example.com:u"}}
+	if got := credsByHost(endpoints(t, newKeyring(t, c), "reg.example.com/ns/app:v1")); !reflect.DeepEqual(got, want) {
+		t.Fatalf("credentials %q, want %q", got, want)
+	}
+	c.Request = &auth.Request{Host: "mirror.example.com", Username: "u", Password: "p"}
+	want = map[string][]string{"mirror.example.com": {"cri-request:mirror.example.com:u"}, "backend.example.com:7000": {}}
+	if got := credsByHost(endpoints(t, newKeyring(t, c), "reg.example.com/ns/app:v1")); !reflect.DeepEqual(got, want) {
+		t.Fatalf("server_address = the mirror: %q, want %q", got, want)
+	}
+}
