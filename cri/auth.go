@@ -42,7 +42,9 @@ type Credential struct {
 // a pattern included, is an error), else the image's registry. ParseAuth
 // compares server_address's host with each host it is asked for, and with
 // no server_address hands the credential to every host, mirrors included;
-// here it never goes to a mirror on another host (INVARIANTS.md 5). A nil
+// here it never goes to a mirror on another host (INVARIANTS.md 5; the
+// keyring's auth.Request says where it goes: that host, and containerd's
+// hosts.toml server of the image's own registry). A nil
 // or empty AuthConfig gives nil: the node's sources apply. Errors never
 // quote a secret.
 func credentialFor(a *runtimeapi.AuthConfig, image string) (*Credential, error) {
