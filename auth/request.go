@@ -8,7 +8,7 @@ import (
 )
 
 // sourceRequest names a Request's candidate in results and logs.
-const sourceRequest = "cri-request"
+const sourceRequest = wire.CredentialCRIRequest
 
 // Request is a credential the caller resolved for exactly one registry
 // host: a CRI PullImageRequest's AuthConfig as containerd's ParseAuth
