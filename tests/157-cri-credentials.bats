@@ -175,6 +175,25 @@ assert_token_absent() {
     assert_token_absent "$T/cri.log" "$T/cri.out" "$T/output" "$TOKEN_DIR/token.log" "$REGISTRY_LOG" "$T/cmdline" "$T/environ"
 }
 
+@test "cri: a realm without OAuth2 (its refresh-token POST 404) gets the identity_token as a Basic password with no user, as containerd's authorizer falls back to FetchToken; the pull lands" {
+    cri_up
+    local before
+    touch "$REGISTRY_DIR/no-oauth"
+    before=$(wc -l <"$TOKEN_DIR/token.log")
+    auth_json "$T/auth.json" identity_token="$REGISTRY_DIR/refresh-token"
+    run cripull "$REGISTRY_HOST/fixtures/tiny:latest" <"$T/auth.json"
+    rm -f "$REGISTRY_DIR/no-oauth"
+    echo "$output"
+    assert_success
+    assert_output --regexp '^image_ref=sha256:'
+    token_log_since "$before" | grep -qx 'POST grant=refresh_token result=not-found scope=repository:fixtures/tiny:pull' ||
+        fail "no refresh-token POST first: $(token_log_since "$before")"
+    token_log_since "$before" | grep -qx 'GET grant=basic-identity-token result=ok scope=repository:fixtures/tiny:pull' ||
+        fail "no fallback GET: $(token_log_since "$before")"
+    tr '\0' '\n' <"/proc/$CRI_PID/cmdline" >"$T/cmdline"
+    assert_token_absent "$T/cri.log" "$T/cri.out" "$TOKEN_DIR/token.log" "$REGISTRY_LOG" "$T/cmdline"
+}
+
 @test "cri: the request's credential goes to its registry only, not to a hosts.toml mirror of it (the mirror's log has no Authorization); the pull falls to the registry and lands" {
     start_faultproxy MIRROR "$REGISTRY_URL"
     mkdir -p "$T/hosts/$REGISTRY_HOST"

@@ -13,9 +13,11 @@
 // POST /token with grant_type=refresh_token is OAuth2 (containerd's
 // FetchTokenWithOAuth, containers/image's getBearerTokenOAuth2): it
 // grants the requested scope when refresh_token equals D/refresh-token's
-// first line; GET /token with Basic credentials whose password equals
-// D/password's first line (the registry's user, for pushes) grants it
-// too; anything else is 401. The log L gets one line a request:
+// first line, or answers 404 while D/no-oauth exists (a realm without
+// OAuth2, as GCR's was); GET /token with Basic credentials whose password
+// equals D/password's first line (the registry's user, for pushes), or
+// with no user and D/refresh-token as password (containerd's fallback,
+// FetchToken), grants it too; anything else is 401. The log L gets one line a request:
 // "METHOD grant=G result=ok|denied scope=S" -- never a credential's value.
 // It listens where -listen says (a loopback address), and exits after
 // -lifetime or on SIGTERM.
@@ -138,13 +140,21 @@ func main() {
 				return
 			}
 			grant, scope = r.PostForm.Get("grant_type"), r.PostForm.Get("scope")
+			if _, err := os.Stat(filepath.Join(*dir, "no-oauth")); err == nil {
+				logLine("POST grant=%s result=not-found scope=%s", grant, scope)
+				http.NotFound(w, r)
+				return
+			}
 			want := firstLine("refresh-token")
 			ok = grant == "refresh_token" && want != "" && r.PostForm.Get("refresh_token") == want
 		case http.MethodGet:
 			grant, scope = "basic", strings.Join(r.URL.Query()["scope"], " ")
-			_, pass, has := r.BasicAuth()
-			want := firstLine("password")
+			user, pass, has := r.BasicAuth()
+			want, tok := firstLine("password"), firstLine("refresh-token")
 			ok = has && want != "" && pass == want
+			if has && user == "" && tok != "" && pass == tok {
+				grant, ok = "basic-identity-token", true
+			}
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		if !ok {
