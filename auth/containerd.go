@@ -8,9 +8,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
-const containerdSource = "containerd-config"
+const containerdSource = wire.CredentialContainerdConfig
 
 // ParseContainerdAuth is containerd's ParseAuth for a configs.*.auth table
 // (without a ServerAddress): it returns (username, secret). username wins,

@@ -15,6 +15,11 @@
 //     exec protocol, provider_cache.go the per-node cache, provider_sa.go
 //     the service-account token mode of KEP-4412);
 //   - a service-account token offered to listed registries (satoken.go);
+//   - a CRI PullImage request's credential (request.go Request, from
+//     pullhelper cri): offered to its one registry host (and containerd's
+//     hosts.toml server of the image's own registry), never to a mirror on
+//     another host, never by pattern; with it containerd's configs auth are
+//     not read, as containerd's CRI reads them only without one;
 //   - containerd's configs.HOST.auth (containerd.go ParseContainerdAuth;
 //     package hosts reads config.toml and picks the key per endpoint);
 //   - containers/image (containers.go): auth.json search order, path-aware

@@ -65,6 +65,7 @@ type TestConfig struct {
 	InsecureRegistries                []string
 	TLSVerify                         bool
 	TLSVerifySetting                  string
+	Request                           *Request
 }
 
 // NewTestKeyring is what the pipeline does: hosts.New, then NewKeyring on
@@ -99,6 +100,7 @@ func NewTestKeyring(c TestConfig) (*Keyring, error) {
 		ServiceAccountRegistries: c.ServiceAccountRegistries, InlineServiceAccountToken: c.InlineServiceAccountToken,
 		InlineProviderServiceAccountToken: c.InlineProviderServiceAccountToken,
 		Authfile:                          c.Authfile, InlineAuthfile: c.InlineAuthfile, Env: c.Env,
+		Request: c.Request,
 	}, r)
 	return k, err
 }

@@ -96,6 +96,11 @@ type Config struct {
 	Authfile       string
 	InlineAuthfile *Inline
 	Env            Env
+	// Request, when not nil, is a CRI PullImage request's credential: the
+	// kubelet's, offered to its one host only (Request). containerd's
+	// configs."HOST".auth are then not read for any host, as containerd's
+	// registryHosts reads them only when the request carries no auth.
+	Request *Request
 }
 
 // ConfigError is a Config value the keyring cannot use. Setting is the
@@ -141,9 +146,10 @@ type Keyring struct {
 //
 //	Fallback(
 //	  OrElse(
-//	    Multi(Kubelet(Multi(pull secrets, node docker config, credential providers)),
+//	    Multi(the CRI request's credential, to its one host,
+//	          Kubelet(Multi(pull secrets, node docker config, credential providers)),
 //	          service-account token),
-//	    containerd configs."HOST".auth),
+//	    containerd configs."HOST".auth (not with a CRI request's credential)),
 //	  First(each registries.conf credential-helper in order, "containers-auth.json"
 //	        walking the auth files))
 //
@@ -193,7 +199,7 @@ func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 		kubelet = append(kubelet, pk)
 	}
 	var ctrd Keychain
-	if r.Containerd() {
+	if r.Containerd() && c.Request == nil {
 		ctrd = &containerdKeychain{hosts: r}
 	}
 	k.hosts = r
@@ -224,7 +230,11 @@ func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	for _, h := range helpers {
 		containers = append(containers, newHelperKeychain(h, k.authFiles, c.RunProviders, r.RegistriesConfName(), k.Warn))
 	}
-	k.chain = Fallback{First: OrElse{First: Multi{Kubelet{kubelet}, sa}, Then: ctrd}, Then: containers}
+	var req Keychain
+	if c.Request != nil {
+		req = requestKeychain{c.Request}
+	}
+	k.chain = Fallback{First: OrElse{First: Multi{req, Kubelet{kubelet}, sa}, Then: ctrd}, Then: containers}
 	return k, nil
 }
 

@@ -3,8 +3,8 @@ package cri
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -13,16 +13,15 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Credential is a PullImage request's AuthConfig as the pull takes it: a
-// pull secret (username and password) or a containers auth file (an
-// identity token), kept in memory only, and the identity that tells equal
-// requests apart (a hash: it is used as a map key and may be logged).
+// Credential is a PullImage request's AuthConfig as the pull takes it: an
+// auth.Request (username and password, or an identity token) for exactly
+// one registry host, kept in memory only, and the identity that tells
+// equal requests apart (a hash: it is used as a map key and may be logged).
 type Credential struct {
-	PullSecret *auth.Inline
-	Authfile   *auth.Inline
-	Host       string
-	Username   string
-	Identity   string
+	Request  *auth.Request
+	Host     string
+	Username string
+	Identity string
 	// secrets are the values to redact from any message.
 	secrets []string
 	// Ignored names what the request carried that is not used
@@ -30,18 +29,24 @@ type Credential struct {
 	Ignored string
 }
 
-// dockerHubKey is the docker config key of Docker Hub, which the kubelet's
-// keyring maps to docker.io images.
-const dockerHubKey = "https://index.docker.io/v1/"
-
 // credentialFor turns a request's AuthConfig for image into a Credential,
 // with containerd's semantics (internal/cri/server/images ParseAuth, via
-// auth.ParseContainerdAuth): username wins, then identity_token, then
-// auth (base64 user:password); registry_token is not supported (ignored).
-// The credential is for server_address's host when given (the kubelet
-// sets it to the registry its credential matched), else the image's
-// registry. A nil or empty AuthConfig gives nil: the node's sources apply.
-// Errors never quote a secret.
+// auth.ParseContainerdAuth): username wins, then identity_token (the
+// child's registry client exchanges it at the realm as an OAuth2 refresh
+// token, as containerd's FetchTokenWithOAuth does), then auth (base64
+// user:password); registry_token is not supported (ignored: containerd
+// 2.4's ParseAuth still says "TODO: Support RegistryToken").
+//
+// The credential goes to one registry host only: server_address's host
+// when given (a plain host[:port], or an http(s) URL of one; anything else,
+// a pattern included, is an error), else the image's registry. ParseAuth
+// compares server_address's host with each host it is asked for, and with
+// no server_address hands the credential to every host, mirrors included;
+// here it never goes to a mirror on another host (INVARIANTS.md 5; the
+// keyring's auth.Request says where it goes: that host, and containerd's
+// hosts.toml server of the image's own registry). A nil
+// or empty AuthConfig gives nil: the node's sources apply. Errors never
+// quote a secret.
 func credentialFor(a *runtimeapi.AuthConfig, image string) (*Credential, error) {
 	if a == nil || (a.GetUsername() == "" && a.GetPassword() == "" && a.GetAuth() == "" && a.GetIdentityToken() == "" && a.GetRegistryToken() == "") {
 		return nil, nil
@@ -61,11 +66,6 @@ func credentialFor(a *runtimeapi.AuthConfig, image string) (*Credential, error) 
 		return nil, err
 	}
 	c.Host, c.Username = host, user
-	key := host
-	if host == "docker.io" {
-		key = dockerHubKey
-	}
-	entry := map[string]string{}
 	switch {
 	case user == "" && secret == "":
 		if c.Ignored == "" {
@@ -74,49 +74,91 @@ func credentialFor(a *runtimeapi.AuthConfig, image string) (*Credential, error) 
 		c.Identity = "anonymous"
 		return c, nil
 	case user == "":
-		// An identity token: kubelet pull secrets carry none, a
-		// containers auth file does.
-		entry["identitytoken"] = secret
+		c.Request = &auth.Request{Host: host, IdentityToken: secret}
 	default:
-		entry["username"], entry["password"] = user, secret
-	}
-	doc, err := json.Marshal(map[string]map[string]map[string]string{"auths": {key: entry}})
-	if err != nil {
-		return nil, fmt.Errorf("the request's auth config: %v", err)
-	}
-	in := &auth.Inline{Name: "cri:PullImageRequest.auth", Setting: "the PullImage request's auth", Data: doc}
-	if user == "" {
-		c.Authfile = in
-	} else {
-		c.PullSecret = in
+		c.Request = &auth.Request{Host: host, Username: user, Password: secret}
 	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{host, user, secret}, "\x00")))
 	c.Identity = hex.EncodeToString(sum[:8])
 	return c, nil
 }
 
-// credentialHost is server_address's host (a URL or a bare host[:port]),
-// else the registry of image.
+// credentialHost is server_address's host (a plain host[:port], or an
+// http or https URL of one, with at most a path), else the registry of
+// image. A pattern, user info, a query or anything else that is not one
+// registry host is an error (InvalidArgument): the credential would
+// otherwise go to a host the kubelet did not name.
 func credentialHost(server, image string) (string, error) {
 	if server != "" {
+		bad := func(why string) (string, error) {
+			return "", fmt.Errorf("the request's auth config: server_address %q: %s; give a registry host[:port] or https://HOST[:PORT]", clip(server, 256), why)
+		}
 		s := server
 		if !strings.Contains(s, "://") {
+			if strings.ContainsAny(s, "/?#@") {
+				return bad("not a registry host")
+			}
 			s = "https://" + s
 		}
 		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			return "", fmt.Errorf("the request's auth config: server_address %q: not a registry host", server)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return bad("not a registry host")
 		}
-		if u.Host == "index.docker.io" || u.Host == "registry-1.docker.io" {
+		if !plainHost(u.Host) {
+			return bad("not a plain host[:port] (a pattern or a character no host name has)")
+		}
+		h := strings.ToLower(u.Host)
+		if h == "index.docker.io" || h == "registry-1.docker.io" {
 			return "docker.io", nil
 		}
-		return u.Host, nil
+		return h, nil
 	}
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
 		return "", fmt.Errorf("image %q: %v", image, err)
 	}
 	return reference.Domain(named), nil
+}
+
+// plainHost: h is a host name, an IPv4 address or a bracketed IPv6
+// address, with an optional numeric port -- no glob, no other character.
+func plainHost(h string) bool {
+	name, port := h, ""
+	if strings.HasPrefix(h, "[") {
+		i := strings.Index(h, "]")
+		if i < 0 {
+			return false
+		}
+		name, port = h[:i+1], h[i+1:]
+		if _, err := netip.ParseAddr(name[1 : len(name)-1]); err != nil {
+			return false
+		}
+	} else if i := strings.LastIndex(h, ":"); i >= 0 {
+		name, port = h[:i], h[i:]
+	}
+	if port != "" {
+		p := strings.TrimPrefix(port, ":")
+		if p == port || p == "" || len(p) > 5 {
+			return false
+		}
+		for _, r := range p {
+			if r < '0' || r > '9' {
+				return false
+			}
+		}
+	}
+	if strings.HasPrefix(name, "[") {
+		return true
+	}
+	if name == "" || len(name) > 253 || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // redact replaces every secret of c in msg.

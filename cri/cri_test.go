@@ -3,14 +3,13 @@ package cri
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -46,76 +45,53 @@ func TestStatusOf(t *testing.T) {
 
 // containerd's ParseAuth (internal/cri/server/images, via
 // auth.ParseContainerdAuth): username wins, then identity_token, then
-// auth; server_address names the registry; registry_token is ignored.
+// auth; server_address names the one registry host the credential goes
+// to; registry_token is ignored.
 func TestCredentialFor(t *testing.T) {
 	const img = "reg.example:5000/app:v1"
 	b64 := base64.StdEncoding.EncodeToString([]byte("bob:s3cr3t-b"))
 	for _, tc := range []struct {
-		name     string
-		a        *runtimeapi.AuthConfig
-		key      string // the document's key; "" for no credential
-		entry    map[string]string
-		authfile bool
-		ignored  bool
+		name    string
+		a       *runtimeapi.AuthConfig
+		want    *auth.Request // nil: no credential
+		ignored bool
 	}{
-		{"nil", nil, "", nil, false, false},
-		{"empty", &runtimeapi.AuthConfig{}, "", nil, false, false},
-		{"server only", &runtimeapi.AuthConfig{ServerAddress: "reg.example:5000"}, "", nil, false, false},
-		{"user", &runtimeapi.AuthConfig{Username: "alice", Password: "s3cr3t-a"}, "reg.example:5000", map[string]string{"username": "alice", "password": "s3cr3t-a"}, false, false},
-		{"user wins over auth", &runtimeapi.AuthConfig{Username: "alice", Password: "s3cr3t-a", Auth: b64}, "reg.example:5000", map[string]string{"username": "alice", "password": "s3cr3t-a"}, false, false},
-		{"auth", &runtimeapi.AuthConfig{Auth: b64}, "reg.example:5000", map[string]string{"username": "bob", "password": "s3cr3t-b"}, false, false},
-		{"identity token", &runtimeapi.AuthConfig{IdentityToken: "tok-s3cr3t"}, "reg.example:5000", map[string]string{"identitytoken": "tok-s3cr3t"}, true, false},
-		{"server address URL", &runtimeapi.AuthConfig{Username: "u", Password: "p4ss", ServerAddress: "https://other.example/v2/"}, "other.example", map[string]string{"username": "u", "password": "p4ss"}, false, false},
-		{"registry token only", &runtimeapi.AuthConfig{RegistryToken: "rt-s3cr3t"}, "", nil, false, true},
+		{"nil", nil, nil, false},
+		{"empty", &runtimeapi.AuthConfig{}, nil, false},
+		{"server only", &runtimeapi.AuthConfig{ServerAddress: "reg.example:5000"}, nil, false},
+		{"user", &runtimeapi.AuthConfig{Username: "alice", Password: "s3cr3t-a"}, &auth.Request{Host: "reg.example:5000", Username: "alice", Password: "s3cr3t-a"}, false},
+		{"user wins over auth", &runtimeapi.AuthConfig{Username: "alice", Password: "s3cr3t-a", Auth: b64}, &auth.Request{Host: "reg.example:5000", Username: "alice", Password: "s3cr3t-a"}, false},
+		{"auth", &runtimeapi.AuthConfig{Auth: b64}, &auth.Request{Host: "reg.example:5000", Username: "bob", Password: "s3cr3t-b"}, false},
+		// The review's gap: the identity token was written as an auth.json
+		// entry without "auth", which decodeDockerAuth skips (anonymous).
+		{"identity token", &runtimeapi.AuthConfig{IdentityToken: "tok-s3cr3t"}, &auth.Request{Host: "reg.example:5000", IdentityToken: "tok-s3cr3t"}, false},
+		{"server address URL", &runtimeapi.AuthConfig{Username: "u", Password: "p4ss", ServerAddress: "https://Other.example/v2/"}, &auth.Request{Host: "other.example", Username: "u", Password: "p4ss"}, false},
+		{"server address host:port", &runtimeapi.AuthConfig{Username: "u", Password: "p4ss", ServerAddress: "127.0.0.1:5000"}, &auth.Request{Host: "127.0.0.1:5000", Username: "u", Password: "p4ss"}, false},
+		{"server address IPv6", &runtimeapi.AuthConfig{Username: "u", Password: "p4ss", ServerAddress: "http://[::1]:5000"}, &auth.Request{Host: "[::1]:5000", Username: "u", Password: "p4ss"}, false},
+		{"docker hub", &runtimeapi.AuthConfig{Username: "u", Password: "p4ss", ServerAddress: "https://index.docker.io/v1/"}, &auth.Request{Host: "docker.io", Username: "u", Password: "p4ss"}, false},
+		{"registry token only", &runtimeapi.AuthConfig{RegistryToken: "rt-s3cr3t"}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := credentialFor(tc.a, img)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.key == "" {
-				if c != nil && (c.PullSecret != nil || c.Authfile != nil) {
-					t.Fatalf("want no credential document, got %+v", c)
+			if tc.want == nil {
+				if c != nil && c.Request != nil {
+					t.Fatalf("want no credential, got %+v", c.Request)
 				}
 				if tc.ignored && (c == nil || c.Ignored == "") {
 					t.Fatalf("want registry_token reported as ignored, got %+v", c)
 				}
 				return
 			}
-			in := c.PullSecret
-			if tc.authfile {
-				in = c.Authfile
-				if c.PullSecret != nil {
-					t.Fatal("an identity token went into a pull secret (the kubelet's format has none)")
-				}
-			} else if c.Authfile != nil {
-				t.Fatal("a password went into the auth file")
+			if c == nil || c.Request == nil || *c.Request != *tc.want {
+				t.Fatalf("got %+v, want %+v", c, tc.want)
 			}
-			if in == nil {
-				t.Fatalf("no document: %+v", c)
-			}
-			var doc struct {
-				Auths map[string]map[string]string `json:"auths"`
-			}
-			if err := json.Unmarshal(in.Data, &doc); err != nil {
-				t.Fatal(err)
-			}
-			if got := doc.Auths[tc.key]; fmt.Sprint(got) != fmt.Sprint(tc.entry) || len(doc.Auths) != 1 {
-				t.Fatalf("document %s, want auths[%q] = %v", in.Data, tc.key, tc.entry)
-			}
-			if c.Identity == "" || strings.Contains(c.Identity, "s3cr3t") {
-				t.Fatalf("identity %q", c.Identity)
-			}
-			// Name and Setting are shown in errors and results.
-			if strings.Contains(in.Name+in.Setting, "s3cr3t") {
-				t.Fatalf("a secret in the inline's name: %q %q", in.Name, in.Setting)
+			if c.Host != tc.want.Host || c.Identity == "" || strings.Contains(c.Identity, "s3cr3t") {
+				t.Fatalf("host %q identity %q", c.Host, c.Identity)
 			}
 		})
-	}
-	// docker.io: the docker config key of Docker Hub.
-	c, err := credentialFor(&runtimeapi.AuthConfig{Username: "u", Password: "p"}, "docker.io/library/busybox:latest")
-	if err != nil || c.PullSecret == nil || !strings.Contains(string(c.PullSecret.Data), dockerHubKey) {
-		t.Fatalf("docker.io: %v %+v", err, c)
 	}
 	// Different secrets, different flights; the same, the same.
 	a1, _ := credentialFor(&runtimeapi.AuthConfig{Username: "u", Password: "one"}, img)
@@ -123,6 +99,24 @@ func TestCredentialFor(t *testing.T) {
 	a3, _ := credentialFor(&runtimeapi.AuthConfig{Auth: base64.StdEncoding.EncodeToString([]byte("u:one"))}, img)
 	if a1.Identity == a2.Identity || a1.Identity != a3.Identity {
 		t.Fatalf("identities %s %s %s", a1.Identity, a2.Identity, a3.Identity)
+	}
+}
+
+// server_address must name one registry host: a pattern, user info, a
+// query, another scheme or a path without a scheme would widen or
+// misdirect where the credential goes, and is refused (InvalidArgument).
+func TestCredentialForServerAddressRefused(t *testing.T) {
+	for _, sa := range []string{"*.*", "*.example.com", "reg.*", "https://*.example.com", "reg.example/ns", "u:p@reg.example",
+		"https://u@reg.example", "https://reg.example?x=1", "https://reg.example#f", "ftp://reg.example", "reg.example:port",
+		"reg.example:123456", "reg..example", "re g.example", "https://[zz]:5000", "[::1", "https://"} {
+		_, err := credentialFor(&runtimeapi.AuthConfig{Username: "u", Password: "s3cr3t-p", ServerAddress: sa}, "reg.example/app")
+		if err == nil {
+			t.Errorf("server_address %q: accepted", sa)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "server_address") {
+			t.Errorf("server_address %q: %v", sa, err)
+		}
 	}
 }
 

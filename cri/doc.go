@@ -24,8 +24,14 @@
 //     ImageStatus: no wait). For CRI-O a short name is left to the hook,
 //     which resolves it through registries.conf before naming the DEST; a
 //     digest is refused.
-//     The request's AuthConfig becomes an in-memory credential for that
-//     registry (auth.go); without one the node's own sources apply. Equal
+//     The request's AuthConfig becomes an in-memory auth.Request for
+//     exactly one registry host (auth.go: server_address's host, a plain
+//     host[:port] or a URL of one, else the image's registry; never a
+//     mirror on another host, never a pattern), an identity_token carried
+//     as one (the child's registry client exchanges it at the realm as an
+//     OAuth2 refresh token, as containerd does); registry_token is ignored
+//     as containerd's CRI ignores it, and for CRI-O identity_token too
+//     (crioIgnored); without a credential the node's own sources apply. Equal
 //     requests in flight (image, credential identity and pod settings)
 //     share one pull;
 //     at most MaxParallel pulls run at once. When every caller of a pull

@@ -63,6 +63,9 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	if err != nil {
 		return nil, false, nil, failure.New(failure.Usage, "%s", cred.redact(err.Error()))
 	}
+	if rt.crio() {
+		cred = crioIgnored(cred, req.GetAuth(), image)
+	}
 	pod, err := podSettings(req.GetSandboxConfig(), s.cfg.PodPolicy)
 	if err != nil {
 		return nil, false, cred, err

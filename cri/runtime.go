@@ -174,16 +174,17 @@ func (r Runtime) imageRef(id string) string {
 
 // authConfig is the request's AuthConfig as the runtime's CRI reads it,
 // for credentialFor (which has containerd's precedence: username, then
-// identity_token, then auth). CRI-O's PullImage reads username and
-// password, replaced by the decoded auth when auth is set, and nothing
-// else (no identity_token); a credential without a username is none. So
-// for CRI-O the copy keeps auth alone when it is set, else username and
-// password when there is a username.
+// identity_token, then auth). CRI-O's PullImage (server/image_pull.go)
+// reads username and password, replaced by the decoded auth when auth is
+// set, and nothing else: identity_token and registry_token are ignored
+// (crioIgnored says so in the log line); a credential without a username
+// is none. So for CRI-O the copy keeps auth alone when it is set, else
+// username and password when there is a username.
 func (r Runtime) authConfig(a *runtimeapi.AuthConfig) *runtimeapi.AuthConfig {
 	if !r.crio() || a == nil {
 		return a
 	}
-	out := &runtimeapi.AuthConfig{ServerAddress: a.GetServerAddress(), RegistryToken: a.GetRegistryToken()}
+	out := &runtimeapi.AuthConfig{ServerAddress: a.GetServerAddress()}
 	switch {
 	case a.GetAuth() != "":
 		out.Auth = a.GetAuth()
@@ -191,4 +192,30 @@ func (r Runtime) authConfig(a *runtimeapi.AuthConfig) *runtimeapi.AuthConfig {
 		out.Username, out.Password = a.GetUsername(), a.GetPassword()
 	}
 	return out
+}
+
+// crioIgnored is cred (credentialFor of authConfig's copy) with Ignored
+// naming the request's identity_token and registry_token, which CRI-O's
+// PullImage does not read (server/image_pull.go: only username, password
+// and auth become the SystemContext's DockerAuthConfig); a request with
+// nothing else gets an anonymous Credential so that the log line says so.
+// Their values are kept only to be redacted.
+func crioIgnored(cred *Credential, a *runtimeapi.AuthConfig, image string) *Credential {
+	var names []string
+	if a.GetIdentityToken() != "" {
+		names = append(names, "identity_token")
+	}
+	if a.GetRegistryToken() != "" {
+		names = append(names, "registry_token")
+	}
+	if len(names) == 0 {
+		return cred
+	}
+	if cred == nil {
+		cred = &Credential{Identity: "anonymous"}
+		cred.Host, _ = credentialHost(a.GetServerAddress(), image)
+	}
+	cred.Ignored = strings.Join(names, ", ") + " (not read by CRI-O's PullImage)"
+	cred.secrets = append(cred.secrets, a.GetIdentityToken(), a.GetRegistryToken())
+	return cred
 }

@@ -374,12 +374,23 @@ func TestCRIOAuthConfig(t *testing.T) {
 			}
 			continue
 		}
-		if c == nil || c.Username != tc.user || c.PullSecret == nil || c.Authfile != nil {
+		if c == nil || c.Username != tc.user || c.Request == nil || c.Request.IdentityToken != "" {
 			t.Errorf("%v: got %+v", tc.a, c)
 		}
 	}
 	// containerd's: the identity token is a credential (ParseAuth).
-	if c, err := credentialFor(Runtime{}.authConfig(&runtimeapi.AuthConfig{IdentityToken: "tok"}), "reg.io/a:1"); err != nil || c == nil || c.Authfile == nil {
+	if c, err := credentialFor(Runtime{}.authConfig(&runtimeapi.AuthConfig{IdentityToken: "tok"}), "reg.io/a:1"); err != nil || c == nil || c.Request == nil || c.Request.IdentityToken != "tok" {
 		t.Errorf("containerd identity token: %+v %v", c, err)
+	}
+	// CRI-O ignores identity_token and registry_token: the log line's
+	// ignored says so, with no value.
+	a := &runtimeapi.AuthConfig{IdentityToken: "tok-s3cr3t", RegistryToken: "rt-s3cr3t"}
+	c, _ := credentialFor(crio.authConfig(a), "reg.io/a:1")
+	c = crioIgnored(c, a, "reg.io/a:1")
+	if c == nil || c.Request != nil || !strings.Contains(c.Ignored, "identity_token, registry_token") || strings.Contains(c.Ignored, "s3cr3t") || c.Host != "reg.io" {
+		t.Errorf("CRI-O ignored: %+v", c)
+	}
+	if got := c.redact("echo tok-s3cr3t rt-s3cr3t"); strings.Contains(got, "s3cr3t") {
+		t.Errorf("not redacted: %q", got)
 	}
 }

@@ -32,6 +32,9 @@ type Query struct {
 	// ContainerdKey: the containerd configs."KEY".auth consulted ("" =
 	// none).
 	ContainerdKey string
+	// Server: the host is containerd's server for the image's registry
+	// (hosts.toml server, or the default host), not a mirror.
+	Server bool
 }
 
 // Endpoints returns, in order, the hosts a pull of image contacts, each with
@@ -159,6 +162,7 @@ func (r *Resolver) containerdEndpoints(named reference.Named) ([]Endpoint, error
 		ep.Scheme, ep.Path, ep.Source, ep.File = ce.scheme, ce.path, ce.source, ce.file
 		ep.Capabilities, ep.Headers, ep.HeaderValues, ep.DialTimeout = ce.capabilities, ce.headers, ce.header, ce.dialTimeout
 		ep.Mirror = i < len(list)-1
+		ep.Query.Server = !ep.Mirror
 		// resolver.go addNamespace / registry.go isProxy: every host but
 		// the image's registry (registry-1.docker.io counts as docker.io)
 		// is asked with ?ns=<registry>.

@@ -50,6 +50,7 @@ func keyringConfig(l *policy.Loaded, in Inputs) auth.Config {
 		Authfile:                    a.Authfile, Env: in.Env,
 		InlinePullSecrets: in.PullSecrets, InlineAuthfile: in.Authfile, InlineServiceAccountToken: in.ServiceAccountToken,
 		InlineProviderServiceAccountToken: in.ProviderServiceAccountToken,
+		Request:                           in.Request,
 	}
 	// Validate checked the entries.
 	c.ProviderServiceAccountAnnotations, _ = policy.ParseAnnotations(a.ProviderServiceAccountAnnotations)

@@ -108,6 +108,9 @@ type Inputs struct {
 	// ProviderServiceAccountToken: --provider-service-account-token-fd's
 	// token for credential providers (replaces the policy's file).
 	ProviderServiceAccountToken *auth.Inline
+	// Request, when not nil, is a CRI PullImage request's credential
+	// (pullhelper cri), offered to its one registry host only.
+	Request *auth.Request
 }
 
 // NewPlan resolves everything a pull needs without touching the network.

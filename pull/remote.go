@@ -123,7 +123,11 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 	if len(e.Credentials) > 0 {
 		c := e.Credentials[min(round, len(e.Credentials)-1)]
 		if s, ok := m.Secrets[c.ID]; ok {
-			ep.Credential = &registry.Credential{Username: s.Username, Password: s.Password, IdentityToken: s.IdentityToken}
+			// containerd's credentials (a CRI request's, configs.auth)
+			// fall back from the OAuth2 POST to a GET, as containerd's
+			// authorizer does; the others are containers/image's.
+			ep.Credential = &registry.Credential{Username: s.Username, Password: s.Password, IdentityToken: s.IdentityToken,
+				OAuthFallback: c.Source == wire.CredentialCRIRequest || c.Source == wire.CredentialContainerdConfig}
 		}
 	}
 	return ep, nil

@@ -127,49 +127,66 @@ func (h *host) token(ctx context.Context, ch challenge) (value string, fresh boo
 // fetchToken asks the realm for a token: an OAuth2 refresh-token POST with
 // an identity token, else a GET with Basic credentials when there are any
 // (anonymous otherwise), as containers/image's getBearerTokenOAuth2 and
-// getBearerToken do.
+// getBearerToken do. With Credential.OAuthFallback (containerd's
+// semantics), a POST the realm answers 404, 401 or 400 is asked again as a
+// GET with the identity token as Basic password and no user, as
+// containerd's authorizer falls back from auth.FetchTokenWithOAuth to
+// auth.FetchToken (core/remotes/docker/authorizer.go fetchToken).
 func (h *host) fetchToken(ctx context.Context, realm *url.URL, service, scope string) (string, time.Duration, error) {
 	cr := h.ep.Credential
-	u := *realm
-	q := u.Query()
-	if service != "" {
-		q.Set("service", service)
-	}
-	q.Set("scope", scope)
-	var req *http.Request
-	var err error
-	if cr != nil && cr.IdentityToken != "" {
-		form := url.Values{}
-		for k, v := range q {
-			form[k] = v
+	do := func(oauth bool) (*http.Response, error) {
+		u := *realm
+		q := u.Query()
+		if service != "" {
+			q.Set("service", service)
 		}
-		form.Set("grant_type", "refresh_token")
-		form.Set("refresh_token", cr.IdentityToken)
-		form.Set("client_id", "pullhelper")
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, realm.String(), strings.NewReader(form.Encode()))
-		if err == nil {
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		q.Set("scope", scope)
+		var req *http.Request
+		var err error
+		if oauth {
+			form := url.Values{}
+			for k, v := range q {
+				form[k] = v
+			}
+			form.Set("grant_type", "refresh_token")
+			form.Set("refresh_token", cr.IdentityToken)
+			form.Set("client_id", "pullhelper")
+			req, err = http.NewRequestWithContext(ctx, http.MethodPost, realm.String(), strings.NewReader(form.Encode()))
+			if err == nil {
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			}
+		} else {
+			if cr != nil && cr.Username != "" {
+				q.Set("account", cr.Username)
+			}
+			u.RawQuery = q.Encode()
+			req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+			switch {
+			case err != nil:
+			case cr != nil && cr.Username != "" && cr.Password != "":
+				req.SetBasicAuth(cr.Username, cr.Password)
+			case cr != nil && cr.Username == "" && cr.IdentityToken != "":
+				req.SetBasicAuth("", cr.IdentityToken)
+			}
 		}
-	} else {
-		if cr != nil && cr.Username != "" {
-			q.Set("account", cr.Username)
+		if err != nil {
+			return nil, err
 		}
-		u.RawQuery = q.Encode()
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err == nil && cr != nil && cr.Username != "" && cr.Password != "" {
-			req.SetBasicAuth(cr.Username, cr.Password)
+		for k, v := range h.ep.Header {
+			req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
 		}
+		if h.c.hooks.UserAgent != "" {
+			req.Header.Set("User-Agent", h.c.hooks.UserAgent)
+		}
+		return h.client.Do(req)
 	}
-	if err != nil {
-		return "", 0, err
+	oauth := cr != nil && cr.IdentityToken != ""
+	res, err := do(oauth)
+	if err == nil && oauth && cr.OAuthFallback && (res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusBadRequest) {
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxTokenBody))
+		res.Body.Close()
+		res, err = do(false)
 	}
-	for k, v := range h.ep.Header {
-		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
-	}
-	if h.c.hooks.UserAgent != "" {
-		req.Header.Set("User-Agent", h.c.hooks.UserAgent)
-	}
-	res, err := h.client.Do(req)
 	if err != nil {
 		return "", 0, h.tokenError(realm.Redacted(), err)
 	}

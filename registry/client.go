@@ -29,6 +29,10 @@ type Credential struct {
 	Username      string
 	Password      string
 	IdentityToken string
+	// OAuthFallback: an identity token's refresh-token POST that the
+	// realm answers 404, 401 or 400 is retried as a GET with the token as
+	// Basic password, as containerd does (containers/image does not).
+	OAuthFallback bool
 }
 
 func (c *Credential) empty() bool {

@@ -275,3 +275,59 @@ func TestRedirectQueryNotInErrors(t *testing.T) {
 		t.Errorf("the redirect target's query is in the error: %s", msg)
 	}
 }
+
+// containerd's authorizer (core/remotes/docker/authorizer.go fetchToken)
+// asks a realm that answers the refresh-token POST (FetchTokenWithOAuth)
+// with 404, 401 or 400 again as a GET with the identity token as Basic
+// password and no user (FetchToken); containers/image does not. The
+// fallback is OAuthFallback's, and the token goes only to that realm.
+func TestIdentityTokenOAuthFallback(t *testing.T) {
+	for _, status := range []int{http.StatusNotFound, http.StatusUnauthorized, http.StatusBadRequest, http.StatusMethodNotAllowed} {
+		for _, fallback := range []bool{true, false} {
+			realm := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					w.WriteHeader(status)
+					return
+				}
+				if u, p, ok := r.BasicAuth(); !ok || u != "" || p != "refresh-s3cret" {
+					w.WriteHeader(http.StatusUnauthorized)
+					return
+				}
+				_, _ = io.WriteString(w, `{"token":"tok"}`)
+			})
+			reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Authorization") != "Bearer tok" {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.srv.URL+`/token",service="reg"`)
+					w.WriteHeader(http.StatusUnauthorized)
+					return
+				}
+				_, _ = io.WriteString(w, "blob")
+			})
+			c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+				Credential: &Credential{IdentityToken: "refresh-s3cret", OAuthFallback: fallback}}}, Hooks{Retries: 1, RetryDelay: time.Millisecond})
+			rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+			// 405 falls back only with a username (there is none here).
+			want := fallback && status != http.StatusMethodNotAllowed
+			if (err == nil) != want {
+				t.Errorf("status %d, fallback %v: err = %v, want served %v", status, fallback, err, want)
+			}
+			if err == nil {
+				rc.Close()
+			} else if strings.Contains(err.Error(), "refresh-s3cret") {
+				t.Errorf("the token is in the error: %v", err)
+			}
+			var methods []string
+			for _, r := range realm.all() {
+				methods = append(methods, r.method)
+			}
+			if want && (len(methods) < 2 || methods[0] != http.MethodPost || methods[1] != http.MethodGet) {
+				t.Errorf("status %d: realm requests %v, want POST then GET", status, methods)
+			}
+			for i, m := range methods {
+				if m == http.MethodGet && !want {
+					t.Errorf("status %d, fallback %v: request %d to the realm is a GET", status, fallback, i)
+				}
+			}
+		}
+	}
+}

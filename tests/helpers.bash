@@ -472,7 +472,16 @@ EOF
     key: $d/server.key
 EOF
         fi
-        if ((auth)); then
+        if ((auth)) && [[ -n ${PH_REGISTRY_TOKEN_REALM:-} ]]; then
+            cat <<EOF
+auth:
+  token:
+    realm: $PH_REGISTRY_TOKEN_REALM
+    service: pullhelper-tests
+    issuer: pullhelper-token
+    rootcertbundle: $PH_REGISTRY_TOKEN_BUNDLE
+EOF
+        elif ((auth)); then
             cat <<EOF
 auth:
   htpasswd:
@@ -565,6 +574,10 @@ _ph_pid_is_ours() {
 #                           2.8's proxy sends its proxy.username/password
 #                           only to token-auth (Bearer realm) upstreams,
 #                           never to an htpasswd (Basic) one
+#   PH_REGISTRY_TOKEN_REALM token auth instead of htpasswd: the registry's
+#                           bearer realm (a tests/tokenserver URL; service
+#                           pullhelper-tests, issuer pullhelper-token), with
+#   PH_REGISTRY_TOKEN_BUNDLE the token signer's certificate (rootcertbundle)
 #   PH_REGISTRY_PROXY_CA    CA file the cache trusts for the upstream
 #                           (SSL_CERT_FILE of docker-registry: its proxy
 #                           uses the system pool, which this replaces)

@@ -225,10 +225,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 					in.Dest = r.Runtime.Dest(in.Image)
 				}
 				if cred := r.Cred; cred != nil {
-					if cred.PullSecret != nil {
-						in.PullSecrets = []auth.Inline{*cred.PullSecret}
-					}
-					in.Authfile = cred.Authfile
+					in.Request = cred.Request
 				}
 				p, err := pipeline.NewPlan(l, in)
 				if err == nil && r.Settings.CgroupParent != "" && p.Isolation.Cgroup != nil {

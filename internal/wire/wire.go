@@ -131,6 +131,14 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Credential sources the pull child treats as containerd's: an identity
+// token of theirs falls back from the OAuth2 POST to a GET, as containerd's
+// authorizer does (registry.Credential.OAuthFallback).
+const (
+	CredentialCRIRequest       = "cri-request"       // a CRI PullImage request's AuthConfig (containerd's ParseAuth)
+	CredentialContainerdConfig = "containerd-config" // containerd's configs."HOST".auth
+)
+
 // Credential is one candidate credential and where it came from. Username is
 // not secret; Password and IdentityToken are, and never marshal.
 type Credential struct {
