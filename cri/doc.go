@@ -23,7 +23,8 @@
 //     CRI-O's resolveImageRefToID does (CRI-O reads its store on each
 //     ImageStatus: no wait). For CRI-O a short name is left to the hook,
 //     which resolves it through registries.conf before naming the DEST; a
-//     digest is refused.
+//     digest goes to containers-storage:[STORE]REPO@DIGEST (stored under
+//     that name, no tag, as CRI-O's PullImage stores it).
 //     The request's AuthConfig becomes an in-memory auth.Request for
 //     exactly one registry host (auth.go: server_address's host, a plain
 //     host[:port] or a URL of one, else the image's registry; never a

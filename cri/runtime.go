@@ -137,7 +137,8 @@ func (r Runtime) Dest(ref string) string {
 //     CandidatesForPotentiallyShortImageName: shortnames.Resolve, which
 //     CRI-O runs in enforcing mode: an alias or exactly one
 //     unqualified-search registry), by the plan hook (short is true).
-//     A digest is refused: a containers-storage: DEST names a tag.
+//     A digest names the image: REPO@DIGEST, the name CRI-O stores a
+//     pull by digest under (a tag beside it is dropped).
 func (r Runtime) normalize(raw string) (image string, short bool, err error) {
 	if !r.crio() {
 		named, err := reference.ParseDockerRef(raw)
@@ -150,12 +151,19 @@ func (r Runtime) normalize(raw string) (image string, short bool, err error) {
 	if err != nil {
 		return "", false, failure.New(failure.Usage, "image %q: %v", clip(raw, maxLogImage), err)
 	}
-	if _, ok := named.(reference.Digested); ok {
-		return "", false, failure.New(failure.Usage, "image %q: a pull by digest into CRI-O's store is not supported (pullhelper's containers-storage: DEST names a tag); pull a tag", clip(raw, maxLogImage))
-	}
 	first, _, hasSlash := strings.Cut(raw, "/")
 	if !hasSlash || !(strings.ContainsAny(first, ".:") || first == "localhost") {
 		return raw, true, nil
+	}
+	if d, ok := named.(reference.Digested); ok {
+		// A pull by digest: CRI-O stores the image as REPO@DIGEST
+		// (containers-storage:[STORE]REPO@DIGEST); a tag beside the
+		// digest is dropped, the digest names the image.
+		byDigest, err := reference.WithDigest(reference.TrimNamed(named), d.Digest())
+		if err != nil {
+			return "", false, failure.New(failure.Usage, "image %q: %v", clip(raw, maxLogImage), err)
+		}
+		return byDigest.String(), false, nil
 	}
 	return reference.TagNameOnly(named).String(), false, nil
 }

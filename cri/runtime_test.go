@@ -127,7 +127,8 @@ func TestRuntimeNames(t *testing.T) {
 		{crio, "quay.io/a/b", "quay.io/a/b:latest", false, "containers-storage:[vfs@/g+/r]quay.io/a/b:latest", ""},
 		{crio, "localhost/x:2", "localhost/x:2", false, "containers-storage:[vfs@/g+/r]localhost/x:2", ""},
 		{crio, "reg:5000/a/b:3", "reg:5000/a/b:3", false, "containers-storage:[vfs@/g+/r]reg:5000/a/b:3", ""},
-		{crio, "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), "", false, "", "by digest"},
+		{crio, "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), false, "containers-storage:[vfs@/g+/r]reg:5000/a/b@sha256:" + strings.Repeat("a", 64), ""},
+		{crio, "reg:5000/a/b:3@sha256:" + strings.Repeat("a", 64), "reg:5000/a/b@sha256:" + strings.Repeat("a", 64), false, "containers-storage:[vfs@/g+/r]reg:5000/a/b@sha256:" + strings.Repeat("a", 64), ""},
 		{crio, "Bad Name", "", false, "", "invalid reference format"},
 	} {
 		image, short, err := tc.rt.normalize(tc.raw)
@@ -300,8 +301,9 @@ func TestCRIOStoreSpecRefusals(t *testing.T) {
 
 // Serve in front of CRI-O: the Request carries the runtime and the
 // containers-storage: DEST (none for a short name, which the hook
-// resolves), a digest is InvalidArgument before any plan, and image_ref is
-// the ID without sha256:, as CRI-O's PullImage answers.
+// resolves), a digest goes to containers-storage:[STORE]REPO@DIGEST, a
+// malformed one is InvalidArgument before any plan, and image_ref is the
+// ID without sha256:, as CRI-O's PullImage answers.
 func TestServeCRIO(t *testing.T) {
 	dir := t.TempDir()
 	phSock := filepath.Join(dir, "ph", "cri.sock")
@@ -337,9 +339,13 @@ func TestServeCRIO(t *testing.T) {
 		planned[1].Image != "busybox" || planned[1].Dest != "" || planned[1].Runtime.Dest("x.io/busybox:latest") != "containers-storage:[vfs@/g+/r]x.io/busybox:latest" {
 		t.Fatalf("planned %+v", planned)
 	}
-	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "quay.io/a/b@sha256:" + id}})
-	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || len(planned) != 2 {
-		t.Fatalf("by digest: %v (%d plans)", err, len(planned))
+	res, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "quay.io/a/b@sha256:" + id}})
+	if err != nil || res.ImageRef != id || len(planned) != 3 || planned[2].Dest != "containers-storage:[vfs@/g+/r]quay.io/a/b@sha256:"+id {
+		t.Fatalf("by digest: %v %v (%+v)", res, err, planned)
+	}
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "quay.io/a/b@sha256:short"}})
+	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || len(planned) != 3 {
+		t.Fatalf("a bad digest: %v (%d plans)", err, len(planned))
 	}
 	cancel()
 	if err := <-served; err != nil {

@@ -79,6 +79,9 @@
 // read-write ones created beneath held descriptors when missing, the
 // read-only ones never): the store's files are that library's, and a store
 // holds the image only once its record is written (after every layer).
+// Its name is NAME:TAG, or NAME@sha256:DIGEST as CRI-O stores a pull by
+// digest (storageName); Verify refuses a pull whose top-level digest is
+// not DEST's, and an index's digest names the platform image imported.
 //
 // The lock files (the pull lock of an image into a DEST, the commit lock of
 // a directory) are root-only files in the state root's lock directory,

@@ -212,6 +212,15 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := d.staged.Verify(ctx, s, e); err != nil {
 		return err
 	}
+	// The parent verifies what it commits: a name with a digest names
+	// exactly the image pulled (the top-level manifest, an index's
+	// digest when one instance of it was copied), as containers/image's
+	// copy (copySingleImage, destIsDigestedReference) and storage
+	// destination (CommitWithOptions) refuse a manifest that matches
+	// neither.
+	if want := RefDigest(d.spec); want != "" && want != e.Digest {
+		return failure.New(failure.Verification, "destination %s names digest %s, but the pull fetched %s; name the digest pulled", d.spec.Raw, want, e.Digest)
+	}
 	d.index, d.indexDigest, d.platform = nil, "", e.Platform
 	if e.IndexRaw != nil && e.Instance != "" {
 		d.index, d.indexDigest = e.IndexRaw, digest.Digest(e.Digest)
@@ -297,7 +306,22 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	defer func() { _, _ = store.Shutdown(false) }()
 	top, _ := v.oci.manifestDigest()
 	src := verifiedRef{&verifiedSource{t: v.tree, top: top}}
-	dst, err := istorage.Transport.NewStoreReference(store, named, "")
+	// A name by an index's digest when one instance was copied: the
+	// import names the instance's digest (what containers/image's checks
+	// accept for the stored manifest), and the index's name replaces it
+	// afterwards, as CRI-O's pull of the index digest names the image.
+	importName, instName := named, reference.Named(nil)
+	if dg, ok := named.(reference.Digested); ok && d.index != nil && dg.Digest() == d.indexDigest && top != "" {
+		if n, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(top)); err == nil {
+			importName, instName = n, n
+		}
+	}
+	instKept := false
+	if instName != nil {
+		_, err := store.Image(instName.String())
+		instKept = err == nil
+	}
+	dst, err := istorage.Transport.NewStoreReference(store, importName, "")
 	if err != nil {
 		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
@@ -343,10 +367,23 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 		img, _ = istorage.Transport.GetStoreImage(store, resolved)
 	}
 	if img == nil {
-		img, _ = store.Image(named.String())
+		img, _ = store.Image(importName.String())
 	}
 	if img == nil {
 		return storeImport{}
+	}
+	if instName != nil {
+		if err := store.AddNames(img.ID, []string{named.String()}); err != nil {
+			return fail(d.destErr("naming image %s %s: %v", img.ID, named, err))
+		}
+		if !instKept {
+			if err := store.RemoveNames(img.ID, []string{instName.String()}); err != nil {
+				return fail(d.destErr("naming image %s: %v", img.ID, err))
+			}
+		}
+		if again, err := store.Image(img.ID); err == nil {
+			img = again
+		}
 	}
 	if d.index != nil {
 		// The index's digest too (a second write: a kill before it

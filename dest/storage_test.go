@@ -85,22 +85,58 @@ func TestParseContainersStorage(t *testing.T) {
 	}
 }
 
+// A containers-storage: DEST named by digest keeps REPO@DIGEST (the
+// name CRI-O's PullImage stores a pull by digest under, through
+// containers/image's storage reference); a tag beside the digest is
+// dropped; RefDigest reports the digest, "" for a tag.
+func TestParseContainersStorageDigest(t *testing.T) {
+	conf := noSystemConf(t)
+	dg := "sha256:" + strings.Repeat("a", 64)
+	for raw, ref := range map[string]string{
+		"containers-storage:[vfs@/g+/r]reg:5000/x@" + dg:   "reg:5000/x@" + dg,
+		"containers-storage:[vfs@/g+/r]reg:5000/x:1@" + dg: "reg:5000/x@" + dg,
+		"containers-storage:[vfs@/g+/r]busybox@" + dg:      "docker.io/library/busybox@" + dg,
+		"containers-storage:[vfs@/g+/r]reg:5000/x:1":       "reg:5000/x:1",
+		"containers-storage:[vfs@/g+/r]reg:5000/x":         "reg:5000/x:latest",
+	} {
+		d, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: conf})
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		s := d.Spec()
+		if s.Ref != ref {
+			t.Errorf("%s: ref %q, want %q", raw, s.Ref, ref)
+		}
+		want := ""
+		if strings.Contains(ref, "@") {
+			want = dg
+		}
+		if got := dest.RefDigest(s); got != want {
+			t.Errorf("%s: RefDigest %q, want %q", raw, got, want)
+		}
+	}
+	if got := dest.RefDigest(dest.Spec{Transport: "oci", Ref: "x@" + dg}); got != "" {
+		t.Errorf("RefDigest of an oci: DEST %q", got)
+	}
+}
+
 func TestParseContainersStorageRefusals(t *testing.T) {
 	conf := noSystemConf(t)
 	for raw, sub := range map[string]string{
-		"containers-storage:":                                               "the image name is empty",
-		"containers-storage:[vfs@/g+/r]":                                    "the image name is empty",
-		"containers-storage:[vfs@/g+/r":                                     "no closing ]",
-		"containers-storage:[@/g]x":                                         "the driver before @ is empty",
-		"containers-storage:[vfs@]x":                                        "the graph root is empty",
-		"containers-storage:[vfs@+/r]x":                                     "the graph root is empty",
-		"containers-storage:[vfs@g+/r]x":                                    `"g" is not an absolute path`,
-		"containers-storage:[vfs@/g+r]x":                                    `"r" is not an absolute path`,
-		"containers-storage:[btrfs@/g+/r]x":                                 `graph driver "btrfs" is not supported`,
-		"containers-storage:[vfs@/+/r]x":                                    "other than /",
-		"containers-storage:[vfs@/g+/r]UPPER":                               `image name "UPPER"`,
-		"containers-storage:[vfs@/g+/r]x@sha256:" + strings.Repeat("a", 64): "has a digest",
-		"containers-storage:[vfs@/g+/r:]x":                                  "an empty driver option",
+		"containers-storage:":                                                "the image name is empty",
+		"containers-storage:[vfs@/g+/r]":                                     "the image name is empty",
+		"containers-storage:[vfs@/g+/r":                                      "no closing ]",
+		"containers-storage:[@/g]x":                                          "the driver before @ is empty",
+		"containers-storage:[vfs@]x":                                         "the graph root is empty",
+		"containers-storage:[vfs@+/r]x":                                      "the graph root is empty",
+		"containers-storage:[vfs@g+/r]x":                                     `"g" is not an absolute path`,
+		"containers-storage:[vfs@/g+r]x":                                     `"r" is not an absolute path`,
+		"containers-storage:[btrfs@/g+/r]x":                                  `graph driver "btrfs" is not supported`,
+		"containers-storage:[vfs@/+/r]x":                                     "other than /",
+		"containers-storage:[vfs@/g+/r]UPPER":                                `image name "UPPER"`,
+		"containers-storage:[vfs@/g+/r]x@sha512:" + strings.Repeat("a", 128): "only sha256 digests",
+		"containers-storage:[vfs@/g+/r]x@sha256:" + strings.Repeat("a", 63):  `image name "x@sha256:`,
+		"containers-storage:[vfs@/g+/r:]x":                                   "an empty driver option",
 	} {
 		_, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: conf})
 		if err == nil || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), sub) || strings.Contains(err.Error(), "\n") {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/memfs"
 	"github.com/pullhelper/pullhelper/internal/safefile"
@@ -21,7 +22,7 @@ import (
 // may name (btrfs and devicemapper are compiled out).
 var storageDrivers = map[string]bool{"vfs": true, "overlay": true}
 
-const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG]"
+const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG|@DIGEST]"
 
 // confEnvMu serialises the CONTAINERS_STORAGE_CONF override of
 // loadStoreOptions: the one process-wide environment change left in dest.
@@ -85,10 +86,9 @@ func parseStorage(raw, rest string, o ParseOptions) (Spec, *storagetypes.StoreOp
 	if err != nil {
 		return Spec{}, nil, fmt.Errorf("image name %q: %v; %s", ref, err, storageForm)
 	}
-	if _, ok := named.(reference.Digested); ok {
-		return Spec{}, nil, fmt.Errorf("image name %q has a digest; name a tag (the stored image keeps the registry's digest)", ref)
+	if named, err = storageName(named); err != nil {
+		return Spec{}, nil, fmt.Errorf("image name %q: %v; %s", ref, err, storageForm)
 	}
-	named = reference.TagNameOnly(named)
 	so, err := loadStoreOptions(o.StorageConf)
 	if err != nil {
 		return Spec{}, nil, err
@@ -223,4 +223,38 @@ func setEnv(vars map[string]string) (restore func()) {
 			}
 		}
 	}
+}
+
+// storageName is the name a containers-storage: DEST's image gets: a
+// tag (":latest" when none is named), or REPO@sha256:DIGEST for a
+// digest, as CRI-O's PullImage stores a pull by digest (its destination
+// is containers/image's storage reference of the pulled name, whose
+// storageImageDestination.CommitWithOptions adds that name, no tag). A
+// tag beside the digest is dropped: the digest names the image (as
+// containerd's CRI and the kubelet read NAME:TAG@DIGEST).
+func storageName(named reference.Named) (reference.Named, error) {
+	d, ok := named.(reference.Digested)
+	if !ok {
+		return reference.TagNameOnly(named), nil
+	}
+	if d.Digest().Algorithm() != digest.SHA256 {
+		return nil, fmt.Errorf("digest %s: only sha256 digests are supported", d.Digest())
+	}
+	return reference.WithDigest(reference.TrimNamed(named), d.Digest())
+}
+
+// RefDigest is the digest a containers-storage: DEST's name carries
+// (REPO@sha256:DIGEST), "" for a tag or another transport.
+func RefDigest(s Spec) string {
+	if s.Transport != "containers-storage" {
+		return ""
+	}
+	named, err := reference.ParseNormalizedNamed(s.Ref)
+	if err != nil {
+		return ""
+	}
+	if d, ok := named.(reference.Digested); ok {
+		return d.Digest().String()
+	}
+	return ""
 }

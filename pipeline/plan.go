@@ -189,6 +189,14 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 		if p.dst, err = dest.ParseWith(in.Dest, dest.ParseOptions{StorageConf: l.Dest.StorageConf}); err != nil {
 			return nil, err
 		}
+		// A store DEST named by digest names the image pulled: refused
+		// before any network when IMAGE's digest is another (Verify
+		// checks the digest the pull fetched in every case).
+		if want := dest.RefDigest(p.dst.Spec()); want != "" {
+			if d, ok := named.(reference.Digested); ok && d.Digest().String() != want {
+				return nil, failure.New(failure.Usage, "destination %q names digest %s, but IMAGE %s names %s; name the same digest", in.Dest, want, p.Reference, d.Digest())
+			}
+		}
 		if err := p.configureStore(l); err != nil {
 			return nil, err
 		}

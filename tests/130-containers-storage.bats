@@ -261,6 +261,80 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     assert_success
 }
 
+# A pull by digest into REPO@DIGEST, the name CRI-O's PullImage stores a
+# digest pull under (containers/image's storage reference of the pulled
+# name: storageImageDestination.CommitWithOptions adds it, no tag).
+@test "containers-storage: IMAGE@DIGEST into REPO@DIGEST — podman lists it by that digest, no tag; a rerun is fine; NAME:TAG@DIGEST is stored by digest; another digest is refused" {
+    skip_unless_cmd podman
+    local want config repo
+    want=$(registry_digest fixtures/tiny:latest)
+    config=$(registry_manifest fixtures/tiny:latest | json_get .config.digest)
+    repo=$REGISTRY_HOST/fixtures/tiny
+    local bydigest="containers-storage:[vfs@$GRAPH+$RUN]$repo@$want"
+    for _ in 1 2; do
+        run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$want" "$bydigest"
+        assert_json_result
+        assert_equal "$(json_get .digest <<<"$output")" "$want"
+        assert_equal "$(json_get .image_id <<<"$output")" "$config"
+        assert_equal "$(json_get '.store.names' <<<"$output")" "[\"$repo@$want\"]"
+    done
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}} {{.ID}}'
+    assert_success
+    echo "$output"
+    assert_output "$repo:<none> $want $config"
+    run podman_store image inspect --format '{{json .RepoTags}} {{range .RepoDigests}}{{.}} {{end}}' "$repo@$want"
+    assert_success
+    assert_output "[] $repo@$want "
+    run ph_skopeo inspect --raw "$bydigest"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
+
+    # NAME:TAG@DIGEST: the tag is dropped, the image is named by digest.
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$want" "containers-storage:[vfs@$GRAPH+$RUN]$repo:v9@$want"
+    assert_json_result
+    assert_equal "$(json_get '.store.names' <<<"$output")" "[\"$repo@$want\"]"
+    run podman_store images --format '{{.Tag}}'
+    refute_output --partial v9
+
+    # IMAGE names another digest than DEST: exit 2 before any request.
+    local other before
+    other=sha256:$(printf x | sha256sum | cut -d' ' -f1)
+    before=$(registry_log_barrier)
+    run_pullhelper 2 pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$want" "containers-storage:[vfs@$GRAPH+$RUN]$repo@$other"
+    assert_json_error usage
+    [[ $ph_error_message == *"$other"*"$want"* ]] || fail "message names neither digest: $ph_error_message"
+    assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
+    # A tag pulled whose digest is not DEST's: the parent refuses what it
+    # would commit (exit 8), the store gets no image of that name.
+    run_pullhelper 8 pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo" "containers-storage:[vfs@$GRAPH+$RUN]$repo@$other"
+    assert_json_error verification
+    [[ $ph_error_message == *"$other"*"$want"* ]] || fail "message names neither digest: $ph_error_message"
+    run podman_store image exists "$repo@$other"
+    assert_failure
+    run ls -A "$GRAPH"
+    refute_output --partial .pullhelper-staging-
+}
+
+@test "containers-storage: a multi-platform index by its digest — one platform stored, named REPO@INDEX only; RepoDigests hold the index's and the instance's" {
+    skip_unless_cmd podman
+    local index instance repo
+    index=$(registry_digest fixtures/multi:latest)
+    repo=$REGISTRY_HOST/fixtures/multi
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$index" "containers-storage:[vfs@$GRAPH+$RUN]$repo@$index"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$index"
+    instance=$(json_get .instance_digest <<<"$output")
+    [[ $instance == sha256:* && $instance != "$index" ]] || fail "no instance digest: $instance"
+    assert_equal "$(json_get '.store.names' <<<"$output")" "[\"$repo@$index\"]"
+    run podman_store image inspect --format '{{json .RepoTags}}' "$repo@$index"
+    assert_success
+    assert_output "[]"
+    run podman_store image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$repo@$index"
+    assert_success
+    assert_line "$repo@$index"
+    assert_line "$repo@$instance"
+}
+
 # --platform (issue 24 item 14): the instance containers/image's
 # manifest.List.ChooseInstance picks for SystemContext OSChoice,
 # ArchitectureChoice, VariantChoice (skopeo's --override-*), imported into

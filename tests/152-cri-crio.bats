@@ -226,7 +226,7 @@ podman_on() {
     [[ ! -e $T/ph/cri.sock ]] || fail "a socket was created"
 }
 
-@test "cri-o: a graph root from crio.conf in a directory a local user owns is refused before anything is created there; a pull by digest is InvalidArgument" {
+@test "cri-o: a graph root from crio.conf in a directory a local user owns is refused before anything is created there" {
     local c=$T/etc/crio u=$T/user
     mkdir -p "$c" "$u"
     chown 65534:65534 "$u"
@@ -241,12 +241,52 @@ podman_on() {
     run ls -A "$u"
     assert_success
     assert_output ""
+}
 
-    run pcrictl pull --creds "$(creds)" "$REGISTRY_HOST/fixtures/tiny@$(registry_digest fixtures/tiny:latest)"
+# A pull by digest, as the kubelet sends one for every digest-pinned pod
+# image: CRI-O's PullImage (server/image_pull.go, internal/storage
+# PullImage) copies into containers/image's storage reference of the
+# pulled name, which stores the image as REPO@DIGEST with no tag
+# (storageImageDestination.CommitWithOptions), and answers the bare
+# storage ID as for a tag.
+@test "cri-o: crictl pull REPO@DIGEST stores the image as REPO@DIGEST, no tag; podman lists that digest; image_ref is the bare ID; a second pull of the digest is fine" {
+    local c=$T/etc/crio
+    mkdir -p "$c"
+    printf '[crio]\nroot = "%s"\nrunroot = "%s"\nstorage_driver = "vfs"\n' "$T/d/graph" "$T/d/run" >"$c/crio.conf"
+    cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
+    local repo="$REGISTRY_HOST/fixtures/tiny" id digest
+    id=$(config_hex fixtures/tiny:latest)
+    digest=$(registry_digest fixtures/tiny:latest)
+    local n
+    for n in 1 2; do
+        run pcrictl pull --creds "$(creds)" "$repo@$digest"
+        echo "$output"
+        assert_success
+        assert_output "Image is up to date for $id"
+        [[ $(grep -c '"msg":"pull"' "$T/cri.log") == "$n" ]] || fail "pull $n: $(grep -c '"msg":"pull"' "$T/cri.log") pull lines: $(cat "$T/cri.log")"
+    done
+    grep '"msg":"pull"' "$T/cri.log" | while read -r line; do
+        assert_equal "$(json_get .image_id <<<"$line")" "sha256:$id"
+    done
+
+    run podman_on "$T/d/graph" "$T/d/run" images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}} {{.ID}}'
+    echo "$output"
+    assert_success
+    assert_output "$repo:<none> $digest sha256:$id"
+    run podman_on "$T/d/graph" "$T/d/run" image inspect "$repo@$digest"
+    assert_success
+    assert_equal "$(json_get '.[0].Id' <<<"$output")" "$id"
+    assert_equal "$(json_get '.[0].RepoTags' <<<"$output")" "[]"
+    [[ $(json_get '.[0].RepoDigests' <<<"$output") == *"$repo@$digest"* ]] || fail "RepoDigests lack $repo@$digest: $output"
+    assert_secret_absent -f "$T/cri.log" "$T/cri.out"
+
+    # A malformed digest is still InvalidArgument, before any pull.
+    run pcrictl pull --creds "$(creds)" "$repo@sha256:abc"
     echo "$output"
     assert_failure
     assert_output --partial InvalidArgument
-    assert_output --partial "by digest into CRI-O's store is not supported"
+    [[ $(grep -c '"msg":"pull started"' "$T/cri.log") == 2 ]] || fail "a malformed digest was pulled: $(cat "$T/cri.log")"
+    assert_equal "$(grep '"msg":"pull"' "$T/cri.log" | tail -1 | json_get .code)" InvalidArgument
 }
 
 @test "cri-o: a runtime socket root does not own is refused, named with its owner: at start (--runtime auto's Version call) and for every forwarded call" {

@@ -72,7 +72,8 @@ and answers the image ID (image_ref) as the runtime's CRI does:
               image_ref is the storage ID without sha256:, as CRI-O answers. A short
               name is resolved through registries.conf (an alias, or the one
               unqualified-search registry), the DEST named after it. A pull by digest
-              is InvalidArgument (the DEST names a tag).
+              goes to containers-storage:[STORE]REPO@DIGEST, stored with no tag as
+              CRI-O stores it; image_ref the bare storage ID as for a tag.
 
 The request's auth (username/password, auth, identity_token) is the credential for its
 registry (server_address's host, else the image's as sent), in memory only; without

@@ -117,6 +117,8 @@ stderr carries logs (and progress bars on a terminal). Exit codes:
 		Long: `Pull IMAGE (host[:port]/repo[:tag][@digest]) into DEST, one of
   oci:PATH[:TAG]   dir:PATH   oci-archive:PATH[:TAG]   docker-archive:PATH[:REF]
   containerd:REF   containers-storage:[DRIVER@GRAPHROOT+RUNROOT]REF
+(a containers-storage: REF may be NAME@sha256:DIGEST, the digest pulled: the image is
+stored under that name, no tag, as CRI-O stores a pull by digest)
 
 The tag is resolved to a digest first and exactly that digest is copied. The image is
 written into a staging directory beside DEST and moved into place only when complete:
