@@ -25,7 +25,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -116,14 +115,7 @@ func startServe(t *testing.T, cfg Config) (runtimeapi.ImageServiceClient, string
 	}
 	dir := t.TempDir()
 	cfg.Runtime, cfg.Listen = filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph", "cri.sock")
-	l, err := net.Listen("unix", cfg.Runtime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := grpc.NewServer()
-	runtimeapi.RegisterImageServiceServer(rt, &fakeRuntime{gotMD: make(chan metadata.MD, 16), listAny: true})
-	go func() { _ = rt.Serve(l) }()
-	t.Cleanup(rt.Stop)
+	serveFake(t, cfg.Runtime, &fakeRuntime{gotMD: make(chan metadata.MD, 16), listAny: true}, nil)
 	logs := &syncBuffer{}
 	cfg.Log = slog.New(slog.NewJSONHandler(logs, nil))
 	if cfg.MetricsListen == "" {
@@ -132,10 +124,7 @@ func startServe(t *testing.T, cfg Config) (runtimeapi.ImageServiceClient, string
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { _, err := Serve(ctx, cfg); served <- err }()
-	conn, err := grpc.NewClient("unix://"+cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialCRI(t, cfg.Listen)
 	t.Cleanup(func() { conn.Close() })
 	// The "serving" line names the metrics address (port 0 resolved).
 	var addr string

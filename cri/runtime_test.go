@@ -19,7 +19,6 @@ import (
 	"github.com/pullhelper/pullhelper/pipeline"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -38,14 +37,7 @@ func (v *versionRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*
 func serveVersion(t *testing.T, name, version string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "rt.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, &versionRuntime{name: name, version: version})
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
+	serveFake(t, sock, nil, &versionRuntime{name: name, version: version})
 	return sock
 }
 
@@ -323,10 +315,7 @@ func TestServeCRIO(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { _, err := Serve(ctx, cfg); served <- err }()
-	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialCRI(t, phSock)
 	defer conn.Close()
 	c := runtimeapi.NewImageServiceClient(conn)
 	for _, image := range []string{"quay.io/a/b", "busybox"} {

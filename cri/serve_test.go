@@ -25,6 +25,37 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// serveFake serves a stand-in for the runtime's CRI (its image service,
+// its runtime service: either may be nil) on the unix socket sock until
+// the test ends.
+func serveFake(t *testing.T, sock string, images runtimeapi.ImageServiceServer, runtime runtimeapi.RuntimeServiceServer, opts ...grpc.ServerOption) {
+	t.Helper()
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	if images != nil {
+		runtimeapi.RegisterImageServiceServer(srv, images)
+	}
+	if runtime != nil {
+		runtimeapi.RegisterRuntimeServiceServer(srv, runtime)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+}
+
+// dialCRI is a client of the CRI on the unix socket sock, as crictl and
+// the kubelet dial it (no TLS); opts add to that. The caller closes it.
+func dialCRI(t *testing.T, sock string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+sock, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // fakeRuntime is the runtime's own CRI: a list, a stream (StreamImages, new
 // in cri-api v0.37), an error, and the metadata it was sent.
 type fakeRuntime struct {
@@ -107,15 +138,8 @@ func TestServe(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph", "cri.sock")
-	l, err := net.Listen("unix", rtSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := grpc.NewServer()
 	fake := &fakeRuntime{gotMD: make(chan metadata.MD, 1), listAfter: 3}
-	runtimeapi.RegisterImageServiceServer(rt, fake)
-	go func() { _ = rt.Serve(l) }()
-	defer rt.Stop()
+	serveFake(t, rtSock, fake, nil)
 
 	var planned []string
 	cfg := Config{
@@ -134,10 +158,7 @@ func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { _, err := Serve(ctx, cfg); served <- err }()
-	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialCRI(t, phSock)
 	defer conn.Close()
 	c := runtimeapi.NewImageServiceClient(conn)
 	// Wait for the socket (WaitForReady: no sleep).
@@ -225,15 +246,8 @@ func TestPullAwaitsListing(t *testing.T) {
 	defer func() { listedTimeout = old }()
 	dir := t.TempDir()
 	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph.sock")
-	l, err := net.Listen("unix", rtSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := grpc.NewServer()
 	fake := &fakeRuntime{gotMD: make(chan metadata.MD, 1)}
-	runtimeapi.RegisterImageServiceServer(rt, fake)
-	go func() { _ = rt.Serve(l) }()
-	defer rt.Stop()
+	serveFake(t, rtSock, fake, nil)
 	cfg := Config{
 		Listen: phSock, Runtime: rtSock, MaxParallel: 1,
 		Plan: func(Request) (*pipeline.Plan, error) { return &pipeline.Plan{}, nil },
@@ -244,13 +258,10 @@ func TestPullAwaitsListing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { _, err := Serve(ctx, cfg); served <- err }()
-	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialCRI(t, phSock)
 	defer conn.Close()
 	c := runtimeapi.NewImageServiceClient(conn)
-	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}, grpc.WaitForReady(true))
+	_, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}, grpc.WaitForReady(true))
 	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "did not list it within 300ms") {
 		t.Fatalf("never listed: %v", err)
 	}
@@ -307,14 +318,7 @@ func TestServeForwardsKubeletSizedAnswers(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "cri.sock")
-	l, err := net.Listen("unix", rtSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := grpc.NewServer(grpc.MaxSendMsgSize(16 << 20))
-	runtimeapi.RegisterImageServiceServer(rt, bigRuntime{})
-	go func() { _ = rt.Serve(l) }()
-	defer rt.Stop()
+	serveFake(t, rtSock, bigRuntime{}, nil, grpc.MaxSendMsgSize(16<<20))
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {
@@ -330,11 +334,8 @@ func TestServeForwardsKubeletSizedAnswers(t *testing.T) {
 		}
 	}()
 	// As the kubelet dials its image service (cri-client: 16 MiB).
-	conn, err := grpc.NewClient("unix://"+phSock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn := dialCRI(t, phSock,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer conn.Close()
 	list, err := runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{}, grpc.WaitForReady(true))
 	if err != nil {

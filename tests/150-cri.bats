@@ -9,6 +9,7 @@
 
 load helpers
 load containerd-cases
+load cri
 
 CTRD_FLAVOR=2
 
@@ -23,81 +24,22 @@ setup_file() {
 }
 
 setup() {
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CTRD_DIR=""
-    CRI_PID=""
+    cri_setup cri
     BG_LISTENER=""
-    CG_PARENT="/pullhelper-bats-cri-$$-${BATS_TEST_NUMBER}"
 }
 
 teardown() {
     reg_cont
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     [[ -z ${BG_LISTENER:-} ]] || { kill "$BG_LISTENER" 2>/dev/null; wait "$BG_LISTENER" 2>/dev/null; }
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
-    local d
-    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/pull-* "$d" 2>/dev/null || true
-    done
-    return 0
+    cri_cgroups_rm "$CG_PARENT"
 }
 
 # pull_cgroups: the per-pull cgroups under this test's parent (pids
 # hierarchy).
 pull_cgroups() {
     ls -d /sys/fs/cgroup/pids/"${CG_PARENT#/}"/pull-* 2>/dev/null || true
-}
-
-# cri_up [FLAGS...]: containerd (ctrd_up) and pullhelper cri in front of it,
-# on $PH_SOCK, logging to $T/cri.log; waits (at most 30 s) for the socket.
-cri_up() {
-    ctrd_up
-    PH_SOCK="$T/ph/cri.sock"
-    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 60\n' "$PH_SOCK" "$SOCK" >"$T/ph-crictl.yaml"
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$SOCK" \
-        --cert-dir "$REGISTRY_CERT_DIR" --cgroup-parent "$CG_PARENT" --containerd-snapshotter native --containerd-staging "$T/staging" \
-        --log-format json "$@" </dev/null >"$T/cri.out" 2>"$T/cri.log" &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && grep -q '"msg":"serving"' "$T/cri.log"; do
-        if ! _ph_pid_alive "$CRI_PID"; then
-            fail "pullhelper cri exited: $(cat "$T/cri.log")"
-            return
-        fi
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
-}
-
-# pcrictl ARGS...: crictl with the image service at pullhelper, the runtime
-# at containerd ($T/ph-crictl.yaml: image-endpoint, runtime-endpoint).
-pcrictl() {
-    timeout --kill-after=5 120 "$CRICTL" --config "$T/ph-crictl.yaml" "$@"
-}
-
-# reg_stop, reg_cont: stop (SIGSTOP) and continue the registry, to hold a
-# pull in flight (the kernel still accepts its connections).
-reg_stop() {
-    REG_STOPPED=$(pgrep -P "$REGISTRY_PID" || true)
-    [[ -n $REG_STOPPED ]] || REG_STOPPED=$REGISTRY_PID
-    kill -STOP $REG_STOPPED
-}
-
-reg_cont() {
-    [[ -z ${REG_STOPPED:-} ]] || kill -CONT $REG_STOPPED 2>/dev/null || true
-    REG_STOPPED=""
-}
-
-creds() {
-    printf '%s:%s' "$REGISTRY_USER" "$(tr -d '\n' <"$REGISTRY_DIR/password")"
-}
-
-# pull_lines: the log's per-pull lines (JSON).
-pull_lines() {
-    grep '"msg":"pull"' "$T/cri.log" || true
 }
 
 # manifest_gets BEFORE REF: the registry's manifest GETs of REF (a tag or

@@ -12,6 +12,7 @@
 
 load helpers
 load containerd-cases
+load cri
 
 CTRD_FLAVOR=2
 PH_DNSMASQ=${PH_DNSMASQ:-/usr/sbin/dnsmasq}
@@ -43,14 +44,10 @@ teardown_file() {
 }
 
 setup() {
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CTRD_DIR=""
-    CRI_PID=""
+    cri_setup cripod
     POD_ID=""
     DNS_NS=""
     DNSMASQ_PID=""
-    CG_PARENT="/pullhelper-bats-cripod-$$-${BATS_TEST_NUMBER}"
     POD_CG="/pullhelper-bats-pod-$$-${BATS_TEST_NUMBER}"
     # The policy: pods choose "inpod" (the pull in the pod's cgroup, 200Mi)
     # or "cluster" (the pod's DNS) by annotation; "hidden" exists but is
@@ -78,16 +75,10 @@ teardown() {
         ctrd_crictl stopp "$POD_ID" >/dev/null 2>&1 || true
         ctrd_crictl rmp "$POD_ID" >/dev/null 2>&1 || true
     fi
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     _dns_down
-    local d p
-    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}" /sys/fs/cgroup/*/"${POD_CG#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/*/ "$d" 2>/dev/null || true
-    done
-    return 0
+    cri_cgroups_rm "$CG_PARENT" "$POD_CG"
 }
 
 # pod_ctrd_up: ctrd_up, with fixtures/pause:1 of the test registry as the
@@ -113,47 +104,9 @@ pod_ctrd_up() {
 }
 
 # cri_up [FLAGS...]: pullhelper cri with $POLICY in front of the test's
-# containerd, on $PH_SOCK, logging to $T/cri.log; waits (at most 30 s) for
-# the socket.
+# containerd (pod_ctrd_up), as cri.bash's cri_up_on.
 cri_up() {
-    PH_SOCK="$T/ph/cri.sock"
-    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 60\n' "$PH_SOCK" "$SOCK" >"$T/ph-crictl.yaml"
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$SOCK" --policy "$POLICY" \
-        --cert-dir "$REGISTRY_CERT_DIR" --cgroup-parent "$CG_PARENT" --containerd-snapshotter native --containerd-staging "$T/staging" \
-        --log-format json "$@" </dev/null >"$T/cri.out" 2>"$T/cri.log" &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && grep -q '"msg":"serving"' "$T/cri.log"; do
-        if ! _ph_pid_alive "$CRI_PID"; then
-            fail "pullhelper cri exited: $(cat "$T/cri.log")"
-            return
-        fi
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
-}
-
-pcrictl() {
-    timeout --kill-after=5 120 "$CRICTL" --config "$T/ph-crictl.yaml" "$@"
-}
-
-reg_stop() {
-    REG_STOPPED=$(pgrep -P "$REGISTRY_PID" || true)
-    [[ -n $REG_STOPPED ]] || REG_STOPPED=$REGISTRY_PID
-    kill -STOP $REG_STOPPED
-}
-
-reg_cont() {
-    [[ -z ${REG_STOPPED:-} ]] || kill -CONT $REG_STOPPED 2>/dev/null || true
-    REG_STOPPED=""
-}
-
-creds() {
-    printf '%s:%s' "$REGISTRY_USER" "$(tr -d '\n' <"$REGISTRY_DIR/password")"
-}
-
-pull_lines() {
-    grep '"msg":"pull"' "$T/cri.log" || true
+    cri_up_on "$SOCK" --policy "$POLICY" "$@"
 }
 
 # pod_json FILE [ANNOTATION_VALUE [CGROUP_PARENT [DNS_JSON]]]: a pod

@@ -15,6 +15,7 @@
 # containers-storage store CRI-O would use, and podman reading that store.
 
 load helpers
+load cri
 
 setup_file() {
     [[ $(id -u) == 0 ]] || return 0
@@ -38,11 +39,8 @@ setup() {
     CRICTL=$(command -v crictl || true)
     [[ -n $CRICTL ]] || CRICTL="$PH_CACHE/bin/crictl"
     [[ -x $CRICTL ]] || skip "crictl not found in PATH or $PH_CACHE/bin (make deps builds it)"
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CRI_PID=""
+    cri_setup crio
     RT_PID=""
-    CG_PARENT="/pullhelper-bats-crio-$$-${BATS_TEST_NUMBER}"
     # storage.conf names store A; the tests' crio.conf moves it.
     STORAGE_CONF=$T/storage.conf
     printf '[storage]\ndriver = "vfs"\nrunroot = "%s"\ngraphroot = "%s"\n' "$T/a/run" "$T/a/graph" >"$STORAGE_CONF"
@@ -60,44 +58,16 @@ setup() {
 }
 
 teardown() {
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     [[ -z ${RT_PID:-} ]] || _ph_stop_pid "$RT_PID" criostandin
-    local d p
-    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/pull-* "$d" 2>/dev/null || true
-    done
-    return 0
+    cri_cgroups_rm "$CG_PARENT"
 }
 
 # cri_up [FLAGS...]: pullhelper cri on $PH_SOCK in front of the stand-in,
-# logging to $T/cri.log; waits (at most 30 s) for it to serve.
+# logging to $T/cri.log; waits (at most 30 s) for it to serve (cri.bash's
+# cri_serve; pcrictl: the image service at pullhelper).
 cri_up() {
-    PH_SOCK="$T/ph/cri.sock"
-    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 60\n' "$PH_SOCK" "$RT_SOCK" >"$T/crictl.yaml"
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$RT_SOCK" \
-        --cert-dir "$REGISTRY_CERT_DIR" --cgroup-parent "$CG_PARENT" --log-format json "$@" \
-        </dev/null >"$T/cri.out" 2>"$T/cri.log" &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && grep -q '"msg":"serving"' "$T/cri.log"; do
-        if ! _ph_pid_alive "$CRI_PID"; then
-            fail "pullhelper cri exited: $(cat "$T/cri.log")"
-            return
-        fi
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
-}
-
-# pcrictl ARGS...: crictl with the image service at pullhelper.
-pcrictl() {
-    timeout --kill-after=5 120 "$CRICTL" --config "$T/crictl.yaml" "$@"
-}
-
-creds() {
-    printf '%s:%s' "$REGISTRY_USER" "$(tr -d '\n' <"$REGISTRY_DIR/password")"
+    cri_serve "$RT_SOCK" --cert-dir "$REGISTRY_CERT_DIR" "$@"
 }
 
 # config_hex REPO:TAG: the hex of the image's config digest (CRI-O's and

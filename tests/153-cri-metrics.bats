@@ -9,6 +9,7 @@
 
 load helpers
 load containerd-cases
+load cri
 
 CTRD_FLAVOR=2
 
@@ -21,25 +22,15 @@ setup_file() {
 }
 
 setup() {
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CTRD_DIR=""
-    CRI_PID=""
+    cri_setup crim
     SOCK_DIR=""
-    CG_PARENT="/pullhelper-bats-crim-$$-${BATS_TEST_NUMBER}"
 }
 
 teardown() {
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     [[ -z ${SOCK_DIR:-} ]] || rm -rf "$SOCK_DIR"
-    local d
-    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/pull-* "$d" 2>/dev/null || true
-    done
-    return 0
+    cri_cgroups_rm "$CG_PARENT"
 }
 
 # crim_up SOCKDIR [FLAGS...]: containerd (ctrd_up) and pullhelper cri in
@@ -49,32 +40,9 @@ teardown() {
 crim_up() {
     local dir=$1
     shift
-    ctrd_up
-    PH_SOCK="$dir/cri.sock"
-    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 60\n' "$PH_SOCK" "$SOCK" >"$T/ph-crictl.yaml"
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$SOCK" --metrics-listen 127.0.0.1:0 \
-        --cert-dir "$REGISTRY_CERT_DIR" --cgroup-parent "$CG_PARENT" --containerd-snapshotter native --containerd-staging "$T/staging" \
-        --log-format json "$@" </dev/null >"$T/cri.out" 2>"$T/cri.log" &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && grep -q '"msg":"serving"' "$T/cri.log"; do
-        if ! _ph_pid_alive "$CRI_PID"; then
-            fail "pullhelper cri exited: $(cat "$T/cri.log")"
-            return
-        fi
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
+    CRI_SOCK_DIR=$dir cri_up --metrics-listen 127.0.0.1:0 "$@"
     METRICS=$(grep '"msg":"serving"' "$T/cri.log" | json_get .metrics_listen)
     [[ $METRICS == 127.0.0.1:* ]] || fail "the serving line names no metrics address: $(cat "$T/cri.log")"
-}
-
-pcrictl() {
-    timeout --kill-after=5 120 "$CRICTL" --config "$T/ph-crictl.yaml" "$@"
-}
-
-creds() {
-    printf '%s:%s' "$REGISTRY_USER" "$(tr -d '\n' <"$REGISTRY_DIR/password")"
 }
 
 # metric SAMPLE: the value of the sample "name{labels}" (labels sorted, as

@@ -17,6 +17,7 @@
 
 load helpers
 load containerd-cases
+load cri
 load faultproxy
 
 CTRD_FLAVOR=2
@@ -67,26 +68,16 @@ teardown_file() {
 
 setup() {
     skip_if_not_root "containerd, mount namespaces and cgroups need root"
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CTRD_DIR=""
-    CRI_PID=""
+    cri_setup cri-load
     REG_STOPPED=""
-    CG_PARENT="/pullhelper-bats-cri-load-$$-${BATS_TEST_NUMBER}"
 }
 
 teardown() {
     reg_cont
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     stop_all_faultproxies
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
-    local d p
-    for d in /sys/fs/cgroup/"${CG_PARENT#/}" /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
-    done
-    return 0
+    cri_cgroups_rm "$CG_PARENT"
 }
 
 # ns_exec CMD...: CMD in the service's mount namespace.
@@ -99,47 +90,8 @@ ns_exec() {
 # $T/ph/cri.sock, logging to $T/cri.log (appended: a restart keeps the
 # earlier lines); waits (at most 30 s) until it serves.
 ph_up() {
-    PH_SOCK="$T/ph/cri.sock"
-    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 60\n' "$PH_SOCK" "$SOCK" >"$T/ph-crictl.yaml"
-    local serving
-    serving=$(grep -c '"msg":"serving"' "$T/cri.log" 2>/dev/null || true)
-    # nsenter execs: the pid is pullhelper's own.
-    nsenter --mount="$PH_NSDIR/mnt" -- "${PH_BIN:-$PULLHELPER}" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$SOCK" \
-        --cgroup-parent "$CG_PARENT" --containerd-snapshotter native --containerd-staging "$T/staging" \
-        --log-format json "$@" </dev/null >>"$T/cri.out" 2>>"$T/cri.log" 3>&- &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && (($(grep -c '"msg":"serving"' "$T/cri.log") > ${serving:-0})); do
-        if ! _ph_pid_alive "$CRI_PID"; then
-            fail "pullhelper cri exited: $(cat "$T/cri.log")"
-            return
-        fi
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
-}
-
-pcrictl() {
-    timeout --kill-after=5 120 "$CRICTL" --config "$T/ph-crictl.yaml" "$@"
-}
-
-reg_stop() {
-    REG_STOPPED=$(pgrep -P "$REGISTRY_PID" || true)
-    [[ -n $REG_STOPPED ]] || REG_STOPPED=$REGISTRY_PID
-    kill -STOP $REG_STOPPED
-}
-
-reg_cont() {
-    [[ -z ${REG_STOPPED:-} ]] || kill -CONT $REG_STOPPED 2>/dev/null || true
-    REG_STOPPED=""
-}
-
-creds() {
-    printf '%s:%s' "$REGISTRY_USER" "$(tr -d '\n' <"$REGISTRY_DIR/password")"
-}
-
-pull_lines() {
-    grep '"msg":"pull"' "$T/cri.log" || true
+    CRI_MNTNS=$PH_NSDIR/mnt CRI_BIN=${PH_BIN:-$PULLHELPER} CRI_APPEND=1 \
+        cri_serve "$SOCK" --containerd-snapshotter native --containerd-staging "$T/staging" "$@"
 }
 
 # count_lines REGEX: lines of the service's log matching REGEX.

@@ -23,6 +23,7 @@
 
 load helpers
 load containerd-cases
+load cri
 
 CTRD_FLAVOR=2
 PH_CRITEST=${PH_CRITEST:-$PH_CACHE/bin/critest-v1.37.0}
@@ -82,30 +83,21 @@ teardown_file() {
 }
 
 setup() {
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CTRD_DIR=""
-    CRI_PID=""
-    CG_PARENT="/pullhelper-bats-critest-$$-${BATS_TEST_NUMBER}"
+    cri_setup critest
     BRIDGE=""
     POD_DIRS=()
 }
 
 teardown() {
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
     [[ -z ${BRIDGE:-} ]] || ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
-    local d p
+    local d
     # The directories the pods made that were not there before (the pods'
     # parent cgroups, containerd's /k8s.io on cgroupfs; libcni's result
     # cache), once empty: rmdir removes nothing else.
     for d in "${POD_DIRS[@]}"; do rmdir "$d" 2>/dev/null || true; done
-    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/pull-* "$d" 2>/dev/null || true
-    done
-    return 0
+    cri_cgroups_rm "$CG_PARENT"
 }
 
 # critest_up: containerd 2.x below $T/ctrd (no registry credential: the
@@ -143,20 +135,7 @@ critest_up() {
     fi
     ctrd_start "$CTRD_DIR" || return
     SOCK="$CTRD_DIR/c.sock"
-    PH_SOCK="$T/ph/cri.sock"
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$SOCK" \
-        --containerd-config "$CTRD_DIR/config.toml" --cgroup-parent "$CG_PARENT" --containerd-staging "$T/staging" \
-        --log-format json </dev/null >"$T/cri.out" 2>"$T/cri.log" &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && grep -q '"msg":"serving"' "$T/cri.log"; do
-        if ! _ph_pid_alive "$CRI_PID"; then
-            fail "pullhelper cri exited: $(cat "$T/cri.log")"
-            return
-        fi
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
+    cri_start "$SOCK" --containerd-config "$CTRD_DIR/config.toml" --containerd-staging "$T/staging"
 }
 
 # spec_states: "STATE<TAB>TEXT" of every spec in critest's JSON report.

@@ -13,6 +13,7 @@
 load helpers
 load containerd-cases
 load faultproxy
+load cri
 
 CTRD_FLAVOR=2
 
@@ -63,43 +64,14 @@ teardown_file() {
 
 setup() {
     skip_if_not_root
-    ph_test_setup
-    T=$BATS_TEST_TMPDIR
-    CTRD_DIR=""
-    CRI_PID=""
-    CG_PARENT="/pullhelper-bats-cricreds-$$-${BATS_TEST_NUMBER}"
+    cri_setup cricreds
 }
 
 teardown() {
     stop_all_faultproxies
-    [[ -z ${CRI_PID:-} ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri"
+    cri_stop
     [[ -z ${CTRD_DIR:-} ]] || ctrd_stop "$CTRD_DIR"
-    local d p
-    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
-        [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/pull-* "$d" 2>/dev/null || true
-    done
-    return 0
-}
-
-# cri_up [FLAGS...]: containerd 2.x and pullhelper cri in front of it on
-# $PH_SOCK (as tests/150-cri.bats), logging to $T/cri.log.
-cri_up() {
-    ctrd2_require
-    ctrd_up
-    PH_SOCK="$T/ph/cri.sock"
-    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 60\n' "$PH_SOCK" "$SOCK" >"$T/ph-crictl.yaml"
-    "$PULLHELPER" cri --listen "unix://$PH_SOCK" --runtime-endpoint "unix://$SOCK" \
-        --cert-dir "$REGISTRY_CERT_DIR" --cgroup-parent "$CG_PARENT" --containerd-snapshotter native --containerd-staging "$T/staging" \
-        --log-format json "$@" </dev/null >"$T/cri.out" 2>"$T/cri.log" &
-    CRI_PID=$!
-    local deadline=$((SECONDS + 30))
-    until [[ -S $PH_SOCK ]] && grep -q '"msg":"serving"' "$T/cri.log"; do
-        _ph_pid_alive "$CRI_PID" || { fail "pullhelper cri exited: $(cat "$T/cri.log")"; return; }
-        ((SECONDS < deadline)) || { fail "pullhelper cri did not listen within 30 s: $(cat "$T/cri.log")"; return; }
-        sleep 0.05
-    done
+    cri_cgroups_rm "$CG_PARENT"
 }
 
 # cripull IMAGE <AUTH_JSON: one PullImage with that AuthConfig.
