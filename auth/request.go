@@ -56,13 +56,16 @@ func (k requestKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
 // sameRegistryHost: endpoint host h is the registry host want (an exact,
 // case-insensitive match; Docker Hub's three names are one).
 func sameRegistryHost(h, want string) bool {
-	hub := func(s string) string {
-		switch s = strings.ToLower(s); s {
-		case "registry-1.docker.io", "index.docker.io":
-			return "docker.io"
-		default:
-			return s
-		}
+	return h != "" && RegistryHost(h) == RegistryHost(want)
+}
+
+// RegistryHost is host as a Request names it: lower case, and Docker Hub's
+// endpoint names (registry-1.docker.io, index.docker.io) as docker.io.
+func RegistryHost(host string) string {
+	switch host = strings.ToLower(host); host {
+	case "registry-1.docker.io", "index.docker.io":
+		return "docker.io"
+	default:
+		return host
 	}
-	return h != "" && hub(h) == hub(want)
 }

@@ -107,11 +107,7 @@ func credentialHost(server, image string) (string, error) {
 		if !plainHost(u.Host) {
 			return bad("not a plain host[:port] (a pattern or a character no host name has)")
 		}
-		h := strings.ToLower(u.Host)
-		if h == "index.docker.io" || h == "registry-1.docker.io" {
-			return "docker.io", nil
-		}
-		return h, nil
+		return auth.RegistryHost(u.Host), nil
 	}
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
