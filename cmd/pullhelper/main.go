@@ -46,7 +46,10 @@ func main() {
 	if isChild, code := reexec.Dispatch(); isChild {
 		os.Exit(code)
 	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	stop := startProfile()
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // inspectCommands, when set (by tests only), is shown the complete command
