@@ -63,6 +63,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	// DEST as the result names it (its absolute path; a store's name for
 	// it): the copy's lines cannot, it is never told the path.
 	o.Log.Info("pulling", "image", p.Reference, "destination", p.dst.String())
+	roots := readSystemRoots()
 	m, err := p.LoadMaterial()
 	if err != nil {
 		return nil, err
@@ -77,7 +78,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 		return nil, err
 	}
 	defer unlock()
-	s := &pullSteps{p: p, o: &o, m: m}
+	s := &pullSteps{p: p, o: &o, m: m, roots: roots}
 	if p.Isolation.Enabled {
 		s.r = &isolatedRunner{p: p, o: &o}
 	} else {

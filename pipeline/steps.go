@@ -42,6 +42,9 @@ type pullSteps struct {
 	o *Options
 	m *pull.Material
 	r runner
+	// roots waits for the system's trust roots, read while the pull is
+	// prepared, for the copy's Material (nil in the sequence's test).
+	roots func() []byte
 
 	id        *dest.Identity
 	shared    bool
@@ -129,6 +132,9 @@ func (s *pullSteps) prehash() {
 func (s *pullSteps) abortPrehash() { s.pre.Abort() }
 
 func (s *pullSteps) copy(ctx context.Context) (*pull.Report, error) {
+	if s.roots != nil {
+		s.m.SystemRoots = s.roots()
+	}
 	s.o.phases.copyStart = time.Now()
 	rep, err := s.r.copy(ctx, s.m, prehashing(s.pre, progressOnly(s.o.Events)))
 	s.o.phases.copyEnd = time.Now() // waiting for the hashes ahead is verification

@@ -15,8 +15,10 @@
 //   - A Request is JSON-representable; secrets and file contents travel in
 //     Material, never in a Request, explain, logs or errors.
 //   - The copy reads no registry configuration of the host: credentials,
-//     certificates, registries.conf, registries.d and the signature policy
-//     come in Material, which it writes into its private configuration
+//     certificates, the system's trust roots (read by the parent where Go
+//     reads them; only when the parent sent none does x509 load them
+//     here), registries.conf, registries.d and the signature policy come
+//     in Material, which it writes into its private configuration
 //     directory (Stage.Config, in memory: the child's tmpfs, or in process
 //     a tmpfs held by descriptor), not into the staging area (Stage.Work,
 //     on DEST's filesystem), which holds the image being copied and its

@@ -32,6 +32,13 @@ type Material struct {
 	// RegistriesD are the files of registries.d (signature lookaside
 	// configuration), name → content.
 	RegistriesD map[string][]byte `json:"registries_d,omitempty"`
+	// SystemRoots are the system's trust roots as x509.SystemCertPool
+	// would read them in the parent (PEM, each certificate once); nil: the
+	// copy loads them itself, as Go does. Every endpoint's pool starts
+	// from them (roots.go).
+	SystemRoots []byte `json:"system_roots,omitempty"`
+
+	roots rootPool // built from SystemRoots once per Copy
 }
 
 // Secret is one credential as the registry client needs it.

@@ -110,7 +110,10 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 	// systemContext under certs.d/HOST, as containers/image lays them
 	// out), verification off when the endpoint or --tls-verify=false says
 	// so; an insecure endpoint may fall back to plain http.
-	tlsc := &tls.Config{MinVersion: tls.VersionTLS12}
+	// The system's roots as the parent read them (nil: Go's own, loaded
+	// here); containers/image's SetupCertificates adds the host's CAs to
+	// them, as it adds them to x509.SystemCertPool.
+	tlsc := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: m.systemPool()}
 	if sys.DockerPerHostCertDirPath != "" {
 		if err := tlsclientconfig.SetupCertificates(filepath.Join(sys.DockerPerHostCertDirPath, filepath.Base(e.Host)), tlsc); err != nil {
 			return ep, failure.Wrap(failure.TLS, err, "loading the certificates of %s", e.Host)

@@ -1,0 +1,122 @@
+package pipeline
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// testCA is a self-signed CA certificate as PEM.
+func testCA(t *testing.T, name string) []byte {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// subjects lists the common names of the certificates in b, in order.
+func subjects(t *testing.T, b []byte) []string {
+	t.Helper()
+	var out []string
+	for len(b) > 0 {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c.Subject.CommonName)
+	}
+	return out
+}
+
+// systemRoots reads what x509.SystemCertPool reads (SSL_CERT_FILE, then
+// every file of SSL_CERT_DIR but same-directory symlinks), each
+// certificate once.
+func TestSystemRootsReadsWhatGoReads(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := testCA(t, "a"), testCA(t, "b"), testCA(t, "c")
+	bundle := filepath.Join(dir, "bundle.pem")
+	if err := os.WriteFile(bundle, append(append([]byte{}, a...), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for n, content := range map[string][]byte{"b.pem": b, "c.pem": c, "notes.txt": []byte("not a certificate\n")} {
+		if err := os.WriteFile(filepath.Join(certs, n), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("c.pem", filepath.Join(certs, "1234abcd.0")); err != nil { // c_rehash's link
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", bundle)
+	t.Setenv("SSL_CERT_DIR", certs)
+	got := systemRoots()
+	if s := subjects(t, got); len(s) != 3 || s[0] != "a" || s[1] != "b" || s[2] != "c" {
+		t.Fatalf("roots %v, want [a b c] (each once)", s)
+	}
+	ours := x509.NewCertPool()
+	ours.AppendCertsFromPEM(got)
+	if !ours.Equal(poolOf(t, a, b, c)) {
+		t.Fatal("the pool of the roots read is not the pool of a, b and c")
+	}
+}
+
+func poolOf(t *testing.T, pems ...[]byte) *x509.CertPool {
+	t.Helper()
+	p := x509.NewCertPool()
+	for _, b := range pems {
+		if !p.AppendCertsFromPEM(b) {
+			t.Fatal("bad PEM")
+		}
+	}
+	return p
+}
+
+// Past a bound nothing is handed over: the copy loads the roots itself
+// (as Go would, the big file included), never a pool missing one.
+func TestSystemRootsTooBigIsNone(t *testing.T) {
+	dir := t.TempDir()
+	a := testCA(t, "a")
+	bundle := filepath.Join(dir, "bundle.pem")
+	if err := os.WriteFile(bundle, a, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("#"), maxRootFile+1)
+	if err := os.WriteFile(filepath.Join(certs, "huge.pem"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", bundle)
+	t.Setenv("SSL_CERT_DIR", certs)
+	if got := systemRoots(); got != nil {
+		t.Fatalf("a file past %d bytes: got %d bytes of roots, want none", maxRootFile, len(got))
+	}
+}
