@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	cg "github.com/opencontainers/cgroups"
@@ -26,6 +25,13 @@ func (g *Group) BornInside() bool { return !g.v2 && !g.systemd }
 // nothing else in between. While the thread is inside it counts against
 // pids.max. leave moves it back where it was; if leave fails the thread
 // must exit (return from the locked goroutine without unlocking).
+//
+// Each move writes "0" to the tasks file, the kernel's name for the writing
+// thread, not the thread's id: a single-thread move of the writer skips
+// the global threadgroup lock (cgroup_procs_write_start, "cgroup: Optimize
+// single thread migration", Linux 6.0), whose write side waits for an RCU
+// grace period. Measured here (Linux 6.18, four hierarchies, in and out):
+// 8-11 ms with the id, 0.2 ms with "0".
 func (g *Group) EnterThread() (leave func() error, err error) {
 	tid := unix.Gettid()
 	tidFile := fmt.Sprintf("/proc/self/task/%d/cgroup", tid)
@@ -37,7 +43,7 @@ func (g *Group) EnterThread() (leave func() error, err error) {
 	leave = func() error {
 		var errs []error
 		for _, dir := range back {
-			if err := cg.WriteFile(dir, "tasks", strconv.Itoa(tid)); err != nil {
+			if err := cg.WriteFile(dir, "tasks", thisThread); err != nil {
 				errs = append(errs, fmt.Errorf("moving the forking thread back to %s: %w", dir, err))
 			}
 		}
@@ -57,7 +63,7 @@ func (g *Group) EnterThread() (leave func() error, err error) {
 			_ = leave()
 			return nil, err
 		}
-		if err := cg.WriteFile(dir, "tasks", strconv.Itoa(tid)); err != nil {
+		if err := cg.WriteFile(dir, "tasks", thisThread); err != nil {
 			_ = leave()
 			return nil, fmt.Errorf("moving the forking thread into cgroup %s: %w", dir, err)
 		}
@@ -65,6 +71,9 @@ func (g *Group) EnterThread() (leave func() error, err error) {
 	}
 	return leave, nil
 }
+
+// thisThread, written to a v1 tasks file, is the writing thread.
+const thisThread = "0"
 
 // ownDir is the directory of cgroup path rel (as /proc/…/cgroup shows it) in
 // the v1 hierarchy of controller ctl.
