@@ -1,7 +1,12 @@
 // Package privdrop takes every privilege away from the pull child before it
 // touches the network, and proves it did.
 //
-// Order (Drop): clear the capability bounding set; setgroups([]),
+// Before it: the parent's thread that forks the child limits its own
+// bounding set to ChildCaps (LimitBoundingSet), so the child, executed as
+// root, is granted only what it uses before the drop (its mounts, the
+// chown of its configuration directory, the drop itself).
+//
+// Order (Drop): clear what is left of the capability bounding set; setgroups([]),
 // setresgid, setresuid to the pull uid/gid; clear the effective, permitted,
 // inheritable and ambient capability sets; PR_SET_NO_NEW_PRIVS; install a
 // seccomp filter (TSYNC). Then Verify reads /proc/self/task/*/status and

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +33,15 @@ func Drop(id Identity, withSeccomp bool) error {
 		return err
 	}
 	for c := 0; c <= last; c++ {
+		// Only what is still in the set (each is one all-threads call,
+		// which stops every thread): a child spawned by a thread that
+		// limited its own (LimitBoundingSet) holds a few. Every thread
+		// descends from the first and this loop is the only change to
+		// the set, so this thread's set is every thread's; Verify reads
+		// each thread's CapBnd after the drop all the same.
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue
+		}
 		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
 			return fmt.Errorf("dropping capability %d from the bounding set: %v", c, e)
 		}
@@ -336,6 +346,38 @@ func loadFilter() error {
 		// With TSYNC the kernel returns the id of a thread it could not
 		// synchronise (one with a diverging filter); nothing was installed.
 		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
+	}
+	return nil
+}
+
+// ChildCaps are the capabilities the pull child uses before Drop, as root
+// in its own mount namespace: mounting its private /tmp, the staging and
+// cache trees and the DNS files (SYS_ADMIN), giving its configuration
+// directory to the pull uid (CHOWN, FOWNER, FSETID, DAC_OVERRIDE,
+// DAC_READ_SEARCH), and the drop itself (SETGID, SETUID, SETPCAP).
+var ChildCaps = []uintptr{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER,
+	unix.CAP_FSETID, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP, unix.CAP_SYS_ADMIN}
+
+// LimitBoundingSet removes from the calling OS thread's capability
+// bounding set every capability but keep. The caller has locked its
+// goroutine to the thread for good (runtime.LockOSThread, never unlocked:
+// the thread ends with the goroutine). A program the thread then forks and
+// executes as root is granted only keep (the bounding set caps what an
+// execve grants), so the pull child never holds the others, even before
+// it drops, and its Drop has fewer capabilities to remove on every
+// thread. The thread's own effective capabilities are unchanged.
+func LimitBoundingSet(keep []uintptr) error {
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	for c := 0; c <= last; c++ {
+		if slices.Contains(keep, uintptr(c)) {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("limiting the bounding set of the thread that starts the pull child (capability %d): %w", c, err)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/netns"
+	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
 )
@@ -225,6 +226,12 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Lo
 				started <- failure.Wrap(failure.Isolation, err, "")
 				return
 			}
+		}
+		// The child is granted only the capabilities it uses before it
+		// drops them all.
+		if err := privdrop.LimitBoundingSet(privdrop.ChildCaps); err != nil {
+			started <- failure.Wrap(failure.Isolation, err, "")
+			return
 		}
 		var leave func() error
 		if g.BornInside() {
