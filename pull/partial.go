@@ -300,7 +300,7 @@ func (r *resumeReader) Read(p []byte) (int, error) {
 		}
 		return 0, io.ErrUnexpectedEOF
 	}
-	n, err := fill(r.body, p)
+	n, err := r.body.Read(p)
 	if n > 0 {
 		if r.kept > 0 {
 			// Only a stream that starts with kept bytes needs a hash of
@@ -315,24 +315,6 @@ func (r *resumeReader) Read(p []byte) (int, error) {
 		if ferr := r.finish(); ferr != nil {
 			return n, ferr
 		}
-	}
-	return n, err
-}
-
-// fill reads from body into p until p is full, body fails or gives
-// nothing. A TLS body returns at most a record (16 KiB) a Read: filled, the
-// copy's 128 KiB buffer becomes one write to the kept file instead of
-// eight, and one pass down the copy's chain of readers (the digest, the
-// progress, the byte count).
-func fill(body io.Reader, p []byte) (int, error) {
-	n, err := body.Read(p)
-	for err == nil && n > 0 && n < len(p) {
-		var m int
-		m, err = body.Read(p[n:])
-		if m == 0 && err == nil {
-			break
-		}
-		n += m
 	}
 	return n, err
 }
