@@ -89,6 +89,17 @@ def argv(tool, host, img, dst, extra=()):
     raise KeyError(tool)
 
 
+def err_tail(stderr):
+    """The last two lines of a failed command's stderr that are not warnings
+    (ctr prints containerd's deprecation warnings before its error), on one
+    line, at most 600 characters."""
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode(errors="replace")
+    lines = [ln.strip() for ln in stderr.split("\n")
+             if ln.strip() and "level=warning" not in ln]
+    return " / ".join(lines[-2:])[-600:]
+
+
 def measure(a, env=None, pullhelper=False, proxy=False):
     """Runs a under bench/meter; returns the measurements (and, for
     pullhelper, its result's usage, bytes and timings, and the post-copy
@@ -108,7 +119,7 @@ def measure(a, env=None, pullhelper=False, proxy=False):
     ok = p.returncode == 0
     r = {"ok": ok, "exit_code": p.returncode}
     if not ok:
-        r["stderr"] = p.stderr.decode(errors="replace")[-600:]
+        r["stderr"] = err_tail(p.stderr)
     if os.path.exists(rep):
         with open(rep) as f:
             mr = json.load(f)
@@ -358,7 +369,7 @@ def ctrd_state():
                              ("snapshots", ("snapshots", "--snapshotter", "native", "ls"), 1)):
         p = ctr(*args)
         if p.returncode != 0:
-            die(f"ctr {' '.join(args)} failed: {p.stderr.strip()[-300:]}")
+            die(f"ctr {' '.join(args)} failed: {err_tail(p.stderr)}")
         out[what] = [line.split()[0] for line in p.stdout.split("\n")[skip:] if line.strip()]
     return out
 
@@ -374,7 +385,7 @@ def ctrd_empty():
         if s["images"]:
             p = ctr("images", "rm", "--sync", *s["images"])
             if p.returncode != 0:
-                die(f"ctr images rm --sync failed: {p.stderr.strip()[-300:]}")
+                die(f"ctr images rm --sync failed: {err_tail(p.stderr)}")
         else:
             time.sleep(0.1)
 
@@ -437,7 +448,7 @@ def cri_pull(path):
     p = crictl(CRI_PATHS[path], "pull", ref)
     wall = time.monotonic() - t0
     if p.returncode != 0:
-        die(f"crictl pull through {path} failed: {(p.stdout + p.stderr).strip()[-600:]}")
+        die(f"crictl pull through {path} failed: {err_tail(p.stdout + p.stderr)}")
     return wall
 
 
