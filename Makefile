@@ -108,7 +108,7 @@ test: deps lint man test-unit test-fuzz test-system test-vm test-vm-systemd
 # oci: (isolated, --no-isolation) against skopeo, crane and the durable floor
 # (ROUNDS, default 7); containers-storage: against skopeo copy and containerd:
 # against ctr images pull (STORE_ROUNDS, 5); the targets of issue 26 met or
-# not; about 4 minutes, at most 10. Tables on stdout, details in
+# not; about 3 minutes, at most 10. Tables on stdout, details in
 # bench/results.json; see README "Performance".
 bench: deps build
 	@test -x $(CRANE) || { echo "building crane $(CRANE_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION); }
