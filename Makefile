@@ -104,9 +104,12 @@ test-system: build build-hostile
 # QEMU guest and the systemd driver's in a second one.
 test: deps lint man test-unit test-fuzz test-system test-vm test-vm-systemd
 
-# bench: pullhelper (isolated, --no-isolation) against skopeo, crane and the
-# durable floor, side by side, as ratios (ROUNDS, default 7); about 5 minutes.
-# Table on stdout, details in bench/results.json; see README "Performance".
+# bench: pullhelper against the owners' tools per destination kind, as ratios:
+# oci: (isolated, --no-isolation) against skopeo, crane and the durable floor
+# (ROUNDS, default 7); containers-storage: against skopeo copy and containerd:
+# against ctr images pull (STORE_ROUNDS, 5); the targets of issue 26 met or
+# not; about 3 minutes, at most 10. Tables on stdout, details in
+# bench/results.json; see README "Performance".
 bench: deps build
 	@test -x $(CRANE) || { echo "building crane $(CRANE_VERSION)"; GOBIN=$(CURDIR)/tests/.cache/bin GOFLAGS= CGO_ENABLED=0 $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION); }
 	@bash bench/bench.sh

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# make bench: pullhelper (isolated and --no-isolation) side by side with
-# skopeo copy, crane pull --format oci and the durable floor (bench/floor),
-# on a local TLS + htpasswd registry, interleaved, medians; see bench/bench.py
-# for what is measured and README "Performance" for how to read it.
-# Environment: ROUNDS (default 7, after one warm-up), TTFB_ROUNDS (3),
+# make bench: pullhelper side by side with the owners' tools on a local TLS +
+# htpasswd registry, interleaved, medians, per destination kind: oci:
+# (isolated and --no-isolation against skopeo copy, crane pull --format oci
+# and the durable floor, bench/floor), containers-storage: (isolated against
+# skopeo copy into a fresh overlay store) and containerd: (isolated against
+# ctr images pull into the containerd 2.x of make deps, unpacked, native);
+# see bench/bench.py for what is measured, README "Performance" for how to
+# read it. Environment: ROUNDS (default 7, after one warm-up), STORE_ROUNDS
+# (the containers-storage: and containerd: rows, 5), TTFB_ROUNDS (3),
 # MEM_ROUNDS (3), CRI_ROUNDS (3), CRANE (path of crane; make bench builds
 # the pinned one).
 # With the containerd 2.x and crictl of make deps it also compares, on the
@@ -25,12 +29,21 @@ source "$ROOT/tests/helpers.bash"
 CRI_PID=""
 CTRD_DIR=""
 bench_cleanup() {
+    local m
     [[ -z $CRI_PID ]] || _ph_stop_pid "$CRI_PID" "pullhelper cri" >/dev/null 2>&1 || true
     [[ -z $CTRD_DIR ]] || ctrd_stop "$CTRD_DIR" >/dev/null 2>&1 || true
     stop_registry >/dev/null 2>&1 || true
+    # What a store pull left mounted below the bench's directory (skopeo's
+    # overlay home, a layer an interrupted pull had mounted), innermost
+    # first, as tests/130-containers-storage.bats' teardown does.
+    { findmnt -rn -o TARGET | grep -F "$BATS_FILE_TMPDIR/" || true; } | sort -r | while read -r m; do
+        umount "$m" 2>/dev/null || umount -l "$m" || echo "bench: could not unmount $m" >&2
+    done
     rm -rf "$BATS_FILE_TMPDIR"
 }
 trap bench_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 [[ $(id -u) -eq 0 ]] || fail "run as root (the isolated pull needs it)"
 CRANE=${CRANE:-$PH_CACHE/bin/crane}
@@ -79,6 +92,8 @@ CRICTL=$(command -v crictl || true)
 [[ -n $CRICTL ]] || CRICTL=$PH_CACHE/bin/crictl
 if [[ ! -x $PH_CONTAINERD2_DIR/containerd ]]; then
     BENCH_CRI_SKIP="no containerd $PH_CONTAINERD2_VERSION in $PH_CONTAINERD2_DIR (make deps builds it)"
+elif [[ ! -x $PH_CONTAINERD2_DIR/ctr ]]; then
+    BENCH_CRI_SKIP="no ctr beside containerd in $PH_CONTAINERD2_DIR (make deps builds it)"
 elif [[ ! -x $CRICTL ]]; then
     BENCH_CRI_SKIP="no crictl in PATH or $PH_CACHE/bin (make deps builds it)"
 else
@@ -100,14 +115,34 @@ else
         ((SECONDS < deadline)) || fail "pullhelper cri did not listen within 30 s"
         sleep 0.05
     done
-    export BENCH_CRI_SOCK BENCH_CTRD_SOCK=$CTRD_DIR/c.sock BENCH_CRICTL=$CRICTL
+    export BENCH_CRI_SOCK BENCH_CTRD_SOCK=$CTRD_DIR/c.sock BENCH_CRICTL=$CRICTL BENCH_CTR=$PH_CONTAINERD2_DIR/ctr
+    BENCH_CTRD_VERSION=$("$CTRD_BIN" --version | awk '{print $3}')
+    export BENCH_CTRD_VERSION
 fi
 export BENCH_CRI_SKIP BENCH_CRI_ROUNDS=${CRI_ROUNDS:-3}
 
-export BENCH_ROUNDS=${ROUNDS:-7} BENCH_TTFB_ROUNDS=${TTFB_ROUNDS:-3} BENCH_MEM_ROUNDS=${MEM_ROUNDS:-3}
+export BENCH_ROUNDS=${ROUNDS:-7} BENCH_STORE_ROUNDS=${STORE_ROUNDS:-5} BENCH_TTFB_ROUNDS=${TTFB_ROUNDS:-3} BENCH_MEM_ROUNDS=${MEM_ROUNDS:-3}
 export BENCH_TMP=$BATS_FILE_TMPDIR BENCH_BIN=$BATS_FILE_TMPDIR/bin BENCH_CRANE=$CRANE BENCH_PULLHELPER=$PULLHELPER
 export BENCH_RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results.json}
 export BENCH_PROXY_PORT
 BENCH_PROXY_PORT=$(_ph_free_port)
 exec 3>&-
-"$PH_PYTHON" "$BENCH_DIR/bench.py"
+# bench.py in a session of its own, so that SIGINT or SIGTERM to this script
+# reaches it and every pull it runs (meter, pullhelper, skopeo, ctr) as one
+# process group; bash would otherwise run the trap only after it finished.
+# The EXIT trap then stops the daemons and unmounts and removes the rest.
+setsid "$PH_PYTHON" "$BENCH_DIR/bench.py" &
+BENCH_PY=$!
+bench_stop() {
+    local deadline=$((SECONDS + 30))
+    kill -TERM -- "-$BENCH_PY" 2>/dev/null || kill -TERM "$BENCH_PY" 2>/dev/null || true
+    while kill -0 -- "-$BENCH_PY" 2>/dev/null && ((SECONDS < deadline)); do
+        sleep 0.1
+    done
+    kill -KILL -- "-$BENCH_PY" 2>/dev/null || true
+    echo "bench: interrupted; cleaning up" >&2
+    exit "$1"
+}
+trap 'bench_stop 130' INT
+trap 'bench_stop 143' TERM
+wait "$BENCH_PY"
