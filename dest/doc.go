@@ -10,8 +10,10 @@
 // Its files, by job: dest.go (the Destination interface, Parse, the kinds'
 // registry), one file per kind (oci.go, dir.go, ociarchive.go,
 // dockerarchive.go, archive.go, containerd.go with containerdsock.go,
-// storage.go with storageconf.go, storepaths.go, storeroot.go and
-// importsrc.go); staging (stage.go),
+// storage.go with storageconf.go, storepaths.go, storeroot.go,
+// importsrc.go and storage_preapply.go, which applies a single image's
+// layers under DiffIDs computed from their verified blobs before
+// containers/image's import writes the record); staging (stage.go),
 // taking the staged tree back (takeback.go), the taken-back tree (tree.go)
 // and the manifest graph verified on it (graph.go; the instance of an index
 // is the one the parent chooses itself for the pull's platform, which

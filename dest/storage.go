@@ -346,8 +346,14 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 			}
 		}()
 	}
+	created, err := preApply(ctx, store, src.src)
+	if err != nil {
+		removeLayers(store, created)
+		return fail(d.destErr("importing into the store %s: %v", d.spec.Store, err))
+	}
 	man, err := copy.Image(ctx, pc, dst, src, co)
 	if err != nil {
+		removeLayers(store, created)
 		var nf *os.PathError
 		if errors.As(err, &nf) && errors.Is(err, os.ErrNotExist) {
 			return fail(d.destErr("a layer the pull reused from the store is gone from it; retry the pull (%v)", err))

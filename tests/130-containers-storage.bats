@@ -702,3 +702,76 @@ _release_store_lock() {
     # (Debian's podman predates imagestore: the record is read directly.)
     grep -qF "\"$REGISTRY_HOST/fixtures/tiny:v1\"" "$is/vfs-images/images.json" || fail "the image store has no record of the image: $(cat "$is/vfs-images/images.json")"
 }
+
+# layers_of GRAPH DRIVER: each layer of a store's layers.json as
+# "ID PARENT COMPRESSED-DIGEST COMPRESSED-SIZE DIFF-DIGEST DIFF-SIZE", in order.
+layers_of() {
+    "$PH_PYTHON" - "$1/$2-layers/layers.json" <<'PY'
+import json, sys
+for l in json.load(open(sys.argv[1])):
+    print(l["id"], l.get("parent", "-"), l.get("compressed-diff-digest"), l.get("compressed-size"),
+          l.get("diff-digest"), l.get("diff-size"))
+PY
+}
+
+@test "containers-storage: the layers pullhelper applies before the import are containers/image's — the same IDs, parents, digests and sizes as skopeo copy makes in a second store" {
+    push_fixture_args layers3 fixtures/layers3 -layers 3 -layer-size 65536 -seed 31
+    local ref=$REGISTRY_HOST/fixtures/layers3:latest
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$ref" "containers-storage:[vfs@$GRAPH+$RUN]$ref"
+    assert_json_result
+    local sk=$BATS_TEST_TMPDIR/skopeo-store
+    # shellcheck disable=SC2046
+    CONTAINERS_STORAGE_CONF=$STORAGE_CONF run registry_skopeo copy --quiet $(registry_skopeo_opts src) \
+        "docker://$ref" "containers-storage:[vfs@$sk/graph+$sk/run]$ref"
+    assert_success
+    local ours theirs
+    ours=$(layers_of "$GRAPH" vfs)
+    theirs=$(layers_of "$sk/graph" vfs)
+    echo "pullhelper:"$'\n'"$ours"$'\n'"skopeo:"$'\n'"$theirs"
+    assert_equal "$(wc -l <<<"$ours")" 3
+    assert_equal "$ours" "$theirs"
+    # The image record is the same too (its ID, top layer).
+    assert_equal "$(podman_store images --no-trunc --format '{{.ID}}')" \
+        "$(CONTAINERS_STORAGE_CONF=$STORAGE_CONF podman --root "$sk/graph" --runroot "$sk/run" --storage-driver vfs images --no-trunc --format '{{.ID}}')"
+}
+
+@test "containers-storage: a config whose DiffID is not its layer's is exit 9 (as containers/image's commitLayer refuses it); no layer of it is in the store" {
+    fixture tiny
+    local bad=$BATS_TEST_TMPDIR/bad-diffid
+    cp -r "$(fixture_dir tiny)" "$bad"
+    # The config's diff_ids[0] replaced, the config and manifest re-digested.
+    "$PH_PYTHON" - "$bad" <<'PY'
+import hashlib, json, os, sys
+root = sys.argv[1]
+def blob(d): return os.path.join(root, "blobs", "sha256", d.split(":", 1)[1])
+def put(b):
+    d = "sha256:" + hashlib.sha256(b).hexdigest()
+    open(blob(d), "wb").write(b)
+    return d
+idx = json.load(open(os.path.join(root, "index.json")))
+mdesc = idx["manifests"][0]
+man = json.load(open(blob(mdesc["digest"])))
+cfg = json.load(open(blob(man["config"]["digest"])))
+cfg["rootfs"]["diff_ids"][0] = "sha256:" + "0" * 64
+cb = json.dumps(cfg).encode()
+man["config"]["digest"], man["config"]["size"] = put(cb), len(cb)
+mb = json.dumps(man).encode()
+mdesc["digest"], mdesc["size"] = put(mb), len(mb)
+json.dump(idx, open(os.path.join(root, "index.json"), "w"))
+PY
+    local ref=$REGISTRY_HOST/fixtures/bad-diffid:latest
+    # shellcheck disable=SC2046
+    run registry_skopeo copy --quiet --preserve-digests $(registry_skopeo_opts dest) "oci:$bad:latest" "docker://$ref"
+    assert_success
+    run_pullhelper 9 pull --policy "$POLICY" "${PH_OPTS[@]}" "$ref" "containers-storage:[vfs@$GRAPH+$RUN]$ref"
+    assert_json_error destination
+    [[ $ph_error_message == *"does not match config's DiffID"* ]] || fail "message: $ph_error_message"
+    # No layer and no image: the DiffID is computed from the blob before
+    # anything is applied.
+    if [[ -f $GRAPH/vfs-layers/layers.json ]]; then
+        assert_equal "$(layers_of "$GRAPH" vfs)" ""
+    fi
+    run podman_store images -q
+    assert_success
+    assert_output ""
+}
