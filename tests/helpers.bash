@@ -728,6 +728,12 @@ start_registry() {
         deadline=$((SECONDS + PH_REGISTRY_WAIT))
         while :; do
             if ! _ph_pid_is_ours "$pid"; then
+                if _ph_pid_alive "$pid" && ((SECONDS < deadline)); then
+                    # Forked but not yet exec'd: its cmdline is still the
+                    # subshell's (a busy machine shows it for a while).
+                    sleep 0.05
+                    continue
+                fi
                 rm -f "$REGISTRY_DIR/registry.pid"
                 if tail -n "+$logstart" "$REGISTRY_LOG" | grep -q 'address already in use'; then
                     continue 2
