@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"encoding/pem"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -90,9 +92,12 @@ func systemRoots() []byte {
 		}
 	}
 	for _, dir := range dirs {
-		ents, err := os.ReadDir(dir)
+		ents, err := readDirBounded(dir, maxRootFiles+1)
 		if err != nil {
 			continue
+		}
+		if len(ents) > maxRootFiles {
+			return nil
 		}
 		for _, e := range ents {
 			if sameDirSymlink(e, dir) {
@@ -118,6 +123,21 @@ func readSystemRoots() func() []byte {
 	done := make(chan []byte, 1)
 	go func() { done <- systemRoots() }()
 	return func() []byte { return <-done }
+}
+
+// readDirBounded lists at most n entries of dir (a directory of millions
+// is not listed whole to find out).
+func readDirBounded(dir string, n int) ([]fs.DirEntry, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ents, err := d.ReadDir(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return ents, nil
 }
 
 // sameDirSymlink is x509's isSameDirSymlink: a symlink to a name in the

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -118,5 +119,29 @@ func TestSystemRootsTooBigIsNone(t *testing.T) {
 	t.Setenv("SSL_CERT_DIR", certs)
 	if got := systemRoots(); got != nil {
 		t.Fatalf("a file past %d bytes: got %d bytes of roots, want none", maxRootFile, len(got))
+	}
+}
+
+// A certificate directory of more entries than the bound is not listed
+// whole: nothing is handed over (the copy loads the roots itself).
+func TestSystemRootsTooManyFilesIsNone(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle.pem")
+	if err := os.WriteFile(bundle, testCA(t, "a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= maxRootFiles; i++ {
+		if err := os.WriteFile(filepath.Join(certs, fmt.Sprintf("%05d.txt", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("SSL_CERT_FILE", bundle)
+	t.Setenv("SSL_CERT_DIR", certs)
+	if got := systemRoots(); got != nil {
+		t.Fatalf("%d files in the directory: got %d bytes of roots, want none", maxRootFiles+1, len(got))
 	}
 }
