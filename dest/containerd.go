@@ -441,7 +441,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	// putManifest imports one image manifest: its config and layers,
 	// then the manifest labelled to them (ChildGCLabels).
 	putManifest := func(desc ocispec.Descriptor) (*ocispec.Manifest, error) {
-		raw, err := d.stagedRaw(t, desc.Digest.String())
+		raw, err := stagedRaw(t, desc.Digest.String())
 		if err != nil {
 			return nil, err
 		}
@@ -465,7 +465,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		// --all-architectures: the staged top is the index itself and
 		// every instance is staged (verifyOCI checked each). All of them
 		// go in, the index is the target, labelled to every child.
-		idxRaw, err := d.stagedRaw(t, top.Digest)
+		idxRaw, err := stagedRaw(t, top.Digest)
 		if err != nil {
 			return err
 		}
@@ -584,8 +584,9 @@ func putAll(descs []ocispec.Descriptor, put func(ocispec.Descriptor, []byte, map
 	return first
 }
 
-// stagedRaw reads a staged, verified JSON blob (a manifest or index).
-func (d *containerdDest) stagedRaw(t *tree, dg string) ([]byte, error) {
+// stagedRaw reads a staged, verified JSON blob (a manifest, an index or a
+// config).
+func stagedRaw(t *tree, dg string) ([]byte, error) {
 	f, _, err := t.ctrdBlob(dg)
 	if err != nil || f == nil {
 		return nil, verr(fmt.Errorf("the verified manifest %s is not staged", dg))

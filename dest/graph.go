@@ -179,21 +179,31 @@ func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte,
 			if err != nil {
 				return err
 			}
-			var c struct {
-				RootFS struct {
-					DiffIDs []string `json:"diff_ids"`
-				} `json:"rootfs"`
-			}
-			if err := json.Unmarshal(b, &c); err != nil {
+			ids, err := configDiffIDs(b)
+			if err != nil {
 				return badStaged("parsing config %s: %v", stored.Config.Digest, err)
 			}
-			diffIDs = append(c.RootFS.DiffIDs, "")
+			diffIDs = append(ids, "")
 		}
 		if i >= len(diffIDs)-1 || l.Digest != diffIDs[i] {
 			return badStaged("stored layer %d is %s: neither the served layer %s nor its uncompressed form", i+1, l.Digest, served.Layers[i].Digest)
 		}
 	}
 	return nil
+}
+
+// configDiffIDs is an image config's rootfs.diff_ids, as written (each
+// caller checks them against what it has).
+func configDiffIDs(config []byte) ([]string, error) {
+	var c struct {
+		RootFS struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	if err := json.Unmarshal(config, &c); err != nil {
+		return nil, err
+	}
+	return c.RootFS.DiffIDs, nil
 }
 
 // want is the manifest the destination must store.

@@ -2,7 +2,6 @@ package dest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"go.podman.io/storage/pkg/archive"
@@ -77,9 +76,17 @@ func preApply(ctx context.Context, store storage.Store, src *verifiedSource) ([]
 		return nil, nil
 	}
 	layers := m.LayerInfos()
-	diffIDs, ok := configDiffIDs(ctx, src, m.ConfigInfo())
-	if !ok || len(diffIDs) != len(layers) || len(layers) == 0 {
+	cfg, err := stagedRaw(src.t, m.ConfigInfo().Digest.String())
+	if err != nil {
 		return nil, nil
+	}
+	ids, err := configDiffIDs(cfg)
+	if err != nil || len(ids) != len(layers) || len(layers) == 0 {
+		return nil, nil
+	}
+	diffIDs := make([]digest.Digest, len(ids))
+	for i, d := range ids {
+		diffIDs[i] = digest.Digest(d)
 	}
 	for i, l := range layers {
 		if l.EmptyLayer || !layerMediaTypes[l.MediaType] || l.Digest.Validate() != nil || diffIDs[i].Validate() != nil ||
@@ -179,32 +186,6 @@ func blobDiffID(ctx context.Context, src *verifiedSource, l types.BlobInfo) (dig
 		return "", false, err
 	}
 	return h.Digest(), false, nil
-}
-
-// configDiffIDs reads the verified config's rootfs.diff_ids.
-func configDiffIDs(ctx context.Context, src *verifiedSource, cfg types.BlobInfo) ([]digest.Digest, bool) {
-	rc, _, err := src.GetBlob(ctx, cfg, nil)
-	if err != nil {
-		return nil, false
-	}
-	defer rc.Close()
-	f, ok := rc.(*ctxReader)
-	if !ok {
-		return nil, false
-	}
-	b, err := readAll(f.f, maxJSON)
-	if err != nil {
-		return nil, false
-	}
-	var c struct {
-		RootFS struct {
-			DiffIDs []digest.Digest `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-	if json.Unmarshal(b, &c) != nil {
-		return nil, false
-	}
-	return c.RootFS.DiffIDs, true
 }
 
 // removeLayers deletes the layers preApply created for an import that
