@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -229,6 +230,40 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	return nil
 }
 
+// importGCPercent is the garbage collector's target while an import runs.
+// The import is the root parent's last and largest heap (the store's
+// decompressors and tar-split writer): collected at 25 % growth instead of
+// Go's 100 %, the parent's peak RSS on the bench's big image is 41-43 MiB
+// instead of 49-51 (issue 26: <= 48 MiB), at no measurable cost in time (3
+// interleaved triples of big and medium).
+const importGCPercent = 25
+
+var importGCState struct {
+	mu      sync.Mutex
+	running int // imports in this process (pullhelper cri runs several)
+	before  int // the target before the first of them
+}
+
+// importGC lowers the process's GC target for an import and returns what
+// restores it. The target is the process's: with concurrent imports (the
+// CRI service) the first lowers it and the last restores it.
+func importGC() (restore func()) {
+	st := &importGCState
+	st.mu.Lock()
+	if st.running == 0 {
+		st.before = debug.SetGCPercent(importGCPercent)
+	}
+	st.running++
+	st.mu.Unlock()
+	return func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.running--; st.running == 0 {
+			debug.SetGCPercent(st.before)
+		}
+	}
+}
+
 // importStopBound bounds the wait for an import to stop once the pull's
 // context is done (containers/storage's lock waits and layer writes do not
 // watch it): past it Commit returns and the import is left to the store's
@@ -263,13 +298,7 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 	if err := unix.Mkdirat(int(s.root.Fd()), blobInfoCacheDir, 0o700); err != nil && err != unix.EEXIST {
 		return failure.Wrap(failure.Destination, err, "creating the blob-info cache directory %s", cache)
 	}
-	// The import is the root parent's last and largest heap (the store's
-	// decompressors and tar-split writer): collected at 25 % growth
-	// instead of Go's 100 %, the parent's peak RSS on the bench's big
-	// image is 41-43 MiB instead of 49-51 (issue 26: <= 48 MiB), at no
-	// measurable cost in time (3 interleaved triples of big and medium).
-	old := debug.SetGCPercent(25)
-	defer debug.SetGCPercent(old)
+	defer importGC()()
 	done := make(chan storeImport, 1)
 	go func() { done <- d.importInto(ctx, v, named, cache) }()
 	var r storeImport
