@@ -1,10 +1,13 @@
 package dest
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"go.podman.io/storage/pkg/archive"
+	"hash/crc32"
 	"io"
 	"os"
 
@@ -13,6 +16,7 @@ import (
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
 	"go.podman.io/storage"
+	"golang.org/x/sys/unix"
 )
 
 // Applying the layers before containers/image's import.
@@ -20,11 +24,16 @@ import (
 // containers/image's storage destination reads each layer blob through a
 // decompressor into a temporary file while it computes the uncompressed
 // digest (putBlobToPendingFile), then applies that file (createNewLayer →
-// PutLayer), one layer after the other. preApply gives the store the
-// verified blobs instead, with the same two decompressions and no copy:
-// each layer's DiffID is computed from its blob first (decompressed and
-// hashed, the next layer's while the store applies this one) and compared
-// with the config's, then the store applies the blob under that DiffID.
+// PutLayer), decompressing it again, one layer after the other. preApply
+// gives the store the verified blobs instead, inflated once: each layer's
+// DiffID is computed from its blob first (decompressed and hashed, the
+// next layer's while the store applies this one) and compared with the
+// config's, then the store applies what that pass wrote, the layer's tar
+// in gzip's stored blocks (inflating it is a copy; the store records the
+// layer as gzip'd, as it does from the blob), under that DiffID, in an
+// unnamed file of the parent's below GRAPHROOT that takes at most a
+// quarter of its filesystem's free space (past it, or where no such file
+// can be made, the store reads the blob and inflates it itself).
 // A layer is created only under an ID derived from a DiffID computed here
 // from its bytes (never from the config's word alone: a kill or another
 // pull must never find a layer whose ID names content it does not hold).
@@ -95,24 +104,25 @@ func preApply(ctx context.Context, store storage.Store, src *verifiedSource) ([]
 		}
 	}
 	// The DiffIDs, computed from the blobs in order, one ahead of the
-	// store: the channel holds the next layer's while the store applies
-	// this one.
-	type computed struct {
-		diffID digest.Digest
-		err    error
-		absent bool // not staged
-	}
-	sums := make(chan computed, 1)
+	// store: the next layer's is computed while the store applies this
+	// one (the channel is unbuffered: at most two layers' tars exist).
+	tmpDir := store.GraphRoot()
+	sums := make(chan computed)
 	stop := make(chan struct{})
-	defer close(stop)
+	defer func() {
+		close(stop)
+		for c := range sums { // what the producer had computed: its tar
+			c.close()
+		}
+	}()
 	go func() {
 		defer close(sums)
 		for _, l := range layers {
-			var c computed
-			c.diffID, c.absent, c.err = blobDiffID(ctx, src, l.BlobInfo)
+			c := blobDiffID(ctx, src, l.BlobInfo, tmpDir)
 			select {
 			case sums <- c:
 			case <-stop:
+				c.close()
 				return
 			}
 			if c.err != nil || c.absent {
@@ -127,65 +137,212 @@ func preApply(ctx context.Context, store storage.Store, src *verifiedSource) ([]
 		if !ok || c.absent {
 			return created, nil // the import takes it from here
 		}
-		if c.err != nil {
-			return created, fmt.Errorf("reading layer %d (blob %s): %w", i, l.Digest, c.err)
-		}
-		if c.diffID != diffIDs[i] {
-			return created, fmt.Errorf("layer %d (blob %s) does not match config's DiffID %q", i, l.Digest, diffIDs[i])
-		}
-		id := chainID(parent, c.diffID)
-		if have, err := store.Layer(id); err == nil && have != nil {
-			parent = id
-			continue
-		}
-		rc, _, err := src.GetBlob(ctx, types.BlobInfo{Digest: l.Digest, Size: l.Size}, nil)
+		id, err := applyComputed(ctx, store, src, l.BlobInfo, &c, i, diffIDs[i], parent)
+		c.close()
 		if err != nil {
+			return created, err
+		}
+		if id == "" {
 			return created, nil
 		}
-		// Both digests are known and checked: the blob's (Verify) and
-		// its DiffID (computed above); the store records them.
-		_, _, err = store.PutLayer(id, parent, nil, "", false,
-			&storage.LayerOptions{OriginalDigest: l.Digest, UncompressedDigest: c.diffID}, rc)
-		rc.Close()
-		if errors.Is(err, storage.ErrDuplicateID) {
-			parent = id // another pull applied it meanwhile
-			continue
-		}
-		if err != nil {
-			return created, fmt.Errorf("applying layer %d (blob %s): %w", i, l.Digest, err)
-		}
-		created = append(created, id)
-		if importHook != nil { // the test build only (hook_hostile_storage.go)
-			importHook(store, l.Digest)
+		if !c.had {
+			created = append(created, id)
 		}
 		parent = id
 	}
 	return created, nil
 }
 
-// blobDiffID is the digest of a staged layer blob decompressed (gzip or
-// none, as the store detects it), or absent when the staging does not hold
-// it.
-func blobDiffID(ctx context.Context, src *verifiedSource, l types.BlobInfo) (digest.Digest, bool, error) {
+// computed is a layer's DiffID computed from its blob, with the blob
+// decompressed (tar, an unnamed file of this process's at offset 0; nil
+// when it could not be written: the store decompresses the blob again).
+type computed struct {
+	diffID digest.Digest
+	tar    *os.File
+	err    error
+	absent bool // not staged
+	had    bool // set by applyComputed: the store had the layer already
+}
+
+func (c *computed) close() {
+	if c.tar != nil {
+		c.tar.Close()
+		c.tar = nil
+	}
+}
+
+// applyComputed applies layer i (blob l, computed c) above parent and
+// returns its ID, or "" when the import is to take it from here. c.had
+// says whether the store had it (another pull, or an earlier one).
+func applyComputed(ctx context.Context, store storage.Store, src *verifiedSource, l types.BlobInfo, c *computed, i int, want digest.Digest, parent string) (string, error) {
+	if c.err != nil {
+		return "", fmt.Errorf("reading layer %d (blob %s): %w", i, l.Digest, c.err)
+	}
+	if c.diffID != want {
+		return "", fmt.Errorf("layer %d (blob %s) does not match config's DiffID %q", i, l.Digest, want)
+	}
+	id := chainID(parent, c.diffID)
+	if have, err := store.Layer(id); err == nil && have != nil {
+		c.had = true
+		return id, nil
+	}
+	// Both digests are known and checked: the blob's (Verify) and its
+	// DiffID (computed above from its bytes); the store records them, and
+	// the blob's size as the compressed size.
+	size := l.Size
+	opts := &storage.LayerOptions{OriginalDigest: l.Digest, OriginalSize: &size, UncompressedDigest: c.diffID}
+	var diff io.Reader
+	if c.tar != nil {
+		diff = c.tar
+	} else {
+		rc, _, err := src.GetBlob(ctx, types.BlobInfo{Digest: l.Digest, Size: l.Size}, nil)
+		if err != nil {
+			return "", nil
+		}
+		defer rc.Close()
+		diff = rc
+	}
+	_, _, err := store.PutLayer(id, parent, nil, "", false, opts, diff)
+	if errors.Is(err, storage.ErrDuplicateID) {
+		c.had = true // another pull applied it meanwhile
+		return id, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("applying layer %d (blob %s): %w", i, l.Digest, err)
+	}
+	if importHook != nil { // the test build only (hook_hostile_storage.go)
+		importHook(store, l.Digest)
+	}
+	return id, nil
+}
+
+// blobDiffID computes the digest of a staged layer blob decompressed (as
+// the store detects its compression), or says absent when the staging
+// does not hold the blob. A gzip'd blob's tar is also written, as gzip
+// without compression (stored blocks: the store's decompression of it is a
+// copy and a CRC), to an unnamed file in dir (O_TMPFILE: no name, gone
+// with its descriptor on every path), so that the store applies it without
+// inflating the blob a second time and records the layer's compression as
+// gzip, as it does for the blob. Other blobs (a plain tar is applied as it
+// is) and a file that cannot be made or written leave the tar nil: the
+// store reads the blob.
+func blobDiffID(ctx context.Context, src *verifiedSource, l types.BlobInfo, dir string) computed {
 	rc, _, err := src.GetBlob(ctx, types.BlobInfo{Digest: l.Digest, Size: l.Size}, nil)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) && errors.Is(err, os.ErrNotExist) {
-			return "", true, nil
+			return computed{absent: true}
 		}
-		return "", false, err
+		return computed{err: err}
 	}
 	defer rc.Close()
-	un, err := archive.DecompressStream(rc)
+	br := bufio.NewReaderSize(rc, 64<<10)
+	head, _ := br.Peek(10)
+	gz := archive.DetectCompression(head) == archive.Gzip
+	un, err := archive.DecompressStream(br)
 	if err != nil {
-		return "", false, err
+		return computed{err: err}
 	}
 	defer un.Close()
 	h := digest.Canonical.Digester()
-	if _, err := io.Copy(h.Hash(), un); err != nil {
-		return "", false, err
+	var tw tarWriter
+	if gz {
+		tw.open(dir)
 	}
-	return h.Digest(), false, nil
+	if _, err := io.Copy(io.MultiWriter(h.Hash(), &tw), un); err != nil {
+		tw.drop()
+		return computed{err: err}
+	}
+	return computed{diffID: h.Digest(), tar: tw.done()}
+}
+
+// tarWriter writes a tar as gzip without compression (RFC 1952 around
+// RFC 1951 stored blocks) to an unnamed file until a write fails; then it
+// drops the file and takes everything without writing it (the hash goes
+// on: the store reads the blob).
+type tarWriter struct {
+	f    *os.File
+	bw   *bufio.Writer
+	crc  uint32
+	size uint32 // ISIZE: the length modulo 2^32
+	room int64  // what the file may still take
+}
+
+// storedMax is the most a stored block holds (LEN is 16 bits).
+const storedMax = 65535
+
+// open starts the file in dir (O_TMPFILE, 0600, this process's only); if
+// it cannot, nothing is written. The file takes at most a quarter of the
+// space free in dir's filesystem now: past it, it is dropped, so that it
+// never takes the room the store's own extraction needs.
+func (w *tarWriter) open(dir string) {
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) != nil {
+		return
+	}
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	w.room = int64(fs.Bavail) * fs.Bsize / 4
+	w.f = os.NewFile(uintptr(fd), dir+"/(unnamed)")
+	w.bw = bufio.NewWriterSize(w.f, 256<<10)
+	// ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=unknown
+	w.put([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255})
+}
+
+func (w *tarWriter) put(b []byte) {
+	if w.f != nil {
+		if _, err := w.bw.Write(b); err != nil {
+			w.drop()
+		}
+	}
+}
+
+func (w *tarWriter) Write(p []byte) (int, error) {
+	if w.f == nil {
+		return len(p), nil
+	}
+	if w.room -= int64(len(p)) + 5*(int64(len(p))/storedMax+1); w.room < 0 {
+		w.drop()
+		return len(p), nil
+	}
+	w.crc = crc32.Update(w.crc, crc32.IEEETable, p)
+	w.size += uint32(len(p))
+	for rest := p; len(rest) > 0; {
+		n := min(len(rest), storedMax)
+		w.put([]byte{0, byte(n), byte(n >> 8), ^byte(n), ^byte(n >> 8)}) // BFINAL=0 BTYPE=00 LEN NLEN
+		w.put(rest[:n])
+		rest = rest[n:]
+	}
+	return len(p), nil
+}
+
+func (w *tarWriter) drop() {
+	if w.f != nil {
+		w.f.Close()
+		w.f, w.bw = nil, nil
+	}
+}
+
+// done is the file written whole, at offset 0, or nil.
+func (w *tarWriter) done() *os.File {
+	if w.f == nil {
+		return nil
+	}
+	w.put([]byte{1, 0, 0, 0xff, 0xff}) // an empty final stored block
+	w.put(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, w.crc), w.size))
+	if w.f == nil {
+		return nil
+	}
+	if err := w.bw.Flush(); err != nil {
+		w.drop()
+		return nil
+	}
+	if _, err := w.f.Seek(0, io.SeekStart); err != nil {
+		w.drop()
+	}
+	return w.f
 }
 
 // removeLayers deletes the layers preApply created for an import that

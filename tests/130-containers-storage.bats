@@ -704,17 +704,18 @@ _release_store_lock() {
 }
 
 # layers_of GRAPH DRIVER: each layer of a store's layers.json as
-# "ID PARENT COMPRESSED-DIGEST COMPRESSED-SIZE DIFF-DIGEST DIFF-SIZE", in order.
+# "ID PARENT COMPRESSED-DIGEST COMPRESSED-SIZE COMPRESSION DIFF-DIGEST DIFF-SIZE
+# UIDSET GIDSET", in order.
 layers_of() {
     "$PH_PYTHON" - "$1/$2-layers/layers.json" <<'PY'
 import json, sys
 for l in json.load(open(sys.argv[1])):
-    print(l["id"], l.get("parent", "-"), l.get("compressed-diff-digest"), l.get("compressed-size"),
-          l.get("diff-digest"), l.get("diff-size"))
+    print(l["id"], l.get("parent", "-"), l.get("compressed-diff-digest"), l.get("compressed-size"), l.get("compression"),
+          l.get("diff-digest"), l.get("diff-size"), l.get("uidset"), l.get("gidset"))
 PY
 }
 
-@test "containers-storage: the layers pullhelper applies before the import are containers/image's — the same IDs, parents, digests and sizes as skopeo copy makes in a second store" {
+@test "containers-storage: the layers pullhelper applies before the import are containers/image's — the same IDs, parents, digests, sizes, compression and ID sets as skopeo copy makes in a second store" {
     push_fixture_args layers3 fixtures/layers3 -layers 3 -layer-size 65536 -seed 31
     local ref=$REGISTRY_HOST/fixtures/layers3:latest
     run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$ref" "containers-storage:[vfs@$GRAPH+$RUN]$ref"
