@@ -52,9 +52,9 @@ func (g *Group) EnterThread() (leave func() error, err error) {
 	seen := map[string]bool{}
 	for ctl, dir := range g.paths() {
 		if ctl == "" || seen[dir] {
-			// The hybrid unified hierarchy takes no thread ids (Place
-			// moves the child there); co-mounted controllers share a
-			// directory.
+			// The hybrid unified hierarchy takes no thread ids (the
+			// child is cloned into it: OpenDir); co-mounted controllers
+			// share a directory.
 			continue
 		}
 		seen[dir] = true

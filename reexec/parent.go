@@ -73,7 +73,7 @@ type StartOptions struct {
 }
 
 // Start spawns the pull child in g (born in it: CLONE_INTO_CGROUP on v2, a
-// forking thread inside the cgroup on v1), from a thread in the network
+// forking thread inside the cgroup on v1, both in hybrid mode), from a thread in the network
 // namespace when one is given. main must have called Dispatch.
 func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 	if !dispatched {
@@ -153,8 +153,10 @@ const drainTimeout = 5 * time.Second
 // stays alive until the child is reaped (Pdeathsig is per thread). The child
 // is born in the cgroup: on v2 with CLONE_INTO_CGROUP, on v1 because it is
 // forked by a thread that was moved into the cgroup for the fork (and moved
-// back right after), so it never runs outside its limits; only the systemd
-// driver places it after fork, before it gets its request.
+// back right after), and in hybrid mode's unified hierarchy with
+// CLONE_INTO_CGROUP as well (cgroup.Group.OpenDir), so it never runs
+// outside its limits; only the systemd driver on v1 places it after fork,
+// before it gets its request.
 //
 // The caller must then call run (or kill), which reaps the child.
 func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Logger, mounts []*os.File) (*childProc, error) {
@@ -280,8 +282,8 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Lo
 		}()
 	}
 	if dir == nil {
-		// systemd, or v1's unified hierarchy in hybrid mode (a no-op move
-		// for the v1 hierarchies the child was born in).
+		// The systemd driver on v1 (placed by pid, before the request).
+		// Elsewhere the child was born in every hierarchy.
 		if err := g.Place(c.pid); err != nil {
 			c.kill(g)
 			return nil, failure.Wrap(failure.Isolation, err, "")

@@ -26,6 +26,10 @@ setup() {
 
 teardown() {
     [[ -n ${BG_PID:-} ]] && kill -KILL "$BG_PID" 2>/dev/null
+    if [[ -n ${TRACE_FS:-} ]]; then
+        [[ -z ${TRACE_INST:-} ]] || rmdir "$TRACE_INST" 2>/dev/null
+        umount "$TRACE_FS" 2>/dev/null
+    fi
     stop_tarpit
     # Nothing a test left may survive it: kill and remove its cgroups.
     local d
@@ -97,6 +101,35 @@ wait_gone() {
     [[ $owners == "pid=$CHILD_PID" ]] || fail "connections owned by $owners, want only the child $CHILD_PID"
     kill -TERM "$BG_PID"
     wait "$BG_PID" || true
+}
+
+# The kernel's cgroup_attach_task event fires for each task moved into a
+# cgroup (a write to tasks or cgroup.procs), in every hierarchy; a process
+# forked by a thread inside a v1 cgroup, or cloned with CLONE_INTO_CGROUP
+# into the unified one, is never moved. The trace is an instance of its
+# own (instances/NAME: its own buffer and event switches), so nothing else
+# on the machine is disturbed.
+@test "the child is born in its cgroup in every hierarchy, the hybrid unified one included: the kernel traces no move of it, only the forking thread's" {
+    TRACE_FS=$BATS_TEST_TMPDIR/tracefs
+    mkdir -p "$TRACE_FS"
+    mount -t tracefs nodev "$TRACE_FS" || fail "cannot mount tracefs on $TRACE_FS"
+    TRACE_INST=$TRACE_FS/instances/pullhelper-bats-$$
+    mkdir "$TRACE_INST" || fail "cannot make the trace instance $TRACE_INST"
+    echo 1 >"$TRACE_INST/events/cgroup/cgroup_attach_task/enable"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    echo 0 >"$TRACE_INST/events/cgroup/cgroup_attach_task/enable"
+    assert_json_result
+    local child trace
+    child=$(json_get .isolation.child_pid <<<"$output")
+    [[ $child =~ ^[0-9]+$ ]] || fail "isolation.child_pid: $child"
+    trace=$(grep 'cgroup_attach_task:' "$TRACE_INST/trace" || true)
+    echo "$trace"
+    # The forking thread's moves into the pull cgroup are traced: the
+    # trace sees moves of this pull (else its silence about the child
+    # would prove nothing).
+    grep -q "dst_path=$CG_PARENT/pull-[^ ]* pid=" <<<"$trace" ||
+        fail "no move into the pull cgroup under $CG_PARENT was traced"
+    ! grep -q " pid=$child " <<<"$trace" || fail "the child $child was moved into a cgroup after it was born"
 }
 
 @test "no registry request before the limits apply: pids_max=1 is refused as a usage error before any child or cgroup exists" {
