@@ -41,7 +41,8 @@
 // Invariant: every process of the pull's cgroup (the per-pull one or the
 // sub-cgroup) is dead and that cgroup is removed on every path out of a
 // pull (Kill, then Remove). On v1 the child is born inside (EnterThread: the
-// forking thread is in the cgroup for the fork), so pids.max is a ceiling
-// from its first instruction; CheckLimits refuses a pids_max below what the
+// forking thread is in the cgroup for the fork; in hybrid mode the unified
+// hierarchy's cgroup by CLONE_INTO_CGROUP, OpenDir), so pids.max is a
+// ceiling from its first instruction and the child is never moved; CheckLimits refuses a pids_max below what the
 // child needs (MinPidsMax), so the same input gives the same exit code.
 package cgroup
