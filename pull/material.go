@@ -35,8 +35,9 @@ type Material struct {
 	// SystemRoots are the system's trust roots as x509.SystemCertPool
 	// would read them in the parent (PEM, each certificate once); nil: the
 	// copy loads them itself, as Go does. Every endpoint's pool starts
-	// from them (roots.go).
-	SystemRoots []byte `json:"system_roots,omitempty"`
+	// from them (roots.go). Not JSON: the child gets them raw after its
+	// request line (reexec).
+	SystemRoots []byte `json:"-"`
 
 	roots rootPool // built from SystemRoots once per Copy
 }

@@ -1,6 +1,7 @@
 package reexec
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -118,9 +119,8 @@ func child() int {
 
 	// 1. The request. On cgroup v1 this blocks until the parent has placed
 	// us in the cgroup.
-	var req wireRequest
-	dec := json.NewDecoder(in)
-	if err := dec.Decode(&req); err != nil {
+	req, dec, err := readRequest(in)
+	if err != nil {
 		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
 	}
 	var rates chan pull.NodeShare
@@ -223,6 +223,32 @@ func child() int {
 	}
 	send(message{Report: rep})
 	return 0
+}
+
+// readRequest reads what the parent wrote on fd 3 (encodeRequest): the
+// request line, read whole and then decoded, and the trust roots raw after
+// it (wireRequest.RootsLen) into its Material; the decoder returned reads
+// the control lines that follow.
+func readRequest(in io.Reader) (wireRequest, *json.Decoder, error) {
+	var req wireRequest
+	br := bufio.NewReaderSize(in, 1<<20)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return req, nil, err
+	}
+	if err := json.Unmarshal(line, &req); err != nil {
+		return req, nil, err
+	}
+	if req.RootsLen != 0 {
+		if req.RootsLen < 0 || req.RootsLen > maxWireRoots || req.Material == nil {
+			return req, nil, fmt.Errorf("trust roots of %d bytes (material sent: %v)", req.RootsLen, req.Material != nil)
+		}
+		req.Material.SystemRoots = make([]byte, req.RootsLen)
+		if _, err := io.ReadFull(br, req.Material.SystemRoots); err != nil {
+			return req, nil, fmt.Errorf("trust roots: %w", err)
+		}
+	}
+	return req, json.NewDecoder(br), nil
 }
 
 // privateTmp mounts the child's private /tmp: a tmpfs (root's, 0755)

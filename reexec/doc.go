@@ -6,8 +6,12 @@
 // credential, certificates, signature policy —, the staging area as the
 // child sees it, the cgroup the child must be in, its identity, DNS and
 // seccomp; how it logs, whether it draws bars and whether node-share lines
-// follow are derived from StartOptions, never said twice), then, with a
-// node share, one control line per change;
+// follow are derived from StartOptions, never said twice) on one line, the
+// system's trust roots raw after it (their length in the request: most of
+// the request's bytes, which as JSON cost the child milliseconds to
+// decode), then, with a node share, one control line per change; the pipe
+// is enlarged to 1 MiB so that the request is written whole before the
+// child reads it;
 // fd 4 carries JSON Lines messages back: progress events, then exactly one
 // report (pull.Report: the child's claims, never the caller's result) or
 // error ({code, message}, rebuilt into a failure.Error). Nothing

@@ -164,6 +164,9 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Lo
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
 	}
+	// The request is written at once, whole, even before the child reads
+	// (at most 1 MiB, the default pipe-max-size; a smaller pipe is fine).
+	_, _ = unix.FcntlInt(planW.Fd(), unix.F_SETPIPE_SZ, 1<<20)
 	evR, evW, err := os.Pipe()
 	if err != nil {
 		planR.Close()

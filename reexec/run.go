@@ -142,9 +142,9 @@ func (c *childProc) run(ctx context.Context, g *cgroup.Group, req wireRequest, s
 		c.planW.Close() // also ends a forward blocked on a child that stopped reading
 	}()
 	go func() {
-		b, err := json.Marshal(req)
+		b, err := encodeRequest(req)
 		if err == nil {
-			_, err = c.planW.Write(append(b, '\n'))
+			_, err = c.planW.Write(b)
 		}
 		sent <- err
 		if err == nil && req.NodeRate {

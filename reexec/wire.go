@@ -2,6 +2,7 @@ package reexec
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,6 +81,33 @@ type wireRequest struct {
 	// on fd 3, each a control message with this pull's share of the
 	// node's bandwidth, until the parent closes the pipe.
 	NodeRate bool `json:"node_rate,omitempty"`
+	// RootsLen is the length of Material.SystemRoots, which follow the
+	// request line raw (they are most of the request: as JSON, base64, a
+	// few hundred KiB that the child's decoder scanned three times), at
+	// most maxWireRoots; the control lines come after them.
+	RootsLen int `json:"roots_len,omitempty"`
+}
+
+// maxWireRoots bounds RootsLen: the parent reads at most 16 MiB of trust
+// roots (pipeline's maxRootTotal).
+const maxWireRoots = 16 << 20
+
+// encodeRequest is what the parent writes on fd 3 before any control line:
+// the request as one JSON line, then Material.SystemRoots raw (RootsLen).
+func encodeRequest(req wireRequest) ([]byte, error) {
+	var roots []byte
+	if req.Material != nil {
+		roots = req.Material.SystemRoots
+	}
+	if len(roots) > maxWireRoots {
+		return nil, fmt.Errorf("%d bytes of trust roots, more than %d", len(roots), maxWireRoots)
+	}
+	req.RootsLen = len(roots)
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(b, '\n'), roots...), nil
 }
 
 // control is a line on fd 3 after the request (with wireRequest.NodeRate):

@@ -86,3 +86,57 @@ func TestChildErrorIsEscaped(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }
+
+// What the parent writes on fd 3 the child reads back: the request line,
+// the trust roots raw after it (newlines and braces in them are not
+// JSON), and the control lines after those.
+func TestRequestRoundTripWithRawRoots(t *testing.T) {
+	roots := []byte("-----BEGIN CERTIFICATE-----\n{\"not\":\"json\"}\n\n-----END CERTIFICATE-----\n")
+	req := wireRequest{Request: Request{Copy: &pull.Request{Reference: "reg/x:1"},
+		Material: &pull.Material{SystemRoots: roots, Secrets: map[string]pull.Secret{"cred-1": {Username: "u"}}}}, NodeRate: true}
+	b, err := encodeRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contains(b[:strings.IndexByte(string(b), '\n')], "CERTIFICATE") {
+		t.Fatal("the roots are in the JSON line")
+	}
+	ctl, _ := json.Marshal(control{Rate: 12345, Layers: 2})
+	got, dec, err := readRequest(strings.NewReader(string(b) + string(ctl) + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Copy.Reference != "reg/x:1" || got.Material.Secrets["cred-1"].Username != "u" || !got.NodeRate ||
+		string(got.Material.SystemRoots) != string(roots) {
+		t.Fatalf("read back %+v, roots %q", got, got.Material.SystemRoots)
+	}
+	var c control
+	if err := dec.Decode(&c); err != nil || c.Rate != 12345 || c.Layers != 2 {
+		t.Fatalf("the control line after the roots: %+v %v", c, err)
+	}
+	// Without roots nothing follows the line but the control lines.
+	b, _ = encodeRequest(wireRequest{Request: Request{Material: &pull.Material{}}})
+	if got, _, err := readRequest(strings.NewReader(string(b))); err != nil || got.Material.SystemRoots != nil {
+		t.Fatalf("no roots: %v, %q", err, got.Material.SystemRoots)
+	}
+}
+
+// Roots the line announces but does not carry, too many of them, or
+// roots without material are an error, not a request.
+func TestRequestRootsBounded(t *testing.T) {
+	for name, in := range map[string]string{
+		"truncated":   `{"material":{},"roots_len":10}` + "\nabc",
+		"too large":   `{"material":{},"roots_len":` + strconv.Itoa(maxWireRoots+1) + "}\n",
+		"negative":    `{"material":{},"roots_len":-1}` + "\n",
+		"no material": `{"roots_len":3}` + "\nabc",
+		"no newline":  `{"material":{}}`,
+	} {
+		if _, _, err := readRequest(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: read as a request", name)
+		}
+	}
+	big := wireRequest{Request: Request{Material: &pull.Material{SystemRoots: make([]byte, maxWireRoots+1)}}}
+	if _, err := encodeRequest(big); err == nil {
+		t.Error("the parent encoded more roots than the child takes")
+	}
+}
