@@ -13,7 +13,9 @@
 // storage.go with storageconf.go, storepaths.go, storeroot.go,
 // importsrc.go and storage_preapply.go, which applies a single image's
 // layers under DiffIDs computed from their verified blobs before
-// containers/image's import writes the record); staging (stage.go),
+// containers/image's import writes the record, each gzip'd layer inflated
+// once, into an unnamed file below GRAPHROOT that the store applies);
+// staging (stage.go),
 // taking the staged tree back (takeback.go), the taken-back tree (tree.go)
 // and the manifest graph verified on it (graph.go; the instance of an index
 // is the one the parent chooses itself for the pull's platform, which
