@@ -28,3 +28,15 @@ func PresumOf(p Presums, path string) (Presum, bool) {
 
 // LeaseFS is leaseFS.
 var LeaseFS = leaseFS
+
+// TarApplied is how many layers the pre-apply gave the store as the tar
+// its DiffID pass wrote.
+func TarApplied() int64 { return tarApplied.Load() }
+
+// NoPreApplyTar makes the containers-storage pre-apply give the store each
+// blob to inflate itself (no room for a layer's tar), until restore.
+func NoPreApplyTar() (restore func()) {
+	old := tarRoom
+	tarRoom = func(unix.Statfs_t) int64 { return 0 }
+	return func() { tarRoom = old }
+}

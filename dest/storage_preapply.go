@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -194,6 +195,7 @@ func applyComputed(ctx context.Context, store storage.Store, src *verifiedSource
 	var diff io.Reader
 	if c.tar != nil {
 		diff = c.tar
+		tarApplied.Add(1)
 	} else {
 		rc, _, err := src.GetBlob(ctx, types.BlobInfo{Digest: l.Digest, Size: l.Size}, nil)
 		if err != nil {
@@ -268,6 +270,13 @@ type tarWriter struct {
 	room int64  // what the file may still take
 }
 
+// tarApplied counts the layers applied from their tar (tests read it).
+var tarApplied atomic.Int64
+
+// tarRoom is what a layer's tar may take of a filesystem: a quarter of
+// its free space (a variable: tests give none, to take the blob path).
+var tarRoom = func(fs unix.Statfs_t) int64 { return int64(fs.Bavail) * fs.Bsize / 4 }
+
 // storedMax is the most a stored block holds (LEN is 16 bits).
 const storedMax = 65535
 
@@ -284,7 +293,7 @@ func (w *tarWriter) open(dir string) {
 	if err != nil {
 		return
 	}
-	w.room = int64(fs.Bavail) * fs.Bsize / 4
+	w.room = tarRoom(fs)
 	w.f = os.NewFile(uintptr(fd), dir+"/(unnamed)")
 	w.bw = bufio.NewWriterSize(w.f, 256<<10)
 	// ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=unknown

@@ -2,6 +2,7 @@ package dest_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/storage"
+	"go.podman.io/storage/pkg/archive"
 	"go.podman.io/storage/pkg/reexec"
 	storagetypes "go.podman.io/storage/types"
 )
@@ -305,4 +307,50 @@ func TestContainersStorageRootsCheckedFirst(t *testing.T) {
 	st, err = d.Stage(dest.StageOptions{Locks: testLocks})
 	must(t, err)
 	st.Remove()
+}
+
+// The pre-apply's two ways to a layer — the tar its DiffID pass wrote, in
+// gzip stored blocks, or the blob inflated by the store when there is no
+// room for that tar — give the store the same layer record, the one
+// containers/storage makes from the blob (compression gzip included).
+func TestContainersStoragePreApplyTarOrBlob(t *testing.T) {
+	needRoot(t)
+	im := newImg("storage-tar-or-blob")
+	records := map[bool]string{}
+	for _, viaTar := range []bool{true, false} {
+		dir := t.TempDir()
+		graph, run := filepath.Join(dir, "graph"), filepath.Join(dir, "run")
+		d, err := dest.ParseWith("containers-storage:[vfs@"+graph+"+"+run+"]h.example/t/x:v1", dest.ParseOptions{StorageConf: noSystemConf(t)})
+		must(t, err)
+		if !viaTar {
+			defer dest.NoPreApplyTar()()
+		}
+		st, err := d.Stage(dest.StageOptions{Locks: testLocks})
+		must(t, err)
+		e := pull(t, d, st, source(t, im), nil)
+		must(t, d.Verify(bg, st, e))
+		before := dest.TarApplied()
+		must(t, d.Commit(bg, st))
+		if used := dest.TarApplied() - before; used != map[bool]int64{true: 1, false: 0}[viaTar] {
+			t.Fatalf("via tar %v: %d layers applied from their tar", viaTar, used)
+		}
+		st.Remove()
+		store, err := storage.GetStore(storagetypes.StoreOptions{GraphRoot: graph, RunRoot: run, GraphDriverName: "vfs"})
+		must(t, err)
+		layers, err := store.Layers()
+		must(t, err)
+		if len(layers) != 1 {
+			t.Fatalf("%d layers in the store", len(layers))
+		}
+		l := layers[0]
+		records[viaTar] = fmt.Sprintf("id=%s compressed=%s/%d compression=%d diff=%s/%d uids=%v gids=%v",
+			l.ID, l.CompressedDigest, l.CompressedSize, l.CompressionType, l.UncompressedDigest, l.UncompressedSize, l.UIDs, l.GIDs)
+		if l.CompressedDigest.String() != sha(im.layer) || l.CompressedSize != int64(len(im.layer)) || l.CompressionType != archive.Gzip {
+			t.Errorf("via tar %v: %s, want the blob %s of %d bytes, gzip", viaTar, records[viaTar], sha(im.layer), len(im.layer))
+		}
+		_, _ = store.Shutdown(true)
+	}
+	if records[true] != records[false] {
+		t.Fatalf("the two ways differ:\ntar:  %s\nblob: %s", records[true], records[false])
+	}
 }
