@@ -154,9 +154,10 @@ func preApply(ctx context.Context, store storage.Store, src *verifiedSource) ([]
 	return created, nil
 }
 
-// computed is a layer's DiffID computed from its blob, with the blob
-// decompressed (tar, an unnamed file of this process's at offset 0; nil
-// when it could not be written: the store decompresses the blob again).
+// computed is a layer's DiffID computed from its blob, with the layer's
+// tar that pass wrote (tar: gzip stored blocks in an unnamed file of this
+// process's, at offset 0; nil when none was written: the store inflates
+// the blob itself).
 type computed struct {
 	diffID digest.Digest
 	tar    *os.File
