@@ -42,7 +42,8 @@
 // sub-cgroup) is dead and that cgroup is removed on every path out of a
 // pull (Kill, then Remove). On v1 the child is born inside (EnterThread: the
 // forking thread is in the cgroup for the fork; in hybrid mode the unified
-// hierarchy's cgroup by CLONE_INTO_CGROUP, OpenDir), so pids.max is a
-// ceiling from its first instruction and the child is never moved; CheckLimits refuses a pids_max below what the
+// hierarchy's cgroup by CLONE_INTO_CGROUP, OpenDir, from Linux 5.7, and by
+// pid after the fork before it), so pids.max is a ceiling from its first
+// instruction; CheckLimits refuses a pids_max below what the
 // child needs (MinPidsMax), so the same input gives the same exit code.
 package cgroup

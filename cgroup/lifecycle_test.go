@@ -268,3 +268,104 @@ func TestParentMustExist(t *testing.T) {
 		t.Fatal("the existing parent was removed")
 	}
 }
+
+// Kernel releases as uname gives them: CLONE_INTO_CGROUP is Linux 5.7's.
+func TestKernelAtLeast(t *testing.T) {
+	for rel, want := range map[string]bool{
+		"6.18.44-fc-v1252": true, "5.7.0": true, "5.10.0-30-amd64": true, "5.15": true,
+		"5.4.0-150-generic": false, "5.6.19": false, "4.18.0-553.el8_10.x86_64": false,
+		"": false, "6": false, "x.y": false, "5.": false,
+	} {
+		if got := cgroup.KernelAtLeast(rel, 5, 7); got != want {
+			t.Errorf("%q at least 5.7: %v, want %v", rel, got, want)
+		}
+	}
+}
+
+// Hybrid mode: OpenDir gives the unified hierarchy's cgroup (for
+// CLONE_INTO_CGROUP) where the kernel has it; on a kernel without it
+// (forced here) none, and the child is placed there by pid after the
+// fork: a process forked by the thread inside the v1 cgroups and then
+// Placed is in the cgroup in every hierarchy, the unified one included.
+func TestHybridUnifiedPlacement(t *testing.T) {
+	state := needCgroupfs(t)
+	if cgroup.Version() != "hybrid" {
+		t.Skipf("cgroup %s: the unified hierarchy of hybrid mode is what this tests", cgroup.Version())
+	}
+	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	unified := g.Paths()[""]
+	if unified == "" {
+		t.Fatal("hybrid mode, and the group has no unified path")
+	}
+	d, err := g.OpenDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cgroup.CloneIntoCgroup() {
+		if d == nil || !sameFile(t, d, unified) {
+			t.Fatalf("OpenDir on a kernel with CLONE_INTO_CGROUP: %v, want %s", d, unified)
+		}
+	}
+	if d != nil {
+		d.Close()
+	}
+
+	defer cgroup.NoCloneIntoCgroup()()
+	if d, err := g.OpenDir(); d != nil || err != nil {
+		t.Fatalf("OpenDir without CLONE_INTO_CGROUP: %v %v, want none", d, err)
+	}
+	type out struct {
+		pid int
+		err error
+	}
+	res := make(chan out, 1)
+	cmd := exec.Command("sleep", "60")
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		leave, err := g.EnterThread()
+		if err != nil {
+			res <- out{err: err}
+			return
+		}
+		err = cmd.Start()
+		if lerr := leave(); lerr != nil && err == nil {
+			err = lerr
+		}
+		if err != nil {
+			res <- out{err: err}
+			return
+		}
+		res <- out{pid: cmd.Process.Pid}
+	}()
+	o := <-res
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if err := g.Contains(o.pid); err == nil {
+		t.Fatal("the forked process is in the unified cgroup before Place: the check proves nothing")
+	}
+	if err := g.Place(o.pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Contains(o.pid); err != nil {
+		t.Fatalf("after Place: %v", err)
+	}
+}
+
+func sameFile(t *testing.T, f *os.File, path string) bool {
+	t.Helper()
+	a, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(a, b)
+}

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	cg "github.com/opencontainers/cgroups"
+	"golang.org/x/sys/unix"
 )
 
 // OpenDir opens the unified cgroup directory for CLONE_INTO_CGROUP: on v2,
@@ -15,8 +18,10 @@ import (
 // the v1 hierarchies by its forking thread (EnterThread) and in the
 // unified one by CLONE_INTO_CGROUP, which the kernel applies to the
 // default (unified) hierarchy only, the others coming from the forking
-// thread. Nil on v1 without a unified hierarchy, and with the systemd
-// driver on v1 (Place).
+// thread. Nil on v1 without a unified hierarchy, with the systemd driver
+// on v1, and in hybrid mode on a kernel older than Linux 5.7, which has no
+// CLONE_INTO_CGROUP (Ubuntu 20.04's 5.4, RHEL 8's 4.18): the child is then
+// placed by pid after the fork (Place), before it is sent its request.
 //
 // Born there, the child is never moved: a write of a pid to cgroup.procs
 // takes the kernel's global threadgroup lock, whose write side waits for
@@ -27,13 +32,42 @@ func (g *Group) OpenDir() (*os.File, error) {
 	switch {
 	case g.v2:
 		dir = g.mgr.Path("")
-	case g.BornInside():
+	case g.BornInside() && cloneIntoCgroup():
 		dir = g.paths()[""]
 	}
 	if dir == "" {
 		return nil, nil
 	}
 	return os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+}
+
+// cloneIntoCgroup reports whether this kernel has CLONE_INTO_CGROUP
+// (clone3, Linux 5.7). Only hybrid mode asks: v2 has always needed it here.
+var cloneIntoCgroup = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 7)
+})
+
+// kernelAtLeast reports whether a kernel release ("6.18.44-fc", "5.4.0-150-
+// generic") is major.minor or later; a release it cannot read is not.
+func kernelAtLeast(release string, major, minor int) bool {
+	maj, rest, ok := strings.Cut(release, ".")
+	if !ok {
+		return false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	mj, err1 := strconv.Atoi(maj)
+	mn, err2 := strconv.Atoi(rest[:end])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return mj > major || (mj == major && mn >= minor)
 }
 
 // Place moves pid into the cgroup, in every controller (a systemd scope

@@ -41,9 +41,10 @@
 // Placement before work. On cgroup v2 the child is born in its cgroup
 // (CLONE_INTO_CGROUP). On v1 it is born there too: the forking thread is
 // moved into the cgroup for the fork and back right after, and in hybrid
-// mode CLONE_INTO_CGROUP puts it in the unified hierarchy's cgroup. Only
-// the systemd driver on v1 places the child after fork, before it is sent
-// the request. The
+// mode CLONE_INTO_CGROUP puts it in the unified hierarchy's cgroup (Linux
+// 5.7 and later). Only the systemd driver on v1, and the hybrid unified
+// hierarchy on an older kernel, place the child after fork, before it is
+// sent the request. The
 // child verifies its own /proc/self/cgroup again before any network I/O
 // and aborts (exit 7) if it is not where the parent said.
 //

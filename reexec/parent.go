@@ -154,9 +154,10 @@ const drainTimeout = 5 * time.Second
 // is born in the cgroup: on v2 with CLONE_INTO_CGROUP, on v1 because it is
 // forked by a thread that was moved into the cgroup for the fork (and moved
 // back right after), and in hybrid mode's unified hierarchy with
-// CLONE_INTO_CGROUP as well (cgroup.Group.OpenDir), so it never runs
-// outside its limits; only the systemd driver on v1 places it after fork,
-// before it gets its request.
+// CLONE_INTO_CGROUP as well (cgroup.Group.OpenDir; Linux 5.7), so it never
+// runs outside its limits; only the systemd driver on v1, and hybrid mode's
+// unified hierarchy on an older kernel, place it after fork, before it
+// gets its request.
 //
 // The caller must then call run (or kill), which reaps the child.
 func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Logger, mounts []*os.File) (*childProc, error) {
@@ -285,8 +286,10 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Lo
 		}()
 	}
 	if dir == nil {
-		// The systemd driver on v1 (placed by pid, before the request).
-		// Elsewhere the child was born in every hierarchy.
+		// The systemd driver on v1, or hybrid mode's unified hierarchy on
+		// a kernel without CLONE_INTO_CGROUP (cgroup.Group.OpenDir):
+		// placed by pid, before the request. Elsewhere the child was born
+		// in every hierarchy.
 		if err := g.Place(c.pid); err != nil {
 			c.kill(g)
 			return nil, failure.Wrap(failure.Isolation, err, "")

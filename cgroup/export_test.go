@@ -1,0 +1,15 @@
+package cgroup
+
+// KernelAtLeast is kernelAtLeast.
+var KernelAtLeast = kernelAtLeast
+
+// CloneIntoCgroup reports what OpenDir assumes of this kernel.
+func CloneIntoCgroup() bool { return cloneIntoCgroup() }
+
+// NoCloneIntoCgroup makes OpenDir treat this kernel as one without
+// CLONE_INTO_CGROUP (hybrid mode places the child by pid), until restore.
+func NoCloneIntoCgroup() (restore func()) {
+	old := cloneIntoCgroup
+	cloneIntoCgroup = func() bool { return false }
+	return func() { cloneIntoCgroup = old }
+}
