@@ -1,18 +1,13 @@
 package pull
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
+
+	"github.com/pullhelper/pullhelper/internal/testcert"
 )
 
 // The roots the parent sends are the pool every endpoint starts from: a
@@ -37,7 +32,7 @@ func TestSystemPoolFromMaterial(t *testing.T) {
 	if err := get(&tls.Config{RootCAs: m.systemPool()}); err != nil {
 		t.Fatalf("the server's CA is among the roots sent, yet: %v", err)
 	}
-	m2 := &Material{SystemRoots: pemOf(otherCA(t))}
+	m2 := &Material{SystemRoots: pemOf(testcert.CA(t, "other"))}
 	if err := get(&tls.Config{RootCAs: m2.systemPool()}); err == nil {
 		t.Fatal("a server whose CA is not among the roots sent was verified")
 	}
@@ -48,23 +43,6 @@ func TestSystemPoolFromMaterial(t *testing.T) {
 	if err := get(&tls.Config{RootCAs: m2.systemPool()}); err == nil {
 		t.Fatal("a CA added to one endpoint's pool reached another's")
 	}
-}
-
-// otherCA is a self-signed CA certificate (DER) that signed nothing.
-func otherCA(t *testing.T) []byte {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
 }
 
 func pemOf(der []byte) []byte {
