@@ -38,11 +38,73 @@ oneline() { tr '\n' ' ' | sed 's/  */ /g; s/ $//'; }
 # want NAME: the test is selected (ONLY empty or listing it).
 want() { [ -z "$ONLY" ] || case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
+# diag WHY: what the guest is doing, for a test that is stuck: one PHVM DIAG
+# line per thread of a user process or in uninterruptible sleep (state, wchan,
+# kernel stack), and the kernel's
+# recent reports of hung tasks, RCU stalls and lockups. It reads nothing that
+# takes a process's memory lock (not cmdline), so a stuck process cannot
+# stop it.
+diag() {
+    echo "PHVM DIAG $CUR: $*"
+    for p in /proc/[0-9]*; do
+        user=0
+        [ -e "$p/exe" ] && user=1
+        for t in "$p"/task/*; do
+            st=$(sed -E 's/^[0-9]+ \((.*)\) ([A-Z]) .*/\1 \2/' "$t/stat" 2>/dev/null) || continue
+            state=${st##* }
+            [ "$user" = 1 ] || [ "$state" = D ] || continue
+            echo "PHVM DIAG ${p#/proc/}/${t##*/} $st wchan=$(cat "$t/wchan" 2>/dev/null) stack: $(sed -E 's/^\[<[0-9a-f]+>\] //; s/\+0x[0-9a-f]+\/0x[0-9a-f]+//' "$t/stack" 2>/dev/null | oneline)"
+        done
+    done
+    dmesg | grep -E 'blocked for more than|rcu.*stall|lockup|BUG:|WARNING:' | tail -n 10 |
+        while IFS= read -r l; do echo "PHVM DIAG klog $l"; done
+}
+
+# reap PID [SECS]: wait for the background process PID, at most SECS (default
+# 120), and return its exit status. One that is still there after that is a
+# failure with diag's account of what it is blocked in, and 124 is returned:
+# no test waits without bound.
+reap() {
+    rp_n=$((${2:-120} * 10))
+    while [ "$rp_n" -gt 0 ]; do
+        case "$(proc_state "$1")" in '' | Z)
+            wait "$1"
+            return
+            ;;
+        esac
+        rp_n=$((rp_n - 1))
+        sleep 0.1
+    done
+    bad "process $1 did not end within ${2:-120} s"
+    diag "process $1 did not end within ${2:-120} s"
+    return 124
+}
+
+# watchdog NAME: run in the background by run_test. A test still running
+# after TEST_BUDGET seconds (the whole guest needs about 120 s) is stuck:
+# its PHVM DIAG lines and a failed result are printed and the guest is
+# powered off, so that the host learns why at once instead of at its timeout.
+TEST_BUDGET=300
+watchdog() {
+    sleep "$TEST_BUDGET" &
+    wd_s=$!
+    trap 'kill "$wd_s" 2>/dev/null; exit 0' TERM
+    wait "$wd_s"
+    diag "$1 still running after $TEST_BUDGET s"
+    echo "PHVM RESULT $1 fail still running after $TEST_BUDGET s: stuck (see the PHVM DIAG lines)"
+    sync
+    echo o >/proc/sysrq-trigger
+}
+
 run_test() {
     want "$1" || return 0
     CUR=$1 FAILS="" EVID=""
     t0=$(ms)
+    watchdog "$1" &
+    wd=$!
     "t_$1"
+    kill "$wd" 2>/dev/null
+    wait "$wd"
     echo "PHVM TIME $1 $(($(ms) - t0))"
     if [ -z "$FAILS" ]; then
         echo "PHVM RESULT $1 pass$(echo "$EVID" | oneline)"
@@ -95,7 +157,7 @@ start_stalled() {
         i=$((i + 1))
         if [ $i -gt 600 ] || ! kill -0 "$BG" 2>/dev/null; then
             kill -KILL "$BG" 2>/dev/null
-            wait "$BG"
+            reap "$BG" 30
             bad "the stalled pull never started a layer (exit $?)"
             show_err stalled
             BG=""
@@ -166,7 +228,7 @@ EOF
         bad "control: moving pid $sl into /phvm-control was not traced (the CLONE_INTO_CGROUP check below proves nothing)"
     fi
     kill "$sl"
-    wait "$sl" 2>/dev/null
+    reap "$sl" 30
     rmdir "$CG/phvm-control"
 
     echo >"$TR/trace"
@@ -277,7 +339,7 @@ t_sigterm() {
     [ "$(cat "/proc/$extra/cgroup")" = "0::${CGD#$CG}" ] || bad "could not put an extra process into $CGD"
     echo >"$TR/trace"
     kill -TERM "$BG"
-    wait "$BG"
+    reap "$BG"
     rc=$?
     ev "exit=$rc"
     [ "$rc" = 143 ] || bad "exit $rc, want 143"
@@ -286,7 +348,7 @@ t_sigterm() {
     [ "$code" = interrupted ] || bad "error code '$code', want interrupted"
     grep -q 'killing every process in the pull cgroup' "$W/stalled.err" ||
         bad "no 'killing every process in the pull cgroup' log line"
-    wait "$extra"
+    reap "$extra" 30
     xrc=$?
     [ "$xrc" = 137 ] || bad "the extra process in the cgroup ended with $xrc, want 137 (SIGKILL)"
     ev "extra process in the cgroup: SIGKILLed (wait=$xrc)"
@@ -484,7 +546,7 @@ t_dns_mount_namespace() {
     grep -q ' /etc/resolv.conf ' "/proc/$CHILD/mountinfo" || bad "no mount over /etc/resolv.conf in the child"
     ! grep -q ' /etc/resolv.conf ' "/proc/$BG/mountinfo" || bad "the parent sees a mount over /etc/resolv.conf"
     kill -TERM "$BG" 2>/dev/null
-    wait "$BG"
+    reap "$BG"
     BG=""
     [ "$(sha256sum /etc/resolv.conf)" = "$before" ] || bad "the guest's /etc/resolv.conf changed"
     [ "$(wc -l </proc/1/mountinfo)" = "$mounts" ] || bad "the guest's mount table changed"
@@ -501,7 +563,7 @@ run_test sigterm
 # (sigterm not selected: stop the stalled pull all the same)
 if [ -n "$BG" ]; then
     kill -TERM "$BG" 2>/dev/null
-    wait "$BG"
+    reap "$BG"
 fi
 run_test dns_mount_namespace
 run_test usage

@@ -251,7 +251,11 @@ grep -q '^PHVM END' "$WORK/phvm.txt" || {
 }
 if ((failed)); then
     echo "--- last 40 lines of the serial log ---" >&2
-    tr -d '\r' <"$SERIAL" | tail -n 40 >&2
+    tr -d '\r' <"$SERIAL" | grep -v '^PHVM DIAG' | tail -n 40 >&2
+    if grep -q '^PHVM DIAG' "$WORK/phvm.txt"; then
+        echo "--- the guest's account of a stuck test (PHVM DIAG) ---" >&2
+        grep '^PHVM DIAG' "$WORK/phvm.txt" | head -n 200 >&2
+    fi
 fi
 echo "times: boot to tests ${boot:-?} s; $(awk '$2 == "TIME" { printf "%s %.1f s, ", $3, $4 / 1000 }' "$WORK/phvm.txt")VM ${vm_s} s, total $((SECONDS - start_s)) s" >&2
 echo "$passed passed, $failed failed, $skipped skipped"
