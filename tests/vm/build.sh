@@ -17,8 +17,8 @@
 #   modules.dep, made with busybox depmod) are kept.
 # - The base initramfs (cpio newc, gzip) holds busybox with its applet links,
 #   bin/pullhelper (`make build`: static, CGO_ENABLED=0), /init
-#   (tests/vm/init), the guest tests (tests/vm/guest-tests.sh) and the
-#   modules with their load order. Secrets are never in it: the CA and the
+#   (tests/vm/init), the guest tests (tests/vm/guest-tests.sh, sourcing
+#   tests/vm/harness.sh) and the modules with their load order. Secrets are never in it: the CA and the
 #   auth file travel in the overlay, which the kernel unpacks on top.
 #
 # Prints the paths it produced as KEY=VALUE lines on stdout (VM_KERNEL,
@@ -26,6 +26,7 @@
 set -euo pipefail
 
 VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+HARNESS=$VM_DIR/harness.sh
 ROOT=$(cd "$VM_DIR/../.." && pwd)
 CACHE=${PH_VM_CACHE:-$ROOT/tests/.cache/vm}
 # Modules the guest loads: the NIC (-device e1000), the disk (virtio-blk on
@@ -187,7 +188,7 @@ base="$CACHE/initramfs-base.cpio.gz"
 bstamp=$(
     {
         echo "$kstamp"
-        sha256sum "$PULLHELPER" "$BUSYBOX" "$VM_DIR/init" "$VM_DIR/guest-tests.sh" "$KDIR"/modules/* "${BASH_SOURCE[0]}"
+        sha256sum "$PULLHELPER" "$BUSYBOX" "$VM_DIR/init" "$VM_DIR/guest-tests.sh" "$HARNESS" "$KDIR"/modules/* "${BASH_SOURCE[0]}"
     } | sha256sum | cut -d' ' -f1
 )
 if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
@@ -205,6 +206,7 @@ if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
     install -m 0755 "$PULLHELPER" "$st/bin/pullhelper"
     install -m 0755 "$VM_DIR/init" "$st/init"
     install -m 0755 "$VM_DIR/guest-tests.sh" "$st/phvm/guest-tests.sh"
+    install -m 0644 "$HARNESS" "$st/phvm/harness.sh"
     cp "$KDIR"/modules/* "$st/lib/modules/"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$st/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$st/etc/group"

@@ -20,7 +20,7 @@
 #   customisation, the unit file): a change rebuilds it, nothing else does.
 #   The guest boots it with snapshot=on, so the cached image never changes.
 # - The initramfs (busybox, the modules, tests/vm/systemd/init, bin/pullhelper
-#   and the guest tests) loads the modules, mounts the image as /, copies
+#   and the guest tests with tests/vm/harness.sh) loads the modules, mounts the image as /, copies
 #   pullhelper, the tests and the per-run files in and switch_roots to
 #   systemd. pullhelper is not in the image: a rebuild of it only remakes the
 #   initramfs (seconds), never the root filesystem.
@@ -31,6 +31,7 @@ set -euo pipefail
 
 SD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VM_DIR=$(cd "$SD_DIR/.." && pwd)
+HARNESS=$VM_DIR/harness.sh
 ROOT=$(cd "$VM_DIR/../.." && pwd)
 CACHE=${PH_VM_SYSTEMD_CACHE:-$ROOT/tests/.cache/vm-systemd}
 SUITE=bookworm
@@ -149,7 +150,7 @@ make -s -C "$ROOT" build >&2
 PULLHELPER="$ROOT/bin/pullhelper"
 base="$CACHE/initramfs-base.cpio.gz"
 bstamp=$(
-    sha256sum "$PULLHELPER" "$BUSYBOX" "$SD_DIR/init" "$SD_DIR/guest-tests.sh" "$KDIR"/modules/* "${BASH_SOURCE[0]}" |
+    sha256sum "$PULLHELPER" "$BUSYBOX" "$SD_DIR/init" "$SD_DIR/guest-tests.sh" "$HARNESS" "$KDIR"/modules/* "${BASH_SOURCE[0]}" |
         sha256sum | cut -d' ' -f1
 )
 if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
@@ -164,6 +165,7 @@ if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
     install -m 0755 "$SD_DIR/init" "$st/init"
     install -m 0755 "$PULLHELPER" "$st/phvm/pullhelper"
     install -m 0755 "$SD_DIR/guest-tests.sh" "$st/phvm/guest-tests.sh"
+    install -m 0644 "$HARNESS" "$st/phvm/harness.sh"
     cp "$KDIR"/modules/* "$st/lib/modules/"
     mknod -m 0600 "$st/dev/console" c 5 1 2>/dev/null || true
     (cd "$st" && find . | LC_ALL=C sort | "$BUSYBOX" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -1 >"$base.tmp"

@@ -8,7 +8,7 @@
 # console, between "PHVM BEGIN" and "PHVM END":
 #   PHVM RESULT <name> pass|fail|skip <evidence or what failed>   (one a test)
 #   PHVM TIME <name> <ms>          PHVM JSON <name> <pullhelper's stdout>
-#   PHVM LOG <name>: <detail>
+#   PHVM LOG <name>: <detail>      PHVM DIAG <what a stuck test was doing>
 # tests/vm/run.sh --systemd asserts the RESULT lines. Every check compares
 # against a value that a regression would change.
 #
@@ -32,48 +32,8 @@ POD_SLICE=kubepods-besteffort-podphvm.slice
 POD_SLICE_CG=/kubepods.slice/kubepods-besteffort.slice/$POD_SLICE
 POD_SCOPE=cri-containerd-phvm.scope
 
-###############################################################################
-# Harness
-
-ms() { awk '{ printf "%d", $1 * 1000 }' /proc/uptime; }
-log() { echo "PHVM LOG $CUR: $*"; }
-bad() {
-    FAILS="$FAILS; $*"
-    log "FAIL $*"
-}
-ev() { EVID="$EVID $*"; }
-oneline() { tr '\n' ' ' | sed 's/  */ /g; s/ $//'; }
-want() { [ -z "$ONLY" ] || case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-
-run_test() {
-    want "$1" || return 0
-    CUR=$1 FAILS="" EVID=""
-    t0=$(ms)
-    "t_$1"
-    echo "PHVM TIME $1 $(($(ms) - t0))"
-    if [ -z "$FAILS" ]; then
-        echo "PHVM RESULT $1 pass$(echo "$EVID" | oneline)"
-    else
-        echo "PHVM RESULT $1 fail ${FAILS#; }"
-    fi
-}
-
-jget() { sed -nE "s/.*\"$1\":(\"[^\"]*\"|[^,}]*).*/\1/p" "$2" | head -1 | tr -d '"'; }
-isnum() { case "$1" in '' | *[!0-9]*) return 1 ;; esac; }
-
-# pull NAME ARGS...: pullhelper pull with the registry credentials (at most
-# 240 s); stdout in $W/NAME.out (echoed as PHVM JSON), stderr in $W/NAME.err;
-# sets RC and DUR (ms).
-pull() {
-    n=$1
-    shift
-    s=$(ms)
-    timeout 240 "$PH" pull $AUTH "$@" >"$W/$n.out" 2>"$W/$n.err"
-    RC=$?
-    DUR=$(($(ms) - s))
-    echo "PHVM JSON $CUR/$n $(oneline <"$W/$n.out")"
-}
-show_err() { tail -n 15 "$W/$1.err" | while IFS= read -r l; do log "stderr: $l"; done; }
+# The harness: run_test, pull, bad, ev, reap, diag... (tests/vm/harness.sh).
+. /phvm/harness.sh
 
 # prop UNIT NAME: one property as systemctl show prints it.
 prop() { systemctl show -P "$2" "$1" 2>/dev/null; }
@@ -108,7 +68,7 @@ start_stalled() {
         i=$((i + 1))
         if [ $i -gt 600 ] || ! kill -0 "$BG" 2>/dev/null; then
             kill -KILL "$BG" 2>/dev/null
-            wait "$BG"
+            reap "$BG" 30
             bad "the stalled pull never started a layer (exit $?)"
             show_err "$n"
             BG=""
@@ -128,7 +88,7 @@ start_stalled() {
 # stop_bg NAME: SIGTERM the background pull, wait for it; sets BGRC.
 stop_bg() {
     kill -TERM "$BG" 2>/dev/null
-    wait "$BG"
+    reap "$BG"
     BGRC=$?
     echo "PHVM JSON $CUR/$1 $(oneline <"$W/$1.out")"
     BG=""
@@ -296,7 +256,7 @@ t_sigterm() {
     [ "$BGRC" = 143 ] || bad "exit $BGRC, want 143"
     code=$(jget code "$W/stalled.out")
     [ "$code" = interrupted ] || bad "error code '$code', want interrupted"
-    wait "$extra"
+    reap "$extra" 30
     xrc=$?
     [ "$xrc" = 137 ] || bad "the extra process in the scope ended with $xrc, want 137 (SIGKILL)"
     ev "extra process in the scope: SIGKILLed (wait=$xrc)"
@@ -353,7 +313,7 @@ t_parent_killed() {
     [ -n "$unit" ] || { bad "no scope for the stalled pull"; return; }
     anchor=$(grep -vx "$CHILD" "$CG$CHILD_CG/cgroup.procs" | head -1)
     kill -KILL "$BG"
-    wait "$BG"
+    reap "$BG" 30
     BG=""
     i=0
     until gone "$unit" && [ ! -d "$CG$CHILD_CG" ]; do
