@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -27,8 +28,14 @@ const maxNodeShareEntries = 4096
 // carrying its share of the node's budgets: total bytes/s and layers
 // concurrent downloads, each divided by the pulls that hold a file there
 // (at least one download each), sent at once and again whenever that count
-// changes. stop ends
-// the updates, closes the channel and removes the registration.
+// changes. stop ends the updates, closes the channel and removes the
+// registration.
+//
+// The file is made and locked under a temporary name (regTemp) and only
+// then renamed to the name livePulls counts, so a counted name is held from
+// the moment it exists. Created and locked under its final name, another
+// pull's livePulls could open it in between, take the lock as nobody's and
+// remove it: a pull that every other pull then left out of the split.
 func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare, func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, failure.Wrap(failure.Destination, err, "creating %s (pull.node_bandwidth)", dir)
@@ -37,14 +44,23 @@ func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pu
 	_, _ = rand.Read(rnd[:])
 	name := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])
 	path := filepath.Join(dir, name)
-	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	tmp := filepath.Join(dir, regTemp+name)
+	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", dir)
 	}
+	if registering != nil {
+		registering()
+	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		unix.Close(fd)
-		_ = unix.Unlink(path)
-		return nil, nil, failure.Wrap(failure.Destination, err, "locking %s", path)
+		_ = unix.Unlink(tmp)
+		return nil, nil, failure.Wrap(failure.Destination, err, "locking %s", tmp)
+	}
+	if err := unix.Rename(tmp, path); err != nil {
+		unix.Close(fd)
+		_ = unix.Unlink(tmp)
+		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", dir)
 	}
 	out := make(chan pull.NodeShare, 1)
 	done := make(chan struct{})
@@ -85,8 +101,22 @@ func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pu
 	return out, stop, nil
 }
 
+// registering, when set (by tests only), is called by nodeShare between
+// making the registration's file and locking it: the moment another pull's
+// livePulls must not take it for a dead pull's.
+var registering func()
+
+// regTemp prefixes a registration's name until it is locked (nodeShare).
+const regTemp = ".new-"
+
+// staleTemp: a temporary registration older than this that nobody holds
+// was left by a pull that died between creating and renaming it (a live
+// one does both within microseconds).
+const staleTemp = 10 * time.Second
+
 // livePulls counts the registrations in dir someone holds (ours, self, counts),
-// removing those nobody holds. At least 1.
+// removing those nobody holds. At least 1. A temporary one (regTemp) is a
+// pull still registering: not counted, and removed only when stale.
 func livePulls(dir, self string) int {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -101,16 +131,31 @@ func livePulls(dir, self string) int {
 			continue
 		}
 		p := filepath.Join(dir, nm)
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
+		if strings.HasPrefix(nm, regTemp) {
+			var st unix.Stat_t
+			if unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Mtim.Unix())) > staleTemp {
+				heldOrRemoved(p)
+			}
 			continue
 		}
-		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == unix.EWOULDBLOCK {
-			n++ // held: a live pull
-		} else if err == nil {
-			_ = unix.Unlink(p) // nobody holds it: a pull that is gone
+		if heldOrRemoved(p) {
+			n++
 		}
-		unix.Close(fd)
 	}
 	return max(n, 1)
+}
+
+// heldOrRemoved reports whether someone holds the lock of registration p (a
+// live pull); one nobody holds belongs to a pull that is gone and is removed.
+func heldOrRemoved(p string) bool {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	if err == nil {
+		_ = unix.Unlink(p)
+	}
+	return err == unix.EWOULDBLOCK
 }
