@@ -1,6 +1,7 @@
 package cgroup_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +42,9 @@ func TestLifecycle(t *testing.T) {
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
 		t.Skip("systemd is PID 1: the cgroupfs lifecycle is proven on hosts without it")
 	}
-	parent := "/pullhelper-unittest"
+	// The parent is this process's: a second test run at the same time
+	// (make test-unit twice) has its own.
+	parent := fmt.Sprintf("/pullhelper-unittest-lifecycle-%d", os.Getpid())
 	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir(), Limits: cgroup.Limits{
 		CPUQuota: 0.25, MemoryMax: 32 << 20, PidsMax: 16,
 	}})
@@ -117,7 +120,7 @@ func TestReclaim(t *testing.T) {
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
 		t.Skip("systemd is PID 1: systemd collects stale scopes itself")
 	}
-	parent := "/pullhelper-reclaimtest"
+	parent := fmt.Sprintf("/pullhelper-reclaimtest-%d", os.Getpid())
 	live, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
