@@ -258,9 +258,18 @@ wait_background_pull() {
     assert_json_error network
     # Two retry warnings on stderr (attempts 1 and 2 of 3), none more.
     assert_equal "$(grep -c 'retrying' <<<"$stderr")" 2
-    # Back-off 100ms then 200ms: at least 300 ms, far less than the 1s default.
-    ((ms >= 300)) || fail "finished in ${ms}ms: the back-off was not applied"
-    ((ms < 5000)) || fail "took ${ms}ms: --retry-delay ignored?"
+    # Back-off 100ms then 200ms, each spread by ±20 % (registry.jitter): the
+    # waits the warnings name are within that (the 1s default would be
+    # 0.8-1.2 s and 1.6-2.4 s), and the pull took at least their sum.
+    local waits
+    waits=$(grep -o ' in=[0-9.]*[µm]*s' <<<"$stderr" | sed 's/^ in=//' |
+        awk '/µs$/ { sub(/µs$/, ""); print int($0 / 1000); next } /ms$/ { sub(/ms$/, ""); print int($0); next } { sub(/s$/, ""); print int($0 * 1000) }')
+    [[ $(wc -l <<<"$waits") == 2 ]] || fail "want two waits (in=) in the retry warnings, got: $waits"
+    local w1 w2
+    { read -r w1; read -r w2; } <<<"$waits"
+    ((w1 >= 79 && w1 <= 120)) || fail "first back-off ${w1}ms, want 100ms ±20 %"
+    ((w2 >= 159 && w2 <= 240)) || fail "second back-off ${w2}ms, want 200ms ±20 %"
+    ((ms >= w1 + w2)) || fail "finished in ${ms}ms, before its back-offs (${w1} + ${w2} ms) were over"
     assert_untouched "$OUT/dest"
 }
 
