@@ -5,12 +5,12 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
 )
@@ -37,30 +37,33 @@ const maxNodeShareEntries = 4096
 // pull's livePulls could open it in between, take the lock as nobody's and
 // remove it: a pull that every other pull then left out of the split.
 func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pull.NodeShare, func(), error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, failure.Wrap(failure.Destination, err, "creating %s (pull.node_bandwidth)", dir)
+	dfd, err := state.OpenDir(dir)
+	if err != nil {
+		return nil, nil, failure.Wrap(failure.Destination, err, "pull.node_bandwidth")
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	name := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])
-	path := filepath.Join(dir, name)
-	tmp := filepath.Join(dir, regTemp+name)
-	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	tmp := regTemp + name
+	fd, err := unix.Openat(dfd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
+		unix.Close(dfd)
 		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", dir)
 	}
 	if registering != nil {
 		registering()
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	fail := func(err error, what string) (<-chan pull.NodeShare, func(), error) {
 		unix.Close(fd)
-		_ = unix.Unlink(tmp)
-		return nil, nil, failure.Wrap(failure.Destination, err, "locking %s", tmp)
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		unix.Close(dfd)
+		return nil, nil, failure.Wrap(failure.Destination, err, "%s in %s (pull.node_bandwidth)", what, dir)
 	}
-	if err := unix.Rename(tmp, path); err != nil {
-		unix.Close(fd)
-		_ = unix.Unlink(tmp)
-		return nil, nil, failure.Wrap(failure.Destination, err, "registering in %s (pull.node_bandwidth)", dir)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fail(err, "locking "+tmp)
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+		return fail(err, "registering")
 	}
 	out := make(chan pull.NodeShare, 1)
 	done := make(chan struct{})
@@ -72,7 +75,7 @@ func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pu
 		t := time.NewTicker(nodeShareTick)
 		defer t.Stop()
 		for {
-			if n := livePulls(dir, name); n != last {
+			if n := livePulls(dfd, name); n != last {
 				last = n
 				share := pull.NodeShare{Rate: total / int64(n)}
 				if layers > 0 {
@@ -95,8 +98,9 @@ func nodeShare(dir string, total int64, layers int, log *slog.Logger) (<-chan pu
 	stop := func() {
 		close(done)
 		<-finished
-		_ = unix.Unlink(path)
+		_ = unix.Unlinkat(dfd, name, 0)
 		unix.Close(fd)
+		unix.Close(dfd)
 	}
 	return out, stop, nil
 }
@@ -114,48 +118,69 @@ const regTemp = ".new-"
 // one does both within microseconds).
 const staleTemp = 10 * time.Second
 
-// livePulls counts the registrations in dir someone holds (ours, self, counts),
-// removing those nobody holds. At least 1. A temporary one (regTemp) is a
-// pull still registering: not counted, and removed only when stale.
-func livePulls(dir, self string) int {
-	d, err := os.Open(dir)
-	if err != nil {
-		return 1
-	}
-	names, _ := d.Readdirnames(maxNodeShareEntries)
-	d.Close()
+// livePulls counts the registrations in the directory held as dfd that
+// someone holds (ours, self, counts), removing those nobody holds. At
+// least 1. A temporary one (regTemp) is a pull still registering: not
+// counted, and removed only when stale.
+func livePulls(dfd int, self string) int {
+	names, _ := readNames(dfd, maxNodeShareEntries)
 	n := 0
 	for _, nm := range names {
 		if nm == self {
 			n++
 			continue
 		}
-		p := filepath.Join(dir, nm)
 		if strings.HasPrefix(nm, regTemp) {
 			var st unix.Stat_t
-			if unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Mtim.Unix())) > staleTemp {
-				heldOrRemoved(p)
+			if unix.Fstatat(dfd, nm, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && time.Since(time.Unix(st.Mtim.Unix())) > staleTemp {
+				heldOrRemoved(dfd, nm)
 			}
 			continue
 		}
-		if heldOrRemoved(p) {
+		if heldOrRemoved(dfd, nm) {
 			n++
 		}
 	}
 	return max(n, 1)
 }
 
-// heldOrRemoved reports whether someone holds the lock of registration p (a
-// live pull); one nobody holds belongs to a pull that is gone and is removed.
-func heldOrRemoved(p string) bool {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+// heldOrRemoved reports whether someone holds the lock of registration nm
+// in the directory held as dfd (a live pull). One nobody holds belongs to
+// a pull that is gone and is removed — only when it is what a pull makes:
+// a regular file of this euid's with one link, still the one at nm. Anything
+// else (which OpenDir's checks leave only root able to put there) is
+// neither counted nor touched.
+func heldOrRemoved(dfd int, nm string) bool {
+	fd, err := unix.Openat(dfd, nm, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(fd)
+	var held unix.Stat_t
+	if unix.Fstat(fd, &held) != nil || held.Mode&unix.S_IFMT != unix.S_IFREG || held.Nlink != 1 || held.Uid != uint32(os.Geteuid()) {
+		return false
+	}
 	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 	if err == nil {
-		_ = unix.Unlink(p)
+		var now unix.Stat_t
+		if unix.Fstatat(dfd, nm, &now, unix.AT_SYMLINK_NOFOLLOW) == nil && now.Dev == held.Dev && now.Ino == held.Ino {
+			_ = unix.Unlinkat(dfd, nm, 0)
+		}
 	}
 	return err == unix.EWOULDBLOCK
+}
+
+// readNames lists at most max entries of the directory held as dfd, from
+// its start (the descriptor stays open; only the ticker reads it).
+func readNames(dfd, max int) ([]string, error) {
+	dup, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := os.NewFile(uintptr(dup), "bandwidth")
+	defer d.Close()
+	if _, err := unix.Seek(dup, 0, 0); err != nil {
+		return nil, err
+	}
+	return d.Readdirnames(max)
 }

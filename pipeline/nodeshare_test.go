@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,7 +180,12 @@ func TestNodeShareTemporaryRegistrations(t *testing.T) {
 	if err := os.Chtimes(old, past, past); err != nil {
 		t.Fatal(err)
 	}
-	if n := livePulls(dir, "self"); n != 1 {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	if n := livePulls(dfd, "self"); n != 1 {
 		t.Errorf("livePulls = %d with only temporary registrations, want 1", n)
 	}
 	if _, err := os.Stat(young); err != nil {
@@ -187,6 +193,94 @@ func TestNodeShareTemporaryRegistrations(t *testing.T) {
 	}
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
 		t.Errorf("a stale temporary registration nobody holds is still there (%v)", err)
+	}
+}
+
+// The directory a pull registers in must be root's (the euid's) and
+// writable by nobody else, every directory above it too: otherwise another
+// user could plant entries there, or swap it for a directory of root's
+// whose files livePulls would remove. nodeShare refuses it, and touches
+// nothing in it.
+func TestNodeShareRefusesDirectoryOthersControl(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the directory is given to uid 65534")
+	}
+	for _, c := range []struct {
+		name, want string
+		setup      func(t *testing.T, dir string) string
+	}{
+		{"owned by another uid", "owned by uid 65534", func(t *testing.T, dir string) string {
+			must(t, os.Chown(dir, 65534, 65534))
+			return dir
+		}},
+		{"writable by others", "writable by group or others", func(t *testing.T, dir string) string {
+			must(t, os.Chmod(dir, 0o777))
+			return dir
+		}},
+		{"below a directory of another uid", "owned by uid 65534, not root", func(t *testing.T, dir string) string {
+			must(t, os.Chown(filepath.Dir(dir), 65534, 65534))
+			return dir
+		}},
+		{"through a symbolic link", "symbolic link", func(t *testing.T, dir string) string {
+			link := filepath.Join(filepath.Dir(dir), "link")
+			must(t, os.Symlink(dir, link))
+			return link
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "top", "bandwidth")
+			must(t, os.MkdirAll(dir, 0o700))
+			stale := filepath.Join(dir, "2-gone")
+			must(t, os.WriteFile(stale, nil, 0o600))
+			_, _, err := nodeShare(c.setup(t, dir), 300, 0, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("nodeShare: %v, want a refusal saying %q", err, c.want)
+			}
+			if names := dirNames(dir); len(names) != 1 || names[0] != "2-gone" {
+				t.Errorf("entries after the refusal: %v, want only 2-gone, untouched", names)
+			}
+		})
+	}
+}
+
+// livePulls removes only what a pull makes: a regular file of root's (the
+// euid's) with one link that nobody holds. Another uid's file, a hard link
+// to a file elsewhere, a FIFO and a symbolic link are neither counted nor
+// removed (only root can put them there: OpenDir's checks).
+func TestNodeShareRemovesOnlyDeadRegistrations(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: one entry is given to uid 65534")
+	}
+	top := t.TempDir()
+	dir := filepath.Join(top, "bandwidth")
+	must(t, os.Mkdir(dir, 0o700))
+	foreign := filepath.Join(dir, "1-foreign")
+	must(t, os.WriteFile(foreign, nil, 0o600))
+	must(t, os.Chown(foreign, 65534, 65534))
+	elsewhere := filepath.Join(top, "elsewhere")
+	must(t, os.WriteFile(elsewhere, nil, 0o600))
+	must(t, os.Link(elsewhere, filepath.Join(dir, "2-linked")))
+	must(t, unix.Mkfifo(filepath.Join(dir, "3-fifo"), 0o600))
+	must(t, os.Symlink(elsewhere, filepath.Join(dir, "4-symlink")))
+	must(t, os.WriteFile(filepath.Join(dir, "5-dead"), nil, 0o600))
+	rates, stop, err := nodeShare(dir, 300, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-rates; got.Rate != 300 {
+		t.Errorf("share: %d B/s, want 300 (nothing there is a live pull)", got.Rate)
+	}
+	stop()
+	want := []string{"1-foreign", "2-linked", "3-fifo", "4-symlink"}
+	if got := dirNames(dir); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("entries left: %v, want %v (only the dead registration removed)", got, want)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -4,5 +4,11 @@
 // (dest), the dynamic uid locks (privdrop), the node bandwidth share
 // (pipeline) and the credential-provider cache (pipeline). The root is
 // chosen once, by the owner of the process (cmd/pullhelper), and passed
-// down as a Root: no package declares a path of its own.
+// down as a Root: no package declares a path of its own. OpenDir (and
+// CheckDir) is how each package gets its directory: created 0700 when
+// missing, and refused unless only root can change it or anything above it
+// (no symbolic link on the way, every ancestor root's and not writable by
+// others unless sticky, the directory root's and writable by nobody else),
+// so that what root later locks, reads or removes there by name only root
+// can have put there.
 package state
