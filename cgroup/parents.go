@@ -10,6 +10,7 @@ import (
 
 	cg "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/systemd"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,8 +27,8 @@ func (c Config) withParentsLock(f func() error) error {
 	if c.StateDir == "" {
 		return errors.New("no directory to mark cgroup parents in (cgroup.Config.StateDir)")
 	}
-	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
-		return fmt.Errorf("creating the cgroup state directory %s: %w", c.StateDir, err)
+	if err := state.CheckDir(c.StateDir); err != nil {
+		return fmt.Errorf("the cgroup state directory: %w", err)
 	}
 	l, err := os.OpenFile(filepath.Join(c.StateDir, ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,7 +39,7 @@ func LockPull(ctx context.Context, dir string, spec Spec, repository string, tim
 		timeout = LockTimeout
 	}
 	if err := makeLockDir(dir); err != nil {
-		return nil, failure.Wrap(failure.Destination, err, "creating the lock directory %s", dir)
+		return nil, failure.Wrap(failure.Destination, err, "the pull lock")
 	}
 	sum := sha256.Sum256([]byte(spec.Path + "\x00" + repository))
 	path := filepath.Join(dir, "pull-"+hex.EncodeToString(sum[:16])+".lock")
@@ -85,14 +87,16 @@ func lockInode(ctx context.Context, dir string, fd int, d time.Duration) (func()
 	return unlock, err
 }
 
-// makeLockDir creates the lock directory (root's 0700) when missing. An
-// empty or relative one is refused: the caller forgot to pass it, and the
-// locks would land in the working directory.
+// makeLockDir creates the lock directory (root's 0700) when missing and
+// checks it (state.CheckDir: root's, as is every directory above it, and
+// writable by nobody else, so nobody else can plant or swap a lock file).
+// An empty or relative one is refused: the caller forgot to pass it, and
+// the locks would land in the working directory.
 func makeLockDir(dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("the lock directory %q is not an absolute path", dir)
 	}
-	return os.MkdirAll(dir, 0o700)
+	return state.CheckDir(dir)
 }
 
 // lockFile takes an exclusive flock on the lock file path (created 0600),
@@ -167,11 +171,19 @@ func SweepLocks(dir string) ([]string, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("the lock directory %q is not an absolute path", dir)
 	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no pull has locked anything yet
+	}
+	if err := state.CheckDir(dir); err != nil {
+		return nil, err
+	}
 	return sweepLockGlob(filepath.Join(dir, "*.lock"), 0)
 }
 
 // sweepLockGlob removes the unheld lock files matching pattern, at most
-// max of them when max > 0.
+// max of them when max > 0: each only when it is what a pull makes, a
+// regular file of root's (the euid's) with one link, still the one at its
+// path once locked.
 func sweepLockGlob(pattern string, max int) ([]string, error) {
 	names, err := filepath.Glob(pattern)
 	if err != nil {
@@ -193,7 +205,8 @@ func sweepLockGlob(pattern string, max int) ([]string, error) {
 		held, err1 := safefs.Fstat(fd)
 		var now unix.Stat_t
 		err2 := unix.Lstat(p, &now)
-		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino && unix.Unlink(p) == nil {
+		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino &&
+			safefs.IsReg(held) && held.Nlink == 1 && held.Uid == uint32(os.Geteuid()) && unix.Unlink(p) == nil {
 			out = append(out, p)
 		}
 		unix.Close(fd)

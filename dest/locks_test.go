@@ -80,3 +80,51 @@ func TestLockDirRequired(t *testing.T) {
 		}
 	}
 }
+
+// SweepLocks (gc) removes only the lock files a pull makes (root's regular
+// files with one link that nobody holds), and nothing at all in a lock
+// directory someone else could write or own; LockPull refuses such a
+// directory.
+func TestSweepLocksOwnerChecks(t *testing.T) {
+	needRoot(t)
+	dir := filepath.Join(t.TempDir(), "locks")
+	must(t, os.Mkdir(dir, 0o700))
+	stale := filepath.Join(dir, "1-1.lock")
+	foreign := filepath.Join(dir, "1-2.lock")
+	linked := filepath.Join(dir, "1-3.lock")
+	fifo := filepath.Join(dir, "1-4.lock")
+	for _, f := range []string{stale, foreign, linked} {
+		must(t, os.WriteFile(f, nil, 0o600))
+	}
+	must(t, os.Chown(foreign, 65534, 65534))
+	must(t, os.Link(linked, filepath.Join(dir, "other")))
+	must(t, unix.Mkfifo(fifo, 0o600))
+	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
+	for _, mode := range []os.FileMode{0o777, 0o700} {
+		must(t, os.Chmod(dir, mode))
+		must(t, os.Chown(dir, 65534, 65534))
+		if got, err := dest.SweepLocks(dir); err == nil || len(got) != 0 {
+			t.Errorf("mode %o, uid 65534: swept %v (%v), want a refusal", mode, got, err)
+		}
+		if unlock, err := dest.LockPull(context.Background(), dir, spec, "registry.example/x", time.Second); err == nil {
+			unlock()
+			t.Errorf("mode %o, uid 65534: LockPull took a lock there", mode)
+		}
+		must(t, os.Chown(dir, 0, 0))
+	}
+	got, err := dest.SweepLocks(dir)
+	if err != nil || len(got) != 1 || got[0] != stale {
+		t.Fatalf("swept %v (%v), want [%s] alone", got, err, stale)
+	}
+	for _, f := range []string{foreign, linked, fifo} {
+		if _, err := os.Lstat(f); err != nil {
+			t.Errorf("%s was removed: %v", f, err)
+		}
+	}
+	if got, err := dest.SweepLocks(filepath.Join(dir, "missing")); err != nil || len(got) != 0 {
+		t.Errorf("a missing lock directory: %v, %v; want nothing swept, no error", got, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "missing")); err == nil {
+		t.Error("SweepLocks created the missing lock directory")
+	}
+}

@@ -2,12 +2,12 @@ package pipeline
 
 import (
 	"errors"
-	"os"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/policy"
 	"go.podman.io/image/v5/docker/reference"
@@ -55,9 +55,10 @@ func keyringConfig(l *policy.Loaded, in Inputs) auth.Config {
 	// Validate checked the entries.
 	c.ProviderServiceAccountAnnotations, _ = policy.ParseAnnotations(a.ProviderServiceAccountAnnotations)
 	if c.CredentialProviderConfig != "" && c.RunProviders {
-		// The responses between pulls on this node (0700).
+		// The responses between pulls on this node: in a directory only
+		// root can change (state.CheckDir), else not cached.
 		c.ProviderCacheDir = in.stateRoot().ProviderCache()
-		if err := os.MkdirAll(c.ProviderCacheDir, 0o700); err != nil {
+		if err := state.CheckDir(c.ProviderCacheDir); err != nil {
 			c.ProviderCacheDir = ""
 		}
 	}

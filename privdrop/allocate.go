@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/state"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,8 +93,8 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 }
 
 func allocateDynamic(lockDir string) (*Lease, error) {
-	if err := os.MkdirAll(lockDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the uid lock directory %s: %w", lockDir, err)
+	if err := state.CheckDir(lockDir); err != nil {
+		return nil, fmt.Errorf("the uid lock directory: %w", err)
 	}
 	taken := usedIDs()
 	for uid := DynamicMin; uid <= DynamicMax; uid++ {

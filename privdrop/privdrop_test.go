@@ -217,6 +217,30 @@ func TestAllocate(t *testing.T) {
 	}
 }
 
+// The uid lock directory must be root's and writable by nobody else
+// (state.CheckDir): in another user's, that user could plant or swap the
+// lock files that decide which uid is free.
+func TestAllocateRefusesLockDirOthersControl(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the directory is given to uid 65534")
+	}
+	dir := t.TempDir()
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	l, err := privdrop.Allocate("dynamic", dir)
+	if err == nil {
+		l.Release()
+		t.Fatal("allocated a uid with its lock in another user's directory")
+	}
+	if !strings.Contains(err.Error(), "uid lock directory") || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("refusal %q does not name the directory and its owner", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("left in the refused directory: %v", entries)
+	}
+}
+
 func TestFilterDeniesTheIssueList(t *testing.T) {
 	want := []string{"mount", "umount2", "setns", "unshare", "ptrace", "bpf", "keyctl", "kexec_load",
 		"init_module", "finit_module", "delete_module", "reboot", "swapon", "open_by_handle_at",

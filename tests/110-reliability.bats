@@ -394,6 +394,30 @@ tree_sum() {
     ns_exec rm -f /run/pullhelper/locks/2-2.lock
 }
 
+@test "state root: a lock, uid or bandwidth directory another user owns is refused; nothing in it is touched, nothing pulled" {
+    local d code kind
+    for d in locks:9:destination uids:7:isolation bandwidth:9:destination; do
+        IFS=: read -r d code kind <<<"$d"
+        ns_exec mkdir -p "/run/pullhelper/$d"
+        ns_exec touch "/run/pullhelper/$d/61999.lock"
+        ns_exec chown 65534:65534 "/run/pullhelper/$d" "/run/pullhelper/$d/61999.lock"
+        run_pullhelper "$code" pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" --node-bandwidth 100MiB/s \
+            "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest-$d"
+        assert_json_error "$kind"
+        [[ $ph_error_message == *"/run/pullhelper/$d is owned by uid 65534"* ]] ||
+            fail "$d: the message does not name the directory and its owner: $ph_error_message"
+        ns_exec test -e "/run/pullhelper/$d/61999.lock" || fail "$d: the other user's file was removed"
+        [[ ! -e $OUT/dest-$d ]] || fail "$d: DEST was created"
+        assert_no_staging "$OUT"
+        ns_exec chown 0:0 "/run/pullhelper/$d"
+        ns_exec rm -f "/run/pullhelper/$d/61999.lock"
+    done
+    # The same directories, root's again: the pull goes through.
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" --node-bandwidth 100MiB/s \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_result
+}
+
 @test "gc: --help explains it; a bad DEST is exit 2 and a DEST under a directory others can write is exit 9, nothing removed" {
     run_pullhelper gc --help
     assert_output ""
