@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -59,7 +61,10 @@ func LockPull(ctx context.Context, dir string, spec Spec, repository string, tim
 	// The pull lock files killed pulls left (nobody holds them); a pull
 	// that created one and has not locked it yet notices its file is gone
 	// (lockFile compares inodes) and tries again.
-	_, _ = sweepLockGlob(filepath.Join(dir, "pull-*.lock"), maxPullLockSweep)
+	if dfd, err := state.OpenDir(dir); err == nil {
+		sweepLocks(dfd, dir, "pull-", maxPullLockSweep)
+		unix.Close(dfd)
+	}
 	return unlock, nil
 }
 
@@ -167,49 +172,45 @@ func flockWait(ctx context.Context, fd int, d time.Duration) error {
 // (left by a pullhelper killed while it committed), each under its own
 // flock, as a holder removes its own on release: a waiter that holds a
 // removed file notices and tries again (lockInode). It returns their paths.
+// A missing dir has none (it is not created); one that root alone cannot
+// change (state.OpenExistingDir) is an error, and nothing is removed.
 func SweepLocks(dir string) ([]string, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("the lock directory %q is not an absolute path", dir)
 	}
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+	dfd, err := state.OpenExistingDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no pull has locked anything yet
 	}
-	if err := state.CheckDir(dir); err != nil {
-		return nil, err
-	}
-	return sweepLockGlob(filepath.Join(dir, "*.lock"), 0)
-}
-
-// sweepLockGlob removes the unheld lock files matching pattern, at most
-// max of them when max > 0: each only when it is what a pull makes, a
-// regular file of root's (the euid's) with one link, still the one at its
-// path once locked.
-func sweepLockGlob(pattern string, max int) ([]string, error) {
-	names, err := filepath.Glob(pattern)
 	if err != nil {
 		return nil, err
 	}
+	defer unix.Close(dfd)
+	return sweepLocks(dfd, dir, "", 0), nil
+}
+
+// sweepLocks removes the unheld lock files named PREFIX*.lock in the
+// directory dir held as dfd, at most max of them when max > 0: each only
+// when it is what a pull makes (state.RemoveIfUnheld: a regular file of
+// root's with one link, still the one at its name once locked).
+func sweepLocks(dfd int, dir, prefix string, max int) []string {
+	names, _ := state.ReadNames(dfd, maxLockSweepEntries)
+	sort.Strings(names)
 	var out []string
-	for i, p := range names {
-		if max > 0 && i >= max {
+	for _, nm := range names {
+		if max > 0 && len(out) >= max {
 			break
 		}
-		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // gone meanwhile, or not a regular file of ours
-		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-			unix.Close(fd) // held: a live pull's
+		if !strings.HasPrefix(nm, prefix) || !strings.HasSuffix(nm, ".lock") {
 			continue
 		}
-		held, err1 := safefs.Fstat(fd)
-		var now unix.Stat_t
-		err2 := unix.Lstat(p, &now)
-		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino &&
-			safefs.IsReg(held) && held.Nlink == 1 && held.Uid == uint32(os.Geteuid()) && unix.Unlink(p) == nil {
-			out = append(out, p)
+		if _, removed := state.RemoveIfUnheld(dfd, nm); removed {
+			out = append(out, filepath.Join(dir, nm))
 		}
-		unix.Close(fd)
 	}
-	return out, nil
+	return out
 }
+
+// maxLockSweepEntries bounds the entries one sweep of the lock directory
+// looks at.
+const maxLockSweepEntries = 65536

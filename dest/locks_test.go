@@ -100,18 +100,25 @@ func TestSweepLocksOwnerChecks(t *testing.T) {
 	must(t, os.Link(linked, filepath.Join(dir, "other")))
 	must(t, unix.Mkfifo(fifo, 0o600))
 	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
-	for _, mode := range []os.FileMode{0o777, 0o700} {
-		must(t, os.Chmod(dir, mode))
-		must(t, os.Chown(dir, 65534, 65534))
-		if got, err := dest.SweepLocks(dir); err == nil || len(got) != 0 {
-			t.Errorf("mode %o, uid 65534: swept %v (%v), want a refusal", mode, got, err)
+	for _, c := range []struct {
+		mode os.FileMode
+		uid  int
+		want string
+	}{{0o700, 65534, "owned by uid 65534"}, {0o777, 0, "writable by group or others"}} {
+		must(t, os.Chmod(dir, c.mode))
+		must(t, os.Chown(dir, c.uid, c.uid))
+		if got, err := dest.SweepLocks(dir); err == nil || !strings.Contains(err.Error(), c.want) || len(got) != 0 {
+			t.Errorf("mode %o, uid %d: swept %v (%v), want a refusal saying %q", c.mode, c.uid, got, err, c.want)
 		}
 		if unlock, err := dest.LockPull(context.Background(), dir, spec, "registry.example/x", time.Second); err == nil {
 			unlock()
-			t.Errorf("mode %o, uid 65534: LockPull took a lock there", mode)
+			t.Errorf("mode %o, uid %d: LockPull took a lock there", c.mode, c.uid)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("mode %o, uid %d: LockPull: %v, want a refusal saying %q", c.mode, c.uid, err, c.want)
 		}
-		must(t, os.Chown(dir, 0, 0))
 	}
+	must(t, os.Chmod(dir, 0o700))
+	must(t, os.Chown(dir, 0, 0))
 	got, err := dest.SweepLocks(dir)
 	if err != nil || len(got) != 1 || got[0] != stale {
 		t.Fatalf("swept %v (%v), want [%s] alone", got, err, stale)

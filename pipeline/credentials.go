@@ -38,7 +38,8 @@ func hostsConfig(l *policy.Loaded, registriesConf string, snap *regSnapshot) hos
 
 // keyringConfig translates the policy's [auth] settings for package auth
 // (which imports no policy).
-func keyringConfig(l *policy.Loaded, in Inputs) auth.Config {
+// The warning, when not empty, says why responses are not cached.
+func keyringConfig(l *policy.Loaded, in Inputs) (auth.Config, string) {
 	a := l.Auth
 	c := auth.Config{
 		PullSecrets: a.PullSecrets, KubeletDockerConfig: a.KubeletDockerConfig,
@@ -60,9 +61,10 @@ func keyringConfig(l *policy.Loaded, in Inputs) auth.Config {
 		c.ProviderCacheDir = in.stateRoot().ProviderCache()
 		if err := state.CheckDir(c.ProviderCacheDir); err != nil {
 			c.ProviderCacheDir = ""
+			return c, "credential provider responses are not cached: " + err.Error()
 		}
 	}
-	return c
+	return c, ""
 }
 
 // resolveEndpoints reads the endpoint and trust settings (hosts) and the
@@ -83,8 +85,12 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	if err != nil {
 		return settingError(l, err)
 	}
-	if k, err = auth.NewKeyring(keyringConfig(l, in), r); err != nil {
+	kc, cacheWarning := keyringConfig(l, in)
+	if k, err = auth.NewKeyring(kc, r); err != nil {
 		return settingError(l, err)
+	}
+	if cacheWarning != "" {
+		k.Warn(cacheWarning)
 	}
 	files, userSpecified := k.AuthFiles()
 	p.AuthFiles = files

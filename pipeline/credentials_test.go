@@ -3,6 +3,7 @@ package pipeline
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/internal/state"
@@ -20,13 +21,17 @@ func TestProviderCacheOnlyInRootsDirectory(t *testing.T) {
 	l.Auth.CredentialProviderConfig = "/etc/kubernetes/credential-providers.yaml"
 	root := filepath.Join(t.TempDir(), "run")
 	must(t, os.Mkdir(root, 0o700))
-	if got := keyringConfig(l, Inputs{StateRoot: state.Root(root)}).ProviderCacheDir; got != filepath.Join(root, "credential-provider-cache") {
-		t.Errorf("cache directory in root's state root: %q", got)
+	if c, warning := keyringConfig(l, Inputs{StateRoot: state.Root(root)}); c.ProviderCacheDir != filepath.Join(root, "credential-provider-cache") || warning != "" {
+		t.Errorf("cache directory in root's state root: %q (%q)", c.ProviderCacheDir, warning)
 	}
 	must(t, os.Chown(root, 65534, 65534))
 	must(t, os.Remove(filepath.Join(root, "credential-provider-cache")))
-	if got := keyringConfig(l, Inputs{StateRoot: state.Root(root)}).ProviderCacheDir; got != "" {
-		t.Errorf("cache directory in another user's state root: %q, want none (no cache)", got)
+	c, warning := keyringConfig(l, Inputs{StateRoot: state.Root(root)})
+	if c.ProviderCacheDir != "" {
+		t.Errorf("cache directory in another user's state root: %q, want none (no cache)", c.ProviderCacheDir)
+	}
+	if !strings.Contains(warning, "not cached") || !strings.Contains(warning, root+" is owned by uid 65534") {
+		t.Errorf("warning %q does not say the responses are not cached and why", warning)
 	}
 	if names := dirNames(root); len(names) != 0 {
 		t.Errorf("created in another user's state root: %v", names)

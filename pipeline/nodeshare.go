@@ -119,11 +119,12 @@ const regTemp = ".new-"
 const staleTemp = 10 * time.Second
 
 // livePulls counts the registrations in the directory held as dfd that
-// someone holds (ours, self, counts), removing those nobody holds. At
+// someone holds (ours, self, counts), removing those nobody holds
+// (state.RemoveIfUnheld: only root's regular files with one link). At
 // least 1. A temporary one (regTemp) is a pull still registering: not
 // counted, and removed only when stale.
 func livePulls(dfd int, self string) int {
-	names, _ := readNames(dfd, maxNodeShareEntries)
+	names, _ := state.ReadNames(dfd, maxNodeShareEntries)
 	n := 0
 	for _, nm := range names {
 		if nm == self {
@@ -133,54 +134,13 @@ func livePulls(dfd int, self string) int {
 		if strings.HasPrefix(nm, regTemp) {
 			var st unix.Stat_t
 			if unix.Fstatat(dfd, nm, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && time.Since(time.Unix(st.Mtim.Unix())) > staleTemp {
-				heldOrRemoved(dfd, nm)
+				state.RemoveIfUnheld(dfd, nm)
 			}
 			continue
 		}
-		if heldOrRemoved(dfd, nm) {
+		if held, _ := state.RemoveIfUnheld(dfd, nm); held {
 			n++
 		}
 	}
 	return max(n, 1)
-}
-
-// heldOrRemoved reports whether someone holds the lock of registration nm
-// in the directory held as dfd (a live pull). One nobody holds belongs to
-// a pull that is gone and is removed — only when it is what a pull makes:
-// a regular file of this euid's with one link, still the one at nm. Anything
-// else (which OpenDir's checks leave only root able to put there) is
-// neither counted nor touched.
-func heldOrRemoved(dfd int, nm string) bool {
-	fd, err := unix.Openat(dfd, nm, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var held unix.Stat_t
-	if unix.Fstat(fd, &held) != nil || held.Mode&unix.S_IFMT != unix.S_IFREG || held.Nlink != 1 || held.Uid != uint32(os.Geteuid()) {
-		return false
-	}
-	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-	if err == nil {
-		var now unix.Stat_t
-		if unix.Fstatat(dfd, nm, &now, unix.AT_SYMLINK_NOFOLLOW) == nil && now.Dev == held.Dev && now.Ino == held.Ino {
-			_ = unix.Unlinkat(dfd, nm, 0)
-		}
-	}
-	return err == unix.EWOULDBLOCK
-}
-
-// readNames lists at most max entries of the directory held as dfd, from
-// its start (the descriptor stays open; only the ticker reads it).
-func readNames(dfd, max int) ([]string, error) {
-	dup, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	d := os.NewFile(uintptr(dup), "bandwidth")
-	defer d.Close()
-	if _, err := unix.Seek(dup, 0, 0); err != nil {
-		return nil, err
-	}
-	return d.Readdirnames(max)
 }

@@ -115,7 +115,8 @@ func TestRegistriesConfSnapshotOutlivesSwap(t *testing.T) {
 			t.Errorf("hosts: %v", err)
 			return
 		}
-		if _, err := auth.NewKeyring(keyringConfig(l, Inputs{Env: auth.Env{Home: t.TempDir()}, Explain: true}), r); err != nil {
+		kc, _ := keyringConfig(l, Inputs{Env: auth.Env{Home: t.TempDir()}, Explain: true})
+		if _, err := auth.NewKeyring(kc, r); err != nil {
 			t.Errorf("keyring: %v", err)
 			return
 		}

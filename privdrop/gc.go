@@ -1,50 +1,49 @@
 package privdrop
 
 import (
-	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/state"
 	"golang.org/x/sys/unix"
 )
+
+// maxSweepEntries bounds the entries one sweep looks at (the dynamic range
+// has 4336 uids).
+const maxSweepEntries = 8192
 
 // Sweep removes the uid lock files in lockDir that no pull holds (a
 // pullhelper killed before its Release leaves its file; its flock died with
 // it), each under its own flock and only while it is still the file at its
-// path, as Release does, and returns their paths. A file held by a live pull
-// is never touched, nor anything that is not a lock file of this user's
-// (a regular file with one link, owned by the effective uid, in a directory
-// of its own that nobody else may write). Every pull sweeps at its start
-// (pipeline), every dynamic allocation once it holds its uid, and
-// `pullhelper gc`, which reports what it removed.
+// name, as Release does, and returns their paths. A file held by a live
+// pull is never touched, nor anything that is not a lock file of this
+// user's (state.RemoveIfUnheld: a regular file with one link, owned by the
+// effective uid). lockDir is held open (state.OpenExistingDir: nothing is
+// created) and must be a directory only root can change, as must every
+// directory above it; otherwise, or when it is missing, nothing is swept.
+// Every pull sweeps at its start (pipeline), every dynamic allocation once
+// it holds its uid, and `pullhelper gc`, which reports what it removed.
 func Sweep(lockDir string) []string { return sweepExcept(lockDir, "") }
 
 // sweepExcept is Sweep leaving the file keep alone (the caller's own).
 func sweepExcept(lockDir, keep string) []string {
-	var dir unix.Stat_t
-	if unix.Lstat(lockDir, &dir) != nil || dir.Mode&unix.S_IFMT != unix.S_IFDIR ||
-		dir.Uid != uint32(os.Geteuid()) || dir.Mode&0o022 != 0 {
-		return nil // not a lock directory of this user's: nothing in it is ours to remove
+	dfd, err := state.OpenExistingDir(lockDir)
+	if err != nil {
+		return nil // missing, or not a lock directory only root can change: nothing in it is ours to remove
 	}
-	names, _ := filepath.Glob(filepath.Join(lockDir, "*.lock"))
+	defer unix.Close(dfd)
+	names, _ := state.ReadNames(dfd, maxSweepEntries)
+	sort.Strings(names)
 	var out []string
-	for _, p := range names {
-		if p == keep {
+	for _, nm := range names {
+		p := filepath.Join(lockDir, nm)
+		if !strings.HasSuffix(nm, ".lock") || p == keep {
 			continue
 		}
-		// O_NONBLOCK: a FIFO planted here never blocks the sweep.
-		fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue // gone meanwhile, or not a lock file
+		if _, removed := state.RemoveIfUnheld(dfd, nm); removed {
+			out = append(out, p)
 		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
-			var held, now unix.Stat_t
-			if unix.Fstat(fd, &held) == nil && held.Mode&unix.S_IFMT == unix.S_IFREG && held.Nlink == 1 &&
-				held.Uid == uint32(os.Geteuid()) && unix.Lstat(p, &now) == nil &&
-				held.Dev == now.Dev && held.Ino == now.Ino && unix.Unlink(p) == nil {
-				out = append(out, p)
-			}
-		}
-		unix.Close(fd)
 	}
 	return out
 }

@@ -241,6 +241,52 @@ func TestAllocateRefusesLockDirOthersControl(t *testing.T) {
 	}
 }
 
+// Sweep goes through the directory it checked: with another user's
+// directory on the way, or a symbolic link to a directory of root's, it
+// removes nothing, not even root's unheld lock files there (with a glob
+// by path it removed them, and a swap after its check could point it at
+// any such directory).
+func TestSweepRefusesPathOthersControl(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a directory is given to uid 65534")
+	}
+	top := t.TempDir()
+	victim := filepath.Join(top, "victim", "uids")
+	if err := os.MkdirAll(victim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(victim, "xtables.lock")
+	if err := os.WriteFile(lock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eve := filepath.Join(top, "eve")
+	if err := os.Mkdir(eve, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(top, "victim"), filepath.Join(eve, "ph")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(eve, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(eve, "ph", "uids"), filepath.Join(top, "link")} {
+		if dir == filepath.Join(top, "link") {
+			if err := os.Symlink(victim, dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := privdrop.Sweep(dir); len(got) != 0 {
+			t.Errorf("Sweep(%s) removed %v", dir, got)
+		}
+		if _, err := os.Lstat(lock); err != nil {
+			t.Fatalf("Sweep(%s) removed root's lock file behind it: %v", dir, err)
+		}
+	}
+	if got := privdrop.Sweep(victim); len(got) != 1 || got[0] != lock {
+		t.Errorf("Sweep of the directory itself: %v, want [%s]", got, lock)
+	}
+}
+
 func TestFilterDeniesTheIssueList(t *testing.T) {
 	want := []string{"mount", "umount2", "setns", "unshare", "ptrace", "bpf", "keyctl", "kexec_load",
 		"init_module", "finit_module", "delete_module", "reboot", "swapon", "open_by_handle_at",

@@ -394,7 +394,7 @@ tree_sum() {
     ns_exec rm -f /run/pullhelper/locks/2-2.lock
 }
 
-@test "state root: a lock, uid or bandwidth directory another user owns is refused; nothing in it is touched, nothing pulled" {
+@test "state root: a lock, uid or bandwidth directory another user owns is refused by pulls and gc; nothing in it is touched, nothing pulled or removed" {
     local d code kind
     for d in locks:9:destination uids:7:isolation bandwidth:9:destination; do
         IFS=: read -r d code kind <<<"$d"
@@ -409,9 +409,22 @@ tree_sum() {
         ns_exec test -e "/run/pullhelper/$d/61999.lock" || fail "$d: the other user's file was removed"
         [[ ! -e $OUT/dest-$d ]] || fail "$d: DEST was created"
         assert_no_staging "$OUT"
+        if [[ $d != bandwidth ]]; then
+            # gc refuses the directory too, before it removes anything.
+            # (A dead owner's staging: what gc removes once it may.)
+            mkdir -p "$OUT/gcdest/.pullhelper-staging-x-1"
+            echo "999999999-1" >"$OUT/gcdest/.pullhelper-staging-x-1/owner"
+            run_pullhelper 9 gc "oci:$OUT/gcdest/img"
+            assert_json_error destination
+            [[ $ph_error_message == *"/run/pullhelper/$d is owned by uid 65534"* ]] || fail "gc, $d: $ph_error_message"
+            ns_exec test -e "/run/pullhelper/$d/61999.lock" || fail "gc removed the other user's file in $d"
+            [[ -d $OUT/gcdest/.pullhelper-staging-x-1 ]] || fail "gc removed a staging directory before refusing $d"
+        fi
         ns_exec chown 0:0 "/run/pullhelper/$d"
         ns_exec rm -f "/run/pullhelper/$d/61999.lock"
     done
+    run_pullhelper gc "oci:$OUT/gcdest/img"
+    assert_equal "$(json_get '.staging' <<<"$output")" "[\"$OUT/gcdest/.pullhelper-staging-x-1\"]"
     # The same directories, root's again: the pull goes through.
     run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$PH_CGPARENT" --node-bandwidth 100MiB/s \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"

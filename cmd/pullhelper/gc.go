@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
@@ -12,6 +14,7 @@ import (
 	"github.com/pullhelper/pullhelper/privdrop"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 )
 
 // gcResult is what `pullhelper gc` prints: every leftover it removed, by
@@ -61,8 +64,9 @@ lock file only when nobody holds its flock. Every pull also reclaims these at st
 (staging beside its own DEST, cgroups under its own parent, unheld uid locks).
 
 Exit codes: 0 done (the lists may be empty); 2 a bad flag, policy or DEST; 7 the
-cgroup sweep failed; 9 a DEST's parent directory cannot be opened safely (owned by
-another user, writable by others); nothing is removed before every DEST is opened.`,
+cgroup sweep failed; 9 a DEST's parent directory, or the uid or commit lock
+directory, cannot be opened safely (owned by another user, writable by others, a
+symbolic link on the way); nothing is removed before all of them are opened.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := policy.Resolve(c.policyFile, c.profile)
 			if err != nil {
@@ -91,6 +95,20 @@ another user, writable by others); nothing is removed before every DEST is opene
 				}
 				sweeps = append(sweeps, s)
 			}
+			// The state root's lock directories: one that root alone
+			// cannot change fails the run before anything is removed (a
+			// missing one has nothing to sweep).
+			for _, d := range []string{state.Default.UIDs(), state.Default.Locks()} {
+				fd, err := state.OpenExistingDir(d)
+				if err == nil {
+					unix.Close(fd)
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					for _, s := range sweeps {
+						s.Close()
+					}
+					return failure.Wrap(failure.Destination, err, "")
+				}
+			}
 			// The stale cgroups first: what is left in them is killed, so
 			// that no process of a killed pull still adds to the staging
 			// or cache being removed.
@@ -106,7 +124,7 @@ another user, writable by others); nothing is removed before every DEST is opene
 			res.UIDLocks = orEmpty(privdrop.Sweep(state.Default.UIDs()))
 			locks, err := dest.SweepLocks(state.Default.Locks())
 			if err != nil {
-				return failure.Wrap(failure.Destination, err, "sweeping the commit locks in %s", state.Default.Locks())
+				return failure.Wrap(failure.Destination, err, "sweeping the commit locks")
 			}
 			res.CommitLocks = orEmpty(locks)
 			if err := cgErr; err != nil {

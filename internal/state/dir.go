@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,14 +27,21 @@ import (
 // descriptor of the one before, and then checked like the rest (one made
 // by someone who raced this process is refused). Errors name the path and
 // what to fix; they are plain (the caller wraps them).
-func OpenDir(dir string) (int, error) {
+func OpenDir(dir string) (int, error) { return openDir(dir, true) }
+
+// OpenExistingDir is OpenDir creating nothing: a missing component is an
+// error that errors.Is(err, fs.ErrNotExist) reports (a sweep then has
+// nothing to do).
+func OpenExistingDir(dir string) (int, error) { return openDir(dir, false) }
+
+func openDir(dir string, create bool) (int, error) {
 	clean := filepath.Clean(dir)
 	if !filepath.IsAbs(dir) || clean == "/" {
 		return -1, fmt.Errorf("state directory %q: must be an absolute path other than /", dir)
 	}
 	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return -1, fmt.Errorf("state directory %s: opening /: %v", clean, err)
 	}
 	parts := strings.Split(strings.TrimPrefix(clean, "/"), "/")
 	at := ""
@@ -50,6 +58,10 @@ func OpenDir(dir string) (int, error) {
 		at += "/" + c
 		const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 		next, err := unix.Openat(fd, c, flags, 0)
+		if err == unix.ENOENT && !create {
+			unix.Close(fd)
+			return -1, fmt.Errorf("state directory %s: %s: %w", clean, at, fs.ErrNotExist)
+		}
 		if err == unix.ENOENT {
 			if err := unix.Mkdirat(fd, c, 0o700); err != nil && err != unix.EEXIST {
 				return fail("creating %s: %v", at, err)
@@ -80,7 +92,9 @@ func OpenDir(dir string) (int, error) {
 }
 
 // CheckDir is OpenDir for a caller that goes on by path: once it returns
-// nil, nobody but root can change dir or any directory above it.
+// nil, nobody but root (and the euid) can change dir or any directory
+// above it, unless one of them is sticky and removed by root meanwhile (a
+// state root under /tmp; the default, /run/pullhelper, has none).
 func CheckDir(dir string) error {
 	fd, err := OpenDir(dir)
 	if err == nil {
@@ -102,4 +116,47 @@ func checkComponent(st unix.Stat_t, path string, last bool) error {
 		return fmt.Errorf("%s is writable by group or others (mode %o); refusing (chmod go-w it)", path, st.Mode&0o7777)
 	}
 	return nil
+}
+
+// ReadNames lists at most n entries of the directory held as dfd, from its
+// start (the descriptor stays open; its offset is shared with dup(2)s, so
+// one reader at a time).
+func ReadNames(dfd, n int) ([]string, error) {
+	dup, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := os.NewFile(uintptr(dup), "state directory")
+	defer d.Close()
+	if _, err := unix.Seek(dup, 0, 0); err != nil {
+		return nil, err
+	}
+	return d.Readdirnames(n)
+}
+
+// RemoveIfUnheld is how a state directory's lock files are reclaimed (the
+// uid locks, the commit and pull locks, the bandwidth registrations): the
+// entry name in the directory held as dfd is removed when nobody holds its
+// flock (its pull is gone) — only when it is what a pull makes, a regular
+// file of the euid's with one link, and still the file at name once
+// locked. held reports that someone holds it (a live pull); anything else
+// is neither held nor removed, and never followed or blocked on (a FIFO).
+func RemoveIfUnheld(dfd int, name string) (held, removed bool) {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Uid != uint32(os.Geteuid()) {
+		return false, false
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return err == unix.EWOULDBLOCK, false
+	}
+	var now unix.Stat_t
+	if unix.Fstatat(dfd, name, &now, unix.AT_SYMLINK_NOFOLLOW) != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return false, false
+	}
+	return false, unix.Unlinkat(dfd, name, 0) == nil
 }

@@ -10,5 +10,8 @@
 // (no symbolic link on the way, every ancestor root's and not writable by
 // others unless sticky, the directory root's and writable by nobody else),
 // so that what root later locks, reads or removes there by name only root
-// can have put there.
+// can have put there. OpenExistingDir checks the same and creates nothing
+// (the sweeps). RemoveIfUnheld is the one way a lock file there is
+// reclaimed: through the held directory, and only a regular file of the
+// euid's with one link that nobody holds.
 package state
