@@ -90,7 +90,9 @@
 // The lock files (the pull lock of an image into a DEST, the commit lock of
 // a directory) are root-only files in the state root's lock directory,
 // which the caller passes (StageOptions.Locks, LockPull, SweepLocks): dest
-// declares no path of its own.
+// declares no path of its own. The directory is opened with state.OpenDir
+// (only root can change it or anything above it) and held while a lock is:
+// each lock file is created, checked, swept and removed through it.
 //
 // No descriptor may carry "urls" (refused by the graph check for every
 // DEST). Stage's waits (a locked store, containerd), the pull and commit

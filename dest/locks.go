@@ -40,12 +40,14 @@ func LockPull(ctx context.Context, dir string, spec Spec, repository string, tim
 	if timeout <= 0 {
 		timeout = LockTimeout
 	}
-	if err := makeLockDir(dir); err != nil {
+	dfd, err := openLockDir(dir)
+	if err != nil {
 		return nil, failure.Wrap(failure.Destination, err, "the pull lock")
 	}
 	sum := sha256.Sum256([]byte(spec.Path + "\x00" + repository))
-	path := filepath.Join(dir, "pull-"+hex.EncodeToString(sum[:16])+".lock")
-	fd, unlock, err := lockFile(ctx, path, timeout)
+	name := "pull-" + hex.EncodeToString(sum[:16]) + ".lock"
+	path := filepath.Join(dir, name)
+	fd, unlock, err := lockFile(ctx, dfd, name, timeout)
 	if err != nil {
 		if cerr := ctxErr(ctx, "waiting for the pull lock of "+repository+" into "+spec.Path); cerr != nil {
 			return nil, cerr
@@ -61,10 +63,7 @@ func LockPull(ctx context.Context, dir string, spec Spec, repository string, tim
 	// The pull lock files killed pulls left (nobody holds them); a pull
 	// that created one and has not locked it yet notices its file is gone
 	// (lockFile compares inodes) and tries again.
-	if dfd, err := state.OpenDir(dir); err == nil {
-		sweepLocks(dfd, dir, "pull-", maxPullLockSweep)
-		unix.Close(dfd)
-	}
+	sweepLocks(dfd, dir, "pull-", maxPullLockSweep)
 	return unlock, nil
 }
 
@@ -85,50 +84,54 @@ func lockInode(ctx context.Context, dir string, fd int, d time.Duration) (func()
 	if err != nil {
 		return nil, err
 	}
-	if err := makeLockDir(dir); err != nil {
+	dfd, err := openLockDir(dir)
+	if err != nil {
 		return nil, err
 	}
-	_, unlock, err := lockFile(ctx, filepath.Join(dir, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino)), d)
+	_, unlock, err := lockFile(ctx, dfd, fmt.Sprintf("%d-%d.lock", st.Dev, st.Ino), d)
 	return unlock, err
 }
 
-// makeLockDir creates the lock directory (root's 0700) when missing and
-// checks it (state.CheckDir: root's, as is every directory above it, and
-// writable by nobody else, so nobody else can plant or swap a lock file).
-// An empty or relative one is refused: the caller forgot to pass it, and
-// the locks would land in the working directory.
-func makeLockDir(dir string) error {
+// openLockDir opens the lock directory (state.OpenDir: created root's
+// 0700 when missing, and refused unless only root can change it or any
+// directory above it, so nobody else can plant or swap a lock file). An
+// empty or relative one is refused: the caller forgot to pass it, and the
+// locks would land in the working directory.
+func openLockDir(dir string) (int, error) {
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("the lock directory %q is not an absolute path", dir)
+		return -1, fmt.Errorf("the lock directory %q is not an absolute path", dir)
 	}
-	return state.CheckDir(dir)
+	return state.OpenDir(dir)
 }
 
-// lockFile takes an exclusive flock on the lock file path (created 0600),
-// waiting at most d and not past ctx (then ctx's error: the caller checks
-// ctxErr first), and returns its descriptor and the function that
-// releases it. The file is removed on release, under the lock; a waiter
-// that then holds a removed file notices (its inode is no longer the
-// path's) and tries again.
-func lockFile(ctx context.Context, path string, d time.Duration) (int, func(), error) {
+// lockFile takes an exclusive flock on the lock file name (created 0600)
+// in the lock directory held as dfd, which it takes over (closed on every
+// path: on failure, or by the release), waiting at most d and not past ctx
+// (then ctx's error: the caller checks ctxErr first), and returns the lock
+// file's descriptor and the function that releases it. The file is
+// removed on release, under the lock; a waiter that then holds a removed
+// file notices (its inode is no longer the name's) and tries again.
+func lockFile(ctx context.Context, dfd int, name string, d time.Duration) (int, func(), error) {
 	deadline := time.Now().Add(d)
 	for {
-		lfd, err := unix.Open(path, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		lfd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
+			unix.Close(dfd)
 			return -1, nil, err
 		}
 		if err := flockWait(ctx, lfd, time.Until(deadline)); err != nil {
 			unix.Close(lfd)
+			unix.Close(dfd)
 			return -1, nil, err
 		}
 		held, err1 := safefs.Fstat(lfd)
-		var now unix.Stat_t
-		err2 := unix.Stat(path, &now)
+		now, err2 := safefs.FstatAt(dfd, name)
 		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
 			return lfd, func() {
-				_ = unix.Unlink(path)
+				_ = unix.Unlinkat(dfd, name, 0)
 				_ = unix.Flock(lfd, unix.LOCK_UN)
 				unix.Close(lfd)
+				unix.Close(dfd)
 			}, nil
 		}
 		unix.Close(lfd) // removed by the holder we waited for: again

@@ -135,3 +135,30 @@ func TestSweepLocksOwnerChecks(t *testing.T) {
 		t.Error("SweepLocks created the missing lock directory")
 	}
 }
+
+// A lock is released in the directory it was taken in, held open, not by
+// path: with the lock directory moved and another put at its path, the
+// release removes its own file and nothing at the path.
+func TestLockReleasedInItsOwnDirectory(t *testing.T) {
+	needRoot(t)
+	top := t.TempDir()
+	dir := filepath.Join(top, "locks")
+	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
+	unlock, err := dest.LockPull(context.Background(), dir, spec, "registry.example/x", time.Second)
+	must(t, err)
+	names, _ := filepath.Glob(filepath.Join(dir, "pull-*.lock"))
+	if len(names) != 1 {
+		t.Fatalf("lock files: %v, want one", names)
+	}
+	name := filepath.Base(names[0])
+	must(t, os.Rename(dir, filepath.Join(top, "moved")))
+	must(t, os.Mkdir(dir, 0o700))
+	must(t, os.WriteFile(filepath.Join(dir, name), nil, 0o600))
+	unlock()
+	if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+		t.Errorf("the release removed the file now at its old path: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(top, "moved", name)); !os.IsNotExist(err) {
+		t.Errorf("the release left its own lock file (%v)", err)
+	}
+}

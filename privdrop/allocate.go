@@ -27,17 +27,19 @@ type Lease struct {
 	// Release) the allocation removed once it held its own (Sweep).
 	Reclaimed []string `json:"-"`
 	lock      *os.File
-	lockPath  string
+	lockDir   int // the lock directory, held while the lock is
+	lockName  string
 }
 
 // Release frees the uid: it removes the lock file while still holding its
 // flock, then drops the flock (idempotent). Lock files do not accumulate;
 // an allocation that opened the file just before the unlink notices that
-// its file is no longer the one at the path and tries again (lockUID).
+// its file is no longer the one at the name and tries again (lockUID).
 func (l *Lease) Release() {
 	if l != nil && l.lock != nil {
-		_ = os.Remove(l.lockPath)
+		_ = unix.Unlinkat(l.lockDir, l.lockName, 0)
 		_ = l.lock.Close() // closing drops the flock
+		unix.Close(l.lockDir)
 		l.lock = nil
 	}
 }
@@ -93,7 +95,8 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 }
 
 func allocateDynamic(lockDir string) (*Lease, error) {
-	if err := state.CheckDir(lockDir); err != nil {
+	dfd, err := state.OpenDir(lockDir)
+	if err != nil {
 		return nil, fmt.Errorf("the uid lock directory: %w", err)
 	}
 	taken := usedIDs()
@@ -105,30 +108,34 @@ func allocateDynamic(lockDir string) (*Lease, error) {
 		if _, err := os.Lstat(fmt.Sprintf("/run/systemd/dynamic-uid/direct:%d", uid)); err == nil {
 			continue
 		}
-		path := filepath.Join(lockDir, strconv.Itoa(uid)+".lock")
-		f, err := lockUID(path)
+		name := strconv.Itoa(uid) + ".lock"
+		f, err := lockUID(dfd, name)
 		if err != nil {
+			unix.Close(dfd)
 			return nil, fmt.Errorf("locking uid %d in %s: %w", uid, lockDir, err)
 		}
 		if f == nil {
 			continue // another pull holds it
 		}
-		reclaimed := sweepExcept(lockDir, path)
-		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", Reclaimed: reclaimed, lock: f, lockPath: path}, nil
+		reclaimed := sweepExcept(lockDir, filepath.Join(lockDir, name))
+		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", Reclaimed: reclaimed, lock: f, lockDir: dfd, lockName: name}, nil
 	}
+	unix.Close(dfd)
 	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)
 }
 
-// lockUID takes the flock of the lock file at path: the open file, or nil
-// when another pull holds it. A holder's Release unlinks the file before
-// dropping its flock, so a flock taken on a file that is no longer the one
-// at path (unlinked, maybe replaced) locks nothing: retry on the new file.
-func lockUID(path string) (*os.File, error) {
+// lockUID takes the flock of the lock file name in the lock directory
+// held as dfd: the open file, or nil when another pull holds it. A
+// holder's Release unlinks the file before dropping its flock, so a flock
+// taken on a file that is no longer the one at name (unlinked, maybe
+// replaced) locks nothing: retry on the new file.
+func lockUID(dfd int, name string) (*os.File, error) {
 	for {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		fd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return nil, err
 		}
+		f := os.NewFile(uintptr(fd), name)
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
@@ -141,7 +148,7 @@ func lockUID(path string) (*os.File, error) {
 			f.Close()
 			return nil, err
 		}
-		if err := unix.Lstat(path, &named); err == nil && held.Dev == named.Dev && held.Ino == named.Ino {
+		if err := unix.Fstatat(dfd, name, &named, unix.AT_SYMLINK_NOFOLLOW); err == nil && held.Dev == named.Dev && held.Ino == named.Ino {
 			return f, nil
 		}
 		f.Close() // released and unlinked under us: take the new file

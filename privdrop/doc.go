@@ -46,5 +46,8 @@
 // The parent side allocates the pull uid (Allocate): "dynamic" takes a free
 // uid/gid from systemd's DynamicUser range 61184–65519 under an flock held
 // for the pull, so concurrent pulls never share one; a lock left by a dead
-// process is free again because flock dies with its holder.
+// process is free again because flock dies with its holder. The lock
+// directory is opened with state.OpenDir (only root can change it or
+// anything above it) and held by the lease: the lock file is made, checked
+// and removed through it, and Sweep goes through its own descriptor.
 package privdrop

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -284,6 +285,37 @@ func TestSweepRefusesPathOthersControl(t *testing.T) {
 	}
 	if got := privdrop.Sweep(victim); len(got) != 1 || got[0] != lock {
 		t.Errorf("Sweep of the directory itself: %v, want [%s]", got, lock)
+	}
+}
+
+// Release removes the lock file in the directory the lease was taken in
+// (held open), not whatever is at its path by then.
+func TestReleaseInItsOwnDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the lock directory")
+	}
+	top := t.TempDir()
+	dir := filepath.Join(top, "uids")
+	l, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strconv.Itoa(l.UID) + ".lock"
+	if err := os.Rename(dir, filepath.Join(top, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+		t.Errorf("Release removed the file now at its old path: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(top, "moved", name)); !os.IsNotExist(err) {
+		t.Errorf("Release left its own lock file (%v)", err)
 	}
 }
 
