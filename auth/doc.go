@@ -12,7 +12,8 @@
 //     key contributing, index.docker.io as the default-registry fallback;
 //   - kubelet credential-provider plugins (provider.go types and matching,
 //     provider_config.go strict decoding and validation, provider_exec.go the
-//     exec protocol, provider_cache.go the per-node cache, provider_sa.go
+//     exec protocol, provider_cache.go the per-node cache, read and written
+//     through its directory held open with state.OpenDir, provider_sa.go
 //     the service-account token mode of KEP-4412);
 //   - a service-account token offered to listed registries (satoken.go);
 //   - a CRI PullImage request's credential (request.go Request, from

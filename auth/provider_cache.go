@@ -14,6 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pullhelper/pullhelper/internal/safefile"
+	"github.com/pullhelper/pullhelper/internal/safefs"
+	"github.com/pullhelper/pullhelper/internal/state"
+	"golang.org/x/sys/unix"
 )
 
 // ---- the per-node cache ----
@@ -55,7 +60,7 @@ func cpLoadCache(dir string, p *CredentialProvider, binDir string) (*cpCache, er
 		Version: cpCacheVersion, Provider: p.Name, Fingerprint: cpFingerprint(p, binDir),
 		Entries: map[string]cpCacheEntry{}, path: filepath.Join(dir, p.Name+".json"),
 	}
-	data, err := readFile(c.path)
+	data, err := readCacheFile(dir, p.Name+".json")
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
@@ -95,7 +100,21 @@ func (c *cpCache) purge(now time.Time) {
 	}
 }
 
-// save writes the cache atomically with mode 0600 (it holds passwords).
+// readCacheFile reads name in the cache directory dir through its held
+// descriptor (state.OpenExistingDir: only root can change it or anything
+// above it), bounded like every file root reads for the caller.
+func readCacheFile(dir, name string) ([]byte, error) {
+	dfd, err := state.OpenExistingDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	return safefs.ReadAtMost(dfd, name, safefile.MaxConfig)
+}
+
+// save writes the cache atomically with mode 0600 (it holds passwords),
+// through the cache directory's held descriptor (state.OpenDir): a
+// temporary file made with O_EXCL, synced, then renamed over the old one.
 func (c *cpCache) save() error {
 	fail := func(err error) error {
 		return fmt.Errorf("credential provider %q: writing cache %s: %v", c.Provider, c.path, cpPathErr(err))
@@ -104,19 +123,19 @@ func (c *cpCache) save() error {
 	if err != nil {
 		return fail(err)
 	}
-	dir := filepath.Dir(c.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(c.path)+".tmp-*")
+	dfd, err := state.OpenDir(filepath.Dir(c.path))
 	if err != nil {
 		return fail(err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o600)
+	defer unix.Close(dfd)
+	name := filepath.Base(c.path)
+	tmp := "." + name + ".tmp-" + safefs.RandSuffix()
+	fd, err := unix.Openat(dfd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fail(err)
 	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -124,10 +143,10 @@ func (c *cpCache) save() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, c.path)
+		err = unix.Renameat(dfd, tmp, dfd, name)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = unix.Unlinkat(dfd, tmp, 0)
 		return fail(err)
 	}
 	return nil

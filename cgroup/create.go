@@ -90,7 +90,7 @@ func Create(cfg Config) (*Group, error) {
 	// Create without joining (pid -1), then write the limits. The
 	// parents lock keeps a concurrent pull from removing the parent
 	// between its check and the mkdir.
-	err = cfg.withParentsLock(func() error {
+	err = cfg.withParentsLock(func(dfd int) error {
 		if cfg.ParentMustExist {
 			// Checked again under the lock, in every hierarchy the
 			// library would mkdir -p it in: gone since (the pod
@@ -101,7 +101,7 @@ func Create(cfg Config) (*Group, error) {
 				}
 			}
 		}
-		owned, err := cfg.claimParent()
+		owned, err := cfg.claimParent(dfd)
 		if err != nil {
 			return err
 		}

@@ -19,7 +19,8 @@
 //     is gone. The name records the owning parent process, so a later run can
 //     tell a stale cgroup (its owner died, e.g. SIGKILL) from a live one and
 //     reclaim it. A PARENT that pullhelper created is marked (in
-//     Config.StateDir) and removed by the last pull to leave it; one that
+//     Config.StateDir, held open through state.OpenDir: only root can
+//     change it) and removed by the last pull to leave it; one that
 //     existed before is never removed. With ParentMustExist (a pod's
 //     cgroup, for pullhelper cri) a PARENT missing from any hierarchy is an
 //     error, checked under the parents lock: it is never created.

@@ -181,6 +181,10 @@ func TestParentRemovedByLastPull(t *testing.T) {
 	if _, err := os.Stat(pdir); err == nil {
 		t.Fatalf("the parent %s pullhelper created is left", pdir)
 	}
+	// Its marker went with it (only the parents lock stays).
+	if entries, _ := os.ReadDir(state); len(entries) != 1 || entries[0].Name() != ".lock" {
+		t.Errorf("state directory after the parent went: %v, want only .lock", entries)
+	}
 	// An existing parent is the administrator's.
 	for _, d := range apaths {
 		if err := os.Mkdir(filepath.Dir(d), 0o755); err != nil && !os.IsExist(err) {

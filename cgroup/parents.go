@@ -17,42 +17,55 @@ import (
 // The parents pullhelper created are marked in Config.StateDir (see
 // there): the last pull to leave one removes it, whichever pull created it.
 
-// parentMarker is the file that marks c.Parent as pullhelper's.
+// parentMarker is the name of the file in the state directory that marks
+// c.Parent as pullhelper's.
 func (c Config) parentMarker() string {
-	return filepath.Join(c.StateDir, hex.EncodeToString([]byte(filepath.Clean(c.Parent))))
+	return hex.EncodeToString([]byte(filepath.Clean(c.Parent)))
 }
 
-// withParentsLock runs f holding an exclusive flock on StateDir/.lock.
-func (c Config) withParentsLock(f func() error) error {
+// withParentsLock runs f holding an exclusive flock on StateDir/.lock,
+// with StateDir held open as dfd (state.OpenDir: only root can change it
+// or anything above it): the markers are read, written and removed
+// through it.
+func (c Config) withParentsLock(f func(dfd int) error) error {
 	if c.StateDir == "" {
 		return errors.New("no directory to mark cgroup parents in (cgroup.Config.StateDir)")
 	}
-	if err := state.CheckDir(c.StateDir); err != nil {
+	dfd, err := state.OpenDir(c.StateDir)
+	if err != nil {
 		return fmt.Errorf("the cgroup state directory: %w", err)
 	}
-	l, err := os.OpenFile(filepath.Join(c.StateDir, ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	defer unix.Close(dfd)
+	lfd, err := unix.Openat(dfd, ".lock", unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening the cgroup parents lock: %w", err)
 	}
-	defer l.Close() // drops the flock
-	if err := unix.Flock(int(l.Fd()), unix.LOCK_EX); err != nil {
+	defer unix.Close(lfd) // drops the flock
+	if err := unix.Flock(lfd, unix.LOCK_EX); err != nil {
 		return fmt.Errorf("locking the cgroup parents lock: %w", err)
 	}
-	return f()
+	return f(dfd)
 }
 
-// claimParent, called under the lock, reports whether the parent is
-// pullhelper's: it does not exist yet (it is marked, then created by the
-// caller) or an earlier pull created and marked it.
-func (c Config) claimParent() (bool, error) {
+// claimParent, called under the lock with the state directory held as
+// dfd, reports whether the parent is pullhelper's: it does not exist yet
+// (it is marked, then created by the caller) or an earlier pull created
+// and marked it.
+func (c Config) claimParent(dfd int) (bool, error) {
 	parent := c.Parent
-	if _, err := os.Lstat(c.parentMarker()); err == nil {
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, c.parentMarker(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 		return true, nil
 	}
 	if parentExists(parent) {
 		return false, nil // the administrator's: never removed
 	}
-	if err := os.WriteFile(c.parentMarker(), []byte(parent+"\n"), 0o600); err != nil {
+	fd, err := unix.Openat(dfd, c.parentMarker(), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		_, err = unix.Write(fd, []byte(parent+"\n"))
+		unix.Close(fd)
+	}
+	if err != nil {
 		return false, fmt.Errorf("marking cgroup parent %s as pullhelper's: %w", parent, err)
 	}
 	return true, nil
@@ -71,8 +84,9 @@ func (g *Group) releaseParent() {
 // it busy and rmdir fails harmlessly (that pull removes it when it leaves).
 // The marker goes when the parent is gone from every hierarchy.
 func (g *Group) removeParent(paths map[string]string) {
-	_ = g.cfg.withParentsLock(func() error {
-		if _, err := os.Lstat(g.cfg.parentMarker()); err != nil {
+	_ = g.cfg.withParentsLock(func(dfd int) error {
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, g.cfg.parentMarker(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			return nil // another pull removed it already
 		}
 		gone := true
@@ -83,7 +97,7 @@ func (g *Group) removeParent(paths map[string]string) {
 			}
 		}
 		if gone {
-			_ = os.Remove(g.cfg.parentMarker())
+			_ = unix.Unlinkat(dfd, g.cfg.parentMarker(), 0)
 		}
 		return nil
 	})
