@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -62,8 +63,17 @@ func (c Config) claimParent(dfd int) (bool, error) {
 	}
 	fd, err := unix.Openat(dfd, c.parentMarker(), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err == nil {
-		_, err = unix.Write(fd, []byte(parent+"\n"))
+		line := []byte(parent + "\n")
+		var n int
+		if n, err = unix.Write(fd, line); err == nil && n != len(line) {
+			err = io.ErrShortWrite
+		}
 		unix.Close(fd)
+		if err != nil {
+			// No half-made marker: a later pull would take the parent
+			// for pullhelper's.
+			_ = unix.Unlinkat(dfd, c.parentMarker(), 0)
+		}
 	}
 	if err != nil {
 		return false, fmt.Errorf("marking cgroup parent %s as pullhelper's: %w", parent, err)

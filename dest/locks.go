@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -127,11 +128,14 @@ func lockFile(ctx context.Context, dfd int, name string, d time.Duration) (int, 
 		held, err1 := safefs.Fstat(lfd)
 		now, err2 := safefs.FstatAt(dfd, name)
 		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+			var once sync.Once // a second call must not close reused descriptors
 			return lfd, func() {
-				_ = unix.Unlinkat(dfd, name, 0)
-				_ = unix.Flock(lfd, unix.LOCK_UN)
-				unix.Close(lfd)
-				unix.Close(dfd)
+				once.Do(func() {
+					_ = unix.Unlinkat(dfd, name, 0)
+					_ = unix.Flock(lfd, unix.LOCK_UN)
+					unix.Close(lfd)
+					unix.Close(dfd)
+				})
 			}, nil
 		}
 		unix.Close(lfd) // removed by the holder we waited for: again

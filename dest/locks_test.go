@@ -162,3 +162,28 @@ func TestLockReleasedInItsOwnDirectory(t *testing.T) {
 		t.Errorf("the release left its own lock file (%v)", err)
 	}
 }
+
+// Releasing a lock twice is harmless: the second call does not touch the
+// descriptors the first one closed, which the next lock may have reused.
+func TestLockReleaseTwice(t *testing.T) {
+	needRoot(t)
+	dir := filepath.Join(t.TempDir(), "locks")
+	spec := dest.Spec{Transport: "oci", Path: "/srv/x"}
+	first, err := dest.LockPull(context.Background(), dir, spec, "registry.example/x", time.Second)
+	must(t, err)
+	first()
+	second, err := dest.LockPull(context.Background(), dir, spec, "registry.example/y", time.Second)
+	must(t, err)
+	defer second()
+	first()
+	names, _ := filepath.Glob(filepath.Join(dir, "pull-*.lock"))
+	if len(names) != 1 {
+		t.Fatalf("lock files after a second release of the first lock: %v, want the second's", names)
+	}
+	f, err := os.Open(names[0])
+	must(t, err)
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
+		t.Errorf("the second lock is no longer held after a second release of the first (flock: %v)", err)
+	}
+}

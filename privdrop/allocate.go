@@ -27,7 +27,7 @@ type Lease struct {
 	// Release) the allocation removed once it held its own (Sweep).
 	Reclaimed []string `json:"-"`
 	lock      *os.File
-	lockDir   int // the lock directory, held while the lock is
+	lockDir   *os.File // the lock directory, held while the lock is
 	lockName  string
 }
 
@@ -37,9 +37,9 @@ type Lease struct {
 // its file is no longer the one at the name and tries again (lockUID).
 func (l *Lease) Release() {
 	if l != nil && l.lock != nil {
-		_ = unix.Unlinkat(l.lockDir, l.lockName, 0)
+		_ = unix.Unlinkat(int(l.lockDir.Fd()), l.lockName, 0)
 		_ = l.lock.Close() // closing drops the flock
-		unix.Close(l.lockDir)
+		_ = l.lockDir.Close()
 		l.lock = nil
 	}
 }
@@ -117,8 +117,9 @@ func allocateDynamic(lockDir string) (*Lease, error) {
 		if f == nil {
 			continue // another pull holds it
 		}
-		reclaimed := sweepExcept(lockDir, filepath.Join(lockDir, name))
-		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", Reclaimed: reclaimed, lock: f, lockDir: dfd, lockName: name}, nil
+		reclaimed := sweepIn(dfd, lockDir, name)
+		dir := os.NewFile(uintptr(dfd), lockDir)
+		return &Lease{Identity: Identity{UID: uid, GID: uid}, Source: "dynamic", Reclaimed: reclaimed, lock: f, lockDir: dir, lockName: name}, nil
 	}
 	unix.Close(dfd)
 	return nil, fmt.Errorf("no free uid in the dynamic range %d-%d", DynamicMin, DynamicMax)

@@ -33,16 +33,21 @@ func sweepExcept(lockDir, keep string) []string {
 		return nil // missing, or not a lock directory only root can change: nothing in it is ours to remove
 	}
 	defer unix.Close(dfd)
+	return sweepIn(dfd, lockDir, keep)
+}
+
+// sweepIn sweeps the lock directory held as dfd (lockDir names it in the
+// paths returned), leaving the entry named keep alone.
+func sweepIn(dfd int, lockDir, keep string) []string {
 	names, _ := state.ReadNames(dfd, maxSweepEntries)
 	sort.Strings(names)
 	var out []string
 	for _, nm := range names {
-		p := filepath.Join(lockDir, nm)
-		if !strings.HasSuffix(nm, ".lock") || p == keep {
+		if !strings.HasSuffix(nm, ".lock") || nm == keep {
 			continue
 		}
 		if _, removed := state.RemoveIfUnheld(dfd, nm); removed {
-			out = append(out, p)
+			out = append(out, filepath.Join(lockDir, nm))
 		}
 	}
 	return out

@@ -319,6 +319,30 @@ func TestReleaseInItsOwnDirectory(t *testing.T) {
 	}
 }
 
+// A copy of a lease released after the original is harmless: the lock the
+// next allocation takes (maybe on the same descriptor numbers) stays.
+func TestReleaseOfACopyAfterRelease(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the lock directory")
+	}
+	dir := t.TempDir()
+	a, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := *a
+	a.Release()
+	b, err := privdrop.Allocate("dynamic", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	copied.Release()
+	if _, err := os.Lstat(filepath.Join(dir, strconv.Itoa(b.UID)+".lock")); err != nil {
+		t.Errorf("the live lease's lock file went with the copy's release: %v", err)
+	}
+}
+
 func TestFilterDeniesTheIssueList(t *testing.T) {
 	want := []string{"mount", "umount2", "setns", "unshare", "ptrace", "bpf", "keyctl", "kexec_load",
 		"init_module", "finit_module", "delete_module", "reboot", "swapon", "open_by_handle_at",
