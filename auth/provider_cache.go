@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -129,12 +128,10 @@ func (c *cpCache) save() error {
 	}
 	defer unix.Close(dfd)
 	name := filepath.Base(c.path)
-	tmp := "." + name + ".tmp-" + safefs.RandSuffix()
-	fd, err := unix.Openat(dfd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, tmp, err := safefs.CreateTemp(dfd, "."+name+".tmp-")
 	if err != nil {
 		return fail(err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()

@@ -201,7 +201,7 @@ func SweepLocks(dir string) ([]string, error) {
 // when it is what a pull makes (state.RemoveIfUnheld: a regular file of
 // root's with one link, still the one at its name once locked).
 func sweepLocks(dfd int, dir, prefix string, max int) []string {
-	names, _ := state.ReadNames(dfd, maxLockSweepEntries)
+	names, _ := safefs.ReadDirNamesAtMost(dfd, maxLockSweepEntries)
 	sort.Strings(names)
 	var out []string
 	for _, nm := range names {

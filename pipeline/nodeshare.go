@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
@@ -124,7 +125,7 @@ const staleTemp = 10 * time.Second
 // least 1. A temporary one (regTemp) is a pull still registering: not
 // counted, and removed only when stale.
 func livePulls(dfd int, self string) int {
-	names, _ := state.ReadNames(dfd, maxNodeShareEntries)
+	names, _ := safefs.ReadDirNamesAtMost(dfd, maxNodeShareEntries)
 	n := 0
 	for _, nm := range names {
 		if nm == self {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"github.com/pullhelper/pullhelper/internal/state"
 	"golang.org/x/sys/unix"
 )
@@ -39,7 +40,7 @@ func sweepExcept(lockDir, keep string) []string {
 // sweepIn sweeps the lock directory held as dfd (lockDir names it in the
 // paths returned), leaving the entry named keep alone.
 func sweepIn(dfd int, lockDir, keep string) []string {
-	names, _ := state.ReadNames(dfd, maxSweepEntries)
+	names, _ := safefs.ReadDirNamesAtMost(dfd, maxSweepEntries)
 	sort.Strings(names)
 	var out []string
 	for _, nm := range names {

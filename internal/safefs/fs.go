@@ -137,7 +137,12 @@ func IsReg(st unix.Stat_t) bool  { return st.Mode&unix.S_IFMT == unix.S_IFREG }
 func IsLink(st unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFLNK }
 
 // ReadDirNames lists a directory held as fd (the fd stays open).
-func ReadDirNames(fd int) ([]string, error) {
+func ReadDirNames(fd int) ([]string, error) { return ReadDirNamesAtMost(fd, -1) }
+
+// ReadDirNamesAtMost lists at most n entries (all when n <= 0) of a
+// directory held as fd, from its start (the fd stays open; its offset is
+// shared with the dup(2) read here, so one reader at a time).
+func ReadDirNamesAtMost(fd, n int) ([]string, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -147,7 +152,7 @@ func ReadDirNames(fd int) ([]string, error) {
 	if _, err := unix.Seek(dup, 0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return f.Readdirnames(-1)
+	return f.Readdirnames(n)
 }
 
 // ReadAtMost reads a regular file beneath dirfd, at most max bytes.

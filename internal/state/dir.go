@@ -118,22 +118,6 @@ func checkComponent(st unix.Stat_t, path string, last bool) error {
 	return nil
 }
 
-// ReadNames lists at most n entries of the directory held as dfd, from its
-// start (the descriptor stays open; its offset is shared with dup(2)s, so
-// one reader at a time).
-func ReadNames(dfd, n int) ([]string, error) {
-	dup, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	d := os.NewFile(uintptr(dup), "state directory")
-	defer d.Close()
-	if _, err := unix.Seek(dup, 0, 0); err != nil {
-		return nil, err
-	}
-	return d.Readdirnames(n)
-}
-
 // RemoveIfUnheld is how a state directory's lock files are reclaimed (the
 // uid locks, the commit and pull locks, the bandwidth registrations): the
 // entry name in the directory held as dfd is removed when nobody holds its
