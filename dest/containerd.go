@@ -439,8 +439,11 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	}
 
 	// putManifest imports one image manifest: its config and layers,
-	// then the manifest labelled to them (ChildGCLabels).
-	putManifest := func(desc ocispec.Descriptor) (*ocispec.Manifest, error) {
+	// then the manifest labelled to them (ChildGCLabels). With ahead
+	// (the manifest img.Unpack unpacks below: unpackAhead), each layer is
+	// applied for the snapshotter as soon as it and the layers before
+	// it are in the content store, while the next ones are written.
+	putManifest := func(desc ocispec.Descriptor, ahead bool) (*ocispec.Manifest, error) {
 		raw, err := stagedRaw(t, desc.Digest.String())
 		if err != nil {
 			return nil, err
@@ -452,10 +455,33 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		if m.Config.Digest == "" {
 			return nil, verr(fmt.Errorf("the verified manifest %s names no config", desc.Digest))
 		}
-		if err := putAll(append([]ocispec.Descriptor{m.Config}, m.Layers...), put); err != nil {
+		all := append([]ocispec.Descriptor{m.Config}, m.Layers...)
+		children := all
+		var ua *unpackAhead // nil: Unpack applies every layer after the writes
+		if ahead {
+			// The config first (the layers' diff IDs), then each layer
+			// applied while the next ones are written.
+			if err := put(m.Config, nil, nil); err != nil {
+				return nil, err
+			}
+			ua = d.startUnpack(ctx, c.Client, t, &m)
+			children = m.Layers
+		}
+		err = putAll(children, ua.parallel(), func(b ocispec.Descriptor, _ []byte, _ map[string]string) error {
+			err := put(b, nil, nil)
+			ua.written(b.Digest, err)
+			return err
+		})
+		if err == nil {
+			err = put(desc, raw, childGCLabels(all))
+		}
+		if uerr := ua.wait(err); err == nil && uerr != nil {
+			return nil, d.ctrdErr(uerr, "unpacking for snapshotter "+d.set.Snapshotter)
+		}
+		if err != nil {
 			return nil, err
 		}
-		return &m, put(desc, raw, childGCLabels(append([]ocispec.Descriptor{m.Config}, m.Layers...)))
+		return &m, nil
 	}
 
 	mdesc := ocispec.Descriptor{MediaType: top.MediaType, Digest: digest.Digest(top.Digest), Size: top.Size}
@@ -477,7 +503,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			if images.IsIndexType(e.MediaType) {
 				return verr(fmt.Errorf("index %s names index %s (nested indexes are refused)", top.Digest, e.Digest))
 			}
-			if _, err := putManifest(e); err != nil {
+			if _, err := putManifest(e, false); err != nil {
 				return err
 			}
 		}
@@ -485,7 +511,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			return err
 		}
 	} else {
-		m, err := putManifest(mdesc)
+		m, err := putManifest(mdesc, true)
 		if err != nil {
 			return err
 		}
@@ -515,6 +541,8 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	if cv.platform != nil {
 		img = containerd.NewImageWithPlatform(c.Client, rec, ctrdPlatform(cv.platform))
 	}
+	// The layers of a single manifest are unpacked already (putManifest):
+	// Unpack finds each snapshot and labels the config to the top one.
 	if err := img.Unpack(ctx, d.set.Snapshotter); err != nil {
 		return d.ctrdErr(err, "unpacking for snapshotter "+d.set.Snapshotter)
 	}
@@ -551,15 +579,15 @@ const putParallel = 3
 // hookMu serialises the test build's commitHook across putAll's writers.
 var hookMu sync.Mutex
 
-// putAll runs put on every descriptor, at most putParallel at a time, and
+// putAll runs put on every descriptor, in order, at most parallel at a time, and
 // returns the first error once every started put has returned (the
 // content of a failed Commit goes with its lease).
-func putAll(descs []ocispec.Descriptor, put func(ocispec.Descriptor, []byte, map[string]string) error) error {
+func putAll(descs []ocispec.Descriptor, parallel int, put func(ocispec.Descriptor, []byte, map[string]string) error) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
-		slots = make(chan struct{}, putParallel)
+		slots = make(chan struct{}, parallel)
 	)
 	for _, b := range descs {
 		mu.Lock()

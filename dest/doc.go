@@ -9,7 +9,8 @@
 //
 // Its files, by job: dest.go (the Destination interface, Parse, the kinds'
 // registry), one file per kind (oci.go, dir.go, ociarchive.go,
-// dockerarchive.go, archive.go, containerd.go with containerdsock.go,
+// dockerarchive.go, archive.go, containerd.go with containerdsock.go and
+// containerd_unpack.go,
 // storage.go with storageconf.go, storepaths.go, storeroot.go,
 // importsrc.go and storage_preapply.go, which applies a single image's
 // layers under DiffIDs computed from their verified blobs before
@@ -46,8 +47,12 @@
 // imported through containerd's socket by the parent only, after Verify:
 // content under a lease (labelled as containerd's own pull labels it:
 // gc.ref to children, the distribution source), unpacked, and the image
-// records created last; an index copied whole (--all-architectures) is the
-// records' target. The pins of the records follow the pull
+// records created last; the layers of a single image are unpacked as they
+// are written, each applied once it and the layers below it are in the
+// content store while the next is written (containerd_unpack.go: what
+// Image.Unpack does after the last write, started earlier; Unpack then
+// finds every snapshot and labels the config); an index copied whole
+// (--all-architectures) is the records' target, unpacked after its writes. The pins of the records follow the pull
 // (containerd_pin.go); ReadContainerdConfig (containerd_config.go) takes
 // the socket and the CRI's snapshotter of containerd's config.toml from
 // hosts' reader of it (hosts.ReadContainerdDaemon), with containerd's

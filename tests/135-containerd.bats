@@ -158,3 +158,11 @@ while True:
 @test "containerd 1.6: every blob carries the CRI's distribution source label, appended to as the CRI appends (issue 24 item 8)" {
     ctrd_case_source_labels
 }
+
+@test "containerd 1.6: each layer is unpacked while the next ones are written, with Unpack's labels and snapshot chain (issue 26)" {
+    ctrd_case_unpack_ahead
+}
+
+@test "containerd 1.6: an image containerd cannot unpack (a wrong diff_id) is exit 9 naming it; what was applied ahead goes with the lease" {
+    ctrd_case_unpack_fails
+}

@@ -68,3 +68,11 @@ CTRD_FLAVOR=2
 @test "containerd 2.x: every blob carries the CRI's distribution source label, appended to as the CRI appends (issue 24 item 8)" {
     ctrd_case_source_labels
 }
+
+@test "containerd 2.x: each layer is unpacked while the next ones are written, with Unpack's labels and snapshot chain (issue 26)" {
+    ctrd_case_unpack_ahead
+}
+
+@test "containerd 2.x: an image containerd cannot unpack (a wrong diff_id) is exit 9 naming it; what was applied ahead goes with the lease" {
+    ctrd_case_unpack_fails
+}

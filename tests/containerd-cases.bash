@@ -367,6 +367,102 @@ ctrd_daemon_pid() {
     ps -o pid= --ppid "$wrapper" | tr -d ' ' | head -n1
 }
 
+# each layer is unpacked as soon as it is in the content store, while the
+# next ones are written (dest.unpackAhead), with the labels and snapshots
+# containerd's own Image.Unpack leaves: the commit is paused after its third
+# blob (the config, layer 0, layer 1 of this platform's instance of multi):
+# layer 0's snapshot (its chain ID is its diff ID) is then committed, while
+# no image record exists; once the commit goes on, each layer blob carries
+# containerd.io/uncompressed=its diff ID, the config
+# containerd.io/gc.ref.snapshot.native=the top chain ID, and the two
+# snapshots are the chain (layer 1's parent is layer 0's)
+ctrd_case_unpack_ahead() {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || skip "no $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/multi:latest" index inst cfg d0 d1 l0 l1 chain rc=0
+    index=$(registry_manifest fixtures/multi:latest)
+    inst=$(index_instance "$index" "linux/$("$(_ph_go)" env GOARCH)")
+    mkdir -p "$OUT"
+    PULLHELPER_HOSTILE_COMMIT=pause-after-blobs:3 "$PULLHELPER_HOSTILE_BIN" pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" \
+        "$img" "containerd:$img" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    wait_for_file_match "$OUT/bg.err" "pausing the commit after 3 blobs" 120 || return
+    # The manifest goes into the content store last; the registry's.
+    run registry_manifest "fixtures/multi@$inst"
+    assert_success
+    cfg=$(json_get .config.digest <<<"$output")
+    l0=$(json_get .layers[0].digest <<<"$output")
+    l1=$(json_get .layers[1].digest <<<"$output")
+    run ctr_k8s content get "$cfg"
+    assert_success
+    d0=$(json_get .rootfs.diff_ids[0] <<<"$output")
+    d1=$(json_get .rootfs.diff_ids[1] <<<"$output")
+    [[ $d0 == sha256:* && $d1 == sha256:* ]] || fail "no diff IDs in the config $cfg: $output"
+    # Layer 0 is applied while the commit is paused in layer 1's write (a
+    # hang guard, not a timing assertion: the old import applied nothing
+    # before its last write, and waits here for ever).
+    local deadline=$((SECONDS + 60)) snaps=""
+    until [[ $snaps == *"$d0 "*Committed* ]]; do
+        if ((SECONDS >= deadline)); then
+            fail "layer 0 ($d0) was not unpacked while the commit was paused after 3 blobs: $snaps"
+            return
+        fi
+        sleep 0.1
+        snaps=$(ctr_k8s snapshots --snapshotter native ls | awk -v d="$d0" '$1 == d')
+    done
+    assert_equal "$(ctr_k8s images ls -q)" ""
+    kill -USR1 "$BG_PID"
+    wait "$BG_PID" || rc=$?
+    BG_PID=""
+    assert_equal "$rc" 0
+    assert_equal "$(json_get .digest <"$OUT/bg.out")" "$MULTI_DIGEST"
+    [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "not listed: $(ctr_k8s images ls)"
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+
+    # Unpack's labels (identity.ChainID: sha256 of "PARENT DIFFID").
+    chain=sha256:$(printf '%s %s' "$d0" "$d1" | sha256sum | cut -d' ' -f1)
+    run ctr_k8s content ls
+    assert_success
+    local line
+    line=$(awk -v d="$l0" '$1 == d' <<<"$output")
+    [[ $line == *"containerd.io/uncompressed=$d0"* ]] || fail "layer 0 $l0 is not labelled with its diff ID: $line"
+    line=$(awk -v d="$l1" '$1 == d' <<<"$output")
+    [[ $line == *"containerd.io/uncompressed=$d1"* ]] || fail "layer 1 $l1 is not labelled with its diff ID: $line"
+    line=$(awk -v d="$cfg" '$1 == d' <<<"$output")
+    [[ $line == *"containerd.io/gc.ref.snapshot.native=$chain"* ]] || fail "the config is not labelled with the chain $chain: $line"
+    run ctr_k8s snapshots --snapshotter native ls
+    assert_success
+    echo "$output"
+    assert_equal "$(grep -c Committed <<<"$output")" 2
+    [[ $(awk -v d="$chain" '$1 == d {print $2}' <<<"$output") == "$d0" ]] || fail "no snapshot $chain on $d0: $output"
+    assert_equal "$(ctr_k8s leases ls -q)" ""
+    assert_no_staging "$T/staging"
+}
+
+# an image containerd cannot unpack (every digest verifies, but layer 2's
+# diff_id in the config is not its uncompressed digest) is exit 9 with one
+# line naming the unpack and containerd's reason; layer 1, applied ahead,
+# goes with the import's lease: no image record, no lease, and after a
+# forced GC no snapshot and no content
+ctrd_case_unpack_fails() {
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/wrongdiff:latest" msg
+    push_fixture_args wrongdiff fixtures/wrongdiff -layers 3 -layer-size 4096 -compressible 0.5 -seed 5 -wrong-diff-id 2
+    run_pullhelper 9 pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_equal "$(json_get .error.code <<<"$output")" destination
+    msg=$(json_get .error.message <<<"$output")
+    echo "$msg"
+    [[ $msg == *"unpacking for snapshotter native"* && $msg == *"wrong diff id"* ]] || fail "message: $msg"
+    [[ $msg != *$'\n'* ]] || fail "message is not one line: $msg"
+    assert_equal "$(ctr_k8s images ls -q)" ""
+    assert_no_staging "$T/staging"
+    force_gc
+    assert_equal "$(ctr_k8s snapshots --snapshotter native ls | tail -n +2)" ""
+    assert_equal "$(ctr_k8s content ls -q)" ""
+}
+
 # SIGTERM while containerd does not answer (SIGSTOPped mid-import) ends the pull (143)
 ctrd_case_sigterm_stopped() {
     [[ -x $PULLHELPER_HOSTILE_BIN ]] || skip "no $PULLHELPER_HOSTILE_BIN (make build-hostile)"

@@ -103,3 +103,35 @@ func TestUser(t *testing.T) {
 		}
 	}
 }
+
+func TestWrongDiffID(t *testing.T) {
+	o := Options{Layers: 3, LayerSize: 16, Seed: 1, Platforms: mustPlatforms(t, "linux/amd64")}
+	_, good := gen(t, o)
+	o.WrongDiffID = 2
+	out, d := gen(t, o)
+	c := &checker{t: t, files: readTree(t, out), visited: map[string]bool{}}
+	m := decode[Manifest](t, c.blob(d))
+	var cfg ImageConfig
+	if err := json.Unmarshal(c.blob(m.Config), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for k, l := range m.Layers {
+		gz, err := gzip.NewReader(bytes.NewReader(c.blob(l)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(gz)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wrong := sha(raw) != cfg.RootFS.DiffIDs[k]; wrong != (k == 1) {
+			t.Errorf("-wrong-diff-id 2: layer %d's diff_id wrong: %v", k+1, wrong)
+		}
+	}
+	if d.Digest == good.Digest {
+		t.Error("-wrong-diff-id 2 left the image's digest as it was")
+	}
+	if _, err := Generate(Options{Out: t.TempDir(), Layers: 3, LayerSize: 16, Seed: 1, Platforms: o.Platforms, WrongDiffID: 4}); err == nil {
+		t.Error("-wrong-diff-id 4 of 3 layers: no error")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,10 @@ type Options struct {
 	// User is the config's User (UID, NAME, UID:GID or NAME:GROUP); empty
 	// leaves it out, so the other fixtures' digests do not change.
 	User string
+	// WrongDiffID, when N > 0, gives layer N (1-based) of every platform a
+	// diff_id in the config that is not its uncompressed digest: an image
+	// whose every digest verifies but which no runtime can unpack.
+	WrongDiffID int
 }
 
 // Descriptor is an OCI content descriptor.
@@ -181,6 +186,7 @@ func main() {
 	flag.Var(symlinkList{&o.Symlinks}, "symlink", "PATH=TARGET: a symlink in the extra last layer (repeatable)")
 	flag.Var(cmdFlag{&o.Cmd}, "cmd", `the config's Cmd as a JSON array (default ["/bin/true"])`)
 	flag.StringVar(&o.User, "user", "", "the config's User (UID, NAME, UID:GID or NAME:GROUP; default none)")
+	flag.IntVar(&o.WrongDiffID, "wrong-diff-id", 0, "N > 0: layer N's diff_id (1-based) in the config is not its uncompressed digest")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagegen -out DIR [flags]\n\nWrites a deterministic OCI image layout.\n\n")
 		flag.PrintDefaults()
@@ -282,6 +288,15 @@ func Generate(o Options) (Descriptor, error) {
 		}
 		if cfg.RootFS.DiffIDs == nil {
 			cfg.RootFS.DiffIDs = []string{}
+		}
+		if n := o.WrongDiffID; n > 0 {
+			if n > len(cfg.RootFS.DiffIDs) {
+				return Descriptor{}, fmt.Errorf("-wrong-diff-id %d: the image has %d layers", n, len(cfg.RootFS.DiffIDs))
+			}
+			ids := slices.Clone(cfg.RootFS.DiffIDs)
+			sum := sha256.Sum256([]byte("not layer " + strconv.Itoa(n)))
+			ids[n-1] = "sha256:" + hex.EncodeToString(sum[:])
+			cfg.RootFS.DiffIDs = ids
 		}
 		for k := range layers[pi] {
 			by := fmt.Sprintf("imagegen seed=%d platform=%s layer=%d", o.Seed, p, k)

@@ -1,0 +1,158 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/labels"
+	"github.com/containerd/containerd/v2/pkg/rootfs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// unpackAhead applies an image's layers for the snapshotter in order,
+// each as soon as its blob is in the content store, while the blobs after
+// it are still being written: what img.Unpack does after the last write
+// (rootfs.ApplyLayerWithOpts per layer, then the uncompressed label on a
+// layer it applied), started earlier. The image's own Unpack runs after
+// it as before: it finds every snapshot, applies nothing and labels the
+// config to the top one.
+//
+// It does nothing (Unpack does it all, after the writes) where Unpack
+// would not simply apply the layers: a config that is not staged or does
+// not parse, a platform with OS features (Unpack checks the snapshotter
+// supports it first), or diff IDs that do not match the layers.
+type unpackAhead struct {
+	cancel context.CancelFunc
+	// ready has a channel per layer digest, closed once its write is
+	// done (closed, under mu, records which); the map itself is not
+	// changed after startUnpack.
+	ready  map[digest.Digest]chan struct{}
+	mu     sync.Mutex
+	closed map[digest.Digest]bool
+	done   chan error
+}
+
+// startUnpack starts the unpacker for manifest m, whose config is staged
+// in t and already in the content store. Its methods are nil-safe, and
+// no-ops when nothing was started.
+func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, t *tree, m *ocispec.Manifest) *unpackAhead {
+	ua := &unpackAhead{}
+	f, staged, err := t.ctrdBlob(m.Config.Digest.String())
+	if err != nil || !staged {
+		return ua
+	}
+	raw, err := readAll(f, maxJSON)
+	f.Close()
+	if err != nil {
+		return ua
+	}
+	var cfg struct {
+		OSFeatures []string `json:"os.features"`
+		RootFS     struct {
+			DiffIDs []digest.Digest `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	if json.Unmarshal(raw, &cfg) != nil || len(cfg.OSFeatures) > 0 {
+		return ua
+	}
+	var layers []rootfs.Layer
+	for _, l := range m.Layers {
+		if images.IsLayerType(l.MediaType) {
+			layers = append(layers, rootfs.Layer{Blob: l})
+		}
+	}
+	if len(layers) == 0 || len(layers) != len(cfg.RootFS.DiffIDs) {
+		return ua
+	}
+	for i, dg := range cfg.RootFS.DiffIDs {
+		if dg.Validate() != nil {
+			return ua
+		}
+		layers[i].Diff = ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: dg}
+	}
+	sn := c.SnapshotService(d.set.Snapshotter)
+	a, cs := c.DiffService(), c.ContentStore()
+
+	ctx, ua.cancel = context.WithCancel(ctx)
+	ua.ready, ua.closed = map[digest.Digest]chan struct{}{}, map[digest.Digest]bool{}
+	for _, l := range m.Layers {
+		ua.ready[l.Digest] = make(chan struct{})
+	}
+	ua.done = make(chan error, 1)
+	name := d.spec.Ref
+	go func() {
+		var chain []digest.Digest
+		for _, l := range layers {
+			select {
+			case <-ua.ready[l.Blob.Digest]:
+			case <-ctx.Done():
+				ua.done <- ctx.Err()
+				return
+			}
+			unpacked, err := rootfs.ApplyLayerWithOpts(ctx, l, chain, sn, a, nil, nil)
+			if err != nil {
+				ua.done <- fmt.Errorf("apply layer error for %q: %w", name, err) // Unpack's words
+				return
+			}
+			if unpacked {
+				info := content.Info{Digest: l.Blob.Digest, Labels: map[string]string{labels.LabelUncompressed: l.Diff.Digest.String()}}
+				if _, err := cs.Update(ctx, info, "labels."+labels.LabelUncompressed); err != nil {
+					ua.done <- err
+					return
+				}
+			}
+			chain = append(chain, l.Diff.Digest)
+		}
+		ua.done <- nil
+	}()
+	return ua
+}
+
+// written reports one layer's write: done, its layer may be applied;
+// failed, the unpacker stops (the import fails).
+func (ua *unpackAhead) written(dg digest.Digest, err error) {
+	if ua == nil || ua.done == nil {
+		return
+	}
+	if err != nil {
+		ua.cancel()
+		return
+	}
+	ua.mu.Lock()
+	defer ua.mu.Unlock()
+	if ch, ok := ua.ready[dg]; ok && !ua.closed[dg] {
+		ua.closed[dg] = true
+		close(ch)
+	}
+}
+
+// wait stops the unpacker if the writes did not all succeed and returns
+// its error once it has stopped; nothing of it runs after wait returns.
+func (ua *unpackAhead) wait(writeErr error) error {
+	if ua == nil || ua.done == nil {
+		return nil
+	}
+	if writeErr != nil {
+		ua.cancel()
+	}
+	err := <-ua.done
+	ua.cancel()
+	return err
+}
+
+// parallel is how many layers putAll writes at once: one, in order, when
+// they are unpacked as they arrive (the first layer's apply starts once
+// it alone is written, and the writes keep ahead of the applies, which
+// take longer a byte), else putParallel.
+func (ua *unpackAhead) parallel() int {
+	if ua == nil || ua.done == nil {
+		return putParallel
+	}
+	return 1
+}
