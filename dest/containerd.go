@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
@@ -464,10 +466,13 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			if err := put(m.Config, nil, nil); err != nil {
 				return nil, err
 			}
-			ua = d.startUnpack(ctx, c.Client, t, &m)
+			ua = d.startUnpack(ctx, c.Client, &m)
 			children = m.Layers
 		}
 		err = putAll(children, ua.parallel(), func(b ocispec.Descriptor, _ []byte, _ map[string]string) error {
+			if ua.stopped() {
+				return errUnpackStopped
+			}
 			err := put(b, nil, nil)
 			ua.written(b.Digest, err)
 			return err
@@ -475,7 +480,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		if err == nil {
 			err = put(desc, raw, childGCLabels(all))
 		}
-		if uerr := ua.wait(err); err == nil && uerr != nil {
+		if uerr := ua.wait(err); uerr != nil && (err == nil || errors.Is(err, errUnpackStopped)) {
 			return nil, d.ctrdErr(uerr, "unpacking for snapshotter "+d.set.Snapshotter)
 		}
 		if err != nil {
@@ -484,6 +489,12 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		return &m, nil
 	}
 
+	// The platform Unpack picks and unpacks: --platform's, else this
+	// machine's (what containerd.NewImage's client default is).
+	matcher := platforms.Default()
+	if cv.platform != nil {
+		matcher = ctrdPlatform(cv.platform)
+	}
 	mdesc := ocispec.Descriptor{MediaType: top.MediaType, Digest: digest.Digest(top.Digest), Size: top.Size}
 	var imageID string
 	target := mdesc
@@ -511,7 +522,10 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			return err
 		}
 	} else {
-		m, err := putManifest(mdesc, true)
+		// Unpacked ahead if it is the manifest Unpack will pick: the
+		// target itself, or the registry's index's pick for the matcher.
+		ahead := cv.digest == top.Digest || len(cv.indexRaw) == 0 || unpackPicks(cv.indexRaw, mdesc.Digest, matcher)
+		m, err := putManifest(mdesc, ahead)
 		if err != nil {
 			return err
 		}
@@ -536,11 +550,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		}
 	}
 
-	rec := images.Image{Name: d.spec.Ref, Target: target}
-	img := containerd.NewImage(c.Client, rec)
-	if cv.platform != nil {
-		img = containerd.NewImageWithPlatform(c.Client, rec, ctrdPlatform(cv.platform))
-	}
+	img := containerd.NewImageWithPlatform(c.Client, images.Image{Name: d.spec.Ref, Target: target}, matcher)
 	// The layers of a single manifest are unpacked already (putManifest):
 	// Unpack finds each snapshot and labels the config to the top one.
 	if err := img.Unpack(ctx, d.set.Snapshotter); err != nil {
@@ -590,13 +600,16 @@ func putAll(descs []ocispec.Descriptor, parallel int, put func(ocispec.Descripto
 		slots = make(chan struct{}, parallel)
 	)
 	for _, b := range descs {
+		slots <- struct{}{}
+		// After the slot: a put that failed while this one waited
+		// stops the rest.
 		mu.Lock()
 		failed := first != nil
 		mu.Unlock()
 		if failed {
+			<-slots
 			break
 		}
-		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			if err := put(b, nil, nil); err != nil {

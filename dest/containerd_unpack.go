@@ -3,14 +3,20 @@ package dest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sort"
 	"sync"
+	"sync/atomic"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/labels"
 	"github.com/containerd/containerd/v2/pkg/rootfs"
+	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -24,9 +30,11 @@ import (
 // config to the top one.
 //
 // It does nothing (Unpack does it all, after the writes) where Unpack
-// would not simply apply the layers: a config that is not staged or does
-// not parse, a platform with OS features (Unpack checks the snapshotter
-// supports it first), or diff IDs that do not match the layers.
+// would not simply apply these layers: a config that does not parse as an
+// image config (read back from the content store, as Unpack reads it), a
+// platform with OS features (Unpack checks the snapshotter supports it
+// first), or diff IDs that do not match the layers. The caller starts it
+// only for the manifest Unpack picks (unpackPicks).
 type unpackAhead struct {
 	cancel context.CancelFunc
 	// ready has a channel per layer digest, closed once its write is
@@ -35,29 +43,26 @@ type unpackAhead struct {
 	ready  map[digest.Digest]chan struct{}
 	mu     sync.Mutex
 	closed map[digest.Digest]bool
+	failed atomic.Bool // the unpacker stopped on an error: no more writes
 	done   chan error
 }
 
-// startUnpack starts the unpacker for manifest m, whose config is staged
-// in t and already in the content store. Its methods are nil-safe, and
-// no-ops when nothing was started.
-func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, t *tree, m *ocispec.Manifest) *unpackAhead {
+// errUnpackStopped ends the writes once the unpacker has failed: its
+// error is the import's.
+var errUnpackStopped = errors.New("the unpack ahead failed")
+
+// startUnpack starts the unpacker for manifest m, whose config is already
+// in the content store. Its methods are nil-safe, and no-ops when nothing
+// was started.
+func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, m *ocispec.Manifest) *unpackAhead {
 	ua := &unpackAhead{}
-	f, staged, err := t.ctrdBlob(m.Config.Digest.String())
-	if err != nil || !staged {
-		return ua
-	}
-	raw, err := readAll(f, maxJSON)
-	f.Close()
+	cs := c.ContentStore()
+	// images.RootFS and images.ConfigPlatform, in one read.
+	raw, err := content.ReadBlob(ctx, cs, m.Config)
 	if err != nil {
 		return ua
 	}
-	var cfg struct {
-		OSFeatures []string `json:"os.features"`
-		RootFS     struct {
-			DiffIDs []digest.Digest `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
+	var cfg ocispec.Image
 	if json.Unmarshal(raw, &cfg) != nil || len(cfg.OSFeatures) > 0 {
 		return ua
 	}
@@ -76,8 +81,7 @@ func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, 
 		}
 		layers[i].Diff = ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: dg}
 	}
-	sn := c.SnapshotService(d.set.Snapshotter)
-	a, cs := c.DiffService(), c.ContentStore()
+	sn, a := c.SnapshotService(d.set.Snapshotter), c.DiffService()
 
 	ctx, ua.cancel = context.WithCancel(ctx)
 	ua.ready, ua.closed = map[digest.Digest]chan struct{}{}, map[digest.Digest]bool{}
@@ -87,32 +91,43 @@ func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, 
 	ua.done = make(chan error, 1)
 	name := d.spec.Ref
 	go func() {
-		var chain []digest.Digest
-		for _, l := range layers {
-			select {
-			case <-ua.ready[l.Blob.Digest]:
-			case <-ctx.Done():
-				ua.done <- ctx.Err()
-				return
-			}
-			unpacked, err := rootfs.ApplyLayerWithOpts(ctx, l, chain, sn, a, nil, nil)
-			if err != nil {
-				ua.done <- fmt.Errorf("apply layer error for %q: %w", name, err) // Unpack's words
-				return
-			}
-			if unpacked {
-				info := content.Info{Digest: l.Blob.Digest, Labels: map[string]string{labels.LabelUncompressed: l.Diff.Digest.String()}}
-				if _, err := cs.Update(ctx, info, "labels."+labels.LabelUncompressed); err != nil {
-					ua.done <- err
-					return
-				}
-			}
-			chain = append(chain, l.Diff.Digest)
-		}
-		ua.done <- nil
+		ua.done <- ua.run(ctx, name, layers, sn, a, cs)
 	}()
 	return ua
 }
+
+// run applies the layers in order, each once written.
+func (ua *unpackAhead) run(ctx context.Context, name string, layers []rootfs.Layer, sn snapshots.Snapshotter, a diff.Applier, cs content.Store) (err error) {
+	defer func() {
+		if err != nil {
+			ua.failed.Store(true)
+		}
+	}()
+	var chain []digest.Digest
+	for _, l := range layers {
+		select {
+		case <-ua.ready[l.Blob.Digest]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		unpacked, err := rootfs.ApplyLayerWithOpts(ctx, l, chain, sn, a, nil, nil)
+		if err != nil {
+			return fmt.Errorf("apply layer error for %q: %w", name, err) // Unpack's words
+		}
+		if unpacked {
+			info := content.Info{Digest: l.Blob.Digest, Labels: map[string]string{labels.LabelUncompressed: l.Diff.Digest.String()}}
+			if _, err := cs.Update(ctx, info, "labels."+labels.LabelUncompressed); err != nil {
+				return fmt.Errorf("labelling %s %s: %w", l.Blob.Digest, labels.LabelUncompressed, err)
+			}
+		}
+		chain = append(chain, l.Diff.Digest)
+	}
+	return nil
+}
+
+// stopped reports that the unpacker failed: the writes stop (their error
+// is errUnpackStopped, and wait's the import's).
+func (ua *unpackAhead) stopped() bool { return ua != nil && ua.failed.Load() }
 
 // written reports one layer's write: done, its layer may be applied;
 // failed, the unpacker stops (the import fails).
@@ -155,4 +170,31 @@ func (ua *unpackAhead) parallel() int {
 		return putParallel
 	}
 	return 1
+}
+
+// unpackPicks reports whether Unpack, given the registry's index as the
+// image's target, picks the manifest dg: images.Manifest keeps the
+// instances whose platform the matcher matches (or that name none), sorts
+// them with its Less (those without a platform last) and takes the first.
+func unpackPicks(indexRaw []byte, dg digest.Digest, matcher platforms.MatchComparer) bool {
+	var idx ocispec.Index
+	if json.Unmarshal(indexRaw, &idx) != nil {
+		return false
+	}
+	var descs []ocispec.Descriptor
+	for _, m := range idx.Manifests {
+		if m.Platform == nil || matcher.Match(*m.Platform) {
+			descs = append(descs, m)
+		}
+	}
+	sort.SliceStable(descs, func(i, j int) bool {
+		if descs[i].Platform == nil {
+			return false
+		}
+		if descs[j].Platform == nil {
+			return true
+		}
+		return matcher.Less(*descs[i].Platform, *descs[j].Platform)
+	})
+	return len(descs) > 0 && descs[0].Digest == dg
 }
