@@ -257,3 +257,16 @@ victims() {
     assert_json_result
     assert_equal "$(json_get .digest <<<"$output")" "$digest"
 }
+
+@test "with [dest] allow_other_owner, a FIFO planted as index.json is refused by name (exit 9) without waiting for a writer" {
+    local cfg
+    mkdir "$VT/dest"
+    echo '{"imageLayoutVersion":"1.0.0"}' >"$VT/dest/oci-layout"
+    mkfifo "$VT/dest/index.json"
+    chown -hR 65534:65534 "$VT/dest"
+    printf 'version = 1\n[dest]\nallow_other_owner = true\n' >"$BATS_TEST_TMPDIR/policy.toml"
+    run_pullhelper 9 pull "${PH_OPTS[@]}" --timeout 120s --policy "$BATS_TEST_TMPDIR/policy.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$VT/dest"
+    assert_json_error destination
+    [[ $(json_get .error.message <<<"$output") == *index.json*"not a regular file"* ]] || fail "message: $output"
+    [[ -p $VT/dest/index.json ]] || fail "the FIFO was replaced: $(ls -l "$VT/dest")"
+}

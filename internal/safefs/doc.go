@@ -6,8 +6,10 @@
 // component (CheckRel). New files get O_EXCL random temporary names
 // (CreateTemp), their owner and mode by fchown/fchmod on the descriptor
 // opened (SetOwner), and reach their name by renameat2 (WriteFileAt).
-// ErrnoText renders an error as the errno's words (a symlink or an escape
-// named as refused).
+// ReadAtMost reads a regular file only, with a bound, opening it
+// O_NONBLOCK so that a FIFO or device planted under the name is refused
+// instead of blocking the open. ErrnoText renders an error as the errno's
+// words (a symlink or an escape named as refused).
 //
 // RemoveTree (and RemoveHeld, RemoveTreeCtx) removes a directory tree
 // without climbing: a stack of held directory descriptors, one per level

@@ -157,7 +157,10 @@ func ReadDirNamesAtMost(fd, n int) ([]string, error) {
 
 // ReadAtMost reads a regular file beneath dirfd, at most max bytes.
 func ReadAtMost(dirfd int, name string, max int64) ([]byte, error) {
-	f, err := FileAt(dirfd, name, unix.O_RDONLY, 0)
+	// O_NONBLOCK: a FIFO (or a device) planted under the name is refused
+	// below instead of blocking the open until someone writes to it; on
+	// the regular file it lets through, reads ignore the flag.
+	f, err := FileAt(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
