@@ -104,7 +104,7 @@ func takeBackFile(s *Stage) (*os.File, error) {
 	if _, err := t.freshCopy(s.Name, f, nil); err != nil {
 		return nil, err
 	}
-	return safefs.FileAt(wfd, s.Name, unix.O_RDONLY, 0)
+	return safefs.FileAt(wfd, s.Name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 }
 
 // member is one regular file of a staged archive.

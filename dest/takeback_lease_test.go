@@ -3,7 +3,9 @@ package dest
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,5 +48,50 @@ func TestOpenChecksTheLeaseAgain(t *testing.T) {
 	}
 	if !tr.files["blob"].fresh || now.Ino == st.Ino || sum == "presummed" {
 		t.Fatalf("a file another descriptor is open on is committed itself (fresh %v, same inode %v, sum %s)", tr.files["blob"].fresh, now.Ino == st.Ino, sum)
+	}
+}
+
+// A staged name swapped for a FIFO after the take-back fails the inode
+// check at once: the open does not wait for a writer.
+func TestTreeOpenFIFODoesNotBlock(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "blob")
+	if err := os.WriteFile(f, []byte("blob"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(f, &st); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{dirs: map[string]int{"": dfd}, files: map[string]*entry{"blob": {size: st.Size, ino: st.Ino}}}
+	defer tr.close()
+	if err := os.Remove(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(f, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		g, _, err := tr.open("blob")
+		if err == nil {
+			g.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "changed after it was taken back") {
+			t.Fatalf("a FIFO in place of a staged blob: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		if w, err := os.OpenFile(f, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("tree.open blocked opening a FIFO")
 	}
 }

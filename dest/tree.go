@@ -71,11 +71,14 @@ func (t *tree) open(rel string) (*os.File, *entry, error) {
 	if !ok {
 		return nil, nil, badStaged("%s is missing", rel)
 	}
-	f, err := safefs.FileAt(dfd, path.Base(rel), unix.O_RDONLY, 0)
+	// O_NONBLOCK: a FIFO swapped in under the name (its inode number may
+	// be the freed one) fails the checks below instead of blocking the
+	// open.
+	f, err := safefs.FileAt(dfd, path.Base(rel), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, badStaged("%s: %v", rel, safefs.ErrnoText(err))
 	}
-	if st, err := safefs.Fstat(int(f.Fd())); err != nil || st.Ino != e.ino {
+	if st, err := safefs.Fstat(int(f.Fd())); err != nil || st.Ino != e.ino || !safefs.IsReg(st) {
 		f.Close()
 		return nil, nil, badStaged("%s changed after it was taken back", rel)
 	}

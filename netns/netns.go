@@ -118,7 +118,9 @@ func typeName(t int) string {
 // at path. The caller must have locked the goroutine to its thread
 // (runtime.LockOSThread) and must never unlock it: the thread is spent.
 func EnterOnThisThread(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// O_NONBLOCK: a FIFO swapped in under the name since Check fails
+	// setns instead of blocking the open.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening %s: %v", path, err)
 	}

@@ -3,9 +3,11 @@ package netns_test
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,3 +47,28 @@ func TestResolveAndCheck(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A FIFO swapped in under the namespace's name after Check fails the
+// entry at once instead of blocking its open (the thread is not moved).
+func TestEnterFIFODoesNotBlock(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "ns")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // spent if it entered; it cannot, on a FIFO
+		done <- netns.EnterOnThisThread(fifo)
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), fifo) {
+			t.Fatalf("entering a FIFO: %v, want an error naming it", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("EnterOnThisThread blocked opening a FIFO")
+	}
+}

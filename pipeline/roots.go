@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/safefile"
+	"golang.org/x/sys/unix"
 )
 
 // The places Go's crypto/x509 reads the system's trust roots from on
@@ -128,7 +129,9 @@ func readSystemRoots() func() []byte {
 // readDirBounded lists at most n entries of dir (a directory of millions
 // is not listed whole to find out).
 func readDirBounded(dir string, n int) ([]fs.DirEntry, error) {
-	d, err := os.Open(dir)
+	// O_DIRECTORY, as os.ReadDir opens: a FIFO named here fails at once
+	// instead of blocking the open.
+	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}

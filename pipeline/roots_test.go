@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/pullhelper/pullhelper/internal/testcert"
+	"golang.org/x/sys/unix"
 )
 
 // testCA is a self-signed CA certificate as PEM.
@@ -127,5 +129,34 @@ func TestSystemRootsTooManyFilesIsNone(t *testing.T) {
 	t.Setenv("SSL_CERT_DIR", certs)
 	if got := systemRoots(); got != nil {
 		t.Fatalf("%d files in the directory: got %d bytes of roots, want none", maxRootFiles+1, len(got))
+	}
+}
+
+// An SSL_CERT_DIR entry that is a FIFO is skipped at once (opened
+// O_DIRECTORY), not waited on: the roots of the bundle are still read.
+func TestSystemRootsSkipsFIFODir(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle.pem")
+	if err := os.WriteFile(bundle, testCA(t, "a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "certs")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", bundle)
+	t.Setenv("SSL_CERT_DIR", fifo)
+	done := make(chan []byte, 1)
+	go func() { done <- systemRoots() }()
+	select {
+	case got := <-done:
+		if s := subjects(t, got); len(s) != 1 || s[0] != "a" {
+			t.Fatalf("roots %v, want [a]", s)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("reading the system roots blocked on a FIFO named by SSL_CERT_DIR")
 	}
 }
