@@ -18,21 +18,9 @@ func TestOpenChecksTheLeaseAgain(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	dir := t.TempDir()
-	f := filepath.Join(dir, "blob")
-	if err := os.WriteFile(f, []byte("content"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(f, &st); err != nil {
-		t.Fatal(err)
-	}
-	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &tree{dirs: map[string]int{"": dfd}, files: map[string]*entry{"blob": {size: st.Size, ino: st.Ino, sum: "presummed", alg: "sha256"}}}
+	f, st, tr := oneBlobTree(t)
 	defer tr.close()
+	tr.files["blob"].sum, tr.files["blob"].alg = "presummed", "sha256"
 	w, err := os.OpenFile(f, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -54,20 +42,7 @@ func TestOpenChecksTheLeaseAgain(t *testing.T) {
 // A staged name swapped for a FIFO after the take-back fails the inode
 // check at once: the open does not wait for a writer.
 func TestTreeOpenFIFODoesNotBlock(t *testing.T) {
-	dir := t.TempDir()
-	f := filepath.Join(dir, "blob")
-	if err := os.WriteFile(f, []byte("blob"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(f, &st); err != nil {
-		t.Fatal(err)
-	}
-	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &tree{dirs: map[string]int{"": dfd}, files: map[string]*entry{"blob": {size: st.Size, ino: st.Ino}}}
+	f, _, tr := oneBlobTree(t)
 	defer tr.close()
 	if err := os.Remove(f); err != nil {
 		t.Fatal(err)
@@ -94,4 +69,24 @@ func TestTreeOpenFIFODoesNotBlock(t *testing.T) {
 		}
 		t.Fatal("tree.open blocked opening a FIFO")
 	}
+}
+
+// oneBlobTree is a taken-back tree of one staged file, "blob": its path,
+// its stat and the tree (close it).
+func oneBlobTree(t *testing.T) (string, unix.Stat_t, *tree) {
+	t.Helper()
+	dir := t.TempDir()
+	f := filepath.Join(dir, "blob")
+	if err := os.WriteFile(f, []byte("content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(f, &st); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, st, &tree{dirs: map[string]int{"": dfd}, files: map[string]*entry{"blob": {size: st.Size, ino: st.Ino}}}
 }
