@@ -469,7 +469,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			ua = d.startUnpack(ctx, c.Client, &m)
 			children = m.Layers
 		}
-		err = putAll(children, ua.parallel(), func(b ocispec.Descriptor, _ []byte, _ map[string]string) error {
+		err = putAll(children, ua.parallel(), func(b ocispec.Descriptor) error {
 			if ua.stopped() {
 				return errUnpackStopped
 			}
@@ -522,23 +522,27 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			return err
 		}
 	} else {
+		// The registry's index (verified against the digest), when it is
+		// the records' target.
+		var idx *ocispec.Index
+		if cv.digest != top.Digest && len(cv.indexRaw) > 0 {
+			idx = &ocispec.Index{}
+			if err := json.Unmarshal(cv.indexRaw, idx); err != nil {
+				return verr(err)
+			}
+		}
 		// Unpacked ahead if it is the manifest Unpack will pick: the
 		// target itself, or the registry's index's pick for the matcher.
-		ahead := cv.digest == top.Digest || len(cv.indexRaw) == 0 || unpackPicks(cv.indexRaw, mdesc.Digest, matcher)
+		ahead := idx == nil || unpackPicks(idx.Manifests, mdesc.Digest, matcher)
 		m, err := putManifest(mdesc, ahead)
 		if err != nil {
 			return err
 		}
 		imageID = m.Config.Digest.String()
-		if cv.digest != top.Digest && len(cv.indexRaw) > 0 {
-			// The registry's index (verified against the digest), labelled
-			// to every child as containerd's own pull labels it
+		if idx != nil {
+			// Labelled to every child as containerd's own pull labels it
 			// (SetChildrenMappedLabels runs before FilterPlatforms): only
 			// the instance copied is in the store.
-			var idx ocispec.Index
-			if err := json.Unmarshal(cv.indexRaw, &idx); err != nil {
-				return verr(err)
-			}
 			mt := idx.MediaType
 			if mt == "" {
 				mt = ocispec.MediaTypeImageIndex
@@ -592,7 +596,7 @@ var hookMu sync.Mutex
 // putAll runs put on every descriptor, in order, at most parallel at a time, and
 // returns the first error once every started put has returned (the
 // content of a failed Commit goes with its lease).
-func putAll(descs []ocispec.Descriptor, parallel int, put func(ocispec.Descriptor, []byte, map[string]string) error) error {
+func putAll(descs []ocispec.Descriptor, parallel int, put func(ocispec.Descriptor) error) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -612,7 +616,7 @@ func putAll(descs []ocispec.Descriptor, parallel int, put func(ocispec.Descripto
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if err := put(b, nil, nil); err != nil {
+			if err := put(b); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err

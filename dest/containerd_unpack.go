@@ -172,17 +172,14 @@ func (ua *unpackAhead) parallel() int {
 	return 1
 }
 
-// unpackPicks reports whether Unpack, given the registry's index as the
-// image's target, picks the manifest dg: images.Manifest keeps the
-// instances whose platform the matcher matches (or that name none), sorts
-// them with its Less (those without a platform last) and takes the first.
-func unpackPicks(indexRaw []byte, dg digest.Digest, matcher platforms.MatchComparer) bool {
-	var idx ocispec.Index
-	if json.Unmarshal(indexRaw, &idx) != nil {
-		return false
-	}
+// unpackPicks reports whether Unpack, given the registry's index (its
+// manifests) as the image's target, picks the manifest dg: images.Manifest
+// keeps the instances whose platform the matcher matches (or that name
+// none), sorts them with its Less (those without a platform last) and
+// takes the first.
+func unpackPicks(manifests []ocispec.Descriptor, dg digest.Digest, matcher platforms.MatchComparer) bool {
 	var descs []ocispec.Descriptor
-	for _, m := range idx.Manifests {
+	for _, m := range manifests {
 		if m.Platform == nil || matcher.Match(*m.Platform) {
 			descs = append(descs, m)
 		}
