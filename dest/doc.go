@@ -11,7 +11,9 @@
 // registry), one file per kind (oci.go, dir.go, ociarchive.go,
 // dockerarchive.go, archive.go, containerd.go with containerdsock.go and
 // containerd_unpack.go,
-// storage.go with storageconf.go, storepaths.go, storeroot.go,
+// storage.go with storageconf.go (storage.conf: a named one, or the
+// system's search in storageconf_search.go, read into a private snapshot
+// that containers/storage then reads), storepaths.go, storeroot.go,
 // importsrc.go and storage_preapply.go, which applies a single image's
 // layers under DiffIDs computed from their verified blobs before
 // containers/image's import writes the record, each gzip'd layer inflated

@@ -24,16 +24,20 @@ var storageDrivers = map[string]bool{"vfs": true, "overlay": true}
 
 const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG|@DIGEST]"
 
-// confEnvMu serialises the CONTAINERS_STORAGE_CONF override of
+// confEnvMu serialises the CONTAINERS_STORAGE_CONF overrides of
 // loadStoreOptions: the one process-wide environment change left in dest.
-// go.podman.io/storage (v1.65) takes storage.conf's path from nowhere but
-// $CONTAINERS_STORAGE_CONF and $CONTAINERS_STORAGE_CONF_OVERRIDE:
-// LoadStoreOptions' LoadOptions has only an alternative root, which those
-// variables still override (so a caller's variable would win over the
-// checked snapshot), and DefaultStoreOptions, which GetStore reads and
-// caches for the process, takes no options at all. So the variables point
-// at the snapshot only for those two reads, under this lock, at Parse
-// (before any child or import runs), and are put back at once.
+// go.podman.io/storage (v1.65) takes a named storage.conf's path, and the
+// override file's, from nowhere but $CONTAINERS_STORAGE_CONF and
+// $CONTAINERS_STORAGE_CONF_OVERRIDE: LoadStoreOptions' LoadOptions has
+// only an alternative root for the system's paths (which the search
+// uses: storageconf_search.go), which those variables still override (so
+// a caller's variable would win over the checked snapshot), and
+// DefaultStoreOptions, which GetStore reads and caches for the process,
+// takes no options at all. So the variables point at the snapshot only
+// for those reads, under this lock, at Parse, and are put back at once;
+// nothing but c/storage's loader reads them (a process started meanwhile,
+// a credential plugin of another pull in `pullhelper cri`, inherits them,
+// pointing at a file it cannot reach).
 var confEnvMu sync.Mutex
 
 // parseStorage splits [DRIVER@GRAPHROOT+RUNROOT:OPTIONS]REF (the store
@@ -122,22 +126,40 @@ func parseStorage(raw, rest string, o ParseOptions) (Spec, *storagetypes.StoreOp
 }
 
 // loadStoreOptions reads storage.conf: conf when set (it must exist),
-// else the system's search.
+// else the file $CONTAINERS_STORAGE_CONF names (as c/storage: it must
+// exist, and no drop-in is read), else the system's search
+// (searchedStoreOptions).
 func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
-	if conf == "" {
+	switch env := os.Getenv(storageConfEnv); {
+	case conf != "":
+		return namedStoreOptions(conf, "dest.storage_conf")
+	case env != "":
+		return namedStoreOptions(env, storageConfEnv)
+	case os.Geteuid() != 0:
+		// Without root there is nothing to protect (storageConfSnapshot).
 		so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
 		if err != nil {
 			return so, fmt.Errorf("reading storage.conf: %v", err)
 		}
 		return so, nil
 	}
+	return searchedStoreOptions("")
+}
+
+// storageConfEnv names the storage.conf that replaces c/storage's search;
+// with _OVERRIDE appended, a file read over whatever was found.
+const storageConfEnv = "CONTAINERS_STORAGE_CONF"
+
+// namedStoreOptions reads the storage.conf at conf, which what names
+// (dest.storage_conf or $CONTAINERS_STORAGE_CONF).
+func namedStoreOptions(conf, what string) (storagetypes.StoreOptions, error) {
 	// A caller-named file: a regular one, bounded (safefile), whose bytes
 	// c/storage then reads from a private snapshot (storageConfSnapshot),
 	// never from the caller's path again; c/storage's messages lose quoted
 	// fragments.
 	data, err := safefile.ReadFile(conf, safefile.MaxConfig)
 	if err != nil {
-		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (dest.storage_conf) is not a readable file: %s", conf, safefile.Reason(err))
+		return storagetypes.StoreOptions{}, fmt.Errorf("storage.conf %s (%s) is not a readable file: %s", conf, what, safefile.Reason(err))
 	}
 	override := os.Getenv("CONTAINERS_STORAGE_CONF_OVERRIDE")
 	var overrideData []byte
@@ -160,7 +182,7 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 	defer restore()
 	so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
 	if err != nil {
-		return so, fmt.Errorf("reading storage.conf %s (dest.storage_conf): %s", conf, safefile.Redact(err.Error()))
+		return so, fmt.Errorf("reading storage.conf %s (%s): %s", conf, what, safefile.Redact(err.Error()))
 	}
 	// storage.GetStore reads storage.conf once more, for its defaults
 	// (DefaultStoreOptions, cached for the process): let that read be the

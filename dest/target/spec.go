@@ -52,9 +52,11 @@ type StoreSpec struct {
 	GraphRoot     string   `json:"graph_root"`
 	RunRoot       string   `json:"run_root"`
 	DriverOptions []string `json:"driver_options,omitempty"`
-	// Conf is the storage.conf the defaults came from ("" : the system's
-	// search: $CONTAINERS_STORAGE_CONF, /etc/containers/storage.conf,
-	// /usr/share/containers/storage.conf, built-in defaults).
+	// Conf is the storage.conf the defaults came from ("" : containers/
+	// storage's search: $CONTAINERS_STORAGE_CONF, else the first of the
+	// user's, /etc/containers' and /usr/share/containers' storage.conf,
+	// then their drop-ins, then $CONTAINERS_STORAGE_CONF_OVERRIDE;
+	// built-in defaults where none is found).
 	Conf string `json:"storage_conf,omitempty"`
 }
 

@@ -1,0 +1,291 @@
+package dest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/internal/memfs"
+	"github.com/pullhelper/pullhelper/internal/safefile"
+	"go.podman.io/storage/pkg/configfile"
+	"go.podman.io/storage/pkg/unshare"
+	storagetypes "go.podman.io/storage/types"
+	"golang.org/x/sys/unix"
+)
+
+// The system's storage.conf, as containers/storage searches for it, read
+// from a checked snapshot.
+//
+// Without dest.storage_conf and $CONTAINERS_STORAGE_CONF, c/storage
+// (LoadStoreOptions → configfile.Read) opens the first main file of
+// $XDG_CONFIG_HOME (else ~/.config)/containers/storage.conf,
+// /etc/containers/storage.conf and /usr/share/containers/storage.conf,
+// then every *.conf of the drop-in directories beside them
+// (storage.conf.d, storage.rootful.conf.d; of one name, the first
+// directory's), then $CONTAINERS_STORAGE_CONF_OVERRIDE, each with a plain
+// open(2): a FIFO there would hold the root parent, /dev/zero fill it.
+// searchedStoreOptions reads those files first, as c/storage's own search
+// names them (configfile.GetSearchPaths), each as root reads a caller's
+// file (safefile: a regular file, bounded). The system's files and the
+// override are copied into a private in-memory filesystem (internal/memfs)
+// at the same paths below its root, and c/storage searches there instead
+// (LoadOptions.RootForImplicitAbsolutePaths; the override through its
+// variable, under confEnvMu); the search is asked again under that root
+// and must give the same paths below it, or c/storage is not called. The
+// user's directory is the one part c/storage still opens itself: its path
+// comes from the environment, and changing $XDG_CONFIG_HOME, even for a
+// moment, would mislead what reads it at the same time (auth.OSEnv in
+// `pullhelper cri`, a credential plugin's environment). Its files were
+// checked just before, and the directory is the caller's own.
+
+// Bounds on what the search may read: far above any real system's.
+const (
+	maxStorageDropIns  = 256             // drop-in files, all directories together
+	maxStorageConfSize = 16 << 20        // bytes, all files together
+	storageConfDirent  = 4096            // entries listed in one drop-in directory
+	storageConfRoot    = "root"          // the snapshot's root below the memfs
+	storageConfEmpty   = "empty.conf"    // what DefaultStoreOptions is primed with
+	storageConfOver    = "override.conf" // $CONTAINERS_STORAGE_CONF_OVERRIDE's copy
+)
+
+// storageSearch is c/storage's search for storage.conf (LoadStoreOptions'
+// configfile.File), with its system paths below root ("" for the host's).
+func storageSearch(root string) (configfile.SearchPaths, error) {
+	return configfile.GetSearchPaths(&configfile.File{Name: "storage", Extension: "conf",
+		EnvironmentName: storageConfEnv, UserId: unshare.GetRootlessUID(), RootForImplicitAbsolutePaths: root})
+}
+
+// searchedStoreOptions loads storage.conf as c/storage's search finds it
+// below host ("" in a pull: /; a test's tree otherwise), the system's
+// files from a snapshot of the checked files (see above). Errors name the
+// file.
+func searchedStoreOptions(host string) (storagetypes.StoreOptions, error) {
+	var none storagetypes.StoreOptions
+	userDir, err := configfile.UserConfigPath()
+	if err != nil {
+		return none, fmt.Errorf("storage.conf: the user's configuration directory: %v", err)
+	}
+	paths, err := storageSearch(host)
+	if err != nil {
+		return none, fmt.Errorf("storage.conf: %v", err)
+	}
+	if err := userFirst(paths, userDir); err != nil {
+		return none, err
+	}
+	snap, err := memfs.New(maxStorageConfSize+(1<<20), 2*maxStorageDropIns+64)
+	if err != nil {
+		return none, failure.New(failure.Isolation, "the system's storage.conf is kept in a private in-memory filesystem and one could not be created (%v); run pullhelper as root", err)
+	}
+	defer snap.Close()
+	root := filepath.Join(snap.Path(), storageConfRoot)
+	sr := &storageSnapshot{snap: snap, host: host, root: root}
+	if err := sr.copySearch(paths); err != nil {
+		return none, err
+	}
+	empty, err := snap.WriteFile(storageConfEmpty, nil)
+	if err != nil {
+		return none, failure.New(failure.Internal, "keeping a copy of storage.conf: %v", failure.Reason(err))
+	}
+	override := ""
+	if paths.ExtraOverrideFile != "" {
+		override = filepath.Join(snap.Path(), storageConfOver)
+	}
+
+	confEnvMu.Lock()
+	defer confEnvMu.Unlock()
+	restore := setEnv(map[string]string{storageConfEnv + "_OVERRIDE": override})
+	defer restore()
+	// The same search below root, or c/storage would read elsewhere.
+	again, err := storageSearch(root)
+	if err != nil || !sr.sameSearch(paths, again, override) {
+		return none, failure.New(failure.Internal, "containers/storage's search for storage.conf does not follow its snapshot (searched %q, then %q)", paths, again)
+	}
+	so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{RootForImplicitAbsolutePaths: root})
+	if err != nil {
+		return so, fmt.Errorf("reading storage.conf (%s): %s", describeRead(sr.read), safefile.Redact(err.Error()))
+	}
+	// storage.GetStore reads the defaults once more (DefaultStoreOptions,
+	// cached for the process; GetStore uses them only for a store that
+	// names no root, which a DEST never is): let that read be of an empty
+	// snapshot, never of the host's paths.
+	restoreDefault := setEnv(map[string]string{storageConfEnv: empty, storageConfEnv + "_OVERRIDE": ""})
+	_, _ = storagetypes.DefaultStoreOptions()
+	restoreDefault()
+	return so, nil
+}
+
+// storageSnapshot copies the files of c/storage's search into snap.
+type storageSnapshot struct {
+	snap *memfs.FS
+	host string // the search's system paths are below it ("": /)
+	root string // where they are below the snapshot
+	read []string
+	size int
+}
+
+// userFirst checks that the search's first main file and first drop-in
+// directory are the user's (configfile.getSearchPaths puts them first),
+// which c/storage opens where they are: their paths are not below
+// RootForImplicitAbsolutePaths.
+func userFirst(paths configfile.SearchPaths, userDir string) error {
+	main := filepath.Join(userDir, "storage.conf")
+	if len(paths.MainFiles) == 0 || paths.MainFiles[0] != main || len(paths.DropInDirectories) == 0 || paths.DropInDirectories[0] != main+".d" {
+		return failure.New(failure.Internal, "containers/storage's search for storage.conf does not start in the user's directory %s (searched %q)", userDir, paths)
+	}
+	return nil
+}
+
+// moved is paths with every system main file and drop-in directory where
+// the search below root finds it (the user's, first, stay).
+func (s *storageSnapshot) moved(paths configfile.SearchPaths) configfile.SearchPaths {
+	move := func(ps []string) []string {
+		out := slices.Clone(ps)
+		for i := 1; i < len(out); i++ {
+			if out[i] != "" {
+				out[i] = filepath.Join(s.root, strings.TrimPrefix(out[i], s.host))
+			}
+		}
+		return out
+	}
+	return configfile.SearchPaths{MainFiles: move(paths.MainFiles), DropInDirectories: move(paths.DropInDirectories)}
+}
+
+// keep reads p as root reads a caller's file and copies it to rel below the
+// snapshot ("": a file of the user's directory, only checked). A missing
+// file is false, nil unless mustExist.
+func (s *storageSnapshot) keep(p, rel string, mustExist bool) (bool, error) {
+	data, err := safefile.ReadFile(p, safefile.MaxConfig)
+	if !mustExist && errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("storage.conf %s (the system's search; dest.storage_conf names another) is not a readable file: %s", p, safefile.Reason(err))
+	}
+	if s.size += len(data); s.size > maxStorageConfSize {
+		return false, fmt.Errorf("storage.conf %s (the system's search): its files together are over %d MiB", p, maxStorageConfSize>>20)
+	}
+	if checkedHook != nil {
+		checkedHook(p)
+	}
+	s.read = append(s.read, p)
+	if rel == "" {
+		return true, nil
+	}
+	if _, err := s.snap.WriteFile(rel, data); err != nil {
+		return false, failure.New(failure.Internal, "keeping a copy of storage.conf %s: %v", p, failure.Reason(err))
+	}
+	return true, nil
+}
+
+// below is where a system file p goes in the snapshot.
+func (s *storageSnapshot) below(p string) string {
+	return filepath.Join(storageConfRoot, strings.TrimPrefix(p, s.host))
+}
+
+// copySearch copies what c/storage's search (paths, the user's first)
+// would read: the first main file that exists, the drop-ins the
+// directories give (of one name, the earliest directory's, as
+// configfile.readDropInsFromPaths keeps), and the override at
+// storageConfOver. The user's files are only checked.
+func (s *storageSnapshot) copySearch(paths configfile.SearchPaths) error {
+	for i, p := range paths.MainFiles {
+		if p == "" {
+			continue
+		}
+		rel := ""
+		if i > 0 {
+			rel = s.below(p)
+		}
+		ok, err := s.keep(p, rel, false)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+	}
+	type dropIn struct {
+		dir  string
+		user bool
+	}
+	dropIns := map[string]dropIn{} // name → the directory it is read from
+	for i, d := range slices.Backward(paths.DropInDirectories) {
+		names, err := listStorageDropIns(d)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			dropIns[n] = dropIn{d, i == 0}
+		}
+		if len(dropIns) > maxStorageDropIns {
+			return fmt.Errorf("storage.conf drop-ins (the system's search): more than %d files", maxStorageDropIns)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(dropIns)) {
+		p, rel := filepath.Join(dropIns[n].dir, n), ""
+		if !dropIns[n].user {
+			rel = s.below(p)
+		}
+		if _, err := s.keep(p, rel, false); err != nil {
+			return err
+		}
+	}
+	if o := paths.ExtraOverrideFile; o != "" {
+		if _, err := s.keep(o, storageConfOver, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listStorageDropIns lists the *.conf entries of a drop-in directory
+// that are not directories (configfile.readDropInsFromPaths' choice): none
+// when it does not exist. Opened O_DIRECTORY (a FIFO in its place is an
+// error, not a wait) and listed at most storageConfDirent entries.
+func listStorageDropIns(dir string) ([]string, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage.conf drop-in directory %s (the system's search) cannot be listed: %s", dir, safefile.Reason(err))
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(storageConfDirent + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("storage.conf drop-in directory %s (the system's search) cannot be listed: %s", dir, safefile.Reason(err))
+	}
+	if len(entries) > storageConfDirent {
+		return nil, fmt.Errorf("storage.conf drop-in directory %s (the system's search): more than %d entries", dir, storageConfDirent)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".conf") {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// sameSearch reports whether again, the search below root, is paths
+// moved there (moved), with the override at override.
+func (s *storageSnapshot) sameSearch(paths, again configfile.SearchPaths, override string) bool {
+	m := s.moved(paths)
+	return slices.Equal(m.MainFiles, again.MainFiles) && slices.Equal(m.DropInDirectories, again.DropInDirectories) &&
+		again.ExtraOverrideFile == override && len(again.ModuleDirectories) == 0
+}
+
+// describeRead names the files a failed load read, for its error.
+func describeRead(read []string) string {
+	if len(read) == 0 {
+		return "the system's search found none"
+	}
+	return "the system's search: " + strings.Join(read, ", ")
+}
