@@ -34,10 +34,11 @@ const storageForm = "use containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME[:TAG|
 // a caller's variable would win over the checked snapshot), and
 // DefaultStoreOptions, which GetStore reads and caches for the process,
 // takes no options at all. So the variables point at the snapshot only
-// for those reads, under this lock, at Parse, and are put back at once;
-// nothing but c/storage's loader reads them (a process started meanwhile,
-// a credential plugin of another pull in `pullhelper cri`, inherits them,
-// pointing at a file it cannot reach).
+// for those reads, at Parse, and are put back at once; loadStoreOptions
+// holds this lock from its first read of them to the last, and nothing
+// else reads them (a process started meanwhile, a credential plugin of
+// another pull in `pullhelper cri`, inherits them: paths of this
+// process's descriptor table, meaningless in its own).
 var confEnvMu sync.Mutex
 
 // parseStorage splits [DRIVER@GRAPHROOT+RUNROOT:OPTIONS]REF (the store
@@ -128,8 +129,11 @@ func parseStorage(raw, rest string, o ParseOptions) (Spec, *storagetypes.StoreOp
 // loadStoreOptions reads storage.conf: conf when set (it must exist),
 // else the file $CONTAINERS_STORAGE_CONF names (as c/storage: it must
 // exist, and no drop-in is read), else the system's search
-// (searchedStoreOptions).
+// (searchedStoreOptions). It holds confEnvMu throughout: the variables
+// it reads are the ones another load points at its snapshot.
 func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
+	confEnvMu.Lock()
+	defer confEnvMu.Unlock()
 	switch env := os.Getenv(storageConfEnv); {
 	case conf != "":
 		return namedStoreOptions(conf, "dest.storage_conf")
@@ -151,7 +155,7 @@ func loadStoreOptions(conf string) (storagetypes.StoreOptions, error) {
 const storageConfEnv = "CONTAINERS_STORAGE_CONF"
 
 // namedStoreOptions reads the storage.conf at conf, which what names
-// (dest.storage_conf or $CONTAINERS_STORAGE_CONF).
+// (dest.storage_conf or $CONTAINERS_STORAGE_CONF); confEnvMu is held.
 func namedStoreOptions(conf, what string) (storagetypes.StoreOptions, error) {
 	// A caller-named file: a regular one, bounded (safefile), whose bytes
 	// c/storage then reads from a private snapshot (storageConfSnapshot),
@@ -176,8 +180,6 @@ func namedStoreOptions(conf, what string) (storagetypes.StoreOptions, error) {
 		return storagetypes.StoreOptions{}, err
 	}
 	defer snap.Close()
-	confEnvMu.Lock()
-	defer confEnvMu.Unlock()
 	restore := setEnv(map[string]string{"CONTAINERS_STORAGE_CONF": confPath, "CONTAINERS_STORAGE_CONF_OVERRIDE": overridePath})
 	defer restore()
 	so, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})

@@ -28,12 +28,15 @@ import (
 // $XDG_CONFIG_HOME (else ~/.config)/containers/storage.conf,
 // /etc/containers/storage.conf and /usr/share/containers/storage.conf,
 // then every *.conf of the drop-in directories beside them
-// (storage.conf.d, storage.rootful.conf.d; of one name, the first
-// directory's), then $CONTAINERS_STORAGE_CONF_OVERRIDE, each with a plain
-// open(2): a FIFO there would hold the root parent, /dev/zero fill it.
+// (storage.conf.d, storage.rootful.conf.d — storage.rootless.conf.d[/UID]
+// when containers/storage takes the user for rootless; of one name, the
+// first directory's), then $CONTAINERS_STORAGE_CONF_OVERRIDE, each with a
+// plain open(2): a FIFO there would hold the root parent, /dev/zero fill
+// it.
 // searchedStoreOptions reads those files first, as c/storage's own search
 // names them (configfile.GetSearchPaths), each as root reads a caller's
-// file (safefile: a regular file, bounded). The system's files and the
+// file (safefile: a regular file, bounded; a link to /dev/null, the usual
+// mask, reads as the empty file it is to the library). The system's files and the
 // override are copied into a private in-memory filesystem (internal/memfs)
 // at the same paths below its root, and c/storage searches there instead
 // (LoadOptions.RootForImplicitAbsolutePaths; the override through its
@@ -42,8 +45,11 @@ import (
 // user's directory is the one part c/storage still opens itself: its path
 // comes from the environment, and changing $XDG_CONFIG_HOME, even for a
 // moment, would mislead what reads it at the same time (auth.OSEnv in
-// `pullhelper cri`, a credential plugin's environment). Its files were
-// checked just before, and the directory is the caller's own.
+// `pullhelper cri`, a credential plugin's environment). So the user's
+// directory is searched only when nobody but root can change it, or what
+// leads to it (userPathRootOnly: otherwise its owner could swap a checked
+// file for a FIFO before the library opens it); its files are checked
+// just before, as the system's are.
 
 // Bounds on what the search may read: far above any real system's.
 const (
@@ -53,6 +59,7 @@ const (
 	storageConfRoot    = "root"          // the snapshot's root below the memfs
 	storageConfEmpty   = "empty.conf"    // what DefaultStoreOptions is primed with
 	storageConfOver    = "override.conf" // $CONTAINERS_STORAGE_CONF_OVERRIDE's copy
+	storageConfInodes  = 2*maxStorageDropIns + 64
 )
 
 // storageSearch is c/storage's search for storage.conf (LoadStoreOptions'
@@ -65,7 +72,7 @@ func storageSearch(root string) (configfile.SearchPaths, error) {
 // searchedStoreOptions loads storage.conf as c/storage's search finds it
 // below host ("" in a pull: /; a test's tree otherwise), the system's
 // files from a snapshot of the checked files (see above). Errors name the
-// file.
+// file. The caller holds confEnvMu.
 func searchedStoreOptions(host string) (storagetypes.StoreOptions, error) {
 	var none storagetypes.StoreOptions
 	userDir, err := configfile.UserConfigPath()
@@ -79,7 +86,14 @@ func searchedStoreOptions(host string) (storagetypes.StoreOptions, error) {
 	if err := userFirst(paths, userDir); err != nil {
 		return none, err
 	}
-	snap, err := memfs.New(maxStorageConfSize+(1<<20), 2*maxStorageDropIns+64)
+	for _, d := range []string{userDir, filepath.Join(userDir, "storage.conf.d")} {
+		if err := userPathRootOnly(d); err != nil {
+			return none, err
+		}
+	}
+	// tmpfs keeps each file in whole pages: the bound, and a page for
+	// each file and directory it may hold.
+	snap, err := memfs.New(maxStorageConfSize+storageConfInodes*4096, storageConfInodes)
 	if err != nil {
 		return none, failure.New(failure.Isolation, "the system's storage.conf is kept in a private in-memory filesystem and one could not be created (%v); run pullhelper as root", err)
 	}
@@ -98,8 +112,7 @@ func searchedStoreOptions(host string) (storagetypes.StoreOptions, error) {
 		override = filepath.Join(snap.Path(), storageConfOver)
 	}
 
-	confEnvMu.Lock()
-	defer confEnvMu.Unlock()
+	// confEnvMu is held (loadStoreOptions).
 	restore := setEnv(map[string]string{storageConfEnv + "_OVERRIDE": override})
 	defer restore()
 	// The same search below root, or c/storage would read elsewhere.
@@ -161,27 +174,133 @@ func (s *storageSnapshot) moved(paths configfile.SearchPaths) configfile.SearchP
 // snapshot ("": a file of the user's directory, only checked). A missing
 // file is false, nil unless mustExist.
 func (s *storageSnapshot) keep(p, rel string, mustExist bool) (bool, error) {
-	data, err := safefile.ReadFile(p, safefile.MaxConfig)
+	var data []byte
+	err := error(nil)
+	if !isDevNull(p) {
+		data, err = safefile.ReadFile(p, safefile.MaxConfig)
+	}
 	if !mustExist && errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("storage.conf %s (the system's search; dest.storage_conf names another) is not a readable file: %s", p, safefile.Reason(err))
+		what := "the system's search; dest.storage_conf names another"
+		if rel == storageConfOver {
+			what = storageConfEnv + "_OVERRIDE"
+		}
+		return false, fmt.Errorf("storage.conf %s (%s) is not a readable file: %s", p, what, safefile.Reason(err))
+	}
+	if rel == "" {
+		// The user's, which the library reads again: root's alone, so
+		// that nobody else can make it what was not checked.
+		if err := userPathRootOnly(p); err != nil {
+			return false, err
+		}
 	}
 	if s.size += len(data); s.size > maxStorageConfSize {
 		return false, fmt.Errorf("storage.conf %s (the system's search): its files together are over %d MiB", p, maxStorageConfSize>>20)
-	}
-	if checkedHook != nil {
-		checkedHook(p)
 	}
 	s.read = append(s.read, p)
 	if rel == "" {
 		return true, nil
 	}
+	if checkedHook != nil { // the test build: the library reads only the copy
+		checkedHook(p)
+	}
 	if _, err := s.snap.WriteFile(rel, data); err != nil {
 		return false, failure.New(failure.Internal, "keeping a copy of storage.conf %s: %v", p, failure.Reason(err))
 	}
 	return true, nil
+}
+
+// isDevNull reports whether p is (or leads to) /dev/null, which a
+// storage.conf masks with: the library reads it as empty, and so does the
+// snapshot (nothing is opened).
+func isDevNull(p string) bool {
+	var st, null unix.Stat_t
+	return unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR &&
+		unix.Stat("/dev/null", &null) == nil && null.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == null.Rdev
+}
+
+// userPathRootOnly refuses a path of the user's configuration directory
+// (the first the search reads: the directory, its storage.conf.d, a file
+// in either) unless nobody but root can change what the library will
+// find there: walking the path from /, following links as open(2) does,
+// every directory, link and file on it is root's, each in a directory
+// nobody else may write, or may write only with the sticky bit (which
+// keeps others from renaming root's entries). Where the path ends early,
+// its deepest directory must be writable by root alone (else another user
+// could create the rest).
+func userPathRootOnly(dir string) error {
+	refuse := func(why string, a ...any) error {
+		return fmt.Errorf("storage.conf: the search reads the user's %s ($XDG_CONFIG_HOME, else $HOME/.config), and %s; refusing to read storage.conf where another user can swap it: name one in dest.storage_conf, or run with root's own $HOME", dir, fmt.Sprintf(why, a...))
+	}
+	if !filepath.IsAbs(dir) {
+		return refuse("it is not an absolute path")
+	}
+	todo := strings.Split(strings.TrimPrefix(filepath.Clean(dir), "/"), "/")
+	cur, links := "/", 0
+	var curSt unix.Stat_t
+	if err := unix.Stat("/", &curSt); err != nil {
+		return refuse("/ cannot be examined: %v", err)
+	}
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			cur = filepath.Dir(cur)
+			if err := unix.Stat(cur, &curSt); err != nil {
+				return refuse("%s cannot be examined: %v", cur, err)
+			}
+			continue
+		}
+		next := filepath.Join(cur, c)
+		others := curSt.Mode&0o022 != 0
+		var st unix.Stat_t
+		err := unix.Lstat(next, &st)
+		if errors.Is(err, unix.ENOENT) {
+			if others {
+				return refuse("%s does not exist in %s, which others may write (mode %o)", c, cur, curSt.Mode&0o7777)
+			}
+			return nil
+		}
+		if err != nil {
+			return refuse("%s cannot be examined: %v", next, err)
+		}
+		if st.Uid != 0 {
+			return refuse("%s is owned by uid %d, not root", next, st.Uid)
+		}
+		if others && curSt.Mode&unix.S_ISVTX == 0 {
+			return refuse("%s is writable by others (mode %o)", cur, curSt.Mode&0o7777)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			if links++; links > 40 {
+				return refuse("%s: too many links", next)
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return refuse("%s cannot be read: %v", next, err)
+			}
+			if filepath.IsAbs(target) {
+				cur = "/"
+				if err := unix.Stat("/", &curSt); err != nil {
+					return refuse("/ cannot be examined: %v", err)
+				}
+			}
+			todo = append(strings.Split(target, "/"), todo...)
+		case unix.S_IFDIR:
+			cur, curSt = next, st
+		default:
+			return nil // a file of root's (or what the search fails on by itself)
+		}
+	}
+	if curSt.Mode&0o022 != 0 {
+		return refuse("%s is writable by others (mode %o)", cur, curSt.Mode&0o7777)
+	}
+	return nil
 }
 
 // below is where a system file p goes in the snapshot.

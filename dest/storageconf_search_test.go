@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	storagetypes "go.podman.io/storage/types"
+	"golang.org/x/sys/unix"
 )
 
 // The system's storage.conf search (storageconf_search.go), on trees
@@ -255,5 +257,140 @@ func TestStorageSearchBoundsDropIns(t *testing.T) {
 	}
 	if _, err := searchBounded(t, host); err == nil || !strings.Contains(err.Error(), "more than 256 files") {
 		t.Fatalf("err = %v, want more than 256 files", err)
+	}
+}
+
+// The user's directory, which the library reads itself, is searched only
+// when nobody but root can change it or what leads to it.
+func TestStorageSearchUserDirectoryRootOnly(t *testing.T) {
+	const nobody = 65534
+	for _, c := range []struct {
+		name, want string
+		make       func(t *testing.T, xdg string) // xdg: $XDG_CONFIG_HOME, root's 0700
+	}{
+		{"root's, with files", "", func(t *testing.T, xdg string) {
+			writeConf(t, xdg+"/containers/storage.conf", "[storage]\ndriver = \"vfs\"\n")
+		}},
+		{"missing below a directory of root's", "", func(*testing.T, string) {}},
+		{"another user's directory", "owned by uid 65534", func(t *testing.T, xdg string) {
+			noErr(t, os.Mkdir(xdg+"/containers", 0o755))
+			noErr(t, os.Chown(xdg+"/containers", nobody, nobody))
+		}},
+		{"another user's file in root's directory", "owned by uid 65534", func(t *testing.T, xdg string) {
+			writeConf(t, xdg+"/containers/storage.conf", "[storage]\ndriver = \"vfs\"\n")
+			noErr(t, os.Chown(xdg+"/containers/storage.conf", nobody, nobody))
+		}},
+		{"another user's drop-in directory", "owned by uid 65534", func(t *testing.T, xdg string) {
+			noErr(t, os.MkdirAll(xdg+"/containers/storage.conf.d", 0o755))
+			noErr(t, os.Chown(xdg+"/containers/storage.conf.d", nobody, nobody))
+		}},
+		{"missing in a directory others may write", "does not exist in", func(t *testing.T, xdg string) {
+			noErr(t, unix.Chmod(xdg, 0o1777)) // os.Chmod drops the sticky bit given as 0o1000
+		}},
+		{"root's, through a sticky directory others may write", "", func(t *testing.T, xdg string) {
+			noErr(t, unix.Chmod(xdg, 0o1777)) // os.Chmod drops the sticky bit given as 0o1000
+			noErr(t, os.Mkdir(xdg+"/containers", 0o755))
+		}},
+		{"writable by others, not sticky", "writable by others", func(t *testing.T, xdg string) {
+			noErr(t, os.Mkdir(xdg+"/containers", 0o777))
+			noErr(t, os.Chmod(xdg+"/containers", 0o777))
+		}},
+		{"another user's link in a sticky directory", "owned by uid 65534", func(t *testing.T, xdg string) {
+			noErr(t, unix.Chmod(xdg, 0o1777)) // os.Chmod drops the sticky bit given as 0o1000
+			target := t.TempDir()
+			noErr(t, os.Symlink(target, xdg+"/containers"))
+			noErr(t, os.Lchown(xdg+"/containers", nobody, nobody))
+		}},
+		{"root's link to a directory of root's", "", func(t *testing.T, xdg string) {
+			target := t.TempDir()
+			writeConf(t, target+"/storage.conf", "[storage]\ndriver = \"vfs\"\n")
+			noErr(t, os.Symlink(target, xdg+"/containers"))
+		}},
+		{"root's link to another user's directory", "owned by uid 65534", func(t *testing.T, xdg string) {
+			target := t.TempDir()
+			noErr(t, os.Chown(target, nobody, nobody))
+			noErr(t, os.Symlink(target, xdg+"/containers"))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			host, user := searchTree(t)
+			c.make(t, filepath.Dir(user))
+			_, err := searchBounded(t, host)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "dest.storage_conf")):
+				t.Fatalf("err = %v, want a refusal (%s) that names dest.storage_conf", err, c.want)
+			}
+		})
+	}
+}
+
+// A storage.conf masked by a link to /dev/null reads as empty, as the
+// library reads it.
+func TestStorageSearchDevNullMask(t *testing.T) {
+	host, _ := searchTree(t)
+	writeConf(t, host+"/usr/share/containers/storage.conf", "[storage]\ndriver = \"vfs\"\ngraphroot = \"/g/vendor\"\nrunroot = \"/run/ph-vendor\"\n")
+	noErr(t, os.MkdirAll(host+"/etc/containers/storage.conf.d", 0o755))
+	noErr(t, os.Symlink("/dev/null", host+"/etc/containers/storage.conf"))
+	noErr(t, os.Symlink("/dev/null", host+"/etc/containers/storage.conf.d/10-masked.conf"))
+	want, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{RootForImplicitAbsolutePaths: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := searchBounded(t, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || got.GraphRoot == "/g/vendor" {
+		t.Errorf("got %+v\nwant %+v (the vendor's file masked)", got, want)
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Loads at the same time (`pullhelper cri` parses a DEST per request)
+// each get the storage.conf the search finds: none reads the variables
+// another load has pointed at its own snapshot.
+func TestStorageSearchConcurrentLoads(t *testing.T) {
+	_, user := searchTree(t)
+	writeConf(t, user+"/storage.conf", "[storage]\ndriver = \"vfs\"\ngraphroot = \"/g/user\"\nrunroot = \"/run/ph-user\"\n")
+	want, err := storagetypes.LoadStoreOptions(storagetypes.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const loaders, loads = 8, 50
+	errs := make(chan error, loaders*loads)
+	var wg sync.WaitGroup
+	for range loaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range loads {
+				got, err := loadStoreOptions("")
+				if err == nil && !reflect.DeepEqual(got, want) {
+					err = fmt.Errorf("got %+v, want %+v", got, want)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 3 {
+			t.Error(err)
+		}
+	}
+	if n > 0 {
+		t.Errorf("%d of %d loads went wrong", n, loaders*loads)
 	}
 }

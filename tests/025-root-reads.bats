@@ -258,49 +258,61 @@ PY
     [[ $output == *"$OUT/graph"* ]] || fail "the plan lacks storage.conf's graphroot: $output"
 }
 
-# searched ARGS...: run pullhelper ARGS with no storage.conf named, so that
-# containers/storage's search starts in $VT/attic/containers (uid 65534's),
-# under a hang guard (124/137: root blocked) and, with ULIMIT_V, that
-# address space limit (KiB).
+# searched XDG ARGS...: run pullhelper ARGS with no storage.conf named, so
+# that containers/storage's search starts in XDG/containers, under a hang
+# guard (124/137: root blocked) and, with ULIMIT_V, that address space
+# limit (KiB).
 searched() {
+    local xdg=$1
+    shift
     run --separate-stderr bash -c 'ulimit -v "${ULIMIT_V:-unlimited}"; exec timeout --kill-after=5 120 "$@"' _ \
-        env -u CONTAINERS_STORAGE_CONF -u CONTAINERS_STORAGE_CONF_OVERRIDE XDG_CONFIG_HOME="$VT/attic" "$PULLHELPER" "$@"
+        env -u CONTAINERS_STORAGE_CONF -u CONTAINERS_STORAGE_CONF_OVERRIDE XDG_CONFIG_HOME="$xdg" "$PULLHELPER" "$@"
 }
 
-@test "the system's storage.conf search: the user's file and drop-ins are honoured, a FIFO or a device there is exit 2 at once" {
+@test "the system's storage.conf search: the user's file and drop-ins are honoured; another user's directory, a FIFO or a device there is exit 2 at once" {
     # No dest.storage_conf: containers/storage's own search, which starts in
-    # the user's directory ($XDG_CONFIG_HOME/containers), here uid 65534's.
-    local user=$VT/attic/containers
-    as_nobody mkdir -p "$user/storage.conf.d"
-    printf '[storage]\ndriver = "vfs"\ngraphroot = "%s/graph-user"\nrunroot = "%s/run-main"\n' "$OUT" "$OUT" | as_nobody tee "$user/storage.conf" >/dev/null
-    printf '[storage]\nrunroot = "%s/run-dropin"\n' "$OUT" | as_nobody tee "$user/storage.conf.d/10-run.conf" >/dev/null
-    searched explain "$IMAGE" "containers-storage:h.example/t/x:v1"
+    # the user's directory ($XDG_CONFIG_HOME/containers): root's here.
+    local user=$VT/cfg/containers
+    mkdir -p "$user/storage.conf.d"
+    printf '[storage]\ndriver = "vfs"\ngraphroot = "%s/graph-user"\nrunroot = "%s/run-main"\n' "$OUT" "$OUT" >"$user/storage.conf"
+    printf '[storage]\nrunroot = "%s/run-dropin"\n' "$OUT" >"$user/storage.conf.d/10-run.conf"
+    searched "$VT/cfg" explain "$IMAGE" "containers-storage:h.example/t/x:v1"
     [[ $status -eq 0 ]] || fail "explain: exit $status; stderr: $stderr"
     [[ $output == *"$OUT/graph-user"* ]] || fail "the plan lacks the user's graphroot: $output"
     [[ $output == *"$OUT/run-dropin"* && $output != *"$OUT/run-main"* ]] || fail "the plan lacks the drop-in's runroot: $output"
 
+    # The same files in uid 65534's directory: containers/storage would
+    # open them by path after any check, so its owner could swap one for a
+    # FIFO in between. Refused before anything is read.
+    cp -a "$VT/cfg/containers" "$VT/attic/containers"
+    chown -R 65534:65534 "$VT/attic/containers"
+    searched "$VT/attic" pull "$IMAGE" "containers-storage:h.example/t/x:v1"
+    [[ $status -eq 2 ]] || fail "another user's directory: exit $status, want 2; stderr: $stderr"
+    assert_json_error usage
+    [[ $ph_error_message == *"$VT/attic/containers"*"owned by uid 65534, not root"*"dest.storage_conf"* ]] || fail "message: $ph_error_message"
+
     # A FIFO as the user's storage.conf: without the fix containers/storage
     # opens it and root blocks in open() (timeout is the hang guard, 124/137).
-    as_nobody rm "$user/storage.conf"
-    as_nobody mkfifo "$user/storage.conf"
-    searched pull "$IMAGE" "containers-storage:h.example/t/x:v1"
+    rm "$user/storage.conf"
+    mkfifo "$user/storage.conf"
+    searched "$VT/cfg" pull "$IMAGE" "containers-storage:h.example/t/x:v1"
     [[ $status -eq 2 ]] || fail "exit $status, want 2 (124/137: root blocked on the FIFO); stderr: $stderr"
     assert_json_error usage
     [[ $ph_error_message == *"$user/storage.conf"*"FIFO, not a regular file"* ]] || fail "message: $ph_error_message"
 
     # A FIFO as a drop-in directory, and /dev/zero as a drop-in.
-    as_nobody rm "$user/storage.conf"
-    as_nobody mv "$user/storage.conf.d" "$user/old.d"
-    as_nobody mkfifo "$user/storage.conf.d"
-    searched pull "$IMAGE" "containers-storage:h.example/t/x:v1"
+    rm "$user/storage.conf"
+    mv "$user/storage.conf.d" "$user/old.d"
+    mkfifo "$user/storage.conf.d"
+    searched "$VT/cfg" pull "$IMAGE" "containers-storage:h.example/t/x:v1"
     [[ $status -eq 2 ]] || fail "drop-in directory: exit $status, want 2; stderr: $stderr"
     assert_json_error usage
     [[ $ph_error_message == *"$user/storage.conf.d"*"cannot be listed"* ]] || fail "message: $ph_error_message"
-    as_nobody rm "$user/storage.conf.d"
-    as_nobody mv "$user/old.d" "$user/storage.conf.d"
-    as_nobody ln -s /dev/zero "$user/storage.conf.d/20-zero.conf"
+    rm "$user/storage.conf.d"
+    mv "$user/old.d" "$user/storage.conf.d"
+    ln -s /dev/zero "$user/storage.conf.d/20-zero.conf"
     # The address space limit bounds a read that would only end with memory.
-    ULIMIT_V=2097152 searched pull "$IMAGE" "containers-storage:h.example/t/x:v1"
+    ULIMIT_V=2097152 searched "$VT/cfg" pull "$IMAGE" "containers-storage:h.example/t/x:v1"
     [[ $status -eq 2 ]] || fail "/dev/zero drop-in: exit $status, want 2; stderr: ${stderr:0:300}"
     assert_json_error usage
     [[ $ph_error_message == *"$user/storage.conf.d/20-zero.conf"*"character device, not a regular file"* ]] || fail "message: $ph_error_message"
