@@ -33,18 +33,21 @@ import (
 // first directory's), then $CONTAINERS_STORAGE_CONF_OVERRIDE, each with a
 // plain open(2): a FIFO there would hold the root parent, /dev/zero fill
 // it.
+//
 // searchedStoreOptions reads those files first, as c/storage's own search
 // names them (configfile.GetSearchPaths), each as root reads a caller's
 // file (safefile: a regular file, bounded; a link to /dev/null, the usual
-// mask, reads as the empty file it is to the library). The system's files and the
-// override are copied into a private in-memory filesystem (internal/memfs)
-// at the same paths below its root, and c/storage searches there instead
-// (LoadOptions.RootForImplicitAbsolutePaths; the override through its
-// variable, under confEnvMu); the search is asked again under that root
-// and must give the same paths below it, or c/storage is not called. The
-// user's directory is the one part c/storage still opens itself: its path
-// comes from the environment, and changing $XDG_CONFIG_HOME, even for a
-// moment, would mislead what reads it at the same time (auth.OSEnv in
+// mask, reads as the empty file it is to the library). The system's files
+// and the override are copied into a private in-memory filesystem
+// (internal/memfs) at the same paths below its root, and c/storage
+// searches there instead (LoadOptions.RootForImplicitAbsolutePaths; the
+// override through its variable, under confEnvMu); the search is asked
+// again under that root and must give the same paths below it, or
+// c/storage is not called.
+//
+// The user's directory is the one part c/storage still opens itself: its
+// path comes from the environment, and changing $XDG_CONFIG_HOME, even for
+// a moment, would mislead what reads it at the same time (auth.OSEnv in
 // `pullhelper cri`, a credential plugin's environment). So the user's
 // directory is searched only when nobody but root can change it, or what
 // leads to it (userPathRootOnly: otherwise its owner could swap a checked
@@ -53,13 +56,13 @@ import (
 
 // Bounds on what the search may read: far above any real system's.
 const (
-	maxStorageDropIns  = 256             // drop-in files, all directories together
-	maxStorageConfSize = 16 << 20        // bytes, all files together
-	storageConfDirent  = 4096            // entries listed in one drop-in directory
-	storageConfRoot    = "root"          // the snapshot's root below the memfs
-	storageConfEmpty   = "empty.conf"    // what DefaultStoreOptions is primed with
-	storageConfOver    = "override.conf" // $CONTAINERS_STORAGE_CONF_OVERRIDE's copy
-	storageConfInodes  = 2*maxStorageDropIns + 64
+	maxStorageDropIns  = 256                      // drop-in files, all directories together
+	maxStorageConfSize = 16 << 20                 // bytes, all files together
+	storageConfDirent  = 4096                     // entries listed in one drop-in directory
+	storageConfRoot    = "root"                   // the snapshot's root below the memfs
+	storageConfEmpty   = "empty.conf"             // what DefaultStoreOptions is primed with
+	storageConfOver    = "override.conf"          // $CONTAINERS_STORAGE_CONF_OVERRIDE's copy
+	storageConfInodes  = 2*maxStorageDropIns + 64 // files and directories the snapshot may hold
 )
 
 // storageSearch is c/storage's search for storage.conf (LoadStoreOptions'
