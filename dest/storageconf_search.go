@@ -3,7 +3,6 @@ package dest
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -369,19 +368,14 @@ func (s *storageSnapshot) copySearch(paths configfile.SearchPaths) error {
 
 // listStorageDropIns lists the *.conf entries of a drop-in directory
 // that are not directories (configfile.readDropInsFromPaths' choice): none
-// when it does not exist. Opened O_DIRECTORY (a FIFO in its place is an
-// error, not a wait) and listed at most storageConfDirent entries.
+// when it does not exist. Listed by safefile.ReadDirAtMost (a FIFO in its
+// place is an error, not a wait), at most storageConfDirent entries.
 func listStorageDropIns(dir string) ([]string, error) {
-	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK, 0)
+	entries, err := safefile.ReadDirAtMost(dir, storageConfDirent+1)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("storage.conf drop-in directory %s (the system's search) cannot be listed: %s", dir, safefile.Reason(err))
-	}
-	defer f.Close()
-	entries, err := f.ReadDir(storageConfDirent + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("storage.conf drop-in directory %s (the system's search) cannot be listed: %s", dir, safefile.Reason(err))
 	}
 	if len(entries) > storageConfDirent {

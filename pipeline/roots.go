@@ -3,15 +3,12 @@ package pipeline
 import (
 	"bytes"
 	"encoding/pem"
-	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/safefile"
-	"golang.org/x/sys/unix"
 )
 
 // The places Go's crypto/x509 reads the system's trust roots from on
@@ -93,7 +90,7 @@ func systemRoots() []byte {
 		}
 	}
 	for _, dir := range dirs {
-		ents, err := readDirBounded(dir, maxRootFiles+1)
+		ents, err := safefile.ReadDirAtMost(dir, maxRootFiles+1)
 		if err != nil {
 			continue
 		}
@@ -124,23 +121,6 @@ func readSystemRoots() func() []byte {
 	done := make(chan []byte, 1)
 	go func() { done <- systemRoots() }()
 	return func() []byte { return <-done }
-}
-
-// readDirBounded lists at most n entries of dir (a directory of millions
-// is not listed whole to find out).
-func readDirBounded(dir string, n int) ([]fs.DirEntry, error) {
-	// O_DIRECTORY, as os.ReadDir opens: a FIFO named here fails at once
-	// instead of blocking the open.
-	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	ents, err := d.ReadDir(n)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return ents, nil
 }
 
 // sameDirSymlink is x509's isSameDirSymlink: a symlink to a name in the

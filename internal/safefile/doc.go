@@ -14,6 +14,9 @@
 // (a registries.conf, a Kubernetes Secret or ConfigMap volume is often a
 // symlink).
 //
+// ReadDirAtMost lists a directory the caller names, bounded, opened
+// O_DIRECTORY (a FIFO there fails instead of blocking).
+//
 // Errors are one line, name the file and the bound, and never carry the
 // file's content. Redact removes quoted fragments (to the end of the message
 // at an escaped quote) and bare long numbers (RedactNumbers) from a

@@ -263,3 +263,21 @@ func RedactNumbers(msg string) string {
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// ReadDirAtMost lists at most n entries of the directory at path (a
+// directory of millions is not listed whole to find out it has more than
+// n), following symlinks. It opens with O_DIRECTORY, as os.ReadDir does:
+// a FIFO or a device named here fails at once (ENOTDIR) instead of
+// blocking the open.
+func ReadDirAtMost(path string, n int) ([]fs.DirEntry, error) {
+	d, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ents, err := d.ReadDir(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return ents, nil
+}

@@ -188,3 +188,31 @@ func TestWithoutProc(t *testing.T) {
 		t.Fatalf("FIFO: %v", err)
 	}
 }
+
+// ReadDirAtMost lists at most n entries, and a FIFO in the directory's
+// place fails (ENOTDIR) instead of blocking the open: a writer is never
+// needed for it to return.
+func TestReadDirAtMost(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, err := ReadDirAtMost(dir, 2); err != nil || len(ents) != 2 {
+		t.Fatalf("at most 2: %d entries, %v", len(ents), err)
+	}
+	if ents, err := ReadDirAtMost(dir, 10); err != nil || len(ents) != 3 {
+		t.Fatalf("at most 10: %d entries, %v", len(ents), err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDirAtMost(fifo, 10); !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("a FIFO: %v, want ENOTDIR", err)
+	}
+	if _, err := ReadDirAtMost(filepath.Join(dir, "missing"), 10); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing: %v, want ErrNotExist", err)
+	}
+}
