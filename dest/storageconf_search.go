@@ -101,7 +101,7 @@ func searchedStoreOptions(host string) (storagetypes.StoreOptions, error) {
 	}
 	defer snap.Close()
 	root := filepath.Join(snap.Path(), storageConfRoot)
-	sr := &storageSnapshot{snap: snap, host: host, root: root}
+	sr := &storageSnapshot{snap: snap, host: host}
 	if err := sr.copySearch(paths); err != nil {
 		return none, err
 	}
@@ -140,7 +140,6 @@ func searchedStoreOptions(host string) (storagetypes.StoreOptions, error) {
 type storageSnapshot struct {
 	snap *memfs.FS
 	host string // the search's system paths are below it ("": /)
-	root string // where they are below the snapshot
 	read []string
 	size int
 }
@@ -164,7 +163,7 @@ func (s *storageSnapshot) moved(paths configfile.SearchPaths) configfile.SearchP
 		out := slices.Clone(ps)
 		for i := 1; i < len(out); i++ {
 			if out[i] != "" {
-				out[i] = filepath.Join(s.root, strings.TrimPrefix(out[i], s.host))
+				out[i] = filepath.Join(s.snap.Path(), s.below(out[i]))
 			}
 		}
 		return out
@@ -191,20 +190,19 @@ func (s *storageSnapshot) keep(p, rel string, mustExist bool) (bool, error) {
 		}
 		return false, fmt.Errorf("storage.conf %s (%s) is not a readable file: %s", p, what, safefile.Reason(err))
 	}
+	if s.size += len(data); s.size > maxStorageConfSize {
+		return false, fmt.Errorf("storage.conf %s (the system's search): its files together are over %d MiB", p, maxStorageConfSize>>20)
+	}
 	if rel == "" {
 		// The user's, which the library reads again: root's alone, so
 		// that nobody else can make it what was not checked.
 		if err := userPathRootOnly(p); err != nil {
 			return false, err
 		}
-	}
-	if s.size += len(data); s.size > maxStorageConfSize {
-		return false, fmt.Errorf("storage.conf %s (the system's search): its files together are over %d MiB", p, maxStorageConfSize>>20)
-	}
-	s.read = append(s.read, p)
-	if rel == "" {
+		s.read = append(s.read, p)
 		return true, nil
 	}
+	s.read = append(s.read, p)
 	if checkedHook != nil { // the test build: the library reads only the copy
 		checkedHook(p)
 	}
@@ -239,11 +237,22 @@ func userPathRootOnly(dir string) error {
 	if !filepath.IsAbs(dir) {
 		return refuse("it is not an absolute path")
 	}
-	todo := strings.Split(strings.TrimPrefix(filepath.Clean(dir), "/"), "/")
-	cur, links := "/", 0
-	var curSt unix.Stat_t
-	if err := unix.Stat("/", &curSt); err != nil {
-		return refuse("/ cannot be examined: %v", err)
+	var (
+		todo  = strings.Split(strings.TrimPrefix(filepath.Clean(dir), "/"), "/")
+		cur   string
+		curSt unix.Stat_t
+		links int
+	)
+	// at moves the walk to directory d, by path.
+	at := func(d string) error {
+		cur = d
+		if err := unix.Stat(d, &curSt); err != nil {
+			return refuse("%s cannot be examined: %v", d, err)
+		}
+		return nil
+	}
+	if err := at("/"); err != nil {
+		return err
 	}
 	for len(todo) > 0 {
 		c := todo[0]
@@ -252,9 +261,8 @@ func userPathRootOnly(dir string) error {
 			continue
 		}
 		if c == ".." {
-			cur = filepath.Dir(cur)
-			if err := unix.Stat(cur, &curSt); err != nil {
-				return refuse("%s cannot be examined: %v", cur, err)
+			if err := at(filepath.Dir(cur)); err != nil {
+				return err
 			}
 			continue
 		}
@@ -287,9 +295,8 @@ func userPathRootOnly(dir string) error {
 				return refuse("%s cannot be read: %v", next, err)
 			}
 			if filepath.IsAbs(target) {
-				cur = "/"
-				if err := unix.Stat("/", &curSt); err != nil {
-					return refuse("/ cannot be examined: %v", err)
+				if err := at("/"); err != nil {
+					return err
 				}
 			}
 			todo = append(strings.Split(target, "/"), todo...)
