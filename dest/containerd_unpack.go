@@ -52,19 +52,18 @@ type unpackAhead struct {
 var errUnpackStopped = errors.New("the unpack ahead failed")
 
 // startUnpack starts the unpacker for manifest m, whose config is already
-// in the content store. Its methods are nil-safe, and no-ops when nothing
-// was started.
+// in the content store, or returns nil where it does nothing (see
+// unpackAhead). Its methods are nil-safe: on nil they let Unpack do it all.
 func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, m *ocispec.Manifest) *unpackAhead {
-	ua := &unpackAhead{}
 	cs := c.ContentStore()
 	// images.RootFS and images.ConfigPlatform, in one read.
 	raw, err := content.ReadBlob(ctx, cs, m.Config)
 	if err != nil {
-		return ua
+		return nil
 	}
 	var cfg ocispec.Image
 	if json.Unmarshal(raw, &cfg) != nil || len(cfg.OSFeatures) > 0 {
-		return ua
+		return nil
 	}
 	var layers []rootfs.Layer
 	for _, l := range m.Layers {
@@ -73,22 +72,21 @@ func (d *containerdDest) startUnpack(ctx context.Context, c *containerd.Client, 
 		}
 	}
 	if len(layers) == 0 || len(layers) != len(cfg.RootFS.DiffIDs) {
-		return ua
+		return nil
 	}
 	for i, dg := range cfg.RootFS.DiffIDs {
 		if dg.Validate() != nil {
-			return ua
+			return nil
 		}
 		layers[i].Diff = ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: dg}
 	}
 	sn, a := c.SnapshotService(d.set.Snapshotter), c.DiffService()
 
+	ua := &unpackAhead{ready: map[digest.Digest]chan struct{}{}, closed: map[digest.Digest]bool{}, done: make(chan error, 1)}
 	ctx, ua.cancel = context.WithCancel(ctx)
-	ua.ready, ua.closed = map[digest.Digest]chan struct{}{}, map[digest.Digest]bool{}
 	for _, l := range m.Layers {
 		ua.ready[l.Digest] = make(chan struct{})
 	}
-	ua.done = make(chan error, 1)
 	name := d.spec.Ref
 	go func() {
 		ua.done <- ua.run(ctx, name, layers, sn, a, cs)
@@ -132,7 +130,7 @@ func (ua *unpackAhead) stopped() bool { return ua != nil && ua.failed.Load() }
 // written reports one layer's write: done, its layer may be applied;
 // failed, the unpacker stops (the import fails).
 func (ua *unpackAhead) written(dg digest.Digest, err error) {
-	if ua == nil || ua.done == nil {
+	if ua == nil {
 		return
 	}
 	if err != nil {
@@ -150,7 +148,7 @@ func (ua *unpackAhead) written(dg digest.Digest, err error) {
 // wait stops the unpacker if the writes did not all succeed and returns
 // its error once it has stopped; nothing of it runs after wait returns.
 func (ua *unpackAhead) wait(writeErr error) error {
-	if ua == nil || ua.done == nil {
+	if ua == nil {
 		return nil
 	}
 	if writeErr != nil {
@@ -166,7 +164,7 @@ func (ua *unpackAhead) wait(writeErr error) error {
 // it alone is written, and the writes keep ahead of the applies, which
 // take longer a byte), else putParallel.
 func (ua *unpackAhead) parallel() int {
-	if ua == nil || ua.done == nil {
+	if ua == nil {
 		return putParallel
 	}
 	return 1
