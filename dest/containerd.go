@@ -255,13 +255,13 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 		return nil
 	})
 	if err != nil {
-		if cerr := ctxErr(pctx, "listing containerd's content store"); cerr != nil {
+		if cerr := failure.Context(pctx, "listing containerd's content store"); cerr != nil {
 			return nil, cerr
 		}
 		return nil, d.ctrdErr(err, "listing the content store")
 	}
 	if _, err := c.SnapshotService(d.set.Snapshotter).Stat(ctx, "pullhelper-probe-nonexistent"); err != nil && !errdefs.IsNotFound(err) {
-		if cerr := ctxErr(pctx, "probing containerd's snapshotter"); cerr != nil {
+		if cerr := failure.Context(pctx, "probing containerd's snapshotter"); cerr != nil {
 			return nil, cerr
 		}
 		return nil, d.ctrdErr(err, "snapshotter "+d.set.Snapshotter+" (set --containerd-snapshotter)")
@@ -346,12 +346,12 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			if cerr := ctxErr(ctx, "importing into containerd at "+d.set.Address); cerr != nil {
+			if cerr := failure.Context(ctx, "importing into containerd at "+d.set.Address); cerr != nil {
 				err = cerr
 			}
 		}
 	}()
-	if err := ctxErr(ctx, "importing into containerd"); err != nil {
+	if err := failure.Context(ctx, "importing into containerd"); err != nil {
 		return err
 	}
 	var top descriptor

@@ -264,21 +264,6 @@ func (b base) commitErr(err error) error {
 	return failure.Wrap(failure.Destination, err, "committing into %s", b.spec.Raw)
 }
 
-// ctxErr is nil while ctx is live; once it is done, the error to stop
-// with, naming the step: the cause's own code when it has one (the
-// pipeline's --timeout deadline says "pull timed out", network), else
-// failure.Interrupted (SIGINT, SIGTERM).
-func ctxErr(ctx context.Context, what string) error {
-	if ctx.Err() == nil {
-		return nil
-	}
-	cause := context.Cause(ctx)
-	if c := failure.CodeOf(cause); c != failure.Internal {
-		return failure.Wrap(c, cause, "%s", what)
-	}
-	return failure.Wrap(failure.Interrupted, cause, "%s", what)
-}
-
 func badStaged(format string, args ...any) error {
 	return failure.New(failure.Verification, "refusing the staged image: "+format, args...)
 }

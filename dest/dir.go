@@ -160,7 +160,7 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	pfd := int(s.parent.Fd())
 	unlock, err := lockInode(ctx, s.opts.Locks, pfd, s.lockTimeout())
 	if err != nil {
-		if cerr := ctxErr(ctx, "waiting for the commit lock of "+filepath.Dir(d.spec.Path)); cerr != nil {
+		if cerr := failure.Context(ctx, "waiting for the commit lock of "+filepath.Dir(d.spec.Path)); cerr != nil {
 			return cerr
 		}
 		return d.destErr("locking %s: %v", filepath.Dir(d.spec.Path), err)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/manifest"
 )
 
@@ -348,7 +349,7 @@ func (g *graph) check(max int64) error {
 	}
 	for _, d := range ds {
 		if g.ctx != nil {
-			if err := ctxErr(g.ctx, "verifying the staged image"); err != nil {
+			if err := failure.Context(g.ctx, "verifying the staged image"); err != nil {
 				return err
 			}
 		}

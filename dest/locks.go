@@ -50,10 +50,10 @@ func LockPull(ctx context.Context, dir string, spec Spec, repository string, tim
 	path := filepath.Join(dir, name)
 	fd, unlock, err := lockFile(ctx, dfd, name, timeout)
 	if err != nil {
-		if cerr := ctxErr(ctx, "waiting for the pull lock of "+repository+" into "+spec.Path); cerr != nil {
+		if cerr := failure.Context(ctx, "waiting for the pull lock of "+repository+" into "+spec.Path); cerr != nil {
 			return nil, cerr
 		}
-		if errors.Is(err, errStillLocked) {
+		if errors.Is(err, state.ErrLocked) {
 			return nil, failure.New(failure.Destination,
 				"another pull of %s into %s has held its lock for %s (--lock-timeout, dest.lock_timeout); lock file %s",
 				repository, spec.Path, timeout, path)
@@ -108,70 +108,26 @@ func openLockDir(dir string) (int, error) {
 // lockFile takes an exclusive flock on the lock file name (created 0600)
 // in the lock directory held as dfd, which it takes over (closed on every
 // path: on failure, or by the release), waiting at most d and not past ctx
-// (then ctx's error: the caller checks ctxErr first), and returns the lock
-// file's descriptor and the function that releases it. The file is
-// removed on release, under the lock; a waiter that then holds a removed
-// file notices (its inode is no longer the name's) and tries again.
+// (then ctx's error: the caller checks failure.Context first; state.ErrLocked once
+// d has passed), and returns the lock file's descriptor and the function
+// that releases it. The file is removed on release, under the lock; a
+// waiter that then holds a removed file notices (state.LockAt compares
+// inodes) and tries again.
 func lockFile(ctx context.Context, dfd int, name string, d time.Duration) (int, func(), error) {
-	deadline := time.Now().Add(d)
-	for {
-		lfd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			unix.Close(dfd)
-			return -1, nil, err
-		}
-		if err := flockWait(ctx, lfd, time.Until(deadline)); err != nil {
+	lfd, err := state.LockAt(ctx, dfd, name, d)
+	if err != nil {
+		unix.Close(dfd)
+		return -1, nil, err
+	}
+	var once sync.Once // a second call must not close reused descriptors
+	return lfd, func() {
+		once.Do(func() {
+			_ = unix.Unlinkat(dfd, name, 0)
+			_ = unix.Flock(lfd, unix.LOCK_UN)
 			unix.Close(lfd)
 			unix.Close(dfd)
-			return -1, nil, err
-		}
-		held, err1 := safefs.Fstat(lfd)
-		now, err2 := safefs.FstatAt(dfd, name)
-		if err1 == nil && err2 == nil && held.Dev == now.Dev && held.Ino == now.Ino {
-			var once sync.Once // a second call must not close reused descriptors
-			return lfd, func() {
-				once.Do(func() {
-					_ = unix.Unlinkat(dfd, name, 0)
-					_ = unix.Flock(lfd, unix.LOCK_UN)
-					unix.Close(lfd)
-					unix.Close(dfd)
-				})
-			}, nil
-		}
-		unix.Close(lfd) // removed by the holder we waited for: again
-	}
-}
-
-// errStillLocked: flockWait's bound passed with the lock still held.
-var errStillLocked = errors.New("still locked by another pull")
-
-// flockWait takes an exclusive flock on fd, waiting at most d and not past
-// ctx (context.Cause(ctx) then).
-func flockWait(ctx context.Context, fd int, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	wait := 5 * time.Millisecond
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if err != unix.EWOULDBLOCK && err != unix.EINTR {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w after %s", errStillLocked, d)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
-		}
-		if wait < 200*time.Millisecond {
-			wait *= 2
-		}
-	}
+		})
+	}, nil
 }
 
 // SweepLocks removes the commit and pull lock files in dir (the state

@@ -254,7 +254,7 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	dfd := int(s.dest.Fd())
 	unlock, err := lockInode(ctx, s.opts.Locks, dfd, s.lockTimeout())
 	if err != nil {
-		if cerr := ctxErr(ctx, "waiting for the commit lock of "+d.spec.Path); cerr != nil {
+		if cerr := failure.Context(ctx, "waiting for the commit lock of "+d.spec.Path); cerr != nil {
 			return cerr
 		}
 		return d.destWrap(err, "locking %s", d.spec.Path)

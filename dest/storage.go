@@ -107,7 +107,7 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 			return nil, d.destErr("%v", err)
 		}
 	}
-	if err := ctxErr(ctx, "opening the store"); err != nil {
+	if err := failure.Context(ctx, "opening the store"); err != nil {
 		return nil, err
 	}
 	// Bounded: another process (podman, CRI-O) may hold the store's locks.
@@ -143,7 +143,7 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 	case <-ctx.Done():
 		// The listing goroutine is left waiting for the store's lock
 		// (it lists and shuts the store down; the pull ends meanwhile).
-		return nil, ctxErr(ctx, "waiting for the store "+d.spec.Store.String()+" (locked by another process)")
+		return nil, failure.Context(ctx, "waiting for the store "+d.spec.Store.String()+" (locked by another process)")
 	}
 	if l.err != nil {
 		return nil, l.err
@@ -284,7 +284,7 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 	if v == nil || v.oci == nil || v.tree == nil || s.Work == nil {
 		return failure.New(failure.Internal, "committing %s before it was verified", d.spec.Raw)
 	}
-	if err := ctxErr(ctx, "importing into the store"); err != nil {
+	if err := failure.Context(ctx, "importing into the store"); err != nil {
 		return err
 	}
 	named, err := reference.ParseNormalizedNamed(d.spec.Ref)
@@ -310,11 +310,11 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 		select {
 		case r = <-done: // stopped (or finished) in time
 		case <-t.C:
-			return ctxErr(ctx, fmt.Sprintf("importing into the store %s (the import did not stop within %s; the store recovers the interrupted write when next opened)", d.spec.Store, importStopBound))
+			return failure.Context(ctx, fmt.Sprintf("importing into the store %s (the import did not stop within %s; the store recovers the interrupted write when next opened)", d.spec.Store, importStopBound))
 		}
 	}
 	if r.err != nil {
-		if cerr := ctxErr(ctx, "importing into the store "+d.spec.Store.String()); cerr != nil {
+		if cerr := failure.Context(ctx, "importing into the store "+d.spec.Store.String()); cerr != nil {
 			return cerr
 		}
 		return r.err

@@ -1,6 +1,7 @@
 package privdrop
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -126,34 +127,19 @@ func allocateDynamic(lockDir string) (*Lease, error) {
 }
 
 // lockUID takes the flock of the lock file name in the lock directory
-// held as dfd: the open file, or nil when another pull holds it. A
-// holder's Release unlinks the file before dropping its flock, so a flock
-// taken on a file that is no longer the one at name (unlinked, maybe
-// replaced) locks nothing: retry on the new file.
+// held as dfd, without waiting: the open file, or nil when another pull
+// holds it. A holder's Release unlinks the file before dropping its
+// flock; state.LockAt then takes the new file at name instead of the
+// unlinked one.
 func lockUID(dfd int, name string) (*os.File, error) {
-	for {
-		fd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		f := os.NewFile(uintptr(fd), name)
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, nil
-			}
-			return nil, err
-		}
-		var held, named unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := unix.Fstatat(dfd, name, &named, unix.AT_SYMLINK_NOFOLLOW); err == nil && held.Dev == named.Dev && held.Ino == named.Ino {
-			return f, nil
-		}
-		f.Close() // released and unlinked under us: take the new file
+	fd, err := state.LockAt(context.Background(), dfd, name, 0)
+	if errors.Is(err, state.ErrLocked) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // usedIDs collects uids and gids that are named in /etc/passwd or /etc/group

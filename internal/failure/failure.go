@@ -1,6 +1,7 @@
 package failure
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -87,6 +88,21 @@ func Wrap(code Code, err error, format string, args ...any) error {
 		msg = msg + ": " + err.Error()
 	}
 	return &Error{Code: code, Message: msg, Err: err}
+}
+
+// Context is nil while ctx is live; once it is done, the error to stop
+// with, naming the step (what): the cause's own code when it has one (the
+// pipeline's --timeout deadline says "pull timed out", Network), else
+// Interrupted (SIGINT, SIGTERM).
+func Context(ctx context.Context, what string) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	if c := CodeOf(cause); c != Internal {
+		return Wrap(c, cause, "%s", what)
+	}
+	return Wrap(Interrupted, cause, "%s", what)
 }
 
 // CodeOf returns the Code of the first *Error in err's chain, or Internal.

@@ -13,5 +13,9 @@
 // can have put there. OpenExistingDir checks the same and creates nothing
 // (the sweeps). RemoveIfUnheld is the one way a lock file there is
 // reclaimed: through the held directory, and only a regular file of the
-// euid's with one link that nobody holds.
+// euid's with one link that nobody holds. LockAt is the one way a lock file
+// there is taken (the pull and commit locks, the uid locks, the cgroup
+// parents lock): never through a symbolic link, again on the file at the
+// name when its holder removed the one it locked, and never waited for in
+// flock(2) itself: Flock polls, bounded by a wait and by the context.
 package state
