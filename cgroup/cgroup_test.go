@@ -1,6 +1,7 @@
 package cgroup_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,7 +46,7 @@ func TestLifecycle(t *testing.T) {
 	// The parent is this process's: a second test run at the same time
 	// (make test-unit twice) has its own.
 	parent := fmt.Sprintf("/pullhelper-unittest-lifecycle-%d", os.Getpid())
-	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir(), Limits: cgroup.Limits{
+	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir(), Limits: cgroup.Limits{
 		CPUQuota: 0.25, MemoryMax: 32 << 20, PidsMax: 16,
 	}})
 	if err != nil {
@@ -121,7 +122,7 @@ func TestReclaim(t *testing.T) {
 		t.Skip("systemd is PID 1: systemd collects stale scopes itself")
 	}
 	parent := fmt.Sprintf("/pullhelper-reclaimtest-%d", os.Getpid())
-	live, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
+	live, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -30,8 +31,11 @@ func useSystemd(driver string) (bool, error) {
 }
 
 // Create makes the per-pull cgroup (with its limits) or opens the joined
-// one. The limits are in place before any process is in the cgroup.
-func Create(cfg Config) (*Group, error) {
+// one. The limits are in place before any process is in the cgroup. A
+// cgroupfs one is made under the parents lock, waited for at most
+// parentsLockWait and not past ctx (then context.Cause(ctx) is in the
+// error's chain).
+func Create(ctx context.Context, cfg Config) (*Group, error) {
 	sd, err := useSystemd(cfg.Driver)
 	if err != nil {
 		return nil, err
@@ -90,7 +94,7 @@ func Create(cfg Config) (*Group, error) {
 	// Create without joining (pid -1), then write the limits. The
 	// parents lock keeps a concurrent pull from removing the parent
 	// between its check and the mkdir.
-	err = cfg.withParentsLock(func(dfd int) error {
+	err = cfg.withParentsLock(ctx, parentsLockWait, func(dfd int) error {
 		if cfg.ParentMustExist {
 			// Checked again under the lock, in every hierarchy the
 			// library would mkdir -p it in: gone since (the pod

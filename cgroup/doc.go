@@ -21,7 +21,12 @@
 //     reclaim it. A PARENT that pullhelper created is marked (in
 //     Config.StateDir, held open through state.OpenDir: only root can
 //     change it) and removed by the last pull to leave it; one that
-//     existed before is never removed. With ParentMustExist (a pod's
+//     existed before is never removed. The markers are read and changed
+//     under the parents lock (StateDir/.lock, state.LockAt), which a pull
+//     making its cgroup waits for at most 10 s and not past its context
+//     (--timeout, SIGTERM), and a pull leaving at most 2 s (the parent then
+//     stays, marked, for the next pull that leaves it: Remove's error says
+//     so). With ParentMustExist (a pod's
 //     cgroup, for pullhelper cri) a PARENT missing from any hierarchy is an
 //     error, checked under the parents lock: it is never created.
 //   - joined: an existing cgroup (e.g. a pod's) is joined through a

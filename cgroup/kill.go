@@ -109,7 +109,7 @@ func (g *Group) Remove() error {
 	}
 	g.removed = true
 	if g.ownsParent {
-		g.removeParent(paths)
+		return g.removeParent(paths)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package cgroup_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,8 +11,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	cg "github.com/opencontainers/cgroups"
 	"github.com/pullhelper/pullhelper/cgroup"
+	"golang.org/x/sys/unix"
 )
 
 // needCgroupfs skips the test unless it can create cgroupfs cgroups, and
@@ -34,7 +39,7 @@ func TestEnterThreadForksInside(t *testing.T) {
 	if cgroup.Version() == "v2" {
 		t.Skip("cgroup v2 forks into the cgroup with CLONE_INTO_CGROUP; EnterThread is v1's")
 	}
-	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), StateDir: state, Limits: cgroup.Limits{PidsMax: 30}})
+	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), StateDir: state, Limits: cgroup.Limits{PidsMax: 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +108,7 @@ func TestJoinedSubCgroup(t *testing.T) {
 			_ = os.Remove(d)
 		}
 	}()
-	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Path: pod})
+	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Path: pod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +161,11 @@ func TestParentRemovedByLastPull(t *testing.T) {
 	state := needCgroupfs(t)
 	parent := fmt.Sprintf("/pullhelper-unittest-parent-%d", os.Getpid())
 	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state}
-	a, err := cgroup.Create(cfg)
+	a, err := cgroup.Create(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := cgroup.Create(cfg) // the parent exists now: b did not create it
+	b, err := cgroup.Create(context.Background(), cfg) // the parent exists now: b did not create it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +197,7 @@ func TestParentRemovedByLastPull(t *testing.T) {
 		}
 		defer os.Remove(filepath.Dir(d))
 	}
-	c, err := cgroup.Create(cfg)
+	c, err := cgroup.Create(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +216,7 @@ func TestParentMustExist(t *testing.T) {
 	state := needCgroupfs(t)
 	parent := fmt.Sprintf("/pullhelper-unittest-pod-%d", os.Getpid())
 	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state, ParentMustExist: true}
-	if g, err := cgroup.Create(cfg); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if g, err := cgroup.Create(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		if g != nil {
 			_ = g.Remove()
 		}
@@ -227,7 +232,7 @@ func TestParentMustExist(t *testing.T) {
 		if err := os.Mkdir(pids, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if g, err := cgroup.Create(cfg); err == nil || !strings.Contains(err.Error(), "does not exist (any more) in the") {
+		if g, err := cgroup.Create(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "does not exist (any more) in the") {
 			if g != nil {
 				_ = g.Remove()
 			}
@@ -241,7 +246,7 @@ func TestParentMustExist(t *testing.T) {
 		}
 	}
 	// The parent in every hierarchy, as a runtime makes a pod's.
-	made, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
+	made, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +263,7 @@ func TestParentMustExist(t *testing.T) {
 		}
 		defer os.Remove(d)
 	}
-	g, err := cgroup.Create(cfg)
+	g, err := cgroup.Create(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +301,7 @@ func TestHybridUnifiedPlacement(t *testing.T) {
 	if cgroup.Version() != "hybrid" {
 		t.Skipf("cgroup %s: the unified hierarchy of hybrid mode is what this tests", cgroup.Version())
 	}
-	g, err := cgroup.Create(cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), StateDir: state})
+	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-%d", os.Getpid()), StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,4 +377,121 @@ func sameFile(t *testing.T, f *os.File, path string) bool {
 		t.Fatal(err)
 	}
 	return os.SameFile(a, b)
+}
+
+// holdParentsLock takes the parents lock of state the way another pull
+// would (its own open file description) and returns the release.
+func holdParentsLock(t *testing.T, state string) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(state, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	return func() { f.Close() }
+}
+
+// A pull whose parents lock another pullhelper holds (stopped, hung) waits
+// no longer than its context: Create ends with the context's cause and
+// makes nothing. flock(2) without LOCK_NB waited for the holder, past
+// --timeout and SIGTERM.
+func TestCreateWaitsForParentsLockNoLongerThanItsContext(t *testing.T) {
+	state := needCgroupfs(t)
+	parent := fmt.Sprintf("/pullhelper-unittest-lockwait-%d", os.Getpid())
+	release := holdParentsLock(t, state)
+	defer release()
+	cause := errors.New("pull timed out")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	type res struct {
+		g   *cgroup.Group
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		g, err := cgroup.Create(ctx, cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state})
+		done <- res{g, err}
+	}()
+	var r res
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second): // hang guard only
+		t.Fatal("Create waited for the held parents lock past its context (30 s)")
+	}
+	if r.err == nil {
+		r.g.Remove()
+		t.Fatal("Create succeeded while another process held the parents lock")
+	}
+	if !errors.Is(r.err, cause) {
+		t.Errorf("Create = %v; want the context's cause in its chain", r.err)
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 1 || entries[0].Name() != ".lock" {
+		t.Errorf("state directory after the refused Create: %v, want only .lock (no marker)", entries)
+	}
+	if cgroupExists(parent) {
+		t.Errorf("the parent %s was made although the lock was never taken", parent)
+	}
+}
+
+// A pull that leaves while another pullhelper holds the parents lock ends
+// after parentsReleaseWait, with its own cgroup gone and the parent left in
+// place (still marked): the next pull to leave it removes it.
+func TestRemoveLeavesParentWhenParentsLockHeld(t *testing.T) {
+	state := needCgroupfs(t)
+	parent := fmt.Sprintf("/pullhelper-unittest-lockleave-%d", os.Getpid())
+	cfg := cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state}
+	g, err := cgroup.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := maps.Clone(g.Paths())
+	release := holdParentsLock(t, state)
+	done := make(chan error, 1)
+	go func() { done <- g.Remove() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second): // hang guard only
+		release()
+		t.Fatal("Remove waited for the held parents lock for 30 s")
+	}
+	release()
+	if err == nil || !strings.Contains(err.Error(), "leaving cgroup parent "+parent+" in place") || !strings.Contains(err.Error(), "fuser -v") {
+		t.Errorf("Remove with the parents lock held = %v; want the parent left in place, naming how to find the holder", err)
+	}
+	for _, d := range paths {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("the pull's cgroup %s is left", d)
+		}
+	}
+	if !cgroupExists(parent) {
+		t.Fatalf("the parent %s went without its lock", parent)
+	}
+	// The next pull to leave takes it with it.
+	h, err := cgroup.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if cgroupExists(parent) {
+		t.Errorf("the parent %s is left after the next pull left it", parent)
+	}
+}
+
+// cgroupExists reports whether the cgroup parent is there: in the pids
+// hierarchy on v1 (where Create makes it in each), else the unified one.
+func cgroupExists(parent string) bool {
+	root := "/sys/fs/cgroup"
+	if cgroup.Version() != "v2" {
+		m, err := cg.FindCgroupMountpoint("", "pids")
+		if err != nil {
+			return false
+		}
+		root = m
+	}
+	_, err := os.Stat(filepath.Join(root, parent))
+	return err == nil
 }

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	cg "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/systemd"
@@ -27,8 +29,8 @@ func (c Config) parentMarker() string {
 // withParentsLock runs f holding an exclusive flock on StateDir/.lock,
 // with StateDir held open as dfd (state.OpenDir: only root can change it
 // or anything above it): the markers are read, written and removed
-// through it.
-func (c Config) withParentsLock(f func(dfd int) error) error {
+// through it. It waits for the lock at most wait and not past ctx.
+func (c Config) withParentsLock(ctx context.Context, wait time.Duration, f func(dfd int) error) error {
 	if c.StateDir == "" {
 		return errors.New("no directory to mark cgroup parents in (cgroup.Config.StateDir)")
 	}
@@ -37,16 +39,28 @@ func (c Config) withParentsLock(f func(dfd int) error) error {
 		return fmt.Errorf("the cgroup state directory: %w", err)
 	}
 	defer unix.Close(dfd)
-	lfd, err := unix.Openat(dfd, ".lock", unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	lfd, err := state.LockAt(ctx, dfd, ".lock", wait)
 	if err != nil {
-		return fmt.Errorf("opening the cgroup parents lock: %w", err)
+		lock := filepath.Join(c.StateDir, ".lock")
+		if errors.Is(err, state.ErrLocked) {
+			return fmt.Errorf("the cgroup parents lock %s: %w; fuser -v %s names the process that holds it (a stopped or hung pullhelper)", lock, err, lock)
+		}
+		return fmt.Errorf("locking the cgroup parents lock %s: %w", lock, err)
 	}
 	defer unix.Close(lfd) // drops the flock
-	if err := unix.Flock(lfd, unix.LOCK_EX); err != nil {
-		return fmt.Errorf("locking the cgroup parents lock: %w", err)
-	}
 	return f(dfd)
 }
+
+// The parents lock is held for a few system calls (a marker, the mkdirs
+// of a pull's cgroup, the rmdirs of a parent), so only a stopped or hung
+// holder keeps it longer than these bounds. parentsLockWait bounds the
+// wait of a pull making its cgroup (an error, exit 7, past it);
+// parentsReleaseWait the wait of a pull leaving, past which the parent
+// stays, marked, for the next pull that leaves it to remove.
+const (
+	parentsLockWait    = 10 * time.Second
+	parentsReleaseWait = 2 * time.Second
+)
 
 // claimParent, called under the lock with the state directory held as
 // dfd, reports whether the parent is pullhelper's: it does not exist yet
@@ -85,16 +99,18 @@ func (c Config) claimParent(dfd int) (bool, error) {
 // left in it (after a failed Create).
 func (g *Group) releaseParent() {
 	if g.ownsParent && g.mgr != nil {
-		g.removeParent(g.mgr.GetPaths())
+		_ = g.removeParent(g.mgr.GetPaths())
 	}
 }
 
 // removeParent removes the parent of the given pull cgroup directories in
 // every hierarchy, under the lock, when it is empty; a concurrent pull keeps
 // it busy and rmdir fails harmlessly (that pull removes it when it leaves).
-// The marker goes when the parent is gone from every hierarchy.
-func (g *Group) removeParent(paths map[string]string) {
-	_ = g.cfg.withParentsLock(func(dfd int) error {
+// The marker goes when the parent is gone from every hierarchy. It waits
+// for the lock at most parentsReleaseWait: past it the parent stays, and
+// the error says so.
+func (g *Group) removeParent(paths map[string]string) error {
+	err := g.cfg.withParentsLock(context.Background(), parentsReleaseWait, func(dfd int) error {
 		var st unix.Stat_t
 		if unix.Fstatat(dfd, g.cfg.parentMarker(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			return nil // another pull removed it already
@@ -111,6 +127,10 @@ func (g *Group) removeParent(paths map[string]string) {
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("leaving cgroup parent %s in place: %w", g.cfg.Parent, err)
+	}
+	return nil
 }
 
 func parentExists(parent string) bool {

@@ -1,9 +1,11 @@
 package cgroup
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The directory where pullhelper marks the cgroup parents it created must
@@ -18,7 +20,7 @@ func TestParentsLockRefusesStateDirOthersControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	err := Config{StateDir: dir, Parent: "/pullhelper-markertest"}.withParentsLock(func(int) error { ran = true; return nil })
+	err := Config{StateDir: dir, Parent: "/pullhelper-markertest"}.withParentsLock(context.Background(), time.Second, func(int) error { ran = true; return nil })
 	if err == nil || ran || !strings.Contains(err.Error(), "owned by uid 65534") {
 		t.Errorf("withParentsLock in another user's directory: ran %v, %v; want a refusal naming the owner", ran, err)
 	}

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,7 +72,7 @@ func TestKillSparesTheAnchor(t *testing.T) {
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
 		t.Skip("systemd is PID 1: this test uses the cgroupfs driver")
 	}
-	g, err := Create(Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-anchor-%d", os.Getpid()), StateDir: t.TempDir()})
+	g, err := Create(context.Background(), Config{Driver: "cgroupfs", Parent: fmt.Sprintf("/pullhelper-unittest-anchor-%d", os.Getpid()), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,11 +138,14 @@ func (r *isolatedRunner) release() {
 // start creates the pull's cgroup and starts the child in it (and in the
 // network namespace). The child is told no host path: the staging area and
 // the cache are mounts it gets by fd.
-func (r *isolatedRunner) start(_ context.Context, st *dest.Stage, part *dest.Partial, handOver bool, rates <-chan pull.NodeShare) error {
+func (r *isolatedRunner) start(ctx context.Context, st *dest.Stage, part *dest.Partial, handOver bool, rates <-chan pull.NodeShare) error {
 	iso, o := &r.p.Isolation, r.o
 	r.st, r.part, r.handOver = st, part, handOver
-	g, err := cgroup.Create(r.cfg)
+	g, err := cgroup.Create(ctx, r.cfg)
 	if err != nil {
+		if cerr := failure.Context(ctx, "creating the pull cgroup"); cerr != nil {
+			return cerr
+		}
 		return failure.Wrap(failure.Isolation, err, "")
 	}
 	r.g = g

@@ -99,9 +99,12 @@ func (s *pullSteps) openPartial() {
 func (s *pullSteps) closePartial() { s.part.Close() }
 
 // start registers the pull in the node's share (pull.node_bandwidth,
-// pull.node_parallel_layers) and starts the runner.
+// pull.node_parallel_layers) and starts the runner (within --timeout: the
+// cgroup's parents lock is waited for).
 func (s *pullSteps) start(ctx context.Context) error {
 	p := s.p
+	ctx, cancel := p.withDeadline(ctx, s.o)
+	defer cancel()
 	var rates <-chan pull.NodeShare
 	if p.NodeBandwidth > 0 || p.NodeParallelLayers > 0 {
 		r, stop, err := nodeShare(p.Isolation.StateRoot.Bandwidth(), p.NodeBandwidth, p.NodeParallelLayers, s.o.Log)

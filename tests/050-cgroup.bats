@@ -430,3 +430,44 @@ assert_blobs_intact() {
         [[ ! -e $f ]] || ! flock -n "$f" true || fail "lock file $f left for uid $u (uids: ${uids[*]})"
     done
 }
+
+@test "a cgroup parents lock another process holds: --timeout (exit 6) and SIGTERM (exit 143) still end the pull, nothing is made, and the next pull goes on" {
+    # The state root's parents directory exists once a pull has run.
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/first"
+    local lock=/run/pullhelper/parents/.lock held=$BATS_TEST_TMPDIR/held
+    [[ -f $lock ]] || fail "no $lock after a pull"
+    # A stopped or hung pullhelper holding it: one process, until killed.
+    "$PH_PYTHON" -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX)
+open(sys.argv[2], "w").write("held\n")
+time.sleep(300)' "$lock" "$held" 3>&- &
+    BG_PID=$!
+    wait_for_file_match "$held" held 30
+    # --timeout: the old build waited in flock(2) for the holder (300 s).
+    run timeout 120 "$PULLHELPER" pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --timeout 2s \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/t"
+    assert_equal "$status" 6
+    [[ $output == *'"message":"creating the pull cgroup: pull timed out after 2s (--timeout)"'* ]] || fail "got: $output"
+    # SIGTERM once the pull has started (its start event), with no --timeout.
+    local ev=$BATS_TEST_TMPDIR/events.jsonl pid rc=0
+    : >"$ev"
+    timeout 120 "$PULLHELPER" pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --progress-fd 5 \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/s" >"$BATS_TEST_TMPDIR/s.out" 2>"$BATS_TEST_TMPDIR/s.err" 5>"$ev" 3>&- &
+    pid=$!
+    wait_for_file_match "$ev" '"type":"start"' 30
+    kill -TERM "$pid"
+    wait "$pid" || rc=$?
+    assert_equal "$rc" 143
+    run json_get .error.code <"$BATS_TEST_TMPDIR/s.out"
+    assert_output interrupted
+    [[ ! -e $OUT/t && ! -e $OUT/s ]] || fail "a DEST was made: $(ls "$OUT")"
+    [[ -z $(pull_cgroups) ]] || fail "pull cgroups made without the lock: $(pull_cgroups)"
+    assert_no_staging "$OUT"
+    # The holder goes; the next pull takes the lock and succeeds.
+    kill -KILL "$BG_PID"
+    wait "$BG_PID" 2>/dev/null || true
+    BG_PID=""
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/next"
+    [[ -z $(pull_cgroups) ]] || fail "pull cgroup left: $(pull_cgroups)"
+}
