@@ -464,7 +464,8 @@ const maxGranted = 16
 
 // secrets are what the client sends to this endpoint and its realm that
 // must never appear in an error message or a log, whatever a server
-// echoes: the credential (and its Basic encoding), the identity token,
+// echoes: the credential (and its Basic encoding), the identity token
+// (and the Basic encoding the realm's GET sends it in, ":"+token: auth.go),
 // the hosts.toml header values and the tokens granted.
 func (h *host) secrets() []string {
 	var out []string
@@ -472,6 +473,9 @@ func (h *host) secrets() []string {
 		out = append(out, cr.Password, cr.IdentityToken)
 		if cr.Username != "" || cr.Password != "" {
 			out = append(out, base64.StdEncoding.EncodeToString([]byte(cr.Username+":"+cr.Password)))
+		}
+		if cr.IdentityToken != "" {
+			out = append(out, base64.StdEncoding.EncodeToString([]byte(":"+cr.IdentityToken)))
 		}
 	}
 	for _, vs := range h.ep.Header {

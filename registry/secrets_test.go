@@ -331,3 +331,48 @@ func TestIdentityTokenOAuthFallback(t *testing.T) {
 		}
 	}
 }
+
+// The realm's GET of the OAuth fallback sends the identity token as Basic
+// ":"+token; a realm that echoes it in its refusal must not put that
+// encoding (or the token) in the error text.
+func TestIdentityTokenBasicEncodingRedacted(t *testing.T) {
+	const tok = "refresh-s3cret-identity-token"
+	realm := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"bad `+r.Header.Get("Authorization")+`"}]}`)
+	})
+	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.srv.URL+`/token",service="reg"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+		Credential: &Credential{IdentityToken: tok, OAuthFallback: true}}}, Hooks{Retries: 1, RetryDelay: time.Millisecond})
+	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+	if err == nil {
+		rc.Close()
+		t.Fatal("a blob was served although the realm refused the token")
+	}
+	gets := 0
+	for _, r := range realm.all() {
+		if r.method == http.MethodGet {
+			gets++
+		}
+	}
+	if gets == 0 {
+		t.Fatal("the realm saw no GET: the fallback under test did not run")
+	}
+	basic := (&http.Request{Header: http.Header{}})
+	basic.SetBasicAuth("", tok)
+	for _, s := range []string{tok, strings.TrimPrefix(basic.Header.Get("Authorization"), "Basic ")} {
+		if strings.Contains(err.Error(), s) {
+			t.Errorf("error text holds a secret %q: %v", s, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "[redacted]") {
+		t.Errorf("error text = %v; want the echoed credential shown as [redacted]", err)
+	}
+}
