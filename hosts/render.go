@@ -40,7 +40,7 @@ func RenderRegistriesConf(registry string, eps []wire.Endpoint, base *sysregistr
 			Location: containerdLocation(primary), Insecure: insecure(primary), NamespaceProxy: primary.NamespaceProxy}}
 		for _, e := range eps[:len(eps)-1] {
 			mirror := sysregistriesv2.Endpoint{Location: containerdLocation(e), Insecure: insecure(e), NamespaceProxy: e.NamespaceProxy}
-			if !e.Capabilities.Has(wire.CapabilityResolve) {
+			if !e.Capabilities.ResolvesTags() {
 				mirror.PullFromMirror = sysregistriesv2.MirrorByDigestOnly
 			}
 			reg.Mirrors = append(reg.Mirrors, mirror)

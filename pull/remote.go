@@ -92,7 +92,7 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 		return ep, failure.New(failure.Internal, "endpoint %s has no repository path in %q", e.Host, e.Repository)
 	}
 	ep.Repository = repo
-	ep.Resolve = e.Capabilities.Has(wire.CapabilityResolve)
+	ep.Resolve = e.Capabilities.ResolvesTags()
 	if i < len(m.Headers) && len(m.Headers[i]) > 0 {
 		ep.Header = map[string][]string{}
 		for k, v := range m.Headers[i] {

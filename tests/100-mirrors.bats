@@ -290,17 +290,24 @@ EOF
     grep -q '"GET /v2/fixtures/tiny/blobs/sha256:' <<<"$u" || fail "the registry served no blob: $u"
 }
 
-@test "capabilities: a mirror without resolve is never asked for the tag (the registry resolves it); every blob comes from the mirror" {
-    hosts_conf "https://$MIRROR_HOST" '"pull"' "$MIRROR_CA"
+# pull_with_mirror_capabilities CAPABILITIES: pulls tiny by tag with the
+# mirror given CAPABILITIES before the upstream (hosts_conf); sets M and U,
+# the requests the mirror and the upstream saw.
+pull_with_mirror_capabilities() {
+    hosts_conf "https://$MIRROR_HOST" "$1" "$MIRROR_CA"
     local before_m before_u
     before_m=$(log_barrier mirror)
     before_u=$(log_barrier img)
     run_pullhelper pull --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny"
     assert_json_result
     assert_dest_complete "$OUT/tiny"
-    local m u
-    m=$(new_requests mirror "$before_m")
-    u=$(new_requests img "$before_u")
+    M=$(new_requests mirror "$before_m")
+    U=$(new_requests img "$before_u")
+}
+
+@test "capabilities: a mirror without resolve is never asked for the tag (the registry resolves it); every blob comes from the mirror" {
+    pull_with_mirror_capabilities '"pull"'
+    local m=$M u=$U
     ! grep -q '/manifests/latest' <<<"$m" || fail "the mirror without resolve was asked for the tag: $m"
     grep -qE '"(GET|HEAD) /v2/fixtures/tiny/manifests/latest ' <<<"$u" || fail "the registry did not resolve the tag: $u"
     # Every blob then comes from the mirror (with ?ns=), none from the
@@ -311,6 +318,13 @@ EOF
     ! grep -q "/manifests/" <<<"$m" || fail "the mirror was asked for a manifest pullhelper already had: $m"
     grep -q "\"GET /v2/fixtures/tiny/blobs/sha256:[0-9a-f]*?ns=$UP_NS " <<<"$m" || fail "the mirror served no blob: $m"
     ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the registry served blobs: $u"
+}
+
+@test "capabilities: a mirror with resolve but not pull is never asked for the tag, as containerd's Resolve (pull and resolve) skips it" {
+    pull_with_mirror_capabilities '"resolve"'
+    local m=$M u=$U
+    ! grep -q '/manifests/latest' <<<"$m" || fail "the mirror without pull was asked for the tag: $m"
+    grep -qE '"(GET|HEAD) /v2/fixtures/tiny/manifests/latest ' <<<"$u" || fail "the registry did not resolve the tag: $u"
 }
 
 ###############################################################################

@@ -93,6 +93,12 @@ func ParseCapability(s string) (Capabilities, error) {
 // Has reports whether c allows want (always, when c is zero).
 func (c Capabilities) Has(want Capabilities) bool { return c == 0 || c&want == want }
 
+// ResolvesTags reports whether a host with c may be asked for a tag:
+// containerd's Resolve asks only the hosts with both pull and resolve
+// (filterHosts(HostCapabilityPull|HostCapabilityResolve),
+// core/remotes/docker/resolver.go), so a host with resolve alone is not.
+func (c Capabilities) ResolvesTags() bool { return c.Has(CapabilityPull | CapabilityResolve) }
+
 // Names are c's capabilities in the order pull, resolve, push (nil for
 // zero).
 func (c Capabilities) Names() []string {

@@ -57,3 +57,21 @@ func TestParsePlatform(t *testing.T) {
 		}
 	}
 }
+
+// containerd's Resolve asks a host for a tag only when it has both pull and
+// resolve (filterHosts(HostCapabilityPull|HostCapabilityResolve)).
+func TestResolvesTags(t *testing.T) {
+	for c, want := range map[Capabilities]bool{
+		0:                                  true,
+		CapabilityPull | CapabilityResolve: true,
+		CapabilityPull | CapabilityResolve | CapabilityPush: true,
+		CapabilityResolve:                  false,
+		CapabilityResolve | CapabilityPush: false,
+		CapabilityPull:                     false,
+		CapabilityPush:                     false,
+	} {
+		if got := c.ResolvesTags(); got != want {
+			t.Errorf("%v.ResolvesTags() = %v, want %v", c.Names(), got, want)
+		}
+	}
+}
