@@ -1,9 +1,12 @@
 package hosts
 
 import (
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/pullhelper/pullhelper/internal/testcert"
 )
 
 // An IPv6 literal registry ("[::1]:5000") cannot be named in an image
@@ -21,16 +24,72 @@ func TestContainerdEndpointListIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].file != dir || list[0].scheme != "http" || list[0].host != "[::1]:5000" || !list[0].tls.SkipVerify {
-		t.Errorf("config_path: %+v, want http://[::1]:5000 from %s with the localhost skip_verify", list, dir)
+	// The localhost default is http with skip_verify, which
+	// ConfigureHosts tries over https first (its port is not 80).
+	if len(list) != 1 || list[0].file != dir || list[0].scheme != "https" || !list[0].tlsFallback || list[0].host != "[::1]:5000" || !list[0].tls.SkipVerify {
+		t.Errorf("config_path: %+v, want https (falling back to http) to [::1]:5000 from %s with the localhost skip_verify", list, dir)
 	}
 	// No config: the legacy default endpoint, http and skip_verify for a
-	// loopback address.
+	// loopback address; the CRI's legacy registryHosts has no fallback.
 	list, err = containerdEndpointList(&ctrdRegistry{}, "[::1]:5000", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].scheme != "http" || list[0].host != "[::1]:5000" || !list[0].tls.SkipVerify {
+	if len(list) != 1 || list[0].scheme != "http" || list[0].tlsFallback || list[0].host != "[::1]:5000" || !list[0].tls.SkipVerify {
 		t.Errorf("legacy: %+v, want http://[::1]:5000 with skip_verify", list)
+	}
+}
+
+// ConfigureHosts (containerd 2.x) tries a http:// host over https first,
+// falling back to plain http (docker.NewHTTPFallback), when the host has
+// TLS settings of its own (ca, client, skip_verify, even false) and its
+// port is not 80; otherwise http stays http.
+func TestContainerdHTTPHostWithTLSTriesHTTPSFirst(t *testing.T) {
+	root := t.TempDir()
+	ca := filepath.Join(root, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: testcert.CA(t, "reg.example CA")}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "reg.example")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	toml := `server = "http://reg.example:5000"
+[host."http://m1.example:5000"]
+  ca = "` + ca + `"
+[host."http://m2.example:80"]
+  skip_verify = true
+[host."http://m3.example:5000"]
+[host."http://m4.example"]
+  skip_verify = false
+[host."https://m5.example:5000"]
+  skip_verify = true
+`
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err := containerdEndpointList(&ctrdRegistry{ConfigPath: root}, "reg.example", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		scheme   string
+		fallback bool
+	}{
+		"m1.example:5000":  {"https", true},  // ca
+		"m2.example:80":    {"http", false},  // port 80: not ambiguous
+		"m3.example:5000":  {"http", false},  // no TLS settings
+		"m4.example":       {"https", true},  // skip_verify set, even false
+		"m5.example:5000":  {"https", false}, // https already
+		"reg.example:5000": {"http", false},  // the server, no TLS settings
+	}
+	if len(list) != len(want) {
+		t.Fatalf("got %d endpoints, want %d: %+v", len(list), len(want), list)
+	}
+	for _, e := range list {
+		w, ok := want[e.host]
+		if !ok || e.scheme != w.scheme || e.tlsFallback != w.fallback {
+			t.Errorf("%s: scheme %s, fallback %v; want %s, %v", e.host, e.scheme, e.tlsFallback, w.scheme, w.fallback)
+		}
 	}
 }

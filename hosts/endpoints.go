@@ -159,7 +159,7 @@ func (r *Resolver) containerdEndpoints(named reference.Named) ([]Endpoint, error
 			q.ContainerdKey = legacyKey
 		}
 		ep := r.endpoint(q)
-		ep.Scheme, ep.Path, ep.Source, ep.File = ce.scheme, ce.path, ce.source, ce.file
+		ep.Scheme, ep.Path, ep.Source, ep.File, ep.TLSFallback = ce.scheme, ce.path, ce.source, ce.file, ce.tlsFallback
 		ep.Capabilities, ep.Headers, ep.HeaderValues, ep.DialTimeout = ce.capabilities, ce.headers, ce.header, ce.dialTimeout
 		ep.Mirror = i < len(list)-1
 		ep.Query.Server = !ep.Mirror
@@ -200,6 +200,7 @@ type ctrdEndpoint struct {
 	header                           map[string][]string
 	dialTimeout                      string
 	tls                              ctrdTLS
+	tlsFallback                      bool // https first, then plain http (wire.Endpoint.TLSFallback)
 }
 
 // containerdEndpointList lists containerd's hosts for refHost in order.
@@ -250,6 +251,15 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)
 			e.tls.ClientPairs = append(e.tls.ClientPairs, p)
 		}
 		e.tls.SkipVerify = h.skipVerify != nil && *h.skipVerify
+		// ConfigureHosts: a http host with TLS settings of its own (ca,
+		// client or skip_verify, the localhost default's included) on a
+		// port other than 80 is tried over https first, with
+		// docker.NewHTTPFallback.
+		if h.scheme == "http" && (h.caCerts != nil || h.clientPairs != nil || h.skipVerify != nil) {
+			if _, port, _ := net.SplitHostPort(h.host); port != "80" {
+				e.scheme, e.tlsFallback = "https", true
+			}
+		}
 		out = append(out, e)
 	}
 	return out, nil

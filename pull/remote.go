@@ -123,6 +123,7 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 	tlsc.InsecureSkipVerify = insecure
 	ep.TLS = tlsc
 	ep.HTTPFallback = insecure && !containerd && ep.Scheme == "https"
+	ep.TLSFallback = containerd && e.TLSFallback && ep.Scheme == "https"
 	if len(e.Credentials) > 0 {
 		c := e.Credentials[min(round, len(e.Credentials)-1)]
 		if s, ok := m.Secrets[c.ID]; ok {

@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -67,6 +69,16 @@ type Endpoint struct {
 	// host[:port] (port 80 when none is named); when http answers 200 or
 	// 401 the endpoint uses http from then on.
 	HTTPFallback bool
+	// TLSFallback: containerd's httpFallback (docker.NewHTTPFallback, for
+	// a hosts.toml host written http:// with TLS settings, on a port other
+	// than 80, whose Scheme is then "https"): a request to the host that
+	// fails because it answered in plain HTTP ("HTTP/" where a TLS record
+	// was due) or its TLS handshake timed out, or whose connection was
+	// refused or timed out on the default port (the host names none), is
+	// sent again over plain http, and every later request to the host
+	// goes over http. A certificate it does not trust is not such a
+	// failure: it stays final.
+	TLSFallback bool
 	// DialTimeout bounds each connect (0: DefaultDialTimeout).
 	DialTimeout time.Duration
 	// HeaderTimeout bounds the wait for an answer's headers once the
@@ -306,6 +318,18 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 			return nil, err
 		}
 		res, err := h.client.Do(req)
+		if err != nil && scheme == "https" && h.tlsFallback(err) {
+			// The same request over plain http, as containerd's
+			// httpFallback sends it (its headers as they are).
+			h.mu.Lock()
+			h.scheme = "http"
+			h.mu.Unlock()
+			h.c.hooks.Log.Info("host answered over https in a way that means plain http; using http from now on, as containerd does for a http:// host with TLS settings", "host", h.name(), "https_error", withoutQuery(err).Error())
+			plain := req.Clone(ctx)
+			plain.URL.Scheme = "http"
+			req = plain
+			res, err = h.client.Do(req)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -334,6 +358,37 @@ func (h *host) do(ctx context.Context, method, p string, hdr http.Header) (*http
 		h.mu.Unlock()
 		drain(res)
 	}
+}
+
+// tlsFallback reports whether err, the failure of a request to this
+// endpoint over https, sends it over http instead (Endpoint.TLSFallback):
+// containerd's isTLSError (the host answered "HTTP/", or the TLS handshake
+// timed out) or isPortError (the connection was refused or timed out on a
+// host named without a port). A failure at a redirect target is not the
+// endpoint's.
+func (h *host) tlsFallback(err error) bool {
+	if !h.ep.TLSFallback {
+		return false
+	}
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return false
+	}
+	if u, perr := url.Parse(ue.URL); perr != nil || u.Host != h.ep.Host {
+		return false
+	}
+	// http.Client turns the transport's tls.RecordHeaderError "HTTP/",
+	// which containerd's round tripper sees, into ErrSchemeMismatch.
+	var rh tls.RecordHeaderError
+	if errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh) && string(rh.RecordHeader[:]) == "HTTP/" ||
+		strings.Contains(err.Error(), "TLS handshake timeout") {
+		return true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || os.IsTimeout(err) {
+		_, port, _ := net.SplitHostPort(h.ep.Host)
+		return port == ""
+	}
+	return false
 }
 
 // detect is containers/image's detectPropertiesHelper for an endpoint

@@ -15,7 +15,12 @@
 // a GET with the token as Basic password, as containerd's authorizer does). An insecure endpoint
 // (HTTPFallback) is first pinged at its API root over https and then over
 // plain http, and uses http when only that answers (containers/image's
-// detectPropertiesHelper); a plain-http answer to https elsewhere is final.
+// detectPropertiesHelper). A containerd host written http:// with TLS
+// settings (TLSFallback) is asked over https and, when a request fails
+// because the host answered in plain HTTP, its TLS handshake timed out or
+// (no port named) https was refused, the request and every later one go
+// over http (containerd's httpFallback). A plain-http answer to https
+// elsewhere is final.
 //
 // Fallback, as containerd does it: a tag is asked only of endpoints that
 // may resolve; a manifest by digest and every blob are asked of each

@@ -4,17 +4,22 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -688,5 +693,74 @@ func TestHTTPFallbackNeitherAnswers(t *testing.T) {
 	var pe *probeError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "over plain http") {
 		t.Fatalf("err = %v, want both failures named", err)
+	}
+}
+
+// containerd's httpFallback (TLSFallback): a host configured http:// with TLS
+// settings is asked over https; when it answers in plain HTTP the same
+// request goes over http, and so does every later one (no ping, no second
+// https try). An https host whose certificate is not trusted is not such a
+// failure: the error stays, and nothing goes over plain http.
+func TestTLSFallbackOnPlainHTTPAnswer(t *testing.T) {
+	f, _, _ := newFake(t, "ns/app")
+	ep := endpointOf(t, f)
+	ep.Scheme, ep.TLSFallback = "https", true
+	var logs strings.Builder
+	c := New([]Endpoint{ep}, Hooks{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer c.Close()
+	for i := 0; i < 2; i++ {
+		if _, _, _, err := c.Manifest(context.Background(), "latest", nil, 1<<20); err != nil {
+			t.Fatalf("manifest %d: %v", i, err)
+		}
+	}
+	var paths []string
+	for _, r := range f.requests() {
+		paths = append(paths, r.URL.Path)
+	}
+	if want := "/v2/ns/app/manifests/latest /v2/ns/app/manifests/latest"; strings.Join(paths, " ") != want {
+		t.Errorf("requests %q, want %q (the manifests over http, no ping)", strings.Join(paths, " "), want)
+	}
+	if n := strings.Count(logs.String(), "using http from now on"); n != 1 {
+		t.Errorf("the fallback was logged %d times, want once: %s", n, logs.String())
+	}
+
+	// A TLS server whose certificate the endpoint does not trust.
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	ep2 := Endpoint{Scheme: "https", Host: hostOf(t, srv), Path: "/v2", Repository: "app", Resolve: true, TLSFallback: true}
+	c2 := New([]Endpoint{ep2}, Hooks{})
+	defer c2.Close()
+	_, _, _, err := c2.Manifest(context.Background(), "latest", nil, 1<<20)
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("err = %v, want the untrusted certificate's error", err)
+	}
+	if c2.hosts[0].currentScheme() != "https" {
+		t.Errorf("an untrusted certificate made the endpoint use %s", c2.hosts[0].currentScheme())
+	}
+}
+
+// containerd's isPortError: a refused or timed-out connection falls back to
+// http only when the host names no port (443 refused: try 80).
+func TestTLSFallbackPortRule(t *testing.T) {
+	refused := &url.Error{Op: "Get", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	for _, tc := range []struct {
+		host, url string
+		fallback  bool
+		want      bool
+	}{
+		{"reg.example", "https://reg.example/v2/", true, true},
+		{"reg.example:5000", "https://reg.example:5000/v2/", true, false},
+		{"reg.example", "https://cdn.example/blob", true, false}, // a redirect target's failure
+		{"reg.example", "https://reg.example/v2/", false, false},
+	} {
+		refused.URL = tc.url
+		h := &host{ep: Endpoint{Host: tc.host, TLSFallback: tc.fallback}}
+		if got := h.tlsFallback(refused); got != tc.want {
+			t.Errorf("host %s, %s refused, TLSFallback %v: fallback %v, want %v", tc.host, tc.url, tc.fallback, got, tc.want)
+		}
 	}
 }

@@ -309,3 +309,23 @@ EOF2
     assert_json_error usage
     [[ $ph_error_message == *--format* ]] || fail "the error does not name --format: $ph_error_message"
 }
+
+@test "containerd's default host for a loopback registry (http, skip_verify) is tried over https first, as containerd 2.x's ConfigureHosts does: this TLS registry serves the pull, its credential never goes over plain http" {
+    mkdir -p "$T/hosts"
+    cred containerd "$T/img.toml"
+    {
+        cat "$T/img.toml"
+        echo
+        echo '[plugins."io.containerd.grpc.v1.cri".registry]'
+        echo "  config_path = \"$T/hosts\""
+    } >"$T/config.toml"
+    chmod 600 "$T/config.toml"
+    run_pullhelper explain --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" https
+    assert_equal "$(json_get '.plan.endpoints[0].tls_fallback' <<<"$output")" true
+    run_pullhelper pull --containerd-config "$T/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    [[ $stderr != *"using http from now on"* ]] || fail "a TLS registry was asked over plain http: $stderr"
+    assert_secret_absent "$output" "$stderr"
+}

@@ -263,3 +263,32 @@ EOF
     (($(manifest_gets) > before)) || fail "the registry logged no manifest GET"
     [[ $stderr != *"using plain http"* ]] || fail "an http:// host went through the insecure fallback: $stderr"
 }
+
+@test "containerd's rules: a hosts.toml server http:// with TLS settings is tried over https first (ConfigureHosts); https refused where no port is named, the same request goes over plain HTTP (httpFallback); on port 80 it stays plain HTTP" {
+    local d
+    for d in certs.d certs80.d; do
+        printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' \
+            "$BATS_TEST_TMPDIR/$d" >"$BATS_TEST_TMPDIR/$d.toml"
+    done
+    mkdir -p "$BATS_TEST_TMPDIR/certs.d/registry.local" "$BATS_TEST_TMPDIR/certs80.d/registry.local:80"
+    printf 'server = "http://registry.local"\nskip_verify = true\n' >"$BATS_TEST_TMPDIR/certs.d/registry.local/hosts.toml"
+    printf 'server = "http://registry.local:80"\nskip_verify = true\n' >"$BATS_TEST_TMPDIR/certs80.d/registry.local:80/hosts.toml"
+    run_pullhelper explain --containerd-config "$BATS_TEST_TMPDIR/certs.d.toml" "${OPTS[@]}" registry.local/fixtures/tiny "oci:$OUT/dest"
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" https
+    assert_equal "$(json_get '.plan.endpoints[0].tls_fallback' <<<"$output")" true
+    local before
+    before=$(manifest_gets)
+    run_pullhelper pull --containerd-config "$BATS_TEST_TMPDIR/certs.d.toml" "${OPTS[@]}" \
+        registry.local/fixtures/tiny "oci:$OUT/dest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    (($(manifest_gets) > before)) || fail "the registry logged no manifest GET"
+    [[ $(grep -c "using http from now on" <<<"$stderr") == 1 ]] || fail "want one line saying the host is asked over http from now on: $stderr"
+    # Port 80 is not ambiguous: plain HTTP from the start, no fallback.
+    run_pullhelper explain --containerd-config "$BATS_TEST_TMPDIR/certs80.d.toml" "${OPTS[@]}" registry.local:80/fixtures/tiny "oci:$OUT/dest80"
+    assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" http
+    run_pullhelper pull --containerd-config "$BATS_TEST_TMPDIR/certs80.d.toml" "${OPTS[@]}" \
+        registry.local:80/fixtures/tiny "oci:$OUT/dest80"
+    assert_json_result
+    [[ $stderr != *"using http from now on"* ]] || fail "port 80 went through the fallback: $stderr"
+}

@@ -22,6 +22,13 @@ type Endpoint struct {
 	// Host is the host[:port] contacted; Scheme "https" or "http".
 	Host   string `json:"host"`
 	Scheme string `json:"scheme"`
+	// TLSFallback: Scheme is "https" for a containerd host written
+	// http:// with TLS settings of its own (ca, client, skip_verify: the
+	// localhost default's too) on a port other than 80, which
+	// containerd's ConfigureHosts tries over https first and over plain
+	// http when the host answers in plain HTTP (docker.NewHTTPFallback:
+	// registry.Endpoint.TLSFallback says exactly when).
+	TLSFallback bool `json:"tls_fallback,omitempty"`
 	// Path is containerd's API root on the host ("/v2", a hosts.toml path
 	// prefix + "/v2", or exactly the path with override_path, possibly
 	// ""); "" for registries.conf endpoints, where containers/image always
