@@ -47,12 +47,15 @@
 //     a usage error (InvalidArgument) and nothing starts. The result,
 //     PodSettings, is part of the flight key and goes to the Plan hook in
 //     the Request.
-//   - Every other method, of the ImageService or any other service
-//     (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImages,
-//     RuntimeService calls), is forwarded to the runtime's socket as raw
-//     bytes (forward.go: grpc.UnknownServiceHandler with a codec that
+//   - The ImageService's other methods (ListImages, ImageStatus,
+//     RemoveImage, ImageFsInfo, StreamImages, any newer runtime.v1 one)
+//     and RuntimeService/Version are forwarded to the runtime's socket as
+//     raw bytes (forward.go: grpc.UnknownServiceHandler with a codec that
 //     passes frames through), so the kubelet sees one store and methods
-//     newer than this code still work. Messages are bounded at 16 MiB
+//     newer than this code still work. No other call is (forwarded): the
+//     runtime service would make a caller of this socket (a --listen-group
+//     member) root on the runtime, and runtime.v1alpha2's PullImage would
+//     pull around the policy; they are Unimplemented here. Messages are bounded at 16 MiB
 //     each way, as the kubelet's CRI client bounds them (maxMsgSize).
 //   - Observability: one log line per PullImage request (logline.go: the
 //     request's image and pod, the result's digest, image ID, bytes, cgroup

@@ -49,14 +49,31 @@ func (codec) Name() string { return "proto" }
 // and streaming methods alike are a sequence of frames each way.
 var forwardedDesc = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
-// forward is the grpc.UnknownServiceHandler: the call, whatever its
-// method, goes to the runtime's socket as it came (the caller's metadata
-// and deadline included), and the runtime's answer (headers, frames,
-// trailer, status) comes back as it is.
+// forwarded reports whether a call of method is forwarded: the image
+// service's methods (runtime.v1.ImageService; PullImage is served here)
+// and RuntimeService/Version, which crictl and the detection ask. Nothing
+// else: the runtime service (RunPodSandbox, CreateContainer, Exec…) would
+// give a caller of this socket, a --listen-group member too, what only
+// root may do through the runtime's own socket, and another API version's
+// PullImage (runtime.v1alpha2) would pull around the policy and the
+// isolation.
+func forwarded(method string) bool {
+	return strings.HasPrefix(method, "/runtime.v1.ImageService/") || method == "/runtime.v1.RuntimeService/Version"
+}
+
+// forward is the grpc.UnknownServiceHandler: a call forwarded goes to the
+// runtime's socket as it came (the caller's metadata and deadline
+// included), and the runtime's answer (headers, frames, trailer, status)
+// comes back as it is; any other call is Unimplemented, naming the
+// runtime's socket, and never reaches the runtime.
 func (s *Server) forward(_ any, ss grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
 		return status.Error(codes.Internal, "pullhelper cri: the call names no method")
+	}
+	if !forwarded(method) {
+		return status.Errorf(codes.Unimplemented, "pullhelper cri serves the CRI image service (runtime.v1.ImageService) and RuntimeService/Version only, not %s; call the runtime's own socket (%s) for it",
+			clip(method, 256), "unix://"+s.cfg.Runtime)
 	}
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()

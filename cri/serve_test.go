@@ -234,6 +234,97 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// podRuntime is a runtime service that records every call it gets.
+type podRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	mu    sync.Mutex
+	calls []string
+}
+
+func (p *podRuntime) record(m string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, m)
+}
+
+func (p *podRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	p.record("Version")
+	return &runtimeapi.VersionResponse{RuntimeName: "containerd", RuntimeVersion: "v2.4.2", RuntimeApiVersion: "v1"}, nil
+}
+
+func (p *podRuntime) RunPodSandbox(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	p.record("RunPodSandbox")
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "pod"}, nil
+}
+
+func (p *podRuntime) ListContainers(context.Context, *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	p.record("ListContainers")
+	return &runtimeapi.ListContainersResponse{}, nil
+}
+
+// Only the image service and RuntimeService/Version are forwarded: the
+// runtime service's other calls (a pod, a container: root's through the
+// runtime's socket, and a --listen-group member's through this one) and
+// another API version's calls (v1alpha2's PullImage would pull around the
+// policy) are Unimplemented here, naming the runtime's socket, and never
+// reach the runtime.
+func TestForwardsOnlyTheImageService(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: Serve refuses a --listen directory that is not root's (dest.CheckRootDir)")
+	}
+	dir := t.TempDir()
+	rtSock, phSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "ph", "cri.sock")
+	rt := &podRuntime{}
+	serveFake(t, rtSock, &fakeRuntime{gotMD: make(chan metadata.MD, 8)}, rt)
+	cfg := Config{Listen: phSock, Runtime: rtSock, MaxParallel: 1,
+		Plan: func(Request) (*pipeline.Plan, error) { return &pipeline.Plan{}, nil },
+		Run: func(context.Context, *pipeline.Plan, pipeline.Options) (*api.Result, error) {
+			return nil, errors.New("no pull in this test")
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { _, err := Serve(ctx, cfg); served <- err }()
+	conn := dialCRI(t, phSock)
+	defer conn.Close()
+	rs := runtimeapi.NewRuntimeServiceClient(conn)
+	v, err := rs.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+	if err != nil || v.RuntimeName != "containerd" {
+		t.Fatalf("Version: %v %v", v, err)
+	}
+	if _, err := runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{}); err != nil {
+		t.Fatalf("ListImages: %v", err)
+	}
+	_, err = rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{})
+	st, _ := status.FromError(err)
+	if st.Code() != codes.Unimplemented || !strings.Contains(st.Message(), "/runtime.v1.RuntimeService/RunPodSandbox") || !strings.Contains(st.Message(), "unix://"+rtSock) {
+		t.Errorf("RunPodSandbox through pullhelper: %v; want Unimplemented naming the method and the runtime's socket", err)
+	}
+	if _, err := rs.ListContainers(ctx, &runtimeapi.ListContainersRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("ListContainers through pullhelper: %v; want Unimplemented", err)
+	}
+	// runtime.v1alpha2's PullImage, as raw frames: the same request bytes.
+	raw, err := proto.Marshal(&runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out frame
+	err = conn.Invoke(ctx, "/runtime.v1alpha2.ImageService/PullImage", &frame{data: raw}, &out, grpc.ForceCodec(codec{}))
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "runtime.v1alpha2.ImageService/PullImage") {
+		t.Errorf("v1alpha2 PullImage through pullhelper: %v; want Unimplemented", err)
+	}
+	rt.mu.Lock()
+	calls := strings.Join(rt.calls, " ")
+	rt.mu.Unlock()
+	if calls != "Version" {
+		t.Errorf("the runtime service got %q, want only Version", calls)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A pull whose image the runtime's CRI never lists fails (Internal, after
 // listedTimeout) instead of answering an image ID that ImageStatus does
 // not know; a caller that goes meanwhile gets Canceled.

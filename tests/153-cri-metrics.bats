@@ -166,7 +166,7 @@ metric() {
     [[ -f $s && ! -s $s ]] || fail "the file at --listen was touched"
 }
 
-@test "cri: --listen-group users: the socket is root:users 0660; uid 65534 in group users lists images through it, without the group it is refused" {
+@test "cri: --listen-group users: the socket is root:users 0660; uid 65534 in group users lists images through it but gets no runtime service call (pods, ps: Unimplemented), without the group it is refused" {
     ctrd2_require
     local gid
     gid=$(getent group users | cut -d: -f3) || skip "no group users in /etc/group"
@@ -184,6 +184,20 @@ metric() {
     echo "$output"
     assert_success
     assert_output --partial "$REGISTRY_HOST/fixtures/tiny"
+    # The member gets the image service, not the runtime's: pods,
+    # containers and runp through this socket never reach containerd
+    # (whose own socket is root's).
+    printf 'image-endpoint: unix://%s\nruntime-endpoint: unix://%s\ntimeout: 30\n' "$PH_SOCK" "$PH_SOCK" >"$SOCK_DIR/crictl-rt.yaml"
+    chmod 0644 "$SOCK_DIR/crictl-rt.yaml"
+    local sub
+    for sub in pods ps; do
+        run env -i PATH="$PATH" HOME=/nonexistent setpriv --reuid 65534 --regid 65534 --groups "$gid" -- \
+            timeout --kill-after=5 60 "$CRICTL" --config "$SOCK_DIR/crictl-rt.yaml" "$sub"
+        echo "$output"
+        assert_failure
+        assert_output --partial "Unimplemented"
+        assert_output --partial "runtime's own socket"
+    done
     run env -i PATH="$PATH" HOME=/nonexistent setpriv --reuid 65534 --regid 65534 --clear-groups -- \
         timeout --kill-after=5 60 "$CRICTL" --config "$SOCK_DIR/crictl.yaml" images
     echo "$output"

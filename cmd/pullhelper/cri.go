@@ -44,7 +44,7 @@ func criCommand(c *common, result *any) *cobra.Command {
 	var ro criOptions
 	cmd := &cobra.Command{
 		Use:   "cri --listen unix:///PATH --runtime-endpoint unix:///PATH [options]",
-		Short: "Serve the CRI image service: every PullImage an isolated pull, the rest forwarded",
+		Short: "Serve the CRI image service: every PullImage an isolated pull, the rest of the image service forwarded",
 		Long: `Serve runtime.v1.ImageService (the CRI, k8s.io/cri-api) on the unix socket --listen, for
 the kubelet's imageServiceEndpoint (crictl --image-endpoint), in front of the runtime's
 own CRI at --runtime-endpoint: containerd (1.6 and 2.x) or CRI-O.
@@ -115,8 +115,10 @@ cri.pull_cgroup = "pod" puts the pull's cgroup under the pod's linux.cgroup_pare
 (an existing cgroup) instead of --cgroup-parent, and cri.pod_dns = true makes the pod's
 dns_config the child's resolv.conf. Requests share a pull only with equal pod settings.
 
-Every other call (ListImages, ImageStatus, RemoveImage, ImageFsInfo, StreamImages,
-any method or service) is forwarded to --runtime-endpoint as it came.
+The rest of the image service (ListImages, ImageStatus, RemoveImage, ImageFsInfo,
+StreamImages, any newer runtime.v1.ImageService method) and RuntimeService/Version
+are forwarded to --runtime-endpoint as they came; no other call is (Unimplemented:
+a runtime service call through this socket would make its callers root on the runtime).
 
 The socket is created root-only (0600), or with --listen-group GROUP root:GROUP 0660
 (born so: never more open, not even for a moment; a setgid directory of another
@@ -262,7 +264,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 	fs.StringVar(&listen, "listen", "", "serve the CRI image service on this `unix:///PATH` socket (created root-only, 0600, unless --listen-group; in a directory only root can write)")
 	fs.StringVar(&listenGroup, "listen-group", "", "create the --listen socket root:`GROUP` 0660 (a name of /etc/group or a numeric GID) so that this group's members may call it; default root-only 0600")
 	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
-	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH`, root's, in directories only root can write (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): every other call is forwarded to it")
+	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH`, root's, in directories only root can write (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): the rest of the image service is forwarded to it")
 	fs.StringVar(&ro.runtime, "runtime", "auto", "the runtime behind --runtime-endpoint, `auto|containerd|cri-o`; auto: containerd with --containerd-config, cri-o with a --crio-* or --storage-conf flag, else what the runtime's Version answer names")
 	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; a missing default is skipped, as CRI-O does)")
 	fs.StringVar(&ro.crioConfigDir, "crio-config-dir", cri.CRIOConfigDirDefault, "CRI-O: its drop-in `DIR`, every file below it applied after --crio-config in lexical order, as CRI-O does")
