@@ -19,6 +19,7 @@ import (
 	"github.com/pullhelper/pullhelper/pipeline"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -93,9 +94,21 @@ type Config struct {
 // DialFunc connects to the unix socket at path.
 type DialFunc func(ctx context.Context, path string) (net.Conn, error)
 
+// The kubelet's connection parameters for the runtime's socket
+// (k8s.io/cri-client's NewRemoteImageService and NewRemoteRuntimeService):
+// gRPC's backoff from 100 ms up to 3 s between reconnections, instead of
+// gRPC's default up to 120 s, so that a runtime that restarts answers
+// forwarded calls (and a pull's wait for its listing) within seconds.
+var runtimeConnectParams = func() grpc.ConnectParams {
+	p := grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}
+	p.Backoff.BaseDelay, p.Backoff.MaxDelay = 100*time.Millisecond, 3*time.Second
+	return p
+}()
+
 // runtimeConn is a client of the runtime's socket, through dial when set.
 func runtimeConn(path string, dial DialFunc) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(runtimeConnectParams),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize))}
 	if dial == nil {
 		return grpc.NewClient("unix://"+path, opts...)
