@@ -850,17 +850,19 @@ func TestKeyringContainerdHostsToml(t *testing.T) {
 			wantErr: "unable to load CA cert",
 		},
 		{
+			// http with skip_verify, which ConfigureHosts tries
+			// over https first (TLSFallback; hosts' own test).
 			name:      "localhost default skips verification",
 			ref:       "localhost:5000",
 			hosts:     "-",
-			endpoints: []string{"http://localhost:5000/v2 containerd default"},
+			endpoints: []string{"https://localhost:5000/v2 containerd default"},
 			want:      []ctrdTLS{{SkipVerify: true}},
 		},
 		{
 			name:      "localhost default overrides skip_verify = false without server",
 			ref:       "localhost:5000",
 			hosts:     "skip_verify = false\n",
-			endpoints: []string{"http://localhost:5000/v2 containerd default"},
+			endpoints: []string{"https://localhost:5000/v2 containerd default"},
 			want:      []ctrdTLS{{SkipVerify: true}},
 		},
 		{
