@@ -144,14 +144,15 @@ type Keyring struct {
 // The sources are composed in this order, as the kubelet and the runtime
 // apply them (the file comment says why):
 //
-//	Fallback(
-//	  OrElse(
-//	    Multi(the CRI request's credential, to its one host,
-//	          Kubelet(Multi(pull secrets, node docker config, credential providers)),
-//	          service-account token),
-//	    containerd configs."HOST".auth (not with a CRI request's credential)),
-//	  First(each registries.conf credential-helper in order, "containers-auth.json"
-//	        walking the auth files))
+//	OrElse(
+//	  the CRI request's credential, to its one host (then its only one),
+//	  Fallback(
+//	    OrElse(
+//	      Multi(Kubelet(Multi(pull secrets, node docker config, credential providers)),
+//	            service-account token),
+//	      containerd configs."HOST".auth (not with a CRI request's credential)),
+//	    First(each registries.conf credential-helper in order, "containers-auth.json"
+//	          walking the auth files)))
 //
 // A lookup that fails as its owner fails it (a *LookupError: containerd's
 // ParseAuth, containers/image's auth files and helpers when the kubelet's
@@ -230,11 +231,15 @@ func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 	for _, h := range helpers {
 		containers = append(containers, newHelperKeychain(h, k.authFiles, c.RunProviders, r.RegistriesConfName(), k.Warn))
 	}
-	var req Keychain
+	k.chain = Fallback{First: OrElse{First: Multi{Kubelet{kubelet}, sa}, Then: ctrd}, Then: containers}
 	if c.Request != nil {
-		req = requestKeychain{c.Request}
+		// The request's credential is its host's only one: containerd's
+		// CRI reads its own configs only for a request without auth
+		// (GRPCCRIImageService.PullImage), and CRI-O's DockerAuthConfig
+		// makes containers/image read no auth file; either way a refused
+		// one fails the pull, it never falls back to the node's.
+		k.chain = OrElse{First: requestKeychain{c.Request}, Then: k.chain}
 	}
-	k.chain = Fallback{First: OrElse{First: Multi{req, Kubelet{kubelet}, sa}, Then: ctrd}, Then: containers}
 	return k, nil
 }
 

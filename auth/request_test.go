@@ -24,7 +24,8 @@ func credsByHost(eps []wire.Endpoint) map[string][]string {
 // (the child exchanges it at the realm, as containerd's FetchTokenWithOAuth
 // does with grant_type=refresh_token). containerd's configs."HOST".auth are
 // not read for any host then (registryHosts reads them only when the CRI
-// request has no auth); the node's auth files still are, as before.
+// request has no auth); the node's auth files still are, for the other
+// hosts.
 func TestRequestOnlyToItsHost(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "hosts")
@@ -70,7 +71,9 @@ func TestRequestOnlyToItsHost(t *testing.T) {
 
 // registries.conf (CRI-O's node): a mirror on another host gets the node's
 // auth-file entry for it, never the request's credential; the primary gets
-// the request's first.
+// the request's alone (CRI-O's DockerAuthConfig: containers/image reads no
+// auth file), so a refused request credential never falls back to the
+// node's.
 func TestRequestNotToRegistriesConfMirror(t *testing.T) {
 	dir := t.TempDir()
 	c := hermetic(t, dir)
@@ -79,7 +82,7 @@ func TestRequestNotToRegistriesConfMirror(t *testing.T) {
 	c.Request = &auth.Request{Host: "reg.example.com", Username: "req", Password: "rp"}
 	want := map[string][]string{
 		"mirror.example.com:5000": {"containers-auth.json:mirror.example.com:5000:mir"},
-		"reg.example.com":         {"cri-request:reg.example.com:req", "containers-auth.json:reg.example.com:af"},
+		"reg.example.com":         {"cri-request:reg.example.com:req"},
 	}
 	if got := credsByHost(endpoints(t, newKeyring(t, c), "reg.example.com/ns/app:v1")); !reflect.DeepEqual(got, want) {
 		t.Fatalf("credentials %q, want %q", got, want)

@@ -32,7 +32,9 @@
 //     as one (the child's registry client exchanges it at the realm as an
 //     OAuth2 refresh token, as containerd does); registry_token is ignored
 //     as containerd's CRI ignores it, and for CRI-O identity_token too
-//     (crioIgnored); without a credential the node's own sources apply. Equal
+//     (crioIgnored). It is its host's only credential (a refused one fails
+//     the pull, as in both runtimes); without one, and for other hosts,
+//     the node's own sources apply. Equal
 //     requests in flight (image, credential identity and pod settings)
 //     share one pull;
 //     at most MaxParallel pulls run at once. When every caller of a pull

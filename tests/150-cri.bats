@@ -265,7 +265,7 @@ while True:
     assert_equal "$(pull_cgroups)" ""
 }
 
-@test "cri: a wrong password fails Unauthenticated with the registry's reason; no secret in the error or the log" {
+@test "cri: a wrong password fails Unauthenticated with the registry's reason, also when the node has the right one; no secret in the error or the log" {
     ctrd2_require
     cri_up
     run pcrictl pull --creds "$REGISTRY_USER:wrong-password-x" "$REGISTRY_HOST/fixtures/tiny:latest"
@@ -280,6 +280,19 @@ while True:
     run pcrictl pull "$REGISTRY_HOST/fixtures/tiny:latest"
     assert_failure
     assert_output --partial "code = Unauthenticated"
+    # The node has the right one (--authfile): a request without
+    # credentials gets it, a request with a wrong one still fails, as
+    # containerd's CRI reads its own credentials only for a request
+    # without auth; it never falls back to the node's.
+    kill -TERM "$CRI_PID"
+    wait "$CRI_PID" || true
+    cri_up_on "$SOCK" --authfile "$REGISTRY_AUTHFILE"
+    run pcrictl pull --creds "$REGISTRY_USER:wrong-password-x" "$REGISTRY_HOST/fixtures/tiny:latest"
+    assert_failure
+    assert_output --partial "code = Unauthenticated"
+    ! grep -q "trying the next" "$T/cri.log" || fail "a refused request credential fell back to the node's: $(grep "trying the next" "$T/cri.log")"
+    run pcrictl pull "$REGISTRY_HOST/fixtures/tiny:latest"
+    assert_success
 }
 
 @test "cri: a missing image fails NotFound" {
