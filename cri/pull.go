@@ -59,7 +59,11 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	if err != nil {
 		return nil, false, nil, err
 	}
-	cred, err := credentialFor(rt.authConfig(req.GetAuth()), image)
+	ac, err := rt.authConfig(req.GetAuth())
+	var cred *Credential
+	if err == nil {
+		cred, err = credentialFor(ac, image)
+	}
 	if err != nil {
 		return nil, false, nil, failure.New(failure.Usage, "%s", cred.redact(err.Error()))
 	}

@@ -2,6 +2,8 @@ package cri
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -183,23 +185,35 @@ func (r Runtime) imageRef(id string) string {
 // authConfig is the request's AuthConfig as the runtime's CRI reads it,
 // for credentialFor (which has containerd's precedence: username, then
 // identity_token, then auth). CRI-O's PullImage (server/image_pull.go)
-// reads username and password, replaced by the decoded auth when auth is
-// set, and nothing else: identity_token and registry_token are ignored
-// (crioIgnored says so in the log line); a credential without a username
-// is none. So for CRI-O the copy keeps auth alone when it is set, else
-// username and password when there is a username.
-func (r Runtime) authConfig(a *runtimeapi.AuthConfig) *runtimeapi.AuthConfig {
+// reads username and password, replaced by auth when auth is set, decoded
+// by its decodeDockerAuth (base64 that does not decode is an error; a
+// decoded value without a colon is no credential; the password's NULs
+// trimmed), and nothing else: identity_token and registry_token are
+// ignored (crioIgnored says so in the log line). A credential without a
+// username is none (the node's own sources then apply, as containers/image
+// reads its auth files without a DockerAuthConfig). So for CRI-O the copy
+// holds a username and password, or nothing.
+func (r Runtime) authConfig(a *runtimeapi.AuthConfig) (*runtimeapi.AuthConfig, error) {
 	if !r.crio() || a == nil {
-		return a
+		return a, nil
 	}
 	out := &runtimeapi.AuthConfig{ServerAddress: a.GetServerAddress()}
-	switch {
-	case a.GetAuth() != "":
-		out.Auth = a.GetAuth()
-	case a.GetUsername() != "":
-		out.Username, out.Password = a.GetUsername(), a.GetPassword()
+	user, password := a.GetUsername(), a.GetPassword()
+	if a.GetAuth() != "" {
+		decoded, err := base64.StdEncoding.DecodeString(a.GetAuth())
+		if err != nil {
+			return nil, fmt.Errorf("the request's auth config: auth is not base64 (%v)", err)
+		}
+		var ok bool
+		if user, password, ok = strings.Cut(string(decoded), ":"); !ok {
+			user, password = "", ""
+		}
+		password = strings.Trim(password, "\x00")
 	}
-	return out
+	if user != "" {
+		out.Username, out.Password = user, password
+	}
+	return out, nil
 }
 
 // crioIgnored is cred (credentialFor of authConfig's copy) with Ignored

@@ -358,10 +358,24 @@ func TestCRIOAuthConfig(t *testing.T) {
 		{&runtimeapi.AuthConfig{Username: "u1", Password: "p1", IdentityToken: "tok"}, "u1", false, false},
 		{&runtimeapi.AuthConfig{IdentityToken: "tok"}, "", false, true},
 		{&runtimeapi.AuthConfig{Password: "p1"}, "", false, true},
+		// decodeDockerAuth: no colon is no credential, nor is an empty
+		// username (never an identity token, as containerd would read
+		// ":secret"), and the password's NULs go.
+		{&runtimeapi.AuthConfig{Auth: b64("justauser")}, "", false, true},
+		{&runtimeapi.AuthConfig{Auth: b64(":somesecret")}, "", false, true},
+		{&runtimeapi.AuthConfig{Username: "u1", Password: "p1", Auth: b64("justauser")}, "", false, true},
+		{&runtimeapi.AuthConfig{Auth: b64("u3:p3\x00\x00")}, "u3", false, false},
 	} {
-		c, err := credentialFor(crio.authConfig(tc.a), "reg.io/a:1")
+		ac, err := crio.authConfig(tc.a)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.a, err)
+		}
+		c, err := credentialFor(ac, "reg.io/a:1")
+		if err != nil {
+			t.Fatalf("%v: %v", tc.a, err)
+		}
+		if c != nil && c.Request != nil && strings.ContainsRune(c.Request.Password, 0) {
+			t.Errorf("%v: the password keeps its NULs", tc.a)
 		}
 		if tc.none {
 			if c != nil {
@@ -373,14 +387,20 @@ func TestCRIOAuthConfig(t *testing.T) {
 			t.Errorf("%v: got %+v", tc.a, c)
 		}
 	}
+	// Base64 that does not decode is an error, as CRI-O's.
+	if _, err := crio.authConfig(&runtimeapi.AuthConfig{Auth: "not base64!"}); err == nil || strings.Contains(err.Error(), "not base64!") {
+		t.Errorf("CRI-O undecodable auth: %v; want an error that does not quote it", err)
+	}
 	// containerd's: the identity token is a credential (ParseAuth).
-	if c, err := credentialFor(Runtime{}.authConfig(&runtimeapi.AuthConfig{IdentityToken: "tok"}), "reg.io/a:1"); err != nil || c == nil || c.Request == nil || c.Request.IdentityToken != "tok" {
+	cac, _ := Runtime{}.authConfig(&runtimeapi.AuthConfig{IdentityToken: "tok"})
+	if c, err := credentialFor(cac, "reg.io/a:1"); err != nil || c == nil || c.Request == nil || c.Request.IdentityToken != "tok" {
 		t.Errorf("containerd identity token: %+v %v", c, err)
 	}
 	// CRI-O ignores identity_token and registry_token: the log line's
 	// ignored says so, with no value.
 	a := &runtimeapi.AuthConfig{IdentityToken: "tok-s3cr3t", RegistryToken: "rt-s3cr3t"}
-	c, _ := credentialFor(crio.authConfig(a), "reg.io/a:1")
+	iac, _ := crio.authConfig(a)
+	c, _ := credentialFor(iac, "reg.io/a:1")
 	c = crioIgnored(c, a, "reg.io/a:1")
 	if c == nil || c.Request != nil || !strings.Contains(c.Ignored, "identity_token, registry_token") || strings.Contains(c.Ignored, "s3cr3t") || c.Host != "reg.io" {
 		t.Errorf("CRI-O ignored: %+v", c)
