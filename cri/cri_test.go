@@ -43,6 +43,36 @@ func TestStatusOf(t *testing.T) {
 	}
 }
 
+// In front of CRI-O a pull that failed for one of the CRI's named reasons
+// fails as CRI-O's PullImage does: code Unknown, the message prefixed with
+// the reason (what the kubelet's evalCRIPullErr looks for once its client
+// has stripped the Unknown status); in front of containerd, and for a
+// cancelled or timed-out request, the status is unchanged.
+func TestWithReason(t *testing.T) {
+	refused := &failure.Error{Code: failure.Network, Message: "reg: dial tcp: connection refused", Reason: failure.ReasonRegistryUnavailable}
+	rejected := failure.Wrap(failure.Verification, &failure.Error{Code: failure.Verification, Message: "policy rejects", Reason: failure.ReasonSignatureValidationFailed}, "")
+	crio := Runtime{Name: RuntimeCRIO}
+	for _, tc := range []struct {
+		rt     Runtime
+		err    error
+		ctxErr error
+		want   codes.Code
+		prefix string
+	}{
+		{crio, refused, nil, codes.Unknown, "RegistryUnavailable: pullhelper: network: reg: dial tcp: connection refused"},
+		{crio, rejected, nil, codes.Unknown, "SignatureValidationFailed: pullhelper: verification: policy rejects"},
+		{crio, failure.New(failure.Network, "reg: 503"), nil, codes.Unavailable, "pullhelper: network: "},
+		{crio, refused, context.DeadlineExceeded, codes.DeadlineExceeded, "pullhelper: interrupted: "},
+		{Runtime{}, refused, nil, codes.Unavailable, "pullhelper: network: "},
+		{Runtime{}, rejected, nil, codes.Internal, "pullhelper: verification: "},
+	} {
+		st := tc.rt.withReason(statusOf(tc.err, tc.ctxErr, nil), tc.err)
+		if st.Code() != tc.want || !strings.HasPrefix(st.Message(), tc.prefix) {
+			t.Errorf("%s: %v: %s %q, want %s %q…", tc.rt.name(), tc.err, st.Code(), st.Message(), tc.want, tc.prefix)
+		}
+	}
+}
+
 // containerd's ParseAuth (internal/cri/server/images, via
 // auth.ParseContainerdAuth): username wins, then identity_token, then
 // auth; server_address names the one registry host the credential goes

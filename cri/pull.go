@@ -34,7 +34,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	attrs = append(attrs, "duration_ms", d.Milliseconds(), "shared", shared)
 	attrs = append(attrs, credentialAttrs(cred)...)
 	if err != nil {
-		st := statusOf(err, ctx.Err(), cred)
+		st := s.cfg.RuntimeKind.withReason(statusOf(err, ctx.Err(), cred), err)
 		result := resultOf(st, err)
 		s.metrics.request(result, st.Code(), d)
 		s.log.Warn("pull", append(attrs, "result", string(result), "code", st.Code().String(), "error", clip(st.Message(), maxLogError))...)
@@ -257,6 +257,22 @@ var grpcCodes = map[failure.Code]codes.Code{
 	failure.Network:      codes.Unavailable,
 	failure.TLS:          codes.Unavailable,
 	failure.Interrupted:  codes.Canceled,
+}
+
+// withReason is st as the runtime's own PullImage would fail: CRI-O's
+// (server/image_pull.go) returns a connection refused as
+// "RegistryUnavailable: …" and a signature policy's rejection as
+// "SignatureValidationFailed: …", plain errors that gRPC sends with code
+// Unknown, which the kubelet's CRI client strips to the message, so that
+// evalCRIPullErr finds the prefix and the pod's reason says which.
+// containerd's CRI names neither: st stays as it is, as it does for a
+// cancelled or timed-out request.
+func (r Runtime) withReason(st *status.Status, err error) *status.Status {
+	reason := failure.CRIReasonOf(err)
+	if !r.crio() || reason == "" || st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded {
+		return st
+	}
+	return status.New(codes.Unknown, string(reason)+": "+st.Message())
 }
 
 // statusOf is the gRPC status of a failed pull: the code by failure code

@@ -82,7 +82,9 @@ func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull
 	if allowed {
 		return nil
 	}
-	return failure.New(failure.Verification, "signature policy %s rejects %s: %s", p.Signature.File, pinned, errString(err))
+	fe := failure.New(failure.Verification, "signature policy %s rejects %s: %s", p.Signature.File, pinned, errString(err))
+	fe.Reason = failure.ReasonSignatureValidationFailed
+	return fe
 }
 
 // needsSigstore reports whether the requirements that apply to ref (the

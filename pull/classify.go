@@ -36,7 +36,7 @@ func (p *Request) classify(err error) error {
 		}
 		// Raised inside containers/image (the guarded source, the request
 		// guard) and wrapped there: keep the code, one line of message.
-		return &failure.Error{Code: fe.Code, Message: rootCause(err), Err: err}
+		return &failure.Error{Code: fe.Code, Message: rootCause(err), Err: err, Reason: reasonOf(err)}
 	}
 	code := codeOf(err)
 	var errs errcode.Errors
@@ -72,7 +72,24 @@ func (p *Request) classify(err error) error {
 		}
 		msg = fmt.Sprintf("%s while writing %s (%s); free space there or choose another DEST", what, p.Reference, strings.TrimSpace(rootCause(err)))
 	}
-	return &failure.Error{Code: code, Message: msg, Err: err}
+	return &failure.Error{Code: code, Message: msg, Err: err, Reason: reasonOf(err)}
+}
+
+// reasonOf is the CRI's name for err as CRI-O's PullImage gives it: a
+// connection refused is RegistryUnavailable (errors.Is ECONNREFUSED), a
+// signature policy's rejection SignatureValidationFailed
+// (storage.WrapSignatureCRIErrorIfNeeded: a PolicyRequirementError or an
+// InvalidSignatureError).
+func reasonOf(err error) failure.CRIReason {
+	var polErr signature.PolicyRequirementError
+	var sigErr signature.InvalidSignatureError
+	switch {
+	case errors.As(err, &polErr), errors.As(err, &sigErr):
+		return failure.ReasonSignatureValidationFailed
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return failure.ReasonRegistryUnavailable
+	}
+	return failure.CRIReasonOf(err)
 }
 
 // plainHTTPHint is the message for a server that answers plain HTTP where

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/docker/distribution/registry/api/errcode"
@@ -20,6 +22,7 @@ import (
 	"github.com/pullhelper/pullhelper/registry"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
 )
 
@@ -152,5 +155,28 @@ func TestClassifyPlainHTTPAnswer(t *testing.T) {
 	p.Endpoints[0].Source = wire.EndpointContainerdServer
 	if got := p.classify(err).Error(); !strings.Contains(got, `server = "http://registry.local:80"`) || strings.Contains(got, "insecure = true") {
 		t.Errorf("containerd endpoint: %v", got)
+	}
+}
+
+// The CRI's reasons, as CRI-O's PullImage names them: a connection refused
+// (however deep in the registry client's errors) is RegistryUnavailable, a
+// signature policy's rejection SignatureValidationFailed; anything else,
+// a refused credential or a timeout included, has none.
+func TestClassifyCRIReasons(t *testing.T) {
+	p := &Request{Registry: "r", Reference: "r/x:latest"}
+	refused := &registry.HostError{Host: "r:1", Op: "fetching the manifest latest",
+		Err: &url.Error{Op: "Get", URL: "https://r:1/v2/x/manifests/latest", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}}
+	for _, tc := range []struct {
+		err  error
+		want failure.CRIReason
+	}{
+		{fmt.Errorf("initializing source: %w", refused), failure.ReasonRegistryUnavailable},
+		{fmt.Errorf("copying: %w", signature.PolicyRequirementError("Source image rejected: A signature was required, but no signature exists")), failure.ReasonSignatureValidationFailed},
+		{&registry.StatusError{Host: "r", StatusCode: 401, Code: "UNAUTHORIZED"}, ""},
+		{&url.Error{Op: "Get", URL: "https://r/v2/", Err: os.ErrDeadlineExceeded}, ""},
+	} {
+		if got := failure.CRIReasonOf(p.classify(tc.err)); got != tc.want {
+			t.Errorf("%v: reason %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -14,7 +14,8 @@
 // child reads it;
 // fd 4 carries JSON Lines messages back: progress events, then exactly one
 // report (pull.Report: the child's claims, never the caller's result) or
-// error ({code, message}, rebuilt into a failure.Error). Nothing
+// error ({code, message, reason}, rebuilt into a failure.Error; a reason
+// failure does not know is dropped). Nothing
 // travels in argv or the environment; the child reads no policy or secret
 // file itself.
 //

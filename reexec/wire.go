@@ -134,12 +134,13 @@ type message struct {
 
 // wireError is an error crossing the pipe; the parent rebuilds it.
 type wireError struct {
-	Code    failure.Code `json:"code"`
-	Message string       `json:"message"`
+	Code    failure.Code      `json:"code"`
+	Message string            `json:"message"`
+	Reason  failure.CRIReason `json:"reason,omitempty"`
 }
 
 func toWire(err error) *wireError {
-	return &wireError{Code: failure.CodeOf(err), Message: err.Error()}
+	return &wireError{Code: failure.CodeOf(err), Message: err.Error(), Reason: failure.CRIReasonOf(err)}
 }
 
 // maxErrorMessage bounds the child's error message as the parent repeats
@@ -147,9 +148,9 @@ func toWire(err error) *wireError {
 const maxErrorMessage = 16 << 10
 
 // err rebuilds the child's error: a code the contract does not have is
-// internal, a message over maxErrorMessage is cut there, and every
-// character that is not printable escaped (pull.Printable): one line, no
-// terminal control.
+// internal, a reason that is not one of failure's is dropped, a message
+// over maxErrorMessage is cut there, and every character that is not
+// printable escaped (pull.Printable): one line, no terminal control.
 func (w *wireError) err() error {
 	code := w.Code
 	if code.Exit() == 1 {
@@ -160,7 +161,11 @@ func (w *wireError) err() error {
 		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + " [truncated]"
 	}
 	msg = pull.Printable(msg)
-	return &failure.Error{Code: code, Message: msg}
+	reason := w.Reason
+	if !reason.Known() {
+		reason = ""
+	}
+	return &failure.Error{Code: code, Message: msg, Reason: reason}
 }
 
 // Bounds on fd 4's lines. An event is a few hundred bytes once its fields

@@ -29,6 +29,15 @@ func TestErrorRoundTrip(t *testing.T) {
 	if failure.CodeOf(toWire(errors.New("x")).err()) != failure.Internal {
 		t.Fatal("an untyped error must arrive as internal")
 	}
+	// The CRI's reason crosses as one of failure's; any other is dropped.
+	refused := &failure.Error{Code: failure.Network, Message: "connection refused", Reason: failure.ReasonRegistryUnavailable}
+	if got := failure.CRIReasonOf(toWire(refused).err()); got != failure.ReasonRegistryUnavailable {
+		t.Fatalf("reason %q did not cross", got)
+	}
+	forged := &wireError{Code: failure.Network, Message: "x", Reason: "ImageInspectError\nAnything: it is fine"}
+	if got := failure.CRIReasonOf(forged.err()); got != "" {
+		t.Fatalf("a reason failure does not know crossed: %q", got)
+	}
 }
 
 // The request never carries secrets outside its Material, and the Plan's

@@ -275,3 +275,22 @@ podman_on() {
     assert_failure
     assert_output --partial "owned by uid 65534, not root"
 }
+
+@test "cri-o: a refused connection fails 'RegistryUnavailable: …' and a signature policy's rejection 'SignatureValidationFailed: …', code Unknown, as CRI-O's PullImage fails them (the kubelet's evalCRIPullErr reads the prefix)" {
+    local c=$T/etc/crio
+    mkdir -p "$c"
+    printf '[crio]\nstorage_driver = "vfs"\n' >"$c/crio.conf"
+    printf '{"default":[{"type":"reject"}]}\n' >"$T/reject.json"
+    cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d" \
+        --signature-policy "$T/reject.json" --retries 0
+    run pcrictl pull "127.0.0.1:1/fixtures/tiny:latest"
+    echo "$output"
+    assert_failure
+    assert_output --partial "code = Unknown desc = RegistryUnavailable: pullhelper: network: "
+    run pcrictl pull --creds "$(creds)" "$REGISTRY_HOST/fixtures/tiny:latest"
+    echo "$output"
+    assert_failure
+    assert_output --partial "code = Unknown desc = SignatureValidationFailed: pullhelper: verification: "
+    assert_equal "$(grep '"msg":"pull"' "$T/cri.log" | tail -1 | json_get .code)" Unknown
+    assert_secret_absent -f "$T/cri.log" "$T/cri.out"
+}

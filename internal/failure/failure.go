@@ -51,10 +51,42 @@ func (c Code) Exit() int {
 
 // Error is an error with a Code. Message is the complete one-line text shown
 // to the user; Err, when set, is kept for errors.Is/As but not re-printed.
+// Reason, when set, is the CRI's name for the failure (CRIReasonOf).
 type Error struct {
 	Code    Code
 	Message string
 	Err     error
+	Reason  CRIReason
+}
+
+// CRIReason is one of the CRI's well-known pull failures
+// (k8s.io/cri-api/pkg/errors), which the kubelet tells apart by the
+// prefix of a PullImage error's message (evalCRIPullErr).
+type CRIReason string
+
+// The reasons: the registry could not be reached (the connection was
+// refused, as CRI-O's PullImage tests it), or a signature policy rejected
+// the image (CRI-O's WrapSignatureCRIErrorIfNeeded).
+const (
+	ReasonRegistryUnavailable       CRIReason = "RegistryUnavailable"
+	ReasonSignatureValidationFailed CRIReason = "SignatureValidationFailed"
+)
+
+// Known reports whether r is one of the reasons ("" is not).
+func (r CRIReason) Known() bool {
+	return r == ReasonRegistryUnavailable || r == ReasonSignatureValidationFailed
+}
+
+// CRIReasonOf is the CRIReason of the first *Error in err's chain that has one
+// ("" when none has).
+func CRIReasonOf(err error) CRIReason {
+	for err != nil {
+		if fe, ok := err.(*Error); ok && fe.Reason != "" {
+			return fe.Reason
+		}
+		err = errors.Unwrap(err)
+	}
+	return ""
 }
 
 func (e *Error) Error() string { return e.Message }
