@@ -24,11 +24,20 @@ const (
 // (files and directories).
 const maxCRIODropIns = 256
 
-// CRIOStorage is the store CRI-O's configuration names: the [crio] table's
-// root, runroot, imagestore, storage_driver and storage_option.
-type CRIOStorage struct {
+// CRIODefaultSignaturePolicyDir is CRI-O's signature_policy_dir default
+// (pkg/config: DefaultSignaturePolicyDir).
+const CRIODefaultSignaturePolicyDir = "/etc/crio/policies"
+
+// CRIOSettings is what pullhelper takes of CRI-O's configuration: the store
+// (the [crio] table's root, runroot, imagestore, storage_driver and
+// storage_option) and the signature policies ([crio.image]
+// signature_policy, the node's, "" for containers/image's default; and
+// signature_policy_dir, where NAMESPACE.json is a pod namespace's own).
+type CRIOSettings struct {
 	Root, RunRoot, ImageStore, Driver string
 	Options                           []string
+	SignaturePolicy                   string
+	SignaturePolicyDir                string
 	// Files are the files read, in the order they were applied.
 	Files []string
 }
@@ -47,8 +56,9 @@ type CRIOConfig struct {
 }
 
 // crioTOML is the part of CRI-O's tomlConfig read here: the [crio] table's
-// storage keys (RootConfig). Other keys and tables are not decoded, as
-// CRI-O ignores keys it does not know.
+// storage keys (RootConfig) and [crio.image]'s signature policies
+// (ImageConfig). Other keys and tables are not decoded, as CRI-O ignores
+// keys it does not know.
 type crioTOML struct {
 	Crio struct {
 		Root           string   `toml:"root"`
@@ -56,10 +66,14 @@ type crioTOML struct {
 		ImageStore     string   `toml:"imagestore"`
 		Storage        string   `toml:"storage_driver"`
 		StorageOptions []string `toml:"storage_option"`
+		Image          struct {
+			SignaturePolicy    string `toml:"signature_policy"`
+			SignaturePolicyDir string `toml:"signature_policy_dir"`
+		} `toml:"image"`
 	} `toml:"crio"`
 }
 
-// LoadCRIOStorage applies CRI-O's configuration to base, the store of
+// LoadCRIOSettings applies CRI-O's configuration to base, the store of
 // storage.conf (CRI-O's DefaultConfig starts from
 // storage.DefaultStoreOptions), exactly as CRI-O loads it: crio.conf
 // (Config.UpdateFromFile), then every file below the drop-in directory in
@@ -72,26 +86,29 @@ type crioTOML struct {
 // decode configuration"): CRI-O would not start with it. Each file is read
 // as root reads a caller's file (safefile: a regular file, bounded), and
 // no error repeats its content.
-func LoadCRIOStorage(base CRIOStorage, c CRIOConfig) (CRIOStorage, error) {
+func LoadCRIOSettings(base CRIOSettings, c CRIOConfig) (CRIOSettings, error) {
 	cur := base
 	cur.Options = slices.Clone(base.Options)
 	cur.Files = nil
+	if cur.SignaturePolicyDir == "" {
+		cur.SignaturePolicyDir = CRIODefaultSignaturePolicyDir
+	}
 	if c.File != "" {
 		if err := cur.update(c.File, "--crio-config"); err != nil {
 			if !c.FileSet && errors.Is(err, fs.ErrNotExist) {
 				// CRI-O: "Skipping not-existing config file".
 			} else {
-				return CRIOStorage{}, err
+				return CRIOSettings{}, err
 			}
 		}
 	}
 	if c.Dir == "" {
-		return cur, nil
+		return cur, cur.checkPolicies()
 	}
 	// UpdateFromPath: os.Stat, a path that does not exist (a dangling
 	// link too) is skipped.
 	if _, err := os.Stat(c.Dir); errors.Is(err, fs.ErrNotExist) {
-		return cur, nil
+		return cur, cur.checkPolicies()
 	}
 	n := 0
 	err := filepath.WalkDir(c.Dir, func(p string, d fs.DirEntry, err error) error {
@@ -107,13 +124,28 @@ func LoadCRIOStorage(base CRIOStorage, c CRIOConfig) (CRIOStorage, error) {
 		return cur.update(p, "--crio-config-dir")
 	})
 	if err != nil {
-		return CRIOStorage{}, err
+		return CRIOSettings{}, err
 	}
-	return cur, nil
+	return cur, cur.checkPolicies()
 }
 
-// update is CRI-O's Config.UpdateFromDropInFile for the storage keys.
-func (s *CRIOStorage) update(path, flag string) error {
+// checkPolicies refuses what CRI-O's ImageConfig.Validate refuses: a
+// signature_policy_dir that is not an absolute path.
+func (s CRIOSettings) checkPolicies() error {
+	if !filepath.IsAbs(s.SignaturePolicyDir) {
+		where := "CRI-O's configuration"
+		if len(s.Files) > 0 {
+			where = strings.Join(s.Files, ", ")
+		}
+		return failure.New(failure.Usage, "signature_policy_dir %q (%s): must be an absolute path, as CRI-O requires", clip(s.SignaturePolicyDir, 256), where)
+	}
+	return nil
+}
+
+// update is CRI-O's Config.UpdateFromDropInFile for the keys read here: a
+// key a file sets replaces the value so far (the signature policies too,
+// an empty one included).
+func (s *CRIOSettings) update(path, flag string) error {
 	data, err := safefile.ReadFile(path, safefile.MaxConfig)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -125,6 +157,7 @@ func (s *CRIOStorage) update(path, flag string) error {
 	var t crioTOML
 	t.Crio.Root, t.Crio.RunRoot, t.Crio.ImageStore, t.Crio.Storage = s.Root, s.RunRoot, s.ImageStore, s.Driver
 	t.Crio.StorageOptions = slices.Clone(s.Options)
+	t.Crio.Image.SignaturePolicy, t.Crio.Image.SignaturePolicyDir = s.SignaturePolicy, s.SignaturePolicyDir
 	if _, err := toml.Decode(string(data), &t); err != nil {
 		return failure.New(failure.Usage, "CRI-O configuration %s (%s): unable to decode it, as CRI-O's loader fails on it (CRI-O would not start): %s",
 			path, flag, safefile.Redact(err.Error()))
@@ -140,6 +173,7 @@ func (s *CRIOStorage) update(path, flag string) error {
 		t.Crio.Storage = s.Driver
 	}
 	s.Root, s.RunRoot, s.ImageStore, s.Driver, s.Options = t.Crio.Root, t.Crio.RunRoot, t.Crio.ImageStore, t.Crio.Storage, opts
+	s.SignaturePolicy, s.SignaturePolicyDir = t.Crio.Image.SignaturePolicy, t.Crio.Image.SignaturePolicyDir
 	s.Files = append(s.Files, path)
 	return nil
 }
@@ -168,7 +202,7 @@ func removeDupStorageOpts(opts []string) []string {
 // than storage.conf's, a root holding one of @+:], an option holding a
 // comma or ]. The roots are checked again, as every store root is, by the
 // containers-storage: DEST before anything is created there.
-func (s CRIOStorage) StoreSpec(base CRIOStorage) (string, error) {
+func (s CRIOSettings) StoreSpec(base CRIOSettings) (string, error) {
 	where := "CRI-O's configuration"
 	if len(s.Files) > 0 {
 		where = strings.Join(s.Files, ", ")

@@ -7,7 +7,11 @@
 //     (runtime_name "containerd" or "cri-o"). For CRI-O, crioconf.go reads
 //     the store CRI-O uses: storage.conf's, with crio.conf's [crio] root,
 //     runroot, storage_driver and storage_option over it, then the
-//     drop-ins', merged as CRI-O's Config.UpdateFromDropInFile merges them.
+//     drop-ins', merged as CRI-O's Config.UpdateFromDropInFile merges them,
+//     and its [crio.image] signature policies: the node's signature_policy
+//     (the caller's Plan hook uses it when pullhelper names none) and
+//     signature_policy_dir, whose NAMESPACE.json replaces it for a pod of
+//     that namespace (Runtime.namespacePolicy, into PodSettings).
 //   - PullImage (pull.go) runs one pull per request through the pipeline
 //     (the caller's Plan hook builds it from a Request — the image, DEST, the
 //     runtime, the credential and the pod's sandbox_config — as `pullhelper

@@ -43,6 +43,10 @@ type PodSettings struct {
 	// DNS, when set, is the pod's dns_config, checked: the child's
 	// resolv.conf (cri.pod_dns).
 	DNS *PodDNS `json:"dns,omitempty"`
+	// SignaturePolicy, when set, is the signature policy of the pod's
+	// namespace in front of CRI-O (Runtime.namespacePolicy), which
+	// replaces the node's.
+	SignaturePolicy string `json:"signature_policy,omitempty"`
 }
 
 // PodDNS is a pod's dns_config.

@@ -71,6 +71,9 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 		cred = crioIgnored(cred, req.GetAuth(), image)
 	}
 	pod, err := podSettings(req.GetSandboxConfig(), s.cfg.PodPolicy)
+	if err == nil {
+		pod.SignaturePolicy, err = rt.namespacePolicy(req.GetSandboxConfig())
+	}
 	if err != nil {
 		return nil, false, cred, err
 	}
@@ -172,7 +175,7 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 	s.pulls++
 	s.mu.Unlock()
 	attrs := []any{"image", image}
-	if st := r.Settings; st.Profile != "" || st.CgroupParent != "" || st.DNS != nil {
+	if st := r.Settings; st.Profile != "" || st.CgroupParent != "" || st.DNS != nil || st.SignaturePolicy != "" {
 		attrs = append(attrs, "pod_settings", st)
 	}
 	s.log.Info("pull started", attrs...)

@@ -3,8 +3,12 @@ package cri
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +40,51 @@ type Runtime struct {
 	// DEST ([DRIVER@GRAPHROOT+RUNROOT:OPTIONS], from CRI-O's
 	// configuration), "" for storage.conf's store.
 	Store string
+	// SignaturePolicy and SignaturePolicyDir are, for CRI-O, its
+	// configuration's [crio.image] signature_policy (the node's, "" for
+	// none) and signature_policy_dir (namespacePolicy).
+	SignaturePolicy, SignaturePolicyDir string
+}
+
+// namespacePolicy is, for CRI-O, the signature policy of the pod's
+// namespace (its pullImage: SignaturePolicyDir/NAMESPACE.json when the pod
+// names a namespace and that file exists; it replaces the node's policy),
+// "" when there is none. A namespace that is not a Kubernetes namespace
+// name (a DNS-1123 label) is a usage error (InvalidArgument), never joined
+// into a path; a stat error other than a missing file fails the pull, as
+// CRI-O's does.
+func (r Runtime) namespacePolicy(sc *runtimeapi.PodSandboxConfig) (string, error) {
+	ns := sc.GetMetadata().GetNamespace()
+	if !r.crio() || ns == "" || r.SignaturePolicyDir == "" {
+		return "", nil
+	}
+	if !dnsLabel(ns) {
+		return "", failure.New(failure.Usage, "sandbox_config metadata.namespace %q is not a namespace name (a DNS-1123 label): it names the signature policy %s/NAMESPACE.json", clip(ns, maxLogNamespace), r.SignaturePolicyDir)
+	}
+	p := filepath.Join(r.SignaturePolicyDir, ns+".json")
+	switch _, err := os.Stat(p); {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	default:
+		return "", failure.New(failure.Internal, "the signature policy of namespace %s, %s: %s", ns, p, failure.Reason(err))
+	}
+}
+
+// dnsLabel: s is a DNS-1123 label, what a Kubernetes namespace name is
+// (lower-case letters, digits and '-', starting and ending with a letter
+// or digit, at most 63).
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseRuntime checks a --runtime value: auto, containerd or cri-o.

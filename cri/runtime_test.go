@@ -164,18 +164,18 @@ func write(t *testing.T, path, content string) string {
 // storage_option appends, duplicates dropped keeping the last.
 func TestLoadCRIOStorage(t *testing.T) {
 	dir := t.TempDir()
-	base := CRIOStorage{Root: "/var/lib/containers/storage", RunRoot: "/run/containers/storage", Driver: "overlay", Options: []string{"o1", "o2"}}
+	base := CRIOSettings{Root: "/var/lib/containers/storage", RunRoot: "/run/containers/storage", Driver: "overlay", Options: []string{"o1", "o2"}}
 	conf := write(t, filepath.Join(dir, "crio.conf"), "[crio]\nroot = \"/c/root\"\nstorage_driver = \"vfs\"\nstorage_option = [\"o2\", \"o3\"]\nlog_dir = \"/x\"\n[crio.runtime]\ncgroup_manager = \"cgroupfs\"\n")
 	d := filepath.Join(dir, "crio.conf.d")
 	write(t, filepath.Join(d, "10-run.conf"), "[crio]\nrunroot = \"/d/run\"\n")
 	write(t, filepath.Join(d, "20-empty.conf"), "[crio]\nroot = \"\"\nstorage_driver = \"\"\nstorage_option = [\"o1\"]\n")
 	write(t, filepath.Join(d, "05-first", "99-sub.conf"), "[crio]\nroot = \"/sub/root\"\n")
 	write(t, filepath.Join(d, "30-last"), "[crio]\nroot = \"/last/root\"\n# no .conf suffix: CRI-O reads every file\n")
-	got, err := LoadCRIOStorage(base, CRIOConfig{File: conf, FileSet: true, Dir: d})
+	got, err := LoadCRIOSettings(base, CRIOConfig{File: conf, FileSet: true, Dir: d})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := CRIOStorage{Root: "/last/root", RunRoot: "/d/run", Driver: "vfs", Options: []string{"o2", "o3", "o1"},
+	want := CRIOSettings{Root: "/last/root", RunRoot: "/d/run", Driver: "vfs", Options: []string{"o2", "o3", "o1"},
 		Files: []string{conf, filepath.Join(d, "05-first", "99-sub.conf"), filepath.Join(d, "10-run.conf"), filepath.Join(d, "20-empty.conf"), filepath.Join(d, "30-last")}}
 	if got.Root != want.Root || got.RunRoot != want.RunRoot || got.Driver != want.Driver || !slices.Equal(got.Options, want.Options) || !slices.Equal(got.Files, want.Files) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -190,7 +190,7 @@ func TestLoadCRIOStorage(t *testing.T) {
 
 	// Without files: storage.conf's store, its options left to it.
 	missing := filepath.Join(dir, "none.conf")
-	got, err = LoadCRIOStorage(base, CRIOConfig{File: missing, Dir: filepath.Join(dir, "none.d")})
+	got, err = LoadCRIOSettings(base, CRIOConfig{File: missing, Dir: filepath.Join(dir, "none.d")})
 	if err != nil || got.Root != base.Root || len(got.Files) != 0 {
 		t.Fatalf("missing default files: %+v %v", got, err)
 	}
@@ -198,7 +198,7 @@ func TestLoadCRIOStorage(t *testing.T) {
 		t.Errorf("StoreSpec of storage.conf's: %q %v", spec, err)
 	}
 	// An explicit --crio-config that is missing fails, as CRI-O's does.
-	if _, err := LoadCRIOStorage(base, CRIOConfig{File: missing, FileSet: true}); !errors.Is(err, fs.ErrNotExist) || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config") {
+	if _, err := LoadCRIOSettings(base, CRIOConfig{File: missing, FileSet: true}); !errors.Is(err, fs.ErrNotExist) || failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config") {
 		t.Errorf("explicit missing file: %v", err)
 	}
 	// A dangling link as the drop-in directory is skipped (os.Stat); a
@@ -206,7 +206,7 @@ func TestLoadCRIOStorage(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling.d")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: filepath.Join(dir, "dangling.d")}); err != nil {
+	if _, err := LoadCRIOSettings(base, CRIOConfig{Dir: filepath.Join(dir, "dangling.d")}); err != nil {
 		t.Errorf("a dangling drop-in directory: %v", err)
 	}
 	ld := filepath.Join(dir, "links.d")
@@ -216,12 +216,12 @@ func TestLoadCRIOStorage(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(ld, "10.conf")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: ld}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "10.conf") {
+	if _, err := LoadCRIOSettings(base, CRIOConfig{Dir: ld}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "10.conf") {
 		t.Errorf("a dangling drop-in: %v", err)
 	}
 	// A drop-in "directory" that is a file is read as one (filepath.Walk
 	// of a file).
-	if got, err := LoadCRIOStorage(base, CRIOConfig{Dir: filepath.Join(d, "10-run.conf")}); err != nil || got.RunRoot != "/d/run" {
+	if got, err := LoadCRIOSettings(base, CRIOConfig{Dir: filepath.Join(d, "10-run.conf")}); err != nil || got.RunRoot != "/d/run" {
 		t.Errorf("drop-in path a file: %+v %v", got, err)
 	}
 }
@@ -231,7 +231,7 @@ func TestLoadCRIOStorage(t *testing.T) {
 // that is not a regular file, and a drop-in directory beyond the bound.
 func TestLoadCRIOStorageBroken(t *testing.T) {
 	dir := t.TempDir()
-	base := CRIOStorage{Root: "/g", RunRoot: "/r"}
+	base := CRIOSettings{Root: "/g", RunRoot: "/r"}
 	const secret = "secretTokenValue"
 	for name, content := range map[string]string{
 		"syntax.conf": "[crio]\nroot = \"/x\n# " + secret + "\n",
@@ -241,7 +241,7 @@ func TestLoadCRIOStorageBroken(t *testing.T) {
 		"dup.conf":    "[crio]\nroot = \"/a\"\nroot = \"" + secret + "\"\n",
 	} {
 		p := write(t, filepath.Join(dir, name), content)
-		_, err := LoadCRIOStorage(base, CRIOConfig{File: p, FileSet: true})
+		_, err := LoadCRIOSettings(base, CRIOConfig{File: p, FileSet: true})
 		if failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "unable to decode") {
 			t.Errorf("%s: got %v", name, err)
 		}
@@ -251,18 +251,18 @@ func TestLoadCRIOStorageBroken(t *testing.T) {
 		// The same file as a drop-in fails the same way.
 		d := filepath.Join(dir, "d-"+name)
 		write(t, filepath.Join(d, "00.conf"), content)
-		if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: d}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config-dir") {
+		if _, err := LoadCRIOSettings(base, CRIOConfig{Dir: d}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--crio-config-dir") {
 			t.Errorf("%s as a drop-in: got %v", name, err)
 		}
 	}
-	if _, err := LoadCRIOStorage(base, CRIOConfig{File: dir, FileSet: true}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "not a readable file") {
+	if _, err := LoadCRIOSettings(base, CRIOConfig{File: dir, FileSet: true}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "not a readable file") {
 		t.Errorf("a directory as crio.conf: %v", err)
 	}
 	many := filepath.Join(dir, "many")
 	for i := 0; i <= maxCRIODropIns; i++ {
 		write(t, filepath.Join(many, strings.Repeat("a", 1+i/26)+string(rune('a'+i%26))), "")
 	}
-	if _, err := LoadCRIOStorage(base, CRIOConfig{Dir: many}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "more than") {
+	if _, err := LoadCRIOSettings(base, CRIOConfig{Dir: many}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "more than") {
 		t.Errorf("too many drop-ins: %v", err)
 	}
 }
@@ -270,23 +270,23 @@ func TestLoadCRIOStorageBroken(t *testing.T) {
 // What a containers-storage: store specifier cannot spell is refused,
 // naming the key.
 func TestCRIOStoreSpecRefusals(t *testing.T) {
-	base := CRIOStorage{Root: "/g", RunRoot: "/r", Options: []string{"overlay.mountopt=nodev,metacopy=on"}}
+	base := CRIOSettings{Root: "/g", RunRoot: "/r", Options: []string{"overlay.mountopt=nodev,metacopy=on"}}
 	for _, tc := range []struct {
-		s    CRIOStorage
+		s    CRIOSettings
 		want string
 	}{
-		{CRIOStorage{Root: "/g+x", RunRoot: "/r"}, "root"},
-		{CRIOStorage{Root: "/g", RunRoot: "/r:x"}, "runroot"},
-		{CRIOStorage{Root: "rel", RunRoot: "/r"}, "absolute"},
-		{CRIOStorage{Root: "/g", RunRoot: "/r", ImageStore: "/i"}, "imagestore"},
-		{CRIOStorage{Root: "/g", RunRoot: "/r", Options: []string{"overlay.mountopt=nodev,metacopy=on", "x=1"}}, "storage_option 1 of 2"},
+		{CRIOSettings{Root: "/g+x", RunRoot: "/r"}, "root"},
+		{CRIOSettings{Root: "/g", RunRoot: "/r:x"}, "runroot"},
+		{CRIOSettings{Root: "rel", RunRoot: "/r"}, "absolute"},
+		{CRIOSettings{Root: "/g", RunRoot: "/r", ImageStore: "/i"}, "imagestore"},
+		{CRIOSettings{Root: "/g", RunRoot: "/r", Options: []string{"overlay.mountopt=nodev,metacopy=on", "x=1"}}, "storage_option 1 of 2"},
 	} {
 		if _, err := tc.s.StoreSpec(base); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: want %q, got %v", tc.s, tc.want, err)
 		}
 	}
 	// storage.conf's own options (a comma in one) are left to it.
-	if spec, err := (CRIOStorage{Root: "/g", RunRoot: "/r", Options: base.Options}).StoreSpec(base); err != nil || spec != "[/g+/r]" {
+	if spec, err := (CRIOSettings{Root: "/g", RunRoot: "/r", Options: base.Options}).StoreSpec(base); err != nil || spec != "[/g+/r]" {
 		t.Errorf("storage.conf's options: %q %v", spec, err)
 	}
 }
@@ -419,5 +419,70 @@ func TestRuntimeConnectParamsAreTheKubelets(t *testing.T) {
 	if p.Backoff.BaseDelay != 100*time.Millisecond || p.Backoff.MaxDelay != 3*time.Second || p.MinConnectTimeout != 5*time.Second ||
 		p.Backoff.Multiplier != 1.6 || p.Backoff.Jitter != 0.2 {
 		t.Errorf("runtime connect params %+v, want the kubelet's: base 100ms, max 3s, multiplier 1.6, jitter 0.2, connect 5s", p)
+	}
+}
+
+// [crio.image] signature_policy and signature_policy_dir follow the same
+// precedence (the last file that sets one wins, an empty value too); the
+// directory defaults to CRI-O's /etc/crio/policies and must be absolute.
+func TestLoadCRIOSignaturePolicies(t *testing.T) {
+	dir := t.TempDir()
+	base := CRIOSettings{Root: "/r", RunRoot: "/rr"}
+	got, err := LoadCRIOSettings(base, CRIOConfig{File: filepath.Join(dir, "none.conf")})
+	if err != nil || got.SignaturePolicy != "" || got.SignaturePolicyDir != CRIODefaultSignaturePolicyDir {
+		t.Fatalf("no files: %+v %v; want no policy and %s", got, err, CRIODefaultSignaturePolicyDir)
+	}
+	conf := write(t, filepath.Join(dir, "crio.conf"), "[crio.image]\nsignature_policy = \"/etc/crio/policy.json\"\nsignature_policy_dir = \"/p/one\"\n")
+	d := filepath.Join(dir, "crio.conf.d")
+	write(t, filepath.Join(d, "10.conf"), "[crio.image]\nsignature_policy_dir = \"/p/two\"\n")
+	got, err = LoadCRIOSettings(base, CRIOConfig{File: conf, FileSet: true, Dir: d})
+	if err != nil || got.SignaturePolicy != "/etc/crio/policy.json" || got.SignaturePolicyDir != "/p/two" {
+		t.Fatalf("got %+v %v; want policy /etc/crio/policy.json, dir /p/two", got, err)
+	}
+	write(t, filepath.Join(d, "20.conf"), "[crio.image]\nsignature_policy = \"\"\n")
+	if got, err = LoadCRIOSettings(base, CRIOConfig{File: conf, FileSet: true, Dir: d}); err != nil || got.SignaturePolicy != "" {
+		t.Fatalf("an empty signature_policy in a later drop-in: %+v %v; want it empty", got, err)
+	}
+	write(t, filepath.Join(d, "30.conf"), "[crio.image]\nsignature_policy_dir = \"relative/dir\"\n")
+	if _, err = LoadCRIOSettings(base, CRIOConfig{File: conf, FileSet: true, Dir: d}); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "signature_policy_dir \"relative/dir\"") {
+		t.Fatalf("a relative signature_policy_dir: %v; want exit 2 naming it", err)
+	}
+}
+
+// CRI-O's per-namespace signature policy: DIR/NAMESPACE.json when it exists
+// (else none: the node's applies); a namespace that is not a DNS label is
+// refused before any path is made of it; containerd has none.
+func TestNamespacePolicy(t *testing.T) {
+	dir := t.TempDir()
+	strict := write(t, filepath.Join(dir, "strict.json"), `{"default":[{"type":"reject"}]}`)
+	crio := Runtime{Name: RuntimeCRIO, SignaturePolicyDir: dir}
+	pod := func(ns string) *runtimeapi.PodSandboxConfig {
+		return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: ns}}
+	}
+	for _, tc := range []struct {
+		rt   Runtime
+		sc   *runtimeapi.PodSandboxConfig
+		want string
+		bad  bool
+	}{
+		{crio, pod("strict"), strict, false},
+		{crio, pod("other"), "", false},
+		{crio, nil, "", false},
+		{crio, pod(""), "", false},
+		{crio, pod("../strict"), "", true},
+		{crio, pod("Strict"), "", true},
+		{crio, pod("-x"), "", true},
+		{Runtime{SignaturePolicyDir: dir}, pod("strict"), "", false},
+	} {
+		got, err := tc.rt.namespacePolicy(tc.sc)
+		if tc.bad {
+			if failure.CodeOf(err) != failure.Usage || got != "" {
+				t.Errorf("%v: %q %v; want a usage error and no path", tc.sc, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s %v: %q %v; want %q", tc.rt.name(), tc.sc, got, err, tc.want)
+		}
 	}
 }

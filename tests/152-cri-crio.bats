@@ -294,3 +294,47 @@ podman_on() {
     assert_equal "$(grep '"msg":"pull"' "$T/cri.log" | tail -1 | json_get .code)" Unknown
     assert_secret_absent -f "$T/cri.log" "$T/cri.out"
 }
+
+@test "cri-o: [crio.image] signature_policy is the node's policy unless pullhelper names its own; signature_policy_dir/NAMESPACE.json replaces it for that namespace's pods, as CRI-O's pullImage does" {
+    local c=$T/etc/crio
+    mkdir -p "$c" "$T/policies"
+    printf '{"default":[{"type":"reject"}]}\n' >"$T/reject.json"
+    printf '{"default":[{"type":"insecureAcceptAnything"}]}\n' >"$T/accept.json"
+    cp "$T/reject.json" "$T/policies/strict.json"
+    printf '[crio]\nstorage_driver = "vfs"\n[crio.image]\nsignature_policy = "%s"\nsignature_policy_dir = "%s"\n' \
+        "$T/accept.json" "$T/policies" >"$c/crio.conf"
+    cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
+    local img="$REGISTRY_HOST/fixtures/tiny:latest" ns
+    for ns in strict other; do
+        printf '{"metadata":{"name":"p","namespace":"%s","uid":"u-%s"}}\n' "$ns" "$ns" >"$T/pod-$ns.json"
+    done
+    # The strict namespace's own policy rejects; another namespace, and a
+    # pull without a pod, get the node's (crio.conf's), which accepts.
+    run pcrictl pull --creds "$(creds)" --pod-config "$T/pod-strict.json" "$img"
+    echo "$output"
+    assert_failure
+    assert_output --partial "SignatureValidationFailed: "
+    grep '"msg":"pull started"' "$T/cri.log" | grep -qF "\"signature_policy\":\"$T/policies/strict.json\"" ||
+        fail "the pull's pod settings do not name the namespace's policy: $(grep '"msg":"pull started"' "$T/cri.log")"
+    run pcrictl pull --creds "$(creds)" --pod-config "$T/pod-other.json" "$img"
+    assert_success
+    run pcrictl pull --creds "$(creds)" "$img"
+    assert_success
+    # A namespace that is no namespace name never becomes a path.
+    printf '{"metadata":{"name":"p","namespace":"../policies/strict","uid":"u"}}\n' >"$T/pod-bad.json"
+    run pcrictl pull --creds "$(creds)" --pod-config "$T/pod-bad.json" "$img"
+    assert_failure
+    assert_output --partial InvalidArgument
+    cri_stop
+    # crio.conf's policy rejecting: the node's pulls fail, unless
+    # pullhelper's own --signature-policy names one.
+    printf '[crio]\nstorage_driver = "vfs"\n[crio.image]\nsignature_policy = "%s"\n' "$T/reject.json" >"$c/crio.conf"
+    cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
+    run pcrictl pull --creds "$(creds)" "$img"
+    assert_failure
+    assert_output --partial "SignatureValidationFailed: "
+    cri_stop
+    CRI_APPEND=1 cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d" --signature-policy "$T/accept.json"
+    run pcrictl pull --creds "$(creds)" "$img"
+    assert_success
+}

@@ -69,6 +69,9 @@ and answers the image ID (image_ref) as the runtime's CRI does:
               storage_driver and storage_option (--crio-config), then every file
               below --crio-config-dir in lexical order, as CRI-O merges them (a file
               CRI-O could not load is exit 2); --crio-store names the store instead.
+              Their [crio.image] signature_policy is the node's policy unless
+              --signature-policy names one; a pod namespace's own
+              signature_policy_dir/NAMESPACE.json replaces it for that pod's pulls.
               image_ref is the storage ID without sha256:, as CRI-O answers. A short
               name is resolved through registries.conf (an alias, or the one
               unqualified-search registry), the DEST named after it. A pull by digest
@@ -266,7 +269,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
 	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH`, root's, in directories only root can write (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): the rest of the image service is forwarded to it")
 	fs.StringVar(&ro.runtime, "runtime", "auto", "the runtime behind --runtime-endpoint, `auto|containerd|cri-o`; auto: containerd with --containerd-config, cri-o with a --crio-* or --storage-conf flag, else what the runtime's Version answer names")
-	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; a missing default is skipped, as CRI-O does)")
+	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; [crio.image] signature_policy, signature_policy_dir; a missing default is skipped, as CRI-O does)")
 	fs.StringVar(&ro.crioConfigDir, "crio-config-dir", cri.CRIOConfigDirDefault, "CRI-O: its drop-in `DIR`, every file below it applied after --crio-config in lexical order, as CRI-O does")
 	fs.StringVar(&ro.crioStore, "crio-store", "", "CRI-O: its store in the containers-storage: spelling, `[DRIVER@GRAPHROOT+RUNROOT:OPTIONS]`, instead of what --crio-config and its drop-ins say (a CRI-O started with --root, --runroot, --storage-driver or --storage-opt)")
 	fs.StringVar(&ro.storageConf, "storage-conf", "", "CRI-O: the containers-storage.conf(5) `FILE` CRI-O reads (default: dest.storage_conf of the policy, else $CONTAINERS_STORAGE_CONF, else /etc/containers/storage.conf)")
@@ -301,6 +304,14 @@ func criPolicy(fs *pflag.FlagSet, c *common, rt cri.Runtime, runtimeSocket strin
 			return nil, failure.Wrap(failure.Usage, err, "")
 		}
 	}
+	if _, set := l.Defined("pull.signature_policy"); !set && rt.SignaturePolicy != "" {
+		// CRI-O's node policy ([crio.image] signature_policy), when
+		// pullhelper's own (--signature-policy, pull.signature_policy)
+		// names none.
+		if err := l.Set("crio.conf [crio.image] signature_policy", "pull.signature_policy", policy.String, rt.SignaturePolicy); err != nil {
+			return nil, failure.Wrap(failure.Usage, err, "")
+		}
+	}
 	if rt.Name != cri.RuntimeCRIO {
 		if err := l.Set("--runtime-endpoint", "dest.containerd_address", policy.String, runtimeSocket); err != nil {
 			return nil, failure.Wrap(failure.Usage, err, "")
@@ -330,6 +341,9 @@ func applyPodSettings(l *policy.Loaded, st cri.PodSettings) error {
 	}
 	if st.CgroupParent != "" {
 		set("sandbox_config linux.cgroup_parent", "cgroup.parent", policy.String, st.CgroupParent)
+	}
+	if st.SignaturePolicy != "" {
+		set("sandbox_config metadata.namespace (CRI-O's signature_policy_dir)", "pull.signature_policy", policy.String, st.SignaturePolicy)
 	}
 	if d := st.DNS; d != nil {
 		set("sandbox_config dns_config", "network.mode", policy.String, "cluster-dns")
@@ -370,7 +384,7 @@ func addSettingFlagsExcept(fs *pflag.FlagSet, names ...string) {
 // (--containerd-config, auth.containerd_config), cri-o when a --crio-*
 // flag is, else what the runtime's Version answer names (cri.Detect). For
 // CRI-O, the store comes from --crio-store, else from storage.conf with
-// CRI-O's configuration over it (cri.LoadCRIOStorage), and is checked as
+// CRI-O's configuration over it (cri.LoadCRIOSettings), and is checked as
 // a containers-storage: DEST now (exit 2 naming what to fix).
 func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string, ro criOptions) (cri.Runtime, error) {
 	fs := cmd.Flags()
@@ -414,22 +428,23 @@ func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string,
 	}
 	const probe = "localhost/pullhelper-cri-check:latest"
 	opts := dest.ParseOptions{StorageConf: l.Dest.StorageConf}
+	d, err := dest.ParseWith("containers-storage:"+probe, opts)
+	if err != nil {
+		return rt, failure.Wrap(failure.Usage, err, "the store of storage.conf (CRI-O's defaults)")
+	}
+	st := d.Spec().Store
+	base := cri.CRIOSettings{Root: st.GraphRoot, RunRoot: st.RunRoot, Driver: st.Driver, Options: st.DriverOptions}
+	s, err := cri.LoadCRIOSettings(base, cri.CRIOConfig{File: ro.crioConfig, FileSet: fs.Changed("crio-config"), Dir: ro.crioConfigDir})
+	if err != nil {
+		return rt, err
+	}
+	rt.SignaturePolicy, rt.SignaturePolicyDir = s.SignaturePolicy, s.SignaturePolicyDir
 	if ro.crioStore != "" {
 		if _, err := dest.ParseWith("containers-storage:"+ro.crioStore+probe, opts); err != nil {
 			return rt, failure.Wrap(failure.Usage, err, "--crio-store")
 		}
 		rt.Store = ro.crioStore
 		return rt, nil
-	}
-	d, err := dest.ParseWith("containers-storage:"+probe, opts)
-	if err != nil {
-		return rt, failure.Wrap(failure.Usage, err, "the store of storage.conf (CRI-O's defaults)")
-	}
-	st := d.Spec().Store
-	base := cri.CRIOStorage{Root: st.GraphRoot, RunRoot: st.RunRoot, Driver: st.Driver, Options: st.DriverOptions}
-	s, err := cri.LoadCRIOStorage(base, cri.CRIOConfig{File: ro.crioConfig, FileSet: fs.Changed("crio-config"), Dir: ro.crioConfigDir})
-	if err != nil {
-		return rt, err
 	}
 	if rt.Store, err = s.StoreSpec(base); err != nil {
 		return rt, err
