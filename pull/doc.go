@@ -29,8 +29,10 @@
 //     sha256; credentials go only to each endpoint and the realm its
 //     challenge names (approved for that endpoint alone, never on another
 //     endpoint's host at another port), never over plain http while the
-//     registry is verified, and never to its host on another port through
-//     a redirect.
+//     registry is verified (but to a containerd http:// host tried over
+//     https first, TLSFallback, once it answered in plain HTTP, as
+//     containerd's httpFallback sends it), and never to its host on
+//     another port through a redirect.
 //   - Copy returns a Report, its claims, never the caller's result (the
 //     pipeline builds api.Result); in the isolated child the parent checks
 //     the report and every event (check.go) before it keeps or repeats any

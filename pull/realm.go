@@ -195,9 +195,12 @@ func (p *Request) guardedSystemContext(sys *types.SystemContext, ep *endpoints) 
 			ep.addOwn(&url.URL{Scheme: "http", Host: h})
 		}
 	}
-	// An endpoint the parent marked insecure may be reached over http.
+	// An endpoint the parent marked insecure may be reached over http, and
+	// so may a containerd http:// host tried over https first
+	// (TLSFallback: the registry client goes to http only on containerd's
+	// conditions, as containerd's httpFallback does).
 	for _, e := range p.Endpoints {
-		if e.Insecure || !e.Trust.Verify || e.Scheme == "http" {
+		if e.Insecure || !e.Trust.Verify || e.Scheme == "http" || e.TLSFallback {
 			ep.addOwn(&url.URL{Scheme: "http", Host: e.Host})
 		}
 	}

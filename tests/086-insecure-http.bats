@@ -8,7 +8,9 @@
 # (--insecure-registry) or by --tls-verify=false. Where plain HTTP is not
 # allowed, a server answering HTTP to HTTPS is exit 4 (tls), naming those
 # three ways. containerd's rules stay containerd's (ConfigureHosts: plain
-# HTTP for an http:// host, skip_verify or not).
+# HTTP for an http:// host; one with TLS settings of its own, on a port
+# other than 80, is tried over https first and falls back to plain HTTP on
+# httpFallback's conditions).
 #
 # setup_file builds:
 #   - a network namespace phhttp-PID with a veth pair to the host (host side
@@ -264,14 +266,17 @@ EOF
     [[ $stderr != *"using plain http"* ]] || fail "an http:// host went through the insecure fallback: $stderr"
 }
 
-@test "containerd's rules: a hosts.toml server http:// with TLS settings is tried over https first (ConfigureHosts); https refused where no port is named, the same request goes over plain HTTP (httpFallback); on port 80 it stays plain HTTP" {
+@test "containerd's rules: a hosts.toml server http:// with TLS settings (skip_verify, or a CA) is tried over https first (ConfigureHosts); https refused where no port is named, the same request goes over plain HTTP (httpFallback); on port 80 it stays plain HTTP" {
     local d
-    for d in certs.d certs80.d; do
+    for d in certs.d certs80.d certsca.d; do
         printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' \
             "$BATS_TEST_TMPDIR/$d" >"$BATS_TEST_TMPDIR/$d.toml"
     done
-    mkdir -p "$BATS_TEST_TMPDIR/certs.d/registry.local" "$BATS_TEST_TMPDIR/certs80.d/registry.local:80"
+    mkdir -p "$BATS_TEST_TMPDIR/certs.d/registry.local" "$BATS_TEST_TMPDIR/certs80.d/registry.local:80" "$BATS_TEST_TMPDIR/certsca.d/registry.local"
     printf 'server = "http://registry.local"\nskip_verify = true\n' >"$BATS_TEST_TMPDIR/certs.d/registry.local/hosts.toml"
+    # A host given a CA is verified over https, and still falls back when
+    # https is refused (containerd's isPortError: no port named).
+    printf 'server = "http://registry.local"\nca = "%s"\n' "$REGISTRY_CA" >"$BATS_TEST_TMPDIR/certsca.d/registry.local/hosts.toml"
     printf 'server = "http://registry.local:80"\nskip_verify = true\n' >"$BATS_TEST_TMPDIR/certs80.d/registry.local:80/hosts.toml"
     run_pullhelper explain --containerd-config "$BATS_TEST_TMPDIR/certs.d.toml" "${OPTS[@]}" registry.local/fixtures/tiny "oci:$OUT/dest"
     assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" https
@@ -284,6 +289,11 @@ EOF
     assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
     (($(manifest_gets) > before)) || fail "the registry logged no manifest GET"
     [[ $(grep -c "using http from now on" <<<"$stderr") == 1 ]] || fail "want one line saying the host is asked over http from now on: $stderr"
+    run_pullhelper pull --containerd-config "$BATS_TEST_TMPDIR/certsca.d.toml" "${OPTS[@]}" \
+        registry.local/fixtures/tiny "oci:$OUT/destca"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    [[ $(grep -c "using http from now on" <<<"$stderr") == 1 ]] || fail "the host with a CA did not fall back once: $stderr"
     # Port 80 is not ambiguous: plain HTTP from the start, no fallback.
     run_pullhelper explain --containerd-config "$BATS_TEST_TMPDIR/certs80.d.toml" "${OPTS[@]}" registry.local:80/fixtures/tiny "oci:$OUT/dest80"
     assert_equal "$(json_get '.plan.endpoints[0].scheme' <<<"$output")" http
