@@ -12,6 +12,11 @@
 //     (the caller's Plan hook uses it when pullhelper names none) and
 //     signature_policy_dir, whose NAMESPACE.json replaces it for a pod of
 //     that namespace (Runtime.namespacePolicy, into PodSettings).
+//   - In front of containerd, a pod whose runtime handler names its own
+//     snapshotter in the containerd config (Runtime.Snapshotters, from
+//     dest.ReadContainerdConfig) has its image unpacked for it
+//     (handlerSnapshotter, into PodSettings), as containerd's
+//     snapshotterFromPodSandboxConfig picks it.
 //   - PullImage (pull.go) runs one pull per request through the pipeline
 //     (the caller's Plan hook builds it from a Request — the image, DEST, the
 //     runtime, the credential and the pod's sandbox_config — as `pullhelper

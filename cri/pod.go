@@ -47,6 +47,10 @@ type PodSettings struct {
 	// namespace in front of CRI-O (Runtime.namespacePolicy), which
 	// replaces the node's.
 	SignaturePolicy string `json:"signature_policy,omitempty"`
+	// Snapshotter, when set, is the snapshotter the pod's runtime
+	// handler names in front of containerd (Runtime.handlerSnapshotter),
+	// which the image is unpacked for instead of the CRI's.
+	Snapshotter string `json:"snapshotter,omitempty"`
 }
 
 // PodDNS is a pod's dns_config.

@@ -73,6 +73,7 @@ func (s *Server) pull(ctx context.Context, req *runtimeapi.PullImageRequest) (*a
 	pod, err := podSettings(req.GetSandboxConfig(), s.cfg.PodPolicy)
 	if err == nil {
 		pod.SignaturePolicy, err = rt.namespacePolicy(req.GetSandboxConfig())
+		pod.Snapshotter = rt.handlerSnapshotter(req)
 	}
 	if err != nil {
 		return nil, false, cred, err
@@ -175,7 +176,7 @@ func (s *Server) run(ctx context.Context, r Request) (*api.Result, error) {
 	s.pulls++
 	s.mu.Unlock()
 	attrs := []any{"image", image}
-	if st := r.Settings; st.Profile != "" || st.CgroupParent != "" || st.DNS != nil || st.SignaturePolicy != "" {
+	if st := r.Settings; st.Profile != "" || st.CgroupParent != "" || st.DNS != nil || st.SignaturePolicy != "" || st.Snapshotter != "" {
 		attrs = append(attrs, "pod_settings", st)
 	}
 	s.log.Info("pull started", attrs...)

@@ -40,6 +40,10 @@ type Runtime struct {
 	// DEST ([DRIVER@GRAPHROOT+RUNROOT:OPTIONS], from CRI-O's
 	// configuration), "" for storage.conf's store.
 	Store string
+	// Snapshotters are, for containerd, the snapshotters of the runtime
+	// handlers that name their own in its config
+	// (dest.ContainerdDaemon.RuntimeSnapshotters; handlerSnapshotter).
+	Snapshotters map[string]string
 	// SignaturePolicy and SignaturePolicyDir are, for CRI-O, its
 	// configuration's [crio.image] signature_policy (the node's, "" for
 	// none) and signature_policy_dir (namespacePolicy).
@@ -70,6 +74,27 @@ func (r Runtime) namespacePolicy(sc *runtimeapi.PodSandboxConfig) (string, error
 	default:
 		return "", failure.New(failure.Internal, "the signature policy of namespace %s, %s: %s", ns, p, failure.Reason(err))
 	}
+}
+
+// runtimeHandlerAnnotation is the sandbox annotation containerd's CRI
+// reads the runtime handler from when the request does not name it
+// (annotations.RuntimeHandler, deprecated there).
+const runtimeHandlerAnnotation = "io.containerd.cri.runtime-handler"
+
+// handlerSnapshotter is, for containerd, the snapshotter the request's
+// runtime handler names, as containerd's snapshotterFromPodSandboxConfig
+// picks it: only for a request with a sandbox_config, the handler is
+// ImageSpec.runtime_handler, else the sandbox's runtimeHandlerAnnotation;
+// "" (the CRI's own snapshotter) when it names none.
+func (r Runtime) handlerSnapshotter(req *runtimeapi.PullImageRequest) string {
+	if r.crio() || req.GetSandboxConfig() == nil || len(r.Snapshotters) == 0 {
+		return ""
+	}
+	h := req.GetImage().GetRuntimeHandler()
+	if h == "" {
+		h = req.GetSandboxConfig().GetAnnotations()[runtimeHandlerAnnotation]
+	}
+	return r.Snapshotters[h]
 }
 
 // dnsLabel: s is a DNS-1123 label, what a Kubernetes namespace name is

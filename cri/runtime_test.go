@@ -486,3 +486,28 @@ func TestNamespacePolicy(t *testing.T) {
 		}
 	}
 }
+
+// containerd's snapshotterFromPodSandboxConfig: only for a request with a
+// sandbox_config, the handler of ImageSpec.runtime_handler, else of the
+// sandbox's runtime-handler annotation, picks its own snapshotter; anything
+// else is the CRI's (""). CRI-O has none.
+func TestHandlerSnapshotter(t *testing.T) {
+	ctrd := Runtime{Snapshotters: map[string]string{"kata": "devmapper"}}
+	sb := &runtimeapi.PodSandboxConfig{}
+	annotated := &runtimeapi.PodSandboxConfig{Annotations: map[string]string{runtimeHandlerAnnotation: "kata"}}
+	for _, tc := range []struct {
+		rt   Runtime
+		req  *runtimeapi.PullImageRequest
+		want string
+	}{
+		{ctrd, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "x", RuntimeHandler: "kata"}, SandboxConfig: sb}, "devmapper"},
+		{ctrd, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "x"}, SandboxConfig: annotated}, "devmapper"},
+		{ctrd, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "x", RuntimeHandler: "runc"}, SandboxConfig: annotated}, ""},
+		{ctrd, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "x", RuntimeHandler: "kata"}}, ""},
+		{Runtime{Name: RuntimeCRIO, Snapshotters: ctrd.Snapshotters}, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "x", RuntimeHandler: "kata"}, SandboxConfig: sb}, ""},
+	} {
+		if got := tc.rt.handlerSnapshotter(tc.req); got != tc.want {
+			t.Errorf("%s %v: %q, want %q", tc.rt.name(), tc.req, got, tc.want)
+		}
+	}
+}

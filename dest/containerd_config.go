@@ -12,6 +12,10 @@ type ContainerdDaemon struct {
 	// Namespace is always the CRI's, k8s.io: containerd's CRI has no
 	// setting for it (constants.K8sContainerdNamespace).
 	Namespace string
+	// RuntimeSnapshotters maps a runtime handler to the snapshotter the
+	// CRI unpacks its images for, when it names its own
+	// (hosts.ContainerdDaemon.RuntimeSnapshotters).
+	RuntimeSnapshotters map[string]string
 }
 
 // ReadContainerdConfig reads a containerd config.toml's socket and CRI
@@ -26,7 +30,8 @@ func ReadContainerdConfig(path string) (*ContainerdDaemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &ContainerdDaemon{Address: DefaultContainerdAddress, Snapshotter: DefaultContainerdSnapshotter, Namespace: DefaultContainerdNamespace}
+	out := &ContainerdDaemon{Address: DefaultContainerdAddress, Snapshotter: DefaultContainerdSnapshotter, Namespace: DefaultContainerdNamespace,
+		RuntimeSnapshotters: d.RuntimeSnapshotters()}
 	if d.Address != "" {
 		out.Address, out.AddressKey = d.Address, d.AddressKey
 	}

@@ -106,3 +106,41 @@ func TestReadContainerdConfigImportBounds(t *testing.T) {
 		t.Errorf("conf.d/*.toml: %+v, %v; want the import's address", d, err)
 	}
 }
+
+// The runtime handlers' own snapshotters, as containerd's CRI maps them
+// (snapshotterFromPodSandboxConfig's runtimePlatforms): the image service's
+// runtime_platforms.NAME.snapshotter first (versions 3 and 4), then the
+// runtime's containerd.runtimes.NAME.snapshotter, which does not override
+// it (UpdateRuntimeSnapshotter); versions 1 and 2 keep the runtimes in the
+// CRI table. A handler without its own snapshotter is not listed.
+func TestReadContainerdRuntimeSnapshotters(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, body string
+		want       map[string]string
+	}{
+		{"v3", "version = 3\n" +
+			"[plugins.\"io.containerd.cri.v1.images\".runtime_platforms.kata]\n snapshotter = \"devmapper\"\n" +
+			"[plugins.\"io.containerd.cri.v1.images\".runtime_platforms.plain]\n platform = \"linux/amd64\"\n" +
+			"[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.kata]\n snapshotter = \"other\"\n" +
+			"[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.gvisor]\n snapshotter = \"native\"\n" +
+			"[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]\n runtime_type = \"io.containerd.runc.v2\"\n",
+			map[string]string{"kata": "devmapper", "gvisor": "native"}},
+		{"v2", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata]\n snapshotter = \"devmapper\"\n",
+			map[string]string{"kata": "devmapper"}},
+		{"none", "version = 3\n[plugins.\"io.containerd.cri.v1.images\"]\n snapshotter = \"native\"\n", map[string]string{}},
+	} {
+		p := filepath.Join(dir, c.name+".toml")
+		writeCfg(t, p, c.body)
+		got, err := dest.ReadContainerdConfig(p)
+		must(t, err)
+		if len(got.RuntimeSnapshotters) != len(c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got.RuntimeSnapshotters, c.want)
+		}
+		for h, s := range c.want {
+			if got.RuntimeSnapshotters[h] != s {
+				t.Errorf("%s: %v, want %v", c.name, got.RuntimeSnapshotters, c.want)
+			}
+		}
+	}
+}

@@ -152,6 +152,36 @@ const ctrdGRPCPlugin = "io.containerd.server.v1.grpc"
 type ContainerdDaemon struct {
 	Address, AddressKey         string
 	Snapshotter, SnapshotterKey string
+	// RuntimeSnapshotters are the snapshotters of runtime handlers that
+	// name their own (RuntimeSnapshotters' doc comment says where from).
+	platformSnapshotters, runtimeSnapshotters map[string]string
+}
+
+// ctrdRuntimePlugin holds the runtimes of containerd 2.x's CRI (config
+// versions 3 and 4); earlier versions keep them in the CRI's own table
+// (ctrdCRISnapshotter's), under containerd.runtimes.
+const ctrdRuntimePlugin = "io.containerd.cri.v1.runtime"
+
+// RuntimeSnapshotters maps a runtime handler to the snapshotter containerd's
+// CRI unpacks its images for when the handler names one
+// (snapshotterFromPodSandboxConfig): the image service's
+// runtime_platforms.NAME.snapshotter (config versions 3 and 4), else the
+// runtime's own containerd.runtimes.NAME.snapshotter (plugins/cri/cri.go
+// UpdateRuntimeSnapshotter, which does not override the former). A handler
+// not listed uses the CRI's snapshotter.
+func (d ContainerdDaemon) RuntimeSnapshotters() map[string]string {
+	out := map[string]string{}
+	for name, s := range d.platformSnapshotters {
+		if s != "" {
+			out[name] = s
+		}
+	}
+	for name, s := range d.runtimeSnapshotters {
+		if _, ok := out[name]; !ok && s != "" {
+			out[name] = s
+		}
+	}
+	return out
 }
 
 // ReadContainerdDaemon reads the socket and the CRI's snapshotter from a
@@ -267,16 +297,36 @@ func readContainerdConfig(configPath string) (*ctrdRegistry, ContainerdDaemon, e
 
 // ctrdDaemonOf applies one file's socket and CRI snapshotter to d.
 func ctrdDaemonOf(d *ContainerdDaemon, path string, version int, grpcAddress string, plugins map[string]toml.Primitive, md toml.MetaData) error {
+	type runtimes map[string]struct {
+		Snapshotter string `toml:"snapshotter"`
+	}
+	snapshotters := func(r runtimes) map[string]string {
+		out := map[string]string{}
+		for name, rt := range r {
+			out[name] = rt.Snapshotter
+		}
+		return out
+	}
 	where := ctrdCRISnapshotter[version]
 	if prim, ok := plugins[where[0]]; ok {
 		var t struct {
 			Snapshotter string `toml:"snapshotter"`
 			Containerd  struct {
-				Snapshotter string `toml:"snapshotter"`
+				Snapshotter string   `toml:"snapshotter"`
+				Runtimes    runtimes `toml:"runtimes"`
 			} `toml:"containerd"`
+			RuntimePlatforms runtimes `toml:"runtime_platforms"`
 		}
 		if err := md.PrimitiveDecode(prim, &t); err != nil {
 			return fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+		}
+		// The table decides as a whole (mergeConfig): its runtime
+		// platforms (versions 3 and 4), or its runtimes (1 and 2, whose
+		// CRI table holds them).
+		if len(where) > 1 {
+			d.runtimeSnapshotters = snapshotters(t.Containerd.Runtimes)
+		} else {
+			d.platformSnapshotters = snapshotters(t.RuntimePlatforms)
 		}
 		s, key := t.Snapshotter, "plugins."+strconv.Quote(where[0])+".snapshotter"
 		if len(where) > 1 {
@@ -285,6 +335,19 @@ func ctrdDaemonOf(d *ContainerdDaemon, path string, version int, grpcAddress str
 		d.Snapshotter, d.SnapshotterKey = "", ""
 		if s != "" {
 			d.Snapshotter, d.SnapshotterKey = s, path+": "+key
+		}
+	}
+	if version >= 3 {
+		if prim, ok := plugins[ctrdRuntimePlugin]; ok {
+			var t struct {
+				Containerd struct {
+					Runtimes runtimes `toml:"runtimes"`
+				} `toml:"containerd"`
+			}
+			if err := md.PrimitiveDecode(prim, &t); err != nil {
+				return fmt.Errorf("parsing containerd config %s: %s", path, ctrdTOMLErrorNoData(err))
+			}
+			d.runtimeSnapshotters = snapshotters(t.Containerd.Runtimes)
 		}
 	}
 	if version >= 4 {

@@ -43,6 +43,12 @@ func (p *Plan) configureStore(l *policy.Loaded) error {
 	return nil
 }
 
+// RuntimeHandlerSetting is what sets dest.containerd_snapshotter to the
+// snapshotter a pod's runtime handler names in the containerd config
+// (pullhelper cri, dest.ContainerdDaemon.RuntimeSnapshotters): not a
+// setting that differs from the config, so no warning says it does.
+const RuntimeHandlerSetting = "the pod's runtime handler (its snapshotter in the containerd config)"
+
 // containerdDefaults fills want's address, snapshotter and namespace
 // from the containerd config (when one is set) unless set explicitly, and
 // records in want.From what set each.
@@ -65,6 +71,12 @@ func (p *Plan) containerdDefaults(l *policy.Loaded, want *dest.ContainerdSetting
 		{"dest.containerd_snapshotter", "snapshotter", &want.Snapshotter, cfg.Snapshotter, cfg.SnapshotterKey},
 		{"dest.containerd_namespace", "namespace", &want.Namespace, cfg.Namespace, "the CRI's (containerd has no setting for it)"},
 	} {
+		if src, set := l.Defined(s.key); set && src == RuntimeHandlerSetting {
+			// The pod's runtime handler's own snapshotter, from this
+			// same config: where containerd's CRI puts its images.
+			want.From[s.name] = src
+			continue
+		}
 		if _, set := l.Defined(s.key); set {
 			want.From[s.name] = settingName(l, s.key)
 			if want.Config != "" && *s.val != s.cfgVal {

@@ -246,6 +246,31 @@ while True:
     assert_secret_absent -f "$T/cri.log" "$T/cri.out"
 }
 
+@test "cri: a pod whose runtime handler names its own snapshotter in the containerd config (runtime_platforms) has its image imported for that snapshotter, as containerd's CRI does; a pod without one gets the CRI's" {
+    ctrd2_require
+    mkdir -p "$T/ph-hosts"
+    printf 'version = 3\n[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "%s"\n[plugins."io.containerd.cri.v1.images".runtime_platforms.alt]\n  snapshotter = "phtest-none"\n' \
+        "$T/ph-hosts" >"$T/ph-ctrd.toml"
+    cri_up --containerd-config "$T/ph-ctrd.toml"
+    local img="$REGISTRY_HOST/fixtures/tiny:latest"
+    printf '{"metadata":{"name":"p","namespace":"ns","uid":"u-alt"},"annotations":{"io.containerd.cri.runtime-handler":"alt"}}\n' >"$T/pod-alt.json"
+    printf '{"metadata":{"name":"p","namespace":"ns","uid":"u-default"}}\n' >"$T/pod.json"
+    # The handler's snapshotter is asked for (this containerd has none of
+    # that name: the import fails naming it).
+    run pcrictl pull --creds "$(creds)" --pod-config "$T/pod-alt.json" "$img"
+    echo "$output"
+    assert_failure
+    assert_output --partial phtest-none
+    grep '"msg":"pull started"' "$T/cri.log" | grep -qF '"snapshotter":"phtest-none"' ||
+        fail "the pull's pod settings do not name the handler's snapshotter: $(grep '"msg":"pull started"' "$T/cri.log")"
+    run pcrictl pull --creds "$(creds)" --pod-config "$T/pod.json" "$img"
+    echo "$output"
+    assert_success
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *"$img"*complete* ]] || fail "not unpacked for native: $output"
+}
+
 @test "cri: a request whose deadline passes fails DeadlineExceeded and stops its pull: no cgroup, no staging" {
     ctrd2_require
     cri_up

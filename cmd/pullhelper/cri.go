@@ -342,6 +342,9 @@ func applyPodSettings(l *policy.Loaded, st cri.PodSettings) error {
 	if st.CgroupParent != "" {
 		set("sandbox_config linux.cgroup_parent", "cgroup.parent", policy.String, st.CgroupParent)
 	}
+	if st.Snapshotter != "" {
+		set(pipeline.RuntimeHandlerSetting, "dest.containerd_snapshotter", policy.String, st.Snapshotter)
+	}
 	if st.SignaturePolicy != "" {
 		set("sandbox_config metadata.namespace (CRI-O's signature_policy_dir)", "pull.signature_policy", policy.String, st.SignaturePolicy)
 	}
@@ -415,6 +418,14 @@ func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string,
 	if rt.Name != cri.RuntimeCRIO {
 		if crioFlag != "" {
 			return rt, failure.New(failure.Usage, "%s is CRI-O's, and the runtime is containerd (from %s); drop it, or use --runtime cri-o", crioFlag, rt.From)
+		}
+		if path := l.Auth.ContainerdConfig; path != "" {
+			// The runtime handlers' own snapshotters, for PullImage.
+			cfg, err := dest.ReadContainerdConfig(path)
+			if err != nil {
+				return rt, failure.New(failure.Usage, "--containerd-config (auth.containerd_config): %v", err)
+			}
+			rt.Snapshotters = cfg.RuntimeSnapshotters
 		}
 		return rt, nil
 	}
