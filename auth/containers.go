@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -19,8 +20,11 @@ import (
 // Env is the part of the environment the default search depends on. Tests
 // substitute their own; FromOS reads the process's.
 type Env struct {
-	UID            int
-	Home           string
+	UID  int
+	Home string
+	// HomeEnv is $HOME itself ("" when unset), which the kubelet's node
+	// docker config search uses (os.UserHomeDir), unlike Home.
+	HomeEnv        string
 	XDGRuntimeDir  string
 	XDGConfigHome  string
 	DockerConfig   string
@@ -35,6 +39,7 @@ func OSEnv() Env {
 	return Env{
 		UID:            os.Getuid(),
 		Home:           home,
+		HomeEnv:        os.Getenv("HOME"),
 		XDGRuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
 		XDGConfigHome:  os.Getenv("XDG_CONFIG_HOME"),
 		DockerConfig:   os.Getenv("DOCKER_CONFIG"),
@@ -55,11 +60,15 @@ func ContainersAuthFiles(explicit string, env Env) (files []wire.AuthFile, userS
 	}
 	primary := fmt.Sprintf("/run/containers/%d/auth.json", env.UID)
 	if env.XDGRuntimeDir != "" {
-		if st, err := os.Stat(env.XDGRuntimeDir); err == nil && st.IsDir() {
-			primary = filepath.Join(env.XDGRuntimeDir, "containers/auth.json")
-		} else {
+		// getPathToAuthWithOS: a missing XDG_RUNTIME_DIR is a warning
+		// and no runtime file (getAuthFilePaths goes on); anything else
+		// is used, so that one that is not a directory fails the lookup
+		// as reading the file below it fails.
+		if _, err := os.Stat(env.XDGRuntimeDir); errors.Is(err, fs.ErrNotExist) {
 			primary = ""
-			warnings = append(warnings, fmt.Sprintf("XDG_RUNTIME_DIR %q is not a directory; skipping the runtime auth file", env.XDGRuntimeDir))
+			warnings = append(warnings, fmt.Sprintf("XDG_RUNTIME_DIR %q does not exist; skipping the runtime auth file", env.XDGRuntimeDir))
+		} else {
+			primary = filepath.Join(env.XDGRuntimeDir, "containers/auth.json")
 		}
 	}
 	if primary != "" {
@@ -190,7 +199,9 @@ func lookupFile(f wire.AuthFile, name, registry string, o lookupOpts) (*wire.Cre
 // decodeEntry is containers/image's decodeDockerAuth: "auth" is standard
 // (padded) base64 of "user:password"; a decode error fails the lookup; no
 // colon is no credential (the next file is searched), with a warning unless
-// the field is empty (Docker's marker of a credential helper).
+// the field is empty (Docker's marker of a credential helper); and so is an
+// entry with no user, no password and no identity token (":"), which
+// getCredentialsFromAuthFiles passes over like no entry.
 func decodeEntry(e authEntry, f wire.AuthFile, key string, o lookupOpts) (*wire.Credential, error) {
 	file, where := f.Path, fmt.Sprintf("auths.%q.auth", key)
 	if f.Legacy {
@@ -210,9 +221,13 @@ func decodeEntry(e authEntry, f wire.AuthFile, key string, o lookupOpts) (*wire.
 		}
 		return nil, nil
 	}
+	pass = strings.Trim(pass, "\x00")
+	if user == "" && pass == "" && e.IdentityToken == "" {
+		return nil, nil
+	}
 	return &wire.Credential{
 		Source: "containers-auth.json", File: file, Key: key,
-		Username: user, Password: strings.Trim(pass, "\x00"), IdentityToken: e.IdentityToken,
+		Username: user, Password: pass, IdentityToken: e.IdentityToken,
 	}, nil
 }
 
@@ -238,8 +253,12 @@ func runCredHelper(helper, registry, file string) (*wire.Credential, error) {
 	return runHelper(helper, registry, "credential-helper", file, "credHelpers."+registry)
 }
 
-// runHelper is pkg/docker/config getCredsFromCredHelper: "credentials not
-// found" is no credential, a "<token>" username an identity token. Unlike
+// runHelper is pkg/docker/config getCredsFromCredHelper over
+// docker-credential-helpers' client.Get: a helper that fails with exactly
+// "credentials not found in native keychain" on stdout is no credential
+// (IsErrCredentialsNotFoundMessage), any other failure an error; its answer
+// is the first JSON value on stdout (json.Decoder); a "<token>" username is
+// an identity token. Unlike
 // the owner's, a run is bounded (the root parent runs it): helperTimeout,
 // then the helper's process group is killed; helperMaxStdout of answer
 // (more fails the lookup) and helperMaxStderr of messages are read. A
@@ -261,8 +280,7 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 		if res.TimedOut {
 			return nil, fmt.Errorf("credential helper %s for %s (%s in %s) did not answer within %s and was killed", bin, registry, key, file, helperTimeout)
 		}
-		msg := strings.TrimSpace(string(res.Stdout) + string(res.Stderr))
-		if strings.Contains(msg, "credentials not found") {
+		if strings.TrimSpace(string(res.Stdout)) == helperNotFound {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("running credential helper %s for %s (%s in %s): %w", bin, registry, key, file, err)
@@ -271,7 +289,7 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 		Username string `json:"Username"`
 		Secret   string `json:"Secret"`
 	}
-	if err := json.Unmarshal(res.Stdout, &out); err != nil {
+	if err := json.NewDecoder(bytes.NewReader(res.Stdout)).Decode(&out); err != nil {
 		return nil, fmt.Errorf("credential helper %s for %s returned malformed output", bin, registry)
 	}
 	if out.Username == "" && out.Secret == "" {
@@ -283,6 +301,9 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 	}
 	return c, nil
 }
+
+// helperNotFound is docker-credential-helpers' errCredentialsNotFoundMessage.
+const helperNotFound = "credentials not found in native keychain"
 
 // Bounds on one credential helper run (runHelper).
 const (

@@ -138,3 +138,36 @@ func TestContainersAuthFiles(t *testing.T) {
 		t.Fatalf("primary = %s", files[0].Path)
 	}
 }
+
+// containers/image's getCredentialsFromAuthFiles passes over an entry that
+// decodes to no user, no password and no identity token (":"), as over no
+// entry: the next file's credential is used.
+func TestLookupContainersEmptyEntryPassedOver(t *testing.T) {
+	dir := t.TempDir()
+	first := write(t, dir, "run.json", `{"auths":{"quay.io":{"auth":"`+b64(":")+`"}}}`)
+	second := write(t, dir, "cfg.json", `{"auths":{"quay.io":{"auth":"`+b64("u:p")+`"}}}`)
+	c, err := auth.LookupContainers([]wire.AuthFile{{Path: first}, {Path: second}}, "quay.io/org/repo")
+	if err != nil || c == nil || c.Username != "u" || c.File != second {
+		t.Fatalf("got %+v %v; want u from %s", c, err, second)
+	}
+	// An identity token alone is a credential.
+	tok := write(t, dir, "tok.json", `{"auths":{"quay.io":{"auth":"`+b64(":")+`","identitytoken":"it"}}}`)
+	if c, err := auth.LookupContainers([]wire.AuthFile{{Path: tok}, {Path: second}}, "quay.io/org/repo"); err != nil || c == nil || c.IdentityToken != "it" {
+		t.Fatalf("identity token entry: %+v %v", c, err)
+	}
+}
+
+// XDG_RUNTIME_DIR that is not a directory is used as containers/image uses
+// it (getPathToAuthWithOS drops it only when it does not exist), so reading
+// the auth file below it fails the lookup instead of being skipped.
+func TestContainersAuthFilesRuntimeDirNotADirectory(t *testing.T) {
+	dir := t.TempDir()
+	rt := write(t, dir, "rtfile", "x")
+	files, _, warns := auth.ContainersAuthFiles("", auth.Env{UID: 1, Home: "/h", XDGRuntimeDir: rt})
+	if len(warns) != 0 || files[0].Path != filepath.Join(rt, "containers/auth.json") {
+		t.Fatalf("files %+v warnings %v; want the runtime file below %s", files, warns, rt)
+	}
+	if _, err := auth.LookupContainers(files[:1], "quay.io/org/repo"); err == nil {
+		t.Fatal("a runtime auth file below a regular file was read as absent; want the lookup to fail")
+	}
+}

@@ -186,7 +186,9 @@ func NewKeyring(c Config, r *hosts.Resolver) (*Keyring, error) {
 			root = "/var/lib/kubelet"
 		}
 		cwd, _ := os.Getwd()
-		node, file, err := LoadNodeDockerConfig(NodeConfigDirs{RootDir: root, Cwd: cwd, Home: c.Env.Home, Warn: k.Warn})
+		// The kubelet's search takes $HOME as it is (os.UserHomeDir: none
+		// when unset), not the passwd entry's.
+		node, file, err := LoadNodeDockerConfig(NodeConfigDirs{RootDir: root, Cwd: cwd, Home: c.Env.HomeEnv, Warn: k.Warn})
 		if err != nil {
 			return bad("auth.kubelet_docker_config", err)
 		}

@@ -25,7 +25,7 @@ func hermetic(t *testing.T, dir string) auth.TestConfig {
 	}
 	return auth.TestConfig{
 		RegistriesConf: rc, RegistriesConfDir: d, TLSVerify: true,
-		Env:      auth.Env{UID: 4242, Home: filepath.Join(dir, "home")},
+		Env:      auth.Env{UID: 4242, Home: filepath.Join(dir, "home"), HomeEnv: filepath.Join(dir, "home")},
 		Authfile: write(t, dir, "auth.json", `{"auths":{}}`),
 		CertsD:   []string{filepath.Join(dir, "certs.d")},
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/internal/wire"
 )
 
 // Broken credential files fail the lookup where the owner fails it, and
@@ -229,5 +230,56 @@ func TestLookupCredHelpersNotRunByExplain(t *testing.T) {
 	got, err = k.LookupE("r.io", "r.io/app")
 	if err != nil || !reflect.DeepEqual(who(got), []string{"credential-helper:credHelpers.r.io:hu"}) {
 		t.Fatalf("pull: %q, %v", who(got), err)
+	}
+}
+
+// docker-credential-helpers' client.Get: only exactly "credentials not found
+// in native keychain" on stdout is no credential; any other failure (a
+// stderr that merely mentions it included) fails the lookup; the answer is
+// the first JSON value on stdout, text after it ignored.
+func TestCredHelperAnswers(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	af := write(t, dir, "auth.json", `{"credHelpers":{"r.io":"fake"}}`)
+	for _, tc := range []struct {
+		script string
+		user   string
+		fails  bool
+	}{
+		{"echo 'credentials not found in native keychain'; exit 1", "", false},
+		{"echo 'keychain unreachable: credentials not found because the daemon is down' >&2; exit 1", "", true},
+		{"echo '{\"ServerURL\":\"r.io\",\"Username\":\"u\",\"Secret\":\"p\"}'; echo 'token refreshed'", "u", false},
+	} {
+		write(t, bin, "docker-credential-fake", "#!/bin/sh\nread reg\n"+tc.script+"\n")
+		if err := os.Chmod(filepath.Join(bin, "docker-credential-fake"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c, err := auth.LookupContainers([]wire.AuthFile{{Path: af}}, "r.io/app")
+		switch {
+		case tc.fails && err == nil:
+			t.Errorf("%q: %+v, want an error", tc.script, c)
+		case !tc.fails && err != nil:
+			t.Errorf("%q: %v", tc.script, err)
+		case !tc.fails && tc.user == "" && c != nil:
+			t.Errorf("%q: %+v, want no credential", tc.script, c)
+		case !tc.fails && tc.user != "" && (c == nil || c.Username != tc.user):
+			t.Errorf("%q: %+v, want %s", tc.script, c, tc.user)
+		}
+	}
+}
+
+// The kubelet's node docker config search takes $HOME as it is
+// (os.UserHomeDir): without HOME it does not look in the passwd entry's
+// home directory, where containers/image's own search does.
+func TestNodeConfigSearchWithoutHOME(t *testing.T) {
+	dir := t.TempDir()
+	c := hermetic(t, dir)
+	write(t, filepath.Join(c.Env.Home, ".docker"), "config.json", `{"auths":{"r.io":{"auth":"`+b64("node:pw")+`"}}}`)
+	c.KubeletDockerConfig = filepath.Join(dir, "kubelet")
+	c.Env.HomeEnv = ""
+	got, err := newKeyring(t, c).LookupE("r.io", "r.io/app")
+	if err != nil || len(got) != 0 {
+		t.Fatalf("without HOME: %q, %v; want no kubelet-node-config credential", who(got), err)
 	}
 }
