@@ -206,7 +206,7 @@ func TestEndpointsContainerdLegacyMirrors(t *testing.T) {
 // newPullClient): mirrors first, each looked up in the auth files by its own
 // rewritten repository; the kubelet's credential (CRI-O: DockerAuthConfig)
 // only for endpoints in the image's domain; insecure per endpoint; blocked
-// per host (docker_client.go newDockerClient).
+// per physical repository (docker_client.go newDockerClientFromRef).
 func TestEndpointsRegistriesConfMirrors(t *testing.T) {
 	dir := t.TempDir()
 	c := hermetic(t, dir)
@@ -264,6 +264,31 @@ blocked = true
 	// Every endpoint blocked: an error.
 	if _, err := k.Endpoints("blocked.example.com/x:1"); !errors.Is(err, hosts.ErrBlocked) {
 		t.Errorf("blocked image: err %v, want ErrBlocked", err)
+	}
+
+	// blocked is judged by the endpoint's physical repository
+	// (newDockerClientFromRef: FindRegistry(ref.Name())): a blocked
+	// namespace of a host blocks it, not the host's other repositories,
+	// and an unblocked namespace of a blocked host is not blocked.
+	c.RegistriesConf = write(t, dir, "registries2.conf", `
+[[registry]]
+location = "127.0.0.1:45111/forbidden"
+blocked = true
+[[registry]]
+location = "mirror.example.com"
+blocked = true
+[[registry]]
+location = "mirror.example.com/ok"
+`)
+	k = newKeyring(t, c)
+	if _, err := k.Endpoints("127.0.0.1:45111/forbidden/img:1"); !errors.Is(err, hosts.ErrBlocked) {
+		t.Errorf("a blocked namespace: err %v, want ErrBlocked", err)
+	}
+	if eps := endpoints(t, k, "127.0.0.1:45111/open/img:1"); len(eps) != 1 || eps[0].Blocked {
+		t.Errorf("another namespace of that host: %+v, want it not blocked", eps)
+	}
+	if eps := endpoints(t, k, "mirror.example.com/ok/img:1"); len(eps) != 1 || eps[0].Blocked {
+		t.Errorf("an unblocked namespace of a blocked host: %+v, want it not blocked", eps)
 	}
 }
 

@@ -69,7 +69,8 @@ func (r *Resolver) Endpoints(image string) ([]Endpoint, error) {
 // FindRegistry(ref.Name()) and PullSourcesFromReference (mirrors, honouring
 // mirror-by-digest-only and pull-from-mirror, then the primary location);
 // per endpoint, insecure from the endpoint and blocked from
-// FindRegistry(endpoint host) as newDockerClient checks it.
+// FindRegistry(the endpoint's physical repository), as newDockerClient
+// checks it (newDockerClientFromRef passes ref.Name(), not the host).
 func (r *Resolver) registriesConfEndpoints(named reference.Named) ([]Endpoint, error) {
 	logical := named.Name()
 	domain := reference.Domain(named)
@@ -110,7 +111,7 @@ func (r *Resolver) registriesConfEndpoints(named reference.Named) ([]Endpoint, e
 		} else if !ps.Endpoint.Insecure && strings.HasPrefix(ep.Trust.InsecureBy, "registries.conf insecure") {
 			ep.Trust.Verify, ep.Trust.InsecureBy = true, ""
 		}
-		if hr, err := sysregistriesv2.FindRegistry(r.sys, host); err == nil && hr != nil && hr.Blocked {
+		if hr, err := sysregistriesv2.FindRegistry(r.sys, physical); err == nil && hr != nil && hr.Blocked {
 			ep.Blocked = true
 		}
 		eps = append(eps, ep)
