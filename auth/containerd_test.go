@@ -782,6 +782,14 @@ func TestKeyringContainerdHostsToml(t *testing.T) {
 			wantErr: "failed to load X509 key pair",
 		},
 		{
+			// containerd 2.x's parseHostConfig knows referrers.
+			name:      "referrers capability: hosts.toml kept",
+			ref:       "myreg.io",
+			hosts:     "server = \"https://elsewhere.example.com\"\ncapabilities = [\"pull\", \"resolve\", \"referrers\"]\n",
+			endpoints: []string{"https://elsewhere.example.com/v2 containerd hosts.toml server"},
+			want:      []ctrdTLS{{}},
+		},
+		{
 			name:      "unknown capability: hosts.toml rejected, Docker layout used",
 			ref:       "myreg.io",
 			hosts:     "server = \"https://elsewhere.example.com\"\ncapabilities = [\"pull\", \"fly\"]\n",

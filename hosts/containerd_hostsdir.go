@@ -25,7 +25,7 @@ type ctrdHostConfig struct {
 	scheme       string
 	host         string
 	path         string            // "/v2" unless override_path or a path prefix
-	capabilities wire.Capabilities // zero: pull, resolve, push
+	capabilities wire.Capabilities // zero: pull, resolve, push, referrers
 	headers      []string          // header names, sorted
 	header       map[string][]string
 	dialTimeout  string // as written; validated

@@ -39,7 +39,7 @@ type Endpoint struct {
 	Repository string `json:"repository"`
 	// Mirror is true for every endpoint but the image's primary one.
 	Mirror bool `json:"mirror"`
-	// Capabilities are containerd's (pull, resolve, push); a host without
+	// Capabilities are containerd's (pull, resolve, push, referrers); a host without
 	// resolve is never asked for a tag. Zero: all.
 	Capabilities Capabilities `json:"capabilities,omitempty"`
 	// Headers are the header names hosts.toml sends to this host;
@@ -79,12 +79,15 @@ const (
 	CapabilityPull Capabilities = 1 << iota
 	CapabilityResolve
 	CapabilityPush
+	// CapabilityReferrers is containerd 2.x's (HostCapabilityReferrers);
+	// a pull does not use it, but a hosts.toml may name it.
+	CapabilityReferrers
 )
 
 var capabilityNames = []struct {
 	c    Capabilities
 	name string
-}{{CapabilityPull, "pull"}, {CapabilityResolve, "resolve"}, {CapabilityPush, "push"}}
+}{{CapabilityPull, "pull"}, {CapabilityResolve, "resolve"}, {CapabilityPush, "push"}, {CapabilityReferrers, "referrers"}}
 
 // ParseCapability is the capability named s (case-insensitive, as
 // containerd's hosts.toml reads it).
@@ -106,7 +109,7 @@ func (c Capabilities) Has(want Capabilities) bool { return c == 0 || c&want == w
 // core/remotes/docker/resolver.go), so a host with resolve alone is not.
 func (c Capabilities) ResolvesTags() bool { return c.Has(CapabilityPull | CapabilityResolve) }
 
-// Names are c's capabilities in the order pull, resolve, push (nil for
+// Names are c's capabilities in the order pull, resolve, push, referrers (nil for
 // zero).
 func (c Capabilities) Names() []string {
 	var out []string
