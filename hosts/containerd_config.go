@@ -30,9 +30,13 @@ import (
 //     followed as containerd's LoadConfig does (loadContainerdConfig). A
 //     missing config.toml means containerd's defaults (no mirrors,
 //     config_path = ""); a version above 4, a missing import or a file that
-//     does not parse is an error naming the file. The same walk gives the
-//     daemon's socket and the CRI's snapshotter (ReadContainerdDaemon, for
-//     a containerd: DEST): one reader of config.toml.
+//     does not parse is an error naming the file. Versions 3 and 4 are
+//     containerd 2.x's alone, so they get its CRI's reading too: config_path
+//     /etc/containerd/certs.d:/etc/docker/certs.d when neither it nor
+//     mirrors are set, and no configs.*.tls (its RegistryConfig is Auth
+//     alone). The same walk gives the daemon's socket, the CRI's snapshotter
+//     and the runtime handlers' own (ReadContainerdDaemon, for a
+//     containerd: DEST): one reader of config.toml.
 //   - ValidatePluginConfig: `mirrors` or any `configs.*.tls` together with
 //     config_path are errors; `auths."https://HOST"` is mapped into
 //     configs[HOST].auth (a key without a scheme is used verbatim; note that
@@ -108,7 +112,15 @@ type ctrdRegistry struct {
 	// file is the config file whose plugin table this registry is (the
 	// root or an import).
 	file string
+	// v2 is set for a config of version 3 or 4, which only containerd 2.x
+	// reads: its CRI has no configs.HOST.tls (RegistryConfig is Auth
+	// alone) and a default config_path (ctrdDefaultConfigPath).
+	v2 bool
 }
+
+// ctrdDefaultConfigPath is containerd 2.x's config_path when neither it nor
+// mirrors are set (plugins/cri/images InitFn, on Linux).
+const ctrdDefaultConfigPath = "/etc/containerd/certs.d:/etc/docker/certs.d"
 
 // ctrdRegistryPlugin is the plugin whose table holds `registry`, per
 // config version: 1 (and no version) containerd 1.x's "cri"; 2 the CRI
@@ -291,6 +303,12 @@ func readContainerdConfig(configPath string) (*ctrdRegistry, ContainerdDaemon, e
 			return nil, d, fmt.Errorf("containerd config %s: imports: %w", path, err)
 		}
 		pending = append(pending, imports...)
+	}
+	if rootVersion >= 3 {
+		reg.v2 = true
+		if reg.ConfigPath == "" && len(reg.Mirrors) == 0 {
+			reg.ConfigPath = ctrdDefaultConfigPath
+		}
 	}
 	return reg, d, nil
 }

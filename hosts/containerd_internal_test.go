@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -90,6 +91,57 @@ func TestContainerdHTTPHostWithTLSTriesHTTPSFirst(t *testing.T) {
 		w, ok := want[e.host]
 		if !ok || e.scheme != w.scheme || e.tlsFallback != w.fallback {
 			t.Errorf("%s: scheme %s, fallback %v; want %s, %v", e.host, e.scheme, e.tlsFallback, w.scheme, w.fallback)
+		}
+	}
+}
+
+// containerd 2.x (config versions 3 and 4): config_path defaults to
+// /etc/containerd/certs.d:/etc/docker/certs.d when neither it nor mirrors
+// are set (plugins/cri/images InitFn), and the legacy mirrors' configs.HOST.tls
+// is not read (RegistryConfig is Auth alone): certificates stay verified.
+// Version 2 keeps containerd 1.x's reading of both.
+func TestContainerd2Registry(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func(name, body string) *ctrdRegistry {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		reg, _, err := readContainerdConfig(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	if reg := cfg("v3.toml", "version = 3\n"); reg.ConfigPath != ctrdDefaultConfigPath {
+		t.Errorf("v3 without config_path or mirrors: config_path %q, want %q", reg.ConfigPath, ctrdDefaultConfigPath)
+	}
+	if reg := cfg("v2.toml", "version = 2\n"); reg.ConfigPath != "" {
+		t.Errorf("v2: config_path %q, want none (containerd 1.x's legacy mode)", reg.ConfigPath)
+	}
+	tlsCfg := `[plugins."%s".registry.mirrors."reg.example"]
+  endpoint = ["https://mirror.example"]
+[plugins."%s".registry.configs."mirror.example".tls]
+  insecure_skip_verify = true
+`
+	for _, tc := range []struct {
+		name, version, plugin string
+		skip                  bool
+	}{
+		{"v3-tls.toml", "3", "io.containerd.cri.v1.images", false},
+		{"v2-tls.toml", "2", "io.containerd.grpc.v1.cri", true},
+	} {
+		reg := cfg(tc.name, "version = "+tc.version+"\n"+fmt.Sprintf(tlsCfg, tc.plugin, tc.plugin))
+		if reg.ConfigPath != "" {
+			t.Fatalf("%s: mirrors set, config_path %q, want none", tc.name, reg.ConfigPath)
+		}
+		list, err := containerdEndpointList(reg, "reg.example", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 0 || list[0].host != "mirror.example" || list[0].tls.SkipVerify != tc.skip {
+			t.Errorf("%s: %+v; want the mirror first, skip_verify %v", tc.name, list, tc.skip)
 		}
 	}
 }

@@ -304,7 +304,11 @@ func containerdLegacyList(reg *ctrdRegistry, host string) ([]ctrdEndpoint, error
 		if err != nil {
 			return nil, fmt.Errorf("parse registry endpoint %q from mirrors: %w", e, err)
 		}
-		t, err := ctrdLegacyTLS(reg.Configs[u.Host].TLS, host, u)
+		tc := reg.Configs[u.Host].TLS
+		if reg.v2 {
+			tc = nil // containerd 2.x has no configs.HOST.tls: the localhost default only
+		}
+		t, err := ctrdLegacyTLS(tc, host, u)
 		if err != nil {
 			return nil, fmt.Errorf("get TLSConfig for registry %q: %w", e, err)
 		}
