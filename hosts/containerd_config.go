@@ -452,7 +452,8 @@ func validateContainerdRegistry(reg *ctrdRegistry) error {
 		return errors.New("`mirrors` cannot be set when `config_path` is provided")
 	}
 	for _, r := range reg.Configs {
-		if r.TLS != nil && useConfigPath {
+		// containerd 2.x (reg.v2) has no configs.*.tls to refuse.
+		if r.TLS != nil && useConfigPath && !reg.v2 {
 			return errors.New("`configs.tls` cannot be set when `config_path` is provided")
 		}
 	}

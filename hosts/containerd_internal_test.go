@@ -117,6 +117,15 @@ func TestContainerd2Registry(t *testing.T) {
 	if reg := cfg("v3.toml", "version = 3\n"); reg.ConfigPath != ctrdDefaultConfigPath {
 		t.Errorf("v3 without config_path or mirrors: config_path %q, want %q", reg.ConfigPath, ctrdDefaultConfigPath)
 	}
+	// configs.*.tls beside the default config_path is no error for 2.x
+	// (loadContainerdConfig validates as containerd 2.x does).
+	p := filepath.Join(dir, "v3-tls-only.toml")
+	if err := os.WriteFile(p, []byte("version = 3\n[plugins.\"io.containerd.cri.v1.images\".registry.configs.\"r.example\".tls]\n  insecure_skip_verify = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if reg, err := loadContainerdConfig(p); err != nil || reg.ConfigPath != ctrdDefaultConfigPath {
+		t.Errorf("v3 with configs.tls only: %+v %v; want the default config_path and no error", reg, err)
+	}
 	if reg := cfg("v2.toml", "version = 2\n"); reg.ConfigPath != "" {
 		t.Errorf("v2: config_path %q, want none (containerd 1.x's legacy mode)", reg.ConfigPath)
 	}
