@@ -138,3 +138,15 @@ func TestValueErrorsCarryNoContent(t *testing.T) {
 		t.Errorf("%d imports: %v; want a refusal naming the config and the bound", ctrdMaxImports+1, err)
 	}
 }
+
+// $CONTAINERS_REGISTRIES_CONF names the one main file, which must exist, as
+// configfile's search has it (ignoreENOENT false for the variable's path,
+// as for SystemRegistriesConfPath); a missing one is an error naming it,
+// not the defaults.
+func TestRegistriesConfFromEnvironmentMustExist(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "r.conf")
+	t.Setenv("CONTAINERS_REGISTRIES_CONF", missing)
+	if _, err := CheckRegistriesConf(&types.SystemContext{}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("a missing $CONTAINERS_REGISTRIES_CONF: %v; want an error naming it", err)
+	}
+}

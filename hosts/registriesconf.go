@@ -59,12 +59,17 @@ func CheckRegistriesConf(sys *types.SystemContext) (*RegistriesConfFiles, error)
 	if err != nil {
 		return nil, fmt.Errorf("registries.conf: %s", safefile.Redact(err.Error()))
 	}
+	// configfile: a named main file (SystemRegistriesConfPath, else
+	// $CONTAINERS_REGISTRIES_CONF) is the only one and must exist
+	// (ignoreENOENT false); of the default search, a missing one is
+	// skipped.
+	named := sys.SystemRegistriesConfPath != "" || os.Getenv(opts.EnvironmentName) != ""
 	var main string
 	for _, f := range paths.MainFiles {
 		if f == "" {
 			continue
 		}
-		if _, err := os.Stat(f); errors.Is(err, fs.ErrNotExist) && f != sys.SystemRegistriesConfPath {
+		if _, err := os.Stat(f); errors.Is(err, fs.ErrNotExist) && !named {
 			continue
 		}
 		main = f
