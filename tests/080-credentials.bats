@@ -929,11 +929,19 @@ provider_token_attrs() {
 }
 
 @test "containerd 2.x: version = 3 and 4 config.toml, imports drop-in with the io.containerd.cri.v1.images registry — its configs auth pulls; an unknown version or a missing import is exit 2 naming the file (the importing one)" {
-    mkdir -p "$T/containerd/conf.d"
+    mkdir -p "$T/containerd/conf.d" "$T/containerd/certs.d/$REGISTRY_HOST"
     cred containerd "$T/v2.toml" --https-endpoint --ca "$REGISTRY_CA"
-    sed -e 's/^version = 2$/version = 3/' -e 's/io\.containerd\.grpc\.v1\.cri/io.containerd.cri.v1.images/g' \
-        "$T/v2.toml" >"$T/containerd/conf.d/registry.toml"
+    # containerd 2.x reads no registry.configs.*.tls: the registry's CA is a
+    # hosts.toml's, under config_path (which excludes the mirror entry).
+    printf 'server = "https://%s"\nca = "%s"\n' "$REGISTRY_HOST" "$REGISTRY_CA" >"$T/containerd/certs.d/$REGISTRY_HOST/hosts.toml"
+    v3_registry() {
+        sed -e 's/^version = 2$/version = 3/' -e 's/io\.containerd\.grpc\.v1\.cri/io.containerd.cri.v1.images/g' \
+            -e '/registry\.mirrors\./,+1d' -e '/\.tls\]$/,+1d' "$T/v2.toml"
+        printf '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "%s"\n' "$T/containerd/certs.d"
+    }
+    v3_registry >"$T/containerd/conf.d/registry.toml"
     grep -q 'io.containerd.cri.v1.images' "$T/containerd/conf.d/registry.toml" || fail "sed did not convert the section"
+    ! grep -q 'tls\|mirrors' "$T/containerd/conf.d/registry.toml" || fail "sed left the tls or mirrors table: $(cat "$T/containerd/conf.d/registry.toml")"
     printf 'version = 3\nimports = ["conf.d/*.toml"]\n' >"$T/containerd/config.toml"
     run_pullhelper pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/a"
     assert_credential containerd-config "$T/containerd/conf.d/registry.toml" "$(containerd_key)" "$REGISTRY_USER"
@@ -948,8 +956,7 @@ provider_token_attrs() {
 
     # Version 4 (containerd 2.4: only the server tables moved) keeps the
     # registry in the image service's table; its version 3 drop-in is read.
-    sed -e 's/^version = 2$/version = 3/' -e 's/io\.containerd\.grpc\.v1\.cri/io.containerd.cri.v1.images/g' \
-        "$T/v2.toml" >"$T/containerd/conf.d/registry.toml"
+    v3_registry >"$T/containerd/conf.d/registry.toml"
     printf 'version = 4\nimports = ["conf.d/*.toml"]\n' >"$T/containerd/config.toml"
     run_pullhelper pull --containerd-config "$T/containerd/config.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/v4"
     assert_credential containerd-config "$T/containerd/conf.d/registry.toml" "$(containerd_key)" "$REGISTRY_USER"
