@@ -5,6 +5,7 @@ import (
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dnsconf"
 	"github.com/pullhelper/pullhelper/internal/state"
+	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
 )
 
@@ -37,9 +38,12 @@ type Isolation struct {
 
 // Network is where the child's network traffic goes.
 type Network struct {
-	Mode  string          `json:"mode"`            // host, netns, cluster-dns
-	Netns string          `json:"netns,omitempty"` // resolved namespace path
-	DNS   *dnsconf.Config `json:"dns,omitempty"`   // the override, rendered
+	Mode  string `json:"mode"`            // host, netns, cluster-dns
+	Netns string `json:"netns,omitempty"` // resolved namespace path
+	// NetnsID is the namespace checked at Netns when the plan was made;
+	// Run enters it only if it is still the one there (openNetns).
+	NetnsID netns.ID        `json:"-"`
+	DNS     *dnsconf.Config `json:"dns,omitempty"` // the override, rendered
 }
 
 // newIsolation is the spec before the network is resolved: the cgroup

@@ -225,11 +225,11 @@ func (p *Plan) resolveNetwork(l *policy.Loaded, noIsolation bool) error {
 		return failure.New(failure.Usage, "network.mode %q needs the isolated child; drop --no-isolation", n.Mode)
 	}
 	if n.Netns != "" {
-		path, err := netns.Resolve(n.Netns)
+		path, id, err := netns.Resolve(n.Netns)
 		if err != nil {
 			return failure.New(failure.Isolation, "%s: %w", settingName(l, "network.netns"), err)
 		}
-		p.Isolation.Network.Netns = path
+		p.Isolation.Network.Netns, p.Isolation.Network.NetnsID = path, id
 	}
 	if n.Mode == "cluster-dns" {
 		c, err := dnsconf.Build(dnsconf.Input{

@@ -13,6 +13,7 @@ import (
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/docker/reference"
 )
@@ -36,6 +37,9 @@ type Options struct {
 	Quiet     bool
 
 	phases phases // for the result's Timings
+	// netns is the network namespace Run holds for the child
+	// (Plan.openNetns; nil: this one).
+	netns *netns.Handle
 }
 
 func (o *Options) emit(e api.Event) {
@@ -68,6 +72,14 @@ func Run(ctx context.Context, p *Plan, o Options) (*api.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The network namespace, held from now until the child is forked in
+	// it: the one the plan checked, or none.
+	ns, err := p.openNetns()
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	o.netns = ns
 	// One pull of this image into this DEST at a time: a second waits and
 	// then finds the first's blobs in DEST (an oci: layout's are not
 	// fetched again).
@@ -170,6 +182,28 @@ func sequence(ctx context.Context, s steps) (*api.Result, error) {
 	}
 	s.removePartial()
 	return s.result(rep)
+}
+
+// openNetns holds the network namespace the plan checked (nil without
+// one), so that the child is forked into that namespace and no other: the
+// path is opened once more, and what is there now must be the namespace
+// the plan checked (a pid that exited, a link another user swapped, a
+// namespace the pod's process unshared since, refused). The pull lock and
+// the staging come before the fork, and may wait.
+func (p *Plan) openNetns() (*netns.Handle, error) {
+	n := p.Isolation.Network
+	if !p.Isolation.Enabled || n.Netns == "" {
+		return nil, nil
+	}
+	h, err := netns.Open(n.Netns)
+	if err != nil {
+		return nil, failure.New(failure.Isolation, "network namespace %s: %v", n.Netns, err)
+	}
+	if h.ID != n.NetnsID {
+		h.Close()
+		return nil, failure.New(failure.Isolation, "network namespace %s is no longer the one checked when the pull was planned; retry with the namespace that is there now", n.Netns)
+	}
+	return h, nil
 }
 
 // withDeadline is ctx with the pull's --timeout deadline, counted from

@@ -139,7 +139,7 @@ func (r *isolatedRunner) release() {
 // network namespace). The child is told no host path: the staging area and
 // the cache are mounts it gets by fd.
 func (r *isolatedRunner) start(ctx context.Context, st *dest.Stage, part *dest.Partial, handOver bool, rates <-chan pull.NodeShare) error {
-	iso, o := &r.p.Isolation, r.o
+	o := r.o
 	r.st, r.part, r.handOver = st, part, handOver
 	g, err := cgroup.Create(ctx, r.cfg)
 	if err != nil {
@@ -149,7 +149,7 @@ func (r *isolatedRunner) start(ctx context.Context, st *dest.Stage, part *dest.P
 		return failure.Wrap(failure.Isolation, err, "")
 	}
 	r.g = g
-	so := reexec.StartOptions{Netns: iso.Network.Netns, Stage: st.Work, Terminal: o.Report != nil,
+	so := reexec.StartOptions{Netns: o.netns, Stage: st.Work, Terminal: o.Report != nil,
 		LogConfig: reexec.LogConfig{Format: o.LogFormat, Debug: o.Debug, Quiet: o.Quiet}, Log: o.Log, Rates: rates}
 	if part != nil {
 		so.Partial = part.Dir

@@ -50,8 +50,8 @@ func (c *Child) PID() int { return c.c.pid }
 // StartOptions say how the child is born; its request's logging, bars and
 // node share follow from them (wireRequest).
 type StartOptions struct {
-	// Netns is the network namespace to fork in ("" = this one).
-	Netns string
+	// Netns is the network namespace to fork in, held (nil = this one).
+	Netns *netns.Handle
 	// Stage is the staging directory the copy writes into, opened by the
 	// parent (O_DIRECTORY); the child gets a detached mount of it as fd 5,
 	// never its path.
@@ -160,7 +160,7 @@ const drainTimeout = 5 * time.Second
 // gets its request.
 //
 // The caller must then call run (or kill), which reaps the child.
-func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Logger, mounts []*os.File) (*childProc, error) {
+func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Logger, mounts []*os.File) (*childProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, failure.Wrap(failure.Internal, err, "creating the plan pipe")
@@ -225,10 +225,10 @@ func spawn(g *cgroup.Group, netnsPath string, debug, terminal bool, log *slog.Lo
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		if netnsPath != "" {
+		if ns != nil {
 			// The child is forked from this thread, so it is born in the
 			// namespace; no other goroutine ever runs on this thread.
-			if err := netns.EnterOnThisThread(netnsPath); err != nil {
+			if err := ns.EnterOnThisThread(); err != nil {
 				started <- failure.Wrap(failure.Isolation, err, "")
 				return
 			}
