@@ -69,14 +69,22 @@ func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther boo
 	if len(names) == 0 {
 		return nil
 	}
-	if vst, err := safefs.FstatAt(fd, "version"); err != nil || !safefs.IsReg(vst) {
-		return d.destErr("%s exists, is not empty and is not a dir: image; refusing to replace it", d.spec.Path)
+	// containers/image's directory destination: a non-empty DEST is
+	// replaced only when its version file says it is one of its images
+	// (parseVersion: "Directory Transport Version: M.N\n", at most 1.2); anything else
+	// may be someone's data.
+	if v, err := safefs.ReadAtMost(fd, "version", 64); err != nil || !dirVersionRE.Match(v) {
+		return d.destErr("%s exists, is not empty and is not a dir: image (no version file saying \"Directory Transport Version: M.N\", M.N at most 1.2); refusing to replace it", d.spec.Path)
 	}
 	return nil
 }
 
 var (
 	dirSignatureRE = regexp.MustCompile(`^(?:(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})\.)?signature-[0-9]+$`)
+	// dirVersionRE is a version file containers/image's directory
+	// transport accepts (parseVersion: the canonical "M.N", not above its
+	// maxSupportedVersion 1.2).
+	dirVersionRE = regexp.MustCompile(`\ADirectory Transport Version: (?:0\.(?:0|[1-9][0-9]*)|1\.[012])\n\z`)
 )
 
 func dirName(alg, hx string) string {

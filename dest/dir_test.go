@@ -122,3 +122,46 @@ func TestDirRefusesANonImageDir(t *testing.T) {
 	_, err := parse(t, "dir:"+d).Stage(dest.StageOptions{Locks: testLocks})
 	wantCode(t, err, failure.Destination, "is not a dir: image")
 }
+
+// A file named version does not make a directory a dir: image: only one
+// containers/image's parseVersion accepts ("Directory Transport Version:
+// M.N\n", at most 1.2) does, as its directory destination refuses to
+// overwrite anything else (ErrNotContainerImageDir). A FIFO under the name
+// is refused without blocking.
+func TestDirReplacesOnlyAnImageDir(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{
+		{"Directory Transport Version: 1.1\n", true},
+		{"Directory Transport Version: 1.2\n", true},
+		{"my notes\n", false},
+		{"Directory Transport Version: 1.1", false},
+		{"Directory Transport Version: 1.3\n", false},
+		{"Directory Transport Version: 01.1\n", false},
+	} {
+		d := filepath.Join(t.TempDir(), "data")
+		must(t, os.MkdirAll(d, 0o755))
+		must(t, os.WriteFile(filepath.Join(d, "version"), []byte(tc.version), 0o644))
+		must(t, os.WriteFile(filepath.Join(d, "data.txt"), []byte("important"), 0o644))
+		st, err := parse(t, "dir:"+d).Stage(dest.StageOptions{Locks: testLocks})
+		if tc.ok {
+			if err != nil {
+				t.Errorf("%q: %v; want it replaceable", tc.version, err)
+				continue
+			}
+			st.Remove()
+			continue
+		}
+		wantCode(t, err, failure.Destination, "is not a dir: image")
+		if b, err := os.ReadFile(filepath.Join(d, "data.txt")); err != nil || string(b) != "important" {
+			t.Errorf("%q: data.txt %q %v; want it untouched", tc.version, b, err)
+		}
+	}
+	d := filepath.Join(t.TempDir(), "fifo")
+	must(t, os.MkdirAll(d, 0o755))
+	must(t, unix.Mkfifo(filepath.Join(d, "version"), 0o644))
+	_, err := parse(t, "dir:"+d).Stage(dest.StageOptions{Locks: testLocks})
+	wantCode(t, err, failure.Destination, "is not a dir: image")
+}
