@@ -367,8 +367,11 @@ type ociIndex struct {
 	Annotations   map[string]string `json:"annotations,omitempty"`
 }
 
-// mergeIndex adds entry to DEST's index.json: a tag moves to the new image
-// (older entries with that ref.name go); an untagged entry is added once.
+// mergeIndex adds entry to DEST's index.json as containers/image's OCI
+// layout destination does (ociImageDestination.addManifest): a tagged entry
+// first takes its name from the first entry that has it (that entry stays,
+// untagged); then the first untagged entry of the same digest is replaced
+// by it, else it is appended. Every other field of every entry is kept.
 func mergeIndex(old []byte, entry json.RawMessage) ([]byte, error) {
 	var idx ociIndex
 	if len(old) > 0 {
@@ -380,23 +383,32 @@ func mergeIndex(old []byte, entry json.RawMessage) ([]byte, error) {
 	if err := json.Unmarshal(entry, &nd); err != nil {
 		return nil, err
 	}
-	name := nd.Annotations[refNameAnnot]
-	kept := idx.Manifests[:0]
-	dup := false
-	for _, om := range idx.Manifests {
-		var od descriptor
-		_ = json.Unmarshal(om, &od)
-		on := od.Annotations[refNameAnnot]
-		if name != "" && on == name {
-			continue
-		}
-		if name == "" && on == "" && od.Digest == nd.Digest {
-			dup = true
-		}
-		kept = append(kept, om)
+	descs := make([]descriptor, len(idx.Manifests))
+	for i, om := range idx.Manifests {
+		_ = json.Unmarshal(om, &descs[i])
 	}
-	idx.Manifests = kept
-	if !dup {
+	if name := nd.Annotations[refNameAnnot]; name != "" {
+		for i := range descs {
+			if descs[i].Annotations[refNameAnnot] != name {
+				continue
+			}
+			untagged, err := withoutRefName(idx.Manifests[i])
+			if err != nil {
+				return nil, err
+			}
+			idx.Manifests[i] = untagged
+			delete(descs[i].Annotations, refNameAnnot)
+			break
+		}
+	}
+	replaced := false
+	for i := range descs {
+		if descs[i].Digest == nd.Digest && descs[i].Annotations[refNameAnnot] == "" {
+			idx.Manifests[i], replaced = entry, true
+			break
+		}
+	}
+	if !replaced {
 		idx.Manifests = append(idx.Manifests, entry)
 	}
 	if idx.SchemaVersion == 0 {
@@ -406,4 +418,31 @@ func mergeIndex(old []byte, entry json.RawMessage) ([]byte, error) {
 		idx.Manifests = []json.RawMessage{}
 	}
 	return json.Marshal(idx)
+}
+
+// withoutRefName is the index entry raw without its ref.name annotation
+// (the annotations object dropped when nothing else is left in it), every
+// other field as it was.
+func withoutRefName(raw json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	var ann map[string]json.RawMessage
+	if a, ok := m["annotations"]; ok {
+		if err := json.Unmarshal(a, &ann); err != nil {
+			return nil, err
+		}
+	}
+	delete(ann, refNameAnnot)
+	if len(ann) == 0 {
+		delete(m, "annotations")
+	} else {
+		b, err := json.Marshal(ann)
+		if err != nil {
+			return nil, err
+		}
+		m["annotations"] = b
+	}
+	return json.Marshal(m)
 }
