@@ -253,6 +253,14 @@ func (d *archiveBase) commitFile(s *Stage) error {
 		}
 	}
 	pfd := int(s.parent.Fd())
+	if exists {
+		// The new file takes the old one's owner and mode, as
+		// containers/image's archive writers truncate DEST in place
+		// (os.Create keeps the inode): a private archive stays private.
+		if err := keepAttrs(pfd, filepath.Base(d.spec.Path), int(s.Work.Fd()), s.Name); err != nil {
+			return d.commitErr(err)
+		}
+	}
 	if err := unix.Renameat(int(s.Work.Fd()), s.Name, pfd, filepath.Base(d.spec.Path)); err != nil {
 		return d.commitErr(&os.PathError{Op: "rename", Path: d.spec.Path, Err: err})
 	}

@@ -79,6 +79,23 @@ func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther boo
 	return nil
 }
 
+// keepAttrs gives the staged entry (name beneath wfd, root's) the owner and
+// mode (permission, setgid and sticky bits) of the existing DEST it is about
+// to replace (dest beneath pfd, never followed through a link).
+func keepAttrs(pfd int, dest string, wfd int, name string) error {
+	old, err := safefs.FstatAt(pfd, dest)
+	if err != nil {
+		return err
+	}
+	if !safefs.IsReg(old) && !safefs.IsDir(old) {
+		return nil // a link or anything else: nothing of it is kept
+	}
+	if err := unix.Fchownat(wfd, name, int(old.Uid), int(old.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return unix.Fchmodat(wfd, name, old.Mode&0o7777, 0)
+}
+
 var (
 	dirSignatureRE = regexp.MustCompile(`^(?:(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})\.)?signature-[0-9]+$`)
 	// dirVersionRE is a version file containers/image's directory
@@ -188,6 +205,12 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	}
 	if err := d.checkExisting(s.parent, pst, s.opts.AllowOtherOwner); err != nil {
 		return err
+	}
+	// The new DEST takes the old one's owner and mode, as containers/image
+	// keeps DEST's inode (removeDirContents): a DEST restricted to a group
+	// stays so.
+	if err := keepAttrs(pfd, name, wfd, s.Name); err != nil {
+		return d.commitErr(err)
 	}
 	if err := unix.Renameat2(wfd, s.Name, pfd, name, unix.RENAME_EXCHANGE); err != nil {
 		return d.commitErr(&os.PathError{Op: "exchange", Path: d.spec.Path, Err: err})

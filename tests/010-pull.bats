@@ -387,6 +387,28 @@ two $many"
     assert_equal "$(ls -a "$OUT" | sort)" "$before"
 }
 
+@test "pull: a replaced dir: or oci-archive: DEST keeps its owner and mode, as skopeo (which keeps the inode) leaves them; a directory with a version file of its own is not a dir: image and is left alone" {
+    local gid
+    gid=$(getent group users | cut -d: -f3) || skip "no group users in /etc/group"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "dir:$OUT/d"
+    chgrp "$gid" "$OUT/d"
+    chmod 2770 "$OUT/d"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/many" "dir:$OUT/d"
+    assert_equal "$(stat -c '%a %u %g' "$OUT/d")" "2770 0 $gid"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci-archive:$OUT/o.tar:v1"
+    chmod 600 "$OUT/o.tar"
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci-archive:$OUT/o.tar:v1"
+    assert_equal "$(stat -c '%a' "$OUT/o.tar")" 600
+    # Someone's notes in a file named version do not make a dir: image.
+    mkdir "$OUT/notes"
+    echo "my notes" >"$OUT/notes/version"
+    echo important >"$OUT/notes/data.txt"
+    run_pullhelper 9 pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "dir:$OUT/notes"
+    assert_json_error destination
+    [[ $ph_error_message == *"is not a dir: image"* ]] || fail "message: $ph_error_message"
+    assert_equal "$(cat "$OUT/notes/data.txt")" important
+}
+
 @test "pull: result credential names the auth file, key and username (--authfile and REGISTRY_AUTH_FILE)" {
     run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/c1"
     assert_equal "$(json_get .credential.source <<<"$output")" containers-auth.json
