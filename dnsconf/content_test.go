@@ -32,9 +32,24 @@ func TestKubeletConfigReadSafely(t *testing.T) {
 			t.Errorf("%q: the error quotes the file: %v", doc, err)
 		}
 	}
+	// A clusterDNS entry the kubelet skips: a warning naming the file and
+	// the entry's number, not its value.
+	{
+		f := filepath.Join(dir, "k")
+		if err := os.WriteFile(f, []byte("clusterDNS:\n- 10.0.0.10\n- "+m+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := dnsconf.Build(dnsconf.Input{Policy: dnsconf.PolicyDefault, KubeletConfig: f})
+		w := ""
+		if c != nil {
+			w = strings.Join(c.Warnings, "\n")
+		}
+		if err != nil || strings.Contains(w, m) || !strings.Contains(w, "kubelet config "+f+": clusterDNS entry 2") {
+			t.Errorf("a bad clusterDNS entry: %v, warnings %q; want a warning naming the file and entry, not the value", err, w)
+		}
+	}
 	// Values the checks refuse, and a path the file names: the key only.
 	for _, doc := range []string{
-		"clusterDNS:\n- 10.0.0.10\n- " + m + "\n",
 		"clusterDomain: \"" + m + " x\"\n",
 		"resolvConf: " + filepath.Join(dir, m) + "\n",
 	} {

@@ -2,9 +2,11 @@ package dnsconf
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -112,7 +114,18 @@ func Build(in Input) (*Config, error) {
 			return nil, fmt.Errorf("kubelet config %s: %s", in.KubeletConfig, safefile.Redact(err.Error()))
 		}
 		if len(clusterDNS) == 0 {
-			clusterDNS = kc.ClusterDNS
+			// NewMainKubelet: each entry through netutils.ParseIPSloppy
+			// (an IPv4 octet's leading zeros are decimal), one that does
+			// not parse skipped with a log line ("Invalid clusterDNS IP");
+			// the key and the entry's number, never the value.
+			for i, ns := range kc.ClusterDNS {
+				ip := parseIPSloppy(ns)
+				if ip == nil {
+					c.Warnings = append(c.Warnings, fmt.Sprintf("kubelet config %s: clusterDNS entry %d is not an IP address; skipped, as the kubelet skips it", in.KubeletConfig, i+1))
+					continue
+				}
+				clusterDNS = append(clusterDNS, ip.String())
+			}
 		}
 		if domain == "" {
 			domain = kc.ClusterDomain
@@ -120,13 +133,6 @@ func Build(in Input) (*Config, error) {
 		if kc.ResolvConf != nil && in.HostResolvConf == "" {
 			// The kubelet reads exactly this file, and fails when it cannot.
 			hostResolv, hostOptional = *kc.ResolvConf, false
-		}
-		// The key and the entry, never the value: the file may be a
-		// symlink to a root-only file of another kind.
-		for i, ns := range kc.ClusterDNS {
-			if err := CheckNameserver(ns); err != nil {
-				return nil, fmt.Errorf("kubelet config %s: clusterDNS entry %d is not an IP address", in.KubeletConfig, i+1)
-			}
 		}
 		if kc.ClusterDomain != "" {
 			if err := CheckDomain(kc.ClusterDomain); err != nil {
@@ -460,4 +466,29 @@ func CheckHostsEntry(s string) error {
 		}
 	}
 	return nil
+}
+
+// parseIPSloppy is k8s.io/utils/net.ParseIPSloppy as far as the kubelet's
+// clusterDNS needs it: net.ParseIP, and an IPv4 address whose octets have
+// leading zeros read as decimal ("010.096.000.010" is 10.96.0.10).
+func parseIPSloppy(s string) net.IP {
+	if ip := net.ParseIP(s); ip != nil {
+		return ip
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 {
+		return nil
+	}
+	var b [4]byte
+	for i, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return nil
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n > 255 {
+			return nil
+		}
+		b[i] = byte(n)
+	}
+	return net.IPv4(b[0], b[1], b[2], b[3])
 }

@@ -79,7 +79,6 @@ func TestErrors(t *testing.T) {
 		{dnsconf.Input{Policy: "ClusterLast", Nameservers: []string{"10.0.0.1"}}, "want ClusterFirst, ClusterFirstWithHostNet, Default or None"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.1"}, HostResolvConf: write(t, "ns.conf", "nameserver\n")}, "a nameserver line without an address"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.300"}, HostResolvConf: none}, "not an IP address"},
-		{dnsconf.Input{KubeletConfig: write(t, "k.yaml", "clusterDNS: [nope]\n"), HostResolvConf: none}, "clusterDNS entry 1 is not an IP address"},
 		{dnsconf.Input{KubeletConfig: write(t, "bad.yaml", "clusterDNS: [\n"), HostResolvConf: none}, "kubelet config"},
 		{dnsconf.Input{Nameservers: []string{"10.0.0.1"}, Hosts: []string{"10.0.0.2"}, HostResolvConf: none}, "hosts entry"},
 	} {
@@ -179,5 +178,24 @@ func TestHostSearchAfterALongLine(t *testing.T) {
 	}
 	if !strings.Contains(c.ResolvConf, "after.example") {
 		t.Errorf("the host's search domain after a long line is lost:\n%s", c.ResolvConf)
+	}
+}
+
+// The kubelet's clusterDNS (NewMainKubelet): each entry through
+// ParseIPSloppy, so leading zeros are decimal, and one that does not parse
+// skipped with a warning (never its value); none left is no cluster DNS.
+func TestKubeletClusterDNSSloppyAndSkipped(t *testing.T) {
+	none := write(t, "empty.conf", "")
+	c, err := dnsconf.Build(dnsconf.Input{KubeletConfig: write(t, "k1.yaml", "clusterDNS: [\"010.096.000.010\"]\n"), HostResolvConf: none})
+	if err != nil || len(c.Nameservers) != 1 || c.Nameservers[0] != "10.96.0.10" {
+		t.Fatalf("leading zeros: %+v %v; want nameserver 10.96.0.10", c, err)
+	}
+	c, err = dnsconf.Build(dnsconf.Input{KubeletConfig: write(t, "k2.yaml", "clusterDNS: [bogus-s3cret, 10.96.0.10]\n"), HostResolvConf: none})
+	if err != nil || len(c.Nameservers) != 1 || c.Nameservers[0] != "10.96.0.10" {
+		t.Fatalf("an invalid entry: %+v %v; want it skipped and 10.96.0.10 kept", c, err)
+	}
+	w := strings.Join(c.Warnings, "\n")
+	if !strings.Contains(w, "clusterDNS entry 1 is not an IP address; skipped") || strings.Contains(w, "bogus-s3cret") {
+		t.Fatalf("warnings %q; want entry 1 named, not its value", w)
 	}
 }
