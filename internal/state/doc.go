@@ -17,5 +17,5 @@
 // there is taken (the pull and commit locks, the uid locks, the cgroup
 // parents lock): never through a symbolic link, again on the file at the
 // name when its holder removed the one it locked, and never waited for in
-// flock(2) itself: Flock polls, bounded by a wait and by the context.
+// flock(2) itself: it polls, bounded by a wait and by the context.
 package state

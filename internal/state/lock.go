@@ -9,17 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrLocked is the error of Flock and LockAt when another process still
-// holds the lock once their wait is over.
+// ErrLocked is LockAt's error when another process still holds the lock
+// once its wait is over.
 var ErrLocked = errors.New("still locked by another process")
-
-// Flock takes an exclusive flock on fd, waiting at most d (0: one try)
-// and not past ctx (context.Cause(ctx) then). flock(2) itself can be
-// neither bounded nor cancelled, so a lock is never waited for in it:
-// the wait polls, every 5 ms at first and at most every 200 ms.
-func Flock(ctx context.Context, fd int, d time.Duration) error {
-	return locked(flockUntil(ctx, fd, time.Now().Add(d)), d)
-}
 
 // locked adds the wait to ErrLocked.
 func locked(err error, d time.Duration) error {
@@ -29,6 +21,10 @@ func locked(err error, d time.Duration) error {
 	return err
 }
 
+// flockUntil takes an exclusive flock on fd, waiting until deadline and not
+// past ctx (context.Cause(ctx) then). flock(2) itself can be neither
+// bounded nor cancelled, so a lock is never waited for in it: the wait
+// polls, every 5 ms at first and at most every 200 ms.
 func flockUntil(ctx context.Context, fd int, deadline time.Time) error {
 	wait := 5 * time.Millisecond
 	for {
@@ -58,7 +54,8 @@ func flockUntil(ctx context.Context, fd int, deadline time.Time) error {
 
 // LockAt takes an exclusive flock on the lock file name in the directory
 // held as dfd (a state directory: OpenDir), created 0600 when missing and
-// never opened through a symbolic link, waiting as Flock does; it returns
+// never opened through a symbolic link, waiting at most d (0: one try) and
+// not past ctx (flockUntil); it returns
 // the locked descriptor. A holder may remove its lock file before it
 // drops the flock (the pull, commit and uid locks do, so that lock files
 // do not pile up): a waiter then holds a file that is no longer the one

@@ -74,17 +74,6 @@ func TestLockAtEndsWithItsContext(t *testing.T) {
 	case <-time.After(30 * time.Second): // hang guard only
 		t.Fatal("LockAt did not end with its context within 30 s")
 	}
-	// Flock alone, likewise.
-	fd := holdLock(t, dfd, "b.lock")
-	defer unix.Close(fd)
-	other, err := unix.Openat(dfd, "b.lock", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(other)
-	if err := Flock(ctx, other, time.Hour); !errors.Is(err, cause) {
-		t.Fatalf("Flock with a cancelled context = %v, want its cause", err)
-	}
 }
 
 // A holder that removes its lock file before it drops the flock (the pull,
