@@ -257,7 +257,7 @@ func (d *archiveBase) commitFile(s *Stage) error {
 		// The new file takes the old one's owner and mode, as
 		// containers/image's archive writers truncate DEST in place
 		// (os.Create keeps the inode): a private archive stays private.
-		if err := keepAttrs(pfd, filepath.Base(d.spec.Path), int(s.Work.Fd()), s.Name); err != nil {
+		if err := keepAttrs(st, int(s.Work.Fd()), s.Name); err != nil {
 			return d.commitErr(err)
 		}
 	}

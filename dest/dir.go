@@ -31,7 +31,7 @@ func (d *dirDest) Stage(o StageOptions) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkExisting(parent, pst, o.AllowOtherOwner); err != nil {
+	if _, err := d.checkExisting(parent, pst, o.AllowOtherOwner); err != nil {
 		parent.Close()
 		return nil, err
 	}
@@ -45,48 +45,45 @@ func (d *dirDest) Stage(o StageOptions) (*Stage, error) {
 
 // checkExisting refuses a DEST that cannot be replaced: not a directory, a
 // mount point (a rename cannot replace it), or a non-empty directory that
-// is not a dir: image (no version file).
-func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther bool) error {
+// is not a dir: image (no version file containers/image accepts). It
+// returns DEST's stat (a zero one when there is no DEST).
+func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther bool) (unix.Stat_t, error) {
 	st, exists, err := d.existing(parent, allowOther)
 	if err != nil || !exists {
-		return err
+		return st, err
 	}
 	if !safefs.IsDir(st) {
-		return d.destErr("%s exists and is not a directory", d.spec.Path)
+		return st, d.destErr("%s exists and is not a directory", d.spec.Path)
 	}
 	if st.Dev != pst.Dev {
-		return d.destErr("%s is a mount point; dir: replaces DEST with one rename, which cannot replace a mount point: use a directory inside it", d.spec.Path)
+		return st, d.destErr("%s is a mount point; dir: replaces DEST with one rename, which cannot replace a mount point: use a directory inside it", d.spec.Path)
 	}
 	fd, err := safefs.OpenDirAt(int(parent.Fd()), filepath.Base(d.spec.Path))
 	if err != nil {
-		return d.destErr("%v", safefs.ErrnoText(err))
+		return st, d.destErr("%v", safefs.ErrnoText(err))
 	}
 	defer unix.Close(fd)
 	names, err := safefs.ReadDirNames(fd)
 	if err != nil {
-		return d.destErr("%v", err)
+		return st, d.destErr("%v", err)
 	}
 	if len(names) == 0 {
-		return nil
+		return st, nil
 	}
 	// containers/image's directory destination: a non-empty DEST is
 	// replaced only when its version file says it is one of its images
-	// (parseVersion: "Directory Transport Version: M.N\n", at most 1.2); anything else
-	// may be someone's data.
+	// (parseVersion: "Directory Transport Version: M.N\n", at most 1.2);
+	// anything else may be someone's data.
 	if v, err := safefs.ReadAtMost(fd, "version", 64); err != nil || !dirVersionRE.Match(v) {
-		return d.destErr("%s exists, is not empty and is not a dir: image (no version file saying \"Directory Transport Version: M.N\", M.N at most 1.2); refusing to replace it", d.spec.Path)
+		return st, d.destErr("%s exists, is not empty and is not a dir: image (no version file saying \"Directory Transport Version: M.N\", M.N at most 1.2); refusing to replace it", d.spec.Path)
 	}
-	return nil
+	return st, nil
 }
 
 // keepAttrs gives the staged entry (name beneath wfd, root's) the owner and
-// mode (permission, setgid and sticky bits) of the existing DEST it is about
-// to replace (dest beneath pfd, never followed through a link).
-func keepAttrs(pfd int, dest string, wfd int, name string) error {
-	old, err := safefs.FstatAt(pfd, dest)
-	if err != nil {
-		return err
-	}
+// mode (permission, setgid and sticky bits) of old, the existing DEST it is
+// about to replace (as stat'd beneath its parent, never through a link).
+func keepAttrs(old unix.Stat_t, wfd int, name string) error {
 	if !safefs.IsReg(old) && !safefs.IsDir(old) {
 		return nil // a link or anything else: nothing of it is kept
 	}
@@ -203,13 +200,14 @@ func (d *dirDest) Commit(ctx context.Context, s *Stage) error {
 	if err != nil {
 		return d.commitErr(err)
 	}
-	if err := d.checkExisting(s.parent, pst, s.opts.AllowOtherOwner); err != nil {
+	old, err := d.checkExisting(s.parent, pst, s.opts.AllowOtherOwner)
+	if err != nil {
 		return err
 	}
 	// The new DEST takes the old one's owner and mode, as containers/image
 	// keeps DEST's inode (removeDirContents): a DEST restricted to a group
 	// stays so.
-	if err := keepAttrs(pfd, name, wfd, s.Name); err != nil {
+	if err := keepAttrs(old, wfd, s.Name); err != nil {
 		return d.commitErr(err)
 	}
 	if err := unix.Renameat2(wfd, s.Name, pfd, name, unix.RENAME_EXCHANGE); err != nil {
