@@ -63,11 +63,12 @@
 //     and RuntimeService/Version are forwarded to the runtime's socket as
 //     raw bytes (forward.go: grpc.UnknownServiceHandler with a codec that
 //     passes frames through), so the kubelet sees one store and methods
-//     newer than this code still work. No other call is (forwarded): the
+//     newer than this code still work. No other call is forwarded: the
 //     runtime service would make a caller of this socket (a --listen-group
 //     member) root on the runtime, and runtime.v1alpha2's PullImage would
-//     pull around the policy; they are Unimplemented here. Messages are bounded at 16 MiB
-//     each way, as the kubelet's CRI client bounds them (maxMsgSize).
+//     pull around the policy; they are Unimplemented here. Messages are
+//     bounded at 16 MiB each way, as the kubelet's CRI client bounds them
+//     (maxMsgSize).
 //   - Observability: one log line per PullImage request (logline.go: the
 //     request's image and pod, the result's digest, image ID, bytes, cgroup
 //     and usage, the failure code beside the gRPC code; every field a

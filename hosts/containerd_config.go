@@ -164,8 +164,10 @@ const ctrdGRPCPlugin = "io.containerd.server.v1.grpc"
 type ContainerdDaemon struct {
 	Address, AddressKey         string
 	Snapshotter, SnapshotterKey string
-	// RuntimeSnapshotters are the snapshotters of runtime handlers that
-	// name their own (RuntimeSnapshotters' doc comment says where from).
+	// platformSnapshotters and runtimeSnapshotters are the runtime
+	// handlers' snapshotters as the image service's runtime_platforms and
+	// the runtimes' tables name them ("" too), merged by
+	// RuntimeSnapshotters.
 	platformSnapshotters, runtimeSnapshotters map[string]string
 }
 
