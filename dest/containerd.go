@@ -281,7 +281,7 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	for _, p := range sweepOtherCaches(parent, filepath.Base(d.spec.Path), time.Now()) {
 		discard(o.Log).Info("removed a partial-blob cache held by no pull: another image's, unchanged for 7 days, or the shared one of an older pullhelper", "path", p)
 	}
-	s.Known = known
+	s.Known, s.NoSync = known, true
 	return s, nil
 }
 

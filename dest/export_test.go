@@ -1,6 +1,9 @@
 package dest
 
 import (
+	"os"
+	"sync/atomic"
+
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
@@ -39,4 +42,13 @@ func NoPreApplyTar() (restore func()) {
 	old := tarRoom
 	tarRoom = func(unix.Statfs_t) int64 { return 0 }
 	return func() { tarRoom = old }
+}
+
+// CountSyncs counts the fsyncs of staged and hashed-ahead files until
+// restore.
+func CountSyncs() (count func() int64, restore func()) {
+	var n atomic.Int64
+	old := syncFile
+	syncFile = func(f *os.File) error { n.Add(1); return old(f) }
+	return n.Load, func() { syncFile = old }
 }

@@ -73,6 +73,7 @@ type Prehash struct {
 	jobs   []*preJob
 	closed bool
 	budget int64       // bytes still to hash: the image's limit, in all
+	noSync bool        // a hashed file is not synced (Stage.NoSync)
 	stop   atomic.Bool // Abort: hashing ends at the next chunk
 
 	work    chan *preJob
@@ -127,7 +128,7 @@ func (p *Partial) Prehash(maxBytes int64, sigio <-chan os.Signal, release func()
 		release()
 		return nil
 	}
-	h := &Prehash{cache: os.NewFile(uintptr(fd), p.Path), seen: map[string]bool{}, budget: maxBytes,
+	h := &Prehash{cache: os.NewFile(uintptr(fd), p.Path), seen: map[string]bool{}, budget: maxBytes, noSync: p.stage != nil && p.stage.NoSync,
 		work: make(chan *preJob, maxPrehash), sigs: sigio, release: release, done: make(chan struct{})}
 	h.releaser.Add(1)
 	go h.releaseBroken()
@@ -170,7 +171,8 @@ func (h *Prehash) worker() {
 	}
 }
 
-// hash leases, hashes and syncs one file; any failure leaves it to Verify.
+// hash leases, hashes and syncs one file (not for a NoSync stage); any
+// failure leaves it to Verify.
 // The name is opened O_PATH first and reopened for reading only once it
 // is a regular file (an open of a device may act on the device).
 func (h *Prehash) hash(j *preJob, buf []byte) {
@@ -222,7 +224,7 @@ func (h *Prehash) hash(j *preJob, buf []byte) {
 			return
 		}
 	}
-	if f.Sync() != nil {
+	if !h.noSync && syncFile(f) != nil {
 		return
 	}
 	h.mu.Lock()

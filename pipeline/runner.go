@@ -50,7 +50,7 @@ func (r *inProcessRunner) start(_ context.Context, st *dest.Stage, part *dest.Pa
 	r.config, r.rates = config, rates
 	r.pst = &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config.Path()}
 	if part != nil {
-		r.pst.Partial, r.pst.HandOver = part.Path, handOver
+		r.pst.Partial, r.pst.HandOver, r.pst.NoSync = part.Path, handOver, st.NoSync
 	}
 	return nil
 }
@@ -187,7 +187,7 @@ func (r *isolatedRunner) copy(ctx context.Context, m *pull.Material, events func
 	copyReq := p.Request
 	copyReq.Destination = p.Destination.Anonymous()
 	rep, err := r.child.Run(ctx, g, reexec.Request{
-		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(r.st.Name, r.st.Known, part != nil, r.handOver),
+		Copy: &copyReq, Material: m, Stage: reexec.StageInChild(r.st.Name, r.st.Known, part != nil, r.handOver, r.st.NoSync),
 		Cgroup: g.Expected(), DNS: p.Isolation.Network.DNS, Identity: r.lease.Identity, Seccomp: p.Isolation.Seccomp,
 	}, wanting(part, events), o.Log)
 	r.used = g.Usage()

@@ -42,7 +42,8 @@ import (
 
 // partialSyncEvery is how many appended bytes may wait for an fsync (what
 // a reboot may lose of a kept prefix; a kill loses nothing: the page cache
-// keeps it). Each fsync stalls the blob's read loop, so not too often.
+// keeps it). Each fsync stalls the blob's read loop, so not too often; a
+// cache of Stage.NoSync is never synced.
 const partialSyncEvery = 64 << 20
 
 // partialReserve is free space the cache never takes: the copy's own
@@ -54,6 +55,8 @@ const partialReserve = 1 << 20
 type partialCache struct {
 	dir string
 	log *slog.Logger
+	// noSync: nothing appended is synced (Stage.NoSync).
+	noSync bool
 
 	mu   sync.Mutex
 	busy map[digest.Digest]bool // one reader per blob keeps a file
@@ -93,17 +96,20 @@ func (c *partialCache) take(n int64) bool {
 	return true
 }
 
-// openPartialCache returns the cache in dir, or nil when dir is "" (no
-// resume).
-func openPartialCache(dir string, log *slog.Logger) *partialCache {
-	if dir == "" {
+// openPartialCache returns the cache of st (st.Partial), or nil when it
+// has none (no resume).
+func openPartialCache(st *Stage, log *slog.Logger) *partialCache {
+	if st.Partial == "" {
 		return nil
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &partialCache{dir: dir, log: log, busy: map[digest.Digest]bool{}, active: map[digest.Digest]*resumeReader{}}
+	return &partialCache{dir: st.Partial, log: log, noSync: st.NoSync, busy: map[digest.Digest]bool{}, active: map[digest.Digest]*resumeReader{}}
 }
+
+// syncFile is (*os.File).Sync; the tests count the calls.
+var syncFile = (*os.File).Sync
 
 // claim hands the blob d of size bytes over in the cache instead of
 // having the copy write it into staging: it returns the reader keeping d,
@@ -338,8 +344,8 @@ func (r *resumeReader) append(b []byte) {
 		return
 	}
 	r.written += int64(len(b))
-	if r.written-r.synced >= partialSyncEvery {
-		if err := r.f.Sync(); err == nil {
+	if r.written-r.synced >= partialSyncEvery && !r.c.noSync {
+		if err := syncFile(r.f); err == nil {
 			r.synced = r.written
 		}
 	}
@@ -365,7 +371,7 @@ func (r *resumeReader) finish() error {
 		}
 	}
 	if handover && r.keep && r.f != nil && r.pos == r.size && (r.done || r.written == r.size) {
-		r.closeFile() // synced: on cgroup v1 the write-back is the pull's
+		r.closeFile() // synced (unless noSync): on cgroup v1 the write-back is the pull's
 		r.c.mu.Lock()
 		r.handed = true
 		r.c.mu.Unlock()
@@ -411,14 +417,14 @@ func (r *resumeReader) drop(why string) {
 	r.closeFile()
 }
 
-// closeFile syncs what was appended, closes f and lets another reader keep
-// the blob.
+// closeFile syncs what was appended (unless the cache is noSync), closes f
+// and lets another reader keep the blob.
 func (r *resumeReader) closeFile() {
 	if r.f == nil {
 		return
 	}
-	if r.keep && r.written > r.synced {
-		_ = r.f.Sync()
+	if r.keep && r.written > r.synced && !r.c.noSync {
+		_ = syncFile(r.f)
 	}
 	_ = r.f.Close()
 	r.f = nil

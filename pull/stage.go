@@ -35,6 +35,13 @@ type Stage struct {
 	// being written twice. The parent sets it when it can rename from the
 	// cache into staging (one mount) and the uid is the pull's alone.
 	HandOver bool `json:"hand_over,omitempty"`
+	// NoSync: the partial-blob cache is not synced. The parent sets it
+	// when nothing staged is published as a file and the store syncs its
+	// own copy (dest.Stage.NoSync: containerd:). A kill loses nothing of
+	// a kept prefix either way (the page cache keeps it); a power loss
+	// may, and a prefix that came back wrong fails its blob's digest
+	// check and is fetched again.
+	NoSync bool `json:"no_sync,omitempty"`
 
 	// spare is the free space of DEST's filesystem beyond what the image
 	// needs (set by checkSpace): all the partial-blob cache may append.

@@ -47,11 +47,12 @@ const (
 // StageInChild is the staging area as the child sees it: the work
 // directory at /tmp/stage, the configuration in /tmp/config.
 // With partial, the copy keeps and resumes partial blobs in
-// /tmp/partial (the cache the parent passes as fd 6).
-func StageInChild(name string, known []target.KnownBlob, partial, handOver bool) *pull.Stage {
+// /tmp/partial (the cache the parent passes as fd 6), handing whole ones
+// over with handOver, syncing none with noSync (pull.Stage).
+func StageInChild(name string, known []target.KnownBlob, partial, handOver, noSync bool) *pull.Stage {
 	s := &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
 	if partial {
-		s.Partial, s.HandOver = partialInChild, handOver
+		s.Partial, s.HandOver, s.NoSync = partialInChild, handOver, noSync
 	}
 	return s
 }

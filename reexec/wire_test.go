@@ -149,3 +149,20 @@ func TestRequestRootsBounded(t *testing.T) {
 		t.Error("the parent encoded more roots than the child takes")
 	}
 }
+
+// The child's stage keeps and hands over partial blobs, and syncs none,
+// as the parent says; without a cache there is nothing to sync or hand.
+func TestStageInChildPartialFlags(t *testing.T) {
+	s := StageInChild("image", nil, true, true, true)
+	if s.Partial == "" || !s.HandOver || !s.NoSync {
+		t.Errorf("with a cache: %+v, want partial, hand_over and no_sync", s)
+	}
+	s = StageInChild("image", nil, true, false, false)
+	if s.Partial == "" || s.HandOver || s.NoSync {
+		t.Errorf("with a synced cache: %+v, want partial only", s)
+	}
+	s = StageInChild("image", nil, false, true, true)
+	if s.Partial != "" || s.HandOver || s.NoSync {
+		t.Errorf("without a cache: %+v, want none of them", s)
+	}
+}
