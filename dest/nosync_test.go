@@ -10,11 +10,10 @@ import (
 	"github.com/pullhelper/pullhelper/dest"
 )
 
-// A NoSync stage's files (containerd:'s: read into the content store,
-// which syncs its own copy, and removed) are synced neither when they are
-// hashed ahead nor by Verify. An oci: DEST's staged files are renamed into
-// place, each synced first; a containers-storage: store's import syncs
-// the filesystem anyway (Stage.NoSync), so its stage syncs too.
+// A store's stage is NoSync (its blobs are read into the store and
+// removed): its files are synced neither when they are hashed ahead nor by
+// Verify. An oci: DEST's staged files are renamed into place: each is
+// synced first.
 func TestNoSyncStagesAreNotSynced(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -25,8 +24,8 @@ func TestNoSyncStagesAreNotSynced(t *testing.T) {
 	must(t, err)
 	noSync := sst.NoSync
 	sst.Remove()
-	if noSync {
-		t.Error("a containers-storage: stage is NoSync")
+	if !noSync {
+		t.Error("a containers-storage: stage is not NoSync")
 	}
 
 	count, restore := dest.CountSyncs()

@@ -58,16 +58,15 @@ type Stage struct {
 	// Known are the blobs DEST already has (oci:), handed to the copy.
 	Known []KnownBlob
 	// NoSync: no staged file is synced (the partial-blob cache by the
-	// copy, pull.Stage.NoSync; hashing ahead; Verify). containerd: sets
-	// it: its Commit reads the staged blobs into the content store, which
-	// syncs each blob it ingests, and the staging area is removed; no
-	// staged file is renamed into DEST. containers-storage: does not:
-	// opening a store, its overlay driver mounts and unmounts test
-	// overlays (in the bench's fresh stores, at every pull), and an
-	// overlay's unmount syncs the filesystem beneath it, staged blobs
-	// included, so skipping the syncs there only moved the writes into
-	// the commit (README "Performance"). Elsewhere every staged file is
-	// synced before the rename that publishes it.
+	// copy, pull.Stage.NoSync; hashing ahead; Verify). The stores set it
+	// (containerd:, containers-storage:): their Commit reads the staged
+	// blobs into the store and the staging area is removed, no staged
+	// file is renamed into DEST, and a synced staged blob makes the store
+	// no more durable (containerd syncs each blob it ingests itself;
+	// containers/storage syncs a layer's files only with the overlay
+	// driver's sync = "filesystem", and then the whole filesystem).
+	// Elsewhere every staged file is synced before the rename that
+	// publishes it.
 	NoSync bool
 	// Reclaimed lists stale staging directories (host paths) removed
 	// because the pullhelper that made them is gone.

@@ -153,7 +153,7 @@ func (d *storageDest) Stage(o StageOptions) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.Known = known
+	st.Known, st.NoSync = known, true
 	return st, nil
 }
 

@@ -36,8 +36,8 @@ type Stage struct {
 	// cache into staging (one mount) and the uid is the pull's alone.
 	HandOver bool `json:"hand_over,omitempty"`
 	// NoSync: the partial-blob cache is not synced. The parent sets it
-	// when nothing staged is published as a file and the store syncs its
-	// own copy (dest.Stage.NoSync: containerd:). A kill loses nothing of
+	// when DEST is a store, into which the staged blobs are read, never
+	// published as files (dest.Stage.NoSync). A kill loses nothing of
 	// a kept prefix either way (the page cache keeps it); a power loss
 	// may, and a prefix that came back wrong fails its blob's digest
 	// check and is fetched again.
