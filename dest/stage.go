@@ -57,16 +57,17 @@ type Stage struct {
 	Name string
 	// Known are the blobs DEST already has (oci:), handed to the copy.
 	Known []KnownBlob
-	// NoSync: no staged file is synced (the partial-blob cache by the
-	// copy, pull.Stage.NoSync; hashing ahead; Verify). The stores set it
-	// (containerd:, containers-storage:): their Commit reads the staged
-	// blobs into the store and the staging area is removed, no staged
-	// file is renamed into DEST, and a synced staged blob makes the store
-	// no more durable (containerd syncs each blob it ingests itself;
-	// containers/storage syncs a layer's files only with the overlay
-	// driver's sync = "filesystem", and then the whole filesystem).
-	// Elsewhere every staged file is synced before the rename that
-	// publishes it.
+	// NoSync: the pull syncs no staged file (the copy, pull.Stage.NoSync:
+	// its partial-blob cache and staged image; hashing ahead; Verify).
+	// The stores set it (containerd:, containers-storage:): their Commit
+	// reads the staged blobs into the store and the staging area is
+	// removed, no staged file is renamed into DEST, and a synced staged
+	// blob makes the store no more durable (containerd syncs each blob it
+	// ingests itself; containers/storage syncs a layer's files only with
+	// its graph driver's sync = "filesystem", and then the whole
+	// filesystem). The pipeline clears it where the syncs are what put
+	// the pull's writes under its IO limits (cgroup v1). Elsewhere every
+	// staged file is synced before the rename that publishes it.
 	NoSync bool
 	// Reclaimed lists stale staging directories (host paths) removed
 	// because the pullhelper that made them is gone.

@@ -188,7 +188,7 @@ func (t *tree) sum(rel, alg string) (string, error) {
 // worth a goroutine).
 const presumMin = 1 << 20
 
-// presum hashes (and fsyncs) the staged blobs of at least presumMin bytes
+// presum hashes (and fsyncs, unless noSync) the staged blobs of at least presumMin bytes
 // in parallel, one worker per CPU, before the graph is walked: the walk's
 // sum then finds each digest computed. Only names that are a digest's hex
 // (64: sha256, 128: sha512; what an OCI layout and dir: name blobs) are

@@ -36,6 +36,32 @@ type Isolation struct {
 	StateRoot state.Root `json:"state_root"`
 }
 
+// syncsChargeIO reports whether the staged blobs must be synced by the
+// pull even where DEST does not need it (dest.Stage.NoSync) so that the
+// pull's IO limits hold: on cgroup v1 (version "v1" or "hybrid") blkio
+// throttles and weighs a cgroup's synchronous IO only, and a buffered
+// write is written back later on no cgroup's account, so the child's
+// fsyncs are what put its writes under its limits. That is when its own
+// limits have an io_weight or a write throttle, or when it runs in a
+// cgroup it joins or below a parent it did not make (pullhelper cri's pod
+// cgroups), whose limits it does not know. On v2 io.max and io.weight
+// hold for buffered writes too.
+func (iso Isolation) syncsChargeIO(version string) bool {
+	c := iso.Cgroup
+	if !iso.Enabled || c == nil || version == "v2" {
+		return false
+	}
+	if c.Path != "" || c.ParentMustExist || c.Limits.IOWeight > 0 {
+		return true
+	}
+	for _, d := range c.Limits.IO {
+		if d.WriteBPS > 0 || d.WriteIOPS > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Network is where the child's network traffic goes.
 type Network struct {
 	Mode  string `json:"mode"`            // host, netns, cluster-dns

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/netns"
 	"golang.org/x/sys/unix"
@@ -39,5 +40,34 @@ func TestOpenNetnsRefusesAnotherNamespace(t *testing.T) {
 	p.Isolation.Enabled = false
 	if h, err := p.openNetns(); h != nil || err != nil {
 		t.Fatalf("not isolated: %+v %v", h, err)
+	}
+}
+
+// Staged blobs a store does not need synced are synced all the same where
+// the sync is what puts the pull's writes under IO limits: on cgroup v1,
+// with an io_weight or a write throttle of its own, or in a cgroup whose
+// limits are someone else's; never on v2 or without isolation.
+func TestSyncsChargeIO(t *testing.T) {
+	with := func(c cgroup.Config) Isolation { return Isolation{Enabled: true, Cgroup: &c} }
+	for _, c := range []struct {
+		name    string
+		iso     Isolation
+		version string
+		want    bool
+	}{
+		{"no limits", with(cgroup.Config{Parent: "/p"}), "v1", false},
+		{"a read throttle only", with(cgroup.Config{Parent: "/p", Limits: cgroup.Limits{IO: []cgroup.IODevice{{Major: 8, ReadBPS: 1 << 20}}}}), "hybrid", false},
+		{"a write throttle", with(cgroup.Config{Parent: "/p", Limits: cgroup.Limits{IO: []cgroup.IODevice{{Major: 8, WriteBPS: 1 << 20}}}}), "v1", true},
+		{"write IOPS", with(cgroup.Config{Parent: "/p", Limits: cgroup.Limits{IO: []cgroup.IODevice{{Major: 8, WriteIOPS: 100}}}}), "hybrid", true},
+		{"an io_weight", with(cgroup.Config{Parent: "/p", Limits: cgroup.Limits{IOWeight: 100}}), "v1", true},
+		{"a joined cgroup", with(cgroup.Config{Path: "/pod/x"}), "v1", true},
+		{"a pod's parent", with(cgroup.Config{Parent: "/kubepods/pod1", ParentMustExist: true}), "hybrid", true},
+		{"v2, a write throttle", with(cgroup.Config{Parent: "/p", Limits: cgroup.Limits{IO: []cgroup.IODevice{{Major: 8, WriteBPS: 1 << 20}}}}), "v2", false},
+		{"v2, joined", with(cgroup.Config{Path: "/pod/x"}), "v2", false},
+		{"--no-isolation", Isolation{}, "v1", false},
+	} {
+		if got := c.iso.syncsChargeIO(c.version); got != c.want {
+			t.Errorf("%s on %s: %v, want %v", c.name, c.version, got, c.want)
+		}
 	}
 }

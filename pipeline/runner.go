@@ -48,9 +48,9 @@ func (r *inProcessRunner) start(_ context.Context, st *dest.Stage, part *dest.Pa
 		return err
 	}
 	r.config, r.rates = config, rates
-	r.pst = &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config.Path()}
+	r.pst = &pull.Stage{Work: st.WorkPath, Name: st.Name, Known: st.Known, Config: config.Path(), NoSync: st.NoSync}
 	if part != nil {
-		r.pst.Partial, r.pst.HandOver, r.pst.NoSync = part.Path, handOver, st.NoSync
+		r.pst.Partial, r.pst.HandOver = part.Path, handOver
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
@@ -76,6 +77,9 @@ func (s *pullSteps) stage(ctx context.Context) error {
 	}
 	for _, r := range st.Reclaimed {
 		o.Log.Warn("reclaimed a stale staging directory left by a pullhelper that died", "path", r)
+	}
+	if st.NoSync && p.Isolation.syncsChargeIO(cgroup.Version()) {
+		st.NoSync = false
 	}
 	s.st = st
 	return nil

@@ -142,7 +142,8 @@ func (m *Material) policyContext(p *Request) (*signature.PolicyContext, error) {
 
 // syncTree fsyncs every file and directory under root, so that a commit
 // by rename publishes data that is on disk (and, on cgroup v1, so that the
-// write-back is charged to the pull's cgroup).
+// write-back is charged to the pull's cgroup); Copy skips it for a
+// Stage.NoSync.
 func syncTree(root string) error {
 	return filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {

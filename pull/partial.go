@@ -24,7 +24,7 @@ import (
 //
 // Every blob the copy fetches is appended, as it arrives, to
 // <Stage.Partial>/<alg>-<hex>.partial (fsynced every partialSyncEvery bytes
-// and when an unfinished blob is closed), so that a kill -9, a reboot or a timeout
+// and when an unfinished blob is closed, unless Stage.NoSync), so that a kill -9, a reboot or a timeout
 // leaves a prefix of it there. The next pull into the same DEST that needs
 // the blob serves the kept bytes first and asks the registry only for the
 // rest (registry.Client.BlobFrom: a Range request), as one stream: the kept
@@ -356,7 +356,7 @@ func (r *resumeReader) append(b []byte) {
 // bytes were used it is an error of its own (retried from byte 0).
 //
 // A handed-over blob (claim) keeps its file when it is complete: closed
-// (and synced) but not removed, handed set; PutBlob reports it to the
+// (and synced, unless the cache is noSync) but not removed, handed set; PutBlob reports it to the
 // parent only once containers/image has checked the stream's digest.
 func (r *resumeReader) finish() error {
 	r.c.mu.Lock()

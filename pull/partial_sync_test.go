@@ -1,7 +1,6 @@
 package pull
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,22 +10,29 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// A blob kept whole for the parent (handed over) is synced at close, so
-// that a reboot keeps it for a later pull, unless the stage is NoSync
-// (DEST is a store, whose own write is the durable one): then nothing the
-// cache appends is synced, and the blob is kept all the same.
+// A blob kept whole for the parent (handed over) is synced every
+// partialSyncEvery bytes and at close, so that a reboot keeps it for a
+// later pull, unless the stage is NoSync (DEST is a store, which does not
+// need the staged copy on disk): then nothing the cache appends is synced,
+// and the blob is kept all the same.
 func TestPartialCacheSyncsUnlessNoSync(t *testing.T) {
 	var syncs atomic.Int64
 	old := syncFile
 	syncFile = func(f *os.File) error { syncs.Add(1); return old(f) }
 	t.Cleanup(func() { syncFile = old })
 
-	data := bytes.Repeat([]byte("layer bytes "), 50000)
-	d := digest.FromBytes(data)
+	// Past one periodic sync, not a multiple of the read size.
+	size := int64(partialSyncEvery + 1<<20 + 12345)
+	blob := func() io.Reader { return io.LimitReader(pattern{}, size) }
+	h := digest.SHA256.Digester()
+	if _, err := io.Copy(h.Hash(), blob()); err != nil {
+		t.Fatal(err)
+	}
+	d := h.Digest()
 	for _, c := range []struct {
 		noSync bool
 		want   int64
-	}{{false, 1}, {true, 0}} {
+	}{{false, 2}, {true, 0}} {
 		syncs.Store(0)
 		dir := t.TempDir()
 		pc := openPartialCache(&Stage{Partial: dir, NoSync: c.noSync}, nil)
@@ -36,20 +42,40 @@ func TestPartialCacheSyncsUnlessNoSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &resumeReader{c: pc, f: f, path: path, d: d, size: int64(len(data)), h: d.Algorithm().Hash(), keep: true,
-			body: io.NopCloser(bytes.NewReader(data)), handover: true}
-		got, err := io.ReadAll(r)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("noSync %v: read %d bytes, %v; want the blob's %d", c.noSync, len(got), err, len(data))
+		r := &resumeReader{c: pc, f: f, path: path, d: d, size: size, h: d.Algorithm().Hash(), keep: true,
+			body: io.NopCloser(blob()), handover: true}
+		got := digest.SHA256.Digester()
+		if n, err := io.Copy(got.Hash(), r); err != nil || n != size || got.Digest() != d {
+			t.Fatalf("noSync %v: read %d bytes of %s, %v; want the blob's %d of %s", c.noSync, n, got.Digest(), err, size, d)
 		}
 		if !r.handed {
 			t.Fatalf("noSync %v: the whole blob was not kept for the parent", c.noSync)
 		}
-		if kept, err := os.ReadFile(path); err != nil || !bytes.Equal(kept, data) {
-			t.Fatalf("noSync %v: the kept file has %d bytes (%v), want the blob", c.noSync, len(kept), err)
+		if kept, err := digest.SHA256.FromReader(mustOpen(t, path)); err != nil || kept != d {
+			t.Fatalf("noSync %v: the kept file is %s (%v), want the blob %s", c.noSync, kept, err, d)
 		}
 		if n := syncs.Load(); n != c.want {
 			t.Errorf("noSync %v: %d fsyncs, want %d", c.noSync, n, c.want)
 		}
 	}
+}
+
+// pattern is an endless stream of bytes (each Read fills b the same way).
+type pattern struct{}
+
+func (pattern) Read(b []byte) (int, error) {
+	for i := range b {
+		b[i] = byte(i*7 + i>>9)
+	}
+	return len(b), nil
+}
+
+func mustOpen(t *testing.T, path string) io.Reader {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

@@ -140,8 +140,10 @@ func Copy(ctx context.Context, p *Request, m *Material, st *Stage, o Options) (*
 		}
 		return nil, err
 	}
-	if err := syncTree(st.path()); err != nil {
-		return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
+	if !st.NoSync {
+		if err := syncTree(st.path()); err != nil {
+			return nil, failure.Wrap(failure.Destination, err, "syncing the staged image")
+		}
 	}
 	rep.Attempts = attempts
 	return rep, nil

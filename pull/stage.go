@@ -35,12 +35,14 @@ type Stage struct {
 	// being written twice. The parent sets it when it can rename from the
 	// cache into staging (one mount) and the uid is the pull's alone.
 	HandOver bool `json:"hand_over,omitempty"`
-	// NoSync: the partial-blob cache is not synced. The parent sets it
-	// when DEST is a store, into which the staged blobs are read, never
-	// published as files (dest.Stage.NoSync). A kill loses nothing of
-	// a kept prefix either way (the page cache keeps it); a power loss
-	// may, and a prefix that came back wrong fails its blob's digest
-	// check and is fetched again.
+	// NoSync: the copy syncs nothing it stages, neither the partial-blob
+	// cache nor the staged image (syncTree); containers/image's OCI
+	// destination still syncs each blob it writes itself (a config, a
+	// blob not handed over). The parent sets it when DEST is a store,
+	// into which the staged blobs are read, never published as files
+	// (dest.Stage.NoSync). A kill loses nothing of a kept prefix either
+	// way (the page cache keeps it); a power loss may, and a prefix that
+	// came back wrong fails its blob's digest check and is fetched again.
 	NoSync bool `json:"no_sync,omitempty"`
 
 	// spare is the free space of DEST's filesystem beyond what the image

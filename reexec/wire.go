@@ -48,11 +48,11 @@ const (
 // directory at /tmp/stage, the configuration in /tmp/config.
 // With partial, the copy keeps and resumes partial blobs in
 // /tmp/partial (the cache the parent passes as fd 6), handing whole ones
-// over with handOver, syncing none with noSync (pull.Stage).
+// over with handOver; with noSync it syncs nothing it stages (pull.Stage).
 func StageInChild(name string, known []target.KnownBlob, partial, handOver, noSync bool) *pull.Stage {
-	s := &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config"}
+	s := &pull.Stage{Work: childTmp + "/stage", Name: name, Known: known, Config: childTmp + "/config", NoSync: noSync}
 	if partial {
-		s.Partial, s.HandOver, s.NoSync = partialInChild, handOver, noSync
+		s.Partial, s.HandOver = partialInChild, handOver
 	}
 	return s
 }

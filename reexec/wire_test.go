@@ -150,9 +150,10 @@ func TestRequestRootsBounded(t *testing.T) {
 	}
 }
 
-// The child's stage keeps and hands over partial blobs, and syncs none,
-// as the parent says; without a cache there is nothing to sync or hand.
-func TestStageInChildPartialFlags(t *testing.T) {
+// The child's stage keeps and hands over partial blobs as the parent says;
+// it syncs nothing it stages when the parent says so, with a cache or
+// without one.
+func TestStageInChildFlags(t *testing.T) {
 	s := StageInChild("image", nil, true, true, true)
 	if s.Partial == "" || !s.HandOver || !s.NoSync {
 		t.Errorf("with a cache: %+v, want partial, hand_over and no_sync", s)
@@ -162,7 +163,7 @@ func TestStageInChildPartialFlags(t *testing.T) {
 		t.Errorf("with a synced cache: %+v, want partial only", s)
 	}
 	s = StageInChild("image", nil, false, true, true)
-	if s.Partial != "" || s.HandOver || s.NoSync {
-		t.Errorf("without a cache: %+v, want none of them", s)
+	if s.Partial != "" || s.HandOver || !s.NoSync {
+		t.Errorf("without a cache: %+v, want no_sync alone", s)
 	}
 }

@@ -841,3 +841,32 @@ ctrd_case_source_labels() {
         assert_equal "$(ctr_label "$d" "$key")" "$(sorted_csv fixtures/tiny "$a" "$b")"
     done
 }
+
+# Blobs staged for containerd: are not synced: the content store syncs its
+# own copy and the staging is removed (dest.Stage.NoSync). On cgroup v1,
+# where a cgroup's IO counts only what it writes itself (the kernel writes
+# a buffered page back later, on no cgroup's account), the pull's
+# usage.io_write_bytes therefore stays below the image. With an IO write
+# limit the pull keeps the syncs so that the limit holds
+# (pipeline.Isolation.syncsChargeIO), and its io_write_bytes covers the
+# image. A second namespace makes the second pull fetch every blob again.
+ctrd_case_nosync() {
+    [[ $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]] ||
+        skip "cgroup v2: io.max holds for buffered writes, so the pull never keeps the syncs (the v1 rule is what this checks)"
+    ctrd_up
+    push_fixture_args nosync fixtures/nosync -layers 3 -layer-size 4194304 -compressible 0.5 -seed 7
+    local img="$REGISTRY_HOST/fixtures/nosync:latest" bytes v
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    bytes=$(json_get .bytes <<<"$output")
+    v=$(json_get .usage.io_write_bytes <<<"$output")
+    [[ $v =~ ^[0-9]+$ ]] && ((bytes > 0 && v < bytes / 2)) ||
+        fail "io_write_bytes $v for $bytes bytes pulled: the staged blobs were synced by the pull"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" --containerd-namespace nosync-limited \
+        --io-write-bps "$T/staging=100GB/s" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .bytes <<<"$output")" "$bytes"
+    v=$(json_get .usage.io_write_bytes <<<"$output")
+    [[ $v =~ ^[0-9]+$ ]] && ((v >= bytes / 2)) ||
+        fail "io_write_bytes $v for $bytes bytes pulled under an IO write limit: the pull did not sync its staged blobs"
+}
