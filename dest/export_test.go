@@ -44,11 +44,12 @@ func NoPreApplyTar() (restore func()) {
 	return func() { tarRoom = old }
 }
 
-// CountSyncs counts the fsyncs of staged and hashed-ahead files until
-// restore.
+// CountSyncs counts the fsyncs of staged and hashed-ahead files and of
+// staged directories until restore.
 func CountSyncs() (count func() int64, restore func()) {
 	var n atomic.Int64
-	old := syncFile
-	syncFile = func(f *os.File) error { n.Add(1); return old(f) }
-	return n.Load, func() { syncFile = old }
+	oldFile, oldDir := syncFile, syncDir
+	syncFile = func(f *os.File) error { n.Add(1); return oldFile(f) }
+	syncDir = func(fd int) error { n.Add(1); return oldDir(fd) }
+	return n.Load, func() { syncFile, syncDir = oldFile, oldDir }
 }

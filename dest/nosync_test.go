@@ -40,7 +40,7 @@ func TestNoSyncStagesAreNotSynced(t *testing.T) {
 		before := count()
 		must(t, dd.Verify(bg, st, e))
 		if n := count() - before; tr && n != 0 || !tr && n < 2 {
-			t.Errorf("NoSync %v: Verify synced %d staged files", tr, n)
+			t.Errorf("NoSync %v: Verify synced %d staged files and directories", tr, n)
 		}
 
 		// Hashing ahead.

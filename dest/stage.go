@@ -57,9 +57,9 @@ type Stage struct {
 	Name string
 	// Known are the blobs DEST already has (oci:), handed to the copy.
 	Known []KnownBlob
-	// NoSync: the pull syncs no staged file (the copy, pull.Stage.NoSync:
-	// its partial-blob cache and staged image; hashing ahead; Verify).
-	// The stores set it (containerd:, containers-storage:): their Commit
+	// NoSync: the pull syncs no staged file or directory (the copy,
+	// pull.Stage.NoSync: its partial-blob cache and staged image; hashing
+	// ahead; Verify). The stores set it (containerd:, containers-storage:): their Commit
 	// reads the staged blobs into the store and the staging area is
 	// removed, no staged file is renamed into DEST, and a synced staged
 	// blob makes the store no more durable (containerd syncs each blob it
