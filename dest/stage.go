@@ -59,15 +59,16 @@ type Stage struct {
 	Known []KnownBlob
 	// NoSync: the pull syncs no staged file or directory (the copy,
 	// pull.Stage.NoSync: its partial-blob cache and staged image; hashing
-	// ahead; Verify). The stores set it (containerd:, containers-storage:): their Commit
-	// reads the staged blobs into the store and the staging area is
-	// removed, no staged file is renamed into DEST, and a synced staged
-	// blob makes the store no more durable (containerd syncs each blob it
-	// ingests itself; containers/storage syncs a layer's files only with
-	// its graph driver's sync = "filesystem", and then the whole
-	// filesystem). The pipeline clears it where the syncs are what put
-	// the pull's writes under its IO limits (cgroup v1). Elsewhere every
-	// staged file is synced before the rename that publishes it.
+	// ahead; Verify). The stores set it (containerd:,
+	// containers-storage:): their Commit reads the staged blobs into the
+	// store and the staging area is removed, no staged file is renamed
+	// into DEST, and a synced staged blob makes the store no more durable
+	// (containerd syncs each blob it ingests itself; containers/storage
+	// syncs a layer's files only with its graph driver's
+	// sync = "filesystem", and then the whole filesystem). The pipeline
+	// clears it where the syncs are what put the pull's writes under its
+	// IO limits (cgroup v1). Elsewhere every staged file and directory is
+	// synced before the rename that publishes it.
 	NoSync bool
 	// Reclaimed lists stale staging directories (host paths) removed
 	// because the pullhelper that made them is gone.

@@ -39,7 +39,7 @@ type tree struct {
 	fresh bool
 	// presums are digests computed ahead (Prehash), by inode.
 	presums Presums
-	// noSync: no staged file is synced (Stage.NoSync).
+	// noSync: no staged file or directory is synced (Stage.NoSync).
 	noSync bool
 }
 
@@ -192,12 +192,12 @@ func (t *tree) sum(rel, alg string) (string, error) {
 // worth a goroutine).
 const presumMin = 1 << 20
 
-// presum hashes (and fsyncs, unless noSync) the staged blobs of at least presumMin bytes
-// in parallel, one worker per CPU, before the graph is walked: the walk's
-// sum then finds each digest computed. Only names that are a digest's hex
-// (64: sha256, 128: sha512; what an OCI layout and dir: name blobs) are
-// hashed; a failure is left for sum to report. With fresh copies (a
-// shared pull uid) nothing is done: sum copies while it hashes.
+// presum hashes (and fsyncs, unless noSync) the staged blobs of at least
+// presumMin bytes in parallel, one worker per CPU, before the graph is
+// walked: the walk's sum then finds each digest computed. Only names that
+// are a digest's hex (64: sha256, 128: sha512; what an OCI layout and dir:
+// name blobs) are hashed; a failure is left for sum to report. With fresh
+// copies (a shared pull uid) nothing is done: sum copies while it hashes.
 func (t *tree) presum(maxBytes int64) {
 	if t.fresh {
 		return
