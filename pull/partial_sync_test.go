@@ -23,7 +23,7 @@ func TestPartialCacheSyncsUnlessNoSync(t *testing.T) {
 
 	// Past one periodic sync, not a multiple of the read size.
 	size := int64(partialSyncEvery + 1<<20 + 12345)
-	blob := func() io.Reader { return io.LimitReader(pattern{}, size) }
+	blob := func() io.Reader { return io.LimitReader(zeros{}, size) }
 	h := digest.SHA256.Digester()
 	if _, err := io.Copy(h.Hash(), blob()); err != nil {
 		t.Fatal(err)
@@ -51,31 +51,17 @@ func TestPartialCacheSyncsUnlessNoSync(t *testing.T) {
 		if !r.handed {
 			t.Fatalf("noSync %v: the whole blob was not kept for the parent", c.noSync)
 		}
-		if kept, err := digest.SHA256.FromReader(mustOpen(t, path)); err != nil || kept != d {
+		kf, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := digest.SHA256.FromReader(kf)
+		kf.Close()
+		if err != nil || kept != d {
 			t.Fatalf("noSync %v: the kept file is %s (%v), want the blob %s", c.noSync, kept, err, d)
 		}
 		if n := syncs.Load(); n != c.want {
 			t.Errorf("noSync %v: %d fsyncs, want %d", c.noSync, n, c.want)
 		}
 	}
-}
-
-// pattern is an endless stream of bytes (each Read fills b the same way).
-type pattern struct{}
-
-func (pattern) Read(b []byte) (int, error) {
-	for i := range b {
-		b[i] = byte(i*7 + i>>9)
-	}
-	return len(b), nil
-}
-
-func mustOpen(t *testing.T, path string) io.Reader {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
 }
