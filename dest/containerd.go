@@ -281,7 +281,7 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 	for _, p := range sweepOtherCaches(parent, filepath.Base(d.spec.Path), time.Now()) {
 		discard(o.Log).Info("removed a partial-blob cache held by no pull: another image's, unchanged for 7 days, or the shared one of an older pullhelper", "path", p)
 	}
-	s.Known, s.NoSync = known, true
+	s.Known, s.NoSync, s.storeChecks = known, true, true
 	return s, nil
 }
 
@@ -409,6 +409,11 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		case staged:
 			err := content.WriteBlob(ctx, cs, "pullhelper-"+dg, f, desc)
 			f.Close()
+			if errdefs.IsFailedPrecondition(err) {
+				// The content store's digest or size check: Verify left
+				// each layer's digest to it (Stage.storeChecks).
+				return badStaged("blob %s is not what its digest names: containerd's check refused it (%s)", dg, strings.ReplaceAll(err.Error(), "\n", " "))
+			}
 			if err != nil {
 				return d.ctrdErr(err, "writing "+dg)
 			}

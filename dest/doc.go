@@ -46,7 +46,13 @@
 // images' caches unchanged for PartialMaxAge and held by no one, and the
 // shared .pullhelper-partial-image older versions kept for every image,
 // at any age; OpenSweep with the staging directory finds both for gc) and
-// imported through containerd's socket by the parent only, after Verify:
+// imported through containerd's socket by the parent only, after Verify,
+// which checks each layer's size and leaves its digest to the content
+// store (Stage.storeChecks: containerd's writer commits a blob only if what
+// it was sent hashes to the digest it was told; Commit reports a refusal as
+// a verification failure), so that the parent hashes the manifests and
+// configs it reads and containerd each layer, once; nothing is hashed
+// ahead for it:
 // content under a lease (labelled as containerd's own pull labels it:
 // gc.ref to children, the distribution source), unpacked, and the image
 // records created last; the layers of a single image are unpacked as they

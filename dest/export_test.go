@@ -53,3 +53,7 @@ func CountSyncs() (count func() int64, restore func()) {
 	syncDir = func(fd int) error { n.Add(1); return oldDir(fd) }
 	return n.Load, func() { syncFile, syncDir = oldFile, oldDir }
 }
+
+// SetStoreChecks marks s as a store's that checks each layer's digest as
+// it ingests it (what containerd's Stage sets).
+func SetStoreChecks(s *Stage, v bool) { s.storeChecks = v }

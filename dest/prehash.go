@@ -96,8 +96,10 @@ type preJob struct {
 	broken    bool // the lease broke (someone opened the file for writing)
 }
 
-// Prehash starts hashing ahead for the cache (nil without one, or when its
-// descriptor cannot be duplicated: nothing is hashed ahead then), at most
+// Prehash starts hashing ahead for the cache (nil without one, when its
+// descriptor cannot be duplicated, or for a stage whose store checks the
+// layers' digests itself, Stage.storeChecks: nothing is hashed ahead
+// then), at most
 // maxBytes in all (the image's size limit: the child names the files and
 // may make them as large as it likes; beyond the budget Verify hashes, and
 // its size checks refuse). Call Finish once every process of the pull is
@@ -114,7 +116,7 @@ func (p *Partial) Prehash(maxBytes int64, sigio <-chan os.Signal, release func()
 	if release == nil {
 		release = func() {}
 	}
-	if p == nil || p.Dir == nil {
+	if p == nil || p.Dir == nil || (p.stage != nil && p.stage.storeChecks) {
 		release()
 		return nil
 	}

@@ -70,6 +70,11 @@ type Stage struct {
 	// IO limits (cgroup v1). Elsewhere every staged file and directory is
 	// synced before the rename that publishes it.
 	NoSync bool
+	// storeChecks: the store checks each layer's digest itself as it
+	// ingests the blob, refusing one that does not hash to its name
+	// (containerd's content store): Verify checks a layer's size and
+	// leaves its digest to the store, and nothing is hashed ahead.
+	storeChecks bool
 	// Reclaimed lists stale staging directories (host paths) removed
 	// because the pullhelper that made them is gone.
 	Reclaimed []string

@@ -45,7 +45,7 @@ func takeBack(s *Stage, maxBytes int64) (*tree, error) {
 	if err != nil {
 		return nil, badStaged("%s: %v", s.Name, safefs.ErrnoText(err))
 	}
-	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy, presums: s.presums, noSync: s.NoSync}
+	t := &tree{dirs: map[string]int{"": fd}, files: map[string]*entry{}, owner: s.owner, fresh: s.opts.FreshCopy, presums: s.presums, noSync: s.NoSync, storeChecks: s.storeChecks}
 	if err := t.walk(fd, "", 0); err != nil {
 		t.close()
 		return nil, err

@@ -39,6 +39,8 @@ type tree struct {
 	fresh bool
 	// presums are digests computed ahead (Prehash), by inode.
 	presums Presums
+	// storeChecks: the store checks the layers' digests (Stage.storeChecks).
+	storeChecks bool
 	// noSync: no staged file or directory is synced (Stage.NoSync).
 	noSync bool
 }
@@ -188,6 +190,18 @@ func (t *tree) sum(rel, alg string) (string, error) {
 	return e.sum, nil
 }
 
+// claim leaves a staged layer's digest to the store, which checks it as
+// it ingests the file (Stage.storeChecks), and marks it committed; false
+// where the store does not, or for a fresh copy (hashed while copying).
+func (t *tree) claim(rel string) bool {
+	e, ok := t.files[rel]
+	if !ok || !t.storeChecks || e.fresh {
+		return false
+	}
+	e.used = true
+	return true
+}
+
 // presumMin is the smallest file presum hashes ahead (small ones are not
 // worth a goroutine).
 const presumMin = 1 << 20
@@ -199,7 +213,7 @@ const presumMin = 1 << 20
 // name blobs) are hashed; a failure is left for sum to report. With fresh
 // copies (a shared pull uid) nothing is done: sum copies while it hashes.
 func (t *tree) presum(maxBytes int64) {
-	if t.fresh {
+	if t.fresh || t.storeChecks {
 		return
 	}
 	budget := maxBytes

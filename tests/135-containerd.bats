@@ -170,3 +170,7 @@ while True:
 @test "containerd 1.6: staged blobs are not fsynced (io_write_bytes below the image on cgroup v1); with an IO write limit they are, so that it holds (issue 26)" {
     ctrd_case_nosync
 }
+
+@test "containerd 1.6: Verify leaves each layer's digest to containerd's own check: a layer the child rewrote is exit 8 naming the blob, nothing kept (issue 26)" {
+    ctrd_case_store_checks
+}

@@ -76,3 +76,7 @@ CTRD_FLAVOR=2
 @test "containerd 2.x: an image containerd cannot unpack (a wrong diff_id) is exit 9 naming it; what was applied ahead goes with the lease" {
     ctrd_case_unpack_fails
 }
+
+@test "containerd 2.x: Verify leaves each layer's digest to containerd's own check: a layer the child rewrote is exit 8 naming the blob, nothing kept (issue 26)" {
+    ctrd_case_store_checks
+}

@@ -463,6 +463,33 @@ ctrd_case_unpack_fails() {
     assert_equal "$(ctr_k8s content ls -q)" ""
 }
 
+# a layer the (hostile) child rewrites after the copy, keeping its size, is
+# left by Verify to containerd's own digest check (the parent hashes no
+# layer for containerd): the import fails exit 8 with one line naming the
+# blob and containerd's refusal; no image record, no lease, no staging,
+# and after a forced GC no snapshot and no content
+ctrd_case_store_checks() {
+    [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
+    ctrd_up
+    local img="$REGISTRY_HOST/fixtures/storecheck:latest" msg
+    push_fixture_args storecheck fixtures/storecheck -layers 3 -layer-size 1048576 -compressible 0.5 -seed 9
+    PULLHELPER_HOSTILE=after-copy:rewrite-handed PULLHELPER=$PULLHELPER_HOSTILE_BIN \
+        run_pullhelper 8 pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    [[ $stderr == *"hostile: changed 3 handed-over blobs"* ]] || fail "the child did not change the 3 layers: $stderr"
+    assert_equal "$(json_get .error.code <<<"$output")" verification
+    msg=$(json_get .error.message <<<"$output")
+    echo "$msg"
+    [[ $msg == *"is not what its digest names: containerd's check refused it"* && $msg == *"unexpected commit digest"* ]] ||
+        fail "message: $msg"
+    [[ $msg != *$'\n'* ]] || fail "message is not one line: $msg"
+    assert_equal "$(ctr_k8s images ls -q)" ""
+    assert_equal "$(ctr_k8s leases ls -q)" ""
+    assert_no_staging "$T/staging"
+    force_gc
+    assert_equal "$(ctr_k8s snapshots --snapshotter native ls | tail -n +2)" ""
+    assert_equal "$(ctr_k8s content ls -q)" ""
+}
+
 # SIGTERM while containerd does not answer (SIGSTOPped mid-import) ends the pull (143)
 ctrd_case_sigterm_stopped() {
     [[ -x $PULLHELPER_HOSTILE_BIN ]] || skip "no $PULLHELPER_HOSTILE_BIN (make build-hostile)"
