@@ -403,11 +403,11 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			if f != nil {
 				f.Close()
 			}
-			if err := content.WriteBlob(ctx, cs, "pullhelper-"+dg, strings.NewReader(string(raw)), desc); err != nil {
+			if err := writeFresh(ctx, cs, "pullhelper-"+dg, strings.NewReader(string(raw)), desc); err != nil {
 				return d.ctrdErr(err, "writing "+dg)
 			}
 		case staged:
-			err := content.WriteBlob(ctx, cs, "pullhelper-"+dg, f, desc)
+			err := writeFresh(ctx, cs, "pullhelper-"+dg, f, desc)
 			f.Close()
 			if errdefs.IsFailedPrecondition(err) {
 				// The content store's digest or size check: Verify left
@@ -586,6 +586,52 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		Type: "containerd", Address: d.set.Address, Namespace: d.set.Namespace, Snapshotter: d.set.Snapshotter,
 		Pinned: d.set.Pin, Names: names,
 	}}
+	return nil
+}
+
+// writeFresh is content.WriteBlob that never resumes an ingest: what an
+// earlier import left under ref (one killed mid-write, or one whose commit
+// containerd refused because its child's bytes did not hash to the
+// digest: Verify leaves the layers' digests to containerd) is truncated,
+// and the whole of r is sent. containerd commits the blob only if what it
+// was sent has desc's digest and size; a blob already in the store is not
+// written again.
+func writeFresh(ctx context.Context, cs content.Ingester, ref string, r io.Reader, desc ocispec.Descriptor) error {
+	cw, err := content.OpenWriter(ctx, cs, content.WithRef(ref), content.WithDescriptor(desc))
+	if err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("failed to open writer: %w", err)
+	}
+	defer cw.Close()
+	st, err := cw.Status()
+	if err != nil {
+		return err
+	}
+	if st.Offset != 0 {
+		// The next write (or the commit) goes to offset 0, which
+		// truncates the ingest and restarts its digest.
+		if err := cw.Truncate(0); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, 1<<20)
+	n, err := io.CopyBuffer(cw, io.LimitReader(r, desc.Size), buf)
+	if err != nil {
+		return err
+	}
+	if n != desc.Size {
+		return fmt.Errorf("%s ended at %d of %d bytes: %w", ref, n, desc.Size, io.ErrUnexpectedEOF)
+	}
+	if commitHook != nil {
+		hookMu.Lock()
+		commitHook("sent")
+		hookMu.Unlock()
+	}
+	if err := cw.Commit(ctx, desc.Size, desc.Digest); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("failed commit on ref %q: %w", ref, err)
+	}
 	return nil
 }
 

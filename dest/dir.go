@@ -23,7 +23,9 @@ type dirDest struct{ base }
 
 // commitHook, when set by a test (or the test build, hook_hostile.go),
 // runs between the steps of a commit: dir: after the exchange and after the
-// old tree is removed; oci: after each blob is renamed into DEST ("blob").
+// old tree is removed; oci: after each blob is renamed into DEST ("blob");
+// containerd: after each staged blob is written ("blob") and, before that,
+// once its bytes are sent and before containerd commits them ("sent").
 var commitHook func(step string)
 
 func (d *dirDest) Stage(o StageOptions) (*Stage, error) {

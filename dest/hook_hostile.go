@@ -19,9 +19,24 @@ import (
 // holds the commit after its Nth blob was renamed into DEST (before
 // index.json; for containerd: written to its content store), saying so
 // on stderr; pause-after-blobs:N holds it there until SIGUSR1 (at most 2
-// minutes), then lets it go on.
+// minutes), then lets it go on; hold-sent:N (containerd:) holds it once the
+// Nth write into the content store has sent its bytes, before containerd
+// commits them (an ingest in the middle, for the test to kill the pull at).
 func init() {
 	spec := os.Getenv("PULLHELPER_HOSTILE_COMMIT")
+	if n, err := strconv.Atoi(strings.TrimPrefix(spec, "hold-sent:")); strings.HasPrefix(spec, "hold-sent:") && err == nil && n > 0 {
+		sent := 0
+		commitHook = func(step string) {
+			if step != "sent" {
+				return
+			}
+			if sent++; sent == n {
+				fmt.Fprintf(os.Stderr, "pullhelper: hostile: holding the commit with write %d sent, not committed\n", n)
+				time.Sleep(time.Hour) // until the test kills this process
+			}
+		}
+		return
+	}
 	hold, ok := strings.CutPrefix(spec, "hold-after-blobs:")
 	pause := false
 	if !ok {

@@ -27,7 +27,8 @@ import (
 // does not make them trusted:
 // the copy hashes a kept file holding a whole blob before serving it (and
 // discards a mismatch or one longer than the blob), containers/image
-// checks the stream and the parent hashes the staged blob again.
+// checks the stream and the parent hashes the staged blob again (for
+// containerd:, containerd hashes a layer as the commit writes it).
 // docker-archive: streams blobs into its tar, which is not taken apart.
 func salvage(rootFd, cacheFd int) (int, int64) {
 	wfd, err := safefs.OpenDirAt(rootFd, workDir)

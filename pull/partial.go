@@ -29,7 +29,8 @@ import (
 // the blob serves the kept bytes first and asks the registry only for the
 // rest (registry.Client.BlobFrom: a Range request), as one stream: the kept
 // bytes are never trusted on their own, containers/image checks the digest
-// of the whole stream and the parent hashes the staged blob again. The
+// of the whole stream and the parent hashes the staged blob again (or, for
+// a containerd: DEST's layer, containerd as the import writes it). The
 // reader checks the digest too, so that it knows what to keep: a blob whose
 // stream matches is complete and its file is removed (the blob is in
 // staging now), or, handed over (claim), stays for the parent to move into

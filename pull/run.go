@@ -40,7 +40,8 @@ type Copied struct {
 	// instead of writing them into the staged OCI layout: the parent
 	// moves them to blobs/<alg>/<hex> there before it verifies
 	// (dest.Partial.HandOver). Like every word of the child's, a claim
-	// only: the parent hashes each moved file as any staged blob.
+	// only: the parent hashes each moved file as any staged blob
+	// (containerd hashes a layer bound for it, as the import writes it).
 	Handed []string `json:"handed,omitempty"`
 }
 

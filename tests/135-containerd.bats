@@ -171,6 +171,6 @@ while True:
     ctrd_case_nosync
 }
 
-@test "containerd 1.6: Verify leaves each layer's digest to containerd's own check: a layer the child rewrote is exit 8 naming the blob, nothing kept (issue 26)" {
+@test "containerd 1.6: Verify leaves each layer's digest to containerd's own check: a layer the child rewrote is exit 8 naming the blob; the next pull resumes no ingest of it, also one a killed import left (issue 26)" {
     ctrd_case_store_checks
 }

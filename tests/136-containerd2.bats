@@ -77,6 +77,6 @@ CTRD_FLAVOR=2
     ctrd_case_unpack_fails
 }
 
-@test "containerd 2.x: Verify leaves each layer's digest to containerd's own check: a layer the child rewrote is exit 8 naming the blob, nothing kept (issue 26)" {
+@test "containerd 2.x: Verify leaves each layer's digest to containerd's own check: a layer the child rewrote is exit 8 naming the blob; the next pull resumes no ingest of it, also one a killed import left (issue 26)" {
     ctrd_case_store_checks
 }

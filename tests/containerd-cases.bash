@@ -466,8 +466,13 @@ ctrd_case_unpack_fails() {
 # a layer the (hostile) child rewrites after the copy, keeping its size, is
 # left by Verify to containerd's own digest check (the parent hashes no
 # layer for containerd): the import fails exit 8 with one line naming the
-# blob and containerd's refusal; no image record, no lease, no staging,
-# and after a forced GC no snapshot and no content
+# blob and containerd's refusal; no image record, no lease, no staging.
+# Then the same child with the import killed (-9) once a layer's bytes are
+# in containerd's ingest and not yet committed: the ingest, under the
+# killed import's lease, holds the child's bytes; the next pull of the
+# image must not resume it (its commit would be refused): it writes the
+# layer from its first byte and succeeds; once the killed import's lease is
+# gone, a forced GC leaves no ingest
 ctrd_case_store_checks() {
     [[ -x $PULLHELPER_HOSTILE_BIN ]] || fail "hostile build missing: $PULLHELPER_HOSTILE_BIN (make build-hostile)"
     ctrd_up
@@ -485,9 +490,32 @@ ctrd_case_store_checks() {
     assert_equal "$(ctr_k8s images ls -q)" ""
     assert_equal "$(ctr_k8s leases ls -q)" ""
     assert_no_staging "$T/staging"
+
+    mkdir -p "$OUT"
+    # Write 1 is the config, 2 the first layer.
+    PULLHELPER_HOSTILE=after-copy:rewrite-handed PULLHELPER_HOSTILE_COMMIT=hold-sent:2 "$PULLHELPER_HOSTILE_BIN" pull \
+        "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img" >"$OUT/bg.out" 2>"$OUT/bg.err" &
+    BG_PID=$!
+    wait_for_file_match "$OUT/bg.err" "holding the commit with write 2 sent" 120 || return
+    kill -9 "$BG_PID"
+    wait "$BG_PID" || true
+    BG_PID=""
+    [[ $(ctr_k8s content active | tail -n +2) == *pullhelper-sha256:* ]] ||
+        fail "no ingest left by the killed import: $(ctr_k8s content active)"
+    local killed
+    killed=$(ctr_k8s leases ls -q)
+    [[ -n $killed ]] || fail "the killed import left no lease"
+
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    [[ -n $(ctr_image_line "$img") ]] || fail "the image is not listed after the honest pull"
+    assert_equal "$(ctr_k8s leases ls -q)" "$killed"
+    assert_no_staging "$T/staging"
+    # shellcheck disable=SC2086
+    ctr_k8s leases delete $killed || fail "removing the killed import's lease"
     force_gc
-    assert_equal "$(ctr_k8s snapshots --snapshotter native ls | tail -n +2)" ""
-    assert_equal "$(ctr_k8s content ls -q)" ""
+    assert_equal "$(ctr_k8s content active | tail -n +2)" ""
+    assert_equal "$(ctr_k8s snapshots --snapshotter native ls | tail -n +2 | wc -l)" 3
 }
 
 # SIGTERM while containerd does not answer (SIGSTOPped mid-import) ends the pull (143)
