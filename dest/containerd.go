@@ -589,6 +589,9 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	return nil
 }
 
+// freshBufs are writeFresh's copy buffers (containerd's own copy uses 1 MiB).
+var freshBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
 // writeFresh is content.WriteBlob that never resumes an ingest: what an
 // earlier import left under ref (one killed mid-write, or one whose commit
 // containerd refused because its child's bytes did not hash to the
@@ -616,8 +619,9 @@ func writeFresh(ctx context.Context, cs content.Ingester, ref string, r io.Reade
 			return err
 		}
 	}
-	buf := make([]byte, 1<<20)
-	n, err := io.CopyBuffer(cw, io.LimitReader(r, desc.Size), buf)
+	bp := freshBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(cw, io.LimitReader(r, desc.Size), *bp)
+	freshBufs.Put(bp)
 	if err != nil {
 		return err
 	}
