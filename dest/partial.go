@@ -36,12 +36,12 @@ import (
 //
 // Nothing in it is trusted: the copy serves the kept bytes and the rest from
 // the network as one stream, whose digest containers/image checks, and the
-// parent hashes every staged blob again before commit (containerd:
-// leaves a layer's digest to containerd, which hashes what the commit
-// writes: Stage.storeChecks), and commits an inode
-// only once a write lease proved no one else holds it: takeBack. Entries
-// the parent adopts are root's, regular, singly linked, with a blob's name
-// and held by no one (a write lease); anything else is removed. When the
+// parent hashes every staged blob again before commit (containerd: leaves
+// a layer's digest to containerd, which hashes what the commit writes:
+// Stage.storeChecks), and commits an inode only once a write lease proved
+// no one else holds it: takeBack. Entries the parent adopts are root's,
+// regular, singly linked, with a blob's name and held by no one (a write
+// lease); anything else is removed. When the
 // parent takes the cache back from a child it keeps only blobs the image
 // asked for, each at most its declared size, in all at most the image's
 // size limit: those of the manifest when the parent checked it itself
