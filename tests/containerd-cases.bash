@@ -466,8 +466,8 @@ ctrd_case_unpack_fails() {
 # a layer the (hostile) child rewrites after the copy, keeping its size, is
 # left by Verify to containerd's own digest check (the parent hashes no
 # layer for containerd): the import fails exit 8 with one line naming the
-# blob and containerd's refusal; no image record, no lease, no staging.
-# Then the same child with the import killed (-9) once a layer's bytes are
+# blob and containerd's refusal; no image record, no lease, no staging,
+# and after a forced GC no snapshot, content or ingest. Then the same child with the import killed (-9) once a layer's bytes are
 # in containerd's ingest and not yet committed: the ingest, under the
 # killed import's lease, holds the child's bytes; the next pull of the
 # image must not resume it (its commit would be refused): it writes the
@@ -490,9 +490,15 @@ ctrd_case_store_checks() {
     assert_equal "$(ctr_k8s images ls -q)" ""
     assert_equal "$(ctr_k8s leases ls -q)" ""
     assert_no_staging "$T/staging"
+    # Nothing of the refused import outlives a GC: so the config is not in
+    # the content store when the next import starts, and its first write
+    # into it is the config, its second the first layer.
+    force_gc
+    assert_equal "$(ctr_k8s snapshots --snapshotter native ls | tail -n +2)" ""
+    assert_equal "$(ctr_k8s content ls -q)" ""
+    assert_equal "$(ctr_k8s content active | tail -n +2)" ""
 
     mkdir -p "$OUT"
-    # Write 1 is the config, 2 the first layer.
     PULLHELPER_HOSTILE=after-copy:rewrite-handed PULLHELPER_HOSTILE_COMMIT=hold-sent:2 "$PULLHELPER_HOSTILE_BIN" pull \
         "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img" >"$OUT/bg.out" 2>"$OUT/bg.err" &
     BG_PID=$!
