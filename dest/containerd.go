@@ -417,11 +417,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			if err != nil {
 				return d.ctrdErr(err, "writing "+dg)
 			}
-			if commitHook != nil {
-				hookMu.Lock()
-				commitHook("blob")
-				hookMu.Unlock()
-			}
+			hook("blob")
 		default:
 			info, err := cs.Info(ctx, desc.Digest)
 			if err != nil || info.Size != desc.Size {
@@ -628,11 +624,7 @@ func writeFresh(ctx context.Context, cs content.Ingester, ref string, r io.Reade
 	if n != desc.Size {
 		return fmt.Errorf("%s ended at %d of %d bytes: %w", ref, n, desc.Size, io.ErrUnexpectedEOF)
 	}
-	if commitHook != nil {
-		hookMu.Lock()
-		commitHook("sent")
-		hookMu.Unlock()
-	}
+	hook("sent")
 	if err := cw.Commit(ctx, desc.Size, desc.Digest); err != nil && !errdefs.IsAlreadyExists(err) {
 		return fmt.Errorf("failed commit on ref %q: %w", ref, err)
 	}
@@ -647,6 +639,17 @@ const putParallel = 3
 
 // hookMu serialises the test build's commitHook across putAll's writers.
 var hookMu sync.Mutex
+
+// hook runs commitHook, if set, for one step of the import (serialised:
+// putAll's writers call it at once).
+func hook(step string) {
+	if commitHook == nil {
+		return
+	}
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	commitHook(step)
+}
 
 // putAll runs put on every descriptor, in order, at most parallel at a time, and
 // returns the first error once every started put has returned (the

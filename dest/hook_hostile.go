@@ -24,26 +24,24 @@ import (
 // commits them (an ingest in the middle, for the test to kill the pull at).
 func init() {
 	spec := os.Getenv("PULLHELPER_HOSTILE_COMMIT")
-	if n, err := strconv.Atoi(strings.TrimPrefix(spec, "hold-sent:")); strings.HasPrefix(spec, "hold-sent:") && err == nil && n > 0 {
-		sent := 0
-		commitHook = func(step string) {
-			if step != "sent" {
-				return
-			}
-			if sent++; sent == n {
-				fmt.Fprintf(os.Stderr, "pullhelper: hostile: holding the commit with write %d sent, not committed\n", n)
-				time.Sleep(time.Hour) // until the test kills this process
-			}
+	var (
+		arg, at, held string // N, the step counted, what stderr says while held
+		pause, ok     bool
+	)
+	for _, m := range []struct {
+		prefix, step, held string
+		pause              bool
+	}{
+		{"hold-after-blobs:", "blob", "holding the commit after %d blobs", false},
+		{"pause-after-blobs:", "blob", "pausing the commit after %d blobs until SIGUSR1", true},
+		{"hold-sent:", "sent", "holding the commit with write %d sent, not committed", false},
+	} {
+		if arg, ok = strings.CutPrefix(spec, m.prefix); ok {
+			at, held, pause = m.step, m.held, m.pause
+			break
 		}
-		return
 	}
-	hold, ok := strings.CutPrefix(spec, "hold-after-blobs:")
-	pause := false
-	if !ok {
-		hold, ok = strings.CutPrefix(spec, "pause-after-blobs:")
-		pause = ok
-	}
-	n, err := strconv.Atoi(hold)
+	n, err := strconv.Atoi(arg)
 	if !ok || err != nil || n <= 0 {
 		return
 	}
@@ -52,20 +50,19 @@ func init() {
 		resume = make(chan os.Signal, 1)
 		signal.Notify(resume, syscall.SIGUSR1)
 	}
-	moved := 0
+	seen := 0
 	commitHook = func(step string) {
-		if step != "blob" {
+		if step != at {
 			return
 		}
-		if moved++; moved != n {
+		if seen++; seen != n {
 			return
 		}
+		fmt.Fprintf(os.Stderr, "pullhelper: hostile: "+held+"\n", n)
 		if !pause {
-			fmt.Fprintf(os.Stderr, "pullhelper: hostile: holding the commit after %d blobs\n", n)
 			time.Sleep(time.Hour) // until the test kills this process
 			return
 		}
-		fmt.Fprintf(os.Stderr, "pullhelper: hostile: pausing the commit after %d blobs until SIGUSR1\n", n)
 		select {
 		case <-resume:
 		case <-time.After(2 * time.Minute):
