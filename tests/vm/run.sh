@@ -164,13 +164,29 @@ if [[ $MODE == systemd ]]; then
     # writes in a temporary file (snapshot=on). /init mounts it, systemd
     # runs from it.
     DISK_ARGS=(-drive file="$VM_ROOTFS",if=virtio,format=raw,snapshot=on,cache=unsafe)
-    APPEND="systemd.show_status=0"
+    APPEND="systemd.show_status=0 trace_event=cgroup:cgroup_attach_task"
 else
     # Scratch disk for the IO tests (virtio-blk; the guest makes the filesystem).
     truncate -s 1G "$WORK/disk.img"
     DISK_ARGS=(-drive file="$WORK/disk.img",if=virtio,format=raw,cache=unsafe)
-    APPEND=""
+    APPEND="trace_event=cgroup:cgroup_attach_task,cgroup:cgroup_freeze"
 fi
+# CI once saw the systemd guest lock up at its first step: the tests' shell
+# (bash, so the builtin "echo 1 > .../enable" of a trace event) stuck in the
+# kernel on CPU#0 (soft lockup reports for 1100 s) until QEMU's timeout.
+# Enabling a trace event patches the kernel's text and waits until every
+# other CPU has run an IPI; under multi-threaded TCG (one host thread per
+# vCPU) that wait did not end. So: the trace events are enabled on the
+# command line (trace_event=), while one CPU runs; and one host thread runs
+# both vCPUs (-accel tcg,thread=single), so that the static keys the tests
+# flip later (the first memory cgroup, a CPU quota) are patched without a
+# race between host threads (the guests take about 1.3x as long).
+# softlockup_panic=1: a guest that locks up anyway ends at once (panic=-1,
+# -no-reboot) instead of at VM_TIMEOUT; the panic raises the console's
+# loglevel (1, so that the kernel never splits a PHVM line) and
+# panic_print=0x20 replays the kernel's log, so the lockup's stacks, every
+# CPU's (softlockup_all_cpu_backtrace=1), reach the serial log.
+APPEND+=" softlockup_panic=1 softlockup_all_cpu_backtrace=1 panic_print=0x20"
 
 ###############################################################################
 log "booting the guest (QEMU TCG, pure cgroup v2$([[ $MODE == systemd ]] && echo ", systemd as PID 1")), at most ${VM_TIMEOUT}s"
@@ -181,7 +197,7 @@ t=$SECONDS
 # a panic (e.g. /init dying) ends QEMU. Only the user network: the guest
 # reaches the host's loopback as 10.0.2.2, and nothing else is addressed.
 timeout --kill-after=10 "$VM_TIMEOUT" \
-    qemu-system-x86_64 -machine pc -cpu max -smp 2 -m 1024 \
+    qemu-system-x86_64 -machine pc -accel tcg,thread=single -cpu max -smp 2 -m 1024 \
     -nographic -no-reboot -nodefaults -serial stdio -monitor none \
     -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
     -append "console=ttyS0 panic=-1 loglevel=1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all rdinit=/init $APPEND" \
@@ -252,6 +268,12 @@ grep -q '^PHVM END' "$WORK/phvm.txt" || {
 if ((failed)); then
     echo "--- last 40 lines of the serial log ---" >&2
     tr -d '\r' <"$SERIAL" | grep -v '^PHVM DIAG' | tail -n 40 >&2
+    if tr -d '\r' <"$SERIAL" | grep -q 'Kernel panic'; then
+        # The replayed log's last report: from its last "BUG:" line on.
+        echo "--- the guest kernel's panic (its last report and the stacks) ---" >&2
+        tr -d '\r' <"$SERIAL" | awk '/BUG: |Kernel panic/ { from = NR } { line[NR] = $0 }
+            END { for (i = from; i <= NR && i < from + 300; i++) print line[i] }' >&2
+    fi
     if grep -q '^PHVM DIAG' "$WORK/phvm.txt"; then
         echo "--- the guest's account of a stuck test (PHVM DIAG) ---" >&2
         grep '^PHVM DIAG' "$WORK/phvm.txt" | head -n 200 >&2
