@@ -179,6 +179,9 @@ func child() int {
 	}
 
 	// 4. Drop every privilege, on every thread, and prove it.
+	if handled, code := hostile("before-drop", &hostileEnv{Req: &req.Request, Send: send}); handled {
+		return code
+	}
 	if err := privdrop.Drop(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: dropping privileges"))
 	}

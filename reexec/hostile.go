@@ -15,6 +15,7 @@ import (
 // play a compromised child: $PULLHELPER_HOSTILE names actions as
 // "POINT:ACTION[,POINT:ACTION…]"; the child runs each at its point:
 //
+//	before-drop in the child's namespaces and cgroup, still privileged, no filter yet
 //	after-drop  after the privilege drop was verified, before the pull
 //	after-copy  after the copy into staging, before the result is sent
 //

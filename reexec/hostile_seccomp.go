@@ -39,6 +39,20 @@ func init() {
 }
 
 func init() {
+	// i386control (before-drop): whether this kernel runs an i386 system
+	// call at all, before the filter; the child goes on. Some kernels
+	// never do (rawsys.I386Entry), and there unshare32 proves nothing.
+	registerHostile("i386control", func(*hostileEnv) (bool, int) {
+		if err := rawsys.I386Entry(); err != nil {
+			fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: i386control: no i386 entry: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "pullhelper-child: hostile: i386control: the i386 entry works\n")
+		}
+		return false, 0
+	})
+}
+
+func init() {
 	// tiocsti: try to push a command into the caller's terminal, through
 	// /dev/tty and through the inherited stderr.
 	registerHostile("tiocsti", func(*hostileEnv) (bool, int) {

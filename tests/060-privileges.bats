@@ -221,9 +221,15 @@ hostile_bin() {
 
 @test "a compromised child cannot unshare(CLONE_NEWUSER|CLONE_NEWNS) through the 32-bit entry (int 0x80)" {
     hostile_bin || return
-    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=after-drop:unshare32 \
+    PULLHELPER=$PULLHELPER_HOSTILE_BIN PULLHELPER_HOSTILE=before-drop:i386control,after-drop:unshare32 \
         run_pullhelper '?' pull --retries 0 127.0.0.1:1/hostile/unshare32:latest "oci:$OUT/dest"
     echo "$stderr"
+    # The control ran before the filter, in the same child: a kernel that
+    # runs no i386 system call at all leaves nothing to prove.
+    if [[ $stderr =~ "i386control: no i386 entry: "([^$'\n']*) ]]; then
+        skip "this kernel runs no i386 system call (${BASH_REMATCH[1]})"
+    fi
+    [[ $stderr == *"i386control: the i386 entry works"* ]] || fail "the control before the filter did not run"
     ((status != 0)) || fail "the pull succeeded"
     assert_json_error internal
     [[ $stderr == *"hostile: running unshare32 at after-drop"* ]] || fail "the hostile action did not run"

@@ -27,6 +27,16 @@ parent:
 	MOVQ	$0, errno+48(FP)
 	RET
 child:
+	// The faults a trap can raise kill the copy (SIG_DFL) instead of
+	// running the Go runtime's handler in it, which would print a
+	// traceback and exit 2, read as errno 2: a kernel without the i386
+	// entry answers `int $0x80` with a general protection fault (SIGSEGV).
+	MOVQ	$11, DI		// SIGSEGV
+	CALL	dfl<>(SB)
+	MOVQ	$7, DI		// SIGBUS
+	CALL	dfl<>(SB)
+	MOVQ	$4, DI		// SIGILL
+	CALL	dfl<>(SB)
 	// The stack is a copy of the parent's, so the arguments are still here.
 	MOVQ	abi+0(FP), R12
 	MOVQ	trap+8(FP), AX
@@ -62,3 +72,20 @@ exit:
 	MOVQ	$231, AX	// SYS_exit_group
 	SYSCALL
 	HLT			// not reached
+
+// dfl: rt_sigaction(DI, {SIG_DFL}, NULL, 8) in the forked copy; the struct
+// sigaction is 32 zero bytes on the stack (handler SIG_DFL, no flags, empty
+// mask).
+TEXT dfl<>(SB),NOSPLIT|NOFRAME,$0-0
+	SUBQ	$32, SP
+	MOVQ	$0, 0(SP)
+	MOVQ	$0, 8(SP)
+	MOVQ	$0, 16(SP)
+	MOVQ	$0, 24(SP)
+	MOVQ	SP, SI
+	MOVQ	$0, DX
+	MOVQ	$8, R10
+	MOVQ	$13, AX		// SYS_rt_sigaction
+	SYSCALL
+	ADDQ	$32, SP
+	RET
