@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/pem"
 	"io/fs"
 	"os"
@@ -57,7 +58,7 @@ func systemRoots() []byte {
 	}
 	var (
 		out   bytes.Buffer
-		seen  = map[string]bool{}
+		seen  = make(map[[sha256.Size]byte]bool, 512) // by the DER's digest: no copy of each certificate kept
 		total int
 		n     int
 	)
@@ -70,16 +71,26 @@ func systemRoots() []byte {
 		}
 		n++
 		total += len(b)
+		if out.Len() == 0 {
+			// The first file, the bundle, holds about every root once
+			// (the directory repeats them): room for its certificates
+			// as they are re-encoded, without the buffer's doublings.
+			out.Grow(len(b) + len(b)/8)
+		}
 		for len(b) > 0 {
 			var blk *pem.Block
 			blk, b = pem.Decode(b)
 			if blk == nil {
 				break
 			}
-			if blk.Type != "CERTIFICATE" || len(blk.Headers) != 0 || seen[string(blk.Bytes)] {
+			if blk.Type != "CERTIFICATE" || len(blk.Headers) != 0 {
 				continue
 			}
-			seen[string(blk.Bytes)] = true
+			sum := sha256.Sum256(blk.Bytes)
+			if seen[sum] {
+				continue
+			}
+			seen[sum] = true
 			_ = pem.Encode(&out, &pem.Block{Type: "CERTIFICATE", Bytes: blk.Bytes})
 		}
 		return true

@@ -92,13 +92,33 @@ func read(path string, limit int64, nofollow bool) ([]byte, error) {
 	return readLimited(f, path, limit)
 }
 
+// readLimited reads f whole, at most limit bytes (one more is an error).
+// The buffer is sized from the file's size (plus one byte, so that the
+// read that sees the end needs no more room), as os.ReadFile sizes it, and
+// grows if the file does; io.ReadAll would start at 512 bytes and copy it
+// while it doubles.
 func readLimited(f *os.File, name string, limit int64) ([]byte, error) {
-	if st, err := f.Stat(); err == nil && st.Size() > limit {
-		return nil, tooBig(name, limit)
+	want := int64(512)
+	if st, err := f.Stat(); err == nil {
+		if st.Size() > limit {
+			return nil, tooBig(name, limit)
+		}
+		want = max(want, st.Size()+1)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: unwrap(err)}
+	b := make([]byte, 0, min(want, limit+1))
+	r := io.LimitReader(f, limit+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: name, Err: unwrap(err)}
+		}
 	}
 	if int64(len(b)) > limit {
 		return nil, tooBig(name, limit)

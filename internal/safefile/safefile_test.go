@@ -216,3 +216,22 @@ func TestReadDirAtMost(t *testing.T) {
 		t.Fatalf("missing: %v, want ErrNotExist", err)
 	}
 }
+
+// A file whose size says 0 (procfs) is read whole, and its bound still
+// holds: the buffer is sized from the size but grows past it.
+func TestReadFileSizeUnderstated(t *testing.T) {
+	want, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || len(want) < 1024 {
+		t.Skipf("no /proc/cpuinfo of at least 1 KiB to read here (%d bytes, %v)", len(want), err)
+	}
+	if st, err := os.Stat("/proc/cpuinfo"); err != nil || st.Size() != 0 {
+		t.Fatalf("/proc/cpuinfo: size %v, %v: want a file whose size says 0", st, err)
+	}
+	got, err := ReadFile("/proc/cpuinfo", int64(len(want))*2)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("ReadFile(/proc/cpuinfo) = %d bytes, %v; os.ReadFile read %d", len(got), err, len(want))
+	}
+	if _, err := ReadFile("/proc/cpuinfo", 600); !TooBig(err) {
+		t.Fatalf("ReadFile(/proc/cpuinfo, 600) = %v, want too big", err)
+	}
+}
