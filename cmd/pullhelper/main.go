@@ -18,6 +18,7 @@ import (
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
+	_ "github.com/pullhelper/pullhelper/internal/prefault"
 	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pipeline"
