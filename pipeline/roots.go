@@ -71,7 +71,7 @@ func systemRoots() []byte {
 		}
 		n++
 		total += len(b)
-		if out.Len() == 0 {
+		if n == 1 {
 			// The first file, the bundle, holds about every root once
 			// (the directory repeats them): room for its certificates
 			// as they are re-encoded, without the buffer's doublings.

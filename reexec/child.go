@@ -179,7 +179,8 @@ func child() int {
 	}
 
 	// 4. Drop every privilege, on every thread, and prove it.
-	if handled, code := hostile("before-drop", &hostileEnv{Req: &req.Request, Send: send}); handled {
+	henv := &hostileEnv{Req: &req.Request, Send: send}
+	if handled, code := hostile("before-drop", henv); handled {
 		return code
 	}
 	if err := privdrop.Drop(req.Identity, req.Seccomp); err != nil {
@@ -191,7 +192,6 @@ func child() int {
 	if err := privdrop.Verify(req.Identity, req.Seccomp); err != nil {
 		return fail(failure.Wrap(failure.Isolation, err, "child: privileges left after the drop"))
 	}
-	henv := &hostileEnv{Req: &req.Request, Send: send}
 	if handled, code := hostile("after-drop", henv); handled {
 		return code
 	}

@@ -7,6 +7,5 @@
 // touched. Where a fault is dear (a paravirtual guest: about 19 µs of system
 // time each), `pullhelper version` took 1,514 faults and 44 ms, with it 952
 // and 36 ms; the parent and the re-executed child each save that. On a
-// kernel before 5.14 the call fails (EINVAL) and nothing changes; Err says
-// what it returned.
+// kernel before 5.14 the call fails (EINVAL) and nothing changes.
 package prefault

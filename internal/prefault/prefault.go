@@ -14,18 +14,19 @@ const (
 )
 
 var (
-	// First is that allocation's address, the chunk's is First &^ (Chunk-1).
-	First uintptr
-	// Err is what madvise returned (nil: the chunk is resident).
-	Err error
+	// first is that allocation's address, the chunk's is first &^ (Chunk-1).
+	first uintptr
+	// adviseErr is what madvise returned (nil: the chunk is resident); the test
+	// reads it.
+	adviseErr error
 
 	keep *[16]byte
 )
 
 func init() {
 	keep = new([16]byte)
-	First = uintptr(unsafe.Pointer(keep))
-	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, First&^(Chunk-1), Chunk, madvPopulateWrite); e != 0 {
-		Err = e
+	first = uintptr(unsafe.Pointer(keep))
+	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, first&^(Chunk-1), Chunk, madvPopulateWrite); e != 0 {
+		adviseErr = e
 	}
 }

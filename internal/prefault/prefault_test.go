@@ -11,13 +11,13 @@ import (
 // is initialised, its last page too, which a test binary's small heap has
 // not reached by itself.
 func TestChunkResident(t *testing.T) {
-	if errors.Is(Err, syscall.EINVAL) {
-		t.Skipf("this kernel has no MADV_POPULATE_WRITE (Linux 5.14): %v", Err)
+	if errors.Is(adviseErr, syscall.EINVAL) {
+		t.Skipf("this kernel has no MADV_POPULATE_WRITE (Linux 5.14): %v", adviseErr)
 	}
-	if Err != nil {
-		t.Fatalf("madvise(MADV_POPULATE_WRITE): %v", Err)
+	if adviseErr != nil {
+		t.Fatalf("madvise(MADV_POPULATE_WRITE): %v", adviseErr)
 	}
-	base := First &^ (Chunk - 1)
+	base := first &^ (Chunk - 1)
 	vec := make([]byte, Chunk/syscall.Getpagesize())
 	if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, base, Chunk, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
 		t.Fatalf("mincore: %v", e)

@@ -95,10 +95,10 @@ func Start(abi ABI, trap, a1, a2, a3 uintptr) (int, error) {
 // I386Entry is nil when this kernel runs an i386 system call made through
 // `int $0x80` (getpid, from a copy under no seccomp filter); otherwise it
 // says what happened instead. Some kernels never run one: a paravirtual
-// guest kernel here answered every `int $0x80` with ENOENT, before any
-// filter and under one, so that what a filter does with the i386 ABI cannot
-// be seen there (and the ABI is no way around it either). Call it before
-// any filter is loaded.
+// guest kernel (6.18) answered every `int $0x80` with a general protection
+// fault (SIGSEGV), before any filter and under one, so that what a filter
+// does with the i386 ABI cannot be seen there (and the ABI is no way around
+// it either). Call it before any filter is loaded.
 func I386Entry() error {
 	o, err := InFork(I386, I386Getpid, 0, 0, 0)
 	if err != nil {
