@@ -72,6 +72,14 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("cpu.max = %q", b)
 		}
 	}
+	// An empty cgroup is left as it is: nothing in it to freeze.
+	frozen := cgroup.Freezes()
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if n := cgroup.Freezes() - frozen; n != 0 {
+		t.Fatalf("Kill froze the empty cgroup %d times", n)
+	}
 	cmd := exec.Command("sh", "-c", "read x")
 	stdin, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
@@ -94,6 +102,9 @@ func TestLifecycle(t *testing.T) {
 	stdin.Close()
 	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
 		t.Fatal("process was not killed")
+	}
+	if cgroup.Version() != "v2" && cgroup.Freezes() == frozen {
+		t.Fatal("Kill did not freeze the v1 cgroup with a process in it")
 	}
 	u := g.Usage()
 	if u.CPUUsageNS == nil || *u.CPUUsageNS == 0 {

@@ -13,3 +13,6 @@ func NoCloneIntoCgroup() (restore func()) {
 	cloneIntoCgroup = func() bool { return false }
 	return func() { cloneIntoCgroup = old }
 }
+
+// Freezes is how many times Kill has frozen a cgroup in this process.
+func Freezes() int64 { return freezes.Load() }
