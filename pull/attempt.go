@@ -206,8 +206,11 @@ func (p *Request) copyImage(ctx context.Context, pc *signature.PolicyContext, c 
 		SourceCtx: c.sys,
 		// Temporary files of an archive destination go to the staging
 		// area (DEST's filesystem, counted by the space check), never to
-		// the host's /var/tmp.
-		DestinationCtx:       &types.SystemContext{BigFilesTemporaryDir: st.Work},
+		// the host's /var/tmp. The blob-info cache copy.Image opens is the
+		// destination context's: with the source's, in the copy's private
+		// configuration, never root's default /var/lib/containers/cache
+		// (which it would create on the host under --no-isolation).
+		DestinationCtx:       &types.SystemContext{BigFilesTemporaryDir: st.Work, BlobInfoCacheDir: c.sys.BlobInfoCacheDir},
 		ReportWriter:         o.Report,
 		Progress:             progress,
 		ProgressInterval:     250 * time.Millisecond,

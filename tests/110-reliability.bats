@@ -280,6 +280,21 @@ tree_sum() {
     assert_no_staging "$OUT"
 }
 
+@test "--no-isolation: containers/image's blob-info cache stays in the copy's private configuration; nothing is created under /var/lib" {
+    skip_unless_cmd unshare "needed for a mount namespace of the test's own"
+    # /var/lib, in a mount namespace of its own inside this file's, is an
+    # empty tmpfs: whatever the pull creates there is seen, and nothing
+    # reaches the host's. (containers/image's default cache for root is
+    # /var/lib/containers/cache, which it creates.)
+    run --separate-stderr nsenter --mount="$PH_NSDIR/mnt" -- unshare -m --propagation private sh -c \
+        'mount -t tmpfs ph110-varlib /var/lib || exit 90; "$@" >/dev/null || exit 91; find /var/lib -mindepth 1' \
+        sh "$PH_REAL" pull --no-isolation "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    echo "$stderr"
+    assert_success
+    assert_output ""
+    [[ -f $OUT/dest/index.json ]] || fail "the pull wrote no index.json"
+}
+
 ###############################################################################
 # pullhelper gc
 
