@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
@@ -122,6 +123,22 @@ func TestRequestRoundTripWithRawRoots(t *testing.T) {
 	var c control
 	if err := dec.Decode(&c); err != nil || c.Rate != 12345 || c.Layers != 2 {
 		t.Fatalf("the control line after the roots: %+v %v", c, err)
+	}
+	// A line longer than the child's read buffer and roots longer still,
+	// arriving in pieces as from a pipe.
+	long := strings.Repeat("u", 100<<10)
+	bigRoots := []byte(strings.Repeat("R\n", 150<<10))
+	b, err = encodeRequest(wireRequest{Request: Request{Material: &pull.Material{SystemRoots: bigRoots,
+		Secrets: map[string]pull.Secret{"cred-1": {Username: long}}}}, NodeRate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, dec, err = readRequest(iotest.HalfReader(strings.NewReader(string(b) + string(ctl) + "\n")))
+	if err != nil || got.Material.Secrets["cred-1"].Username != long || string(got.Material.SystemRoots) != string(bigRoots) {
+		t.Fatalf("a long line and long roots: %v (username %d bytes, roots %d)", err, len(got.Material.Secrets["cred-1"].Username), len(got.Material.SystemRoots))
+	}
+	if err := dec.Decode(&c); err != nil || c.Rate != 12345 {
+		t.Fatalf("the control line after long roots: %+v %v", c, err)
 	}
 	// Without roots nothing follows the line but the control lines.
 	b, _ = encodeRequest(wireRequest{Request: Request{Material: &pull.Material{}}})
