@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/manifest"
 )
@@ -21,16 +21,10 @@ const (
 	ociLayoutBody = "1.0.0"
 )
 
-var hexRE = map[string]*regexp.Regexp{
-	"sha256": regexp.MustCompile(`^[0-9a-f]{64}$`),
-	"sha512": regexp.MustCompile(`^[0-9a-f]{128}$`),
-}
-
 // splitDigest validates "sha256:<64 hex>" or "sha512:<128 hex>".
 func splitDigest(d string) (alg, hx string, err error) {
 	alg, hx, ok := strings.Cut(d, ":")
-	re := hexRE[alg]
-	if !ok || re == nil || !re.MatchString(hx) {
+	if !ok || !target.IsHex(alg, hx) {
 		return "", "", fmt.Errorf("%q is not a sha256 or sha512 digest", d)
 	}
 	return alg, hx, nil

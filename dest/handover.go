@@ -48,7 +48,7 @@ func (p *Partial) HandOver(s *Stage, digests []string) (int, error) {
 	moved := 0
 	for _, d := range digests {
 		alg, hex, ok := strings.Cut(d, ":")
-		if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hex) {
+		if !ok || !target.IsHex(alg, hex) {
 			continue
 		}
 		name := target.PartialEntry(alg, hex)

@@ -137,7 +137,7 @@ func listBlobs(destFd int) ([]KnownBlob, error) {
 			return nil, err
 		}
 		for _, n := range names {
-			if !hexRE[alg].MatchString(n) {
+			if !target.IsHex(alg, n) {
 				continue
 			}
 			if st, err := safefs.FstatAt(afd, n); err == nil && safefs.IsReg(st) {

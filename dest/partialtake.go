@@ -60,7 +60,7 @@ func (p *Partial) Want(d string, size int64) {
 		return
 	}
 	alg, hx, ok := strings.Cut(d, ":")
-	if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) || size <= 0 || size > p.maxBytes {
+	if !ok || !target.IsHex(alg, hx) || size <= 0 || size > p.maxBytes {
 		return
 	}
 	name := target.PartialEntry(alg, hx)
@@ -127,7 +127,7 @@ func (p *Partial) Restrict(pinned string, index, manifest []byte) bool {
 	only := map[string]int64{}
 	for _, d := range append([]desc{*m.Config}, m.Layers...) {
 		alg, hx, ok := strings.Cut(d.Digest, ":")
-		if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) || d.Size <= 0 || d.Size > p.maxBytes || len(only) >= maxPrehash {
+		if !ok || !target.IsHex(alg, hx) || d.Size <= 0 || d.Size > p.maxBytes || len(only) >= maxPrehash {
 			continue
 		}
 		name := target.PartialEntry(alg, hx)

@@ -148,7 +148,7 @@ func (h *Prehash) Blob(d string) {
 		return
 	}
 	alg, hx, ok := strings.Cut(d, ":")
-	if !ok || hexRE[alg] == nil || !hexRE[alg].MatchString(hx) {
+	if !ok || !target.IsHex(alg, hx) {
 		return
 	}
 	name := target.PartialEntry(alg, hx)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +49,7 @@ func salvage(rootFd, cacheFd int) (int, int64) {
 		for _, alg := range []string{"sha256", "sha512"} {
 			if afd, err := safefs.OpenDirAt(lfd, "blobs/"+alg); err == nil {
 				add(salvageDir(afd, cacheFd, func(f string) (string, bool) {
-					return alg + "-" + f, hexRE[alg].MatchString(f)
+					return alg + "-" + f, target.IsHex(alg, f)
 				}))
 				unix.Close(afd)
 			}
@@ -57,11 +58,11 @@ func salvage(rootFd, cacheFd int) (int, int64) {
 	layout(wfd, "image")
 	if ifd, err := safefs.OpenDirAt(wfd, "image"); err == nil {
 		add(salvageDir(ifd, cacheFd, func(f string) (string, bool) {
-			if hexRE["sha256"].MatchString(f) {
+			if target.IsHex("sha256", f) {
 				return "sha256-" + f, true
 			}
 			h, ok := strings.CutPrefix(f, "sha512-")
-			return f, ok && hexRE["sha512"].MatchString(h)
+			return f, ok && target.IsHex("sha512", h)
 		}))
 		unix.Close(ifd)
 	}

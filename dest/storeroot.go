@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
@@ -144,7 +145,7 @@ func scanRoot(fd int, path string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %s", r, safefs.ErrnoText(err))
 			}
-			if depth == 1 && safefs.IsDir(st) && hexRE["sha256"].MatchString(name) {
+			if depth == 1 && safefs.IsDir(st) && target.IsHex("sha256", name) {
 				// A layer's or container's own directory (the driver's
 				// overlay/<id>): owned by its root, which a user namespace
 				// mapping may make another uid; the store opens files

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
@@ -230,10 +231,10 @@ func (t *tree) presum(maxBytes int64) {
 			continue
 		}
 		switch base := path.Base(rel); {
-		case hexRE["sha256"].MatchString(base):
+		case target.IsHex("sha256", base):
 			jobs = append(jobs, job{rel, "sha256"})
 			budget -= e.size
-		case hexRE["sha512"].MatchString(base):
+		case target.IsHex("sha512", base):
 			jobs = append(jobs, job{rel, "sha512"})
 			budget -= e.size
 		}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/pullhelper/pullhelper/internal/safefile"
@@ -394,14 +395,19 @@ func mergeOptions(opts []string) []string {
 // whitespace-separated word of a line there, so whitespace, control
 // characters (a newline starts a new directive) and comment characters are
 // refused. Checked again here (the policy checks them first, naming the key)
-// because this package writes the files.
+// because this package writes the files. Compiled when first needed, not at
+// every process's start (most pulls set no DNS).
 var (
-	dnsLabel   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	domainRE   = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
-	optionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
-	optionVal  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-	zoneRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	dnsLabel   = lazyRE(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	domainRE   = lazyRE(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+	optionName = lazyRE(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+	optionVal  = lazyRE(`^[A-Za-z0-9._-]+$`)
+	zoneRE     = lazyRE(`^[A-Za-z0-9_.-]+$`)
 )
+
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // CheckNameserver accepts an IP address; an IPv6 zone must be an interface
 // name or number (netip accepts any text after '%', a newline included).
@@ -410,7 +416,7 @@ func CheckNameserver(s string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not an IP address", s)
 	}
-	if z := a.Zone(); z != "" && !zoneRE.MatchString(z) {
+	if z := a.Zone(); z != "" && !zoneRE().MatchString(z) {
 		return fmt.Errorf("%q: the zone %q is not an interface name", s, z)
 	}
 	return nil
@@ -421,7 +427,7 @@ func CheckNameserver(s string) error {
 // syntax, with upper case and '_' also allowed). Length is left to the
 // kubelet's search-list limits applied in Build.
 func CheckDomain(s string) error {
-	if !domainRE.MatchString(s) {
+	if !domainRE().MatchString(s) {
 		return fmt.Errorf("%q is not a domain name (letters, digits, '-', '_' and dots; no spaces or control characters)", s)
 	}
 	return nil
@@ -430,7 +436,7 @@ func CheckDomain(s string) error {
 // CheckNamespace accepts a Kubernetes namespace: a DNS label (a-z, 0-9
 // and '-', at most 63 characters), as it stands in "<ns>.svc.<domain>".
 func CheckNamespace(s string) error {
-	if !dnsLabel.MatchString(s) {
+	if !dnsLabel().MatchString(s) {
 		return fmt.Errorf("%q is not a Kubernetes namespace (a DNS label: a-z, 0-9 and '-')", s)
 	}
 	return nil
@@ -440,7 +446,7 @@ func CheckNamespace(s string) error {
 // or NAME:VALUE ("ndots:2", "rotate", "single-request-reopen").
 func CheckOption(s string) error {
 	name, val, hasVal := strings.Cut(s, ":")
-	if !optionName.MatchString(name) || (hasVal && !optionVal.MatchString(val)) {
+	if !optionName().MatchString(name) || (hasVal && !optionVal().MatchString(val)) {
 		return fmt.Errorf("%q: want NAME or NAME:VALUE such as ndots:2 (letters, digits, '-', '_'; no spaces or control characters)", s)
 	}
 	return nil
