@@ -2,8 +2,9 @@
 // it crosses the pipe to the child (Spec; Anonymous names no host path), the
 // blobs DEST already has (KnownBlob, reported as present so that they are
 // never fetched or read), the reference containers/image writes the staged
-// image to (StagedReference), and the names of the partial-blob cache's
-// entries (PartialEntry). Kinds is the one table of DEST's transports and
+// image to (StagedReference), the names of the partial-blob cache's
+// entries (PartialEntry, IsPartialEntry) and the form of a digest's hex
+// (IsHex, which package dest checks every blob name by). Kinds is the one table of DEST's transports and
 // their forms, from which package dest's parser, its error text and the
 // usage lists are derived.
 //
