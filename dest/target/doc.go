@@ -4,9 +4,9 @@
 // never fetched or read), the reference containers/image writes the staged
 // image to (StagedReference), the names of the partial-blob cache's
 // entries (PartialEntry, IsPartialEntry) and the form of a digest's hex
-// (IsHex, which package dest checks every blob name by). Kinds is the one table of DEST's transports and
-// their forms, from which package dest's parser, its error text and the
-// usage lists are derived.
+// (IsHex, by which package dest checks every blob name). Kinds is the one
+// table of DEST's transports and their forms, from which package dest's
+// parser, its error text and the usage lists are derived.
 //
 // It links containers/image's transports for the staged formats only: not
 // package dest, the containerd client or containers-storage, which only the
