@@ -53,10 +53,14 @@ func (g *Group) Kill(only ...int) error {
 // freezes counts Kill's freezes (the tests check an empty cgroup has none).
 var freezes atomic.Int64
 
+// killAll SIGKILLs each listed process but this one. A pid of 0 or less is
+// never signalled: a v2 cgroup.procs lists a task of a pid namespace the
+// reader cannot see as 0, and kill(0) would take this process's own group
+// (kill(-1) every process root can signal).
 func killAll(pids []int) {
 	self := os.Getpid()
 	for _, pid := range pids {
-		if pid != self {
+		if pid > 0 && pid != self {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
