@@ -5,12 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
+	"go.podman.io/storage/pkg/regexp"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,7 +76,7 @@ func (d *dirDest) checkExisting(parent *os.File, pst unix.Stat_t, allowOther boo
 	// replaced only when its version file says it is one of its images
 	// (parseVersion: "Directory Transport Version: M.N\n", at most 1.2);
 	// anything else may be someone's data.
-	if v, err := safefs.ReadAtMost(fd, "version", 64); err != nil || !dirVersionRE().Match(v) {
+	if v, err := safefs.ReadAtMost(fd, "version", 64); err != nil || !dirVersionRE.Match(v) {
 		return st, d.destErr("%s exists, is not empty and is not a dir: image (no version file saying \"Directory Transport Version: M.N\", M.N at most 1.2); refusing to replace it", d.spec.Path)
 	}
 	return st, nil
@@ -99,15 +98,11 @@ func keepAttrs(old unix.Stat_t, wfd int, name string) error {
 // Compiled when a dir: DEST first needs them, not at every process's start
 // (the hex repetitions make large programs).
 var (
-	dirSignatureRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^(?:(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})\.)?signature-[0-9]+$`)
-	})
+	dirSignatureRE = regexp.Delayed(`^(?:(?:sha512-[0-9a-f]{128}|[0-9a-f]{64})\.)?signature-[0-9]+$`)
 	// dirVersionRE is a version file containers/image's directory
 	// transport accepts (parseVersion: the canonical "M.N", not above its
 	// maxSupportedVersion 1.2).
-	dirVersionRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`\ADirectory Transport Version: (?:0\.(?:0|[1-9][0-9]*)|1\.[012])\n\z`)
-	})
+	dirVersionRE = regexp.Delayed(`\ADirectory Transport Version: (?:0\.(?:0|[1-9][0-9]*)|1\.[012])\n\z`)
 )
 
 func dirName(alg, hx string) string {
@@ -166,7 +161,7 @@ func (d *dirDest) verifyTree(ctx context.Context, s *Stage, t *tree, e Expect) e
 	// them: they are not committed (the child's signature policy already
 	// judged them).
 	for _, r := range t.unused() {
-		if dirSignatureRE().MatchString(r) {
+		if dirSignatureRE.MatchString(r) {
 			discard(s.opts.Log).Warn("not committing a signature the parent cannot verify", "file", r)
 			if err := t.drop(r); err != nil {
 				return err

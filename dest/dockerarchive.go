@@ -3,13 +3,12 @@ package dest
 import (
 	"context"
 	"encoding/json"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/pullhelper/pullhelper/dest/target"
 	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/storage/pkg/regexp"
 )
 
 func init() {
@@ -46,8 +45,8 @@ func (d *dockerArchiveDest) Stage(o StageOptions) (*Stage, error) { return d.sta
 // Compiled when a docker-archive: DEST first needs them, not at every
 // process's start (the hex repetitions make large programs).
 var (
-	dockerBlobRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9a-f]{64})\.(json|tar)$`) })
-	dockerLegacyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}/(VERSION|json|layer\.tar)$`) })
+	dockerBlobRE   = regexp.Delayed(`^([0-9a-f]{64})\.(json|tar)$`)
+	dockerLegacyRE = regexp.Delayed(`^[0-9a-f]{64}/(VERSION|json|layer\.tar)$`)
 )
 
 // Verify checks the archive's manifest.json (exactly one image, tagged with
@@ -81,7 +80,7 @@ func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) erro
 	}
 	defer f.Close()
 	ts, err := readTar(f, func(n string) string {
-		if dockerBlobRE().MatchString(n) {
+		if dockerBlobRE.MatchString(n) {
 			return "sha256"
 		}
 		return ""
@@ -90,7 +89,7 @@ func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) erro
 		return verr(err)
 	}
 	for n := range ts.symlinks {
-		if !dockerLegacyRE().MatchString(n) {
+		if !dockerLegacyRE.MatchString(n) {
 			return verr(badStaged("archive member %s is a symbolic link", n))
 		}
 	}
@@ -156,7 +155,7 @@ func (d *dockerArchiveDest) Verify(ctx context.Context, s *Stage, e Expect) erro
 	if err := checkDockerLegacy(ts, it.Layers); err != nil {
 		return verr(err)
 	}
-	err = ts.unused(func(n string) bool { return n == "repositories" || dockerLegacyRE().MatchString(n) })
+	err = ts.unused(func(n string) bool { return n == "repositories" || dockerLegacyRE.MatchString(n) })
 	if err != nil {
 		return verr(err)
 	}
@@ -219,11 +218,11 @@ func checkDockerLegacy(ts *tarStore, layers []string) error {
 	for n := range ts.members {
 		limit := int64(-1)
 		switch {
-		case n == "repositories" || strings.HasSuffix(n, "/json") && dockerLegacyRE().MatchString(n):
+		case n == "repositories" || strings.HasSuffix(n, "/json") && dockerLegacyRE.MatchString(n):
 			limit = 1 << 20
-		case strings.HasSuffix(n, "/VERSION") && dockerLegacyRE().MatchString(n):
+		case strings.HasSuffix(n, "/VERSION") && dockerLegacyRE.MatchString(n):
 			limit = 16
-		case strings.HasSuffix(n, "/layer.tar") && dockerLegacyRE().MatchString(n):
+		case strings.HasSuffix(n, "/layer.tar") && dockerLegacyRE.MatchString(n):
 			return badStaged("archive member %s is a file, not a symlink to a verified layer", n)
 		}
 		if limit < 0 {

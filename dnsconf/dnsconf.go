@@ -405,6 +405,9 @@ var (
 	zoneRE     = lazyRE(`^[A-Za-z0-9_.-]+$`)
 )
 
+// lazyRE is what containers/storage's regexp.Delayed does, written here:
+// package policy, which imports this one, links no containers package
+// (policy's TestDepcheck).
 func lazyRE(expr string) func() *regexp.Regexp {
 	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }
