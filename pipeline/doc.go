@@ -36,7 +36,9 @@
 //   - registries.conf and its drop-ins are read once, by NewPlan, through
 //     safefile; every containers/image call of the parent reads a snapshot
 //     of those bytes (snapshot.go, internal/memfs), which the Plan holds
-//     until Close (the caller closes it when the pull or explain ends).
+//     until Close (the caller closes it when the pull or explain ends);
+//     Close also drops containers/image's parsed copies, so a long-lived
+//     process (pullhelper cri) keeps none of its finished pulls'.
 //   - Building a Plan sends no network byte of its own; it may run the
 //     kubelet's credential-provider plugins (never for explain), which
 //     may.

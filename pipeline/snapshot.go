@@ -11,6 +11,7 @@ import (
 	"github.com/pullhelper/pullhelper/hosts"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/memfs"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
 )
 
@@ -124,9 +125,17 @@ func (s *regSnapshot) describe(msg string) string {
 	return strings.ReplaceAll(msg, s.dir, "registries.conf.d")
 }
 
-// Close drops the snapshot (a nil one, or a second Close, does nothing).
+// Close drops the snapshot (a nil one, or a second Close, does nothing)
+// and containers/image's parsed copies of it. sysregistriesv2 keeps every
+// registries.conf it parsed, by its paths, for the life of the process,
+// and each snapshot's paths are new: without this a long-lived
+// `pullhelper cri` kept each pull's (about 28 KiB with Debian's short-name
+// aliases, more with more). The cache is one for the process: the entries
+// of plans still running go too, and are parsed again from their own
+// snapshots when next asked.
 func (s *regSnapshot) Close() {
 	if s != nil {
 		s.fs.Close()
+		sysregistriesv2.InvalidateCache()
 	}
 }
