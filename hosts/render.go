@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -47,7 +48,13 @@ func RenderRegistriesConf(registry string, eps []wire.Endpoint, base *sysregistr
 		}
 		out.Registries = []sysregistriesv2.Registry{reg}
 	} else {
-		out.Registries = base.Registries
+		// A copy: base is containers/image's cached parse, which the
+		// parent goes on reading (FindRegistry), not this rendering's.
+		out.Registries = make([]sysregistriesv2.Registry, len(base.Registries))
+		for i, r := range base.Registries {
+			r.Mirrors = slices.Clone(r.Mirrors)
+			out.Registries[i] = r
+		}
 		for _, e := range eps {
 			if !insecure(e) || e.Insecure {
 				continue // secure, or registries.conf already says so

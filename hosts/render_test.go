@@ -70,4 +70,9 @@ func TestRenderRegistriesConf(t *testing.T) {
 	if a := out.Registries[1]; a.Prefix != "other.example" || a.Location != "other.example" || !a.Insecure {
 		t.Errorf("added entry %+v", a)
 	}
+	// base is containers/image's cached parse of the snapshot, which the
+	// parent goes on reading (FindRegistry): rendering leaves it as it was.
+	if b := base.Registries[0]; b.Insecure || b.Mirrors[0].Insecure || len(base.Registries) != 1 {
+		t.Errorf("rendering changed the registries.conf it started from: %+v", base.Registries)
+	}
 }
