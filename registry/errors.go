@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,14 +109,29 @@ func clean(s string, secrets []string, n int) string {
 	return sanitize(redact(s, secrets), n)
 }
 
-// redact replaces every secret in s, the longest first.
+// redact replaces every secret in s, the longest first, as sent and in
+// each form a server's echo or an error's quoting gives it: Go's %q (net/http
+// and url errors quote what the server sent), a JSON string's escapes
+// (encoding/json writes <, > and & as \u escapes) and a URL query's or
+// form's percent-encoding (a token POST's body).
 func redact(s string, secrets []string) string {
-	secrets = append([]string(nil), secrets...)
-	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	var forms []string
 	for _, sec := range secrets {
-		if sec != "" {
-			s = strings.ReplaceAll(s, sec, "[redacted]")
+		if sec == "" {
+			continue
 		}
+		forms = append(forms, sec)
+		q := strconv.Quote(sec)
+		j, _ := json.Marshal(sec)
+		for _, f := range []string{q[1 : len(q)-1], string(j[1 : len(j)-1]), url.QueryEscape(sec)} {
+			if f != sec {
+				forms = append(forms, f)
+			}
+		}
+	}
+	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
+	for _, f := range forms {
+		s = strings.ReplaceAll(s, f, "[redacted]")
 	}
 	return s
 }
@@ -134,15 +150,17 @@ func responseError(res *http.Response, host, op string, secrets ...string) error
 			Message string `json:"message"`
 		} `json:"errors"`
 	}
+	// Decoding undoes the body's escapes (a secret the server echoed as
+	// \u0026 or \u0054 is whole again): what was decoded is redacted too.
 	if json.Unmarshal(b, &body) == nil && len(body.Errors) > 0 {
-		e.Code, e.Message = strings.ToUpper(sanitize(body.Errors[0].Code, 64)), sanitize(body.Errors[0].Message, 200)
+		e.Code, e.Message = strings.ToUpper(clean(body.Errors[0].Code, secrets, 64)), clean(body.Errors[0].Message, secrets, 200)
 		return e
 	}
 	// A body longer than what is read (a message of a megabyte) is cut
 	// short and no longer parses: its first error's code, and its message
 	// as far as it was read, still say what the registry meant.
 	if code, msg, ok := firstError(b); ok {
-		e.Code, e.Message = strings.ToUpper(sanitize(code, 64)), sanitize(msg, 200)
+		e.Code, e.Message = strings.ToUpper(clean(code, secrets, 64)), clean(msg, secrets, 200)
 		return e
 	}
 	t := strings.Trim(strings.TrimSpace(string(b)), `"`)

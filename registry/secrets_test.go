@@ -2,7 +2,9 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -374,5 +376,77 @@ func TestIdentityTokenBasicEncodingRedacted(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "[redacted]") {
 		t.Errorf("error text = %v; want the echoed credential shown as [redacted]", err)
+	}
+}
+
+// A server that echoes the password inside a JSON error (encoding/json
+// escapes & < > as \u0026 \u003c \u003e and " as \"; a hostile one may
+// escape any character), inside a Content-Range the client quotes with %q,
+// or percent-encoded as a form carries it: none of these forms, nor the
+// decoded one, reaches the error text.
+func TestEscapedEchoIsRedacted(t *testing.T) {
+	const pass = `Tr0ub4dor&3<"x>`
+	jsonError := func(w http.ResponseWriter, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"errors":[{"code":"DENIED","message":"bad password `+msg+`"}]}`)
+	}
+	cases := map[string]func(w http.ResponseWriter, r *http.Request){
+		"json escapes": func(w http.ResponseWriter, r *http.Request) {
+			_, p, _ := r.BasicAuth()
+			b, _ := json.Marshal(p)
+			jsonError(w, string(b[1:len(b)-1]))
+		},
+		"every character escaped": func(w http.ResponseWriter, r *http.Request) {
+			_, p, _ := r.BasicAuth()
+			var esc strings.Builder
+			for _, c := range p {
+				fmt.Fprintf(&esc, `\u%04x`, c)
+			}
+			jsonError(w, esc.String())
+		},
+		"cut json": func(w http.ResponseWriter, r *http.Request) {
+			_, p, _ := r.BasicAuth()
+			b, _ := json.Marshal(p)
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"errors":[{"code":"DENIED","message":"`+string(b[1:len(b)-1])+strings.Repeat("x", maxErrorBody))
+		},
+		"percent-encoded": func(w http.ResponseWriter, r *http.Request) {
+			_, p, _ := r.BasicAuth()
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, "bad form password="+url.QueryEscape(p))
+		},
+		"content-range": func(w http.ResponseWriter, r *http.Request) {
+			_, p, _ := r.BasicAuth()
+			w.Header().Set("Content-Range", "bytes "+p)
+			w.WriteHeader(http.StatusPartialContent)
+		},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := newRecorder(t, h)
+			c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, srv.srv), Path: "/v2", Repository: "app", Resolve: true,
+				Credential: &Credential{Username: "user", Password: pass}}}, Hooks{})
+			defer c.Close()
+			c.hosts[0].challenges = []challenge{{scheme: "basic", params: map[string]string{}}}
+			var err error
+			if name == "content-range" {
+				_, _, err = c.BlobFrom(context.Background(), digest.FromString("b"), 100, 5)
+			} else {
+				_, _, _, err = c.Manifest(context.Background(), "latest", nil, 1<<20)
+			}
+			if err == nil {
+				t.Fatal("served")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "[redacted]") {
+				t.Errorf("no [redacted] in %q: was anything echoed?", msg)
+			}
+			for _, form := range []string{pass, strings.ReplaceAll(pass, `"`, ""), url.QueryEscape(pass), "Tr0ub4dor"} {
+				if strings.Contains(strings.ReplaceAll(msg, `\`, ""), form) {
+					t.Errorf("the password reaches the error text as %q: %s", form, msg)
+				}
+			}
+		})
 	}
 }
