@@ -36,11 +36,24 @@ func supported(chs []challenge) (challenge, bool) {
 	return challenge{}, false
 }
 
+// Bounds on what parseChallenges keeps of one answer: a registry sends one
+// or two challenges of a few parameters; the rest of a hostile answer's
+// (the transport takes up to 1 MiB of headers, maxHeaderBytes) is not kept.
+const (
+	maxChallenges      = 16
+	maxChallengeParams = 32
+)
+
 // parseChallenges reads the WWW-Authenticate headers of res (RFC 7235:
-// scheme, then comma-separated key=value or key="quoted value").
+// scheme, then comma-separated key=value or key="quoted value"), at most
+// maxChallenges of them, each of at most 8 KiB and maxChallengeParams
+// parameters.
 func parseChallenges(h http.Header) []challenge {
 	var out []challenge
 	for _, v := range h.Values("WWW-Authenticate") {
+		if len(out) == maxChallenges {
+			break
+		}
 		if len(v) > 8<<10 {
 			continue
 		}
@@ -53,6 +66,9 @@ func parseChallenges(h http.Header) []challenge {
 			}
 			key, after, ok := strings.Cut(rest, "=")
 			if !ok {
+				break
+			}
+			if len(c.params) == maxChallengeParams {
 				break
 			}
 			key = strings.ToLower(strings.TrimSpace(key))

@@ -199,18 +199,23 @@ func newHost(c *Client, ep Endpoint) *host {
 			}
 			return http.ProxyFromEnvironment(r)
 		},
-		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:       tlsc,
-		TLSHandshakeTimeout:   10 * time.Second,
-		IdleConnTimeout:       90 * time.Second,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   16,
-		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: ep.HeaderTimeout,
+		DialContext:            (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:        tlsc,
+		TLSHandshakeTimeout:    10 * time.Second,
+		IdleConnTimeout:        90 * time.Second,
+		MaxIdleConns:           100,
+		MaxIdleConnsPerHost:    16,
+		ExpectContinueTimeout:  time.Second,
+		ResponseHeaderTimeout:  ep.HeaderTimeout,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
 	return h
 }
+
+// maxHeaderBytes bounds an answer's headers (Go's default is 10 MiB; a
+// registry's are a few KiB).
+const maxHeaderBytes = 1 << 20
 
 // errRefusedRedirect marks a redirect the client refuses to follow.
 var errRefusedRedirect = errors.New("redirect refused")

@@ -38,15 +38,18 @@
 //     endpoint's own headers are dropped, and a token POST (its body holds
 //     the identity token) is not followed.
 //   - No error text holds what was sent (the credential, its Basic
-//     encoding, the identity token, header values, tokens granted) or a
-//     failed URL's query, and a server's text in it is printable ASCII,
-//     bounded.
+//     encoding, the identity token, header values, tokens granted), nor
+//     any of them as a server may echo it (JSON-escaped, decoded, quoted,
+//     percent-encoded), nor a failed URL's query, and a server's text in it
+//     is printable ASCII, bounded.
 //   - Every request URL (to the endpoint, its realm, a redirect target)
 //     passes the caller's Proxy hook, with the endpoint it is made for,
 //     before a connection is made, so the caller can refuse it (per
 //     endpoint) and record which host served what.
 //   - Everything a server sends is bounded: manifests by the caller's limit,
-//     error bodies to 64 KiB, token responses to 1 MiB, redirects to 10,
+//     an answer's headers to 1 MiB (at most 16 challenges of 32
+//     parameters kept), error bodies to 64 KiB, token responses to 1 MiB,
+//     redirects to 10,
 //     a Retry-After to 5 minutes, the wait for an answer's headers to the
 //     endpoint's HeaderTimeout. Blob bodies are not bounded here; the
 //     caller caps them (bytes skipped of a full answer to a Range request
