@@ -321,19 +321,36 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 	}
 	done := s.g.begin(what)
 	s.g.hosts.startBlob(info.Digest)
-	rc, size, err := s.ImageSource.GetBlob(ctx, info, cache)
+	host := func() string { return s.g.hosts.blobHost(info.Digest) }
+	// A resume the server answers in full has the kept prefix skipped
+	// before GetBlob returns: those bytes are the rate watchdog's from the
+	// first (a skip at 1 B/s is too slow, not a stall), as the body's are
+	// once it is read. The registry client calls back in this goroutine,
+	// and again, should the body break and be resumed, in the reader's.
+	var m *meter
+	rc, size, err := s.ImageSource.GetBlob(registry.WithReceived(ctx, func(n int) {
+		if m == nil {
+			m = s.g.meters.add(what, host)
+		}
+		m.bytes.Add(int64(n))
+	}), info, cache)
+	if m == nil {
+		m = s.g.meters.add(what, host)
+	}
 	if err != nil {
+		s.g.meters.remove(m)
 		done()
 		return nil, 0, err
 	}
 	kept := keptPrefix(rc)
 	s.g.hosts.setKept(info.Digest, kept)
 	if info.Size >= 0 && size > info.Size {
+		s.g.meters.remove(m)
 		done()
 		_ = rc.Close()
 		return nil, 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d (the registry announces %d bytes)", info.Digest, info.Size, size)
 	}
-	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, kept: kept, g: s.g, done: done, m: s.g.meters.add(what, func() string { return s.g.hosts.blobHost(info.Digest) })}, size, nil
+	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, kept: kept, g: s.g, done: done, m: m}, size, nil
 }
 
 // keptPrefix is how many of the first bytes of a blob stream the

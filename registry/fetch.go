@@ -97,8 +97,10 @@ func (h *host) manifest(ctx context.Context, ref string, accept []string, max in
 type receivedKey struct{}
 
 // WithReceived returns ctx carrying f, which a Manifest fetched under it
-// calls with the size of each chunk of the body as it arrives (the caller's
-// stall and rate watchdogs see a manifest that trickles in).
+// calls with the size of each chunk of the body as it arrives, and a Blob
+// or BlobFrom with each chunk it skips of a full answer to a Range request
+// (the caller's stall and rate watchdogs see a manifest, or a skip, that
+// trickles in). A blob's body itself is the caller's to count.
 func WithReceived(ctx context.Context, f func(n int)) context.Context {
 	return context.WithValue(ctx, receivedKey{}, f)
 }
@@ -208,7 +210,7 @@ func (h *host) blob(ctx context.Context, d digest.Digest, offset int64, op strin
 	case res.StatusCode == http.StatusOK:
 		if offset > 0 {
 			// The server ignored the Range: skip what is already read.
-			if err := h.c.skip(res.Body, offset); err != nil {
+			if err := h.c.skip(ctx, res.Body, offset); err != nil {
 				_ = res.Body.Close()
 				return nil, 0, h.hostError(op, fmt.Errorf("skipping to offset %d of a full answer to a Range request: %w", offset, err))
 			}
@@ -333,13 +335,18 @@ func parseDigest(ref string) (digest.Digest, bool) {
 	return d, err == nil
 }
 
-// skip discards the first n bytes of r, telling Hooks.Discard of each
-// chunk (the caller's watchdog and limits see them).
-func (c *Client) skip(r io.Reader, n int64) error {
+// skip discards the first n bytes of r, telling Hooks.Discard and ctx's
+// Received function of each chunk (the caller's watchdogs and limits see
+// them).
+func (c *Client) skip(ctx context.Context, r io.Reader, n int64) error {
 	buf := make([]byte, 32<<10)
+	received := Received(ctx)
 	for n > 0 {
 		k, err := r.Read(buf[:min(int64(len(buf)), n)])
 		n -= int64(k)
+		if k > 0 && received != nil {
+			received(k)
+		}
 		if k > 0 && c.hooks.Discard != nil {
 			if herr := c.hooks.Discard(k); herr != nil {
 				return herr
