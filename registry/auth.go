@@ -144,10 +144,12 @@ func (h *host) token(ctx context.Context, ch challenge) (value string, fresh boo
 // an identity token, else a GET with Basic credentials when there are any
 // (anonymous otherwise), as containers/image's getBearerTokenOAuth2 and
 // getBearerToken do. With Credential.OAuthFallback (containerd's
-// semantics), a POST the realm answers 404, 401 or 400 is asked again as a
-// GET with the identity token as Basic password and no user, as
-// containerd's authorizer falls back from auth.FetchTokenWithOAuth to
-// auth.FetchToken (core/remotes/docker/authorizer.go fetchToken).
+// semantics) a username and password are POSTed too, as an OAuth2
+// password grant, and a POST the realm answers 404, 401 or 400 (or 405, for
+// a password) is asked again as a GET with Basic credentials (the identity
+// token as password with no user), as containerd's authorizer falls back
+// from auth.FetchTokenWithOAuth to auth.FetchToken
+// (core/remotes/docker/authorizer.go doBearerAuth).
 func (h *host) fetchToken(ctx context.Context, realm *url.URL, service, scope string) (string, time.Duration, error) {
 	cr := h.ep.Credential
 	do := func(oauth bool) (*http.Response, error) {
@@ -164,8 +166,14 @@ func (h *host) fetchToken(ctx context.Context, realm *url.URL, service, scope st
 			for k, v := range q {
 				form[k] = v
 			}
-			form.Set("grant_type", "refresh_token")
-			form.Set("refresh_token", cr.IdentityToken)
+			if cr.IdentityToken != "" {
+				form.Set("grant_type", "refresh_token")
+				form.Set("refresh_token", cr.IdentityToken)
+			} else {
+				form.Set("grant_type", "password")
+				form.Set("username", cr.Username)
+				form.Set("password", cr.Password)
+			}
 			form.Set("client_id", "pullhelper")
 			req, err = http.NewRequestWithContext(ctx, http.MethodPost, realm.String(), strings.NewReader(form.Encode()))
 			if err == nil {
@@ -196,9 +204,17 @@ func (h *host) fetchToken(ctx context.Context, realm *url.URL, service, scope st
 		}
 		return h.client.Do(req)
 	}
-	oauth := cr != nil && cr.IdentityToken != ""
+	// An identity token is always POSTed (containers/image and containerd
+	// both); a username and password only under containerd's semantics
+	// (OAuthFallback: its doBearerAuth POSTs every secret, a password as
+	// grant_type=password), containers/image GETs with Basic instead.
+	// containerd falls back to the GET on 404, 401 and 400, and on 405 for
+	// a password.
+	password := cr != nil && cr.IdentityToken == "" && cr.OAuthFallback && cr.Username != "" && cr.Password != ""
+	oauth := cr != nil && cr.IdentityToken != "" || password
 	res, err := do(oauth)
-	if err == nil && oauth && cr.OAuthFallback && (res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusBadRequest) {
+	if err == nil && oauth && cr.OAuthFallback && (res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusBadRequest ||
+		res.StatusCode == http.StatusMethodNotAllowed && password) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxTokenBody))
 		res.Body.Close()
 		res, err = do(false)

@@ -31,9 +31,11 @@ type Credential struct {
 	Username      string
 	Password      string
 	IdentityToken string
-	// OAuthFallback: an identity token's refresh-token POST that the
-	// realm answers 404, 401 or 400 is retried as a GET with the token as
-	// Basic password, as containerd does (containers/image does not).
+	// OAuthFallback: containerd's semantics (containers/image has
+	// neither): a username and password are POSTed to the realm as an
+	// OAuth2 password grant before any GET, and a POST the realm answers
+	// 404, 401 or 400 (405 for a password) is retried as a GET with Basic
+	// credentials (an identity token as password, no user).
 	OAuthFallback bool
 }
 

@@ -11,8 +11,10 @@
 // credential: Basic, or a bearer token fetched from the realm its challenge
 // names (a GET with Basic credentials, or an OAuth2 refresh-token POST with
 // an identity token, as containers/image does; with Credential.OAuthFallback,
-// containerd's credentials, a POST answered 404, 401 or 400 is asked again as
-// a GET with the token as Basic password, as containerd's authorizer does). An insecure endpoint
+// containerd's credentials, a username and password are POSTed too, as an
+// OAuth2 password grant, and a POST answered 404, 401 or 400 (405 for a
+// password) is asked again as a GET with Basic credentials, as containerd's
+// authorizer does). An insecure endpoint
 // (HTTPFallback) is first pinged at its API root over https and then over
 // plain http, and uses http when only that answers (containers/image's
 // detectPropertiesHelper). A containerd host written http:// with TLS

@@ -450,3 +450,81 @@ func TestEscapedEchoIsRedacted(t *testing.T) {
 		})
 	}
 }
+
+// containerd's doBearerAuth POSTs a username and password to the realm as
+// an OAuth2 password grant (auth.FetchTokenWithOAuth) and falls back to the
+// GET with Basic (auth.FetchToken) only on 404, 401, 400 and, with a
+// username, 405; containers/image GETs at once. A realm that serves only
+// the password grant gives containerd's credentials a token; one that
+// fails the POST otherwise fails them, as it fails containerd.
+func TestContainerdPasswordGrant(t *testing.T) {
+	for _, tc := range []struct {
+		post     int // the realm's answer to a POST (200: a token if the grant is right)
+		fallback bool
+		want     bool
+		methods  string
+	}{
+		{post: http.StatusOK, fallback: true, want: true, methods: "POST"},
+		{post: http.StatusOK, fallback: false, want: false, methods: "GET"},
+		{post: http.StatusMethodNotAllowed, fallback: true, want: true, methods: "POST GET"},
+		{post: http.StatusNotFound, fallback: true, want: true, methods: "POST GET"},
+		{post: http.StatusInternalServerError, fallback: true, want: false, methods: "POST"},
+	} {
+		var mu sync.Mutex
+		var methods []string
+		realm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			methods = append(methods, r.Method)
+			mu.Unlock()
+			if r.Method == http.MethodPost {
+				_ = r.ParseForm()
+				if tc.post != http.StatusOK {
+					w.WriteHeader(tc.post)
+					return
+				}
+				if r.PostForm.Get("grant_type") != "password" || r.PostForm.Get("username") != "u" || r.PostForm.Get("password") != "p&ss" ||
+					r.PostForm.Get("scope") != "repository:app:pull" || r.PostForm.Get("service") != "reg" {
+					w.WriteHeader(http.StatusForbidden)
+					return
+				}
+				_, _ = io.WriteString(w, `{"access_token":"tok","expires_in":300}`)
+				return
+			}
+			// The GET: only the fallback's answer has a token.
+			if u, p, ok := r.BasicAuth(); !ok || u != "u" || p != "p&ss" || tc.post == http.StatusOK {
+				w.WriteHeader(http.StatusForbidden)
+				return
+			}
+			_, _ = io.WriteString(w, `{"token":"tok"}`)
+		}))
+		defer realm.Close()
+		reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer tok" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.URL+`/token",service="reg"`)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			_, _ = io.WriteString(w, "blob")
+		})
+		c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
+			Credential: &Credential{Username: "u", Password: "p&ss", OAuthFallback: tc.fallback}}}, Hooks{Retries: 1, RetryDelay: time.Millisecond})
+		rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
+		if (err == nil) != tc.want {
+			t.Errorf("POST answered %d, containerd's semantics %v: err = %v, want served %v", tc.post, tc.fallback, err, tc.want)
+		}
+		if err == nil {
+			rc.Close()
+		} else if strings.Contains(err.Error(), "p&ss") || strings.Contains(err.Error(), "p%26ss") {
+			t.Errorf("the password is in the error: %v", err)
+		}
+		mu.Lock()
+		got := strings.Join(methods, " ")
+		mu.Unlock()
+		// A failed answer may be retried (Retries: 1): the first requests
+		// show the order.
+		if !strings.HasPrefix(got, tc.methods) {
+			t.Errorf("POST answered %d, containerd's semantics %v: realm requests %q, want %q first", tc.post, tc.fallback, got, tc.methods)
+		}
+		c.Close()
+	}
+}

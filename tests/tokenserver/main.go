@@ -17,7 +17,8 @@
 // OAuth2, as GCR's was); GET /token with Basic credentials whose password
 // equals D/password's first line (the registry's user, for pushes), or
 // with no user and D/refresh-token as password (containerd's fallback,
-// FetchToken), grants it too; anything else is 401. The log L gets one line a request:
+// FetchToken), grants it too; anything else is 401 (a password grant
+// POST too: containerd then falls back to the GET). The log L gets one line a request:
 // "METHOD grant=G result=ok|denied scope=S" -- never a credential's value.
 // It listens where -listen says (a loopback address), and exits after
 // -lifetime or on SIGTERM.
