@@ -138,13 +138,16 @@ const maxConfigFile = 4 << 20
 func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 	var base *sysregistriesv2.V2RegistriesConf
 	if p.Sources != "containerd" {
-		// The snapshot of what NewPlan checked (snapshot.go), not the paths.
-		conf, err := sysregistriesv2.TryUpdatingCache(p.regSnap.sys(p.RegistriesConf))
+		// The snapshot of what NewPlan checked (snapshot.go), not the
+		// paths, as containers/image parsed it for NewPlan (its cache,
+		// which Plan.Close drops; the snapshot does not change): only the
+		// registries are rendered.
+		regs, err := sysregistriesv2.GetRegistries(p.regSnap.sys(p.RegistriesConf))
 		if err != nil {
 			return failure.New(failure.Usage, "reading registries.conf %s: %s",
 				sysregistriesv2.ConfigurationSourceDescription(&types.SystemContext{SystemRegistriesConfPath: p.RegistriesConf}), p.regSnap.describe(hosts.RegistriesConfError(err)))
 		}
-		base = conf
+		base = &sysregistriesv2.V2RegistriesConf{Registries: regs}
 	}
 	conf, err := hosts.RenderRegistriesConf(p.Registry, p.Endpoints, base)
 	if err != nil {
