@@ -99,6 +99,13 @@
 // Its name is NAME:TAG, or NAME@sha256:DIGEST as CRI-O stores a pull by
 // digest (storageName); Verify refuses a pull whose top-level digest is
 // not DEST's, and an index's digest names the platform image imported.
+// The import stores the registry's manifests, as containers/image's copy
+// from the registry does: the manifest as served (Expect.Served) rather
+// than the OCI one the staging converted a Docker manifest to (Verify
+// checks both name the same staged config and layers), and for one
+// platform of an index the index (Expect.IndexRaw) as the top-level
+// manifest, its pulled instance the only one served and the one the
+// stored image must hold.
 //
 // The lock files (the pull lock of an image into a DEST, the commit lock of
 // a directory) are root-only files in the state root's lock directory,

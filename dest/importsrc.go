@@ -14,16 +14,32 @@ import (
 )
 
 // verifiedSource is the containers-storage import's source: the tree Verify
-// took back and checked, and nothing else. It serves the verified manifest
-// (re-hashed against its digest) and the staged blobs through the held
+// took back and checked, and nothing else. It serves the verified manifests
+// (each re-hashed against its digest) and the staged blobs through the held
 // directory descriptors, each read checked to be the inode taken back, and
 // never anything from anywhere else: no urls (refused by the graph check
 // too), no path, no network — unlike containers/image's oci: layout source,
 // which fetches a descriptor's urls. A blob that is not staged (one the
 // store already had, which the import reuses) is reported missing.
+//
+// The manifests are the registry's own bytes, as containers/image's copy
+// from the registry would store them: the manifest the registry served
+// (Expect.Served) rather than the OCI one the staging converted a Docker
+// manifest to, and for one platform of an index the index itself
+// (Expect.IndexRaw) as the top-level manifest, with the served instance the
+// only one it serves. Both were checked by Verify against the digests the
+// pull reported (and the graph: the same config and layers as the staged
+// manifest, which the staged blobs were verified against).
 type verifiedSource struct {
 	t   *tree
 	top string // the verified top-level manifest's digest
+	// instance, when top is an index of which one platform was pulled,
+	// is that platform's manifest: the only instance served (the import
+	// cannot store another).
+	instance string
+	// mem are verified manifests the parent holds (the registry's bytes),
+	// by digest: served instead of the staged ones.
+	mem map[string][]byte
 }
 
 // verifiedRef is the types.ImageReference of a verifiedSource.
@@ -60,7 +76,9 @@ func (s *verifiedSource) Close() error                    { return nil }
 func (s *verifiedSource) HasThreadSafeGetBlob() bool      { return true }
 
 // GetManifest serves the verified manifest, or one of the verified index's
-// instances, from staging, checked against its digest again.
+// instances (only the pulled one when the pull chose an instance), the
+// parent's own copy when it holds one, else from staging, checked against
+// its digest again.
 func (s *verifiedSource) GetManifest(ctx context.Context, instance *digest.Digest) ([]byte, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
@@ -68,6 +86,19 @@ func (s *verifiedSource) GetManifest(ctx context.Context, instance *digest.Diges
 	want := s.top
 	if instance != nil {
 		want = instance.String()
+		if s.instance != "" && want != s.instance {
+			return nil, "", fmt.Errorf("instance %s of index %s is not the verified %s", want, s.top, s.instance)
+		}
+	}
+	alg, _, err := splitDigest(want)
+	if err != nil {
+		return nil, "", err
+	}
+	if b, ok := s.mem[want]; ok {
+		if got := digestOf(alg, b); got != want {
+			return nil, "", badStaged("manifest %s now hashes to %s", want, got)
+		}
+		return b, manifest.GuessMIMEType(b), nil
 	}
 	f, staged, err := s.t.ctrdBlob(want)
 	if err != nil {
@@ -81,7 +112,6 @@ func (s *verifiedSource) GetManifest(ctx context.Context, instance *digest.Diges
 	if err != nil {
 		return nil, "", err
 	}
-	alg, _, _ := splitDigest(want)
 	if got := digestOf(alg, b); got != want {
 		return nil, "", badStaged("manifest %s now hashes to %s", want, got)
 	}
@@ -108,6 +138,17 @@ func (s *verifiedSource) GetBlob(ctx context.Context, info types.BlobInfo, _ typ
 		importReadHook(ctx, dg)
 	}
 	return &ctxReader{ctx: ctx, f: f}, e.size, nil
+}
+
+// image is the manifest of the single image the import stores: the
+// pulled instance of an index, else the top-level manifest (an index when
+// every instance was staged: the import chooses the platform's).
+func (s *verifiedSource) image(ctx context.Context) ([]byte, string, error) {
+	if s.instance != "" {
+		d := digest.Digest(s.instance)
+		return s.GetManifest(ctx, &d)
+	}
+	return s.GetManifest(ctx, nil)
 }
 
 func (s *verifiedSource) GetSignatures(context.Context, *digest.Digest) ([][]byte, error) {

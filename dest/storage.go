@@ -61,20 +61,32 @@ func newStorage(s Spec, so *storagetypes.StoreOptions) Destination {
 // layout exactly as for oci: (the child never opens the store); Verify is
 // oci:'s; Commit imports the verified layout into the store with
 // containers/image (a local copy under the store's own locks) and names
-// it REF. The image keeps the registry's manifest, hence its digest.
+// it REF. The image keeps the registry's manifest bytes (a Docker one too,
+// which the staging converted to OCI), hence its digest, and for one
+// platform of an index the index is its top-level manifest, as
+// containers/image's copy from the registry stores them.
 type storageDest struct {
 	base
 	opts   *storagetypes.StoreOptions // the store's full settings (parseStorage)
 	staged *ociDest
-	// index is the registry's index when the pull copied one instance of
-	// it (Expect.IndexRaw, checked by Verify against Expect.Digest), and
-	// its digest: the import records it as podman and CRI-O do.
-	index       []byte
-	indexDigest digest.Digest
-	// platform is the platform whose image the import stores from a
-	// staged index (--all-architectures; Expect.Platform).
+	// manifests are the registry's manifests Verify checked, which the
+	// import serves (verifiedSource: top, instance, mem); top is "" when
+	// the staged top-level manifest is served (an index staged whole,
+	// --all-architectures).
+	manifests importManifests
+	// platform is the platform whose image the import stores from an
+	// index (Expect.Platform).
 	platform *wire.Platform
 	report   *StoreReport // set by Commit
+}
+
+// importManifests are the verified manifests an import serves in place of
+// the staged ones: the top-level manifest (the registry's, or the index of
+// which the pull copied one instance), the instance, and their bytes by
+// digest; image is the digest of the manifest the stored image must hold.
+type importManifests struct {
+	top, instance, image string
+	raw                  map[string][]byte
 }
 
 // Committed is what Commit reported: the image ID, the store (the driver
@@ -223,9 +235,65 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if want := RefDigest(d.spec); want != "" && want != e.Digest {
 		return failure.New(failure.Verification, "destination %s names digest %s, but the pull fetched %s; name the digest pulled", d.spec.Raw, want, e.Digest)
 	}
-	d.index, d.indexDigest, d.platform = nil, "", e.Platform
-	if e.IndexRaw != nil && e.Instance != "" {
-		d.index, d.indexDigest = e.IndexRaw, digest.Digest(e.Digest)
+	d.manifests, d.platform = importManifests{}, e.Platform
+	switch {
+	case e.IndexRaw != nil && e.Instance != "":
+		// One platform of an index: the index is the top-level
+		// manifest (its digest the image's, as containers/image's copy
+		// from the registry stores it), the registry's instance the
+		// only one served.
+		d.manifests = importManifests{top: e.Digest, instance: e.Instance, image: e.Instance,
+			raw: map[string][]byte{e.Digest: e.IndexRaw, e.Instance: e.Served}}
+	case e.IndexRaw == nil:
+		d.manifests = importManifests{top: e.Digest, image: e.Digest, raw: map[string][]byte{e.Digest: e.Served}}
+	}
+	if d.manifests.top != "" && e.DestDigest != "" {
+		if err := servedIsStaged(s.verified.tree, e); err != nil {
+			return verr(err)
+		}
+	}
+	return nil
+}
+
+// servedIsStaged checks that the manifest the registry served (Expect.Served,
+// checked against its digest by checkExpect), which the import stores in
+// place of the staged one the staging converted it to (DestDigest), names
+// exactly the blobs the staged manifest does, which Verify checked: the
+// same config and layers, in order, with the same sizes, and no urls.
+// tieToServed already ties the two; a conversion that changed a layer (its
+// uncompressed form) is refused here, as the import would read blobs that
+// are not staged.
+func servedIsStaged(t *tree, e Expect) error {
+	raw, err := stagedRaw(t, e.DestDigest)
+	if err != nil {
+		return err
+	}
+	staged, err := parseManifest("the staged manifest", raw)
+	if err != nil {
+		return err
+	}
+	served, err := parseManifest("the served manifest", e.Served)
+	if err != nil {
+		return err
+	}
+	if served.isIndex() || staged.isIndex() {
+		return badStaged("a converted manifest must be an image manifest, not an index")
+	}
+	if len(served.Layers) != len(staged.Layers) {
+		return badStaged("the served manifest has %d layers, the staged one %d", len(served.Layers), len(staged.Layers))
+	}
+	src := e.source()
+	for i, b := range append([]descriptor{*served.Config}, served.Layers...) {
+		want := *staged.Config
+		if i > 0 {
+			want = staged.Layers[i-1]
+		}
+		if err := refuseURLs(src, b); err != nil {
+			return err
+		}
+		if b.Digest != want.Digest || b.Size != want.Size {
+			return badStaged("the served manifest %s names blob %s (%d bytes) where the staged one names %s (%d bytes)", src, b.Digest, b.Size, want.Digest, want.Size)
+		}
 	}
 	return nil
 }
@@ -332,7 +400,7 @@ type storeImport struct {
 
 // importInto is Commit's store session: it opens the store, imports the
 // verified tree (containers/image's blob-info cache in cache, a directory
-// of the staging root), records the index digest and reads the image back.
+// of the staging root) and reads the image back.
 // It touches nothing of Commit's (Commit may have stopped waiting).
 func (d *storageDest) importInto(ctx context.Context, v *verified, named reference.Named, cache string) storeImport {
 	fail := func(err error) storeImport { return storeImport{err: err} }
@@ -341,24 +409,17 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 		return fail(err)
 	}
 	defer func() { _, _ = store.Shutdown(false) }()
-	top, _ := v.oci.manifestDigest()
-	src := verifiedRef{&verifiedSource{t: v.tree, top: top}}
-	// A name by an index's digest when one instance was copied: the
-	// import names the instance's digest (what containers/image's checks
-	// accept for the stored manifest), and the index's name replaces it
-	// afterwards, as CRI-O's pull of the index digest names the image.
-	importName, instName := named, reference.Named(nil)
-	if dg, ok := named.(reference.Digested); ok && d.index != nil && dg.Digest() == d.indexDigest && top != "" {
-		if n, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(top)); err == nil {
-			importName, instName = n, n
-		}
+	// The registry's manifests (the index first when one platform of it
+	// was pulled): containers/image stores them as its copy from the
+	// registry would, the top-level one giving the image its digest, and
+	// accepts REF@INDEX as it does there.
+	m := d.manifests
+	vs := &verifiedSource{t: v.tree, top: m.top, instance: m.instance, mem: m.raw}
+	if m.top == "" {
+		vs.top, _ = v.oci.manifestDigest()
 	}
-	instKept := false
-	if instName != nil {
-		_, err := store.Image(instName.String())
-		instKept = err == nil
-	}
-	dst, err := istorage.Transport.NewStoreReference(store, importName, "")
+	src := verifiedRef{vs}
+	dst, err := istorage.Transport.NewStoreReference(store, named, "")
 	if err != nil {
 		return fail(failure.Wrap(failure.Internal, err, ""))
 	}
@@ -401,7 +462,13 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	if err != nil {
 		return fail(d.destErr("importing into the store: %v", err))
 	}
-	if want, isIndex := v.oci.manifestDigest(); !isIndex && got.String() != want {
+	// The image the import stored is the pulled one (the instance of an
+	// index: the platform containers/image chose must be the pull's).
+	want, isIndex := m.image, false
+	if want == "" {
+		want, isIndex = v.oci.manifestDigest()
+	}
+	if !isIndex && got.String() != want {
 		return fail(d.destErr("the store holds manifest %s, not the verified %s", got, want))
 	}
 	var img *storage.Image
@@ -410,32 +477,10 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 		img, _ = istorage.Transport.GetStoreImage(store, resolved)
 	}
 	if img == nil {
-		img, _ = store.Image(importName.String())
+		img, _ = store.Image(named.String())
 	}
 	if img == nil {
 		return storeImport{}
-	}
-	if instName != nil {
-		if err := store.AddNames(img.ID, []string{named.String()}); err != nil {
-			return fail(d.destErr("naming image %s %s: %v", img.ID, named, err))
-		}
-		if !instKept {
-			if err := store.RemoveNames(img.ID, []string{instName.String()}); err != nil {
-				return fail(d.destErr("naming image %s: %v", img.ID, err))
-			}
-		}
-		if again, err := store.Image(img.ID); err == nil {
-			img = again
-		}
-	}
-	if d.index != nil {
-		// The index's digest too (a second write: a kill before it
-		// leaves the image complete and named, without that digest;
-		// the rerun adds it).
-		key := storage.ImageDigestManifestBigDataNamePrefix + "-" + d.indexDigest.String()
-		if err := store.SetImageBigData(img.ID, key, d.index, manifest.Digest); err != nil {
-			return fail(d.destErr("recording index %s on image %s: %v", d.indexDigest, img.ID, err))
-		}
 	}
 	// As podman --no-trunc and crictl show it: sha256:<ID>.
 	id := img.ID

@@ -77,7 +77,7 @@ func chainID(parent string, diffID digest.Digest) string {
 // store's, a blob's that cannot be read, or a layer's whose DiffID is not
 // the config's.
 func preApply(ctx context.Context, store storage.Store, src *verifiedSource) ([]string, error) {
-	man, mime, err := src.GetManifest(ctx, nil)
+	man, mime, err := src.image(ctx)
 	if err != nil || manifest.MIMETypeIsMultiImage(mime) {
 		return nil, nil // the import reads it and says what is wrong
 	}

@@ -335,6 +335,92 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     assert_line "$repo@$instance"
 }
 
+# The stored manifest is the registry's, byte for byte, as containers/image's
+# copy from the registry stores it (storageImageDestination.PutManifest and
+# CommitWithOptions: the manifest under manifestBigDataKey(digest) and
+# "manifest", the image's Digest the registry's): a Docker schema 2 image
+# too, which the staging (an oci: layout) converts to an OCI manifest. The
+# old import stored the converted manifest (another digest, the OCI type), and
+# a pull by the registry's digest failed (exit 9, "Digest of source image's
+# manifest would not match destination reference").
+@test "containers-storage: a Docker schema 2 image by tag and by digest — the registry's manifest bytes are stored (podman shows its digest and the Docker type); the pull by digest succeeds" {
+    skip_unless_cmd podman
+    local want repo=$REGISTRY_HOST/fixtures/v2s2 store="containers-storage:[vfs@$GRAPH+$RUN]" v2s2=application/vnd.docker.distribution.manifest.v2+json
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet --format v2s2 $(registry_skopeo_opts src) $(registry_skopeo_opts dest) \
+        "docker://$REGISTRY_HOST/fixtures/tiny:latest" "docker://$repo:latest"
+    assert_equal "$(registry_manifest fixtures/v2s2:latest | json_get .mediaType)" "$v2s2"
+    want=$(registry_digest fixtures/v2s2:latest)
+
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    run podman_store image inspect --format '{{.Digest}} {{.ManifestType}}' "$repo:latest"
+    assert_success
+    assert_output "$want $v2s2"
+    run ph_skopeo inspect --raw "${store}$repo:latest"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
+
+    # By digest into REPO@DIGEST (what pullhelper cri sends CRI-O's store
+    # for a digest-pinned image).
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$want" "${store}$repo@$want"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    run podman_store image inspect --format '{{.Digest}} {{.ManifestType}}' "$repo@$want"
+    assert_success
+    assert_output "$want $v2s2"
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    echo "$output"
+    assert_line "$repo:latest $want"
+    run ph_skopeo inspect --raw "${store}$repo@$want"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
+}
+
+# One platform of an index, as containers/image's copy from the registry
+# stores it: the index is the top-level manifest (the first manifest big-data
+# item, so containers/storage's recomputeDigests makes it the image's
+# Digest), and REPO@INDEX is the name given, with no REPO@INSTANCE name ever
+# added. The old import stored the instance's digest as the image's Digest
+# and named the image REPO@INSTANCE first (left in NamesHistory).
+@test "containers-storage: one platform of an index, by tag and by digest — the image's Digest is the index's (podman images --digests, inspect), NamesHistory holds no instance name" {
+    skip_unless_cmd podman
+    local index instance repo=$REGISTRY_HOST/fixtures/multi store="containers-storage:[vfs@$GRAPH+$RUN]"
+    index=$(registry_digest fixtures/multi:latest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:v1"
+    assert_json_result
+    instance=$(json_get .instance_digest <<<"$output")
+    [[ $instance == sha256:* && $instance != "$index" ]] || fail "no instance digest: $instance"
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    echo "$output"
+    assert_output "$repo:v1 $index"
+    run podman_store image inspect --format '{{.Digest}}' "$repo:v1"
+    assert_success
+    assert_output "$index"
+
+    # By the index's digest, into a fresh store: named REPO@INDEX only,
+    # never REPO@INSTANCE.
+    rm -rf "$STORE"
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$index" "${store}$repo@$index"
+    assert_json_result
+    assert_equal "$(json_get .instance_digest <<<"$output")" "$instance"
+    assert_equal "$(json_get '.store.names' <<<"$output")" "[\"$repo@$index\"]"
+    run podman_store image inspect --format '{{.Digest}} {{json .NamesHistory}}' "$repo@$index"
+    assert_success
+    assert_output "$index [\"$repo@$index\"]"
+    run podman_store image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$repo@$index"
+    assert_success
+    assert_line "$repo@$index"
+    assert_line "$repo@$instance"
+    # The stored top-level manifest is the registry's index.
+    run ph_skopeo inspect --raw "${store}$repo@$index"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$index"
+}
+
 # --platform (issue 24 item 14): the instance containers/image's
 # manifest.List.ChooseInstance picks for SystemContext OSChoice,
 # ArchitectureChoice, VariantChoice (skopeo's --override-*), imported into
