@@ -87,6 +87,10 @@ type Stage struct {
 	// Commit, as podman --no-trunc and crictl show it (sha256:<ID>, the
 	// config digest for a registry image); "" otherwise.
 	ImageID string
+	// ServedStored: the Commit stored the manifest the registry served,
+	// whatever the staging converted it to (containers-storage:), so the
+	// result names no destination digest.
+	ServedStored bool
 	// Counts are what Verify verified of the staged image (the result's
 	// layers and bytes, and the bounds on its endpoints' counts).
 	Counts Counts

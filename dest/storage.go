@@ -388,6 +388,7 @@ func (d *storageDest) Commit(ctx context.Context, s *Stage) error {
 		return r.err
 	}
 	s.ImageID, d.report = r.imageID, r.report
+	s.ServedStored = d.manifests.top != ""
 	return nil
 }
 

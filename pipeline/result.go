@@ -19,7 +19,8 @@ import (
 //     SignaturePolicy, and the credential view (the plan's own candidate
 //     that the report names; a credential it never handed over is refused);
 //   - verified: Digest, InstanceDigest and DestinationDigest (Verify tied the
-//     staged image to them), Reference (the plan's name with that digest),
+//     staged image to them; no DestinationDigest when the store DEST stored
+//     the registry's manifest: dest.Stage.ServedStored), Reference (the plan's name with that digest),
 //     MediaType (read from the top-level manifest bytes that hash to
 //     Digest), ImageID and Store (what the store DEST reported after its
 //     commit; nothing for oci:, dir: and the archives);
@@ -56,6 +57,11 @@ func (p *Plan) result(rep *pull.Report, st *dest.Stage) (*api.Result, error) {
 	p.reportStore(res)
 	if st.ImageID != "" {
 		res.ImageID = st.ImageID
+	}
+	if st.ServedStored {
+		// The store holds the registry's manifest, not the staging's
+		// conversion of it.
+		res.DestinationDigest = ""
 	}
 	return res, nil
 }

@@ -79,3 +79,22 @@ func TestResultIsBuiltFromWhatWasVerified(t *testing.T) {
 		t.Fatalf("a foreign credential: %v", err)
 	}
 }
+
+// A store DEST that stored the registry's manifest (containers-storage:,
+// dest.Stage.ServedStored) has no destination digest in the result, though
+// the staging converted the manifest (the report names its digest).
+func TestResultNoDestinationDigestWhenServedStored(t *testing.T) {
+	man := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"sha256:` + strings.Repeat("c", 64) + `","size":2},"layers":[]}`)
+	p := &Plan{}
+	p.Reference, p.Image = "reg.example:5000/app:1", "reg.example:5000/app"
+	conv := "sha256:" + strings.Repeat("d", 64)
+	rep := &pull.Report{Digest: digest.FromBytes(man).String(), DestinationDigest: conv, Copied: pull.Copied{Served: man}}
+	res, err := p.result(rep, &dest.Stage{})
+	if err != nil || res.DestinationDigest != conv {
+		t.Fatalf("a layout: destination digest %q, %v; want %s", res.DestinationDigest, err, conv)
+	}
+	res, err = p.result(rep, &dest.Stage{ServedStored: true})
+	if err != nil || res.DestinationDigest != "" {
+		t.Fatalf("the served manifest stored: destination digest %q, %v; want none", res.DestinationDigest, err)
+	}
+}

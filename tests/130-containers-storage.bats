@@ -355,6 +355,8 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:latest"
     assert_json_result
     assert_equal "$(json_get .digest <<<"$output")" "$want"
+    # No converted manifest is stored: the result names none.
+    [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
     run podman_store image inspect --format '{{.Digest}} {{.ManifestType}}' "$repo:latest"
     assert_success
     assert_output "$want $v2s2"
