@@ -354,3 +354,66 @@ func TestContainersStoragePreApplyTarOrBlob(t *testing.T) {
 		t.Fatalf("the two ways differ:\ntar:  %s\nblob: %s", records[true], records[false])
 	}
 }
+
+// The store gets the manifest the registry served, not the OCI one the
+// staging converted a Docker schema 2 manifest to (containers/image's copy
+// from the registry stores the served bytes: the image's Digest, its
+// "manifest" big data); a served manifest that names the staged blobs with
+// other sizes is refused at Verify (the import would read blobs that were
+// not verified as such).
+func TestContainersStorageStoresTheServedManifest(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	graph, run := filepath.Join(dir, "graph"), filepath.Join(dir, "run")
+	raw := "containers-storage:[vfs@" + graph + "+" + run + "]h.example/t/docker:v1"
+	im := newImg("served")
+	var m struct {
+		Config struct {
+			Digest string `json:"digest"`
+			Size   int    `json:"size"`
+		} `json:"config"`
+		Layers []struct {
+			Digest string `json:"digest"`
+			Size   int    `json:"size"`
+		} `json:"layers"`
+	}
+	must(t, json.Unmarshal(im.manifest, &m))
+	docker := func(layerSize int) []byte {
+		return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","digest":%q,"size":%d}]}`,
+			m.Config.Digest, m.Config.Size, m.Layers[0].Digest, layerSize)
+	}
+	d, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: noSystemConf(t)})
+	must(t, err)
+	// What the child reports for a Docker manifest it staged converted.
+	stage := func(served []byte) (*dest.Stage, dest.Expect) {
+		st, err := d.Stage(dest.StageOptions{Locks: testLocks})
+		must(t, err)
+		t.Cleanup(st.Remove)
+		e := pull(t, d, st, source(t, im), nil)
+		e.Digest, e.Served, e.DestDigest = sha(served), served, im.digest
+		return st, e
+	}
+
+	st, e := stage(docker(m.Layers[0].Size + 1))
+	wantCode(t, d.Verify(bg, st, e), failure.Verification, "names blob")
+	st.Remove()
+
+	served := docker(m.Layers[0].Size)
+	st, e = stage(served)
+	must(t, d.Verify(bg, st, e))
+	must(t, d.Commit(bg, st))
+	st.Remove()
+	store, err := storage.GetStore(storagetypes.StoreOptions{GraphRoot: graph, RunRoot: run, GraphDriverName: "vfs"})
+	must(t, err)
+	defer func() { _, _ = store.Shutdown(true) }()
+	img, err := store.Image("h.example/t/docker:v1")
+	must(t, err)
+	if img.Digest.String() != sha(served) {
+		t.Errorf("image digest %s, want the served %s (the staged conversion is %s)", img.Digest, sha(served), im.digest)
+	}
+	b, err := store.ImageBigData(img.ID, storage.ImageDigestBigDataKey)
+	must(t, err)
+	if string(b) != string(served) {
+		t.Errorf("stored manifest %s, want the served one", b)
+	}
+}
