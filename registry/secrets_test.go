@@ -52,6 +52,19 @@ func (r *recorder) all() []recorded {
 	return append([]recorded(nil), r.reqs...)
 }
 
+// bearerRegistry serves "blob" to a request with the bearer token "tok",
+// and sends any other to realm (service "reg").
+func bearerRegistry(t *testing.T, realm string) *recorder {
+	return newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`",service="reg"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "blob")
+	})
+}
+
 func hostOf(t *testing.T, s *httptest.Server) string {
 	t.Helper()
 	u, err := url.Parse(s.URL)
@@ -147,14 +160,7 @@ func TestTokenRedirectCarriesNoIdentityToken(t *testing.T) {
 	realm := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, other.srv.URL+"/token", http.StatusTemporaryRedirect)
 	})
-	reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer tok" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.srv.URL+`/token",service="reg"`)
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		_, _ = io.WriteString(w, "blob")
-	})
+	reg := bearerRegistry(t, realm.srv.URL+"/token")
 	c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
 		Credential: &Credential{IdentityToken: "refresh-s3cret"}}}, Hooks{Retries: 2, RetryDelay: time.Millisecond})
 	rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
@@ -297,14 +303,7 @@ func TestIdentityTokenOAuthFallback(t *testing.T) {
 				}
 				_, _ = io.WriteString(w, `{"token":"tok"}`)
 			})
-			reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-				if r.Header.Get("Authorization") != "Bearer tok" {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.srv.URL+`/token",service="reg"`)
-					w.WriteHeader(http.StatusUnauthorized)
-					return
-				}
-				_, _ = io.WriteString(w, "blob")
-			})
+			reg := bearerRegistry(t, realm.srv.URL+"/token")
 			c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
 				Credential: &Credential{IdentityToken: "refresh-s3cret", OAuthFallback: fallback}}}, Hooks{Retries: 1, RetryDelay: time.Millisecond})
 			rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)
@@ -498,14 +497,7 @@ func TestContainerdPasswordGrant(t *testing.T) {
 			_, _ = io.WriteString(w, `{"token":"tok"}`)
 		}))
 		defer realm.Close()
-		reg := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") != "Bearer tok" {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm.URL+`/token",service="reg"`)
-				w.WriteHeader(http.StatusUnauthorized)
-				return
-			}
-			_, _ = io.WriteString(w, "blob")
-		})
+		reg := bearerRegistry(t, realm.URL+"/token")
 		c := New([]Endpoint{{Scheme: "http", Host: hostOf(t, reg.srv), Path: "/v2", Repository: "app", Resolve: true,
 			Credential: &Credential{Username: "u", Password: "p&ss", OAuthFallback: tc.fallback}}}, Hooks{Retries: 1, RetryDelay: time.Millisecond})
 		rc, _, err := c.Blob(context.Background(), digest.FromString("blob"), -1)

@@ -241,7 +241,7 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     refute_output --partial .pullhelper-staging-
 }
 
-@test "containers-storage: one platform of a multi-platform index — RepoDigests hold the registry's index digest and the platform manifest's" {
+@test "containers-storage: one platform of a multi-platform index — the image's Digest is the index's (as containers/image's copy makes the index the top-level manifest); RepoDigests hold the index's and the platform manifest's" {
     skip_unless_cmd podman
     local index instance
     index=$(registry_digest fixtures/multi:latest)
@@ -256,6 +256,9 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     echo "$output"
     assert_line "$REGISTRY_HOST/fixtures/multi@$index"
     assert_line "$REGISTRY_HOST/fixtures/multi@$instance"
+    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
+    assert_success
+    assert_output "$REGISTRY_HOST/fixtures/multi:v1 $index"
     # skopeo reads the platform image from the store.
     run ph_skopeo inspect "containers-storage:[vfs@$GRAPH+$RUN]$REGISTRY_HOST/fixtures/multi:v1"
     assert_success
@@ -315,7 +318,7 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     refute_output --partial .pullhelper-staging-
 }
 
-@test "containers-storage: a multi-platform index by its digest — one platform stored, named REPO@INDEX only; RepoDigests hold the index's and the instance's" {
+@test "containers-storage: a multi-platform index by its digest — one platform stored, named REPO@INDEX only (no instance name, even in NamesHistory), the index its Digest and top-level manifest; RepoDigests hold the index's and the instance's" {
     skip_unless_cmd podman
     local index instance repo
     index=$(registry_digest fixtures/multi:latest)
@@ -329,10 +332,17 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     run podman_store image inspect --format '{{json .RepoTags}}' "$repo@$index"
     assert_success
     assert_output "[]"
+    run podman_store image inspect --format '{{.Digest}} {{json .NamesHistory}}' "$repo@$index"
+    assert_success
+    assert_output "$index [\"$repo@$index\"]"
     run podman_store image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$repo@$index"
     assert_success
     assert_line "$repo@$index"
     assert_line "$repo@$instance"
+    # The stored top-level manifest is the registry's index.
+    run ph_skopeo inspect --raw "containers-storage:[vfs@$GRAPH+$RUN]$repo@$index"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$index"
 }
 
 # The stored manifest is the registry's, byte for byte, as containers/image's
@@ -387,42 +397,6 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
 # Digest), and REPO@INDEX is the name given, with no REPO@INSTANCE name ever
 # added. The old import stored the instance's digest as the image's Digest
 # and named the image REPO@INSTANCE first (left in NamesHistory).
-@test "containers-storage: one platform of an index, by tag and by digest — the image's Digest is the index's (podman images --digests, inspect), NamesHistory holds no instance name" {
-    skip_unless_cmd podman
-    local index instance repo=$REGISTRY_HOST/fixtures/multi store="containers-storage:[vfs@$GRAPH+$RUN]"
-    index=$(registry_digest fixtures/multi:latest)
-    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:v1"
-    assert_json_result
-    instance=$(json_get .instance_digest <<<"$output")
-    [[ $instance == sha256:* && $instance != "$index" ]] || fail "no instance digest: $instance"
-    run podman_store images --digests --no-trunc --format '{{.Repository}}:{{.Tag}} {{.Digest}}'
-    assert_success
-    echo "$output"
-    assert_output "$repo:v1 $index"
-    run podman_store image inspect --format '{{.Digest}}' "$repo:v1"
-    assert_success
-    assert_output "$index"
-
-    # By the index's digest, into a fresh store: named REPO@INDEX only,
-    # never REPO@INSTANCE.
-    rm -rf "$STORE"
-    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo@$index" "${store}$repo@$index"
-    assert_json_result
-    assert_equal "$(json_get .instance_digest <<<"$output")" "$instance"
-    assert_equal "$(json_get '.store.names' <<<"$output")" "[\"$repo@$index\"]"
-    run podman_store image inspect --format '{{.Digest}} {{json .NamesHistory}}' "$repo@$index"
-    assert_success
-    assert_output "$index [\"$repo@$index\"]"
-    run podman_store image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$repo@$index"
-    assert_success
-    assert_line "$repo@$index"
-    assert_line "$repo@$instance"
-    # The stored top-level manifest is the registry's index.
-    run ph_skopeo inspect --raw "${store}$repo@$index"
-    assert_success
-    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$index"
-}
-
 # --platform (issue 24 item 14): the instance containers/image's
 # manifest.List.ChooseInstance picks for SystemContext OSChoice,
 # ArchitectureChoice, VariantChoice (skopeo's --override-*), imported into
