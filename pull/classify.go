@@ -140,6 +140,7 @@ func codeOf(err error) failure.Code {
 		bare       errcode.ErrorCode
 		httpErr    docker.UnexpectedHTTPStatusError
 		polErr     signature.PolicyRequirementError
+		sigErr     signature.InvalidSignatureError
 		statusErr  *registry.StatusError
 		largeErr   *registry.TooLargeError
 		dnsErr     *net.DNSError
@@ -156,7 +157,10 @@ func codeOf(err error) failure.Code {
 	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr),
 		errors.As(err, &verifyErr), errors.As(err, &alertErr), errors.As(err, &recordErr):
 		return failure.TLS
-	case errors.As(err, &polErr):
+	case errors.As(err, &polErr), errors.As(err, &sigErr):
+		// A signature the policy's key does not verify is the policy's
+		// rejection too (prSignedBy passes InvalidSignatureError on as
+		// its reason), as skopeo reports it.
 		return failure.Verification
 	case errors.As(err, &largeErr):
 		return failure.Verification

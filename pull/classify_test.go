@@ -123,6 +123,10 @@ func TestClassifyLibraryErrors(t *testing.T) {
 		{&registry.StatusError{Host: "r", StatusCode: 400, Code: "MANIFEST_INVALID"}, failure.Network},
 		{&registry.StatusError{Host: "r", StatusCode: 405}, failure.Network},
 		{&registry.StatusError{Host: "r", StatusCode: 400, Code: "DENIED"}, failure.Unauthorized},
+		// A signature the policy's key does not verify: the policy's
+		// rejection (exit 8), as a missing one is.
+		{fmt.Errorf("copying: %w", signature.InvalidSignatureError{}), failure.Verification},
+		{fmt.Errorf("copying: %w", signature.PolicyRequirementError("rejected")), failure.Verification},
 	} {
 		got := p.classify(tc.err)
 		if failure.CodeOf(got) != tc.want {
