@@ -49,16 +49,16 @@ func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull
 		return failure.Wrap(failure.Usage, err, "signature policy %s", p.Signature.File)
 	}
 	defer func() { _ = pc.Destroy() }()
-	// The reference is the plan's, with the digest the parent verified:
-	// the child does not choose the scope the policy is looked up for.
+	// The reference is the plan's, as requested (its tag, or its digest,
+	// which the parent verified), as containers/image's copy from
+	// docker://REF judges it: the child does not choose the scope the
+	// policy is looked up for nor the identity a signature must claim.
+	// The manifest judged is the one verified above.
 	named, err := reference.ParseNormalizedNamed(p.Reference)
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")
 	}
-	pinned, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(res.Digest))
-	if err != nil {
-		return failure.Wrap(failure.Internal, err, "")
-	}
+	pinned := pull.PolicyReference(named)
 	ref, err := docker.NewReference(pinned)
 	if err != nil {
 		return failure.Wrap(failure.Internal, err, "")

@@ -22,6 +22,10 @@ func TestRecheckSignature(t *testing.T) {
 	const sigstoreElsewhere = `{"default":[{"type":"reject"}],"transports":{"docker":{"quay.io/other":[{"type":"sigstoreSigned","keyPath":"/k.pub"}]}}}`
 	const sigstoreHere = `{"default":[{"type":"reject"}],"transports":{"docker":{"reg.example:5000/secure":[{"type":"sigstoreSigned","keyPath":"/k.pub"}]}}}`
 	const acceptHere = `{"default":[{"type":"reject"}],"transports":{"docker":{"reg.example:5000/secure/app":[{"type":"insecureAcceptAnything"}]}}}`
+	// Scopes of the tag as requested (containers/image judges a pull of
+	// docker://NAME:TAG by NAME:TAG, not by the digest it resolved to).
+	const rejectTag = `{"default":[{"type":"insecureAcceptAnything"}],"transports":{"docker":{"reg.example:5000/secure/app:1":[{"type":"reject"}]}}}`
+	const acceptTag = `{"default":[{"type":"reject"}],"transports":{"docker":{"reg.example:5000/secure/app:1":[{"type":"insecureAcceptAnything"}]}}}`
 	for _, tc := range []struct {
 		name, policy, childRef string
 		served                 []byte
@@ -33,10 +37,16 @@ func TestRecheckSignature(t *testing.T) {
 		{"a sigstore requirement for this image: the child's check stands", sigstoreHere, "reg.example:5000/secure/app@" + d, served, false, true},
 		{"this image's scope accepts", acceptHere, "reg.example:5000/secure/app@" + d, served, false, false},
 		{"a manifest other than the reported one", acceptHere, "reg.example:5000/secure/app@" + d, append([]byte(" "), served...), true, false},
+		{"the tag's scope rejects", rejectTag, "", served, true, false},
+		{"the tag's scope accepts", acceptTag, "", served, false, false},
+		{"a digest pull is not the tag's", acceptTag, "reg.example:5000/secure/app@" + d, served, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Plan{}
 			p.Reference = "reg.example:5000/secure/app:1"
+			if strings.Contains(tc.childRef, "@") && strings.Contains(tc.policy, "app:1") {
+				p.Reference = tc.childRef // pulled by digest
+			}
 			p.Signature = api.SignaturePolicy{Source: "flag", File: "/policy.json"}
 			warned := false
 			err := p.recheckSignature(t.Context(), &pull.Material{SignaturePolicy: []byte(tc.policy)},

@@ -47,7 +47,7 @@ func (p *Request) attempt(parent context.Context, pc *signature.PolicyContext, s
 	}
 	o.emit(Event{Type: api.EventResolved, Digest: r.top.String(), MediaType: r.mime, InstanceDigest: r.decl.instance.String(),
 		Layers: r.decl.layers, Size: r.decl.size, ConfigSize: r.decl.configSize, Attempt: n})
-	srcRef, destRef, err := p.refs(c, r, st)
+	srcRef, destRef, err := p.refs(c, named, r, st)
 	if err != nil {
 		return nil, err
 	}
@@ -160,14 +160,19 @@ func (p *Request) resolve(ctx context.Context, c *conn, named reference.Named, s
 	return r, nil
 }
 
-// refs are the copy's guarded source (the pinned digest) and destination
-// (DEST's staged reference in the work directory).
-func (p *Request) refs(c *conn, r *resolved, st *Stage) (src, dst guardedRef, err error) {
+// refs are the copy's guarded source (the pinned digest, judged by the
+// signature policy as requested: PolicyReference) and destination (DEST's
+// staged reference in the work directory).
+func (p *Request) refs(c *conn, named reference.Named, r *resolved, st *Stage) (src, dst guardedRef, err error) {
 	dockerRef, err := docker.NewReference(r.pinned)
 	if err != nil {
 		return src, dst, failure.Wrap(failure.Internal, err, "")
 	}
-	src = guardedRef{ImageReference: dockerRef, g: c.g, remote: c.remote}
+	idRef, err := docker.NewReference(PolicyReference(named))
+	if err != nil {
+		return src, dst, failure.Wrap(failure.Internal, err, "")
+	}
+	src = guardedRef{ImageReference: dockerRef, identity: idRef, g: c.g, remote: c.remote}
 	stageRef, err := target.StagedReference(p.Destination, st.Work, st.Known)
 	if err != nil {
 		return src, dst, failure.Wrap(failure.Usage, err, "destination %s", p.Destination.Raw)

@@ -4,7 +4,9 @@
 // through pullhelper's own registry client (package registry: per-endpoint
 // credentials, trust, headers, paths, connect timeouts, per-request
 // fallback, Range resume); containers/image does the copy itself and
-// reads signatures when a signature policy file needs them. It is the
+// reads signatures when a signature policy file needs them, judging the
+// image by the reference as requested (PolicyReference: the tag, or the
+// digest it names) while every byte comes by the pinned digest. It is the
 // network-facing code, run in the isolated child (or in-process with
 // --no-isolation).
 //

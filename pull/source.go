@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/registry"
+	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
@@ -224,7 +225,12 @@ func checkManifest(raw []byte, mime string, instance bool, max int64) error {
 // every image source or destination it opens goes through g.
 type guardedRef struct {
 	types.ImageReference
-	g *guard
+	// identity, on the copy's source, is the reference the signature
+	// policy judges the image by (PolicyReference: the tag as requested),
+	// which the source reports as its Reference while every byte comes by
+	// the pinned digest; nil: ImageReference's own.
+	identity types.ImageReference
+	g        *guard
 	// partial, on a staging destination, is the partial-blob cache whose
 	// whole blobs are handed over instead of written again (claim).
 	partial *partialCache
@@ -272,7 +278,48 @@ type guardedSource struct {
 	g   *guard
 }
 
-func (s *guardedSource) Reference() types.ImageReference { return s.ref }
+// Reference is what containers/image's copy judges the image by (the
+// policy's scope, a signature's identity): the reference as requested when
+// the source has one (guardedRef.identity), never opened.
+func (s *guardedSource) Reference() types.ImageReference {
+	if s.ref.identity != nil {
+		return identityRef{s.ref.identity}
+	}
+	return s.ref
+}
+
+// identityRef names an image for the signature policy only: it opens
+// nothing (the copy's source fetches by the pinned digest, through the
+// guard).
+type identityRef struct{ types.ImageReference }
+
+var errIdentityOnly = errors.New("the reference as requested is for the signature policy only; the image is read by its pinned digest")
+
+func (identityRef) NewImage(context.Context, *types.SystemContext) (types.ImageCloser, error) {
+	return nil, errIdentityOnly
+}
+func (identityRef) NewImageSource(context.Context, *types.SystemContext) (types.ImageSource, error) {
+	return nil, errIdentityOnly
+}
+func (identityRef) NewImageDestination(context.Context, *types.SystemContext) (types.ImageDestination, error) {
+	return nil, errIdentityOnly
+}
+func (identityRef) DeleteImage(context.Context, *types.SystemContext) error { return errIdentityOnly }
+
+// PolicyReference is the reference the signature policy judges a pull of
+// named by, as containers/image's copy from docker://NAME does: NAME as
+// requested, with its tag ("latest" when it names none; the policy's scope
+// NAME:TAG, a signature's identity matched against it), or NAME@DIGEST when
+// it names a digest (a tag beside the digest is dropped: a docker
+// reference cannot hold both). The image itself is the pinned digest's.
+func PolicyReference(named reference.Named) reference.Named {
+	if d, ok := named.(reference.Digested); ok {
+		if c, err := reference.WithDigest(reference.TrimNamed(named), d.Digest()); err == nil {
+			return c
+		}
+	}
+	return reference.TagNameOnly(named)
+}
 
 func (s *guardedSource) GetManifest(ctx context.Context, instanceDigest *digest.Digest) ([]byte, string, error) {
 	what := "the manifest"

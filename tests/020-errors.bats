@@ -334,6 +334,25 @@ wait_background_pull() {
     assert_untouched "$OUT/dest"
 }
 
+# containers/image judges a pull of docker://NAME:TAG by NAME:TAG (the
+# policy's scope), not by the digest the tag resolved to: a scope rejecting
+# the tag rejects the pull by tag, and not a pull of the same image by digest
+# (which the default accepts). pullhelper judged by the digest, so a
+# tag's reject was passed over.
+@test "exit 8: a signature policy scope rejecting the tag as requested rejects the pull by that tag; the same image by digest is the default's" {
+    local digest
+    digest=$(registry_digest fixtures/tiny:latest)
+    printf '{"default":[{"type":"insecureAcceptAnything"}],"transports":{"docker":{"%s/fixtures/tiny:latest":[{"type":"reject"}]}}}\n' "$REGISTRY_HOST" >"$OUT/tag.json"
+    run_pullhelper 8 pull "${PH_OPTS[@]}" --signature-policy "$OUT/tag.json" \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_error verification
+    [[ $ph_error_message == *reject* ]] || fail "message does not say the policy rejected it"
+    assert_untouched "$OUT/dest"
+    run_pullhelper pull "${PH_OPTS[@]}" --signature-policy "$OUT/tag.json" \
+        "$REGISTRY_HOST/fixtures/tiny@$digest" "oci:$OUT/dest"
+    assert_json_result
+}
+
 ###############################################################################
 # 9 destination
 
