@@ -113,6 +113,7 @@ type conn struct {
 // connect builds the attempt's conn; the caller closes c.rc.
 func (p *Request) connect(sys *types.SystemContext, m *Material, round int, st *Stage, g *guard, o Options) (*conn, error) {
 	ep := newEndpoints()
+	ep.lookaside = lookasideBases(m.RegistriesD)
 	c := &conn{g: g, sys: g.hosts.wrap(p.guardedSystemContext(sys, ep)), cache: &manifestCache{}}
 	rc, err := p.remoteClient(m, c.sys, round, p.endpointProxy(ep, g.hosts), p.realmHook(ep), g.discarded, o.Log)
 	if err != nil {

@@ -249,3 +249,51 @@ func TestRealmOfOneEndpointGetsNoOtherCredential(t *testing.T) {
 		t.Error("A never asked its own realm")
 	}
 }
+
+// containers/image reads lookaside signatures with no credential, so a
+// plain-http lookaside registries.d names is read as skopeo reads it, also
+// while the registry is verified over https, and on the registry's host
+// name at another port; only a signature's exact URL below a configured
+// base passes (a realm's request has a query; the registry client's own
+// requests never count).
+func TestLookasideSignaturesPassTheGuard(t *testing.T) {
+	p := &Request{Registry: "reg.example:5000"}
+	hosts := []string{"reg.example:5000"}
+	ep := newEndpoints()
+	ep.addOwn(&url.URL{Scheme: "https", Host: "reg.example:5000"})
+	ep.lookaside = lookasideBases(map[string][]byte{
+		"default.yaml": []byte("default-docker:\n  lookaside: http://sigs.example:8080/store/\n"),
+		"reg.yaml":     []byte("docker:\n  reg.example:5000/app:\n    sigstore: http://reg.example:9000\n  other.example:\n    lookaside: file:///var/lib/sigs\n"),
+		"bad.yaml":     []byte("default-docker: [\n"),
+	})
+	if len(ep.lookaside) != 2 {
+		t.Fatalf("lookaside bases %v, want the two http ones", ep.lookaside)
+	}
+	hex := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		url  string
+		pass bool
+	}{
+		{"http://sigs.example:8080/store/app@sha256=" + hex + "/signature-1", true},
+		{"http://sigs.example:8080/store/ns/app@sha256=" + hex + "/signature-12", true},
+		{"http://reg.example:9000/app@sha256=" + hex + "/signature-1", true},
+		{"http://sigs.example:8080/store/app@sha256=" + hex + "/signature-1?scope=repository:app:pull", false},
+		{"http://sigs.example:8080/token", false},
+		{"http://sigs.example:8080/other/app@sha256=" + hex + "/signature-1", false},
+		{"http://sigs.example:8081/store/app@sha256=" + hex + "/signature-1", false},
+		{"http://sigs.example:8080/store/app@sha256=" + hex + "/signature-0", false},
+		{"http://reg.example:9000/v2/app/manifests/latest", false},
+	} {
+		u, _ := url.Parse(tc.url)
+		err := p.checkRequest(nil, u, hosts, true, ep)
+		if (err == nil) != tc.pass {
+			t.Errorf("%s: %v, want passed %v", tc.url, err, tc.pass)
+		}
+		// The registry client's own requests are never lookaside reads.
+		if tc.pass {
+			if err := p.checkRequest(&registry.Endpoint{Scheme: "https", Host: "reg.example:5000"}, u, hosts, true, ep); err == nil {
+				t.Errorf("%s passed for the registry client", tc.url)
+			}
+		}
+	}
+}
