@@ -221,6 +221,13 @@ func (p *Request) copyImage(ctx context.Context, pc *signature.PolicyContext, c 
 		Progress:             progress,
 		ProgressInterval:     250 * time.Millisecond,
 		MaxParallelDownloads: uint(p.ParallelLayers),
+		// The signatures the policy read are judged on the source (and
+		// handed to the parent for its re-check, Copied.Signatures); no
+		// DEST keeps them (the parent cannot verify a stored one: dir:
+		// commits none), and an oci: layout cannot hold them at all
+		// (containers/image refuses the copy, as skopeo does without
+		// --remove-signatures).
+		RemoveSignatures: true,
 	}
 	if o.Report == nil {
 		opts.ReportWriter = io.Discard
