@@ -13,6 +13,7 @@ import (
 	"github.com/pullhelper/pullhelper/internal/safefile"
 	"github.com/pullhelper/pullhelper/internal/wire"
 	"github.com/pullhelper/pullhelper/pull"
+	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
@@ -45,9 +46,21 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 		if err != nil {
 			return nil, failure.New(failure.Usage, "reading signature policy %s: %v", f, failure.Reason(err))
 		}
-		if _, err := signature.NewPolicyFromBytes(b); err != nil {
+		pol, err := signature.NewPolicyFromBytes(b)
+		if err != nil {
 			// The decoder's message may quote the file: what kind only.
 			return nil, failure.New(failure.Usage, "signature policy %s: %s", f, safefile.Redact(err.Error()))
+		}
+		if err := p.refuseSigstore(pol); err != nil {
+			return nil, err
+		}
+		// The key files it names, read here (the copy cannot, and the
+		// re-check must not read them unbounded): inlined.
+		if b, err = inlinePolicyKeys(f, b); err != nil {
+			return nil, err
+		}
+		if _, err := signature.NewPolicyFromBytes(b); err != nil {
+			return nil, failure.New(failure.Usage, "signature policy %s with its key files inlined: %s", f, safefile.Redact(err.Error()))
 		}
 		m.SignaturePolicy = b
 	}
@@ -70,6 +83,22 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// refuseSigstore refuses a policy whose requirements for this image ask
+// for sigstore signatures (sigstoreSigned): the copy reads signatures
+// through containers/image's copy of pullhelper's own image source, which
+// hands over simple signing signatures only (imagesource.FromPublic), so
+// such a requirement would reject every image, signed or not.
+func (p *Plan) refuseSigstore(pol *signature.Policy) error {
+	named, err := reference.ParseNormalizedNamed(p.Reference)
+	if err != nil {
+		return failure.Wrap(failure.Internal, err, "")
+	}
+	if scope, ok := sigstoreScope(pol, named); ok {
+		return failure.New(failure.Usage, "signature policy %s: the requirements for %s are sigstoreSigned: pullhelper cannot check sigstore signatures yet (its copy sees only simple signing signatures)", p.Signature.File, scope)
+	}
+	return nil
 }
 
 // certFiles reads one host's TLS material as containers/image lays it out
