@@ -10,9 +10,9 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
-	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefile"
+	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/signature"
@@ -57,8 +57,8 @@ type keyField struct {
 // field is kept as written. The copy (whose mount namespace and uid are
 // not the caller's) and the parent's re-check then read no file, and each
 // file is read as invariant 2 wants: a regular file (a FIFO or a device
-// is refused without being opened for reading), not through a symlink at
-// its last component, at most maxPolicyKeyFile bytes (maxPolicyKeyTotal
+// is refused without being opened for reading), symlinks followed as
+// containers/image's os.ReadFile follows them, at most maxPolicyKeyFile bytes (maxPolicyKeyTotal
 // for all of them). A relative path is read relative to the working
 // directory, as containers/image's os.ReadFile reads it (the policy file's
 // directory plays no part). Errors are failure.Usage naming the policy file
@@ -118,7 +118,7 @@ func (r *keyReader) file(field, path string) ([]byte, error) {
 	if b, ok := r.read[path]; ok {
 		return b, nil
 	}
-	b, err := safefile.ReadFileNoFollow(path, maxPolicyKeyFile)
+	b, err := safefile.ReadFile(path, maxPolicyKeyFile)
 	if err != nil {
 		return nil, failure.New(failure.Usage, "signature policy %s: %s %s: %s", r.policy, field, path, safefile.Reason(err))
 	}
@@ -364,43 +364,16 @@ func fingerprint(e *openpgp.Entity) string {
 	return fmt.Sprintf("%X", e.PrimaryKey.Fingerprint)
 }
 
-// sigstoreScope returns the docker scope whose requirements ask for
-// sigstore signatures (sigstoreSigned) for some pull of named, or false.
-// The copy and the re-check look the policy up for the pinned reference
-// (repository@digest); before the pull only IMAGE's digest, if it names
-// one, is known, so otherwise every digest counts: the repository's own
-// scopes (needsSigstore on a digest no scope names) and each scope naming
-// a digest of this repository.
+// sigstoreScope returns the docker scope identity of named's pull when its
+// requirements ask for sigstore signatures (sigstoreSigned): the policy is
+// looked up for the reference as requested (pull.PolicyReference), as the
+// copy and the re-check look it up.
 func sigstoreScope(pol *signature.Policy, named reference.Named) (string, bool) {
-	repo := reference.TrimNamed(named)
-	check := func(d digest.Digest) (string, bool) {
-		pinned, err := reference.WithDigest(repo, d)
-		if err != nil {
-			return "", false
-		}
-		ref, err := docker.NewReference(pinned)
-		if err != nil {
-			return "", false
-		}
-		return ref.PolicyConfigurationIdentity(), needsSigstore(pol, ref)
+	ref, err := docker.NewReference(pull.PolicyReference(named))
+	if err != nil {
+		return "", false
 	}
-	if d, ok := named.(reference.Digested); ok {
-		return check(d.Digest())
-	}
-	if _, ok := check(digest.FromString("")); ok {
-		return repo.String(), true
-	}
-	prefix := repo.String() + "@"
-	for _, scope := range sortedKeys(pol.Transports[docker.Transport.Name()]) {
-		if rest, ok := strings.CutPrefix(scope, prefix); ok {
-			if d, err := digest.Parse(rest); err == nil {
-				if id, ok := check(d); ok {
-					return id, true
-				}
-			}
-		}
-	}
-	return "", false
+	return ref.PolicyConfigurationIdentity(), needsSigstore(pol, ref)
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }

@@ -262,7 +262,11 @@ func TestLoadMaterialSignaturePolicy(t *testing.T) {
 		{"this repository's scope", "reg.example:5000/secure/app:1", "reg.example:5000/secure/app", true},
 		{"a namespace of it", "reg.example:5000/secure/app:1", "reg.example:5000/secure", true},
 		{"the host", "reg.example:5000/secure/app", "reg.example:5000", true},
-		{"a digest of this repository, IMAGE by tag", "reg.example:5000/secure/app:1", "reg.example:5000/secure/app@sha256:" + strings.Repeat("1", 64), true},
+		{"the tag as requested", "reg.example:5000/secure/app:1", "reg.example:5000/secure/app:1", true},
+		{"another tag", "reg.example:5000/secure/app:1", "reg.example:5000/secure/app:2", false},
+		// A pull by tag is judged by the tag (pull.PolicyReference), not
+		// by the digest it resolves to.
+		{"a digest of this repository, IMAGE by tag", "reg.example:5000/secure/app:1", "reg.example:5000/secure/app@sha256:" + strings.Repeat("1", 64), false},
 		{"that digest, IMAGE by it", "reg.example:5000/secure/app@sha256:" + strings.Repeat("1", 64), "reg.example:5000/secure/app@sha256:" + strings.Repeat("1", 64), true},
 		{"another digest, IMAGE by digest", "reg.example:5000/secure/app@sha256:" + strings.Repeat("2", 64), "reg.example:5000/secure/app@sha256:" + strings.Repeat("1", 64), false},
 		{"another repository", "reg.example:5000/secure/app:1", "reg.example:5000/secure/other", false},

@@ -24,7 +24,7 @@ import (
 // are verified here, cryptographically. What the parent cannot re-check: a
 // requirement needing signatures the child did not hand over (sigstore
 // attachments); then the child's check stands and a warning says so.
-func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull.Report, warn func(string)) error {
+func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull.Report) error {
 	if m.SignaturePolicy == nil {
 		return nil // the built-in policy accepts anything
 	}
@@ -70,14 +70,10 @@ func (p *Plan) recheckSignature(ctx context.Context, m *pull.Material, res *pull
 		instance = &d
 		src.instance = d
 	}
-	// What the parent cannot verify: sigstore signatures (the child hands
-	// over simple signing ones only). When this image's own requirements
-	// ask for them, the child's check stands and a warning says so; any
-	// other requirement is judged here and fails closed.
-	if needsSigstore(pol, ref) {
-		warn("the parent cannot re-check sigstore signatures for " + ref.PolicyConfigurationIdentity() + ": the pull child's signature check stands")
-		return nil
-	}
+	// A policy whose requirements for this image are sigstoreSigned was
+	// refused before the pull (LoadMaterial: neither the copy nor this
+	// check sees sigstore signatures); every requirement is judged here
+	// and fails closed.
 	allowed, err := pc.IsRunningImageAllowed(ctx, image.UnparsedInstance(src, instance))
 	if allowed {
 		return nil

@@ -30,16 +30,15 @@ func TestRecheckSignature(t *testing.T) {
 		name, policy, childRef string
 		served                 []byte
 		wantErr                bool
-		wantWarn               bool
 	}{
-		{"the child names another image to reach an accepting scope", rejectButBusybox, "docker.io/library/busybox@" + d, served, true, false},
-		{"a sigstore requirement for another scope does not disarm the check", sigstoreElsewhere, "reg.example:5000/secure/app@" + d, served, true, false},
-		{"a sigstore requirement for this image: the child's check stands", sigstoreHere, "reg.example:5000/secure/app@" + d, served, false, true},
-		{"this image's scope accepts", acceptHere, "reg.example:5000/secure/app@" + d, served, false, false},
-		{"a manifest other than the reported one", acceptHere, "reg.example:5000/secure/app@" + d, append([]byte(" "), served...), true, false},
-		{"the tag's scope rejects", rejectTag, "", served, true, false},
-		{"the tag's scope accepts", acceptTag, "", served, false, false},
-		{"a digest pull is not the tag's", acceptTag, "reg.example:5000/secure/app@" + d, served, true, false},
+		{"the child names another image to reach an accepting scope", rejectButBusybox, "docker.io/library/busybox@" + d, served, true},
+		{"a sigstore requirement for another scope does not disarm the check", sigstoreElsewhere, "reg.example:5000/secure/app@" + d, served, true},
+		{"a sigstore requirement for this image (refused before the pull) fails closed here too", sigstoreHere, "reg.example:5000/secure/app@" + d, served, true},
+		{"this image's scope accepts", acceptHere, "reg.example:5000/secure/app@" + d, served, false},
+		{"a manifest other than the reported one", acceptHere, "reg.example:5000/secure/app@" + d, append([]byte(" "), served...), true},
+		{"the tag's scope rejects", rejectTag, "", served, true},
+		{"the tag's scope accepts", acceptTag, "", served, false},
+		{"a digest pull is not the tag's", acceptTag, "reg.example:5000/secure/app@" + d, served, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Plan{}
@@ -48,11 +47,10 @@ func TestRecheckSignature(t *testing.T) {
 				p.Reference = tc.childRef // pulled by digest
 			}
 			p.Signature = api.SignaturePolicy{Source: "flag", File: "/policy.json"}
-			warned := false
 			err := p.recheckSignature(t.Context(), &pull.Material{SignaturePolicy: []byte(tc.policy)},
-				&pull.Report{Digest: d, Copied: pull.Copied{Served: tc.served}}, func(string) { warned = true })
-			if (err != nil) != tc.wantErr || warned != tc.wantWarn {
-				t.Fatalf("err = %v, warned = %v; want error %v, warning %v", err, warned, tc.wantErr, tc.wantWarn)
+				&pull.Report{Digest: d, Copied: pull.Copied{Served: tc.served}})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v; want error %v", err, tc.wantErr)
 			}
 			if err != nil && failure.CodeOf(err) != failure.Verification {
 				t.Fatalf("code %s, want verification: %v", failure.CodeOf(err), err)

@@ -190,7 +190,7 @@ func (s *pullSteps) verify(ctx context.Context, rep *pull.Report) error {
 	if err := p.dst.Verify(ctx, s.st, e); err != nil {
 		return err
 	}
-	if err := p.recheckSignature(ctx, s.m, rep, func(w string) { o.Log.Warn(w) }); err != nil {
+	if err := p.recheckSignature(ctx, s.m, rep); err != nil {
 		return err
 	}
 	o.phases.verifyEnd = time.Now()
