@@ -22,6 +22,15 @@ setup_file() {
     registry_restore img
 }
 
+# What the signature case leaves outside bats' directories.
+teardown() {
+    if [[ -n ${LOOKASIDE_PID:-} ]]; then
+        kill "$LOOKASIDE_PID" 2>/dev/null || true
+        wait "$LOOKASIDE_PID" 2>/dev/null || true
+    fi
+    [[ -z ${LOOKASIDE_DIR:-} ]] || rm -rf "$LOOKASIDE_DIR"
+}
+
 teardown_file() {
     registry_restore other
     stop_registry
@@ -205,6 +214,109 @@ EOF
     sed -i "s|\"$REGISTRY_HOST\": \[{\"type\": \"insecureAcceptAnything\"}\]|\"$REGISTRY_HOST\": [{\"type\": \"reject\"}]|" "$T/sig.json"
     run_pullhelper 8 pull --policy "$T/policy.toml" --signature-policy "$T/sig.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny2"
     assert_json_error verification
+}
+
+# gpg_key NAME DIR: a throwaway OpenPGP key (GNUPGHOME=DIR), its public
+# key exported to DIR/pub.gpg; prints its fingerprint.
+gpg_key() {
+    local name=$1 dir=$2
+    mkdir -p -m 700 "$dir"
+    GNUPGHOME=$dir gpg --batch --quiet --pinentry-mode loopback --passphrase '' \
+        --quick-gen-key "$name <$name@example.com>" default default never 2>/dev/null || return 1
+    GNUPGHOME=$dir gpg --batch --quiet --export "$name@example.com" >"$dir/pub.gpg" || return 1
+    GNUPGHOME=$dir gpg --batch --with-colons --list-keys "$name@example.com" | awk -F: '/^fpr:/ {print $10; exit}'
+}
+
+# in_etc_containers ARGS...: run ARGS (run --separate-stderr) in a private
+# mount namespace whose /etc/containers is $T/etc-containers.
+in_etc_containers() {
+    echo "\$ (unshare -m, /etc/containers = $T/etc-containers) $*"
+    run --separate-stderr unshare -m sh -c 'mount --bind "$1" /etc/containers && shift && exec "$@"' \
+        sh "$T/etc-containers" timeout --kill-after=10 "$PH_TIMEOUT" "$@"
+    echo "$output"
+    echo "[stderr] $stderr"
+}
+
+@test "signature policy: a signedBy keyPath in a directory only root can read, under /tmp, is read by the parent: a signed image pulls into oci:, another key rejects it (exit 8), another tag of it is refused and its digest accepted, and an http lookaside is read while the registry is verified" {
+    skip_if_not_root "bind-mounting over /etc/containers needs root"
+    skip_unless_cmd unshare "needed for a private mount namespace"
+    skip_unless_cmd gpg "signs the image"
+    skip_unless_cmd skopeo "signs the image (standalone-sign)"
+    [[ -d /etc/containers ]] || skip "no /etc/containers to stand in for"
+    local fpr other la sigdir key
+    fpr=$(gpg_key signer "$T/gnupg") && [[ -n $fpr ]] || skip "gpg cannot make a key here"
+    other=$(gpg_key other "$T/gnupg-other") && [[ -n $other ]] || skip "gpg cannot make a key here"
+    # The keys the policies name: root's, in a 0700 directory under /tmp
+    # (the child sees a private /tmp and runs as another uid).
+    mkdir -m 700 "$T/rootonly"
+    cp "$T/gnupg/pub.gpg" "$T/rootonly/pub.gpg"
+    cp "$T/gnupg-other/pub.gpg" "$T/rootonly/other.gpg"
+    chmod 600 "$T/rootonly/"*.gpg
+    # The signature, in a lookaside directory the child can read (outside
+    # /tmp), named by registries.d in a private mount namespace: the host's
+    # /etc/containers is not changed.
+    registry_manifest fixtures/tiny:latest >"$T/manifest.json"
+    la=$(mktemp -d /var/tmp/pullhelper-lookaside.XXXXXX)
+    sigdir="$la/fixtures/tiny@sha256=${TINY_DIGEST#sha256:}"
+    mkdir -p "$sigdir"
+    if ! GNUPGHOME=$T/gnupg skopeo standalone-sign "$T/manifest.json" "$REGISTRY_HOST/fixtures/tiny:latest" "$fpr" -o "$sigdir/signature-1"; then
+        rm -rf "$la"
+        fail "skopeo standalone-sign failed"
+    fi
+    chmod -R a+rX "$la"
+    cp -a /etc/containers "$T/etc-containers"
+    mkdir -p "$T/etc-containers/registries.d"
+    printf 'docker:\n  %s:\n    lookaside: file://%s\n' "$REGISTRY_HOST" "$la" >"$T/etc-containers/registries.d/pullhelper-test.yaml"
+    for key in pub other; do
+        cat >"$T/sig-$key.json" <<EOF
+{"default": [{"type": "reject"}],
+ "transports": {"docker": {"$REGISTRY_HOST/fixtures/tiny": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "$T/rootonly/$key.gpg"}]}}}
+EOF
+        chmod 600 "$T/sig-$key.json"
+    done
+    LOOKASIDE_DIR=$la # teardown removes it (outside /tmp: the child must see it)
+    in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-pub.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny"
+    assert_equal "$status" 0
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$TINY_DIGEST"
+    # Another key: the signature is checked, not skipped.
+    in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-other.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny2"
+    assert_equal "$status" 8
+    assert_json_error verification
+    [[ ! -e $OUT/tiny2 ]] || fail "DEST was committed"
+
+    # The image is judged as requested (containers/image's copy from
+    # docker://IMAGE): the signature claims :latest, so the same image by
+    # another tag is refused, and by its digest accepted
+    # (matchRepoDigestOrExact).
+    push_fixture tiny fixtures/tiny:other
+    in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-pub.json" "$REGISTRY_HOST/fixtures/tiny:other" "oci:$OUT/tiny3"
+    assert_equal "$status" 8
+    assert_json_error verification
+    in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-pub.json" "$REGISTRY_HOST/fixtures/tiny@$TINY_DIGEST" "oci:$OUT/tiny4"
+    assert_equal "$status" 0
+    assert_json_result
+
+    # The same lookaside over plain http while the registry is verified
+    # over https: read as containers/image reads it, with no credential.
+    local port
+    mkfifo "$T/port"
+    exec {fd}<>"$T/port"
+    "$PH_PYTHON" - "$la" "$T/port" <<'PY' &
+import functools, http.server, sys
+h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
+with open(sys.argv[2], "w") as f:
+    f.write("%d\n" % s.server_address[1])
+s.serve_forever()
+PY
+    LOOKASIDE_PID=$!
+    read -r -t 120 -u "$fd" port || fail "the lookaside server did not start"
+    exec {fd}<&-
+    printf 'docker:\n  %s:\n    lookaside: http://127.0.0.1:%s\n' "$REGISTRY_HOST" "$port" >"$T/etc-containers/registries.d/pullhelper-test.yaml"
+    in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-pub.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny5"
+    assert_equal "$status" 0
+    assert_json_result
 }
 
 @test "User-Agent: the isolated child sends pullhelper/VERSION, the version the binary reports" {
