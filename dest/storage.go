@@ -255,49 +255,6 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	return nil
 }
 
-// servedIsStaged checks that the manifest the registry served (Expect.Served,
-// checked against its digest by checkExpect), which the import stores in
-// place of the staged one the staging converted it to (DestDigest), names
-// exactly the blobs the staged manifest does, which Verify checked: the
-// same config and layers, in order, with the same sizes, and no urls.
-// tieToServed already ties the two; a conversion that changed a layer (its
-// uncompressed form) is refused here, as the import would read blobs that
-// are not staged.
-func servedIsStaged(t *tree, e Expect) error {
-	raw, err := stagedRaw(t, e.DestDigest)
-	if err != nil {
-		return err
-	}
-	staged, err := parseManifest("the staged manifest", raw)
-	if err != nil {
-		return err
-	}
-	served, err := parseManifest("the served manifest", e.Served)
-	if err != nil {
-		return err
-	}
-	if served.isIndex() || staged.isIndex() {
-		return badStaged("a converted manifest must be an image manifest, not an index")
-	}
-	if len(served.Layers) != len(staged.Layers) {
-		return badStaged("the served manifest has %d layers, the staged one %d", len(served.Layers), len(staged.Layers))
-	}
-	src := e.source()
-	for i, b := range append([]descriptor{*served.Config}, served.Layers...) {
-		want := *staged.Config
-		if i > 0 {
-			want = staged.Layers[i-1]
-		}
-		if err := refuseURLs(src, b); err != nil {
-			return err
-		}
-		if b.Digest != want.Digest || b.Size != want.Size {
-			return badStaged("the served manifest %s names blob %s (%d bytes) where the staged one names %s (%d bytes)", src, b.Digest, b.Size, want.Digest, want.Size)
-		}
-	}
-	return nil
-}
-
 // importGCPercent is the garbage collector's target while an import runs.
 // The import is the root parent's last and largest heap (the store's
 // decompressors and tar-split writer): collected at 25 % growth instead of
