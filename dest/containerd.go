@@ -301,9 +301,14 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		t.close()
 		return verr(err)
 	}
+	cv := &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
+	if cv.served, err = ctrdServed(t, e); err != nil {
+		t.close()
+		return verr(err)
+	}
 	s.verified = &verified{tree: t, oci: res}
 	s.Counts = res.counts
-	d.pending = &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
+	d.pending = cv
 	return nil
 }
 
@@ -313,6 +318,57 @@ type ctrdVerified struct {
 	indexRaw []byte // the registry's index when digest is one
 	// platform is the platform unpacked (nil: this machine's).
 	platform *wire.Platform
+	// served is the image manifest the registry served (nil with
+	// --all-architectures of an index: the staged index goes in).
+	served *servedManifest
+}
+
+// servedManifest is an image manifest as the registry served it: what
+// containerd's own pull writes (remotes.FetchHandler stores each manifest
+// as fetched, its media type the served one).
+type servedManifest struct {
+	desc ocispec.Descriptor
+	raw  []byte
+}
+
+// ctrdServed is the image manifest the import writes: the one the registry
+// served (Expect.Served, checked against Instance or Digest by checkExpect),
+// not the staging's conversion of it (an oci: layout stores a Docker schema
+// 2 manifest as OCI: DestDigest). A converted manifest must name exactly
+// the staged config and layers, which Verify checked (servedIsStaged), as
+// the served one's blobs are the ones imported. nil when the registry
+// served an index and every instance was staged (--all-architectures).
+func ctrdServed(t *tree, e Expect) (*servedManifest, error) {
+	if e.Instance == "" && e.IndexRaw != nil && e.AllArchitectures {
+		return nil, nil
+	}
+	m, err := parseManifest("the served manifest", e.Served)
+	if err != nil {
+		return nil, err
+	}
+	if m.isIndex() {
+		if e.Instance == "" && e.AllArchitectures {
+			return nil, nil
+		}
+		return nil, badStaged("the served manifest %s is an index, not the image copied", e.source())
+	}
+	mt := m.MediaType
+	switch mt {
+	case "":
+		mt = ocispec.MediaTypeImageManifest // the registry's Content-Type for one without
+	case ocispec.MediaTypeImageManifest, images.MediaTypeDockerSchema2Manifest:
+	default:
+		return nil, badStaged("the served manifest %s has a media type that is neither an OCI nor a Docker schema 2 image manifest's", e.source())
+	}
+	if e.DestDigest != "" {
+		if err := servedIsStaged(t, e); err != nil {
+			return nil, err
+		}
+	}
+	return &servedManifest{
+		desc: ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(e.source()), Size: int64(len(e.Served))},
+		raw:  e.Served,
+	}, nil
 }
 
 // ctrdBlob reads a verified blob: staged (the inode taken back), or known
@@ -441,16 +497,13 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		return nil
 	}
 
-	// putManifest imports one image manifest: its config and layers,
-	// then the manifest labelled to them (ChildGCLabels). With ahead
-	// (the manifest img.Unpack unpacks below: unpackAhead), each layer is
-	// applied for the snapshotter as soon as it and the layers before
-	// it are in the content store, while the next ones are written.
-	putManifest := func(desc ocispec.Descriptor, ahead bool) (*ocispec.Manifest, error) {
-		raw, err := stagedRaw(t, desc.Digest.String())
-		if err != nil {
-			return nil, err
-		}
+	// putManifest imports one image manifest, raw (verified): its config
+	// and layers, then the manifest labelled to them (ChildGCLabels).
+	// With ahead (the manifest img.Unpack unpacks below: unpackAhead),
+	// each layer is applied for the snapshotter as soon as it and the
+	// layers before it are in the content store, while the next ones are
+	// written.
+	putManifest := func(desc ocispec.Descriptor, raw []byte, ahead bool) (*ocispec.Manifest, error) {
 		var m ocispec.Manifest
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, verr(err)
@@ -499,7 +552,10 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	mdesc := ocispec.Descriptor{MediaType: top.MediaType, Digest: digest.Digest(top.Digest), Size: top.Size}
 	var imageID string
 	target := mdesc
-	if images.IsIndexType(top.MediaType) {
+	if images.IsIndexType(top.MediaType) != (cv.served == nil) {
+		return verr(fmt.Errorf("the staged top %s and the served manifest disagree on whether the image is an index", top.Digest))
+	}
+	if cv.served == nil {
 		// --all-architectures: the staged top is the index itself and
 		// every instance is staged (verifyOCI checked each). All of them
 		// go in, the index is the target, labelled to every child.
@@ -515,7 +571,11 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			if images.IsIndexType(e.MediaType) {
 				return verr(fmt.Errorf("index %s names index %s (nested indexes are refused)", top.Digest, e.Digest))
 			}
-			if _, err := putManifest(e, false); err != nil {
+			raw, err := stagedRaw(t, e.Digest.String())
+			if err != nil {
+				return err
+			}
+			if _, err := putManifest(e, raw, false); err != nil {
 				return err
 			}
 		}
@@ -523,10 +583,15 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			return err
 		}
 	} else {
+		// The manifest the registry served, as containerd's pull stores
+		// it (a Docker one too, which the staging converted to OCI): the
+		// target without an index, else the index's child.
+		mdesc = cv.served.desc
+		target = mdesc
 		// The registry's index (verified against the digest), when it is
 		// the records' target.
 		var idx *ocispec.Index
-		if cv.digest != top.Digest && len(cv.indexRaw) > 0 {
+		if cv.digest != mdesc.Digest.String() && len(cv.indexRaw) > 0 {
 			idx = &ocispec.Index{}
 			if err := json.Unmarshal(cv.indexRaw, idx); err != nil {
 				return verr(err)
@@ -535,7 +600,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		// Unpacked ahead if it is the manifest Unpack will pick: the
 		// target itself, or the registry's index's pick for the matcher.
 		ahead := idx == nil || unpackPicks(idx.Manifests, mdesc.Digest, matcher)
-		m, err := putManifest(mdesc, ahead)
+		m, err := putManifest(mdesc, cv.served.raw, ahead)
 		if err != nil {
 			return err
 		}
@@ -582,6 +647,9 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		Type: "containerd", Address: d.set.Address, Namespace: d.set.Namespace, Snapshotter: d.set.Snapshotter,
 		Pinned: d.set.Pin, Names: names,
 	}}
+	// The served manifest is what the store holds, not the staging's
+	// conversion of it: the result names no destination digest.
+	s.ServedStored = cv.served != nil
 	return nil
 }
 

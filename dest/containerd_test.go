@@ -1,6 +1,9 @@
 package dest_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
@@ -83,5 +86,68 @@ func TestContainerdBadSettings(t *testing.T) {
 	must(t, err)
 	if _, ok, err := dest.ConfigureContainerd(o, dest.ContainerdSettings{Pin: true}); ok || err != nil {
 		t.Errorf("oci: configured as containerd (ok=%v err=%v)", ok, err)
+	}
+}
+
+// The containerd import writes the manifest the registry served, as
+// containerd's own pull does (remotes.FetchHandler stores the fetched
+// bytes), not the OCI one the staging converted a Docker schema 2 manifest
+// to: Verify keeps the served bytes with the served media type, digest and
+// size. A served manifest that names the staged blobs with other sizes (or
+// other blobs: a conversion that changed a layer) is refused at Verify,
+// as the import would read blobs that were not staged (servedIsStaged).
+// The stage is an oci: DEST's (Stage needs containerd's socket; Verify
+// does not).
+func TestContainerdVerifyKeepsTheServedManifest(t *testing.T) {
+	needRoot(t)
+	im := newImg("served")
+	var m struct {
+		Config struct {
+			Digest string `json:"digest"`
+			Size   int    `json:"size"`
+		} `json:"config"`
+		Layers []struct {
+			Digest string `json:"digest"`
+			Size   int    `json:"size"`
+		} `json:"layers"`
+	}
+	must(t, json.Unmarshal(im.manifest, &m))
+	const v2s2 = "application/vnd.docker.distribution.manifest.v2+json"
+	docker := func(layerDigest string, layerSize int) []byte {
+		return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":%q,"config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","digest":%q,"size":%d}]}`,
+			v2s2, m.Config.Digest, m.Config.Size, layerDigest, layerSize)
+	}
+	// staged is what the child staged (the conversion of served).
+	verify := func(staged img, served []byte) (dest.Destination, error) {
+		d := parse(t, "containerd:h.example/t/docker:v1")
+		od := parse(t, "oci:"+filepath.Join(t.TempDir(), "layout"))
+		st, err := od.Stage(dest.StageOptions{Locks: testLocks})
+		must(t, err)
+		t.Cleanup(st.Remove)
+		writeLayout(t, filepath.Join(st.WorkPath, "image"), staged, "") // target.StagedReference's layout
+		e := dest.Expect{Digest: sha(served), Served: served, DestDigest: staged.digest}
+		return d, d.Verify(bg, st, e)
+	}
+
+	_, err := verify(im, docker(m.Layers[0].Digest, m.Layers[0].Size+1))
+	wantCode(t, err, failure.Verification, "names blob")
+	// A conversion that stored the layer uncompressed (tieToServed
+	// accepts the config's diff_id) staged no blob the served manifest
+	// names.
+	raw := layer("served")
+	un := im
+	un.layer = raw
+	un.manifest = fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":%d}]}`,
+		m.Config.Digest, m.Config.Size, sha(raw), len(raw))
+	un.digest = sha(un.manifest)
+	_, err = verify(un, docker(m.Layers[0].Digest, m.Layers[0].Size))
+	wantCode(t, err, failure.Verification, "names blob")
+
+	served := docker(m.Layers[0].Digest, m.Layers[0].Size)
+	d, err := verify(im, served)
+	must(t, err)
+	desc, raw, ok := dest.CtrdServed(d)
+	if !ok || desc.MediaType != v2s2 || desc.Digest.String() != sha(served) || desc.Size != int64(len(served)) || string(raw) != string(served) {
+		t.Fatalf("the import writes %+v (%s), want the served %s %s of %d bytes (the staged conversion is %s)", desc, raw, v2s2, sha(served), len(served), im.digest)
 	}
 }

@@ -54,7 +54,11 @@
 // configs it reads and containerd each layer, once; nothing is hashed
 // ahead for it:
 // content under a lease (labelled as containerd's own pull labels it:
-// gc.ref to children, the distribution source), unpacked, and the image
+// gc.ref to children, the distribution source), the image manifest the
+// registry served (Expect.Served: as containerd's pull stores it, a Docker
+// one too, which the staging converted to OCI; Verify checks it names the
+// staged config and layers, servedIsStaged, shared with containers-storage:)
+// and the registry's index when there is one, unpacked, and the image
 // records created last; the layers of a single image are unpacked as they
 // are written, each applied once it and the layers below it are in the
 // content store while the next is written (containerd_unpack.go: what

@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
@@ -57,3 +58,13 @@ func CountSyncs() (count func() int64, restore func()) {
 // SetStoreChecks marks s as a store's that checks each layer's digest as
 // it ingests it (what containerd's Stage sets).
 func SetStoreChecks(s *Stage, v bool) { s.storeChecks = v }
+
+// CtrdServed is the manifest a verified containerd: DEST imports as the
+// image's (nil: none, --all-architectures of an index).
+func CtrdServed(d Destination) (desc ocispec.Descriptor, raw []byte, ok bool) {
+	c := d.(*containerdDest)
+	if c.pending == nil || c.pending.served == nil {
+		return desc, nil, false
+	}
+	return c.pending.served.desc, c.pending.served.raw, true
+}
