@@ -163,6 +163,18 @@ while True:
     ctrd_case_unpack_ahead
 }
 
+@test "containerd 1.6: each layer of a Docker manifest list's instance is unpacked while the next ones are written (the served instance is the one Unpack picks)" {
+    ctrd_case_unpack_ahead fixtures/multiv2
+}
+
+@test "containerd 1.6: a Docker schema 2 image is stored as served (the registry's digest and Docker type the records' target); crictl pull then fetches no manifest" {
+    ctrd_case_docker_v2s2
+}
+
+@test "containerd 1.6: a Docker manifest list lands: the list the target, the served instance stored and unpacked; crictl pull then fetches no manifest" {
+    ctrd_case_docker_list
+}
+
 @test "containerd 1.6: an image containerd cannot unpack (a wrong diff_id) is exit 9 naming it; what was applied ahead goes with the lease" {
     ctrd_case_unpack_fails
 }

@@ -73,6 +73,18 @@ CTRD_FLAVOR=2
     ctrd_case_unpack_ahead
 }
 
+@test "containerd 2.x: each layer of a Docker manifest list's instance is unpacked while the next ones are written (the served instance is the one Unpack picks)" {
+    ctrd_case_unpack_ahead fixtures/multiv2
+}
+
+@test "containerd 2.x: a Docker schema 2 image is stored as served (the registry's digest and Docker type the records' target); crictl pull then fetches no manifest" {
+    ctrd_case_docker_v2s2
+}
+
+@test "containerd 2.x: a Docker manifest list lands: the list the target, the served instance stored and unpacked; crictl pull then fetches no manifest" {
+    ctrd_case_docker_list
+}
+
 @test "containerd 2.x: an image containerd cannot unpack (a wrong diff_id) is exit 9 naming it; what was applied ahead goes with the lease" {
     ctrd_case_unpack_fails
 }

@@ -379,8 +379,13 @@ ctrd_daemon_pid() {
 ctrd_case_unpack_ahead() {
     [[ -x $PULLHELPER_HOSTILE_BIN ]] || skip "no $PULLHELPER_HOSTILE_BIN (make build-hostile)"
     ctrd_up
-    local img="$REGISTRY_HOST/fixtures/multi:latest" index inst cfg d0 d1 l0 l1 chain rc=0
-    index=$(registry_manifest fixtures/multi:latest)
+    # REPO: fixtures/multi (OCI), or fixtures/multiv2 (a Docker list: the
+    # instance the registry serves is not the staging's conversion of it).
+    local repo=${1:-fixtures/multi} want
+    [[ $repo != fixtures/multiv2 ]] || push_docker_fixtures
+    want=$(registry_digest "$repo:latest")
+    local img="$REGISTRY_HOST/$repo:latest" index inst cfg d0 d1 l0 l1 chain rc=0
+    index=$(registry_manifest "$repo:latest")
     inst=$(index_instance "$index" "linux/$("$(_ph_go)" env GOARCH)")
     mkdir -p "$OUT"
     PULLHELPER_HOSTILE_COMMIT=pause-after-blobs:3 "$PULLHELPER_HOSTILE_BIN" pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" \
@@ -388,7 +393,7 @@ ctrd_case_unpack_ahead() {
     BG_PID=$!
     wait_for_file_match "$OUT/bg.err" "pausing the commit after 3 blobs" 120 || return
     # The manifest goes into the content store last; the registry's.
-    run registry_manifest "fixtures/multi@$inst"
+    run registry_manifest "$repo@$inst"
     assert_success
     cfg=$(json_get .config.digest <<<"$output")
     l0=$(json_get .layers[0].digest <<<"$output")
@@ -415,8 +420,8 @@ ctrd_case_unpack_ahead() {
     wait "$BG_PID" || rc=$?
     BG_PID=""
     assert_equal "$rc" 0
-    assert_equal "$(json_get .digest <"$OUT/bg.out")" "$MULTI_DIGEST"
-    [[ $(ctr_image_line "$img") == *" $MULTI_DIGEST "* ]] || fail "not listed: $(ctr_k8s images ls)"
+    assert_equal "$(json_get .digest <"$OUT/bg.out")" "$want"
+    [[ $(ctr_image_line "$img") == *" $want "* ]] || fail "not listed: $(ctr_k8s images ls)"
     run ctr_k8s images check --snapshotter native "name==$img"
     assert_success
     [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
@@ -930,4 +935,108 @@ ctrd_case_nosync() {
     v=$(json_get .usage.io_write_bytes <<<"$output")
     [[ $v =~ ^[0-9]+$ ]] && ((v >= bytes / 2)) ||
         fail "io_write_bytes $v for $bytes bytes pulled under an IO write limit: the pull did not sync its staged blobs"
+}
+
+# push_docker_fixtures: fixtures/v2s2 (tiny as a Docker schema 2 image) and
+# fixtures/multiv2 (multi as a Docker manifest list of Docker schema 2
+# instances), as skopeo copy --format v2s2 pushes them.
+push_docker_fixtures() {
+    local list=application/vnd.docker.distribution.manifest.list.v2+json
+    local v2s2=application/vnd.docker.distribution.manifest.v2+json
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet --format v2s2 $(registry_skopeo_opts dest) \
+        "$(fixture_ref tiny)" "docker://$REGISTRY_HOST/fixtures/v2s2:latest" || fail "pushing fixtures/v2s2"
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet --all --format v2s2 $(registry_skopeo_opts dest) \
+        "$(fixture_ref multi)" "docker://$REGISTRY_HOST/fixtures/multiv2:latest" || fail "pushing fixtures/multiv2"
+    assert_equal "$(registry_manifest fixtures/v2s2:latest | json_get .mediaType)" "$v2s2"
+    assert_equal "$(registry_manifest fixtures/multiv2:latest | json_get .mediaType)" "$list"
+}
+
+# manifest_gets BEFORE: the registry's manifest GETs after access-log line
+# BEFORE (a HEAD resolving a tag is not one).
+manifest_gets() {
+    registry_log_barrier >/dev/null
+    tail -n "+$(($1 + 1))" "$REGISTRY_LOG" | grep -E '"GET /v2/fixtures/[^ ]*/manifests/' || true
+}
+
+# a Docker schema 2 image is stored as the registry served it, as
+# containerd's own pull stores it (remotes.FetchHandler writes the fetched
+# bytes): the records' target is the registry's digest with the Docker media
+# type, not the OCI manifest the staging converted it to; the result names
+# no destination digest; a later crictl pull fetches no manifest and no blob
+ctrd_case_docker_v2s2() {
+    ctrd_up
+    push_docker_fixtures
+    local img="$REGISTRY_HOST/fixtures/v2s2:latest" want id before line r
+    local v2s2=application/vnd.docker.distribution.manifest.v2+json
+    want=$(registry_digest fixtures/v2s2:latest)
+    id=$(config_digest fixtures/v2s2:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
+    for r in "$img" "$REGISTRY_HOST/fixtures/v2s2@$want" "$id"; do
+        line=$(ctr_image_line "$r")
+        assert_equal "$(awk '{print $2, $3}' <<<"$line")" "$v2s2 $want"
+    done
+    # The manifest bytes are the registry's.
+    assert_equal "sha256:$(ctr_k8s content get "$want" | sha256sum | cut -d' ' -f1)" "$want"
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    wait_cri "$img" || return
+    run ctrd_crictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/v2s2@$want\"]"
+    # The CRI's pull finds the manifest it resolves in the content store.
+    before=$(registry_log_barrier)
+    run ctrd_crictl pull "$img"
+    assert_success
+    assert_equal "$(manifest_gets "$before")" ""
+    assert_equal "$(blob_gets "$before")" ""
+    assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$v2s2 $want"
+}
+
+# a Docker manifest list lands: the list is the target, the instance the
+# registry served is in the content store under its own digest (the list's
+# gc.ref.content.m.N labels name it) and unpacked; crictl pull then fetches
+# no manifest and no blob (containerd's own pull: remotes.FetchHandler
+# stores each manifest as served)
+ctrd_case_docker_list() {
+    ctrd_up
+    push_docker_fixtures
+    local img="$REGISTRY_HOST/fixtures/multiv2:latest" list index inst id before n=0 d
+    local mlist=application/vnd.docker.distribution.manifest.list.v2+json
+    list=$(registry_digest fixtures/multiv2:latest)
+    index=$(registry_manifest fixtures/multiv2:latest)
+    inst=$(index_instance "$index" "linux/$("$(_ph_go)" env GOARCH)")
+    id=$(config_digest fixtures/multiv2:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$list"
+    assert_equal "$(json_get .instance_digest <<<"$output")" "$inst"
+    assert_equal "$(json_get .image_id <<<"$output")" "$id"
+    [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
+    assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$mlist $list"
+    assert_equal "$(ctr_image_line "$REGISTRY_HOST/fixtures/multiv2@$list" | awk '{print $2, $3}')" "$mlist $list"
+    assert_equal "sha256:$(ctr_k8s content get "$inst" | sha256sum | cut -d' ' -f1)" "$inst"
+    for d in $("$PH_PYTHON" -c 'import json,sys; [print(m["digest"]) for m in json.load(sys.stdin)["manifests"]]' <<<"$index"); do
+        assert_equal "$(ctr_label "$list" "containerd.io/gc.ref.content.m.$n")" "$d"
+        n=$((n + 1))
+    done
+    run ctr_k8s images check --snapshotter native "name==$img"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    wait_cri "$img" || return
+    run ctrd_crictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    before=$(registry_log_barrier)
+    run ctrd_crictl pull "$img"
+    assert_success
+    assert_equal "$(manifest_gets "$before")" ""
+    assert_equal "$(blob_gets "$before")" ""
 }
