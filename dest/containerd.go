@@ -107,11 +107,14 @@ func newContainerd(s Spec) (Destination, error) {
 	if ref == "" { // from Parse: all of DEST after "containerd:" is REF
 		ref = strings.TrimPrefix(s.Raw, "containerd:")
 	}
-	named, err := reference.ParseNormalizedNamed(ref)
+	// As the CRI names an image (CRIImageService.PullImage:
+	// reference.ParseDockerRef): docker.io's without a host, latest
+	// without a tag, and REPO@DIGEST when a digest is given (a tag beside
+	// it is dropped).
+	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
 		return nil, fmt.Errorf("containerd:REF: %q is not an image reference: %v", ref, err)
 	}
-	named = reference.TagNameOnly(named)
 	s.Ref = named.String()
 	d := &containerdDest{base: base{s}, set: ContainerdSettings{
 		Address: DefaultContainerdAddress, Namespace: DefaultContainerdNamespace,
@@ -288,6 +291,11 @@ func (d *containerdDest) Stage(o StageOptions) (*Stage, error) {
 func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	if err := checkExpect(e); err != nil {
 		return err
+	}
+	// REPO@DIGEST names exactly the image pulled (its record is that
+	// digest's, as a CRI pull by digest fetches it).
+	if want := RefDigest(d.spec); want != "" && want != e.Digest {
+		return failure.New(failure.Verification, "destination %s names digest %s, but the pull fetched %s; name the digest pulled", d.spec.Raw, want, e.Digest)
 	}
 	t, err := takeBack(s, e.MaxBytes)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
@@ -45,6 +46,23 @@ func TestContainerdParse(t *testing.T) {
 	must(t, err)
 	if got := ref.StringWithinTransport(); got != "/tmp/image:" {
 		t.Fatalf("staged reference %q (want an untagged layout)", got)
+	}
+}
+
+// containerd:REPO:TAG@DIGEST is REPO@DIGEST, as the CRI names a pull by
+// digest (CRIImageService.PullImage: reference.ParseDockerRef drops the
+// tag): no REPO:TAG@DIGEST record; its digest must be the one pulled.
+func TestContainerdRefByDigestDropsTheTag(t *testing.T) {
+	dg := "sha256:" + strings.Repeat("a", 64)
+	for _, raw := range []string{"containerd:r.io/app:1@" + dg, "containerd:r.io/app@" + dg} {
+		d, err := dest.Parse(raw)
+		must(t, err)
+		if got := d.Spec().Ref; got != "r.io/app@"+dg {
+			t.Errorf("%s: ref %q, want r.io/app@%s", raw, got, dg)
+		}
+		if got := dest.RefDigest(d.Spec()); got != dg {
+			t.Errorf("%s: RefDigest %q", raw, got)
+		}
 	}
 }
 
@@ -144,6 +162,15 @@ func TestContainerdVerifyKeepsTheServedManifest(t *testing.T) {
 	wantCode(t, err, failure.Verification, "names blob")
 
 	served := docker(m.Layers[0].Digest, m.Layers[0].Size)
+	// A DEST named by another digest than the one pulled.
+	other := parse(t, "containerd:h.example/t/docker@"+im.digest)
+	od := parse(t, "oci:"+filepath.Join(t.TempDir(), "layout"))
+	st, err := od.Stage(dest.StageOptions{Locks: testLocks})
+	must(t, err)
+	t.Cleanup(st.Remove)
+	writeLayout(t, filepath.Join(st.WorkPath, "image"), im, "")
+	wantCode(t, other.Verify(bg, st, dest.Expect{Digest: sha(served), Served: served, DestDigest: im.digest}), failure.Verification, "names digest")
+
 	d, err := verify(im, served)
 	must(t, err)
 	desc, raw, ok := dest.CtrdServed(d)

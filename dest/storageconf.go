@@ -267,10 +267,10 @@ func storageName(named reference.Named) (reference.Named, error) {
 	return reference.WithDigest(reference.TrimNamed(named), d.Digest())
 }
 
-// RefDigest is the digest a containers-storage: DEST's name carries
-// (REPO@sha256:DIGEST), "" for a tag or another transport.
+// RefDigest is the digest a containers-storage: or containerd: DEST's name
+// carries (REPO@sha256:DIGEST), "" for a tag or another transport.
 func RefDigest(s Spec) string {
-	if s.Transport != "containers-storage" {
+	if s.Transport != "containers-storage" && s.Transport != "containerd" {
 		return ""
 	}
 	named, err := reference.ParseNormalizedNamed(s.Ref)

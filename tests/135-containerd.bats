@@ -167,7 +167,7 @@ while True:
     ctrd_case_unpack_ahead fixtures/multiv2
 }
 
-@test "containerd 1.6: a Docker schema 2 image is stored as served (the registry's digest and Docker type the records' target); crictl pull then fetches no manifest" {
+@test "containerd 1.6: a Docker schema 2 image is stored as served (the registry's digest and Docker type the records' target); crictl pull then fetches no manifest; containerd:REPO:TAG@DIGEST is REPO@DIGEST" {
     ctrd_case_docker_v2s2
 }
 

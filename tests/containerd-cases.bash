@@ -964,7 +964,8 @@ manifest_gets() {
 # containerd's own pull stores it (remotes.FetchHandler writes the fetched
 # bytes): the records' target is the registry's digest with the Docker media
 # type, not the OCI manifest the staging converted it to; the result names
-# no destination digest; a later crictl pull fetches no manifest and no blob
+# no destination digest; a later crictl pull fetches no manifest and no blob;
+# containerd:REPO:TAG@DIGEST writes REPO@DIGEST (the CRI's ParseDockerRef)
 ctrd_case_docker_v2s2() {
     ctrd_up
     push_docker_fixtures
@@ -998,6 +999,14 @@ ctrd_case_docker_v2s2() {
     assert_equal "$(manifest_gets "$before")" ""
     assert_equal "$(blob_gets "$before")" ""
     assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$v2s2 $want"
+
+    # By digest, a tag beside it: REPO@DIGEST, as the CRI names the image
+    # (reference.ParseDockerRef drops the tag), no REPO:TAG@DIGEST record.
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$REGISTRY_HOST/fixtures/v2s2@$want" "containerd:$img@$want"
+    assert_json_result
+    assert_equal "$(json_get .store.names <<<"$output")" "[\"$REGISTRY_HOST/fixtures/v2s2@$want\",\"$id\"]"
+    assert_equal "$(ctr_image_line "$img@$want")" ""
+    assert_equal "$(ctr_k8s images ls -q | LC_ALL=C sort | paste -sd' ')" "$img $REGISTRY_HOST/fixtures/v2s2@$want $id"
 }
 
 # a Docker manifest list lands: the list is the target, the instance the
