@@ -11,10 +11,12 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/rootfs"
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -134,5 +136,41 @@ func TestUnpackPicksAsContainerd(t *testing.T) {
 				t.Errorf("index %s, %s: unpackPicks picks %d manifests", in, mn, picked)
 			}
 		}
+	}
+}
+
+// unpackSnapshotLabels are containerd's unpacker's (core/unpack
+// Unpacker.unpack): the layer's inherited annotations without the uid and
+// gid mappings, its chain ID, its diff ID and its parent's chain ID.
+func TestUnpackSnapshotLabels(t *testing.T) {
+	d0, d1 := digest.FromString("layer 0"), digest.FromString("layer 1")
+	l := rootfs.Layer{
+		Blob: ocispec.Descriptor{Annotations: map[string]string{
+			"containerd.io/snapshot/remote": "x", "containerd.io/snapshot/uidmapping": "0:1000:1",
+			"containerd.io/snapshot/gidmapping": "0:1000:1", "org.example/other": "y",
+		}},
+		Diff: ocispec.Descriptor{Digest: d0},
+	}
+	got := unpackSnapshotLabels(l, nil)
+	want := map[string]string{
+		"containerd.io/snapshot/remote": "x",
+		"containerd.io/snapshot.ref":    d0.String(), "containerd.io/snapshot/diff-id": d0.String(),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("layer 0: %v, want %v", got, want)
+	}
+	l = rootfs.Layer{Diff: ocispec.Descriptor{Digest: d1}}
+	chain := make([]digest.Digest, 1, 4)
+	chain[0] = d0
+	got = unpackSnapshotLabels(l, chain)
+	want = map[string]string{
+		"containerd.io/snapshot.ref":     identity.ChainID([]digest.Digest{d0, d1}).String(),
+		"containerd.io/snapshot/diff-id": d1.String(), "containerd.io/snapshot/parent-chain-id": d0.String(),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("layer 1: %v, want %v", got, want)
+	}
+	if chain[:2][1] != "" {
+		t.Errorf("the caller's chain was written to: %v", chain[:2])
 	}
 }

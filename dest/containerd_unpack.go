@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/rootfs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -108,7 +110,8 @@ func (ua *unpackAhead) run(ctx context.Context, name string, layers []rootfs.Lay
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		unpacked, err := rootfs.ApplyLayerWithOpts(ctx, l, chain, sn, a, nil, nil)
+		opts := []snapshots.Opt{snapshots.WithLabels(unpackSnapshotLabels(l, chain))}
+		unpacked, err := rootfs.ApplyLayerWithOpts(ctx, l, chain, sn, a, opts, nil)
 		if err != nil {
 			return fmt.Errorf("apply layer error for %q: %w", name, err) // Unpack's words
 		}
@@ -121,6 +124,32 @@ func (ua *unpackAhead) run(ctx context.Context, name string, layers []rootfs.Lay
 		chain = append(chain, l.Diff.Digest)
 	}
 	return nil
+}
+
+// labelSnapshotParent is containerd's unpacker's label of a layer's
+// snapshot naming its parent's chain ID (core/unpack: labelSnapshotParent).
+const labelSnapshotParent = "containerd.io/snapshot/parent-chain-id"
+
+// unpackSnapshotLabels are the labels containerd's unpacker (core/unpack
+// Unpacker.unpack, which client.Pull and the CRI's pull run) sets on the
+// snapshot of layer l applied on chain (the diff IDs below it), at Prepare
+// and Commit: the layer's inherited annotations (containerd.io/snapshot/…,
+// but not the uid and gid mappings: layerSnapshotLabels), its chain ID
+// (containerd.io/snapshot.ref), its diff ID and, above the first layer,
+// its parent's chain ID.
+func unpackSnapshotLabels(l rootfs.Layer, chain []digest.Digest) map[string]string {
+	out := snapshots.FilterInheritedLabels(l.Blob.Annotations)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, snapshots.LabelSnapshotUIDMapping)
+	delete(out, snapshots.LabelSnapshotGIDMapping)
+	out[snapshots.LabelSnapshotRef] = identity.ChainID(append(slices.Clip(chain), l.Diff.Digest)).String()
+	out[snapshots.LabelSnapshotDiffID] = l.Diff.Digest.String()
+	if len(chain) > 0 {
+		out[labelSnapshotParent] = identity.ChainID(chain).String()
+	}
+	return out
 }
 
 // stopped reports that the unpacker failed: the writes stop (their error

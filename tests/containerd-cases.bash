@@ -442,6 +442,19 @@ ctrd_case_unpack_ahead() {
     echo "$output"
     assert_equal "$(grep -c Committed <<<"$output")" 2
     [[ $(awk -v d="$chain" '$1 == d {print $2}' <<<"$output") == "$d0" ]] || fail "no snapshot $chain on $d0: $output"
+    # The unpacker's snapshot labels (containerd 2.x core/unpack: its
+    # chain ID, its diff ID, its parent's chain ID; one layer's chain ID is
+    # its diff ID), which a CRI pull sets.
+    run ctr_k8s snapshots --snapshotter native info "$d0"
+    assert_success
+    assert_equal "$(json_get '.Labels["containerd.io/snapshot.ref"]' <<<"$output")" "$d0"
+    assert_equal "$(json_get '.Labels["containerd.io/snapshot/diff-id"]' <<<"$output")" "$d0"
+    [[ $output != *parent-chain-id* ]] || fail "the first layer's snapshot names a parent: $output"
+    run ctr_k8s snapshots --snapshotter native info "$chain"
+    assert_success
+    assert_equal "$(json_get '.Labels["containerd.io/snapshot.ref"]' <<<"$output")" "$chain"
+    assert_equal "$(json_get '.Labels["containerd.io/snapshot/diff-id"]' <<<"$output")" "$d1"
+    assert_equal "$(json_get '.Labels["containerd.io/snapshot/parent-chain-id"]' <<<"$output")" "$d0"
     assert_equal "$(ctr_k8s leases ls -q)" ""
     assert_no_staging "$T/staging"
 }
