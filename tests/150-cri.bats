@@ -228,6 +228,27 @@ while True:
     assert_equal "$(json_get .status.id <<<"$output")" "$id"
 }
 
+# A Docker manifest list (Docker schema 2 instances): containerd's CRI
+# stores each manifest as served, and so does the import (the staging's OCI
+# conversion is not what the list names). The old import failed the pull
+# (Internal: "content digest sha256:<instance>: not found").
+@test "cri: crictl pull of a Docker manifest list imports it: the list the image's digest, the answer the image ID" {
+    ctrd2_require
+    cri_up
+    push_docker_fixtures
+    local img="$REGISTRY_HOST/fixtures/multiv2:latest" id list
+    id=$(config_digest fixtures/multiv2:latest)
+    list=$(registry_digest fixtures/multiv2:latest)
+    run pcrictl pull --creds "$(creds)" "$img"
+    echo "$output"
+    assert_success
+    assert_output --partial "Image is up to date for $id"
+    run pcrictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$id"
+    assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/multiv2@$list\"]"
+}
+
 @test "cri: crictl pull with --auth (AuthConfig.auth, base64) and --pod-config: the pod is in the log line" {
     ctrd2_require
     cri_up

@@ -966,9 +966,9 @@ push_docker_fixtures() {
     assert_equal "$(registry_manifest fixtures/multiv2:latest | json_get .mediaType)" "$list"
 }
 
-# manifest_gets BEFORE: the registry's manifest GETs after access-log line
+# any_manifest_gets BEFORE: the registry's manifest GETs after access-log line
 # BEFORE (a HEAD resolving a tag is not one).
-manifest_gets() {
+any_manifest_gets() {
     registry_log_barrier >/dev/null
     tail -n "+$(($1 + 1))" "$REGISTRY_LOG" | grep -E '"GET /v2/fixtures/[^ ]*/manifests/' || true
 }
@@ -1009,7 +1009,7 @@ ctrd_case_docker_v2s2() {
     before=$(registry_log_barrier)
     run ctrd_crictl pull "$img"
     assert_success
-    assert_equal "$(manifest_gets "$before")" ""
+    assert_equal "$(any_manifest_gets "$before")" ""
     assert_equal "$(blob_gets "$before")" ""
     assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$v2s2 $want"
 
@@ -1059,6 +1059,6 @@ ctrd_case_docker_list() {
     before=$(registry_log_barrier)
     run ctrd_crictl pull "$img"
     assert_success
-    assert_equal "$(manifest_gets "$before")" ""
+    assert_equal "$(any_manifest_gets "$before")" ""
     assert_equal "$(blob_gets "$before")" ""
 }
