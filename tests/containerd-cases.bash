@@ -146,9 +146,7 @@ ctrd_case_listed() {
         [[ $line != *io.cri-containerd.pinned* ]] || fail "$r is pinned without --pin: $line"
     done
     # Complete and unpacked for the snapshotter the CRI uses here.
-    run ctr_k8s images check --snapshotter native "name==$img"
-    assert_success
-    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    assert_ctr_complete "$img"
 
     # The CRI: the same image, its ID and the registry's digest.
     wait_cri "$img" || return
@@ -422,9 +420,7 @@ ctrd_case_unpack_ahead() {
     assert_equal "$rc" 0
     assert_equal "$(json_get .digest <"$OUT/bg.out")" "$want"
     [[ $(ctr_image_line "$img") == *" $want "* ]] || fail "not listed: $(ctr_k8s images ls)"
-    run ctr_k8s images check --snapshotter native "name==$img"
-    assert_success
-    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    assert_ctr_complete "$img"
 
     # Unpack's labels (identity.ChainID: sha256 of "PARENT DIFFID").
     chain=sha256:$(printf '%s %s' "$d0" "$d1" | sha256sum | cut -d' ' -f1)
@@ -699,9 +695,7 @@ ctrd_case_all_arch() {
     done
     assert_equal "$n" 3
     # This platform's image is unpacked and complete; the CRI lists it.
-    run ctr_k8s images check --snapshotter native "name==$img"
-    assert_success
-    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    assert_ctr_complete "$img"
     wait_cri "$img" || return
     run ctrd_crictl inspecti -o json "$img"
     assert_success
@@ -846,9 +840,7 @@ ctrd_case_config() {
     assert_json_result
     assert_equal "$(json_get .store.address <<<"$output")" "$SOCK"
     assert_equal "$(json_get .store.snapshotter <<<"$output")" native
-    run ctr_k8s images check --snapshotter native "name==$img"
-    assert_success
-    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    assert_ctr_complete "$img"
     wait_cri "$img" || return
 
     # Explicit flags win; each that differs from the config is a warning.
@@ -950,6 +942,25 @@ ctrd_case_nosync() {
         fail "io_write_bytes $v for $bytes bytes pulled under an IO write limit: the pull did not sync its staged blobs"
 }
 
+# assert_ctr_complete IMG: ctr images check finds IMG complete and unpacked
+# for the native snapshotter (the CRI's here).
+assert_ctr_complete() {
+    run ctr_k8s images check --snapshotter native "name==$1"
+    assert_success
+    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+}
+
+# assert_cri_pull_fetches_nothing IMG: containerd's own CRI pull of IMG
+# asks the registry for no manifest and no blob (all in its store).
+assert_cri_pull_fetches_nothing() {
+    local before
+    before=$(registry_log_barrier)
+    run ctrd_crictl pull "$1"
+    assert_success
+    assert_equal "$(any_manifest_gets "$before")" ""
+    assert_equal "$(blob_gets "$before")" ""
+}
+
 # push_docker_fixtures: fixtures/v2s2 (tiny as a Docker schema 2 image) and
 # fixtures/multiv2 (multi as a Docker manifest list of Docker schema 2
 # instances), as skopeo copy --format v2s2 pushes them.
@@ -982,7 +993,7 @@ any_manifest_gets() {
 ctrd_case_docker_v2s2() {
     ctrd_up
     push_docker_fixtures
-    local img="$REGISTRY_HOST/fixtures/v2s2:latest" want id before line r
+    local img="$REGISTRY_HOST/fixtures/v2s2:latest" want id line r
     local v2s2=application/vnd.docker.distribution.manifest.v2+json
     want=$(registry_digest fixtures/v2s2:latest)
     id=$(config_digest fixtures/v2s2:latest)
@@ -997,20 +1008,14 @@ ctrd_case_docker_v2s2() {
     done
     # The manifest bytes are the registry's.
     assert_equal "sha256:$(ctr_k8s content get "$want" | sha256sum | cut -d' ' -f1)" "$want"
-    run ctr_k8s images check --snapshotter native "name==$img"
-    assert_success
-    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    assert_ctr_complete "$img"
     wait_cri "$img" || return
     run ctrd_crictl inspecti -o json "$img"
     assert_success
     assert_equal "$(json_get .status.id <<<"$output")" "$id"
     assert_equal "$(json_get .status.repoDigests <<<"$output")" "[\"$REGISTRY_HOST/fixtures/v2s2@$want\"]"
     # The CRI's pull finds the manifest it resolves in the content store.
-    before=$(registry_log_barrier)
-    run ctrd_crictl pull "$img"
-    assert_success
-    assert_equal "$(any_manifest_gets "$before")" ""
-    assert_equal "$(blob_gets "$before")" ""
+    assert_cri_pull_fetches_nothing "$img"
     assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$v2s2 $want"
 
     # By digest, a tag beside it: REPO@DIGEST, as the CRI names the image
@@ -1030,7 +1035,7 @@ ctrd_case_docker_v2s2() {
 ctrd_case_docker_list() {
     ctrd_up
     push_docker_fixtures
-    local img="$REGISTRY_HOST/fixtures/multiv2:latest" list index inst id before n=0 d
+    local img="$REGISTRY_HOST/fixtures/multiv2:latest" list index inst id n=0 d
     local mlist=application/vnd.docker.distribution.manifest.list.v2+json
     list=$(registry_digest fixtures/multiv2:latest)
     index=$(registry_manifest fixtures/multiv2:latest)
@@ -1049,16 +1054,10 @@ ctrd_case_docker_list() {
         assert_equal "$(ctr_label "$list" "containerd.io/gc.ref.content.m.$n")" "$d"
         n=$((n + 1))
     done
-    run ctr_k8s images check --snapshotter native "name==$img"
-    assert_success
-    [[ $output == *complete* && $output == *true* ]] || fail "ctr images check: $output"
+    assert_ctr_complete "$img"
     wait_cri "$img" || return
     run ctrd_crictl inspecti -o json "$img"
     assert_success
     assert_equal "$(json_get .status.id <<<"$output")" "$id"
-    before=$(registry_log_barrier)
-    run ctrd_crictl pull "$img"
-    assert_success
-    assert_equal "$(any_manifest_gets "$before")" ""
-    assert_equal "$(blob_gets "$before")" ""
+    assert_cri_pull_fetches_nothing "$img"
 }
