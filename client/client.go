@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -245,10 +246,11 @@ func (c *Client) Pull(ctx context.Context, r Request) (*api.Result, error) {
 		}(s)
 	}
 	evDone := make(chan struct{})
+	evReader := &exitReader{f: events}
 	if events != nil {
 		go func() {
 			defer close(evDone)
-			readEvents(events, r.OnEvent)
+			readEvents(evReader, r.OnEvent)
 		}()
 	} else {
 		close(evDone)
@@ -261,20 +263,27 @@ func (c *Client) Pull(ctx context.Context, r Request) (*api.Result, error) {
 	}
 	wg.Wait()
 	// The helper's end of the event pipe closed when it exited (its child
-	// never holds it); the reader drains what is left and stops at EOF. A
-	// process that still held it would be a bug: stop reading after a while.
-	select {
-	case <-evDone:
-	case <-time.After(5 * time.Second):
-		events.Close()
-		<-evDone
+	// never holds it); the reader drains what is left, however slowly the
+	// callback takes it, and stops at EOF. A process that still held it
+	// would be a bug: a read that waits 5 s for a byte ends the reading.
+	if events != nil {
+		evReader.exited.Store(true)
+		_ = events.SetReadDeadline(time.Now().Add(5 * time.Second))
 	}
+	<-evDone
 
-	herr := c.outcome(state, killed, stdout, stderr)
+	herr := c.outcome(state, killed || ctx.Err() != nil, stdout, stderr)
 	if herr == nil {
 		var res api.Result
-		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(stdout.Bytes(), &top); err != nil || top == nil {
 			return nil, newError("", 0, fmt.Sprintf("exited 0 but its result on stdout is not JSON (%v)", err))
+		}
+		if _, isErr := top["error"]; isErr {
+			return nil, newError("", 0, "exited 0 but printed an error object")
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || res.Digest == "" {
+			return nil, newError("", 0, fmt.Sprintf("exited 0 but its result on stdout is not a result (%v)", err))
 		}
 		return &res, nil
 	}
@@ -348,6 +357,20 @@ func (r *Request) flags() []string {
 		a = append(a, "--pin="+strconv.FormatBool(*r.Pin))
 	}
 	return append(a, r.Extra...)
+}
+
+// exitReader reads the event pipe; once the helper exited, each read may
+// wait at most 5 s for data.
+type exitReader struct {
+	f      *os.File
+	exited atomic.Bool
+}
+
+func (r *exitReader) Read(p []byte) (int, error) {
+	if r.exited.Load() {
+		_ = r.f.SetReadDeadline(time.Now().Add(5 * time.Second))
+	}
+	return r.f.Read(p)
 }
 
 type pipeSecret struct {

@@ -22,6 +22,12 @@
 //   - When ctx ends, the helper gets SIGTERM, so that it kills its pull
 //     child and removes its cgroup and staging; SIGKILL follows only after
 //     Client.Grace. Pull returns only once the helper has exited.
+//   - OnEvent gets every event the helper wrote, done or error included,
+//     however slow it is: after the helper exited the pipe is drained until
+//     EOF, or until no byte came for 5 s.
+//   - A success has a result with a digest; a crash (a bare exit 2), a
+//     death by a signal the client did not send, or exit 0 without a
+//     result is ErrInternal.
 //   - The package imports the standard library and package api only (a
 //     depcheck test enforces it): no containers/image, no cgroups library.
 package client

@@ -6,8 +6,12 @@ import (
 )
 
 // The sentinel errors, one per documented exit code of pullhelper (README
-// "Exit codes"). Pull's errors match exactly one of them with errors.Is;
-// errors.As with *Error gives the code, exit status and message.
+// "Exit codes"). Every error of a helper that ran matches exactly one of
+// them with errors.Is (a crash, a signal the client did not send, exit 0
+// without a result: ErrInternal; stopped by the client, SIGTERM or SIGINT:
+// ErrInterrupted); errors.As with *Error gives the code, exit status and
+// message. An error before the helper ran (ctx already done, no binary, a
+// protocol mismatch) matches none.
 var (
 	ErrInternal     = errors.New("pullhelper: internal error")             // exit 1, "internal"
 	ErrUsage        = errors.New("pullhelper: usage error")                // exit 2, "usage"

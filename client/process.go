@@ -91,12 +91,22 @@ func (c *Client) outcome(state *os.ProcessState, killed bool, stdout *capWriter,
 	}
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		msg := fmt.Sprintf("ended by signal %d (%v) before it reported a result", ws.Signal(), ws.Signal())
-		if killed {
+		if killed && ws.Signal() == syscall.SIGKILL {
 			msg = fmt.Sprintf("did not exit within %v of SIGTERM and was killed (SIGKILL); its cgroup and staging are left for the next run (or pullhelper gc) to reclaim", c.grace())
 		}
 		e := newError("", exit, msg)
-		e.sentinel = ErrInterrupted
+		// Interrupted only when stopped on purpose: by this client (ctx
+		// ended), or by SIGINT/SIGTERM. A crash or the OOM killer is internal.
+		if killed || ws.Signal() == syscall.SIGTERM || ws.Signal() == syscall.SIGINT {
+			e.sentinel = ErrInterrupted
+		}
 		return e
 	}
-	return newError("", exit, stderr.lastLine())
+	e := newError("", exit, stderr.lastLine())
+	if exit == 2 {
+		// The binary prints a JSON usage error for every usage failure;
+		// a bare exit 2 is the Go runtime's (an unrecovered panic).
+		e.sentinel = ErrInternal
+	}
+	return e
 }
