@@ -82,6 +82,9 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 	if err := p.loadRegistriesConfig(m); err != nil {
 		return nil, err
 	}
+	if err := p.loadFileLookaside(m); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 

@@ -122,7 +122,7 @@ func (p *Request) connect(sys *types.SystemContext, m *Material, round int, st *
 	c.rc = rc
 	// Signatures are read only when the signature policy has a
 	// requirement that needs them.
-	signatures := needsSignatures(m.SignaturePolicy)
+	signatures := NeedsSignatures(m.SignaturePolicy)
 	c.partial = openPartialCache(st, o.Log)
 	c.remote = func(ref types.ImageReference) types.ImageSource {
 		return &remoteSource{ref: ref, named: ref.DockerReference(), sys: c.sys, rc: rc, cache: c.cache, signature: signatures, partial: c.partial, slots: o.slots, known: knownData(st)}

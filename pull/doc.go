@@ -19,7 +19,8 @@
 //   - The copy reads no registry configuration of the host: credentials,
 //     certificates, the system's trust roots (read by the parent where Go
 //     reads them; only when the parent sent none does x509 load them
-//     here), registries.conf, registries.d and the signature policy come
+//     here), registries.conf, registries.d, the signature policy (its key
+//     files inlined) and a file:// lookaside's signatures come
 //     in Material, which it writes into its private configuration
 //     directory (Stage.Config, in memory: the child's tmpfs, or in process
 //     a tmpfs held by descriptor), not into the staging area (Stage.Work,

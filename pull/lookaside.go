@@ -1,7 +1,11 @@
 package pull
 
 import (
+	"fmt"
 	"net/url"
+	"os"
+	"path"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -66,6 +70,145 @@ func isLookasideSignature(u *url.URL, bases []*url.URL) bool {
 		if ok && signaturePath.MatchString(rest) {
 			return true
 		}
+	}
+	return false
+}
+
+// Lookaside are the signatures of a file:// lookaside, read by the parent:
+// the isolated copy runs as another uid with a private /tmp and may not
+// read the directory registries.d names (or containers/image's built-in
+// default, root's /var/lib/containers/sigstore, which as another uid it
+// would not even look in). Base is the lookaside as registries.d names it
+// ("" for the built-in default); Files are its signature files for the
+// image's repository, by path below it (REPO@sha256=HEX/signature-N).
+type Lookaside struct {
+	Base  string            `json:"base"`
+	Files map[string][]byte `json:"files"`
+}
+
+// lookasideFile is a signature file's path below a lookaside: what
+// containers/image's lookasideStorageURL makes of a repository and a
+// digest.
+var lookasideFile = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*@(?:sha256=[0-9a-f]{64}|sha512=[0-9a-f]{128})/signature-[1-9][0-9]*$`)
+
+// ValidLookasideFile reports whether rel is such a path (and no other:
+// no "..", no absolute path).
+func ValidLookasideFile(rel string) bool {
+	return lookasideFile.MatchString(rel) && path.Clean(rel) == rel && !strings.Contains(rel, "..")
+}
+
+// writeLookaside writes l's files under dir/lookaside and returns the
+// registries.d files with l.Base replaced by that directory, as
+// containers/image will read them: every lookaside (or sigstore) value
+// equal to Base, or, for the built-in default, a default-docker entry of
+// its own.
+func writeLookaside(l *Lookaside, dir string, regD map[string][]byte) (map[string][]byte, error) {
+	root := filepath.Join(dir, "lookaside")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
+	for rel, b := range l.Files {
+		if !ValidLookasideFile(rel) {
+			return nil, fmt.Errorf("a lookaside signature named %q", rel)
+		}
+		f := filepath.Join(root, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	local := (&url.URL{Scheme: "file", Path: root}).String()
+	out := make(map[string][]byte, len(regD)+1)
+	for n, b := range regD {
+		out[n] = b
+	}
+	if l.Base == "" {
+		// The built-in default: default-docker names no lookaside. Its
+		// lookaside is set where it is defined (a second default-docker
+		// would be an error), else in a file of its own.
+		for n, b := range regD {
+			var doc yaml.Node
+			if yaml.Unmarshal(b, &doc) != nil || !setDefaultLookaside(&doc, local) {
+				continue
+			}
+			nb, err := yaml.Marshal(&doc)
+			if err != nil {
+				return nil, err
+			}
+			out[n] = nb
+			return out, nil
+		}
+		out["zz-pullhelper-lookaside.yaml"] = []byte("default-docker:\n  lookaside: " + local + "\n")
+		return out, nil
+	}
+	for n, b := range regD {
+		var doc yaml.Node
+		if yaml.Unmarshal(b, &doc) != nil {
+			continue // containers/image refuses it itself
+		}
+		if !replaceLookaside(&doc, l.Base, local) {
+			continue
+		}
+		nb, err := yaml.Marshal(&doc)
+		if err != nil {
+			return nil, err
+		}
+		out[n] = nb
+	}
+	return out, nil
+}
+
+// replaceLookaside sets every lookaside or sigstore value equal to from
+// to to, anywhere in the document; it reports whether it changed one.
+func replaceLookaside(n *yaml.Node, from, to string) bool {
+	changed := false
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if (k.Value == "lookaside" || k.Value == "sigstore") && v.Kind == yaml.ScalarNode && v.Value == from {
+				v.Value, v.Tag, v.Style, changed = to, "!!str", 0, true
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if replaceLookaside(c, from, to) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// setDefaultLookaside sets the lookaside of the document's default-docker
+// entry, when it has one (a mapping); it reports whether it did.
+func setDefaultLookaside(doc *yaml.Node, to string) bool {
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return false
+	}
+	top := doc.Content[0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value != "default-docker" {
+			continue
+		}
+		ns := top.Content[i+1]
+		if ns.Kind != yaml.MappingNode {
+			if ns.Tag != "!!null" {
+				return false
+			}
+			ns.Kind, ns.Tag, ns.Value = yaml.MappingNode, "!!map", ""
+		}
+		for j := 0; j+1 < len(ns.Content); j += 2 {
+			if ns.Content[j].Value == "lookaside" {
+				v := ns.Content[j+1]
+				v.Kind, v.Tag, v.Style, v.Value = yaml.ScalarNode, "!!str", 0, to
+				return true
+			}
+		}
+		ns.Content = append(ns.Content,
+			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "lookaside"},
+			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: to})
+		return true
 	}
 	return false
 }

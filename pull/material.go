@@ -38,6 +38,9 @@ type Material struct {
 	// from them (roots.go). Not JSON: the child gets them raw after its
 	// request line (reexec).
 	SystemRoots []byte `json:"-"`
+	// Lookaside are the signatures of a file:// lookaside the policy
+	// needs, read by the parent (nil: none, or not a file:// one).
+	Lookaside *Lookaside `json:"lookaside,omitempty"`
 
 	roots rootPool // built from SystemRoots once per Copy
 }
@@ -75,7 +78,14 @@ func (m *Material) systemContext(p *Request, st *Stage) (*types.SystemContext, e
 	if err := os.MkdirAll(regD, 0o700); err != nil {
 		return nil, failure.Wrap(failure.Destination, err, "preparing the copy's configuration")
 	}
-	for n, b := range m.RegistriesD {
+	files := m.RegistriesD
+	if m.Lookaside != nil {
+		var err error
+		if files, err = writeLookaside(m.Lookaside, config, m.RegistriesD); err != nil {
+			return nil, failure.Wrap(failure.Destination, err, "preparing the copy's signature lookaside")
+		}
+	}
+	for n, b := range files {
 		if _, err := write(filepath.Join("registries.d", filepath.Base(n)), b); err != nil {
 			return nil, err
 		}

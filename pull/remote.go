@@ -137,12 +137,12 @@ func (p *Request) registryEndpoint(m *Material, sys *types.SystemContext, i int,
 	return ep, nil
 }
 
-// needsSignatures reports whether the signature policy (JSON; nil: the
+// NeedsSignatures reports whether the signature policy (JSON; nil: the
 // built-in accept-anything) has any requirement that reads signatures —
 // anything but insecureAcceptAnything and reject, in any scope. Only then
 // are signatures fetched (through containers/image, which asks the
 // endpoints its own way). An unparsable policy counts as needing them.
-func needsSignatures(policy []byte) bool {
+func NeedsSignatures(policy []byte) bool {
 	if policy == nil {
 		return false
 	}

@@ -150,8 +150,8 @@ func TestNeedsSignatures(t *testing.T) {
 		if policy != "" {
 			b = []byte(policy)
 		}
-		if got := needsSignatures(b); got != want {
-			t.Errorf("needsSignatures(%s) = %v, want %v", policy, got, want)
+		if got := NeedsSignatures(b); got != want {
+			t.Errorf("NeedsSignatures(%s) = %v, want %v", policy, got, want)
 		}
 	}
 }

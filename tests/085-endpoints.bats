@@ -237,7 +237,7 @@ in_etc_containers() {
     echo "[stderr] $stderr"
 }
 
-@test "signature policy: a signedBy keyPath in a directory only root can read, under /tmp, is read by the parent: a signed image pulls into oci:, another key rejects it (exit 8), another tag of it is refused and its digest accepted, and an http lookaside is read while the registry is verified" {
+@test "signature policy: a signedBy keyPath in a directory only root can read, under /tmp, is read by the parent: a signed image pulls into oci:, another key rejects it (exit 8), another tag of it is refused and its digest accepted, an http lookaside is read while the registry is verified, and a file:// lookaside only root can read is handed over" {
     skip_if_not_root "bind-mounting over /etc/containers needs root"
     skip_unless_cmd unshare "needed for a private mount namespace"
     skip_unless_cmd gpg "signs the image"
@@ -315,6 +315,17 @@ PY
     exec {fd}<&-
     printf 'docker:\n  %s:\n    lookaside: http://127.0.0.1:%s\n' "$REGISTRY_HOST" "$port" >"$T/etc-containers/registries.d/pullhelper-test.yaml"
     in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-pub.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny5"
+    assert_equal "$status" 0
+    assert_json_result
+
+    # A file:// lookaside only root can read, under /tmp (the copy, another
+    # uid with a private /tmp, could not read it): the parent reads the
+    # repository's signatures and hands them over.
+    mkdir -m 700 "$T/rootsigs"
+    cp -a "$la/." "$T/rootsigs/"
+    chmod -R go-rwx "$T/rootsigs"
+    printf 'docker:\n  %s:\n    lookaside: file://%s\n' "$REGISTRY_HOST" "$T/rootsigs" >"$T/etc-containers/registries.d/pullhelper-test.yaml"
+    in_etc_containers "$PULLHELPER" pull "${PH_OPTS[@]}" --signature-policy "$T/sig-pub.json" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/tiny6"
     assert_equal "$status" 0
     assert_json_result
 }
