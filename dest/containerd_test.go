@@ -1,7 +1,6 @@
 package dest_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -119,22 +118,9 @@ func TestContainerdBadSettings(t *testing.T) {
 func TestContainerdVerifyKeepsTheServedManifest(t *testing.T) {
 	needRoot(t)
 	im := newImg("served")
-	var m struct {
-		Config struct {
-			Digest string `json:"digest"`
-			Size   int    `json:"size"`
-		} `json:"config"`
-		Layers []struct {
-			Digest string `json:"digest"`
-			Size   int    `json:"size"`
-		} `json:"layers"`
-	}
-	must(t, json.Unmarshal(im.manifest, &m))
+	m := descOf(t, im)
 	const v2s2 = "application/vnd.docker.distribution.manifest.v2+json"
-	docker := func(layerDigest string, layerSize int) []byte {
-		return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":%q,"config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","digest":%q,"size":%d}]}`,
-			v2s2, m.Config.Digest, m.Config.Size, layerDigest, layerSize)
-	}
+	docker := func(layerDigest string, layerSize int) []byte { return dockerManifest(m, layerDigest, layerSize) }
 	// staged is what the child staged (the conversion of served).
 	verify := func(staged img, served []byte) (dest.Destination, error) {
 		d := parse(t, "containerd:h.example/t/docker:v1")

@@ -192,3 +192,29 @@ func readIndex(t testing.TB, dir string) map[string]string {
 	}
 	return out
 }
+
+// manifestDesc is the config and layers a test image's manifest names.
+type manifestDesc struct {
+	Config struct {
+		Digest string `json:"digest"`
+		Size   int    `json:"size"`
+	} `json:"config"`
+	Layers []struct {
+		Digest string `json:"digest"`
+		Size   int    `json:"size"`
+	} `json:"layers"`
+}
+
+func descOf(t *testing.T, im img) manifestDesc {
+	t.Helper()
+	var m manifestDesc
+	must(t, json.Unmarshal(im.manifest, &m))
+	return m
+}
+
+// dockerManifest is a Docker schema 2 manifest naming m's config and one
+// layer (as a registry serves what an oci: layout stores converted).
+func dockerManifest(m manifestDesc, layerDigest string, layerSize int) []byte {
+	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","digest":%q,"size":%d}]}`,
+		m.Config.Digest, m.Config.Size, layerDigest, layerSize)
+}

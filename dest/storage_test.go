@@ -367,21 +367,8 @@ func TestContainersStorageStoresTheServedManifest(t *testing.T) {
 	graph, run := filepath.Join(dir, "graph"), filepath.Join(dir, "run")
 	raw := "containers-storage:[vfs@" + graph + "+" + run + "]h.example/t/docker:v1"
 	im := newImg("served")
-	var m struct {
-		Config struct {
-			Digest string `json:"digest"`
-			Size   int    `json:"size"`
-		} `json:"config"`
-		Layers []struct {
-			Digest string `json:"digest"`
-			Size   int    `json:"size"`
-		} `json:"layers"`
-	}
-	must(t, json.Unmarshal(im.manifest, &m))
-	docker := func(layerSize int) []byte {
-		return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","digest":%q,"size":%d}]}`,
-			m.Config.Digest, m.Config.Size, m.Layers[0].Digest, layerSize)
-	}
+	m := descOf(t, im)
+	docker := func(layerSize int) []byte { return dockerManifest(m, m.Layers[0].Digest, layerSize) }
 	d, err := dest.ParseWith(raw, dest.ParseOptions{StorageConf: noSystemConf(t)})
 	must(t, err)
 	// What the child reports for a Docker manifest it staged converted.

@@ -129,35 +129,40 @@ func writeLookaside(l *Lookaside, dir string, regD map[string][]byte) (map[strin
 		// lookaside is set where it is defined (a second default-docker
 		// would be an error), else in a file of its own.
 		for n, b := range regD {
-			var doc yaml.Node
-			if yaml.Unmarshal(b, &doc) != nil || !setDefaultLookaside(&doc, local) {
-				continue
-			}
-			nb, err := yaml.Marshal(&doc)
+			nb, ok, err := rewriteYAML(b, func(doc *yaml.Node) bool { return setDefaultLookaside(doc, local) })
 			if err != nil {
 				return nil, err
 			}
-			out[n] = nb
-			return out, nil
+			if ok {
+				out[n] = nb
+				return out, nil
+			}
 		}
 		out["zz-pullhelper-lookaside.yaml"] = []byte("default-docker:\n  lookaside: " + local + "\n")
 		return out, nil
 	}
 	for n, b := range regD {
-		var doc yaml.Node
-		if yaml.Unmarshal(b, &doc) != nil {
-			continue // containers/image refuses it itself
-		}
-		if !replaceLookaside(&doc, l.Base, local) {
-			continue
-		}
-		nb, err := yaml.Marshal(&doc)
+		nb, ok, err := rewriteYAML(b, func(doc *yaml.Node) bool { return replaceLookaside(doc, l.Base, local) })
 		if err != nil {
 			return nil, err
 		}
-		out[n] = nb
+		if ok {
+			out[n] = nb
+		}
 	}
 	return out, nil
+}
+
+// rewriteYAML applies change to the YAML document b and returns it again
+// when change changed it (a document that does not parse is left as it is:
+// containers/image refuses it itself).
+func rewriteYAML(b []byte, change func(*yaml.Node) bool) ([]byte, bool, error) {
+	var doc yaml.Node
+	if yaml.Unmarshal(b, &doc) != nil || !change(&doc) {
+		return nil, false, nil
+	}
+	nb, err := yaml.Marshal(&doc)
+	return nb, err == nil, err
 }
 
 // replaceLookaside sets every lookaside or sigstore value equal to from
