@@ -32,6 +32,9 @@ const (
 	maxLookasideTotal = 4 << 20
 	maxLookasideFiles = 1024
 	maxLookasideSigs  = 64 // signature-1 … signature-64 of one digest
+	// maxLookasideEntries bounds the listing of the repository's parent
+	// directory, which holds the other repositories' digests too.
+	maxLookasideEntries = 1 << 16
 )
 
 // lookasideDigestDir is a lookaside directory's name after the repository's
@@ -65,7 +68,7 @@ func (p *Plan) loadFileLookaside(m *pull.Material) error {
 	}
 	repo := reference.Path(named)
 	dir := path.Join(u.Path, path.Dir(repo))
-	ents, err := safefile.ReadDirAtMost(dir, maxLookasideFiles+1)
+	ents, err := safefile.ReadDirAtMost(dir, maxLookasideEntries+1)
 	if errors.Is(err, fs.ErrNotExist) {
 		m.Lookaside = l // nothing signed: the copy finds no signature, as skopeo would
 		return nil
@@ -73,8 +76,8 @@ func (p *Plan) loadFileLookaside(m *pull.Material) error {
 	if err != nil {
 		return failure.New(failure.Usage, "signature lookaside %s: %s", dir, safefile.Reason(err))
 	}
-	if len(ents) > maxLookasideFiles {
-		return failure.New(failure.Usage, "signature lookaside %s: more than %d entries for %s; pullhelper hands the copy at most that many (serve the lookaside over http(s))", dir, maxLookasideFiles, repo)
+	if len(ents) > maxLookasideEntries {
+		return failure.New(failure.Usage, "signature lookaside %s: more than %d entries; pullhelper lists at most that many for %s (serve the lookaside over http(s))", dir, maxLookasideEntries, repo)
 	}
 	names := make([]string, 0, len(ents))
 	for _, e := range ents {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,6 +86,18 @@ func TestLoadFileLookaside(t *testing.T) {
 		if !pull.ValidLookasideFile(rel) {
 			t.Errorf("%s is not a lookaside file's path", rel)
 		}
+	}
+
+	// The namespace's directory holds every repository's digests: more of
+	// them than the files handed over is fine, only this repository's count.
+	for i := range maxLookasideFiles + 100 {
+		if err := os.Mkdir(filepath.Join(la, "ns", "other-"+strconv.Itoa(i)+"@sha256="+hex), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mm := &pull.Material{SignaturePolicy: []byte(signedByPolicy), RegistriesD: regD}
+	if err := p.loadFileLookaside(mm); err != nil || len(mm.Lookaside.Files) != 2 {
+		t.Fatalf("beside %d other repositories' digests: %+v, %v", maxLookasideFiles+100, mm.Lookaside, err)
 	}
 
 	// No signature needed, or an http lookaside: nothing read.
