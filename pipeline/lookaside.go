@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"net/url"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/pullhelper/pullhelper/pull"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
-	"go.yaml.in/yaml/v3"
 )
 
 // defaultLookaside is containers/image's built-in lookaside for root
@@ -36,10 +34,6 @@ const (
 	// directory, which holds the other repositories' digests too.
 	maxLookasideEntries = 1 << 16
 )
-
-// lookasideDigestDir is a lookaside directory's name after the repository's
-// last path component: @ALGO=HEX (containers/image's lookasideStorageURL).
-var lookasideDigestDir = regexp.MustCompile(`^@(?:sha256=[0-9a-f]{64}|sha512=[0-9a-f]{128})$`)
 
 // loadFileLookaside reads the signatures of the lookaside the image's
 // signatures are looked up in, when the signature policy needs signatures
@@ -86,8 +80,9 @@ func (p *Plan) loadFileLookaside(m *pull.Material) error {
 	sort.Strings(names)
 	total := 0
 	for _, n := range names {
-		rest, ok := strings.CutPrefix(n, path.Base(repo))
-		if !ok || !lookasideDigestDir.MatchString(rest) {
+		// This repository's digests only: REPO@ALGO=HEX, as the copy
+		// will name its signature files (pull.ValidLookasideFile).
+		if !strings.HasPrefix(n, path.Base(repo)+"@") || !pull.ValidLookasideFile(path.Join(path.Dir(repo), n, "signature-1")) {
 			continue
 		}
 		for i := 1; i <= maxLookasideSigs; i++ {
@@ -117,49 +112,27 @@ func (p *Plan) loadFileLookaside(m *pull.Material) error {
 // else the built-in default (configured false). Its lookaside, or the
 // older name sigstore.
 func lookasideFor(files map[string][]byte, repo reference.Named) (string, bool) {
-	type namespace struct {
-		Lookaside string `yaml:"lookaside"`
-		SigStore  string `yaml:"sigstore"`
-	}
-	top := func(ns namespace) string {
-		if ns.Lookaside != "" {
-			return ns.Lookaside
-		}
-		return ns.SigStore
-	}
-	scopes := map[string]namespace{}
-	var def *namespace
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		var conf struct {
-			DefaultDocker *namespace           `yaml:"default-docker"`
-			Docker        map[string]namespace `yaml:"docker"`
-		}
-		if yaml.Unmarshal(files[n], &conf) != nil {
-			continue
-		}
-		if conf.DefaultDocker != nil && def == nil {
-			def = conf.DefaultDocker
-		}
-		for k, v := range conf.Docker {
-			if _, ok := scopes[k]; !ok {
-				scopes[k] = v
-			}
+	// The first of each scope, and of default-docker, counts (a second is
+	// containers/image's error).
+	scopes := map[string]pull.LookasideScope{}
+	var def *pull.LookasideScope
+	for _, ns := range pull.LookasideScopes(files) {
+		switch _, seen := scopes[ns.Scope]; {
+		case ns.Default && def == nil:
+			def = &ns
+		case !ns.Default && !seen:
+			scopes[ns.Scope] = ns
 		}
 	}
 	if ref, err := docker.NewReference(reference.TagNameOnly(repo)); err == nil {
 		for _, ns := range ref.PolicyConfigurationNamespaces() {
-			if v, ok := scopes[ns]; ok && top(v) != "" {
-				return top(v), true
+			if v, ok := scopes[ns]; ok && v.URL() != "" {
+				return v.URL(), true
 			}
 		}
 	}
-	if def != nil && top(*def) != "" {
-		return top(*def), true
+	if def != nil && def.URL() != "" {
+		return def.URL(), true
 	}
 	return defaultLookaside, false
 }

@@ -2,47 +2,75 @@ package pull
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// lookasideBases are the http and https signature lookaside locations the
-// registries.d files name (containers-registries.d(5): lookaside, or the
-// older sigstore, of default-docker and of every docker namespace), as
-// containers/image's registries_d.go reads them. A file that does not
+// LookasideScope is one namespace of a registries.d file
+// (containers-registries.d(5)): default-docker, or a docker scope, and the
+// lookaside it names (or the older name sigstore).
+type LookasideScope struct {
+	Scope     string // "" for default-docker
+	Default   bool
+	Lookaside string
+	SigStore  string
+}
+
+// URL is the lookaside containers/image reads from: lookaside, else
+// sigstore (registries_d.go registryNamespace.signatureTopLevel).
+func (s LookasideScope) URL() string {
+	if s.Lookaside != "" {
+		return s.Lookaside
+	}
+	return s.SigStore
+}
+
+// LookasideScopes are the namespaces of the registries.d files, file by
+// file in name order (containers/image's order). A file that does not
 // parse names none here (containers/image then refuses it itself).
-func lookasideBases(files map[string][]byte) []*url.URL {
+func LookasideScopes(files map[string][]byte) []LookasideScope {
 	type namespace struct {
 		Lookaside string `yaml:"lookaside"`
 		SigStore  string `yaml:"sigstore"`
 	}
-	var out []*url.URL
-	add := func(ns namespace) {
-		for _, s := range []string{ns.Lookaside, ns.SigStore} {
-			if u, err := url.Parse(s); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-				out = append(out, u)
-			}
-		}
-	}
-	for _, b := range files {
+	var out []LookasideScope
+	for _, n := range slices.Sorted(maps.Keys(files)) {
 		var conf struct {
 			DefaultDocker *namespace           `yaml:"default-docker"`
 			Docker        map[string]namespace `yaml:"docker"`
 		}
-		if yaml.Unmarshal(b, &conf) != nil {
+		if yaml.Unmarshal(files[n], &conf) != nil {
 			continue
 		}
-		if conf.DefaultDocker != nil {
-			add(*conf.DefaultDocker)
+		if ns := conf.DefaultDocker; ns != nil {
+			out = append(out, LookasideScope{Default: true, Lookaside: ns.Lookaside, SigStore: ns.SigStore})
 		}
-		for _, ns := range conf.Docker {
-			add(ns)
+		for _, k := range slices.Sorted(maps.Keys(conf.Docker)) {
+			ns := conf.Docker[k]
+			out = append(out, LookasideScope{Scope: k, Lookaside: ns.Lookaside, SigStore: ns.SigStore})
+		}
+	}
+	return out
+}
+
+// lookasideBases are the http and https signature lookaside locations the
+// registries.d files name (lookaside or sigstore, of default-docker and of
+// every docker namespace).
+func lookasideBases(files map[string][]byte) []*url.URL {
+	var out []*url.URL
+	for _, ns := range LookasideScopes(files) {
+		for _, s := range []string{ns.Lookaside, ns.SigStore} {
+			if u, err := url.Parse(s); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+				out = append(out, u)
+			}
 		}
 	}
 	return out
