@@ -336,16 +336,13 @@ func (s *guardedSource) GetManifest(ctx context.Context, instanceDigest *digest.
 	// from the first byte of the body on, as a blob's is (the wait for the
 	// answer and the retries before it are the stall timeout's). The
 	// registry client calls back in this goroutine.
-	var m *meter
+	lm := &lazyMeter{g: s.g, what: what, host: func() string { return cmp.Or(s.g.hosts.manifestHost(), s.g.host) }}
 	raw, mime, err := s.ImageSource.GetManifest(registry.WithReceived(ctx, func(n int) {
 		s.g.touch()
-		if m == nil {
-			m = s.g.meters.add(what, func() string { return cmp.Or(s.g.hosts.manifestHost(), s.g.host) })
-		}
-		m.bytes.Add(int64(n))
+		lm.add(n)
 	}), instanceDigest)
-	if m != nil {
-		s.g.meters.remove(m)
+	if lm.m != nil {
+		s.g.meters.remove(lm.m)
 	}
 	done()
 	if err != nil {
@@ -368,22 +365,14 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 	}
 	done := s.g.begin(what)
 	s.g.hosts.startBlob(info.Digest)
-	host := func() string { return s.g.hosts.blobHost(info.Digest) }
 	// A resume the server answers in full has the kept prefix skipped
 	// before GetBlob returns: those bytes are the rate watchdog's from the
 	// first (a skip at 1 B/s is too slow, not a stall), as the body's are
 	// once it is read. The registry client calls back in this goroutine,
 	// and again, should the body break and be resumed, in the reader's.
-	var m *meter
-	rc, size, err := s.ImageSource.GetBlob(registry.WithReceived(ctx, func(n int) {
-		if m == nil {
-			m = s.g.meters.add(what, host)
-		}
-		m.bytes.Add(int64(n))
-	}), info, cache)
-	if m == nil {
-		m = s.g.meters.add(what, host)
-	}
+	lm := &lazyMeter{g: s.g, what: what, host: func() string { return s.g.hosts.blobHost(info.Digest) }}
+	rc, size, err := s.ImageSource.GetBlob(registry.WithReceived(ctx, lm.add), info, cache)
+	m := lm.get()
 	if err != nil {
 		s.g.meters.remove(m)
 		done()
@@ -398,6 +387,29 @@ func (s *guardedSource) GetBlob(ctx context.Context, info types.BlobInfo, cache 
 		return nil, 0, verification(errBlobTooLarge, "blob %s is larger than its declared size %d (the registry announces %d bytes)", info.Digest, info.Size, size)
 	}
 	return &cappedReader{rc: rc, d: info.Digest, limit: info.Size, kept: kept, g: s.g, done: done, m: m}, size, nil
+}
+
+// lazyMeter is a fetch's meter, added to the rate watchdog's at its first
+// byte (the rate is judged from the first byte of the body on; the wait
+// for the answer is the stall timeout's).
+type lazyMeter struct {
+	g    *guard
+	what string
+	host func() string
+	m    *meter
+}
+
+// add counts n bytes, adding the meter first if it has none.
+func (l *lazyMeter) add(n int) {
+	l.get().bytes.Add(int64(n))
+}
+
+// get is the meter, added now if no byte came yet.
+func (l *lazyMeter) get() *meter {
+	if l.m == nil {
+		l.m = l.g.meters.add(l.what, l.host)
+	}
+	return l.m
 }
 
 // keptPrefix is how many of the first bytes of a blob stream the
