@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
@@ -81,8 +82,8 @@ func inlinePolicyKeys(policyFile string, b []byte) ([]byte, error) {
 		if err := json.Unmarshal(raw, &transports); err != nil {
 			return nil, failure.New(failure.Usage, "signature policy %s: transports: %s", policyFile, safefile.Redact(err.Error()))
 		}
-		for _, t := range sortedKeys(transports) {
-			for _, s := range sortedKeys(transports[t]) {
+		for _, t := range slices.Sorted(maps.Keys(transports)) {
+			for _, s := range slices.Sorted(maps.Keys(transports[t])) {
 				out, err := r.requirements(transports[t][s])
 				if err != nil {
 					return nil, err
@@ -377,12 +378,3 @@ func sigstoreScope(pol *signature.Policy, named reference.Named) (string, bool) 
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
