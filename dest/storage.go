@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,11 +84,16 @@ type storageDest struct {
 // importManifests are the verified manifests an import serves in place of
 // the staged ones: the top-level manifest (the registry's, or the index of
 // which the pull copied one instance), the instance, and their bytes by
-// digest; image is the digest of the manifest the stored image must hold.
+// digest.
 type importManifests struct {
-	top, instance, image string
-	raw                  map[string][]byte
+	top, instance string
+	raw           map[string][]byte
 }
+
+// image is the digest of the manifest the stored image must hold: the
+// instance of an index, else the top-level one ("" when the staged
+// top-level manifest is served).
+func (m importManifests) image() string { return cmp.Or(m.instance, m.top) }
 
 // Committed is what Commit reported: the image ID, the store (the driver
 // the store runs with, its graph and run roots, the storage.conf) and the
@@ -242,10 +248,10 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		// manifest (its digest the image's, as containers/image's copy
 		// from the registry stores it), the registry's instance the
 		// only one served.
-		d.manifests = importManifests{top: e.Digest, instance: e.Instance, image: e.Instance,
+		d.manifests = importManifests{top: e.Digest, instance: e.Instance,
 			raw: map[string][]byte{e.Digest: e.IndexRaw, e.Instance: e.Served}}
 	case e.IndexRaw == nil:
-		d.manifests = importManifests{top: e.Digest, image: e.Digest, raw: map[string][]byte{e.Digest: e.Served}}
+		d.manifests = importManifests{top: e.Digest, raw: map[string][]byte{e.Digest: e.Served}}
 	}
 	if d.manifests.top != "" && e.DestDigest != "" {
 		if err := servedIsStaged(s.verified.tree, e); err != nil {
@@ -422,7 +428,7 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	}
 	// The image the import stored is the pulled one (the instance of an
 	// index: the platform containers/image chose must be the pull's).
-	want, isIndex := m.image, false
+	want, isIndex := m.image(), false
 	if want == "" {
 		want, isIndex = v.oci.manifestDigest()
 	}
