@@ -310,7 +310,10 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		return verr(err)
 	}
 	cv := &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
-	if cv.served, err = ctrdServed(t, e); err != nil {
+	if cv.served, err = ctrdServed(t, e); err == nil && e.convertedIndex() {
+		cv.instances, err = servedIndex(t, e)
+	}
+	if err != nil {
 		t.close()
 		return verr(err)
 	}
@@ -327,8 +330,13 @@ type ctrdVerified struct {
 	// platform is the platform unpacked (nil: this machine's).
 	platform *wire.Platform
 	// served is the image manifest the registry served (nil with
-	// --all-architectures of an index: the staged index goes in).
+	// --all-architectures of an index: the whole index goes in).
 	served *servedManifest
+	// instances, with --all-architectures of an index the staging
+	// converted (a Docker manifest list), are the registry's index and
+	// instances by digest (servedIndex), which go in instead of the
+	// staged conversions; nil: the staged index is the registry's.
+	instances map[string][]byte
 }
 
 // servedManifest is an image manifest as the registry served it: what
@@ -564,24 +572,43 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		return verr(fmt.Errorf("the staged top %s and the served manifest disagree on whether the image is an index", top.Digest))
 	}
 	if cv.served == nil {
-		// --all-architectures: the staged top is the index itself and
-		// every instance is staged (verifyOCI checked each). All of them
-		// go in, the index is the target, labelled to every child.
+		// --all-architectures: every instance is staged (verifyOCI
+		// checked each). All of them go in, the index is the target,
+		// labelled to every child. The staged top is the index itself,
+		// unless the staging converted it (a Docker manifest list): the
+		// registry's index and instances go in then, as containerd's
+		// own pull stores them, each naming the staged blobs.
 		idxRaw, err := stagedRaw(t, top.Digest)
 		if err != nil {
 			return err
+		}
+		if cv.instances != nil {
+			idxRaw = cv.indexRaw
 		}
 		var idx ocispec.Index
 		if err := json.Unmarshal(idxRaw, &idx); err != nil {
 			return verr(err)
 		}
+		if cv.instances != nil {
+			mt := idx.MediaType
+			if mt == "" {
+				mt = ocispec.MediaTypeImageIndex
+			}
+			mdesc = ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(idxRaw))}
+			target = mdesc
+		}
 		for _, e := range idx.Manifests {
 			if images.IsIndexType(e.MediaType) {
-				return verr(fmt.Errorf("index %s names index %s (nested indexes are refused)", top.Digest, e.Digest))
+				return verr(fmt.Errorf("index %s names index %s (nested indexes are refused)", mdesc.Digest, e.Digest))
 			}
-			raw, err := stagedRaw(t, e.Digest.String())
-			if err != nil {
-				return err
+			raw, ok := cv.instances[e.Digest.String()]
+			switch {
+			case cv.instances == nil:
+				if raw, err = stagedRaw(t, e.Digest.String()); err != nil {
+					return err
+				}
+			case !ok:
+				return verr(fmt.Errorf("instance %s of index %s was not verified", e.Digest, mdesc.Digest))
 			}
 			if _, err := putManifest(e, raw, false); err != nil {
 				return err
@@ -657,7 +684,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 	}}
 	// The served manifest is what the store holds, not the staging's
 	// conversion of it: the result names no destination digest.
-	s.ServedStored = cv.served != nil
+	s.ServedStored = cv.served != nil || cv.instances != nil
 	return nil
 }
 

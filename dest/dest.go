@@ -164,6 +164,15 @@ type Expect struct {
 	// the stored top be an index (without it the copy stores one
 	// instance, and Instance names it).
 	AllArchitectures bool `json:"all_architectures,omitempty"`
+	// ServedInstances, with --all-architectures of an index that the
+	// staging converted (DestDigest: an oci: layout stores a Docker
+	// manifest list and its Docker schema 2 instances as OCI), are the
+	// registry's instance manifests, in the order of IndexRaw's
+	// manifests: each must hash to its descriptor there, and the staged
+	// index's instance in the same place must keep its config and
+	// layers, as Served for one converted manifest. A store keeps these
+	// bytes, as containerd's and containers/image's own pulls do.
+	ServedInstances [][]byte `json:"served_instances,omitempty"`
 }
 
 // kind builds one transport's Destination: its name, form and split are

@@ -68,3 +68,13 @@ func CtrdServed(d Destination) (desc ocispec.Descriptor, raw []byte, ok bool) {
 	}
 	return c.pending.served.desc, c.pending.served.raw, true
 }
+
+// CtrdInstances are the registry's index and instances a verified
+// containerd: DEST imports for an index the staging converted (nil: none).
+func CtrdInstances(d Destination) map[string][]byte {
+	c := d.(*containerdDest)
+	if c.pending == nil {
+		return nil
+	}
+	return c.pending.instances
+}

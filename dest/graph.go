@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,6 +43,27 @@ type descriptor struct {
 	Size        int64             `json:"size"`
 	URLs        []string          `json:"urls,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	Platform    *platformDoc      `json:"platform,omitempty"`
+}
+
+// platformDoc is an index entry's platform as an OCI index and a Docker
+// manifest list both write it (a Docker list's "features", which
+// containers/image's conversion to OCI drops, is not read).
+type platformDoc struct {
+	Architecture string   `json:"architecture"`
+	OS           string   `json:"os"`
+	OSVersion    string   `json:"os.version,omitempty"`
+	OSFeatures   []string `json:"os.features,omitempty"`
+	Variant      string   `json:"variant,omitempty"`
+}
+
+// samePlatform: both absent, or the same fields.
+func samePlatform(a, b *platformDoc) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Architecture == b.Architecture && a.OS == b.OS && a.OSVersion == b.OSVersion &&
+		a.Variant == b.Variant && slices.Equal(a.OSFeatures, b.OSFeatures)
 }
 
 type manifestDoc struct {
@@ -112,6 +134,9 @@ func checkExpect(e Expect) error {
 		if got := digestOf(alg, e.IndexRaw); got != e.Digest {
 			return badStaged("the resolved index is %s, not the reported %s", got, e.Digest)
 		}
+		if err := checkServedInstances(e); err != nil {
+			return err
+		}
 		if e.Instance != "" {
 			m, err := parseManifest("the resolved index", e.IndexRaw)
 			if err != nil {
@@ -127,6 +152,48 @@ func checkExpect(e Expect) error {
 			if err := checkPlatform(e); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// convertedIndex: every instance of an index was copied and the staging
+// stored the index converted (--all-architectures of a Docker manifest
+// list into an oci: layout), so ServedInstances carries the registry's
+// instances.
+func (e Expect) convertedIndex() bool {
+	return e.AllArchitectures && e.Instance == "" && e.IndexRaw != nil && e.DestDigest != ""
+}
+
+// checkServedInstances checks ServedInstances against the resolved index
+// (IndexRaw, already checked against Digest): present exactly when the
+// staging converted the whole index, one per manifest of the index, each
+// hashing to its descriptor's digest with its size.
+func checkServedInstances(e Expect) error {
+	if !e.convertedIndex() {
+		if e.ServedInstances != nil {
+			return badStaged("the copy handed over the instances of %s as served, but it did not store the whole index converted", e.Digest)
+		}
+		return nil
+	}
+	idx, err := parseManifest("the resolved index", e.IndexRaw)
+	if err != nil {
+		return err
+	}
+	if !idx.isIndex() {
+		return badStaged("the copy stored %s converted as an index, but the registry served an image manifest", e.Digest)
+	}
+	if len(e.ServedInstances) != len(idx.Manifests) {
+		return badStaged("the copy stored index %s converted and handed over %d of its %d instances as served", e.Digest, len(e.ServedInstances), len(idx.Manifests))
+	}
+	for i, d := range idx.Manifests {
+		alg, _, err := splitDigest(d.Digest)
+		if err != nil {
+			return badStaged("index %s names a manifest %v", e.Digest, err)
+		}
+		raw := e.ServedInstances[i]
+		if got := digestOf(alg, raw); got != d.Digest || int64(len(raw)) != d.Size {
+			return badStaged("instance %d handed over as served is %s (%d bytes), not index %s's %s (%d bytes)", i+1, got, len(raw), e.Digest, d.Digest, d.Size)
 		}
 	}
 	return nil
@@ -150,6 +217,9 @@ func (e Expect) source() string {
 func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte, error)) error {
 	if e.DestDigest == "" {
 		return nil
+	}
+	if e.convertedIndex() {
+		return badStaged("a converted index is tied to the registry's by tieIndexToServed")
 	}
 	served, err := parseManifest("the served manifest", e.Served)
 	if err != nil {
@@ -185,6 +255,95 @@ func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte,
 		}
 	}
 	return nil
+}
+
+// instanceExpects pairs each instance of a converted index (the staged
+// one, stored, named by DestDigest) with the registry's instance in the
+// same place (checkServedInstances checked those against IndexRaw):
+// containers/image converts an index entry by entry, in order, and keeps
+// each entry's platform. Each pair is an Expect of one converted
+// manifest: Instance the served digest, DestDigest the staged one
+// (equal when that instance was not converted).
+func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
+	served, err := parseManifest("the resolved index", e.IndexRaw)
+	if err != nil {
+		return nil, err
+	}
+	if !stored.isIndex() {
+		return nil, badStaged("the copy stored %s, an image manifest, for index %s", e.DestDigest, e.Digest)
+	}
+	if len(stored.Manifests) != len(served.Manifests) {
+		return nil, badStaged("the stored index %s has %d manifests, the registry's %s %d", e.DestDigest, len(stored.Manifests), e.Digest, len(served.Manifests))
+	}
+	out := make([]Expect, len(served.Manifests))
+	for i, sv := range served.Manifests {
+		st := stored.Manifests[i]
+		if !samePlatform(st.Platform, sv.Platform) {
+			return nil, badStaged("manifest %d of the stored index %s is for another platform than the registry's %s", i+1, e.DestDigest, sv.Digest)
+		}
+		out[i] = Expect{Digest: e.Digest, Instance: sv.Digest, Served: e.ServedInstances[i]}
+		if st.Digest != sv.Digest {
+			out[i].DestDigest = st.Digest
+		}
+	}
+	return out, nil
+}
+
+// tieIndexToServed ties a converted index to the registry's (see
+// instanceExpects), each staged instance to the served one as tieToServed
+// ties one converted manifest. load reads a staged manifest or config
+// (each verified by the graph already).
+func tieIndexToServed(e Expect, stored *manifestDoc, load func(descriptor) ([]byte, error)) error {
+	subs, err := instanceExpects(e, stored)
+	if err != nil {
+		return err
+	}
+	for i, sub := range subs {
+		if sub.DestDigest == "" {
+			continue // stored as served: the graph checked its digest
+		}
+		raw, err := load(stored.Manifests[i])
+		if err != nil {
+			return err
+		}
+		m, err := parseManifest("the stored instance "+sub.DestDigest, raw)
+		if err != nil {
+			return err
+		}
+		if err := tieToServed(sub, m, load); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// servedIndex are the registry's manifests a store import keeps for a
+// converted index (Expect.convertedIndex), by digest: the index and its
+// instances, each instance naming exactly the staged blobs of the staged
+// instance in its place (servedIsStaged), which Verify checked.
+func servedIndex(t *tree, e Expect) (map[string][]byte, error) {
+	raw, err := stagedRaw(t, e.DestDigest)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := parseManifest("the staged index", raw)
+	if err != nil {
+		return nil, err
+	}
+	subs, err := instanceExpects(e, stored)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{e.Digest: e.IndexRaw}
+	for _, sub := range subs {
+		if sub.DestDigest != "" {
+			if err := servedIsStaged(t, sub); err != nil {
+				return nil, err
+			}
+		}
+		out[sub.Instance] = sub.Served
+	}
+	return out, nil
 }
 
 // servedIsStaged checks that the manifest the registry served (Expect.Served,
@@ -484,17 +643,23 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 	if d.Size < 0 {
 		return nil, badStaged("index.json gives the manifest a negative size")
 	}
-	m, err := g.manifest(d, d.Digest == e.Digest, mrel)
+	m, err := g.manifest(d, d.Digest == e.Digest || e.convertedIndex(), mrel)
 	if err != nil {
 		return nil, err
 	}
 	if err := g.check(e.MaxBytes); err != nil {
 		return nil, err
 	}
-	if err := tieToServed(e, m, func(c descriptor) ([]byte, error) {
+	load := func(c descriptor) ([]byte, error) {
 		calg, chx, _ := splitDigest(c.Digest)
 		return st.load(g.path(calg, chx, false), maxJSON)
-	}); err != nil {
+	}
+	if e.convertedIndex() {
+		err = tieIndexToServed(e, m, load)
+	} else {
+		err = tieToServed(e, m, load)
+	}
+	if err != nil {
 		return nil, err
 	}
 	// The entry committed is the parent's own, built from what it

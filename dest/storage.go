@@ -72,8 +72,8 @@ type storageDest struct {
 	staged *ociDest
 	// manifests are the registry's manifests Verify checked, which the
 	// import serves (verifiedSource: top, instance, mem); top is "" when
-	// the staged top-level manifest is served (an index staged whole,
-	// --all-architectures).
+	// the staged top-level manifest is served (an index staged whole as
+	// served, --all-architectures).
 	manifests importManifests
 	// platform is the platform whose image the import stores from an
 	// index (Expect.Platform).
@@ -83,8 +83,8 @@ type storageDest struct {
 
 // importManifests are the verified manifests an import serves in place of
 // the staged ones: the top-level manifest (the registry's, or the index of
-// which the pull copied one instance), the instance, and their bytes by
-// digest.
+// which the pull copied one instance or, converted, every instance), the
+// instance (one platform's), and their bytes by digest.
 type importManifests struct {
 	top, instance string
 	raw           map[string][]byte
@@ -250,6 +250,16 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		// only one served.
 		d.manifests = importManifests{top: e.Digest, instance: e.Instance,
 			raw: map[string][]byte{e.Digest: e.IndexRaw, e.Instance: e.Served}}
+	case e.convertedIndex():
+		// Every platform of an index the staging converted (a Docker
+		// manifest list): the registry's index and instances, each
+		// naming the staged blobs of the staged instance in its place.
+		raw, err := servedIndex(s.verified.tree, e)
+		if err != nil {
+			return verr(err)
+		}
+		d.manifests = importManifests{top: e.Digest, raw: raw}
+		return nil
 	case e.IndexRaw == nil:
 		d.manifests = importManifests{top: e.Digest, raw: map[string][]byte{e.Digest: e.Served}}
 	}
@@ -428,7 +438,7 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	}
 	// The image the import stored is the pulled one (the instance of an
 	// index: the platform containers/image chose must be the pull's).
-	want, isIndex := m.image(), false
+	want, isIndex := m.image(), m.instance == "" && manifest.MIMETypeIsMultiImage(manifest.GuessMIMEType(m.raw[m.top]))
 	if want == "" {
 		want, isIndex = v.oci.manifestDigest()
 	}

@@ -274,6 +274,15 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 	if err := served(ctx, c.sys, src, r.top, want, r.raw, p.Signature.File != "", out); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
 	}
+	// Every instance copied, the index stored converted (an oci: layout
+	// stores a Docker manifest list as an OCI index): the parent ties
+	// each stored instance to the registry's, and a store keeps those.
+	if p.AllArchitectures && manifest.MIMETypeIsMultiImage(r.mime) && rep.DestinationDigest != "" {
+		var err error
+		if out.ServedInstances, err = servedInstances(ctx, c.sys, src, r.pinned, r.raw, r.mime); err != nil {
+			return nil, p.classify(stallCause(ctx, err))
+		}
+	}
 	rep.Endpoints, rep.KeptBytes = c.g.hosts.endpoints(), c.g.hosts.keptTotal()
 	return rep, nil
 }
@@ -319,6 +328,45 @@ func served(ctx context.Context, sys *types.SystemContext, ref types.ImageRefere
 		return checkSignatures(out.Signatures)
 	}
 	return nil
+}
+
+// MaxServedInstances bounds the instances of an index handed over as
+// served (Copied.ServedInstances).
+const MaxServedInstances = 1024
+
+// servedInstances fetches each instance of the index raw (mime) as the
+// registry serves it, in the index's order, each checked against its
+// digest (the parent checks each against the index again, with its size).
+func servedInstances(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, pinned reference.Named, raw []byte, mime string) ([][]byte, error) {
+	list, err := manifest.ListFromBlob(raw, mime)
+	if err != nil {
+		return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
+	}
+	ds := list.Instances()
+	if len(ds) > MaxServedInstances {
+		return nil, failure.New(failure.Verification, "the index of %s has %d instances, more than the %d pullhelper copies with --all-architectures", pinned, len(ds), MaxServedInstances)
+	}
+	src, err := ref.NewImageSource(ctx, sys)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	out := make([][]byte, 0, len(ds))
+	total := 0
+	for _, d := range ds {
+		m, _, err := src.GetManifest(ctx, &d)
+		if err != nil {
+			return nil, err
+		}
+		if d.Algorithm().FromBytes(m) != d {
+			return nil, failure.New(failure.Verification, "manifest digest mismatch: %s serves %s for instance %s of %s", pinned.Name(), d.Algorithm().FromBytes(m), d, pinned)
+		}
+		if total += len(m); total > MaxManifestBytes {
+			return nil, failure.New(failure.Verification, "the instances of the index of %s are more than %d bytes of manifests in all", pinned, MaxManifestBytes)
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference

@@ -36,6 +36,12 @@ type Copied struct {
 	// its signatures, so that the parent can judge it again.
 	Served     []byte   `json:"served,omitempty"`
 	Signatures [][]byte `json:"signatures,omitempty"`
+	// ServedInstances, when every instance of an index was copied and
+	// the destination stored the index converted (DestinationDigest),
+	// are the registry's instance manifests in the index's order
+	// (dest.Expect.ServedInstances): at most MaxServedInstances, of at
+	// most MaxManifestBytes in all.
+	ServedInstances [][]byte `json:"served_instances,omitempty"`
 	// Handed are the blobs the copy left whole in the partial-blob cache
 	// instead of writing them into the staged OCI layout: the parent
 	// moves them to blobs/<alg>/<hex> there before it verifies

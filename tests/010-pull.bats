@@ -263,6 +263,50 @@ print(m[0])' "$index")
     assert_layout_blobs_verify "$OUT/all"
 }
 
+# layer_digests MANIFEST: its layers' digests, space-separated.
+layer_digests() {
+    "$PH_PYTHON" -c 'import json, sys; print(" ".join(l["digest"] for l in json.loads(sys.argv[1])["layers"]))' "$1"
+}
+
+# A Docker manifest list with --all-architectures: containers/image's copy
+# into an oci: layout stores the list converted to an OCI index and each
+# Docker schema 2 instance converted to OCI, as skopeo copy --all does; the
+# parent ties each stored instance to the registry's, in the list's order:
+# the same platform, config and layers. (Debian's skopeo 1.9 rewrites the
+# arm/v7 instance's config as it converts it, so its layout is not this
+# containers/image's byte for byte.) Before, the stored index was refused
+# as "an index inside an index" (exit 8).
+@test "pull: --all-architectures of a Docker manifest list stores the list and instances converted to OCI, each tied to the registry's" {
+    push_docker_fixtures
+    local list stored idx i raw served inst
+    list=$(registry_digest fixtures/multiv2:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" --all-architectures "$REGISTRY_HOST/fixtures/multiv2" "oci:$OUT/all:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$list"
+    assert_equal "$(json_get .media_type <<<"$output")" application/vnd.docker.distribution.manifest.list.v2+json
+    assert_equal "$(json_get .layers <<<"$output")" 6
+    stored=$(json_get .destination_digest <<<"$output")
+    assert_equal "$(json_get '.manifests[0].digest' <"$OUT/all/index.json")" "$stored"
+    assert_equal "$(json_get '.manifests[0].mediaType' <"$OUT/all/index.json")" application/vnd.oci.image.index.v1+json
+    idx=$(cat "$OUT/all/blobs/sha256/${stored#sha256:}")
+    raw=$(registry_manifest fixtures/multiv2:latest)
+    for i in 0 1 2; do
+        assert_equal "$(json_get ".manifests[$i].platform" <<<"$idx")" "$(json_get ".manifests[$i].platform" <<<"$raw")"
+        served=$(registry_manifest "fixtures/multiv2@$(json_get ".manifests[$i].digest" <<<"$raw")")
+        assert_equal "$(json_get .mediaType <<<"$served")" application/vnd.docker.distribution.manifest.v2+json
+        inst=$(cat "$OUT/all/blobs/sha256/$(json_get ".manifests[$i].digest" <<<"$idx" | cut -d: -f2)")
+        assert_equal "$(json_get .mediaType <<<"$inst")" application/vnd.oci.image.manifest.v1+json
+        assert_equal "$(json_get .config.digest <<<"$inst")" "$(json_get .config.digest <<<"$served")"
+        assert_equal "$(layer_digests "$inst")" "$(layer_digests "$served")"
+    done
+    assert_layout_blobs_verify "$OUT/all"
+    for arch in amd64 arm64 arm; do
+        run ph_skopeo --override-arch "$arch" inspect "oci:$OUT/all:latest"
+        assert_success
+        assert_equal "$(json_get .Architecture <<<"$output")" "$arch"
+    done
+}
+
 # --platform (issue 24 item 14): the instance containers/image's
 # manifest.List.ChooseInstance picks with SystemContext OSChoice,
 # ArchitectureChoice and VariantChoice (skopeo's --override-os/-arch/-variant),

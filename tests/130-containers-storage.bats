@@ -391,6 +391,47 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
 }
 
+# --all-architectures of a Docker manifest list: the registry's list and
+# instances are stored (the staging converted them to OCI; each stored
+# instance is tied to the registry's), the list the image's digest, this
+# platform's instance as served its manifest, as skopeo copy from the
+# registry stores them; a pull by the list's digest lands too. Before, the
+# staged index was refused as "an index inside an index" (exit 8).
+@test "containers-storage: --all-architectures of a Docker manifest list stores the registry's list and instances (podman shows the list's digest); by digest too" {
+    skip_unless_cmd podman
+    push_docker_fixtures
+    local list inst arch repo=$REGISTRY_HOST/fixtures/multiv2 store="containers-storage:[vfs@$GRAPH+$RUN]"
+    local mlist=application/vnd.docker.distribution.manifest.list.v2+json
+    arch=$("$(_ph_go)" env GOARCH)
+    list=$(registry_digest fixtures/multiv2:latest)
+    inst=$(index_instance "$(registry_manifest fixtures/multiv2:latest)" "linux/$arch")
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" --all-architectures "$repo:latest" "${store}$repo:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$list"
+    [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
+    run podman_store image inspect --format '{{.Digest}} {{.Architecture}}' "$repo:latest"
+    assert_success
+    assert_output "$list $arch"
+    run ph_skopeo inspect --raw "${store}$repo:latest"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$inst"
+    # skopeo copy from the registry (Debian's 1.9 copies no group of
+    # images into a store) stores the same manifest.
+    local sk="containers-storage:[vfs@$BATS_TEST_TMPDIR/sk-graph+$BATS_TEST_TMPDIR/sk-run]$repo:latest"
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet $(registry_skopeo_opts src) "docker://$repo:latest" "$sk" || fail "skopeo copy failed"
+    run ph_skopeo inspect --raw "$sk"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$inst"
+
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" --all-architectures "$repo@$list" "${store}$repo@$list"
+    assert_json_result
+    run podman_store image inspect --format '{{.Digest}}' "$repo@$list"
+    assert_success
+    assert_output "$list"
+    [[ $mlist == "$(registry_manifest fixtures/multiv2:latest | json_get .mediaType)" ]] || fail "fixtures/multiv2 is not a Docker manifest list"
+}
+
 # One platform of an index, as containers/image's copy from the registry
 # stores it: the index is the top-level manifest (the first manifest big-data
 # item, so containers/storage's recomputeDigests makes it the image's

@@ -85,6 +85,10 @@ CTRD_FLAVOR=2
     ctrd_case_docker_list
 }
 
+@test "containerd 2.x: --all-architectures of a Docker manifest list stores the list and every instance as served, every platform's blobs; crictl pull then fetches no manifest" {
+    ctrd_case_docker_list --all-architectures
+}
+
 @test "containerd 2.x: an image containerd cannot unpack (a wrong diff_id) is exit 9 naming it; what was applied ahead goes with the lease" {
     ctrd_case_unpack_fails
 }

@@ -961,22 +961,6 @@ assert_cri_pull_fetches_nothing() {
     assert_equal "$(blob_gets "$before")" ""
 }
 
-# push_docker_fixtures: fixtures/v2s2 (tiny as a Docker schema 2 image) and
-# fixtures/multiv2 (multi as a Docker manifest list of Docker schema 2
-# instances), as skopeo copy --format v2s2 pushes them.
-push_docker_fixtures() {
-    local list=application/vnd.docker.distribution.manifest.list.v2+json
-    local v2s2=application/vnd.docker.distribution.manifest.v2+json
-    # shellcheck disable=SC2046
-    registry_skopeo copy --quiet --format v2s2 $(registry_skopeo_opts dest) \
-        "$(fixture_ref tiny)" "docker://$REGISTRY_HOST/fixtures/v2s2:latest" || fail "pushing fixtures/v2s2"
-    # shellcheck disable=SC2046
-    registry_skopeo copy --quiet --all --format v2s2 $(registry_skopeo_opts dest) \
-        "$(fixture_ref multi)" "docker://$REGISTRY_HOST/fixtures/multiv2:latest" || fail "pushing fixtures/multiv2"
-    assert_equal "$(registry_manifest fixtures/v2s2:latest | json_get .mediaType)" "$v2s2"
-    assert_equal "$(registry_manifest fixtures/multiv2:latest | json_get .mediaType)" "$list"
-}
-
 # any_manifest_gets BEFORE: the registry's manifest GETs after access-log line
 # BEFORE (a HEAD resolving a tag is not one).
 any_manifest_gets() {
@@ -1027,33 +1011,50 @@ ctrd_case_docker_v2s2() {
     assert_equal "$(ctr_k8s images ls -q | LC_ALL=C sort | paste -sd' ')" "$img $REGISTRY_HOST/fixtures/v2s2@$want $id"
 }
 
-# a Docker manifest list lands: the list is the target, the instance the
-# registry served is in the content store under its own digest (the list's
-# gc.ref.content.m.N labels name it) and unpacked; crictl pull then fetches
-# no manifest and no blob (containerd's own pull: remotes.FetchHandler
-# stores each manifest as served)
+# ctrd_case_docker_list [--all-architectures]: a Docker manifest list
+# lands: the list is the target, the instance the registry served is in the
+# content store under its own digest (the list's gc.ref.content.m.N labels
+# name it) and unpacked; crictl pull then fetches no manifest and no blob
+# (containerd's own pull: remotes.FetchHandler stores each manifest as
+# served). With --all-architectures every instance as served and every
+# platform's blobs are stored (the staging converted the list and its
+# instances to OCI; each stored instance is tied to the registry's): before,
+# that pull was refused as "an index inside an index" (exit 8).
 ctrd_case_docker_list() {
     ctrd_up
     push_docker_fixtures
-    local img="$REGISTRY_HOST/fixtures/multiv2:latest" list index inst id n=0 d
+    local img="$REGISTRY_HOST/fixtures/multiv2:latest" list index inst id n=0 d all=${1:-}
     local mlist=application/vnd.docker.distribution.manifest.list.v2+json
     list=$(registry_digest fixtures/multiv2:latest)
     index=$(registry_manifest fixtures/multiv2:latest)
     inst=$(index_instance "$index" "linux/$("$(_ph_go)" env GOARCH)")
     id=$(config_digest fixtures/multiv2:latest)
-    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" ${all:+"$all"} "$img" "containerd:$img"
     assert_json_result
     assert_equal "$(json_get .digest <<<"$output")" "$list"
-    assert_equal "$(json_get .instance_digest <<<"$output")" "$inst"
+    if [[ -n $all ]]; then
+        [[ $output != *instance_digest* ]] || fail "an instance digest in the result of --all-architectures: $output"
+    else
+        assert_equal "$(json_get .instance_digest <<<"$output")" "$inst"
+    fi
     assert_equal "$(json_get .image_id <<<"$output")" "$id"
     [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
     assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$mlist $list"
     assert_equal "$(ctr_image_line "$REGISTRY_HOST/fixtures/multiv2@$list" | awk '{print $2, $3}')" "$mlist $list"
-    assert_equal "sha256:$(ctr_k8s content get "$inst" | sha256sum | cut -d' ' -f1)" "$inst"
+    assert_equal "sha256:$(ctr_k8s content get "$list" | sha256sum | cut -d' ' -f1)" "$list"
     for d in $("$PH_PYTHON" -c 'import json,sys; [print(m["digest"]) for m in json.load(sys.stdin)["manifests"]]' <<<"$index"); do
         assert_equal "$(ctr_label "$list" "containerd.io/gc.ref.content.m.$n")" "$d"
         n=$((n + 1))
+        # Every instance as served with --all-architectures, else this
+        # platform's only.
+        [[ -n $all || $d == "$inst" ]] || continue
+        assert_equal "sha256:$(ctr_k8s content get "$d" | sha256sum | cut -d' ' -f1)" "$d"
     done
+    if [[ -n $all ]]; then
+        for d in $(ALL=1 image_blobs fixtures/multiv2:latest); do
+            ctr_k8s content ls -q | grep -qx "$d" || fail "blob $d is not in the content store"
+        done
+    fi
     assert_ctr_complete "$img"
     wait_cri "$img" || return
     run ctrd_crictl inspecti -o json "$img"

@@ -862,6 +862,22 @@ $(registry_log_tail 20)"
     fi
 }
 
+# push_docker_fixtures: fixtures/v2s2 (tiny as a Docker schema 2 image) and
+# fixtures/multiv2 (multi as a Docker manifest list of Docker schema 2
+# instances), as skopeo copy --format v2s2 pushes them.
+push_docker_fixtures() {
+    local list=application/vnd.docker.distribution.manifest.list.v2+json
+    local v2s2=application/vnd.docker.distribution.manifest.v2+json
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet --format v2s2 $(registry_skopeo_opts dest) \
+        "$(fixture_ref tiny)" "docker://$REGISTRY_HOST/fixtures/v2s2:latest" || fail "pushing fixtures/v2s2"
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet --all --format v2s2 $(registry_skopeo_opts dest) \
+        "$(fixture_ref multi)" "docker://$REGISTRY_HOST/fixtures/multiv2:latest" || fail "pushing fixtures/multiv2"
+    assert_equal "$(registry_manifest fixtures/v2s2:latest | json_get .mediaType)" "$v2s2"
+    assert_equal "$(registry_manifest fixtures/multiv2:latest | json_get .mediaType)" "$list"
+}
+
 # registry_manifest REPO:TAG|REPO@DIGEST: the raw manifest bytes the registry
 # serves (authenticated).
 registry_manifest() {

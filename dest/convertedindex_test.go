@@ -1,0 +1,137 @@
+package dest_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pullhelper/pullhelper/dest"
+	"github.com/pullhelper/pullhelper/internal/failure"
+)
+
+// convertedFixture is a Docker manifest list of one Docker schema 2
+// instance (as a registry serves it) and the OCI index and manifest
+// containers/image's copy --all stores for it in an oci: layout.
+type convertedFixture struct {
+	im       img    // the stored (converted) instance
+	inst     []byte // the registry's instance
+	platform string // its platform in the list
+}
+
+func newConverted(t *testing.T) convertedFixture {
+	im := newImg("x")
+	m := descOf(t, im)
+	return convertedFixture{im: im, inst: dockerManifest(m, m.Layers[0].Digest, m.Layers[0].Size), platform: `{"architecture":"amd64","os":"linux"}`}
+}
+
+// list is the registry's manifest list naming inst.
+func (c convertedFixture) list(inst []byte) []byte {
+	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json","manifests":[{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":%q,"size":%d,"platform":%s}]}`, sha(inst), len(inst), c.platform)
+}
+
+// index is the stored OCI index naming the converted instance for platform.
+func (c convertedFixture) index(platform string) []byte {
+	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":%s}]}`, c.im.digest, len(c.im.manifest), platform)
+}
+
+// plant makes the staged layout (holding c.im already) hold idx as its
+// image, tagged tag, and returns what a child reports for it: the list
+// resolved and served (naming inst), idx stored, served handed over.
+func (c convertedFixture) plant(t *testing.T, st *dest.Stage, idx, inst []byte, served [][]byte, tag string) dest.Expect {
+	t.Helper()
+	img := filepath.Join(st.WorkPath, "image")
+	must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(idx)[7:]), idx, 0o644))
+	if tag != "" {
+		tag = fmt.Sprintf(`,"annotations":{"org.opencontainers.image.ref.name":%q}`, tag)
+	}
+	must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d%s}]}`, sha(idx), len(idx), tag), 0o644))
+	l := c.list(inst)
+	return dest.Expect{Digest: sha(l), Pinned: sha(l), IndexRaw: l, Served: l, DestDigest: sha(idx), AllArchitectures: true, ServedInstances: served}
+}
+
+// --all-architectures of a Docker manifest list into an oci: layout:
+// containers/image stores the list converted to an OCI index and each
+// Docker schema 2 instance converted to OCI (skopeo copy --all does the
+// same). The parent ties the stored index to the registry's entry by entry
+// (same place, same platform) and each stored instance to the registry's
+// instance (Expect.ServedInstances, each hashing to the list's
+// descriptor): the same config, the same layers. Before, the stored index
+// was refused as "an index inside an index".
+func TestVerifyTiesAConvertedIndex(t *testing.T) {
+	needRoot(t)
+	c := newConverted(t)
+	t.Run("accepted and committed as stored", func(t *testing.T) {
+		dd, st, _, d := staged(t, c.im)
+		idx := c.index(c.platform)
+		e := c.plant(t, st, idx, c.inst, [][]byte{c.inst}, "a")
+		must(t, dd.Verify(bg, st, e))
+		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(c.im.config) + len(c.im.layer))}); st.Counts != want {
+			t.Errorf("counts %+v, want %+v", st.Counts, want)
+		}
+		must(t, dd.Commit(bg, st))
+		if got := readIndex(t, d)["a"]; got != sha(idx) {
+			t.Fatalf("a is %s, want the stored index %s", got, sha(idx))
+		}
+	})
+	other := newImg("other")
+	otherInst := dockerManifest(descOf(t, other), descOf(t, c.im).Layers[0].Digest, descOf(t, c.im).Layers[0].Size)
+	for name, k := range map[string]struct {
+		idx          []byte
+		inst         []byte // the list's instance
+		served       [][]byte
+		notConverted bool
+		want         string
+	}{
+		"no instances handed over":                        {c.index(c.platform), c.inst, nil, false, "handed over 0 of its 1 instances"},
+		"an instance that is not the list's":              {c.index(c.platform), c.inst, [][]byte{append([]byte(" "), c.inst...)}, false, "instance 1 handed over as served is"},
+		"an instance stored for another platform":         {c.index(`{"architecture":"arm64","os":"linux"}`), c.inst, [][]byte{c.inst}, false, "for another platform"},
+		"a stored instance of another image":              {c.index(c.platform), otherInst, [][]byte{otherInst}, false, "names config"},
+		"instances handed over without a converted index": {c.index(c.platform), c.inst, [][]byte{c.inst}, true, "did not store the whole index converted"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dd, st, _, d := staged(t, c.im)
+			e := c.plant(t, st, k.idx, k.inst, k.served, "a")
+			if k.notConverted {
+				e.DestDigest = "" // the index stored as served
+			}
+			wantCode(t, dd.Verify(bg, st, e), failure.Verification, k.want)
+			if _, err := os.Lstat(d); !os.IsNotExist(err) {
+				t.Fatalf("DEST was created: %v", err)
+			}
+		})
+	}
+}
+
+// The containerd import of a converted index keeps the registry's list and
+// instances (as containerd's own pull stores what it fetched), each
+// instance naming exactly the staged blobs (servedIsStaged): an instance
+// giving a layer another size is refused at Verify, which the oci: tie
+// (config and layer digests) alone would let through.
+func TestContainerdVerifyKeepsTheServedList(t *testing.T) {
+	needRoot(t)
+	c := newConverted(t)
+	m := descOf(t, c.im)
+	verify := func(inst []byte) (dest.Destination, dest.Expect, error) {
+		d := parse(t, "containerd:h.example/t/list:v1")
+		od := parse(t, "oci:"+filepath.Join(t.TempDir(), "layout"))
+		st, err := od.Stage(dest.StageOptions{Locks: testLocks})
+		must(t, err)
+		t.Cleanup(st.Remove)
+		writeLayout(t, filepath.Join(st.WorkPath, "image"), c.im, "")
+		e := c.plant(t, st, c.index(c.platform), inst, [][]byte{inst}, "")
+		return d, e, d.Verify(bg, st, e)
+	}
+	_, _, err := verify(dockerManifest(m, m.Layers[0].Digest, m.Layers[0].Size+1))
+	wantCode(t, err, failure.Verification, "names blob")
+
+	d, e, err := verify(c.inst)
+	must(t, err)
+	got := dest.CtrdInstances(d)
+	if len(got) != 2 || string(got[e.Digest]) != string(e.IndexRaw) || string(got[sha(c.inst)]) != string(c.inst) {
+		t.Fatalf("the import writes %d manifests, want the registry's list %s and instance %s", len(got), e.Digest, sha(c.inst))
+	}
+	if _, _, ok := dest.CtrdServed(d); ok {
+		t.Fatal("a single served manifest is set for a whole index")
+	}
+}
