@@ -151,6 +151,12 @@ func (p *Request) resolve(ctx context.Context, c *conn, named reference.Named, s
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	c.cache.put(r.top, r.raw, r.mime)
+	if p.AllArchitectures && manifest.MIMETypeIsMultiImage(r.mime) && p.Destination.Transport == "docker-archive" {
+		// containers/image's docker-archive destination takes one image:
+		// refused before any blob is fetched, as skopeo's copy --all
+		// refuses it before its first.
+		return nil, failure.New(failure.Usage, "--all-architectures: %s is a multi-arch index, and a docker-archive: DEST holds one image; pull without --all-architectures (this platform's image), or into oci: or oci-archive:", reference.FamiliarString(named))
+	}
 	if r.decl, err = p.checkSpace(ctx, c.sys, named, r.top, r.raw, r.mime, c.g, c.remote, st); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
 	}

@@ -307,6 +307,25 @@ layer_digests() {
     done
 }
 
+# A docker-archive: holds one image (containers/image's destination takes no
+# group of images; skopeo copy --all refuses it too): --all-architectures
+# of an index into one is exit 2 once the index is resolved, before any blob
+# is fetched, naming what to do; a single image still lands. Before, the
+# whole index was downloaded and the pull failed exit 1 ("internal").
+@test "pull: --all-architectures of an index into docker-archive: is exit 2 before any blob; of a single image it lands" {
+    local before
+    before=$(registry_log_barrier)
+    run_pullhelper 2 pull "${PH_OPTS[@]}" --all-architectures "$REGISTRY_HOST/fixtures/multi" "docker-archive:$OUT/all.tar"
+    assert_json_error usage
+    [[ $ph_error_message == *"a docker-archive: DEST holds one image; pull without --all-architectures"* ]] || fail "message: $ph_error_message"
+    [[ ! -e $OUT/all.tar ]] || fail "DEST was created"
+    registry_log_barrier >/dev/null
+    [[ -z $(tail -n "+$((before + 1))" "$REGISTRY_LOG" | grep -E '"GET /v2/fixtures/multi/blobs/') ]] || fail "blobs were fetched: $(tail -n "+$((before + 1))" "$REGISTRY_LOG")"
+    run_pullhelper pull "${PH_OPTS[@]}" --all-architectures "$REGISTRY_HOST/fixtures/tiny" "docker-archive:$OUT/tiny.tar"
+    assert_json_result
+    [[ -s $OUT/tiny.tar ]] || fail "no archive written"
+}
+
 # --platform (issue 24 item 14): the instance containers/image's
 # manifest.List.ChooseInstance picks with SystemContext OSChoice,
 # ArchitectureChoice and VariantChoice (skopeo's --override-os/-arch/-variant),
