@@ -22,7 +22,8 @@
 // taking the staged tree back (takeback.go), the taken-back tree (tree.go)
 // and the manifest graph verified on it (graph.go; the instance of an index
 // is the one the parent chooses itself for the pull's platform, which
-// stores import and containerd unpacks: platform.go); the partial-blob cache
+// stores import and containerd unpacks: platform.go; an index the staging
+// converted is tied to the registry's entry by entry: tieIndexToServed); the partial-blob cache
 // (partial.go, partialtake.go, salvage.go, handover.go, prehash.go);
 // removal (remove.go), locks (locks.go) and gc (gc.go). The
 // descriptor-relative primitives are package internal/safefs.
@@ -64,7 +65,9 @@
 // content store while the next is written (containerd_unpack.go: what
 // Image.Unpack does after the last write, started earlier; Unpack then
 // finds every snapshot and labels the config); an index copied whole
-// (--all-architectures) is the records' target, unpacked after its writes. The pins of the records follow the pull
+// (--all-architectures) is the records' target, unpacked after its writes,
+// the registry's index and instances when the staging converted them (a
+// Docker manifest list: Expect.ServedInstances, servedIndex). The pins of the records follow the pull
 // (containerd_pin.go); ReadContainerdConfig (containerd_config.go) takes
 // the socket and the CRI's snapshotter of containerd's config.toml from
 // hosts' reader of it (hosts.ReadContainerdDaemon), with containerd's
@@ -109,7 +112,10 @@
 // checks both name the same staged config and layers), and for one
 // platform of an index the index (Expect.IndexRaw) as the top-level
 // manifest, its pulled instance the only one served and the one the
-// stored image must hold.
+// stored image must hold; for an index copied whole and converted (a
+// Docker manifest list, --all-architectures) the registry's index and
+// every instance as served, each naming the staged blobs of the converted
+// instance in its place (servedIndex).
 //
 // The lock files (the pull lock of an image into a DEST, the commit lock of
 // a directory) are root-only files in the state root's lock directory,
