@@ -134,9 +134,6 @@ func checkExpect(e Expect) error {
 		if got := digestOf(alg, e.IndexRaw); got != e.Digest {
 			return badStaged("the resolved index is %s, not the reported %s", got, e.Digest)
 		}
-		if err := checkServedInstances(e); err != nil {
-			return err
-		}
 		if e.Instance != "" {
 			m, err := parseManifest("the resolved index", e.IndexRaw)
 			if err != nil {
@@ -154,7 +151,7 @@ func checkExpect(e Expect) error {
 			}
 		}
 	}
-	return nil
+	return checkServedInstances(e)
 }
 
 // convertedIndex: every instance of an index was copied and the staging
