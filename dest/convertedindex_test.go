@@ -77,23 +77,28 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 	other := newImg("other")
 	otherInst := dockerManifest(descOf(t, other), descOf(t, c.im).Layers[0].Digest, descOf(t, c.im).Layers[0].Size)
 	for name, k := range map[string]struct {
-		idx          []byte
-		inst         []byte // the list's instance
-		served       [][]byte
-		notConverted bool
-		want         string
+		idx    []byte
+		inst   []byte // the list's instance
+		served [][]byte
+		edit   func(e *dest.Expect)
+		want   string
 	}{
-		"no instances handed over":                        {c.index(c.platform), c.inst, nil, false, "handed over 0 of its 1 instances"},
-		"an instance that is not the list's":              {c.index(c.platform), c.inst, [][]byte{append([]byte(" "), c.inst...)}, false, "instance 1 handed over as served is"},
-		"an instance stored for another platform":         {c.index(`{"architecture":"arm64","os":"linux"}`), c.inst, [][]byte{c.inst}, false, "for another platform"},
-		"a stored instance of another image":              {c.index(c.platform), otherInst, [][]byte{otherInst}, false, "names config"},
-		"instances handed over without a converted index": {c.index(c.platform), c.inst, [][]byte{c.inst}, true, "did not store the whole index converted"},
+		"no instances handed over":                {c.index(c.platform), c.inst, nil, nil, "handed over 0 of its 1 instances"},
+		"an instance that is not the list's":      {c.index(c.platform), c.inst, [][]byte{append([]byte(" "), c.inst...)}, nil, "instance 1 handed over as served is"},
+		"an instance stored for another platform": {c.index(`{"architecture":"arm64","os":"linux"}`), c.inst, [][]byte{c.inst}, nil, "for another platform"},
+		"a stored instance of another image":      {c.index(c.platform), otherInst, [][]byte{otherInst}, nil, "names config"},
+		"instances handed over without a converted index": {c.index(c.platform), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
+			e.DestDigest = "" // the index stored as served
+		}, "did not store the whole index converted"},
+		"instances handed over without a resolved index": {c.index(c.platform), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
+			e.IndexRaw = nil
+		}, "did not store the whole index converted"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dd, st, _, d := staged(t, c.im)
 			e := c.plant(t, st, k.idx, k.inst, k.served, "a")
-			if k.notConverted {
-				e.DestDigest = "" // the index stored as served
+			if k.edit != nil {
+				k.edit(&e)
 			}
 			wantCode(t, dd.Verify(bg, st, e), failure.Verification, k.want)
 			if _, err := os.Lstat(d); !os.IsNotExist(err) {
