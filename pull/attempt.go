@@ -151,6 +151,9 @@ func (p *Request) resolve(ctx context.Context, c *conn, named reference.Named, s
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	c.cache.put(r.top, r.raw, r.mime)
+	if err := p.checkAllArchitectures(named, r.raw, r.mime); err != nil {
+		return nil, err
+	}
 	if p.AllArchitectures && manifest.MIMETypeIsMultiImage(r.mime) && p.Destination.Transport == "docker-archive" {
 		// containers/image's docker-archive destination takes one image:
 		// refused before any blob is fetched, as skopeo's copy --all
@@ -336,9 +339,26 @@ func served(ctx context.Context, sys *types.SystemContext, ref types.ImageRefere
 	return nil
 }
 
-// MaxServedInstances bounds the instances of an index handed over as
-// served (Copied.ServedInstances).
+// MaxServedInstances bounds the instances of an index copied with
+// --all-architectures, and so those handed over as served
+// (Copied.ServedInstances).
 const MaxServedInstances = 1024
+
+// checkAllArchitectures refuses, before any blob is fetched, an index with
+// more instances than --all-architectures copies (MaxServedInstances).
+func (p *Request) checkAllArchitectures(named reference.Named, raw []byte, mime string) error {
+	if !p.AllArchitectures || !manifest.MIMETypeIsMultiImage(mime) {
+		return nil
+	}
+	list, err := manifest.ListFromBlob(raw, mime)
+	if err != nil {
+		return failure.Wrap(failure.Verification, err, "parsing the index of %s", reference.FamiliarString(named))
+	}
+	if n := len(list.Instances()); n > MaxServedInstances {
+		return failure.New(failure.Verification, "the index of %s has %d instances, more than the %d pullhelper copies with --all-architectures", reference.FamiliarString(named), n, MaxServedInstances)
+	}
+	return nil
+}
 
 // servedInstances fetches each instance of the index raw (mime) as the
 // registry serves it, in the index's order, each checked against its
@@ -349,8 +369,8 @@ func servedInstances(ctx context.Context, sys *types.SystemContext, ref types.Im
 		return nil, failure.Wrap(failure.Verification, err, "parsing the index of %s", pinned)
 	}
 	ds := list.Instances()
-	if len(ds) > MaxServedInstances {
-		return nil, failure.New(failure.Verification, "the index of %s has %d instances, more than the %d pullhelper copies with --all-architectures", pinned, len(ds), MaxServedInstances)
+	if len(ds) > MaxServedInstances { // checkAllArchitectures refused it before the copy
+		return nil, failure.New(failure.Verification, "the index of %s has %d instances, more than %d", pinned, len(ds), MaxServedInstances)
 	}
 	src, err := ref.NewImageSource(ctx, sys)
 	if err != nil {

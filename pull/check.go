@@ -157,8 +157,9 @@ func CheckEvent(e api.Event) error {
 
 // Check reports why r is not a report the copy could have sent, or nil:
 // digests that are digests, a media type of bounded length, counts in range, at most
-// MaxHanded handed-over digests, and the manifests and signatures within
-// the sizes the copy itself enforces. The endpoints are only bounded
+// MaxHanded handed-over digests, and the manifests (at most
+// MaxServedInstances instances as served, MaxManifestBytes in all) and
+// signatures within the sizes the copy itself enforces. The endpoints are only bounded
 // (BoundEndpoints): they are informational.
 func (r *Report) Check() error {
 	switch {
@@ -178,6 +179,14 @@ func (r *Report) Check() error {
 		return fmt.Errorf("the report carries a manifest over %d bytes", MaxManifestBytes)
 	case len(r.Copied.Handed) > MaxHanded:
 		return fmt.Errorf("the report hands over %d blobs, more than %d", len(r.Copied.Handed), MaxHanded)
+	case len(r.Copied.ServedInstances) > MaxServedInstances:
+		return fmt.Errorf("the report hands over %d instances as served, more than %d", len(r.Copied.ServedInstances), MaxServedInstances)
+	}
+	total := 0
+	for _, m := range r.Copied.ServedInstances {
+		if total += len(m); total > MaxManifestBytes {
+			return fmt.Errorf("the report's instances as served are over %d bytes in all", MaxManifestBytes)
+		}
 	}
 	if c := r.Credential; c != nil && (len(c.Source) > maxCredentialField || len(c.File) > maxCredentialField || len(c.Key) > maxCredentialField || len(c.Username) > maxCredentialField) {
 		return fmt.Errorf("the report's credential view is over %d bytes a field", maxCredentialField)

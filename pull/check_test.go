@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/pullhelper/pullhelper/api"
+	"github.com/pullhelper/pullhelper/internal/failure"
+	"go.podman.io/image/v5/docker/reference"
 )
 
 func TestValidDigest(t *testing.T) {
@@ -90,7 +92,8 @@ func TestReportCheck(t *testing.T) {
 	d := "sha256:" + strings.Repeat("a", 64)
 	good := func() *Report {
 		return &Report{Digest: d, MediaType: "application/vnd.oci.image.manifest.v1+json", Layers: 3, Bytes: 100, Attempts: 1,
-			Credential: &api.Credential{Source: "anonymous"}, Copied: Copied{Manifest: []byte("{}"), Handed: []string{d}}}
+			Credential: &api.Credential{Source: "anonymous"}, Copied: Copied{Manifest: []byte("{}"), Handed: []string{d},
+				ServedInstances: [][]byte{make([]byte, MaxManifestBytes/2), make([]byte, MaxManifestBytes/2)}}}
 	}
 	if err := good().Check(); err != nil {
 		t.Fatal(err)
@@ -108,6 +111,10 @@ func TestReportCheck(t *testing.T) {
 		"manifest":           func(r *Report) { r.Copied.Served = make([]byte, MaxManifestBytes+1) },
 		"signatures":         func(r *Report) { r.Copied.Signatures = make([][]byte, MaxSignatures+1) },
 		"credential":         func(r *Report) { r.Credential.File = strings.Repeat("f", 5000) },
+		"served instances":   func(r *Report) { r.Copied.ServedInstances = make([][]byte, MaxServedInstances+1) },
+		"served instances' bytes": func(r *Report) {
+			r.Copied.ServedInstances = [][]byte{make([]byte, MaxManifestBytes/2), make([]byte, MaxManifestBytes/2+1)}
+		},
 	} {
 		r := good()
 		mod(r)
@@ -137,5 +144,35 @@ func TestBoundEndpoints(t *testing.T) {
 	}
 	if got := BoundEndpoints(many); len(got) != MaxEndpoints || got[0].Host != "h0.example" {
 		t.Fatalf("got %d endpoints, first %+v", len(got), got[0])
+	}
+}
+
+// --all-architectures copies at most MaxServedInstances instances: an index
+// with more is refused once resolved (exit 8), before any blob; without
+// --all-architectures its size is no matter.
+func TestCheckAllArchitecturesBoundsInstances(t *testing.T) {
+	named, err := reference.ParseNormalizedNamed("registry.example/big/index:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := func(n int) []byte {
+		ms := make([]string, n)
+		for i := range ms {
+			ms[i] = fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%064x","size":1,"platform":{"architecture":"amd64","os":"linux"}}`, i)
+		}
+		return []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + strings.Join(ms, ",") + `]}`)
+	}
+	const mt = "application/vnd.oci.image.index.v1+json"
+	p := &Request{AllArchitectures: true}
+	if err := p.checkAllArchitectures(named, index(MaxServedInstances), mt); err != nil {
+		t.Fatalf("an index of %d instances: %v", MaxServedInstances, err)
+	}
+	err = p.checkAllArchitectures(named, index(MaxServedInstances+1), mt)
+	if c := failure.CodeOf(err); c != failure.Verification || !strings.Contains(fmt.Sprint(err), "more than the 1024 pullhelper copies") {
+		t.Fatalf("an index of %d instances: %v (%s)", MaxServedInstances+1, err, c)
+	}
+	p.AllArchitectures = false
+	if err := p.checkAllArchitectures(named, index(MaxServedInstances+1), mt); err != nil {
+		t.Fatalf("without --all-architectures: %v", err)
 	}
 }
