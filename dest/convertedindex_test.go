@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/dest"
@@ -25,14 +26,30 @@ func newConverted(t *testing.T) convertedFixture {
 	return convertedFixture{im: im, inst: dockerManifest(m, m.Layers[0].Digest, m.Layers[0].Size), platform: `{"architecture":"amd64","os":"linux"}`}
 }
 
-// list is the registry's manifest list naming inst.
+// list is the registry's manifest list naming inst (with no platform when
+// c.platform is "").
 func (c convertedFixture) list(inst []byte) []byte {
-	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json","manifests":[{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":%q,"size":%d,"platform":%s}]}`, sha(inst), len(inst), c.platform)
+	pl := ""
+	if c.platform != "" {
+		pl = `,"platform":` + c.platform
+	}
+	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json","manifests":[{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":%q,"size":%d%s}]}`, sha(inst), len(inst), pl)
 }
 
-// index is the stored OCI index naming the converted instance for platform.
-func (c convertedFixture) index(platform string) []byte {
-	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":%s}]}`, c.im.digest, len(c.im.manifest), platform)
+// index is the stored OCI index naming the converted instance for
+// platform with size ("": its own) and index-level fields extra, as
+// containers/image writes it when size and extra are "".
+func (c convertedFixture) index(platform, size, extra string) []byte {
+	if size == "" {
+		size = fmt.Sprint(len(c.im.manifest))
+	}
+	return fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%s,"platform":%s}]%s}`, c.im.digest, size, platform, extra)
+}
+
+// entries is a stored OCI index naming the converted instance n times.
+func (c convertedFixture) entries(n int) []byte {
+	e := fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":%s}`, c.im.digest, len(c.im.manifest), c.platform)
+	return []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + strings.TrimSuffix(strings.Repeat(e+",", n), ",") + `]}`)
 }
 
 // plant makes the staged layout (holding c.im already) hold idx as its
@@ -63,7 +80,7 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 	c := newConverted(t)
 	t.Run("accepted and committed as stored", func(t *testing.T) {
 		dd, st, _, d := staged(t, c.im)
-		idx := c.index(c.platform)
+		idx := c.index(c.platform, "", "")
 		e := c.plant(t, st, idx, c.inst, [][]byte{c.inst}, "a")
 		must(t, dd.Verify(bg, st, e))
 		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(c.im.config) + len(c.im.layer))}); st.Counts != want {
@@ -74,6 +91,15 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 			t.Fatalf("a is %s, want the stored index %s", got, sha(idx))
 		}
 	})
+	// A Docker list entry with no platform: containers/image's conversion
+	// writes an empty one (ociPlatformFromSchema2PlatformSpec).
+	t.Run("a list entry with no platform", func(t *testing.T) {
+		np := c
+		np.platform = ""
+		dd, st, _, _ := staged(t, np.im)
+		e := np.plant(t, st, np.index(`{"architecture":"","os":""}`, "", ""), np.inst, [][]byte{np.inst}, "a")
+		must(t, dd.Verify(bg, st, e))
+	})
 	other := newImg("other")
 	otherInst := dockerManifest(descOf(t, other), descOf(t, c.im).Layers[0].Digest, descOf(t, c.im).Layers[0].Size)
 	for name, k := range map[string]struct {
@@ -83,14 +109,17 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 		edit   func(e *dest.Expect)
 		want   string
 	}{
-		"no instances handed over":                {c.index(c.platform), c.inst, nil, nil, "handed over 0 of its 1 instances"},
-		"an instance that is not the list's":      {c.index(c.platform), c.inst, [][]byte{append([]byte(" "), c.inst...)}, nil, "instance 1 handed over as served is"},
-		"an instance stored for another platform": {c.index(`{"architecture":"arm64","os":"linux"}`), c.inst, [][]byte{c.inst}, nil, "for another platform"},
-		"a stored instance of another image":      {c.index(c.platform), otherInst, [][]byte{otherInst}, nil, "names config"},
-		"instances handed over without a converted index": {c.index(c.platform), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
+		"no instances handed over":                                  {c.index(c.platform, "", ""), c.inst, nil, nil, "handed over 0 of its 1 instances"},
+		"an instance that is not the list's":                        {c.index(c.platform, "", ""), c.inst, [][]byte{append([]byte(" "), c.inst...)}, nil, "instance 1 handed over as served is"},
+		"an instance stored for another platform":                   {c.index(`{"architecture":"arm64","os":"linux"}`, "", ""), c.inst, [][]byte{c.inst}, nil, "converted with the stored instances in place"},
+		"an annotation added to the stored index":                   {c.index(c.platform, "", `,"annotations":{"k":"v"}`), c.inst, [][]byte{c.inst}, nil, "converted with the stored instances in place"},
+		"a negative size in the stored index":                       {c.index(c.platform, "-1", ""), c.inst, [][]byte{c.inst}, nil, "not an image manifest of a size"},
+		"more entries than the registry's, refused before the walk": {c.entries(200), c.inst, [][]byte{c.inst}, nil, "does not have the 1 manifests"},
+		"a stored instance of another image":                        {c.index(c.platform, "", ""), otherInst, [][]byte{otherInst}, nil, "names config"},
+		"instances handed over without a converted index": {c.index(c.platform, "", ""), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
 			e.DestDigest = "" // the index stored as served
 		}, "did not store the whole index converted"},
-		"instances handed over without a resolved index": {c.index(c.platform), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
+		"instances handed over without a resolved index": {c.index(c.platform, "", ""), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
 			e.IndexRaw = nil
 		}, "did not store the whole index converted"},
 	} {
@@ -124,7 +153,7 @@ func TestContainerdVerifyKeepsTheServedList(t *testing.T) {
 		must(t, err)
 		t.Cleanup(st.Remove)
 		writeLayout(t, filepath.Join(st.WorkPath, "image"), c.im, "")
-		e := c.plant(t, st, c.index(c.platform), inst, [][]byte{inst}, "")
+		e := c.plant(t, st, c.index(c.platform, "", ""), inst, [][]byte{inst}, "")
 		return d, e, d.Verify(bg, st, e)
 	}
 	_, _, err := verify(dockerManifest(m, m.Layers[0].Digest, m.Layers[0].Size+1))

@@ -23,7 +23,9 @@
 // and the manifest graph verified on it (graph.go; the instance of an index
 // is the one the parent chooses itself for the pull's platform, which
 // stores import and containerd unpacks: platform.go; an index the staging
-// converted is tied to the registry's entry by entry: tieIndexToServed); the partial-blob cache
+// converted must be exactly containers/image's conversion of the
+// registry's, checked before the walk, and each stored instance is tied to
+// the registry's in its place: checkConvertedIndex, tieIndexToServed); the partial-blob cache
 // (partial.go, partialtake.go, salvage.go, handover.go, prehash.go);
 // removal (remove.go), locks (locks.go) and gc (gc.go). The
 // descriptor-relative primitives are package internal/safefs.

@@ -1,25 +1,29 @@
 package dest
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/manifest"
 )
 
-// The media types of indexes (an index inside an index is refused).
+// The media types of indexes (an index inside an index is refused) and of
+// the image manifests a converted index may name.
 const (
-	mtOCIIndex    = "application/vnd.oci.image.index.v1+json"
-	mtDockerList  = "application/vnd.docker.distribution.manifest.list.v2+json"
-	refNameAnnot  = "org.opencontainers.image.ref.name"
-	ociLayoutBody = "1.0.0"
+	mtOCIIndex       = "application/vnd.oci.image.index.v1+json"
+	mtDockerList     = "application/vnd.docker.distribution.manifest.list.v2+json"
+	mtOCIManifest    = "application/vnd.oci.image.manifest.v1+json"
+	mtDockerManifest = "application/vnd.docker.distribution.manifest.v2+json"
+	refNameAnnot     = "org.opencontainers.image.ref.name"
+	ociLayoutBody    = "1.0.0"
 )
 
 // splitDigest validates "sha256:<64 hex>" or "sha512:<128 hex>".
@@ -43,27 +47,6 @@ type descriptor struct {
 	Size        int64             `json:"size"`
 	URLs        []string          `json:"urls,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
-	Platform    *platformDoc      `json:"platform,omitempty"`
-}
-
-// platformDoc is an index entry's platform as an OCI index and a Docker
-// manifest list both write it (a Docker list's "features", which
-// containers/image's conversion to OCI drops, is not read).
-type platformDoc struct {
-	Architecture string   `json:"architecture"`
-	OS           string   `json:"os"`
-	OSVersion    string   `json:"os.version,omitempty"`
-	OSFeatures   []string `json:"os.features,omitempty"`
-	Variant      string   `json:"variant,omitempty"`
-}
-
-// samePlatform: both absent, or the same fields.
-func samePlatform(a, b *platformDoc) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Architecture == b.Architecture && a.OS == b.OS && a.OSVersion == b.OSVersion &&
-		a.Variant == b.Variant && slices.Equal(a.OSFeatures, b.OSFeatures)
 }
 
 type manifestDoc struct {
@@ -254,13 +237,65 @@ func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte,
 	return nil
 }
 
+// checkConvertedIndex checks the staged top of a converted index (raw,
+// described by d) before the graph walks it: it must be exactly
+// containers/image's conversion of the registry's index (IndexRaw) with
+// each instance replaced by the stored one in its place, its digest, size
+// and image manifest media type, as the copy writes it (copyMultipleImages:
+// EditInstances, then ConvertToMIMEType to the type the layout takes). So
+// every other byte is the registry's (platforms, annotations, order, the
+// number of entries the graph then walks), and tieIndexToServed ties each
+// stored instance to the registry's in its place.
+func checkConvertedIndex(e Expect, d descriptor, raw []byte) error {
+	alg, _, _ := splitDigest(d.Digest)
+	if got := digestOf(alg, raw); got != d.Digest || int64(len(raw)) != d.Size {
+		return badStaged("the stored index is %s (%d bytes), not %s (%d bytes)", got, len(raw), d.Digest, d.Size)
+	}
+	stored, err := parseManifest("the stored index "+d.Digest, raw)
+	if err != nil {
+		return err
+	}
+	list, err := manifest.ListFromBlob(e.IndexRaw, manifest.GuessMIMEType(e.IndexRaw))
+	if err != nil {
+		return badStaged("parsing the resolved index %s: %v", e.Digest, err)
+	}
+	if !stored.isIndex() || len(stored.Manifests) != len(list.Instances()) {
+		return badStaged("the stored index %s does not have the %d manifests of the registry's %s", d.Digest, len(list.Instances()), e.Digest)
+	}
+	ups := make([]manifest.ListUpdate, len(stored.Manifests))
+	for i, m := range stored.Manifests {
+		if _, _, err := splitDigest(m.Digest); err != nil {
+			return badStaged("the stored index %s names a manifest %v", d.Digest, err)
+		}
+		if m.Size < 0 || (m.MediaType != mtOCIManifest && m.MediaType != mtDockerManifest) {
+			return badStaged("manifest %d of the stored index %s is not an image manifest of a size", i+1, d.Digest)
+		}
+		ups[i] = manifest.ListUpdate{Digest: digest.Digest(m.Digest), Size: m.Size, MediaType: m.MediaType}
+	}
+	if err := list.UpdateInstances(ups); err != nil {
+		return badStaged("updating the registry's index %s: %v", e.Digest, err)
+	}
+	if stored.MediaType != list.MIMEType() {
+		if list, err = list.ConvertToMIMEType(stored.MediaType); err != nil {
+			return badStaged("the stored index %s: %v", d.Digest, err)
+		}
+	}
+	want, err := list.Serialize()
+	if err != nil {
+		return badStaged("serializing the registry's index %s: %v", e.Digest, err)
+	}
+	if !bytes.Equal(want, raw) {
+		return badStaged("the stored index %s is not the registry's index %s converted with the stored instances in place", d.Digest, e.Digest)
+	}
+	return nil
+}
+
 // instanceExpects pairs each instance of a converted index (the staged
 // one, stored, named by DestDigest) with the registry's instance in the
-// same place (checkServedInstances checked those against IndexRaw):
-// containers/image converts an index entry by entry, in order, and keeps
-// each entry's platform. Each pair is an Expect of one converted
-// manifest: Instance the served digest, DestDigest the staged one
-// (equal when that instance was not converted).
+// same place (checkServedInstances checked those against IndexRaw;
+// checkConvertedIndex the stored index against the registry's). Each pair
+// is an Expect of one converted manifest: Instance the served digest,
+// DestDigest the staged one (equal when that instance was not converted).
 func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 	served, err := parseManifest("the resolved index", e.IndexRaw)
 	if err != nil {
@@ -275,9 +310,6 @@ func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 	out := make([]Expect, len(served.Manifests))
 	for i, sv := range served.Manifests {
 		st := stored.Manifests[i]
-		if !samePlatform(st.Platform, sv.Platform) {
-			return nil, badStaged("manifest %d of the stored index %s is for another platform than the registry's %s", i+1, e.DestDigest, sv.Digest)
-		}
 		out[i] = Expect{Digest: e.Digest, Instance: sv.Digest, Served: e.ServedInstances[i]}
 		if st.Digest != sv.Digest {
 			out[i].DestDigest = st.Digest
@@ -639,6 +671,15 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 	mrel := g.path(alg, hx, true)
 	if d.Size < 0 {
 		return nil, badStaged("index.json gives the manifest a negative size")
+	}
+	if e.convertedIndex() {
+		raw, err := st.load(mrel, maxJSON)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkConvertedIndex(e, d, raw); err != nil {
+			return nil, err
+		}
 	}
 	m, err := g.manifest(d, d.Digest == e.Digest || e.convertedIndex(), mrel)
 	if err != nil {

@@ -392,12 +392,12 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
 }
 
 # --all-architectures of a Docker manifest list: the registry's list and
-# instances are stored (the staging converted them to OCI; each stored
-# instance is tied to the registry's), the list the image's digest, this
-# platform's instance as served its manifest, as skopeo copy from the
+# this platform's instance are stored (the staging converted every instance
+# to OCI; each stored one is tied to the registry's), the list the image's
+# digest, this platform's instance as served its manifest, as skopeo copy from the
 # registry stores them; a pull by the list's digest lands too. Before, the
 # staged index was refused as "an index inside an index" (exit 8).
-@test "containers-storage: --all-architectures of a Docker manifest list stores the registry's list and instances (podman shows the list's digest); by digest too" {
+@test "containers-storage: --all-architectures of a Docker manifest list stores the registry's list and this platform's instance (podman shows the list's digest); by digest too" {
     skip_unless_cmd podman
     push_docker_fixtures
     local list inst arch repo=$REGISTRY_HOST/fixtures/multiv2 store="containers-storage:[vfs@$GRAPH+$RUN]"
