@@ -512,7 +512,19 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 		if !top {
 			return nil, badStaged("%s is an index inside an index (nested indexes are refused)", rel)
 		}
+		// Each distinct manifest is loaded and hashed once (an index may
+		// name one many times), and the walk stops once the pull is done.
+		type key struct {
+			digest string
+			size   int64
+		}
+		walked := map[key]bool{}
 		for _, c := range m.Manifests {
+			if g.ctx != nil {
+				if err := failure.Context(g.ctx, "verifying the staged image"); err != nil {
+					return nil, err
+				}
+			}
 			calg, chx, err := splitDigest(c.Digest)
 			if err != nil {
 				return nil, badStaged("index %s names a manifest %v", d.Digest, err)
@@ -520,8 +532,11 @@ func (g *graph) manifest(d descriptor, top bool, rel string) (*manifestDoc, erro
 			if err := refuseURLs(d.Digest, c); err != nil {
 				return nil, err
 			}
-			if _, err := g.manifest(c, false, g.path(calg, chx, true)); err != nil {
-				return nil, err
+			if k := (key{c.Digest, c.Size}); !walked[k] {
+				walked[k] = true
+				if _, err := g.manifest(c, false, g.path(calg, chx, true)); err != nil {
+					return nil, err
+				}
 			}
 		}
 		return m, nil

@@ -169,6 +169,21 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 			t.Fatal("the instance is not tagged a")
 		}
 	})
+	// An index naming one manifest three times: it is loaded and hashed
+	// once (the counts are distinct manifests).
+	t.Run("whole index naming one manifest thrice", func(t *testing.T) {
+		dd, st, e, _ := staged(t, im)
+		img := filepath.Join(st.WorkPath, "image")
+		entry := fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d}`, im.digest, len(im.manifest))
+		thrice := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + entry + "," + entry + "," + entry + `]}`)
+		must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(thrice)[7:]), thrice, 0o644))
+		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(thrice), len(thrice)), 0o644))
+		e.Digest, e.IndexRaw, e.Served, e.AllArchitectures = sha(thrice), thrice, thrice, true
+		must(t, dd.Verify(bg, st, e))
+		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(im.config) + len(im.layer))}); st.Counts != want {
+			t.Errorf("counts %+v, want %+v", st.Counts, want)
+		}
+	})
 	t.Run("whole index", func(t *testing.T) {
 		dd, st, e, d := staged(t, im)
 		img := filepath.Join(st.WorkPath, "image")
