@@ -310,8 +310,8 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		return verr(err)
 	}
 	cv := &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
-	if cv.served, err = ctrdServed(t, e); err == nil && e.convertedIndex() {
-		cv.instances, err = servedIndex(t, e)
+	if cv.served, cv.configs, err = ctrdServed(t, e); err == nil && e.convertedIndex() {
+		cv.instances, cv.configs, err = servedIndex(t, e)
 	}
 	if err != nil {
 		t.close()
@@ -333,10 +333,15 @@ type ctrdVerified struct {
 	// --all-architectures of an index: the whole index goes in).
 	served *servedManifest
 	// instances, with --all-architectures of an index the staging
-	// converted (a Docker manifest list), are the registry's index and
+	// converted (a Docker manifest list, an OCI index with Docker or zstd
+	// instances), are the registry's index and
 	// instances by digest (servedIndex), which go in instead of the
 	// staged conversions; nil: the staged index is the registry's.
 	instances map[string][]byte
+	// configs are the registry's configs of served Docker schema 2
+	// manifests whose staged conversion re-encoded them (servedIsStaged),
+	// by digest: written instead of a staged blob.
+	configs map[string][]byte
 }
 
 // servedManifest is an image manifest as the registry served it: what
@@ -354,19 +359,19 @@ type servedManifest struct {
 // the staged config and layers, which Verify checked (servedIsStaged), as
 // the served one's blobs are the ones imported. nil when the registry
 // served an index and every instance was staged (--all-architectures).
-func ctrdServed(t *tree, e Expect) (*servedManifest, error) {
+func ctrdServed(t *tree, e Expect) (*servedManifest, map[string][]byte, error) {
 	if e.Instance == "" && e.IndexRaw != nil && e.AllArchitectures {
-		return nil, nil
+		return nil, nil, nil
 	}
 	m, err := parseManifest("the served manifest", e.Served)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if m.isIndex() {
 		if e.Instance == "" && e.AllArchitectures {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, badStaged("the served manifest %s is an index, not the image copied", e.source())
+		return nil, nil, badStaged("the served manifest %s is an index, not the image copied", e.source())
 	}
 	mt := m.MediaType
 	switch mt {
@@ -374,17 +379,18 @@ func ctrdServed(t *tree, e Expect) (*servedManifest, error) {
 		mt = ocispec.MediaTypeImageManifest // the registry's Content-Type for one without
 	case ocispec.MediaTypeImageManifest, images.MediaTypeDockerSchema2Manifest:
 	default:
-		return nil, badStaged("the served manifest %s has a media type that is neither an OCI nor a Docker schema 2 image manifest's", e.source())
+		return nil, nil, badStaged("the served manifest %s has a media type that is neither an OCI nor a Docker schema 2 image manifest's", e.source())
 	}
+	var configs map[string][]byte
 	if e.DestDigest != "" {
-		if err := servedIsStaged(t, e); err != nil {
-			return nil, err
+		if configs, err = servedIsStaged(t, e); err != nil {
+			return nil, nil, err
 		}
 	}
 	return &servedManifest{
 		desc: ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(e.source()), Size: int64(len(e.Served))},
 		raw:  e.Served,
-	}, nil
+	}, configs, nil
 }
 
 // ctrdBlob reads a verified blob: staged (the inode taken back), or known
@@ -533,7 +539,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		if ahead {
 			// The config first (the layers' diff IDs), then each layer
 			// applied while the next ones are written.
-			if err := put(m.Config, nil, nil); err != nil {
+			if err := put(m.Config, cv.configs[m.Config.Digest.String()], nil); err != nil {
 				return nil, err
 			}
 			ua = d.startUnpack(ctx, c.Client, &m)
@@ -543,7 +549,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			if ua.stopped() {
 				return errUnpackStopped
 			}
-			err := put(b, nil, nil)
+			err := put(b, cv.configs[b.Digest.String()], nil) // the registry's config when the staging re-encoded it
 			ua.written(b.Digest, err)
 			return err
 		})
@@ -575,7 +581,8 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		// --all-architectures: every instance is staged (verifyOCI
 		// checked each). All of them go in, the index is the target,
 		// labelled to every child. The staged top is the index itself,
-		// unless the staging converted it (a Docker manifest list): the
+		// unless the staging converted it (a Docker manifest list, an OCI
+		// index with Docker or zstd instances): the
 		// registry's index and instances go in then, as containerd's
 		// own pull stores them, each naming the staged blobs.
 		idxRaw, err := stagedRaw(t, top.Digest)

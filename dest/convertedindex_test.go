@@ -1,6 +1,7 @@
 package dest_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -70,11 +71,12 @@ func (c convertedFixture) plant(t *testing.T, st *dest.Stage, idx, inst []byte, 
 // --all-architectures of a Docker manifest list into an oci: layout:
 // containers/image stores the list converted to an OCI index and each
 // Docker schema 2 instance converted to OCI (skopeo copy --all does the
-// same). The parent ties the stored index to the registry's entry by entry
-// (same place, same platform) and each stored instance to the registry's
-// instance (Expect.ServedInstances, each hashing to the list's
-// descriptor): the same config, the same layers. Before, the stored index
-// was refused as "an index inside an index".
+// same). The stored index must be exactly containers/image's conversion of
+// the registry's with the stored instances in place (checkConvertedIndex,
+// before the graph walks it), and each stored instance the registry's
+// instance in its place (Expect.ServedInstances, each hashing to the
+// list's descriptor) converted: the same config, the same layers. Before,
+// the stored index was refused as "an index inside an index".
 func TestVerifyTiesAConvertedIndex(t *testing.T) {
 	needRoot(t)
 	c := newConverted(t)
@@ -100,6 +102,53 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 		e := np.plant(t, st, np.index(`{"architecture":"","os":""}`, "", ""), np.inst, [][]byte{np.inst}, "a")
 		must(t, dd.Verify(bg, st, e))
 	})
+	// An OCI index whose instance has zstd layers: the copy marks its
+	// entry (addCompressionAnnotations) when it knows the layers'
+	// compression, so the stored index differs from the registry's by
+	// that annotation alone, which the parent accepts only on an entry
+	// whose registry instance has a zstd layer.
+	t.Run("an OCI index with a zstd instance", func(t *testing.T) {
+		m := descOf(t, c.im)
+		zstd := fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+zstd","digest":%q,"size":%d}]}`,
+			m.Config.Digest, m.Config.Size, m.Layers[0].Digest, m.Layers[0].Size)
+		entry := func(inst []byte, ann string) string {
+			return fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d%s,"platform":%s}`, sha(inst), len(inst), ann, c.platform)
+		}
+		const marked = `,"annotations":{"io.github.containers.compression.zstd":"true"}`
+		for name, k := range map[string]struct {
+			inst []byte
+			ok   bool
+		}{"marked": {zstd, true}, "a gzip instance marked": {c.im.manifest, false}} {
+			t.Run(name, func(t *testing.T) {
+				dd, st, _, _ := staged(t, c.im)
+				img := filepath.Join(st.WorkPath, "image")
+				must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(zstd)[7:]), zstd, 0o644))
+				if !bytes.Equal(k.inst, c.im.manifest) {
+					must(t, os.Remove(filepath.Join(img, "blobs", "sha256", c.im.digest[7:])))
+				} else {
+					must(t, os.Remove(filepath.Join(img, "blobs", "sha256", sha(zstd)[7:])))
+				}
+				registry := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + entry(k.inst, "") + `]}`)
+				storedIdx := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + entry(k.inst, marked) + `]}`)
+				must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(storedIdx)[7:]), storedIdx, 0o644))
+				must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(storedIdx), len(storedIdx)), 0o644))
+				e := dest.Expect{Digest: sha(registry), IndexRaw: registry, Served: registry, DestDigest: sha(storedIdx), AllArchitectures: true, ServedInstances: [][]byte{k.inst}}
+				err := dd.Verify(bg, st, e)
+				if k.ok {
+					must(t, err)
+				} else {
+					wantCode(t, err, failure.Verification, "converted with the stored instances in place")
+				}
+			})
+		}
+	})
+	// The stored index converted to a Docker list (which an OCI layout
+	// never holds) is refused, though it is a conversion of the registry's.
+	t.Run("the stored index a Docker list", func(t *testing.T) {
+		dd, st, _, _ := staged(t, c.im)
+		e := c.plant(t, st, c.list(c.im.manifest), c.inst, [][]byte{c.inst}, "a")
+		wantCode(t, dd.Verify(bg, st, e), failure.Verification, "is not an index of the 1 manifests")
+	})
 	other := newImg("other")
 	otherInst := dockerManifest(descOf(t, other), descOf(t, c.im).Layers[0].Digest, descOf(t, c.im).Layers[0].Size)
 	for name, k := range map[string]struct {
@@ -113,8 +162,8 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 		"an instance that is not the list's":                        {c.index(c.platform, "", ""), c.inst, [][]byte{append([]byte(" "), c.inst...)}, nil, "instance 1 handed over as served is"},
 		"an instance stored for another platform":                   {c.index(`{"architecture":"arm64","os":"linux"}`, "", ""), c.inst, [][]byte{c.inst}, nil, "converted with the stored instances in place"},
 		"an annotation added to the stored index":                   {c.index(c.platform, "", `,"annotations":{"k":"v"}`), c.inst, [][]byte{c.inst}, nil, "converted with the stored instances in place"},
-		"a negative size in the stored index":                       {c.index(c.platform, "-1", ""), c.inst, [][]byte{c.inst}, nil, "not an image manifest of a size"},
-		"more entries than the registry's, refused before the walk": {c.entries(200), c.inst, [][]byte{c.inst}, nil, "does not have the 1 manifests"},
+		"a negative size in the stored index":                       {c.index(c.platform, "-1", ""), c.inst, [][]byte{c.inst}, nil, "not an image manifest of a size the destination holds"},
+		"more entries than the registry's, refused before the walk": {c.entries(200), c.inst, [][]byte{c.inst}, nil, "is not an index of the 1 manifests"},
 		"a stored instance of another image":                        {c.index(c.platform, "", ""), otherInst, [][]byte{otherInst}, nil, "names config"},
 		"instances handed over without a converted index": {c.index(c.platform, "", ""), c.inst, [][]byte{c.inst}, func(e *dest.Expect) {
 			e.DestDigest = "" // the index stored as served

@@ -166,13 +166,20 @@ type Expect struct {
 	AllArchitectures bool `json:"all_architectures,omitempty"`
 	// ServedInstances, with --all-architectures of an index that the
 	// staging converted (DestDigest: an oci: layout stores a Docker
-	// manifest list and its Docker schema 2 instances as OCI), are the
+	// manifest list and Docker schema 2 instances as OCI, and marks an
+	// OCI index's zstd instances), are the
 	// registry's instance manifests, in the order of IndexRaw's
 	// manifests: each must hash to its descriptor there, and the staged
 	// index's instance in the same place must keep its config and
 	// layers, as Served for one converted manifest. A store keeps these
 	// bytes, as containerd's and containers/image's own pulls do.
 	ServedInstances [][]byte `json:"served_instances,omitempty"`
+	// ServedConfigs are the registry's configs of the Docker schema 2
+	// manifests the staging stored as OCI (Served, or ServedInstances'):
+	// containers/image re-encodes each as an OCI config, and the stored
+	// config must be that re-encoding of the one here hashing to the
+	// served manifest's config digest. A store keeps these.
+	ServedConfigs [][]byte `json:"served_configs,omitempty"`
 }
 
 // kind builds one transport's Destination: its name, form and split are

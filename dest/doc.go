@@ -60,7 +60,9 @@
 // gc.ref to children, the distribution source), the image manifest the
 // registry served (Expect.Served: as containerd's pull stores it, a Docker
 // one too, which the staging converted to OCI; Verify checks it names the
-// staged config and layers, servedIsStaged, shared with containers-storage:)
+// staged config and layers, servedIsStaged, shared with containers-storage:,
+// or the registry's config where the conversion re-encoded it, handed over
+// as Expect.ServedConfigs: convertedConfig)
 // and the registry's index when there is one, unpacked, and the image
 // records created last; the layers of a single image are unpacked as they
 // are written, each applied once it and the layers below it are in the
@@ -69,7 +71,8 @@
 // finds every snapshot and labels the config); an index copied whole
 // (--all-architectures) is the records' target, unpacked after its writes,
 // the registry's index and instances when the staging converted them (a
-// Docker manifest list: Expect.ServedInstances, servedIndex). The pins of the records follow the pull
+// Docker manifest list, an OCI index with Docker or zstd instances:
+// Expect.ServedInstances, servedIndex). The pins of the records follow the pull
 // (containerd_pin.go); ReadContainerdConfig (containerd_config.go) takes
 // the socket and the CRI's snapshotter of containerd's config.toml from
 // hosts' reader of it (hosts.ReadContainerdDaemon), with containerd's
@@ -115,7 +118,8 @@
 // platform of an index the index (Expect.IndexRaw) as the top-level
 // manifest, its pulled instance the only one served and the one the
 // stored image must hold; for an index copied whole and converted (a
-// Docker manifest list, --all-architectures) the registry's index and
+// Docker manifest list or an OCI index with Docker or zstd instances,
+// --all-architectures) the registry's index and
 // every instance as served, each naming the staged blobs of the converted
 // instance in its place (servedIndex).
 //

@@ -10,13 +10,14 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/manifest"
 )
 
 // The media types of indexes (an index inside an index is refused) and of
-// the image manifests a converted index may name.
+// the image manifests a converted index names.
 const (
 	mtOCIIndex       = "application/vnd.oci.image.index.v1+json"
 	mtDockerList     = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -138,9 +139,9 @@ func checkExpect(e Expect) error {
 }
 
 // convertedIndex: every instance of an index was copied and the staging
-// stored the index converted (--all-architectures of a Docker manifest
-// list into an oci: layout), so ServedInstances carries the registry's
-// instances.
+// stored the index converted (--all-architectures into an oci: layout of a
+// Docker manifest list, or of an OCI index with Docker schema 2 or zstd
+// instances), so ServedInstances carries the registry's instances.
 func (e Expect) convertedIndex() bool {
 	return e.AllArchitectures && e.Instance == "" && e.IndexRaw != nil && e.DestDigest != ""
 }
@@ -209,7 +210,9 @@ func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte,
 		return badStaged("a converted manifest must be an image manifest, not an index")
 	}
 	if stored.Config.Digest != served.Config.Digest {
-		return badStaged("the stored manifest names config %s, the served one %s", stored.Config.Digest, served.Config.Digest)
+		if _, err := convertedConfig(e, served, stored); err != nil {
+			return err
+		}
 	}
 	if len(stored.Layers) != len(served.Layers) {
 		return badStaged("the stored manifest has %d layers, the served one %d", len(stored.Layers), len(served.Layers))
@@ -246,7 +249,11 @@ func tieToServed(e Expect, stored *manifestDoc, config func(descriptor) ([]byte,
 // every other byte is the registry's (platforms, annotations, order, the
 // number of entries the graph then walks), and tieIndexToServed ties each
 // stored instance to the registry's in its place.
-func checkConvertedIndex(e Expect, d descriptor, raw []byte) error {
+//
+// ociOnly: the staging is an OCI layout, which holds OCI indexes and
+// manifests only (the copy converts a Docker list and Docker instances);
+// else (dir:) the index keeps the registry's type and the instances theirs.
+func checkConvertedIndex(e Expect, d descriptor, raw []byte, ociOnly bool) error {
 	alg, _, _ := splitDigest(d.Digest)
 	if got := digestOf(alg, raw); got != d.Digest || int64(len(raw)) != d.Size {
 		return badStaged("the stored index is %s (%d bytes), not %s (%d bytes)", got, len(raw), d.Digest, d.Size)
@@ -255,28 +262,59 @@ func checkConvertedIndex(e Expect, d descriptor, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	list, err := manifest.ListFromBlob(e.IndexRaw, manifest.GuessMIMEType(e.IndexRaw))
+	// The copy parsed the registry's index as the type its response
+	// named, which the parent does not hold: one without a mediaType
+	// field parses as either list type, and either conversion is the
+	// registry's.
+	types := []string{manifest.GuessMIMEType(e.IndexRaw)}
+	var probe struct {
+		MediaType *string `json:"mediaType"`
+	}
+	if json.Unmarshal(e.IndexRaw, &probe) == nil && probe.MediaType == nil {
+		types = []string{mtOCIIndex, mtDockerList}
+	}
+	var last error
+	for _, mt := range types {
+		if last = rebuildConverted(e, d, raw, stored, mt, ociOnly); last == nil {
+			return nil
+		}
+	}
+	return last
+}
+
+// rebuildConverted is checkConvertedIndex for the registry's index parsed
+// as listType: the stored index must be its conversion, byte for byte.
+func rebuildConverted(e Expect, d descriptor, raw []byte, stored *manifestDoc, listType string, ociOnly bool) error {
+	list, err := manifest.ListFromBlob(e.IndexRaw, listType)
 	if err != nil {
 		return badStaged("parsing the resolved index %s: %v", e.Digest, err)
 	}
-	if !stored.isIndex() || len(stored.Manifests) != len(list.Instances()) {
-		return badStaged("the stored index %s does not have the %d manifests of the registry's %s", d.Digest, len(list.Instances()), e.Digest)
+	// An OCI layout holds an OCI index, the conversion of the registry's;
+	// dir: the registry's type, never converted (the bytes compared below
+	// say the rest).
+	if (ociOnly && stored.MediaType != mtOCIIndex) || len(stored.Manifests) != len(list.Instances()) {
+		return badStaged("the stored index %s is not an index of the %d manifests of the registry's %s that the destination holds", d.Digest, len(list.Instances()), e.Digest)
 	}
 	ups := make([]manifest.ListUpdate, len(stored.Manifests))
 	for i, m := range stored.Manifests {
 		if _, _, err := splitDigest(m.Digest); err != nil {
 			return badStaged("the stored index %s names a manifest %v", d.Digest, err)
 		}
-		if m.Size < 0 || (m.MediaType != mtOCIManifest && m.MediaType != mtDockerManifest) {
-			return badStaged("manifest %d of the stored index %s is not an image manifest of a size", i+1, d.Digest)
+		if m.Size < 0 || (m.MediaType != mtOCIManifest && (ociOnly || m.MediaType != mtDockerManifest)) {
+			return badStaged("manifest %d of the stored index %s is not an image manifest of a size the destination holds", i+1, d.Digest)
 		}
 		ups[i] = manifest.ListUpdate{Digest: digest.Digest(m.Digest), Size: m.Size, MediaType: m.MediaType}
 	}
 	if err := list.UpdateInstances(ups); err != nil {
 		return badStaged("updating the registry's index %s: %v", e.Digest, err)
 	}
-	if stored.MediaType != list.MIMEType() {
-		if list, err = list.ConvertToMIMEType(stored.MediaType); err != nil {
+	if list.MIMEType() == mtOCIIndex {
+		if list, err = zstdMarked(list, stored, e.ServedInstances); err != nil {
+			return badStaged("the registry's index %s: %v", e.Digest, err)
+		}
+	}
+	if ociOnly && list.MIMEType() != mtOCIIndex {
+		if list, err = list.ConvertToMIMEType(mtOCIIndex); err != nil {
 			return badStaged("the stored index %s: %v", d.Digest, err)
 		}
 	}
@@ -288,6 +326,51 @@ func checkConvertedIndex(e Expect, d descriptor, raw []byte) error {
 		return badStaged("the stored index %s is not the registry's index %s converted with the stored instances in place", d.Digest, e.Digest)
 	}
 	return nil
+}
+
+// zstdAnnotation is what containers/image's copy adds to an OCI index
+// entry whose instance has zstd layers (addCompressionAnnotations).
+const zstdAnnotation = "io.github.containers.compression.zstd"
+
+// zstdMarked is the registry's OCI index (instances updated) with the
+// annotation containers/image's copy adds to the entry of an instance with
+// zstd layers, on each entry the stored index marks so whose registry
+// instance (served, checked against the index) has a zstd layer: the copy
+// marks it when it knows the layers' compression (not for a layer it
+// reused without reading it), so either form is its.
+func zstdMarked(list manifest.List, stored *manifestDoc, served [][]byte) (manifest.List, error) {
+	raw, err := list.Serialize()
+	if err != nil {
+		return nil, err
+	}
+	idx, err := manifest.OCI1IndexFromManifest(raw)
+	if err != nil {
+		return nil, err
+	}
+	for i := range idx.Manifests {
+		if stored.Manifests[i].Annotations[zstdAnnotation] != "true" || idx.Manifests[i].Annotations[zstdAnnotation] == "true" || !hasZstdLayer(served[i]) {
+			continue
+		}
+		if idx.Manifests[i].Annotations == nil {
+			idx.Manifests[i].Annotations = map[string]string{}
+		}
+		idx.Manifests[i].Annotations[zstdAnnotation] = "true"
+	}
+	return idx, nil
+}
+
+// hasZstdLayer: the image manifest raw names a zstd layer.
+func hasZstdLayer(raw []byte) bool {
+	var m manifestDoc
+	if json.Unmarshal(raw, &m) != nil {
+		return false
+	}
+	for _, l := range m.Layers {
+		if strings.HasSuffix(l.MediaType, "+zstd") {
+			return true
+		}
+	}
+	return false
 }
 
 // instanceExpects pairs each instance of a converted index (the staged
@@ -310,7 +393,7 @@ func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 	out := make([]Expect, len(served.Manifests))
 	for i, sv := range served.Manifests {
 		st := stored.Manifests[i]
-		out[i] = Expect{Digest: e.Digest, Instance: sv.Digest, Served: e.ServedInstances[i]}
+		out[i] = Expect{Digest: e.Digest, Instance: sv.Digest, Served: e.ServedInstances[i], ServedConfigs: e.ServedConfigs}
 		if st.Digest != sv.Digest {
 			out[i].DestDigest = st.Digest
 		}
@@ -320,9 +403,9 @@ func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 
 // tieIndexToServed ties a converted index to the registry's (see
 // instanceExpects), each staged instance to the served one as tieToServed
-// ties one converted manifest. load reads a staged manifest or config
-// (each verified by the graph already).
-func tieIndexToServed(e Expect, stored *manifestDoc, load func(descriptor) ([]byte, error)) error {
+// ties one converted manifest. loadManifest and load read a staged
+// manifest and a staged config (each verified by the graph already).
+func tieIndexToServed(e Expect, stored *manifestDoc, loadManifest, load func(descriptor) ([]byte, error)) error {
 	subs, err := instanceExpects(e, stored)
 	if err != nil {
 		return err
@@ -331,7 +414,7 @@ func tieIndexToServed(e Expect, stored *manifestDoc, load func(descriptor) ([]by
 		if sub.DestDigest == "" {
 			continue // stored as served: the graph checked its digest
 		}
-		raw, err := load(stored.Manifests[i])
+		raw, err := loadManifest(stored.Manifests[i])
 		if err != nil {
 			return err
 		}
@@ -349,30 +432,39 @@ func tieIndexToServed(e Expect, stored *manifestDoc, load func(descriptor) ([]by
 // servedIndex are the registry's manifests a store import keeps for a
 // converted index (Expect.convertedIndex), by digest: the index and its
 // instances, each instance naming exactly the staged blobs of the staged
-// instance in its place (servedIsStaged), which Verify checked.
-func servedIndex(t *tree, e Expect) (map[string][]byte, error) {
+// instance in its place (servedIsStaged), which Verify checked, and the
+// registry's configs of the instances whose config the conversion
+// re-encoded.
+func servedIndex(t *tree, e Expect) (manifests, configs map[string][]byte, err error) {
 	raw, err := stagedRaw(t, e.DestDigest)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stored, err := parseManifest("the staged index", raw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	subs, err := instanceExpects(e, stored)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string][]byte{e.Digest: e.IndexRaw}
+	manifests = map[string][]byte{e.Digest: e.IndexRaw}
 	for _, sub := range subs {
 		if sub.DestDigest != "" {
-			if err := servedIsStaged(t, sub); err != nil {
-				return nil, err
+			cfgs, err := servedIsStaged(t, sub)
+			if err != nil {
+				return nil, nil, err
+			}
+			for d, c := range cfgs {
+				if configs == nil {
+					configs = map[string][]byte{}
+				}
+				configs[d] = c
 			}
 		}
-		out[sub.Instance] = sub.Served
+		manifests[sub.Instance] = sub.Served
 	}
-	return out, nil
+	return manifests, configs, nil
 }
 
 // servedIsStaged checks that the manifest the registry served (Expect.Served,
@@ -384,39 +476,98 @@ func servedIndex(t *tree, e Expect) (map[string][]byte, error) {
 // tieToServed already ties the two; a conversion that changed a layer (its
 // uncompressed form) is refused here, as the import would read blobs that
 // are not staged.
-func servedIsStaged(t *tree, e Expect) error {
+//
+// The config is the exception: a Docker schema 2 manifest's config is
+// re-encoded as an OCI config by the conversion (convertedConfig checks the
+// staged one is that re-encoding of the registry's); the registry's config
+// (from Expect.ServedConfigs) is returned then, by digest, for the import to
+// store with the served manifest; else nil.
+func servedIsStaged(t *tree, e Expect) (map[string][]byte, error) {
 	raw, err := stagedRaw(t, e.DestDigest)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	staged, err := parseManifest("the staged manifest", raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	served, err := parseManifest("the served manifest", e.Served)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if served.isIndex() || staged.isIndex() {
-		return badStaged("a converted manifest must be an image manifest, not an index")
+		return nil, badStaged("a converted manifest must be an image manifest, not an index")
 	}
 	if len(served.Layers) != len(staged.Layers) {
-		return badStaged("the served manifest has %d layers, the staged one %d", len(served.Layers), len(staged.Layers))
+		return nil, badStaged("the served manifest has %d layers, the staged one %d", len(served.Layers), len(staged.Layers))
 	}
 	src := e.source()
+	var configs map[string][]byte
 	for i, b := range append([]descriptor{*served.Config}, served.Layers...) {
 		want := *staged.Config
 		if i > 0 {
 			want = staged.Layers[i-1]
 		}
 		if err := refuseURLs(src, b); err != nil {
-			return err
+			return nil, err
+		}
+		if i == 0 && b.Digest != want.Digest {
+			cfg, err := convertedConfig(e, served, staged)
+			if err != nil {
+				return nil, err
+			}
+			configs = map[string][]byte{b.Digest: cfg}
+			continue
 		}
 		if b.Digest != want.Digest || b.Size != want.Size {
-			return badStaged("the served manifest %s names blob %s (%d bytes) where the staged one names %s (%d bytes)", src, b.Digest, b.Size, want.Digest, want.Size)
+			return nil, badStaged("the served manifest %s names blob %s (%d bytes) where the staged one names %s (%d bytes)", src, b.Digest, b.Size, want.Digest, want.Size)
 		}
 	}
-	return nil
+	return configs, nil
+}
+
+// convertedConfig checks that the stored manifest's config, which is not
+// the served manifest's, is containers/image's re-encoding of the
+// registry's (a Docker schema 2 manifest stored as OCI: its config
+// unmarshalled into an OCI image config and marshalled again,
+// manifestSchema2.convertToManifestOCI1), the registry's config being one
+// the child handed over (Expect.ServedConfigs) that hashes to the served
+// manifest's config descriptor. It returns the registry's config.
+func convertedConfig(e Expect, served, stored *manifestDoc) ([]byte, error) {
+	sc, dc := *served.Config, *stored.Config
+	if served.MediaType != mtDockerManifest || stored.MediaType != mtOCIManifest {
+		return nil, badStaged("the stored manifest names config %s, the served one %s", dc.Digest, sc.Digest)
+	}
+	salg, _, err := splitDigest(sc.Digest)
+	if err != nil {
+		return nil, badStaged("the served manifest names a config %v", err)
+	}
+	var cfg []byte
+	for _, c := range e.ServedConfigs {
+		if int64(len(c)) == sc.Size && digestOf(salg, c) == sc.Digest {
+			cfg = c
+			break
+		}
+	}
+	if cfg == nil {
+		return nil, badStaged("the stored manifest names config %s, the served one %s, which the copy did not hand over", dc.Digest, sc.Digest)
+	}
+	var oci ocispec.Image
+	if err := json.Unmarshal(cfg, &oci); err != nil {
+		return nil, badStaged("parsing the registry's config %s: %v", sc.Digest, err)
+	}
+	conv, err := json.Marshal(&oci)
+	if err != nil {
+		return nil, badStaged("re-encoding the registry's config %s: %v", sc.Digest, err)
+	}
+	dalg, _, err := splitDigest(dc.Digest)
+	if err != nil {
+		return nil, badStaged("the stored manifest names a config %v", err)
+	}
+	if digestOf(dalg, conv) != dc.Digest || int64(len(conv)) != dc.Size {
+		return nil, badStaged("the stored config %s is not the OCI re-encoding of the registry's config %s", dc.Digest, sc.Digest)
+	}
+	return cfg, nil
 }
 
 // configDiffIDs is an image config's rootfs.diff_ids, as written (each
@@ -692,7 +843,7 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 		if err != nil {
 			return nil, err
 		}
-		if err := checkConvertedIndex(e, d, raw); err != nil {
+		if err := checkConvertedIndex(e, d, raw, true); err != nil {
 			return nil, err
 		}
 	}
@@ -708,7 +859,7 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 		return st.load(g.path(calg, chx, false), maxJSON)
 	}
 	if e.convertedIndex() {
-		err = tieIndexToServed(e, m, load)
+		err = tieIndexToServed(e, m, load, load)
 	} else {
 		err = tieToServed(e, m, load)
 	}

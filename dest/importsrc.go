@@ -1,6 +1,7 @@
 package dest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,9 @@ type verifiedSource struct {
 	// mem are verified manifests the parent holds (the registry's bytes),
 	// by digest: served instead of the staged ones.
 	mem map[string][]byte
+	// configs are verified configs the parent holds (the registry's
+	// configs of Docker manifests the staging re-encoded), by digest.
+	configs map[string][]byte
 }
 
 // verifiedRef is the types.ImageReference of a verifiedSource.
@@ -126,6 +130,9 @@ func (s *verifiedSource) GetBlob(ctx context.Context, info types.BlobInfo, _ typ
 		return nil, 0, err
 	}
 	dg := info.Digest.String()
+	if c, ok := s.configs[dg]; ok {
+		return io.NopCloser(bytes.NewReader(c)), int64(len(c)), nil
+	}
 	f, staged, err := s.t.ctrdBlob(dg)
 	if err != nil {
 		return nil, 0, err

@@ -88,6 +88,10 @@ type storageDest struct {
 type importManifests struct {
 	top, instance string
 	raw           map[string][]byte
+	// configs are the registry's configs of served Docker schema 2
+	// manifests whose staged conversion re-encoded them (servedIsStaged),
+	// by digest: served instead of a staged blob.
+	configs map[string][]byte
 }
 
 // image is the digest of the manifest the stored image must hold: the
@@ -254,19 +258,21 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		// Every platform of an index the staging converted (a Docker
 		// manifest list): the registry's index and instances, each
 		// naming the staged blobs of the staged instance in its place.
-		raw, err := servedIndex(s.verified.tree, e)
+		raw, configs, err := servedIndex(s.verified.tree, e)
 		if err != nil {
 			return verr(err)
 		}
-		d.manifests = importManifests{top: e.Digest, raw: raw}
+		d.manifests = importManifests{top: e.Digest, raw: raw, configs: configs}
 		return nil
 	case e.IndexRaw == nil:
 		d.manifests = importManifests{top: e.Digest, raw: map[string][]byte{e.Digest: e.Served}}
 	}
 	if d.manifests.top != "" && e.DestDigest != "" {
-		if err := servedIsStaged(s.verified.tree, e); err != nil {
+		configs, err := servedIsStaged(s.verified.tree, e)
+		if err != nil {
 			return verr(err)
 		}
+		d.manifests.configs = configs
 	}
 	return nil
 }
@@ -388,7 +394,7 @@ func (d *storageDest) importInto(ctx context.Context, v *verified, named referen
 	// registry would, the top-level one giving the image its digest, and
 	// accepts REF@INDEX as it does there.
 	m := d.manifests
-	vs := &verifiedSource{t: v.tree, top: m.top, instance: m.instance, mem: m.raw}
+	vs := &verifiedSource{t: v.tree, top: m.top, instance: m.instance, mem: m.raw, configs: m.configs}
 	if m.top == "" {
 		vs.top, _ = v.oci.manifestDigest()
 	}

@@ -186,7 +186,7 @@ func (s *pullSteps) verify(ctx context.Context, rep *pull.Report) error {
 	c := &rep.Copied
 	e := dest.Expect{Digest: rep.Digest, Instance: rep.InstanceDigest, DestDigest: rep.DestinationDigest,
 		Pinned: p.pinned(), MaxBytes: p.MaxImageBytes, IndexRaw: c.IndexRaw, Manifest: c.Manifest, Served: c.Served,
-		Platform: p.Platform, AllArchitectures: p.AllArchitectures, ServedInstances: c.ServedInstances}
+		Platform: p.Platform, AllArchitectures: p.AllArchitectures, ServedInstances: c.ServedInstances, ServedConfigs: c.ServedConfigs}
 	if err := p.dst.Verify(ctx, s.st, e); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/pkg/blobinfocache/none"
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
 )
@@ -151,14 +152,14 @@ func (p *Request) resolve(ctx context.Context, c *conn, named reference.Named, s
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	c.cache.put(r.top, r.raw, r.mime)
-	if err := p.checkAllArchitectures(named, r.raw, r.mime); err != nil {
-		return nil, err
-	}
 	if p.AllArchitectures && manifest.MIMETypeIsMultiImage(r.mime) && p.Destination.Transport == "docker-archive" {
 		// containers/image's docker-archive destination takes one image:
 		// refused before any blob is fetched, as skopeo's copy --all
 		// refuses it before its first.
 		return nil, failure.New(failure.Usage, "--all-architectures: %s is a multi-arch index, and a docker-archive: DEST holds one image; pull without --all-architectures (this platform's image), or into oci: or oci-archive:", reference.FamiliarString(named))
+	}
+	if err := p.checkAllArchitectures(named, r.raw, r.mime); err != nil {
+		return nil, err
 	}
 	if r.decl, err = p.checkSpace(ctx, c.sys, named, r.top, r.raw, r.mime, c.g, c.remote, st); err != nil {
 		return nil, p.classify(stallCause(ctx, err))
@@ -284,11 +285,22 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 		return nil, p.classify(stallCause(ctx, err))
 	}
 	// Every instance copied, the index stored converted (an oci: layout
-	// stores a Docker manifest list as an OCI index): the parent ties
+	// stores a Docker manifest list as an OCI index, and marks an OCI
+	// index's zstd instances): the parent ties
 	// each stored instance to the registry's, and a store keeps those.
 	if p.AllArchitectures && manifest.MIMETypeIsMultiImage(r.mime) && rep.DestinationDigest != "" {
 		var err error
 		if out.ServedInstances, err = servedInstances(ctx, c.sys, src, r.pinned, r.raw, r.mime); err != nil {
+			return nil, p.classify(stallCause(ctx, err))
+		}
+	}
+	// A Docker schema 2 manifest stored as OCI has its config rewritten
+	// (containers/image re-encodes it as an OCI config): the parent checks
+	// the stored config is that re-encoding of the registry's, and a store
+	// keeps the registry's.
+	if rep.DestinationDigest != "" {
+		var err error
+		if out.ServedConfigs, err = servedConfigs(ctx, c.sys, src, r.pinned, out); err != nil {
 			return nil, p.classify(stallCause(ctx, err))
 		}
 	}
@@ -345,7 +357,9 @@ func served(ctx context.Context, sys *types.SystemContext, ref types.ImageRefere
 const MaxServedInstances = 1024
 
 // checkAllArchitectures refuses, before any blob is fetched, an index with
-// more instances than --all-architectures copies (MaxServedInstances).
+// more instances than --all-architectures copies (MaxServedInstances), or
+// declaring more than MaxManifestBytes of them in all (what the child may
+// hand over as served when the copy converts the index).
 func (p *Request) checkAllArchitectures(named reference.Named, raw []byte, mime string) error {
 	if !p.AllArchitectures || !manifest.MIMETypeIsMultiImage(mime) {
 		return nil
@@ -354,8 +368,19 @@ func (p *Request) checkAllArchitectures(named reference.Named, raw []byte, mime 
 	if err != nil {
 		return failure.Wrap(failure.Verification, err, "parsing the index of %s", reference.FamiliarString(named))
 	}
-	if n := len(list.Instances()); n > MaxServedInstances {
-		return failure.New(failure.Verification, "the index of %s has %d instances, more than the %d pullhelper copies with --all-architectures", reference.FamiliarString(named), n, MaxServedInstances)
+	ds := list.Instances()
+	if len(ds) > MaxServedInstances {
+		return failure.New(failure.Verification, "the index of %s has %d instances, more than the %d pullhelper copies with --all-architectures", reference.FamiliarString(named), len(ds), MaxServedInstances)
+	}
+	var total int64
+	for _, d := range ds {
+		in, err := list.Instance(d)
+		if err != nil {
+			return failure.Wrap(failure.Verification, err, "reading the index of %s", reference.FamiliarString(named))
+		}
+		if total += in.Size; in.Size < 0 || total > MaxManifestBytes {
+			return failure.New(failure.Verification, "the index of %s declares more than %d bytes of instance manifests, more than pullhelper copies with --all-architectures", reference.FamiliarString(named), MaxManifestBytes)
+		}
 	}
 	return nil
 }
@@ -393,6 +418,68 @@ func servedInstances(ctx context.Context, sys *types.SystemContext, ref types.Im
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// MaxServedConfigBytes bounds the configs handed over as served
+// (Copied.ServedConfigs), in all: containers/image reads one config of at
+// most this size.
+const MaxServedConfigBytes = 4 << 20
+
+// servedConfigs fetches the config of each Docker schema 2 manifest the
+// registry served of what the copy stored converted (out.Served, or every
+// instance of out.ServedInstances), once each, checked against its digest.
+func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, pinned reference.Named, out *Copied) ([][]byte, error) {
+	mans := out.ServedInstances
+	if mans == nil {
+		mans = [][]byte{out.Served}
+	}
+	var want []types.BlobInfo
+	seen := map[digest.Digest]bool{}
+	for _, m := range mans {
+		if manifest.GuessMIMEType(m) != manifest.DockerV2Schema2MediaType {
+			continue
+		}
+		s2, err := manifest.Schema2FromManifest(m)
+		if err != nil {
+			return nil, failure.Wrap(failure.Verification, err, "parsing a manifest of %s", pinned)
+		}
+		if d := s2.ConfigDescriptor.Digest; !seen[d] {
+			seen[d] = true
+			want = append(want, types.BlobInfo{Digest: d, Size: s2.ConfigDescriptor.Size})
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	src, err := ref.NewImageSource(ctx, sys)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	var cfgs [][]byte
+	total := int64(0)
+	for _, bi := range want {
+		if err := bi.Digest.Validate(); err != nil {
+			return nil, failure.Wrap(failure.Verification, err, "a config of %s", pinned)
+		}
+		if total += bi.Size; bi.Size < 0 || total > MaxServedConfigBytes {
+			return nil, failure.New(failure.Verification, "the configs of %s are more than %d bytes in all", pinned, MaxServedConfigBytes)
+		}
+		rc, _, err := src.GetBlob(ctx, bi, none.NoCache)
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(io.LimitReader(rc, bi.Size+1))
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(b)) != bi.Size || bi.Digest.Algorithm().FromBytes(b) != bi.Digest {
+			return nil, failure.New(failure.Verification, "config %s of %s: the registry served %d bytes hashing to %s", bi.Digest, pinned, len(b), bi.Digest.Algorithm().FromBytes(b))
+		}
+		cfgs = append(cfgs, b)
+	}
+	return cfgs, nil
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference

@@ -158,8 +158,9 @@ func CheckEvent(e api.Event) error {
 // Check reports why r is not a report the copy could have sent, or nil:
 // digests that are digests, a media type of bounded length, counts in range, at most
 // MaxHanded handed-over digests, and the manifests (at most
-// MaxServedInstances instances as served, MaxManifestBytes in all) and
-// signatures within the sizes the copy itself enforces. The endpoints are only bounded
+// MaxServedInstances instances as served, MaxManifestBytes in all),
+// configs (MaxServedConfigBytes in all) and signatures within the sizes
+// the copy itself enforces. The endpoints are only bounded
 // (BoundEndpoints): they are informational.
 func (r *Report) Check() error {
 	switch {
@@ -186,6 +187,15 @@ func (r *Report) Check() error {
 	for _, m := range r.Copied.ServedInstances {
 		if total += len(m); total > MaxManifestBytes {
 			return fmt.Errorf("the report's instances as served are over %d bytes in all", MaxManifestBytes)
+		}
+	}
+	if len(r.Copied.ServedConfigs) > MaxServedInstances+1 {
+		return fmt.Errorf("the report hands over %d configs as served, more than %d", len(r.Copied.ServedConfigs), MaxServedInstances+1)
+	}
+	total = 0
+	for _, c := range r.Copied.ServedConfigs {
+		if total += len(c); total > MaxServedConfigBytes {
+			return fmt.Errorf("the report's configs as served are over %d bytes in all", MaxServedConfigBytes)
 		}
 	}
 	if c := r.Credential; c != nil && (len(c.Source) > maxCredentialField || len(c.File) > maxCredentialField || len(c.Key) > maxCredentialField || len(c.Username) > maxCredentialField) {

@@ -112,6 +112,10 @@ func TestReportCheck(t *testing.T) {
 		"signatures":         func(r *Report) { r.Copied.Signatures = make([][]byte, MaxSignatures+1) },
 		"credential":         func(r *Report) { r.Credential.File = strings.Repeat("f", 5000) },
 		"served instances":   func(r *Report) { r.Copied.ServedInstances = make([][]byte, MaxServedInstances+1) },
+		"served configs":     func(r *Report) { r.Copied.ServedConfigs = make([][]byte, MaxServedInstances+2) },
+		"served configs' bytes": func(r *Report) {
+			r.Copied.ServedConfigs = [][]byte{make([]byte, MaxServedConfigBytes/2), make([]byte, MaxServedConfigBytes/2+1)}
+		},
 		"served instances' bytes": func(r *Report) {
 			r.Copied.ServedInstances = [][]byte{make([]byte, MaxManifestBytes/2), make([]byte, MaxManifestBytes/2+1)}
 		},
@@ -147,9 +151,10 @@ func TestBoundEndpoints(t *testing.T) {
 	}
 }
 
-// --all-architectures copies at most MaxServedInstances instances: an index
-// with more is refused once resolved (exit 8), before any blob; without
-// --all-architectures its size is no matter.
+// --all-architectures copies at most MaxServedInstances instances, of at
+// most MaxManifestBytes declared in all: an index with more is refused once
+// resolved (exit 8), before any blob; without --all-architectures its size
+// is no matter.
 func TestCheckAllArchitecturesBoundsInstances(t *testing.T) {
 	named, err := reference.ParseNormalizedNamed("registry.example/big/index:v1")
 	if err != nil {
@@ -170,6 +175,12 @@ func TestCheckAllArchitecturesBoundsInstances(t *testing.T) {
 	err = p.checkAllArchitectures(named, index(MaxServedInstances+1), mt)
 	if c := failure.CodeOf(err); c != failure.Verification || !strings.Contains(fmt.Sprint(err), "more than the 1024 pullhelper copies") {
 		t.Fatalf("an index of %d instances: %v (%s)", MaxServedInstances+1, err, c)
+	}
+	// Declared sizes over MaxManifestBytes in all.
+	huge := []byte(strings.Replace(string(index(2)), `"size":1`, fmt.Sprintf(`"size":%d`, MaxManifestBytes), 1))
+	err = p.checkAllArchitectures(named, huge, mt)
+	if c := failure.CodeOf(err); c != failure.Verification || !strings.Contains(fmt.Sprint(err), "bytes of instance manifests") {
+		t.Fatalf("an index declaring %d bytes of instances: %v (%s)", MaxManifestBytes+1, err, c)
 	}
 	p.AllArchitectures = false
 	if err := p.checkAllArchitectures(named, index(MaxServedInstances+1), mt); err != nil {

@@ -42,6 +42,12 @@ type Copied struct {
 	// (dest.Expect.ServedInstances): at most MaxServedInstances, of at
 	// most MaxManifestBytes in all.
 	ServedInstances [][]byte `json:"served_instances,omitempty"`
+	// ServedConfigs, when the destination stored a Docker schema 2
+	// manifest (the one served, or instances) converted to OCI, are the
+	// registry's configs of those manifests (containers/image re-encodes
+	// each as an OCI config): at most MaxServedConfigBytes in all, one
+	// per distinct config.
+	ServedConfigs [][]byte `json:"served_configs,omitempty"`
 	// Handed are the blobs the copy left whole in the partial-blob cache
 	// instead of writing them into the staged OCI layout: the parent
 	// moves them to blobs/<alg>/<hex> there before it verifies

@@ -175,16 +175,17 @@ func (w *wireError) err() error {
 // message (the report or the error), which may be up to maxMessage. The
 // report carries up to three manifests (the stored one, the index, the one
 // served) of at most pull.MaxManifestBytes, an index's instances as
-// served of at most pull.MaxManifestBytes in all, and signatures of at
-// most pull.MaxSignatureBytes, base64 in JSON (4/3), and small fields: the
+// served of at most pull.MaxManifestBytes in all, configs as served of at
+// most pull.MaxServedConfigBytes in all, and signatures of at most
+// pull.MaxSignatureBytes, base64 in JSON (4/3), and small fields: the
 // handed-over digests, the endpoints and the JSON of at most
-// pull.MaxServedInstances strings, within maxReportRest. So the
+// pull.MaxServedInstances strings twice, within maxReportRest. So the
 // parent holds at most one line of maxMessage, ever; a second long line is
 // a compromised child trying to exhaust the root parent's memory.
 const (
 	maxLine       = 16 << 10
 	maxReportRest = 2 << 20
-	maxMessage    = (4*pull.MaxManifestBytes+pull.MaxSignatureBytes+2)/3*4 + maxReportRest
+	maxMessage    = (4*pull.MaxManifestBytes+pull.MaxServedConfigBytes+pull.MaxSignatureBytes+2)/3*4 + maxReportRest
 )
 
 // errOversized is a line on fd 4 longer than it may be.

@@ -263,6 +263,34 @@ print(m[0])' "$index")
     assert_layout_blobs_verify "$OUT/all"
 }
 
+# A Docker schema 2 image whose config is as docker build writes one:
+# containers/image stores it into an oci: layout as OCI with the config
+# re-encoded as an OCI config (the Docker-only fields dropped: another
+# digest); the parent checks the stored config is that re-encoding of the
+# registry's, which the child hands over. Before, every such image was
+# refused (exit 8, "the stored manifest names config ..., the served one
+# ..."): only configs that re-encode to themselves passed.
+@test "pull: a Docker schema 2 image with a docker build config lands in oci: with the config re-encoded as OCI (as skopeo stores it)" {
+    push_docker_config_fixture
+    local want cfg stored scfg
+    want=$(registry_digest fixtures/dockercfg:latest)
+    cfg=$(registry_manifest fixtures/dockercfg:latest | json_get .config.digest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/dockercfg" "oci:$OUT/d:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    stored=$(json_get .destination_digest <<<"$output")
+    [[ $stored == sha256:* && $stored != "$want" ]] || fail "no converted manifest reported: $output"
+    assert_equal "$(json_get '.manifests[0].digest' <"$OUT/d/index.json")" "$stored"
+    scfg=$(json_get .config.digest <"$OUT/d/blobs/sha256/${stored#sha256:}")
+    [[ $scfg != "$cfg" ]] || fail "the config was not re-encoded"
+    run ph_skopeo inspect --config --raw "oci:$OUT/d:latest"
+    assert_success
+    [[ $output != *docker_version* ]] || fail "the stored config keeps Docker-only fields: $output"
+    assert_equal "$(json_get .rootfs.diff_ids <<<"$output")" "$(registry_skopeo inspect --config --raw $(registry_skopeo_opts) "docker://$REGISTRY_HOST/fixtures/dockercfg:latest" | json_get .rootfs.diff_ids)"
+    assert_equal "$(layer_digests "$(cat "$OUT/d/blobs/sha256/${stored#sha256:}")")" "$(layer_digests "$(registry_manifest fixtures/dockercfg:latest)")"
+    assert_layout_blobs_verify "$OUT/d"
+}
+
 # layer_digests MANIFEST: its layers' digests, space-separated.
 layer_digests() {
     "$PH_PYTHON" -c 'import json, sys; print(" ".join(l["digest"] for l in json.loads(sys.argv[1])["layers"]))' "$1"

@@ -391,6 +391,32 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
 }
 
+# A Docker schema 2 image whose config is as docker build writes one: the
+# staging re-encodes the config as OCI; the import stores the registry's
+# manifest and the registry's config (handed over by the child, checked to
+# re-encode to the staged one), as containers/image's copy from the
+# registry stores them: the image ID is the registry's config digest.
+# Before, such an image was refused (exit 8, "names config").
+@test "containers-storage: a Docker schema 2 image with a docker build config is stored with the registry's manifest and config (the image ID the registry's config digest)" {
+    skip_unless_cmd podman
+    push_docker_config_fixture
+    local want cfg repo=$REGISTRY_HOST/fixtures/dockercfg store="containers-storage:[vfs@$GRAPH+$RUN]"
+    want=$(registry_digest fixtures/dockercfg:latest)
+    cfg=$(registry_manifest fixtures/dockercfg:latest | json_get .config.digest)
+    run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .image_id <<<"$output")" "$cfg"
+    [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
+    run podman_store image inspect --format '{{.Digest}} {{.ID}}' "$repo:latest"
+    assert_success
+    assert_output "$want ${cfg#sha256:}"
+    run ph_skopeo inspect --config --raw "${store}$repo:latest"
+    assert_success
+    assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$cfg"
+    [[ $output == *docker_version* ]] || fail "the stored config is not the registry's: $output"
+}
+
 # --all-architectures of a Docker manifest list: the registry's list and
 # this platform's instance are stored (the staging converted every instance
 # to OCI; each stored one is tied to the registry's), the list the image's

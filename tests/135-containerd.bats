@@ -171,6 +171,10 @@ while True:
     ctrd_case_docker_v2s2
 }
 
+@test "containerd 1.6: a Docker schema 2 image with a docker build config is stored with the registry's manifest and config (the image ID the registry's config digest); crictl pull then fetches nothing" {
+    ctrd_case_docker_config
+}
+
 @test "containerd 1.6: a Docker manifest list lands: the list the target, the served instance stored and unpacked; crictl pull then fetches no manifest" {
     ctrd_case_docker_list
 }

@@ -81,6 +81,10 @@ CTRD_FLAVOR=2
     ctrd_case_docker_v2s2
 }
 
+@test "containerd 2.x: a Docker schema 2 image with a docker build config is stored with the registry's manifest and config (the image ID the registry's config digest); crictl pull then fetches nothing" {
+    ctrd_case_docker_config
+}
+
 @test "containerd 2.x: a Docker manifest list lands: the list the target, the served instance stored and unpacked; crictl pull then fetches no manifest" {
     ctrd_case_docker_list
 }

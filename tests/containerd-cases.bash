@@ -1011,6 +1011,34 @@ ctrd_case_docker_v2s2() {
     assert_equal "$(ctr_k8s images ls -q | LC_ALL=C sort | paste -sd' ')" "$img $REGISTRY_HOST/fixtures/v2s2@$want $id"
 }
 
+# a Docker schema 2 image whose config is as docker build writes one: the
+# staging re-encodes the config as OCI; the import writes the registry's
+# manifest and config (handed over by the child, checked to re-encode to the
+# staged one), as containerd's own pull stores them: the image ID is the
+# registry's config digest, the image unpacked, and crictl pull then fetches
+# nothing. Before, such an image was refused (exit 8, "names config").
+ctrd_case_docker_config() {
+    ctrd_up
+    push_docker_config_fixture
+    local img="$REGISTRY_HOST/fixtures/dockercfg:latest" want cfg
+    local v2s2=application/vnd.docker.distribution.manifest.v2+json
+    want=$(registry_digest fixtures/dockercfg:latest)
+    cfg=$(registry_manifest fixtures/dockercfg:latest | json_get .config.digest)
+    run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .image_id <<<"$output")" "$cfg"
+    [[ $output != *destination_digest* ]] || fail "a destination digest in the result: $output"
+    assert_equal "$(ctr_image_line "$img" | awk '{print $2, $3}')" "$v2s2 $want"
+    assert_equal "sha256:$(ctr_k8s content get "$cfg" | sha256sum | cut -d' ' -f1)" "$cfg"
+    assert_ctr_complete "$img"
+    wait_cri "$img" || return
+    run ctrd_crictl inspecti -o json "$img"
+    assert_success
+    assert_equal "$(json_get .status.id <<<"$output")" "$cfg"
+    assert_cri_pull_fetches_nothing "$img"
+}
+
 # ctrd_case_docker_list [--all-architectures]: a Docker manifest list
 # lands: the list is the target, the instance the registry served is in the
 # content store under its own digest (the list's gc.ref.content.m.N labels

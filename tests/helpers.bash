@@ -878,6 +878,53 @@ push_docker_fixtures() {
     assert_equal "$(registry_manifest fixtures/multiv2:latest | json_get .mediaType)" "$list"
 }
 
+# push_docker_config_fixture: fixtures/dockercfg:latest, a Docker schema 2
+# image whose config is as docker build writes one (container_config,
+# docker_version, a Docker config block: fields an OCI config has not, so
+# containers/image re-encodes it when it stores the image as OCI), pushed
+# with its digests as they are.
+push_docker_config_fixture() {
+    local dir="$BATS_FILE_TMPDIR/dockercfg-dir"
+    rm -rf "$dir"
+    "$PH_PYTHON" - "$dir" <<'PYEOF' || fail "writing the dockercfg layout"
+import gzip, hashlib, io, json, os, sys, tarfile
+d = sys.argv[1]
+os.makedirs(d)
+def put(b):
+    h = hashlib.sha256(b).hexdigest()
+    with open(os.path.join(d, h), "wb") as f:
+        f.write(b)
+    return "sha256:" + h, len(b)
+raw = io.BytesIO()
+with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as t:
+    data = b"dockercfg fixture\n"
+    ti = tarfile.TarInfo("hello.txt"); ti.size = len(data); ti.mtime = 0
+    t.addfile(ti, io.BytesIO(data))
+tar = raw.getvalue()
+layer = gzip.compress(tar, mtime=0)
+ld, ls = put(layer)
+cfg = json.dumps({"architecture": "amd64", "config": {"Hostname": "", "Domainname": "", "User": "", "AttachStdin": False,
+    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["sh"], "Image": "", "Volumes": None,
+    "WorkingDir": "", "Entrypoint": None, "OnBuild": None, "Labels": None},
+    "container": "8c2b0f8e", "container_config": {"Hostname": "8c2b0f8e", "Cmd": ["/bin/sh", "-c", "#(nop) CMD [\"sh\"]"]},
+    "created": "2023-05-19T20:19:24.093189497Z", "docker_version": "20.10.23",
+    "history": [{"created": "2023-05-19T20:19:23Z", "created_by": "ADD file:hello.txt in / "}], "os": "linux",
+    "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(tar).hexdigest()]}}).encode()
+cd, cs = put(cfg)
+m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+    "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": cs, "digest": cd},
+    "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": ls, "digest": ld}]}).encode()
+with open(os.path.join(d, "manifest.json"), "wb") as f:
+    f.write(m)
+with open(os.path.join(d, "version"), "w") as f:
+    f.write("Directory Transport Version: 1.1\n")
+PYEOF
+    # shellcheck disable=SC2046
+    registry_skopeo copy --quiet --preserve-digests $(registry_skopeo_opts dest) \
+        "dir:$dir" "docker://$REGISTRY_HOST/fixtures/dockercfg:latest" || fail "pushing fixtures/dockercfg"
+    assert_equal "$(registry_manifest fixtures/dockercfg:latest | json_get .mediaType)" application/vnd.docker.distribution.manifest.v2+json
+}
+
 # registry_manifest REPO:TAG|REPO@DIGEST: the raw manifest bytes the registry
 # serves (authenticated).
 registry_manifest() {
