@@ -311,7 +311,7 @@ func (d *containerdDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 	}
 	cv := &ctrdVerified{digest: e.Digest, indexRaw: e.IndexRaw, platform: e.Platform}
 	if cv.served, cv.configs, err = ctrdServed(t, e); err == nil && e.convertedIndex() {
-		cv.instances, cv.configs, err = servedIndex(t, e)
+		cv.instances, cv.configs, err = servedIndex(ctx, t, e)
 	}
 	if err != nil {
 		t.close()

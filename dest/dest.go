@@ -180,6 +180,8 @@ type Expect struct {
 	// config must be that re-encoding of the one here hashing to the
 	// served manifest's config digest. A store keeps these.
 	ServedConfigs [][]byte `json:"served_configs,omitempty"`
+
+	cfgs *configIndex // ServedConfigs by digest, shared by an index's instances (instanceExpects)
 }
 
 // kind builds one transport's Destination: its name, form and split are

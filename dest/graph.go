@@ -391,9 +391,10 @@ func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 		return nil, badStaged("the stored index %s has %d manifests, the registry's %s %d", e.DestDigest, len(stored.Manifests), e.Digest, len(served.Manifests))
 	}
 	out := make([]Expect, len(served.Manifests))
+	ci := &configIndex{}
 	for i, sv := range served.Manifests {
 		st := stored.Manifests[i]
-		out[i] = Expect{Digest: e.Digest, Instance: sv.Digest, Served: e.ServedInstances[i], ServedConfigs: e.ServedConfigs}
+		out[i] = Expect{Digest: e.Digest, Instance: sv.Digest, Served: e.ServedInstances[i], ServedConfigs: e.ServedConfigs, cfgs: ci}
 		if st.Digest != sv.Digest {
 			out[i].DestDigest = st.Digest
 		}
@@ -405,12 +406,15 @@ func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 // instanceExpects), each staged instance to the served one as tieToServed
 // ties one converted manifest. loadManifest and load read a staged
 // manifest and a staged config (each verified by the graph already).
-func tieIndexToServed(e Expect, stored *manifestDoc, loadManifest, load func(descriptor) ([]byte, error)) error {
+func tieIndexToServed(ctx context.Context, e Expect, stored *manifestDoc, loadManifest, load func(descriptor) ([]byte, error)) error {
 	subs, err := instanceExpects(e, stored)
 	if err != nil {
 		return err
 	}
 	for i, sub := range subs {
+		if err := failure.Context(ctx, "verifying the staged image"); err != nil {
+			return err
+		}
 		if sub.DestDigest == "" {
 			continue // stored as served: the graph checked its digest
 		}
@@ -435,7 +439,7 @@ func tieIndexToServed(e Expect, stored *manifestDoc, loadManifest, load func(des
 // instance in its place (servedIsStaged), which Verify checked, and the
 // registry's configs of the instances whose config the conversion
 // re-encoded.
-func servedIndex(t *tree, e Expect) (manifests, configs map[string][]byte, err error) {
+func servedIndex(ctx context.Context, t *tree, e Expect) (manifests, configs map[string][]byte, err error) {
 	raw, err := stagedRaw(t, e.DestDigest)
 	if err != nil {
 		return nil, nil, err
@@ -450,6 +454,9 @@ func servedIndex(t *tree, e Expect) (manifests, configs map[string][]byte, err e
 	}
 	manifests = map[string][]byte{e.Digest: e.IndexRaw}
 	for _, sub := range subs {
+		if err := failure.Context(ctx, "verifying the staged image"); err != nil {
+			return nil, nil, err
+		}
 		if sub.DestDigest != "" {
 			cfgs, err := servedIsStaged(t, sub)
 			if err != nil {
@@ -542,15 +549,20 @@ func convertedConfig(e Expect, served, stored *manifestDoc) ([]byte, error) {
 	if err != nil {
 		return nil, badStaged("the served manifest names a config %v", err)
 	}
-	var cfg []byte
-	for _, c := range e.ServedConfigs {
-		if int64(len(c)) == sc.Size && digestOf(salg, c) == sc.Digest {
-			cfg = c
-			break
-		}
+	ci := e.cfgs
+	if ci == nil {
+		ci = &configIndex{}
 	}
-	if cfg == nil {
+	cfg, err := ci.lookup(e.ServedConfigs, salg, sc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil || int64(len(cfg)) != sc.Size {
 		return nil, badStaged("the stored manifest names config %s, the served one %s, which the copy did not hand over", dc.Digest, sc.Digest)
+	}
+	key := [2]string{sc.Digest, dc.Digest + "/" + fmt.Sprint(dc.Size)}
+	if ci.checked[key] {
+		return cfg, nil
 	}
 	var oci ocispec.Image
 	if err := json.Unmarshal(cfg, &oci); err != nil {
@@ -567,7 +579,41 @@ func convertedConfig(e Expect, served, stored *manifestDoc) ([]byte, error) {
 	if digestOf(dalg, conv) != dc.Digest || int64(len(conv)) != dc.Size {
 		return nil, badStaged("the stored config %s is not the OCI re-encoding of the registry's config %s", dc.Digest, sc.Digest)
 	}
+	if ci.checked == nil {
+		ci.checked = map[[2]string]bool{}
+	}
+	ci.checked[key] = true
 	return cfg, nil
+}
+
+// configIndex is Expect.ServedConfigs by digest, hashed once for each
+// digest algorithm asked for, and the re-encodings convertedConfig has
+// checked: one is shared by the instances of an index (instanceExpects),
+// so a config many instances name is hashed and re-encoded once.
+type configIndex struct {
+	byAlg   map[string]map[string][]byte
+	checked map[[2]string]bool
+}
+
+// lookup is the handed-over config hashing to dg (alg its algorithm), or
+// nil; two handed-over configs alike are refused.
+func (ci *configIndex) lookup(cfgs [][]byte, alg, dg string) ([]byte, error) {
+	m, ok := ci.byAlg[alg]
+	if !ok {
+		m = make(map[string][]byte, len(cfgs))
+		for _, c := range cfgs {
+			d := digestOf(alg, c)
+			if _, dup := m[d]; dup {
+				return nil, badStaged("the copy handed over config %s twice", d)
+			}
+			m[d] = c
+		}
+		if ci.byAlg == nil {
+			ci.byAlg = map[string]map[string][]byte{}
+		}
+		ci.byAlg[alg] = m
+	}
+	return m[dg], nil
 }
 
 // configDiffIDs is an image config's rootfs.diff_ids, as written (each
@@ -859,7 +905,7 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 		return st.load(g.path(calg, chx, false), maxJSON)
 	}
 	if e.convertedIndex() {
-		err = tieIndexToServed(e, m, load, load)
+		err = tieIndexToServed(ctx, e, m, load, load)
 	} else {
 		err = tieToServed(e, m, load)
 	}

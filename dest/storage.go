@@ -258,7 +258,7 @@ func (d *storageDest) Verify(ctx context.Context, s *Stage, e Expect) error {
 		// Every platform of an index the staging converted (a Docker
 		// manifest list): the registry's index and instances, each
 		// naming the staged blobs of the staged instance in its place.
-		raw, configs, err := servedIndex(s.verified.tree, e)
+		raw, configs, err := servedIndex(ctx, s.verified.tree, e)
 		if err != nil {
 			return verr(err)
 		}

@@ -1,13 +1,16 @@
 package pull
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
@@ -298,7 +301,7 @@ func (p *Request) report(ctx context.Context, c *conn, r *resolved, src guardedR
 	// (containers/image re-encodes it as an OCI config): the parent checks
 	// the stored config is that re-encoding of the registry's, and a store
 	// keeps the registry's.
-	if rep.DestinationDigest != "" {
+	if rep.DestinationDigest != "" && p.Destination.Transport != "docker-archive" && p.Destination.Transport != "dir" {
 		var err error
 		if out.ServedConfigs, err = servedConfigs(ctx, c.sys, src, r.pinned, out); err != nil {
 			return nil, p.classify(stallCause(ctx, err))
@@ -426,8 +429,11 @@ func servedInstances(ctx context.Context, sys *types.SystemContext, ref types.Im
 const MaxServedConfigBytes = 4 << 20
 
 // servedConfigs fetches the config of each Docker schema 2 manifest the
-// registry served of what the copy stored converted (out.Served, or every
-// instance of out.ServedInstances), once each, checked against its digest.
+// registry served of what the copy stored converted to OCI (out.Served, or
+// every instance of out.ServedInstances), once each, checked against its
+// digest, and keeps those the conversion re-encodes to other bytes (as
+// manifestSchema2.convertToManifestOCI1 does: unmarshalled into an OCI
+// image config, marshalled again).
 func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, pinned reference.Named, out *Copied) ([][]byte, error) {
 	mans := out.ServedInstances
 	if mans == nil {
@@ -465,6 +471,7 @@ func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.Imag
 		if total += bi.Size; bi.Size < 0 || total > MaxServedConfigBytes {
 			return nil, failure.New(failure.Verification, "the configs of %s are more than %d bytes in all", pinned, MaxServedConfigBytes)
 		}
+		bi.MediaType = manifest.DockerV2Schema2ConfigMediaType
 		rc, _, err := src.GetBlob(ctx, bi, none.NoCache)
 		if err != nil {
 			return nil, err
@@ -476,6 +483,12 @@ func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.Imag
 		}
 		if int64(len(b)) != bi.Size || bi.Digest.Algorithm().FromBytes(b) != bi.Digest {
 			return nil, failure.New(failure.Verification, "config %s of %s: the registry served %d bytes hashing to %s", bi.Digest, pinned, len(b), bi.Digest.Algorithm().FromBytes(b))
+		}
+		var oci imgspecv1.Image
+		if json.Unmarshal(b, &oci) == nil {
+			if conv, err := json.Marshal(&oci); err == nil && bytes.Equal(conv, b) {
+				continue // stored as it is
+			}
 		}
 		cfgs = append(cfgs, b)
 	}

@@ -44,9 +44,9 @@ type Copied struct {
 	ServedInstances [][]byte `json:"served_instances,omitempty"`
 	// ServedConfigs, when the destination stored a Docker schema 2
 	// manifest (the one served, or instances) converted to OCI, are the
-	// registry's configs of those manifests (containers/image re-encodes
-	// each as an OCI config): at most MaxServedConfigBytes in all, one
-	// per distinct config.
+	// registry's configs of those manifests that containers/image
+	// re-encodes to other bytes as OCI configs: at most
+	// MaxServedConfigBytes in all, one per distinct config.
 	ServedConfigs [][]byte `json:"served_configs,omitempty"`
 	// Handed are the blobs the copy left whole in the partial-blob cache
 	// instead of writing them into the staged OCI layout: the parent
