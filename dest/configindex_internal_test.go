@@ -47,3 +47,26 @@ func TestTieIndexToServedStopsOnceDone(t *testing.T) {
 		t.Fatalf("with the pull going on: %v, %d loads", err, loads)
 	}
 }
+
+// dir: converts no manifest: a changed index is accepted only with every
+// entry the registry's in its place, its media type too (an entry retyped
+// with the same digest passed the rebuild, which takes the stored types).
+func TestInstancesAsServed(t *testing.T) {
+	d := "sha256:" + strings.Repeat("4", 64)
+	list := fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":%q,"manifests":[{"mediaType":%q,"digest":%q,"size":5}]}`, mtOCIIndex, mtDockerManifest, d)
+	e := Expect{IndexRaw: list}
+	for name, c := range map[string]struct {
+		entry descriptor
+		ok    bool
+	}{
+		"as served":        {descriptor{MediaType: mtDockerManifest, Digest: d, Size: 5}, true},
+		"retyped":          {descriptor{MediaType: mtOCIManifest, Digest: d, Size: 5}, false},
+		"another size":     {descriptor{MediaType: mtDockerManifest, Digest: d, Size: 6}, false},
+		"another manifest": {descriptor{MediaType: mtDockerManifest, Digest: "sha256:" + strings.Repeat("5", 64), Size: 5}, false},
+	} {
+		err := instancesAsServed(e, &manifestDoc{Manifests: []descriptor{c.entry}})
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

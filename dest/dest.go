@@ -175,10 +175,11 @@ type Expect struct {
 	// bytes, as containerd's and containers/image's own pulls do.
 	ServedInstances [][]byte `json:"served_instances,omitempty"`
 	// ServedConfigs are the registry's configs of the Docker schema 2
-	// manifests the staging stored as OCI (Served, or ServedInstances'):
-	// containers/image re-encodes each as an OCI config, and the stored
-	// config must be that re-encoding of the one here hashing to the
-	// served manifest's config digest. A store keeps these.
+	// manifests the staging stored as OCI (Served, or ServedInstances')
+	// whose stored config has another digest: containers/image re-encodes
+	// each as an OCI config, and the stored config must be that
+	// re-encoding of the one here hashing to the served manifest's config
+	// digest. A store keeps these.
 	ServedConfigs [][]byte `json:"served_configs,omitempty"`
 
 	cfgs *configIndex // ServedConfigs by digest, shared by an index's instances (instanceExpects)

@@ -1,7 +1,6 @@
 package pull
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -431,9 +430,10 @@ const MaxServedConfigBytes = 4 << 20
 // servedConfigs fetches the config of each Docker schema 2 manifest the
 // registry served of what the copy stored converted to OCI (out.Served, or
 // every instance of out.ServedInstances), once each, checked against its
-// digest, and keeps those the conversion re-encodes to other bytes (as
-// manifestSchema2.convertToManifestOCI1 does: unmarshalled into an OCI
-// image config, marshalled again).
+// digest, and keeps those whose re-encoding (as
+// manifestSchema2.convertToManifestOCI1 does it: unmarshalled into an OCI
+// image config, marshalled again, named by its sha256) is not named by the
+// served digest, once each by content.
 func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.ImageReference, pinned reference.Named, out *Copied) ([][]byte, error) {
 	mans := out.ServedInstances
 	if mans == nil {
@@ -464,6 +464,7 @@ func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.Imag
 	defer src.Close()
 	var cfgs [][]byte
 	total := int64(0)
+	sent := map[digest.Digest]bool{} // by content: two digests may name one config
 	for _, bi := range want {
 		if err := bi.Digest.Validate(); err != nil {
 			return nil, failure.Wrap(failure.Verification, err, "a config of %s", pinned)
@@ -484,15 +485,27 @@ func servedConfigs(ctx context.Context, sys *types.SystemContext, ref types.Imag
 		if int64(len(b)) != bi.Size || bi.Digest.Algorithm().FromBytes(b) != bi.Digest {
 			return nil, failure.New(failure.Verification, "config %s of %s: the registry served %d bytes hashing to %s", bi.Digest, pinned, len(b), bi.Digest.Algorithm().FromBytes(b))
 		}
-		var oci imgspecv1.Image
-		if json.Unmarshal(b, &oci) == nil {
-			if conv, err := json.Marshal(&oci); err == nil && bytes.Equal(conv, b) {
-				continue // stored as it is
-			}
+		if !needsConfig(b, bi.Digest) {
+			continue
 		}
-		cfgs = append(cfgs, b)
+		if c := digest.Canonical.FromBytes(b); !sent[c] {
+			sent[c] = true
+			cfgs = append(cfgs, b)
+		}
 	}
 	return cfgs, nil
+}
+
+// needsConfig: the parent needs the registry's config b (named d) to check
+// the stored one, which is its OCI re-encoding named by that re-encoding's
+// sha256, unless that is d itself (the same bytes, by sha256).
+func needsConfig(b []byte, d digest.Digest) bool {
+	var oci imgspecv1.Image
+	if json.Unmarshal(b, &oci) != nil {
+		return true
+	}
+	conv, err := json.Marshal(&oci)
+	return err != nil || digest.Canonical.FromBytes(conv) != d
 }
 
 // resolveDigest fetches the manifest the registry serves for the reference

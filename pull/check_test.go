@@ -1,10 +1,13 @@
 package pull
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"go.podman.io/image/v5/docker/reference"
@@ -185,5 +188,33 @@ func TestCheckAllArchitecturesBoundsInstances(t *testing.T) {
 	p.AllArchitectures = false
 	if err := p.checkAllArchitectures(named, index(MaxServedInstances+1), mt); err != nil {
 		t.Fatalf("without --all-architectures: %v", err)
+	}
+}
+
+// The child hands over a registry's config unless its OCI re-encoding,
+// which names the stored config by sha256, is named by the served digest:
+// a config that re-encodes to itself but is named by sha512 is needed
+// (the stored config's sha256 differs from it).
+func TestNeedsConfig(t *testing.T) {
+	var oci imgspecv1.Image
+	oci.Architecture, oci.OS = "amd64", "linux"
+	canonical, err := json.Marshal(&oci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docker := []byte(`{"architecture":"amd64","os":"linux","docker_version":"20.10.23"}`)
+	for name, c := range map[string]struct {
+		b    []byte
+		d    digest.Digest
+		want bool
+	}{
+		"re-encodes to itself, sha256": {canonical, digest.SHA256.FromBytes(canonical), false},
+		"re-encodes to itself, sha512": {canonical, digest.SHA512.FromBytes(canonical), true},
+		"a docker build config":        {docker, digest.SHA256.FromBytes(docker), true},
+		"not JSON":                     {[]byte("x"), digest.SHA256.FromBytes([]byte("x")), true},
+	} {
+		if got := needsConfig(c.b, c.d); got != c.want {
+			t.Errorf("%s: needsConfig = %v, want %v", name, got, c.want)
+		}
 	}
 }

@@ -44,9 +44,9 @@ type Copied struct {
 	ServedInstances [][]byte `json:"served_instances,omitempty"`
 	// ServedConfigs, when the destination stored a Docker schema 2
 	// manifest (the one served, or instances) converted to OCI, are the
-	// registry's configs of those manifests that containers/image
-	// re-encodes to other bytes as OCI configs: at most
-	// MaxServedConfigBytes in all, one per distinct config.
+	// registry's configs of those manifests whose OCI re-encoding by
+	// containers/image is named by another digest (the stored config's):
+	// MaxServedConfigBytes of configs fetched in all, each config once.
 	ServedConfigs [][]byte `json:"served_configs,omitempty"`
 	// Handed are the blobs the copy left whole in the partial-blob cache
 	// instead of writing them into the staged OCI layout: the parent
