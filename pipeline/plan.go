@@ -305,6 +305,13 @@ func parseImage(image string) (reference.Named, error) {
 	if err != nil {
 		return nil, failure.New(failure.Usage, "parsing image reference %q: %w", image, err)
 	}
+	// containers/image takes "reg_x.io/repo" for a reference with no
+	// registry at all (the first component is a host by its '.', and not
+	// one by its '_'): neither a registry nor a short name to resolve.
+	if reference.Domain(named) == "" {
+		host, _, _ := strings.Cut(image, "/")
+		return nil, failure.New(failure.Usage, "image %q: %q is not a registry host name (letters, digits, '-' and '.', an optional :port): give a reference such as registry.example.com/repo:tag", image, host)
+	}
 	return named, nil
 }
 

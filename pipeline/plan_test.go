@@ -42,10 +42,15 @@ func TestNewPlanReferences(t *testing.T) {
 			t.Errorf("%s: reference %q, %v; want %q", image, p.Reference, err, want)
 		}
 	}
-	for _, bad := range []string{"", "nosuchalias-pullhelper", "library/nosuchalias-pullhelper", "https://reg.io/x", "Reg.io/UPPER"} {
+	for _, bad := range []string{"", "nosuchalias-pullhelper", "library/nosuchalias-pullhelper", "https://reg.io/x", "Reg.io/UPPER", "reg_x.io/repo:1"} {
 		if _, err := plan(t, bad); err == nil || failure.CodeOf(err) != failure.Usage {
 			t.Errorf("%q: err = %v, want usage", bad, err)
 		}
+	}
+	// containers/image parses "reg_x.io/repo" as a reference with no
+	// registry (found by FuzzResolveImage): refused, naming the host.
+	if _, err := plan(t, "reg_x.io/repo:1"); err == nil || !strings.Contains(err.Error(), `"reg_x.io" is not a registry host name`) {
+		t.Errorf("reg_x.io/repo:1: %v", err)
 	}
 }
 
