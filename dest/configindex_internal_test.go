@@ -39,11 +39,11 @@ func TestTieIndexToServedStopsOnceDone(t *testing.T) {
 	cancel()
 	loads := 0
 	load := func(descriptor) ([]byte, error) { loads++; return nil, fmt.Errorf("loaded") }
-	err := tieIndexToServed(ctx, e, stored, load, load)
+	err := tieIndexToServed(ctx, e, stored, load)
 	if c := failure.CodeOf(err); c != failure.Interrupted || loads != 0 {
 		t.Fatalf("with the pull done: %v (%s), %d loads", err, c, loads)
 	}
-	if err := tieIndexToServed(context.Background(), e, stored, load, load); err == nil || loads != 1 {
+	if err := tieIndexToServed(context.Background(), e, stored, load); err == nil || loads != 1 {
 		t.Fatalf("with the pull going on: %v, %d loads", err, loads)
 	}
 }

@@ -162,18 +162,15 @@ func (d *dirDest) verifyTree(ctx context.Context, s *Stage, t *tree, e Expect) e
 		return err
 	}
 	s.Counts = g.counts()
-	loader := func(man bool) func(descriptor) ([]byte, error) {
-		return func(c descriptor) ([]byte, error) {
-			calg, chx, _ := splitDigest(c.Digest)
-			return t.load(g.path(calg, chx, man), maxJSON)
-		}
-	}
 	if e.convertedIndex() {
 		// dir: converts no manifest: only the index changes (its zstd
 		// marks), every instance is stored as served.
 		err = instancesAsServed(e, m)
 	} else {
-		err = tieToServed(e, m, loader(false))
+		err = tieToServed(e, m, func(c descriptor) ([]byte, error) {
+			calg, chx, _ := splitDigest(c.Digest)
+			return t.load(g.path(calg, chx, false), maxJSON)
+		})
 	}
 	if err != nil {
 		return err

@@ -404,9 +404,9 @@ func instanceExpects(e Expect, stored *manifestDoc) ([]Expect, error) {
 
 // tieIndexToServed ties a converted index to the registry's (see
 // instanceExpects), each staged instance to the served one as tieToServed
-// ties one converted manifest. loadManifest and load read a staged
-// manifest and a staged config (each verified by the graph already).
-func tieIndexToServed(ctx context.Context, e Expect, stored *manifestDoc, loadManifest, load func(descriptor) ([]byte, error)) error {
+// ties one converted manifest. load reads a staged manifest or config of
+// the OCI layout (each verified by the graph already).
+func tieIndexToServed(ctx context.Context, e Expect, stored *manifestDoc, load func(descriptor) ([]byte, error)) error {
 	subs, err := instanceExpects(e, stored)
 	if err != nil {
 		return err
@@ -418,7 +418,7 @@ func tieIndexToServed(ctx context.Context, e Expect, stored *manifestDoc, loadMa
 		if sub.DestDigest == "" {
 			continue // stored as served: the graph checked its digest
 		}
-		raw, err := loadManifest(stored.Manifests[i])
+		raw, err := load(stored.Manifests[i])
 		if err != nil {
 			return err
 		}
@@ -560,7 +560,7 @@ func convertedConfig(e Expect, served, stored *manifestDoc) ([]byte, error) {
 	if cfg == nil || int64(len(cfg)) != sc.Size {
 		return nil, badStaged("the stored manifest names config %s, the served one %s, which the copy did not hand over", dc.Digest, sc.Digest)
 	}
-	key := [2]string{sc.Digest, dc.Digest + "/" + fmt.Sprint(dc.Size)}
+	key := reencoding{sc.Digest, dc.Digest, dc.Size}
 	if ci.checked[key] {
 		return cfg, nil
 	}
@@ -580,7 +580,7 @@ func convertedConfig(e Expect, served, stored *manifestDoc) ([]byte, error) {
 		return nil, badStaged("the stored config %s is not the OCI re-encoding of the registry's config %s", dc.Digest, sc.Digest)
 	}
 	if ci.checked == nil {
-		ci.checked = map[[2]string]bool{}
+		ci.checked = map[reencoding]bool{}
 	}
 	ci.checked[key] = true
 	return cfg, nil
@@ -592,7 +592,14 @@ func convertedConfig(e Expect, served, stored *manifestDoc) ([]byte, error) {
 // so a config many instances name is hashed and re-encoded once.
 type configIndex struct {
 	byAlg   map[string]map[string][]byte
-	checked map[[2]string]bool
+	checked map[reencoding]bool
+}
+
+// reencoding is a registry's config and the stored config checked to be
+// its re-encoding.
+type reencoding struct {
+	served, stored string
+	size           int64
 }
 
 // lookup is the handed-over config hashing to dg (alg its algorithm), or
@@ -905,7 +912,7 @@ func verifyOCI(ctx context.Context, st store, e Expect, tag string, known map[st
 		return st.load(g.path(calg, chx, false), maxJSON)
 	}
 	if e.convertedIndex() {
-		err = tieIndexToServed(ctx, e, m, load, load)
+		err = tieIndexToServed(ctx, e, m, load)
 	} else {
 		err = tieToServed(e, m, load)
 	}

@@ -183,20 +183,14 @@ func (r *Report) Check() error {
 	case len(r.Copied.ServedInstances) > MaxServedInstances:
 		return fmt.Errorf("the report hands over %d instances as served, more than %d", len(r.Copied.ServedInstances), MaxServedInstances)
 	}
-	total := 0
-	for _, m := range r.Copied.ServedInstances {
-		if total += len(m); total > MaxManifestBytes {
-			return fmt.Errorf("the report's instances as served are over %d bytes in all", MaxManifestBytes)
-		}
+	if overBytes(r.Copied.ServedInstances, MaxManifestBytes) {
+		return fmt.Errorf("the report's instances as served are over %d bytes in all", MaxManifestBytes)
 	}
 	if len(r.Copied.ServedConfigs) > MaxServedInstances+1 {
 		return fmt.Errorf("the report hands over %d configs as served, more than %d", len(r.Copied.ServedConfigs), MaxServedInstances+1)
 	}
-	total = 0
-	for _, c := range r.Copied.ServedConfigs {
-		if total += len(c); total > MaxServedConfigBytes {
-			return fmt.Errorf("the report's configs as served are over %d bytes in all", MaxServedConfigBytes)
-		}
+	if overBytes(r.Copied.ServedConfigs, MaxServedConfigBytes) {
+		return fmt.Errorf("the report's configs as served are over %d bytes in all", MaxServedConfigBytes)
 	}
 	if c := r.Credential; c != nil && (len(c.Source) > maxCredentialField || len(c.File) > maxCredentialField || len(c.Key) > maxCredentialField || len(c.Username) > maxCredentialField) {
 		return fmt.Errorf("the report's credential view is over %d bytes a field", maxCredentialField)
@@ -210,6 +204,17 @@ func (r *Report) Check() error {
 		return fmt.Errorf("the report carries too many signatures")
 	}
 	return nil
+}
+
+// overBytes: bs are more than max bytes in all.
+func overBytes(bs [][]byte, max int) bool {
+	total := 0
+	for _, b := range bs {
+		if total += len(b); total > max {
+			return true
+		}
+	}
+	return false
 }
 
 // BoundEndpoints is what may be repeated of the copy's endpoints: entries
