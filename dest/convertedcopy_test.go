@@ -19,11 +19,6 @@ import (
 	"go.podman.io/image/v5/signature"
 )
 
-const (
-	mtOCIIndexT  = "application/vnd.oci.image.index.v1+json"
-	mtDockerList = "application/vnd.docker.distribution.manifest.list.v2+json"
-)
-
 // indexSource writes an OCI layout (tagged "src") holding a multi-arch
 // index of type listType ("": a Docker list without its mediaType field)
 // with an OCI instance (zstd layers with zstd) and a Docker schema 2
@@ -110,9 +105,9 @@ func TestConvertedIndexOfTheRealCopyIsVerified(t *testing.T) {
 		// had not, which the parent's rebuild does not reproduce: such a
 		// list is refused there, exit 8, as before.)
 		{"a Docker list without its mediaType", "", false, false, true, false},
-		{"an OCI index with a Docker instance", mtOCIIndexT, true, false, true, false},
-		{"an OCI index with a zstd instance", mtOCIIndexT, true, true, false, true},
-		{"an OCI index with a zstd and a Docker instance", mtOCIIndexT, true, true, true, true},
+		{"an OCI index with a Docker instance", mtOCIIndex, true, false, true, false},
+		{"an OCI index with a zstd instance", mtOCIIndex, true, true, false, true},
+		{"an OCI index with a zstd and a Docker instance", mtOCIIndex, true, true, true, true},
 	} {
 		for _, kind := range []string{"oci", "dir"} {
 			if tc.listType == "" && kind == "dir" {

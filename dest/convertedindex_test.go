@@ -58,12 +58,7 @@ func (c convertedFixture) entries(n int) []byte {
 // resolved and served (naming inst), idx stored, served handed over.
 func (c convertedFixture) plant(t *testing.T, st *dest.Stage, idx, inst []byte, served [][]byte, tag string) dest.Expect {
 	t.Helper()
-	img := filepath.Join(st.WorkPath, "image")
-	must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(idx)[7:]), idx, 0o644))
-	if tag != "" {
-		tag = fmt.Sprintf(`,"annotations":{"org.opencontainers.image.ref.name":%q}`, tag)
-	}
-	must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d%s}]}`, sha(idx), len(idx), tag), 0o644))
+	stageTop(t, st, mtOCIIndex, idx, tag)
 	l := c.list(inst)
 	return dest.Expect{Digest: sha(l), Pinned: sha(l), IndexRaw: l, Served: l, DestDigest: sha(idx), AllArchitectures: true, ServedInstances: served}
 }
@@ -130,8 +125,7 @@ func TestVerifyTiesAConvertedIndex(t *testing.T) {
 				}
 				registry := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + entry(k.inst, "") + `]}`)
 				storedIdx := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + entry(k.inst, marked) + `]}`)
-				must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(storedIdx)[7:]), storedIdx, 0o644))
-				must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(storedIdx), len(storedIdx)), 0o644))
+				stageTop(t, st, mtOCIIndex, storedIdx, "a")
 				e := dest.Expect{Digest: sha(registry), IndexRaw: registry, Served: registry, DestDigest: sha(storedIdx), AllArchitectures: true, ServedInstances: [][]byte{k.inst}}
 				err := dd.Verify(bg, st, e)
 				if k.ok {

@@ -86,6 +86,26 @@ func writeLayout(t testing.TB, dir string, im img, tag string) {
 	must(t, os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644))
 }
 
+// The media types of indexes.
+const (
+	mtOCIIndex   = "application/vnd.oci.image.index.v1+json"
+	mtDockerList = "application/vnd.docker.distribution.manifest.list.v2+json"
+)
+
+// stageTop makes raw (of media type mt) the staged image's top: its blob
+// written and index.json naming it, tagged tag ("": no tag), as the copy
+// writes a layout.
+func stageTop(t testing.TB, st *dest.Stage, mt string, raw []byte, tag string) {
+	t.Helper()
+	img := filepath.Join(st.WorkPath, "image")
+	must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(raw)[7:]), raw, 0o644))
+	ann := ""
+	if tag != "" {
+		ann = fmt.Sprintf(`,"annotations":{"org.opencontainers.image.ref.name":%q}`, tag)
+	}
+	must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":%q,"digest":%q,"size":%d%s}]}`, mt, sha(raw), len(raw), ann), 0o644))
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {

@@ -85,10 +85,8 @@ func TestVerifyRefusesWhatTheChildPlanted(t *testing.T) {
 		"a nested index": {func(t *testing.T, st *dest.Stage, e *dest.Expect) {
 			inner := fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d}]}`, im.digest, len(im.manifest))
 			outer := fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d}]}`, sha(inner), len(inner))
-			for _, b := range [][]byte{inner, outer} {
-				must(t, os.WriteFile(blob(st, b), b, 0o644))
-			}
-			must(t, os.WriteFile(filepath.Join(st.WorkPath, "image", "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(outer), len(outer)), 0o644))
+			must(t, os.WriteFile(blob(st, inner), inner, 0o644))
+			stageTop(t, st, mtOCIIndex, outer, "a")
 			e.Digest, e.Served, e.AllArchitectures = sha(outer), outer, true
 		}, "nested indexes are refused"},
 	} {
@@ -173,11 +171,9 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 	// once (the counts are distinct manifests).
 	t.Run("whole index naming one manifest thrice", func(t *testing.T) {
 		dd, st, e, _ := staged(t, im)
-		img := filepath.Join(st.WorkPath, "image")
 		entry := fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d}`, im.digest, len(im.manifest))
 		thrice := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + entry + "," + entry + "," + entry + `]}`)
-		must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(thrice)[7:]), thrice, 0o644))
-		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(thrice), len(thrice)), 0o644))
+		stageTop(t, st, mtOCIIndex, thrice, "a")
 		e.Digest, e.IndexRaw, e.Served, e.AllArchitectures = sha(thrice), thrice, thrice, true
 		must(t, dd.Verify(bg, st, e))
 		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(im.config) + len(im.layer))}); st.Counts != want {
@@ -186,9 +182,7 @@ func TestVerifyAcceptsIndexShapes(t *testing.T) {
 	})
 	t.Run("whole index", func(t *testing.T) {
 		dd, st, e, d := staged(t, im)
-		img := filepath.Join(st.WorkPath, "image")
-		must(t, os.WriteFile(filepath.Join(img, "blobs", "sha256", sha(index)[7:]), index, 0o644))
-		must(t, os.WriteFile(filepath.Join(img, "index.json"), fmt.Appendf(nil, `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":%q,"size":%d,"annotations":{"org.opencontainers.image.ref.name":"a"}}]}`, sha(index), len(index)), 0o644))
+		stageTop(t, st, mtOCIIndex, index, "a")
 		e.Digest, e.IndexRaw, e.Served, e.AllArchitectures = sha(index), index, index, true
 		must(t, dd.Verify(bg, st, e))
 		if want := (dest.Counts{Manifests: 2, Layers: 1, Blobs: 2, Bytes: int64(len(im.config) + len(im.layer))}); st.Counts != want {
