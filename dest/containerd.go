@@ -344,6 +344,17 @@ type ctrdVerified struct {
 	configs map[string][]byte
 }
 
+// indexDesc is the descriptor of the registry's index (indexRaw, parsed as
+// idx): its own media type, else an OCI index's (the registry's
+// Content-Type for one without).
+func (cv *ctrdVerified) indexDesc(idx *ocispec.Index) ocispec.Descriptor {
+	mt := idx.MediaType
+	if mt == "" {
+		mt = ocispec.MediaTypeImageIndex
+	}
+	return ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(cv.indexRaw))}
+}
+
 // servedManifest is an image manifest as the registry served it: what
 // containerd's own pull writes (remotes.FetchHandler stores each manifest
 // as fetched, its media type the served one).
@@ -585,23 +596,18 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 		// index with Docker or zstd instances): the
 		// registry's index and instances go in then, as containerd's
 		// own pull stores them, each naming the staged blobs.
-		idxRaw, err := stagedRaw(t, top.Digest)
-		if err != nil {
-			return err
-		}
-		if cv.instances != nil {
-			idxRaw = cv.indexRaw
+		idxRaw := cv.indexRaw
+		if cv.instances == nil {
+			if idxRaw, err = stagedRaw(t, top.Digest); err != nil {
+				return err
+			}
 		}
 		var idx ocispec.Index
 		if err := json.Unmarshal(idxRaw, &idx); err != nil {
 			return verr(err)
 		}
 		if cv.instances != nil {
-			mt := idx.MediaType
-			if mt == "" {
-				mt = ocispec.MediaTypeImageIndex
-			}
-			mdesc = ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(idxRaw))}
+			mdesc = cv.indexDesc(&idx)
 			target = mdesc
 		}
 		for _, e := range idx.Manifests {
@@ -651,11 +657,7 @@ func (d *containerdDest) Commit(ctx context.Context, s *Stage) (err error) {
 			// Labelled to every child as containerd's own pull labels it
 			// (SetChildrenMappedLabels runs before FilterPlatforms): only
 			// the instance copied is in the store.
-			mt := idx.MediaType
-			if mt == "" {
-				mt = ocispec.MediaTypeImageIndex
-			}
-			target = ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(cv.digest), Size: int64(len(cv.indexRaw))}
+			target = cv.indexDesc(idx)
 			if err := put(target, cv.indexRaw, childGCLabels(idx.Manifests)); err != nil {
 				return err
 			}
