@@ -4,10 +4,16 @@ comma := ,
 GO ?= go
 TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+LDFLAGS := -s -w -X main.version=$(VERSION)
+GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 BIN := bin/pullhelper
 # The tests' compromised-child build (reexec/hostile*.go); never shipped.
 HOSTILE_BIN := bin/pullhelper-hostile
+# Each binary's child-only binary (cmd/pullhelper-child) goes beside it, as
+# NAME-child: the parent runs it as the pull child when it is that build
+# (its Go build ID is written into the parent) and root's (reexec/childexe.go).
+SOURCES = $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
+REEXEC_PKG := github.com/pullhelper/pullhelper/reexec
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
@@ -57,15 +63,21 @@ deps:
 
 build: $(BIN)
 
-$(BIN): $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
-	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
+$(BIN)-child: $(SOURCES)
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper-child
+
+$(BIN): $(BIN)-child $(SOURCES)
+	id=$$($(GO) tool buildid $(BIN)-child) && $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(REEXEC_PKG).childBuildID=$$id" -o $@ ./cmd/pullhelper
 
 # build-hostile: the test-only binary whose child runs $$PULLHELPER_HOSTILE
 # actions after the privilege drop (tests/*.bats attacks; never released).
 build-hostile: $(HOSTILE_BIN)
 
-$(HOSTILE_BIN): $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
-	$(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper
+$(HOSTILE_BIN)-child: $(SOURCES)
+	$(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper-child
+
+$(HOSTILE_BIN): $(HOSTILE_BIN)-child $(SOURCES)
+	id=$$($(GO) tool buildid $(HOSTILE_BIN)-child) && $(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) -trimpath -ldflags "$(LDFLAGS) -X $(REEXEC_PKG).childBuildID=$$id" -o $@ ./cmd/pullhelper
 
 # man: the man pages, rendered from docs/NAME.SECTION.md (go-md2man's
 # markdown) into man/ (generated, not checked in); a page groff warns about

@@ -73,6 +73,13 @@ func closeInherited() {
 	}
 }
 
+// inherited says fd came through exec (open, without FD_CLOEXEC): the
+// parent's pipes, not a descriptor the Go runtime opened at a free number.
+func inherited(fd int) bool {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	return err == nil && fl&unix.FD_CLOEXEC == 0
+}
+
 func openFDs() []int {
 	d, err := os.Open("/proc/self/fd")
 	if err != nil {
@@ -101,7 +108,7 @@ func child() int {
 	parent := os.Getppid()
 	in := os.NewFile(planFD, "plan")
 	out := os.NewFile(eventsFD, "events")
-	if in == nil || out == nil {
+	if !inherited(planFD) || !inherited(eventsFD) {
 		fmt.Fprintln(os.Stderr, "pullhelper-child: started without its protocol pipes; it is run only by pullhelper")
 		return 1
 	}

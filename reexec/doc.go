@@ -1,5 +1,14 @@
-// Package reexec runs the network-facing part of a pull in a child process:
-// /proc/self/exe re-executed with argv[0] "pullhelper-child".
+// Package reexec runs the network-facing part of a pull in a child process
+// with argv[0] "pullhelper-child": the child-only binary make build writes
+// beside pullhelper (cmd/pullhelper-child, THIS-child), executed by
+// descriptor, when its Go build ID is the one make build wrote into this
+// binary and it is root's alone (a regular file of root's, writable by
+// nobody else, in directories of root's nobody else can write, no link on
+// the way, exec allowed: openChildExe), else /proc/self/exe re-executed.
+// Both run the same child code; the child-only binary starts faster (it
+// links none of the parent's CRI, gRPC and containerd packages, whose inits
+// are most of a Go start). Which one ran, and why not the child-only
+// binary, is a debug line of the parent.
 //
 // Protocol. The parent hands the child two inherited pipes: fd 3 carries one
 // JSON request (the copy's pull.Request with DEST anonymous, the Material —

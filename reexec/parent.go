@@ -3,6 +3,8 @@ package reexec
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -113,6 +115,13 @@ func Start(g *cgroup.Group, o StartOptions) (*Child, error) {
 		return nil, err
 	}
 	c.rates, c.logConfig, c.terminal = o.Rates, o.LogConfig, o.Terminal
+	if o.Log != nil {
+		if c.notChildExe == "" {
+			o.Log.Debug("started the pull child", "pid", c.pid, "program", c.exe)
+		} else {
+			o.Log.Debug("started the pull child", "pid", c.pid, "program", c.exe, "why", c.notChildExe)
+		}
+	}
 	return &Child{c: c}, nil
 }
 
@@ -137,6 +146,9 @@ type childProc struct {
 	stderr    *os.File
 	relayDone chan struct{}
 	waited    chan error // the child's wait status, once it is reaped
+	// exe is the program the child runs: the child-only binary's path,
+	// or selfExe and, in notChildExe, why not the child-only binary.
+	exe, notChildExe string
 	// From StartOptions, for the request (wireRequest).
 	rates     <-chan pull.NodeShare
 	logConfig LogConfig
@@ -181,28 +193,26 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 			}
 		}
 	}
-	cmd := &exec.Cmd{
-		Dir:        "/",
-		Path:       "/proc/self/exe",
-		Args:       []string{ChildName},
-		Env:        childEnv(childTmp),
-		ExtraFiles: append([]*os.File{planR, evW}, mounts...), // fds 3, 4, then 5 (staging) and 6 (partial-blob cache)
-		SysProcAttr: &syscall.SysProcAttr{
-			Pdeathsig: syscall.SIGKILL,
-			// A session of its own: the child has no controlling
-			// terminal, so it can neither open /dev/tty nor push input
-			// into the caller's terminal (TIOCSTI needs it to be the
-			// controlling one; seccomp refuses TIOCSTI too).
-			Setsid: true,
-			// A private mount namespace (Go makes / private in it, so
-			// nothing the child mounts propagates to the host).
-			Unshareflags: syscall.CLONE_NEWNS,
-		},
+	// The child-only binary when it is there and trusted, else this one.
+	exe, why := openChildExe(childBuildID)
+	if exe != nil {
+		defer exe.Close() // the child has it, by then, as its own program
 	}
-	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1)}
+	newCmd := func(exe *os.File) *exec.Cmd {
+		path := selfExe
+		if exe != nil {
+			path = fmt.Sprintf("/proc/self/fd/%d", exe.Fd())
+		}
+		return childCmd(path, planR, evW, mounts)
+	}
+	cmd := newCmd(exe)
+	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1), exe: selfExe, notChildExe: why}
+	if exe != nil {
+		c.exe = exe.Name()
+	}
 	// On a terminal the child draws progress bars on it directly;
 	// otherwise its stderr is relayed, without runtime stack dumps.
-	cmd.Stderr = os.Stderr
+	stderr := io.Writer(os.Stderr)
 	var stderrW *os.File
 	if !terminal {
 		r, w, err := os.Pipe()
@@ -210,18 +220,24 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 			closeAll(planR, planW, evR, evW)
 			return nil, failure.Wrap(failure.Internal, err, "creating the stderr pipe")
 		}
-		cmd.Stderr, stderrW, c.stderr = w, w, r
+		stderr, stderrW, c.stderr = w, w, r
 	}
+	cmd.Stderr = stderr
 	dir, err := g.OpenDir()
 	if err != nil {
 		closeAll(planR, planW, evR, evW, stderrW, c.stderr)
 		return nil, failure.Wrap(failure.Isolation, err, "opening cgroup %s", g.SubPath())
 	}
+	useCgroup := func(cmd *exec.Cmd) {
+		if dir != nil {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = int(dir.Fd())
+		}
+	}
 	if dir != nil {
 		defer dir.Close()
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
 	}
+	useCgroup(cmd)
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
@@ -248,6 +264,15 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 			}
 		}
 		err := cmd.Start()
+		if err != nil && exe != nil && !errors.Is(err, syscall.EAGAIN) {
+			// The child-only binary could not be executed (a security
+			// module's rule for this binary alone, say): this one can.
+			c.exe, c.notChildExe = selfExe, "executing "+exe.Name()+": "+err.Error()
+			cmd = newCmd(nil)
+			cmd.Stderr = stderr
+			useCgroup(cmd)
+			err = cmd.Start()
+		}
 		if leave != nil {
 			if lerr := leave(); lerr != nil {
 				// This thread must not stay in the pull cgroup: end it
@@ -300,6 +325,30 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 		return nil, failure.Wrap(failure.Isolation, err, "the pull child is not in its cgroup")
 	}
 	return c, nil
+}
+
+// childCmd is the child's command: the program at path, as ChildName,
+// with the protocol pipes and the mounts, in a session and a mount
+// namespace of its own.
+func childCmd(path string, planR, evW *os.File, mounts []*os.File) *exec.Cmd {
+	return &exec.Cmd{
+		Dir:        "/",
+		Path:       path,
+		Args:       []string{ChildName},
+		Env:        childEnv(childTmp),
+		ExtraFiles: append([]*os.File{planR, evW}, mounts...), // fds 3, 4, then 5 (staging) and 6 (partial-blob cache)
+		SysProcAttr: &syscall.SysProcAttr{
+			Pdeathsig: syscall.SIGKILL,
+			// A session of its own: the child has no controlling
+			// terminal, so it can neither open /dev/tty nor push input
+			// into the caller's terminal (TIOCSTI needs it to be the
+			// controlling one; seccomp refuses TIOCSTI too).
+			Setsid: true,
+			// A private mount namespace (Go makes / private in it, so
+			// nothing the child mounts propagates to the host).
+			Unshareflags: syscall.CLONE_NEWNS,
+		},
+	}
 }
 
 // pidsTooLow explains a fork refused by the pull cgroup's pids.max (the

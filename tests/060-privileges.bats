@@ -80,6 +80,50 @@ child_of() {
     assert_equal "$(awk '$1 == "Uid:" {print $2}' "/proc/${BG_PIDS[0]}/status")" 0
 }
 
+@test "the child runs the child-only binary make build put beside pullhelper; pullhelper itself when that one is not this build or not root's alone" {
+    local real
+    real=$(readlink -f "$PULLHELPER")
+    [[ -x $real-child ]] || fail "no $real-child beside $real: make build writes both"
+    # A running child's program is the pair's child binary.
+    start_tarpit 2000000
+    bg_pull 1 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    wait_for_file_match "$BATS_TEST_TMPDIR/events.1" '"type":"layer_start"' 60
+    local child
+    child=$(child_of "${BG_PIDS[0]}") || return
+    assert_equal "$(readlink "/proc/$child/exe")" "$real-child"
+    [[ $(tr '\0' ' ' <"/proc/$child/cmdline") == "pullhelper-child " ]] || fail "$child is not the pull child"
+    # In a directory of root's alone (not /tmp, which anyone can write),
+    # copies of the pair: the child binary is used; made group-writable, or
+    # another build's (the hostile one's), or gone, it is not, and the pull
+    # runs as before with pullhelper re-executed.
+    local dir
+    dir=$(mktemp -d /run/pullhelper-bats-child.XXXXXX)
+    cp "$real" "$dir/pullhelper"
+    cp "$real-child" "$dir/pullhelper-child"
+    local how want
+    for how in pair group-writable another-build missing; do
+        case $how in
+            pair) want="program=$dir/pullhelper-child" ;;
+            group-writable)
+                chmod g+w "$dir/pullhelper-child"
+                want="program=/proc/self/exe why=\"$dir/pullhelper-child is writable by group or others (mode 775)\"" ;;
+            another-build)
+                rm "$dir/pullhelper-child"
+                cp "$(readlink -f "$PULLHELPER_HOSTILE_BIN")-child" "$dir/pullhelper-child"
+                want="program=/proc/self/exe why=\"$dir/pullhelper-child is another build" ;;
+            missing)
+                rm "$dir/pullhelper-child"
+                want="program=/proc/self/exe why=\"$dir/pullhelper-child: no such file or directory\"" ;;
+        esac
+        run --separate-stderr "$dir/pullhelper" pull --debug "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/$how"
+        [[ $status == 0 ]] || { rm -rf "$dir"; fail "$how: exit $status: $stderr"; }
+        grep -F 'msg="started the pull child"' <<<"$stderr" | grep -qF -- "$want" ||
+            { rm -rf "$dir"; fail "$how: want a line with $want: $(grep -F 'pull child' <<<"$stderr")"; }
+        [[ -f $OUT/$how/index.json ]] || { rm -rf "$dir"; fail "$how: nothing pulled"; }
+    done
+    rm -rf "$dir"
+}
+
 @test "a root-only (0600) auth file and CA still work, because only the parent reads them" {
     local secret="$BATS_TEST_TMPDIR/secret"
     mkdir -m 0700 "$secret" "$secret/certs"

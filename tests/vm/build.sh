@@ -188,7 +188,7 @@ base="$CACHE/initramfs-base.cpio.gz"
 bstamp=$(
     {
         echo "$kstamp"
-        sha256sum "$PULLHELPER" "$BUSYBOX" "$VM_DIR/init" "$VM_DIR/guest-tests.sh" "$HARNESS" "$KDIR"/modules/* "${BASH_SOURCE[0]}"
+        sha256sum "$PULLHELPER" "$PULLHELPER-child" "$BUSYBOX" "$VM_DIR/init" "$VM_DIR/guest-tests.sh" "$HARNESS" "$KDIR"/modules/* "${BASH_SOURCE[0]}"
     } | sha256sum | cut -d' ' -f1
 )
 if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
@@ -204,6 +204,7 @@ if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
         [[ $a == busybox ]] || ln -s busybox "$st/bin/$a"
     done
     install -m 0755 "$PULLHELPER" "$st/bin/pullhelper"
+    install -m 0755 "$PULLHELPER-child" "$st/bin/pullhelper-child"
     install -m 0755 "$VM_DIR/init" "$st/init"
     install -m 0755 "$VM_DIR/guest-tests.sh" "$st/phvm/guest-tests.sh"
     install -m 0644 "$HARNESS" "$st/phvm/harness.sh"

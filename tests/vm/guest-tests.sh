@@ -130,6 +130,10 @@ EOF
     [ "$procs" = "$CHILD" ] || bad "cgroup.procs of $rel holds '$procs', want exactly the child"
     [ "$(tr '\0' ' ' <"/proc/$CHILD/cmdline")" = "pullhelper-child " ] ||
         bad "the process in $rel is not the child: $(tr '\0' ' ' <"/proc/$CHILD/cmdline")"
+    # The child-only binary beside $PH, executed by descriptor, born in the
+    # cgroup (CLONE_INTO_CGROUP) all the same.
+    got=$(readlink "/proc/$CHILD/exe")
+    [ "$got" = "$PH-child" ] || bad "the child runs $got, want $PH-child"
     ppid=$(awk '/^PPid:/ { print $2 }' "/proc/$CHILD/status")
     [ "$ppid" = "$BG" ] || bad "the child's parent is $ppid, want the pullhelper parent $BG"
     got=$(oneline <"/proc/$CHILD/cgroup")

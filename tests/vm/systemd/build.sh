@@ -150,7 +150,7 @@ make -s -C "$ROOT" build >&2
 PULLHELPER="$ROOT/bin/pullhelper"
 base="$CACHE/initramfs-base.cpio.gz"
 bstamp=$(
-    sha256sum "$PULLHELPER" "$BUSYBOX" "$SD_DIR/init" "$SD_DIR/guest-tests.sh" "$HARNESS" "$KDIR"/modules/* "${BASH_SOURCE[0]}" |
+    sha256sum "$PULLHELPER" "$PULLHELPER-child" "$BUSYBOX" "$SD_DIR/init" "$SD_DIR/guest-tests.sh" "$HARNESS" "$KDIR"/modules/* "${BASH_SOURCE[0]}" |
         sha256sum | cut -d' ' -f1
 )
 if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
@@ -164,6 +164,7 @@ if [[ ! -f $base || $(cat "$base.stamp" 2>/dev/null) != "$bstamp" ]]; then
     done
     install -m 0755 "$SD_DIR/init" "$st/init"
     install -m 0755 "$PULLHELPER" "$st/phvm/pullhelper"
+    install -m 0755 "$PULLHELPER-child" "$st/phvm/pullhelper-child"
     install -m 0755 "$SD_DIR/guest-tests.sh" "$st/phvm/guest-tests.sh"
     install -m 0644 "$HARNESS" "$st/phvm/harness.sh"
     cp "$KDIR"/modules/* "$st/lib/modules/"

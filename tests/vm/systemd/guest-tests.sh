@@ -162,6 +162,8 @@ EOF
     done
     ev "Slice=$SLICE ControlGroup=$want_cg"
     [ "$CHILD_CG" = "$want_cg" ] || bad "/proc/$CHILD/cgroup is $CHILD_CG, want $want_cg"
+    got=$(readlink "/proc/$CHILD/exe")
+    [ "$got" = "$PH-child" ] || bad "the child runs $got, want $PH-child (the child-only binary beside $PH)"
     # The scope holds the child and the anchor (the process that keeps the
     # scope, which systemd stops once it is empty, until pullhelper is done
     # with it), both the parent's.
