@@ -19,12 +19,6 @@ var childBuildID string
 // selfExe is the path the child is executed from when it is this binary.
 const selfExe = "/proc/self/exe"
 
-// childExeMinFD is the least descriptor the child-only binary is held at
-// while the child is forked: above those the fork moves the child's files
-// through (stdio, then fds 3 to 6, then at most one more each), so that
-// none of their dup2s can replace it before the exec.
-const childExeMinFD = 64
-
 // goBuildIDNote is the type of the ELF note, named "Go", that holds a Go
 // binary's build ID (cmd/link's ELF_NOTE_GOBUILDID_TAG), read as
 // cmd/internal/buildid reads it: from the program's PT_NOTE segments.
@@ -131,15 +125,31 @@ func openChildAt(path, want string) (*os.File, string) {
 		if got == "" {
 			return nil, path + " has no Go build ID"
 		}
-		return nil, fmt.Sprintf("%s is another build (build ID %s, this binary's child is %s)", path, got, want)
+		return nil, fmt.Sprintf("%s is another build (build ID %.128q, this binary's child is %s)", path, got, want)
 	}
-	// Above the descriptors the fork moves (childExeMinFD).
-	hi, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, childExeMinFD)
-	f.Close()
+	return f, ""
+}
+
+// heldAbove moves exe (closing the descriptor it had) to the least free
+// descriptor the fork cannot write over while it lays out the child's
+// files (the first len(files) of them at 0, 1, 2, …): syscall's
+// forkAndExecInChild first moves its error pipe and every file below its
+// own index to max(len(files), the highest file's descriptor)+1 and up, one
+// each, dup3 replacing whatever is there; exe's descriptor, executed
+// after, must not be among those.
+func heldAbove(exe *os.File, files []*os.File) (*os.File, error) {
+	top := len(files)
+	for _, f := range files {
+		top = max(top, int(f.Fd()))
+	}
+	least := top + 1 + 1 + len(files) + 1 // the first free slot, the error pipe, each file, and one to spare
+	hi, err := unix.FcntlInt(exe.Fd(), unix.F_DUPFD_CLOEXEC, least)
 	if err != nil {
-		return nil, path + ": " + err.Error()
+		return nil, err
 	}
-	return os.NewFile(uintptr(hi), path), ""
+	name := exe.Name()
+	exe.Close()
+	return os.NewFile(uintptr(hi), name), nil
 }
 
 // rootsAlone says why the directory held as fd (at) could let someone but

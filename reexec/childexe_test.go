@@ -1,6 +1,7 @@
 package reexec
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -197,9 +198,6 @@ func TestOpenChildAt(t *testing.T) {
 				if f.Name() != path {
 					t.Errorf("named %q, want %q", f.Name(), path)
 				}
-				if int(f.Fd()) < childExeMinFD {
-					t.Errorf("held at fd %d, below %d: the fork's dup2s could replace it", f.Fd(), childExeMinFD)
-				}
 				var st, want syscall.Stat_t
 				if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 					t.Fatal(err)
@@ -256,5 +254,100 @@ func TestOpenChildExeWithoutBuildID(t *testing.T) {
 	}
 	if !strings.Contains(why, "built without the child-only binary") {
 		t.Fatalf("why: %q", why)
+	}
+}
+
+// The child-only binary's descriptor survives the fork's layout of the
+// child's files: with the protocol pipes at 62 and 63 and free slots below
+// (where the fork's error pipe lands, to be moved to 64 and up), a program
+// held at 64 is replaced by the pipe before the exec (the control: the
+// exec fails), one held by heldAbove runs.
+func TestHeldAboveSurvivesTheFork(t *testing.T) {
+	prog := "/bin/true"
+	if _, err := os.Stat(prog); err != nil {
+		t.Skipf("no %s to run: %v", prog, err)
+	}
+	// Every slot up to 90 taken, then the pipes put at 62 and 63 and a few
+	// low slots freed.
+	var filler []int
+	for {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fd >= 90 {
+			unix.Close(fd)
+			break
+		}
+		filler = append(filler, fd)
+	}
+	t.Cleanup(func() {
+		for _, fd := range filler {
+			unix.Close(fd)
+		}
+	})
+	var p [2]int
+	must(t, unix.Pipe2(p[:], unix.O_CLOEXEC))
+	must(t, unix.Dup3(p[0], 62, unix.O_CLOEXEC))
+	must(t, unix.Dup3(p[1], 63, unix.O_CLOEXEC))
+	unix.Close(p[0])
+	unix.Close(p[1])
+	planR, evW := os.NewFile(62, "planR"), os.NewFile(63, "evW")
+	defer planR.Close()
+	defer evW.Close()
+	var freed []int
+	for i, fd := range filler {
+		if fd >= 20 && fd < 26 || fd == 64 || fd == 65 {
+			unix.Close(fd)
+			freed = append(freed, fd)
+			filler[i] = -1
+		}
+	}
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	extra := []*os.File{planR, evW}
+	start := func(exe *os.File) error {
+		cmd := &exec.Cmd{Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()), Args: []string{"true"},
+			Stdin: devNull, Stdout: devNull, Stderr: os.Stderr, ExtraFiles: extra}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		return cmd.Wait()
+	}
+	open := func() *os.File {
+		f, err := os.Open(prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// The control: at 64, just above the highest file, the fork's error
+	// pipe is moved onto it.
+	naive := open()
+	fd64, err := unix.FcntlInt(naive.Fd(), unix.F_DUPFD_CLOEXEC, 64)
+	naive.Close()
+	must(t, err)
+	if fd64 != 64 {
+		t.Fatalf("the control's program is at %d, not 64 (free slots %v)", fd64, freed)
+	}
+	at64 := os.NewFile(uintptr(fd64), prog)
+	err = start(at64)
+	at64.Close()
+	if err == nil {
+		t.Fatal("the control ran: the fork did not move its error pipe onto 64 here, so this test proves nothing")
+	}
+	held, err := heldAbove(open(), append([]*os.File{devNull, devNull, os.Stderr}, extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := start(held); err != nil {
+		t.Fatalf("held at %d: %v", held.Fd(), err)
+	}
+	if fl, err := unix.FcntlInt(held.Fd(), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC == 0 {
+		t.Errorf("not close-on-exec (flags %d, %v): every program this process runs would inherit it", fl, err)
 	}
 }

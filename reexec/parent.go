@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -193,26 +192,19 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 			}
 		}
 	}
-	// The child-only binary when it is there and trusted, else this one.
-	exe, why := openChildExe(childBuildID)
-	if exe != nil {
-		defer exe.Close() // the child has it, by then, as its own program
+	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1)}
+	// The child's stdin and stdout: /dev/null, opened here (not by
+	// os/exec's Start) so that every descriptor the fork lays out is known
+	// before the child-only binary is placed above them (heldAbove).
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		closeAll(planR, planW, evR, evW)
+		return nil, failure.Wrap(failure.Internal, err, "opening %s", os.DevNull)
 	}
-	newCmd := func(exe *os.File) *exec.Cmd {
-		path := selfExe
-		if exe != nil {
-			path = fmt.Sprintf("/proc/self/fd/%d", exe.Fd())
-		}
-		return childCmd(path, planR, evW, mounts)
-	}
-	cmd := newCmd(exe)
-	c := &childProc{planW: planW, events: evR, waited: make(chan error, 1), exe: selfExe, notChildExe: why}
-	if exe != nil {
-		c.exe = exe.Name()
-	}
+	defer devNull.Close()
 	// On a terminal the child draws progress bars on it directly;
 	// otherwise its stderr is relayed, without runtime stack dumps.
-	stderr := io.Writer(os.Stderr)
+	stderr := os.Stderr
 	var stderrW *os.File
 	if !terminal {
 		r, w, err := os.Pipe()
@@ -222,7 +214,29 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 		}
 		stderr, stderrW, c.stderr = w, w, r
 	}
-	cmd.Stderr = stderr
+	extra := append([]*os.File{planR, evW}, mounts...) // fds 3, 4, then 5 (staging) and 6 (partial-blob cache)
+	// The child-only binary when it is there and trusted, else this one.
+	exe, why := openChildExe(childBuildID)
+	if exe != nil {
+		if exe, err = heldAbove(exe, append([]*os.File{devNull, devNull, stderr}, extra...)); err != nil {
+			exe, why = nil, "holding the child-only binary above the child's files: "+err.Error()
+		}
+	}
+	if exe != nil {
+		defer exe.Close() // the child has it, by then, as its own program
+	}
+	c.exe, c.notChildExe = selfExe, why
+	if exe != nil {
+		c.exe = exe.Name()
+	}
+	newCmd := func(exe *os.File) *exec.Cmd {
+		path := selfExe
+		if exe != nil {
+			path = fmt.Sprintf("/proc/self/fd/%d", exe.Fd())
+		}
+		return childCmd(path, devNull, stderr, extra)
+	}
+	cmd := newCmd(exe)
 	dir, err := g.OpenDir()
 	if err != nil {
 		closeAll(planR, planW, evR, evW, stderrW, c.stderr)
@@ -264,14 +278,15 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 			}
 		}
 		err := cmd.Start()
-		if err != nil && exe != nil && !errors.Is(err, syscall.EAGAIN) {
+		if exe != nil && execRefused(err) {
 			// The child-only binary could not be executed (a security
 			// module's rule for this binary alone, say): this one can.
 			c.exe, c.notChildExe = selfExe, "executing "+exe.Name()+": "+err.Error()
 			cmd = newCmd(nil)
-			cmd.Stderr = stderr
 			useCgroup(cmd)
-			err = cmd.Start()
+			if err = cmd.Start(); err != nil {
+				err = fmt.Errorf("%w (after %s)", err, c.notChildExe)
+			}
 		}
 		if leave != nil {
 			if lerr := leave(); lerr != nil {
@@ -328,15 +343,19 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 }
 
 // childCmd is the child's command: the program at path, as ChildName,
-// with the protocol pipes and the mounts, in a session and a mount
-// namespace of its own.
-func childCmd(path string, planR, evW *os.File, mounts []*os.File) *exec.Cmd {
+// with devNull as stdin and stdout, stderr, the extra files (the protocol
+// pipes and the mounts) from fd 3 on, in a session and a mount namespace
+// of its own.
+func childCmd(path string, devNull, stderr *os.File, extra []*os.File) *exec.Cmd {
 	return &exec.Cmd{
 		Dir:        "/",
 		Path:       path,
 		Args:       []string{ChildName},
 		Env:        childEnv(childTmp),
-		ExtraFiles: append([]*os.File{planR, evW}, mounts...), // fds 3, 4, then 5 (staging) and 6 (partial-blob cache)
+		Stdin:      devNull,
+		Stdout:     devNull,
+		Stderr:     stderr,
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
 			// A session of its own: the child has no controlling
@@ -349,6 +368,21 @@ func childCmd(path string, planR, evW *os.File, mounts []*os.File) *exec.Cmd {
 			Unshareflags: syscall.CLONE_NEWNS,
 		},
 	}
+}
+
+// execRefused says err is the exec of the child's program refused (not
+// the fork: a cgroup's pids.max, memory): another program may be allowed.
+func execRefused(err error) bool {
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Op != "fork/exec" {
+		return false
+	}
+	for _, e := range []error{syscall.EACCES, syscall.EPERM, syscall.ENOEXEC, syscall.ETXTBSY, syscall.ENOENT} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // pidsTooLow explains a fork refused by the pull cgroup's pids.max (the

@@ -91,20 +91,28 @@ child_of() {
     local child
     child=$(child_of "${BG_PIDS[0]}") || return
     assert_equal "$(readlink "/proc/$child/exe")" "$real-child"
+    # Named for ps and top (the kernel would name it after /proc/self/fd/N).
+    assert_equal "$(cat "/proc/$child/comm")" pullhelper-chil
     [[ $(tr '\0' ' ' <"/proc/$child/cmdline") == "pullhelper-child " ]] || fail "$child is not the pull child"
     # In a directory of root's alone (not /tmp, which anyone can write),
-    # copies of the pair: the child binary is used; made group-writable, or
-    # another build's (the hostile one's), or gone, it is not, and the pull
-    # runs as before with pullhelper re-executed.
+    # copies of the pair: the child binary is used; when its exec fails, or
+    # made group-writable, or another build's (the hostile one's), or gone,
+    # it is not, and the pull runs as before with pullhelper re-executed.
     local dir
     dir=$(mktemp -d /run/pullhelper-bats-child.XXXXXX)
     cp "$real" "$dir/pullhelper"
     cp "$real-child" "$dir/pullhelper-child"
-    local how want
-    for how in pair group-writable another-build missing; do
+    local how want w
+    for how in pair busy group-writable another-build missing; do
         case $how in
             pair) want="program=$dir/pullhelper-child" ;;
+            busy)
+                # Open for writing: its exec fails (ETXTBSY) after every
+                # check passed; the fork is retried with pullhelper.
+                exec {w}>>"$dir/pullhelper-child"
+                want="program=/proc/self/exe why=\"executing $dir/pullhelper-child: fork/exec /proc/self/fd/" ;;
             group-writable)
+                exec {w}>&-
                 chmod g+w "$dir/pullhelper-child"
                 want="program=/proc/self/exe why=\"$dir/pullhelper-child is writable by group or others (mode 775)\"" ;;
             another-build)
@@ -120,6 +128,10 @@ child_of() {
         grep -F 'msg="started the pull child"' <<<"$stderr" | grep -qF -- "$want" ||
             { rm -rf "$dir"; fail "$how: want a line with $want: $(grep -F 'pull child' <<<"$stderr")"; }
         [[ -f $OUT/$how/index.json ]] || { rm -rf "$dir"; fail "$how: nothing pulled"; }
+        if [[ $how == busy ]]; then
+            grep -F 'msg="started the pull child"' <<<"$stderr" | grep -qF "text file busy" ||
+                { rm -rf "$dir"; fail "busy: the reason is not the exec's: $(grep -F 'pull child' <<<"$stderr")"; }
+        fi
     done
     rm -rf "$dir"
 }
