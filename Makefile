@@ -138,7 +138,7 @@ FUZZ_TARGETS := \
 	dnsconf:FuzzBuild dnsconf:FuzzResolvConf dnsconf:FuzzKubeletConfig \
 	internal/regpattern:FuzzParse pipeline:FuzzResolveImage \
 	registry:FuzzParseChallenges registry:FuzzResponseError registry:FuzzHeaderValues \
-	reexec:FuzzReadLine reexec:FuzzChildMessages dest/target:FuzzIsHex
+	reexec:FuzzReadLine reexec:FuzzChildMessages reexec:FuzzCheckShape dest/target:FuzzIsHex
 
 # fuzz: every target of FUZZ_TARGETS with random input for FUZZTIME each
 # (default 30s; about 13 minutes in all). A crasher is written to the

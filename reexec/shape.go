@@ -1,7 +1,6 @@
 package reexec
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,46 +20,59 @@ const (
 	maxDepth    = 6
 )
 
-// checkShape walks line's JSON tokens, retaining nothing, and refuses an
-// array of more than maxArrayLen elements or nesting deeper than maxDepth.
-// Its errors never repeat the line's text (only kinds and byte offsets).
+// checkShape scans line's bytes once, retaining nothing and allocating
+// nothing, and refuses an array of more than maxArrayLen elements or
+// nesting deeper than maxDepth. Outside strings it counts brackets and the
+// values that start in an array; inside one it only looks for the closing
+// quote. On valid JSON that is exactly the structure, element by element;
+// a line that is not valid JSON is refused by json.Unmarshal's own check,
+// which reads the whole line before it allocates anything. Its errors
+// never repeat the line's text (only kinds and byte offsets).
 func checkShape(line []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber() // a number token stays the literal: nothing parsed
 	type level struct {
 		array bool
-		n     int
+		n     int  // values started in it (an array's elements)
+		next  bool // a value may start here: after '[' or ','
 	}
-	var stack []level
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return decodeError(err)
-		}
-		if len(stack) > 0 && stack[len(stack)-1].array {
-			if d, ok := tok.(json.Delim); !ok || (d != ']' && d != '}') {
-				if stack[len(stack)-1].n++; stack[len(stack)-1].n > maxArrayLen {
-					return fmt.Errorf("the pull child sent a message with an array of more than %d elements (at byte %d)", maxArrayLen, dec.InputOffset())
-				}
-			}
-		}
-		d, ok := tok.(json.Delim)
-		if !ok {
+	var stack [maxDepth]level
+	depth := 0
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch c {
+		case ' ', '\t', '\n', '\r':
 			continue
 		}
-		switch d {
-		case '[', '{':
-			if len(stack) == maxDepth {
-				return fmt.Errorf("the pull child sent a message nested deeper than %d levels (at byte %d)", maxDepth, dec.InputOffset())
+		if depth > 0 && stack[depth-1].array && stack[depth-1].next && c != ']' {
+			top := &stack[depth-1]
+			top.next = false
+			if top.n++; top.n > maxArrayLen {
+				return fmt.Errorf("the pull child sent a message with an array of more than %d elements (at byte %d)", maxArrayLen, i)
 			}
-			stack = append(stack, level{array: d == '['})
+		}
+		switch c {
+		case '"':
+			for i++; i < len(line) && line[i] != '"'; i++ {
+				if line[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			if depth == maxDepth {
+				return fmt.Errorf("the pull child sent a message nested deeper than %d levels (at byte %d)", maxDepth, i)
+			}
+			stack[depth] = level{array: c == '[', next: c == '['}
+			depth++
 		case ']', '}':
-			stack = stack[:len(stack)-1]
+			if depth > 0 {
+				depth--
+			}
+		case ',':
+			if depth > 0 && stack[depth-1].array {
+				stack[depth-1].next = true
+			}
 		}
 	}
+	return nil
 }
 
 // decodeError says what is wrong with a line the parent could not decode,
