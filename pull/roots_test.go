@@ -1,10 +1,13 @@
 package pull
 
 import (
+	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	"github.com/pullhelper/pullhelper/internal/testcert"
@@ -47,4 +50,45 @@ func TestSystemPoolFromMaterial(t *testing.T) {
 
 func pemOf(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// parsePool builds the pool x509.CertPool.AppendCertsFromPEM builds (equal
+// pools), skipping what it skips (another block type, a block with
+// headers, a certificate that does not parse; duplicates), on the
+// system's bundle and on a hand-made one, and nil where it adds nothing;
+// WarmRoots' pool is systemPool's.
+func TestParsePoolIsAppendCertsFromPEM(t *testing.T) {
+	a, b := pemOf(testcert.CA(t, "a")), pemOf(testcert.CA(t, "b"))
+	headed := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Headers: map[string]string{"Proc-Type": "4,ENCRYPTED"}, Bytes: testcert.CA(t, "c")})
+	cases := map[string][]byte{
+		"hand-made": bytes.Join([][]byte{
+			[]byte("# a comment before\n"), a,
+			pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not a key")}),
+			headed, pemOf([]byte("not a certificate")), b, a, []byte("trailing text"),
+		}, nil),
+		"nothing that parses": bytes.Join([][]byte{headed, pemOf([]byte("not a certificate"))}, nil),
+		"empty":               nil,
+	}
+	if bundle, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
+		cases["the system's bundle"] = bundle
+	} else {
+		t.Logf("no system bundle to compare with: %v", err)
+	}
+	for name, in := range cases {
+		want := x509.NewCertPool()
+		if !want.AppendCertsFromPEM(in) {
+			want = nil
+		}
+		got := parsePool(in)
+		if (got == nil) != (want == nil) || got != nil && !got.Equal(want) {
+			t.Errorf("%s: parsePool's pool differs from AppendCertsFromPEM's (nil: %v, %v)", name, got == nil, want == nil)
+		}
+	}
+	m := &Material{SystemRoots: bytes.Join([][]byte{a, b}, nil)}
+	m.WarmRoots()
+	want := x509.NewCertPool()
+	want.AppendCertsFromPEM(m.SystemRoots)
+	if got := m.systemPool(); got == nil || !got.Equal(want) {
+		t.Fatal("the pool WarmRoots built is not the roots' pool")
+	}
 }

@@ -141,6 +141,8 @@ func child() int {
 	if err != nil {
 		return fail(failure.New(failure.Internal, "child: reading the plan: %v", err))
 	}
+	// The roots' pool is built while the child mounts and drops.
+	req.Material.WarmRoots()
 	var rates chan pull.NodeShare
 	if req.NodeRate {
 		// The node's share follows, a line whenever it changes, until the
