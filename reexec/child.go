@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
@@ -47,13 +46,14 @@ func Dispatch() (bool, int) {
 	return true, child()
 }
 
-// nameProcess sets the child's name (comm, what ps and top show; at most
-// 15 bytes) to ChildName's first 15 bytes: the kernel named it after the
-// path it was executed by ("exe" for /proc/self/exe, a number for
-// /proc/self/fd/N).
+// nameProcess sets the child's name (the main thread's comm, what ps and
+// top show; at most 15 bytes) to ChildName's first 15 bytes: the kernel
+// named it after the path it was executed by ("exe" for /proc/self/exe, a
+// number for /proc/self/fd/N). Through /proc/self/comm, which is the
+// thread group leader's: prctl(PR_SET_NAME) would name whichever thread
+// the goroutine runs on.
 func nameProcess() {
-	name := append([]byte(ChildName[:min(len(ChildName), 15)]), 0)
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
+	_ = os.WriteFile("/proc/self/comm", []byte(ChildName[:min(len(ChildName), 15)]), 0)
 }
 
 // markInheritedCloexec sets FD_CLOEXEC on every fd from 3 up (the caller's

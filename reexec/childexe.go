@@ -130,7 +130,7 @@ func openChildAt(path, want string) (*os.File, string) {
 	return f, ""
 }
 
-// heldAbove moves exe (closing the descriptor it had) to the least free
+// heldAbove moves exe (closing the descriptor it had, also when it fails) to the least free
 // descriptor the fork cannot write over while it lays out the child's
 // files (the first len(files) of them at 0, 1, 2, …): syscall's
 // forkAndExecInChild first moves its error pipe and every file below its
@@ -145,6 +145,7 @@ func heldAbove(exe *os.File, files []*os.File) (*os.File, error) {
 	least := top + 1 + 1 + len(files) + 1 // the first free slot, the error pipe, each file, and one to spare
 	hi, err := unix.FcntlInt(exe.Fd(), unix.F_DUPFD_CLOEXEC, least)
 	if err != nil {
+		exe.Close()
 		return nil, err
 	}
 	name := exe.Name()

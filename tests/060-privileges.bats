@@ -28,6 +28,7 @@ teardown() {
     for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
     for p in "${BG_PIDS[@]}"; do wait "$p" 2>/dev/null; done
     stop_tarpit
+    [[ -z ${PAIR_DIR:-} ]] || rm -rf "$PAIR_DIR"
     return 0
 }
 
@@ -84,24 +85,32 @@ child_of() {
     local real
     real=$(readlink -f "$PULLHELPER")
     [[ -x $real-child ]] || fail "no $real-child beside $real: make build writes both"
-    # A running child's program is the pair's child binary.
+    # Copies of the pair in a directory of root's alone (wherever the
+    # checkout is: below /tmp, which anyone can write, the pair is not
+    # trusted; teardown removes it). A running child's program is the
+    # pair's child binary.
+    PAIR_DIR=$(mktemp -d /run/pullhelper-bats-child.XXXXXX)
+    local dir=$PAIR_DIR
+    cp "$real" "$dir/pullhelper"
+    cp "$real-child" "$dir/pullhelper-child"
     start_tarpit 2000000
-    bg_pull 1 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
+    PULLHELPER=$dir/pullhelper bg_pull 1 "$TARPIT_HOST/fixtures/big" "oci:$OUT/dest"
     wait_for_file_match "$BATS_TEST_TMPDIR/events.1" '"type":"layer_start"' 60
     local child
     child=$(child_of "${BG_PIDS[0]}") || return
-    assert_equal "$(readlink "/proc/$child/exe")" "$real-child"
+    assert_equal "$(readlink "/proc/$child/exe")" "$dir/pullhelper-child"
     # Named for ps and top (the kernel would name it after /proc/self/fd/N).
     assert_equal "$(cat "/proc/$child/comm")" pullhelper-chil
     [[ $(tr '\0' ' ' <"/proc/$child/cmdline") == "pullhelper-child " ]] || fail "$child is not the pull child"
-    # In a directory of root's alone (not /tmp, which anyone can write),
-    # copies of the pair: the child binary is used; when its exec fails, or
-    # made group-writable, or another build's (the hostile one's), or gone,
-    # it is not, and the pull runs as before with pullhelper re-executed.
-    local dir
-    dir=$(mktemp -d /run/pullhelper-bats-child.XXXXXX)
-    cp "$real" "$dir/pullhelper"
-    cp "$real-child" "$dir/pullhelper-child"
+    # SIGTERM: the parent stops its child, removes the cgroup and staging.
+    kill -TERM "${BG_PIDS[0]}"
+    local rc=0
+    wait "${BG_PIDS[0]}" 2>/dev/null || rc=$?
+    BG_PIDS=()
+    ((rc == 143)) || fail "the stalled pull ended with $rc on SIGTERM, want 143"
+    # When its exec fails, or it is made group-writable, or another build's
+    # (the hostile one's), or gone, it is not run, and the pull runs as
+    # before with pullhelper re-executed.
     local how want w
     for how in pair busy group-writable another-build missing; do
         case $how in
@@ -124,16 +133,15 @@ child_of() {
                 want="program=/proc/self/exe why=\"$dir/pullhelper-child: no such file or directory\"" ;;
         esac
         run --separate-stderr "$dir/pullhelper" pull --debug "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/$how"
-        [[ $status == 0 ]] || { rm -rf "$dir"; fail "$how: exit $status: $stderr"; }
+        [[ $status == 0 ]] || fail "$how: exit $status: $stderr"
         grep -F 'msg="started the pull child"' <<<"$stderr" | grep -qF -- "$want" ||
-            { rm -rf "$dir"; fail "$how: want a line with $want: $(grep -F 'pull child' <<<"$stderr")"; }
-        [[ -f $OUT/$how/index.json ]] || { rm -rf "$dir"; fail "$how: nothing pulled"; }
+            fail "$how: want a line with $want: $(grep -F 'pull child' <<<"$stderr")"
+        [[ -f $OUT/$how/index.json ]] || fail "$how: nothing pulled"
         if [[ $how == busy ]]; then
             grep -F 'msg="started the pull child"' <<<"$stderr" | grep -qF "text file busy" ||
-                { rm -rf "$dir"; fail "busy: the reason is not the exec's: $(grep -F 'pull child' <<<"$stderr")"; }
+                fail "busy: the reason is not the exec's: $(grep -F 'pull child' <<<"$stderr")"
         fi
     done
-    rm -rf "$dir"
 }
 
 @test "a root-only (0600) auth file and CA still work, because only the parent reads them" {
