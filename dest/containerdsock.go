@@ -88,7 +88,7 @@ func openRootSocket(address, what, fix string) (int, error) {
 		}
 		pst, err := safefs.Fstat(dfd)
 		if err == nil {
-			err = rootOnly(pst, dir, true)
+			err = safefs.RootOnly(pst, dir, true)
 		}
 		if err != nil {
 			unix.Close(dfd)
@@ -174,5 +174,5 @@ func CheckRootDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	return rootOnly(st, dir, true)
+	return safefs.RootOnly(st, dir, true)
 }

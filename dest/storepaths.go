@@ -137,7 +137,7 @@ func checkMountProgram(so *storagetypes.StoreOptions) error {
 		}
 		dst, err := safefs.Fstat(dfd)
 		if err == nil {
-			err = rootOnly(dst, dir, true)
+			err = safefs.RootOnly(dst, dir, true)
 		}
 		var st unix.Stat_t
 		if err == nil {

@@ -62,7 +62,7 @@ func prepareRoot(dir, what string, scan, create bool) error {
 	}
 	if len(missing) > 0 {
 		// An ancestor of the root: as DEST's parent.
-		if err := rootOnly(st, existing, true); err != nil {
+		if err := safefs.RootOnly(st, existing, true); err != nil {
 			return fmt.Errorf("%s %s: %v", what, dir, err)
 		}
 	}
@@ -85,14 +85,14 @@ func prepareRoot(dir, what string, scan, create bool) error {
 			return fmt.Errorf("%s %s: %v", what, dir, err)
 		}
 		// Made by this process, or by someone who raced it (refused).
-		if err := rootOnly(st, at, at != clean); err != nil {
+		if err := safefs.RootOnly(st, at, at != clean); err != nil {
 			return fmt.Errorf("%s %s: %v", what, dir, err)
 		}
 	}
 	if len(missing) > 0 {
 		return nil // created here: empty
 	}
-	if err := rootOnly(st, clean, false); err != nil {
+	if err := safefs.RootOnly(st, clean, false); err != nil {
 		return fmt.Errorf("%s %v", what, err)
 	}
 	if !scan {
@@ -100,22 +100,6 @@ func prepareRoot(dir, what string, scan, create bool) error {
 	}
 	if err := scanRoot(fd, clean); err != nil {
 		return fmt.Errorf("%s %s: %v; refusing to open the store there as root", what, clean, err)
-	}
-	return nil
-}
-
-// rootOnly: st (of path) is a directory of root's that nobody else can
-// write (sticky allows it for an ancestor: nobody can then rename or
-// remove root's entries).
-func rootOnly(st unix.Stat_t, path string, sticky bool) error {
-	if !safefs.IsDir(st) {
-		return fmt.Errorf("%s is not a directory", path)
-	}
-	if st.Uid != 0 {
-		return fmt.Errorf("%s is owned by uid %d, not root; refusing (its owner could plant links root would follow)", path, st.Uid)
-	}
-	if st.Mode&0o022 != 0 && !(sticky && st.Mode&unix.S_ISVTX != 0) {
-		return fmt.Errorf("%s is writable by group or others (mode %o); refusing", path, st.Mode&0o7777)
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ func closeInherited() {
 		if fd <= partialFD {
 			continue
 		}
-		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
+		if inherited(fd) {
 			_ = unix.Close(fd)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,8 +29,9 @@ const goBuildIDNote = 4
 const maxNoteSegment = 64 << 10
 
 // openChildExe opens the child-only binary for the fork to execute by
-// descriptor (/proc/self/fd/N: the file checked is the one executed), or
-// says why the child is this binary instead. It is used only when it is
+// descriptor (/proc/self/fd/N: the file checked is the one executed), held
+// above the fork's files (heldAbove), or says why the child is this binary
+// instead. It is used only when it is
 // the build this binary was made with (its build ID is childBuildID) and
 // it is as trusted as this binary's own file is: a regular, executable
 // file of root's, writable by nobody else, in directories of root's that
@@ -40,7 +42,7 @@ const maxNoteSegment = 64 << 10
 // directory, gets the child re-executed from this binary, as before: the
 // same code, only its start is slower (the CRI, gRPC and containerd
 // packages' inits).
-func openChildExe(want string) (*os.File, string) {
+func openChildExe(want string, files []*os.File) (*os.File, string) {
 	if want == "" {
 		return nil, "this binary was built without the child-only binary (make build builds both)"
 	}
@@ -48,7 +50,14 @@ func openChildExe(want string) (*os.File, string) {
 	if err != nil {
 		return nil, "reading " + selfExe + ": " + err.Error()
 	}
-	return openChildAt(self+"-child", want)
+	exe, why := openChildAt(self+"-child", want)
+	if exe == nil {
+		return nil, why
+	}
+	if exe, err = heldAbove(exe, files); err != nil {
+		return nil, "holding the child-only binary above the child's files: " + err.Error()
+	}
+	return exe, ""
 }
 
 // openChildAt is openChildExe for the binary at path, whose build ID must
@@ -154,17 +163,14 @@ func heldAbove(exe *os.File, files []*os.File) (*os.File, error) {
 }
 
 // rootsAlone says why the directory held as fd (at) could let someone but
-// root replace what is below it, or "".
+// root replace what is below it, or "" (safefs.RootOnly, no sticky bit).
 func rootsAlone(fd int, at string) string {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	st, err := safefs.Fstat(fd)
+	if err != nil {
 		return at + ": " + err.Error()
 	}
-	if st.Uid != 0 {
-		return fmt.Sprintf("%s is owned by uid %d, not root", at, st.Uid)
-	}
-	if st.Mode&0o022 != 0 {
-		return fmt.Sprintf("%s is writable by group or others (mode %o)", at, st.Mode&0o7777)
+	if err := safefs.RootOnly(st, at, false); err != nil {
+		return err.Error()
 	}
 	return ""
 }

@@ -247,7 +247,7 @@ func must(t *testing.T, err error) {
 // A binary built without the child-only binary's build ID re-executes
 // itself, and says so.
 func TestOpenChildExeWithoutBuildID(t *testing.T) {
-	f, why := openChildExe("")
+	f, why := openChildExe("", nil)
 	if f != nil {
 		f.Close()
 		t.Fatal("opened a child-only binary with no build ID to match")

@@ -215,18 +215,19 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 		stderr, stderrW, c.stderr = w, w, r
 	}
 	extra := append([]*os.File{planR, evW}, mounts...) // fds 3, 4, then 5 (staging) and 6 (partial-blob cache)
+	dir, err := g.OpenDir()
+	if err != nil {
+		closeAll(planR, planW, evR, evW, stderrW, c.stderr)
+		return nil, failure.Wrap(failure.Isolation, err, "opening cgroup %s", g.SubPath())
+	}
+	if dir != nil {
+		defer dir.Close()
+	}
 	// The child-only binary when it is there and trusted, else this one.
-	exe, why := openChildExe(childBuildID)
-	if exe != nil {
-		if exe, err = heldAbove(exe, append([]*os.File{devNull, devNull, stderr}, extra...)); err != nil {
-			exe, why = nil, "holding the child-only binary above the child's files: "+err.Error()
-		}
-	}
-	if exe != nil {
-		defer exe.Close() // the child has it, by then, as its own program
-	}
+	exe, why := openChildExe(childBuildID, append([]*os.File{devNull, devNull, stderr}, extra...))
 	c.exe, c.notChildExe = selfExe, why
 	if exe != nil {
+		defer exe.Close() // the child has it, by then, as its own program
 		c.exe = exe.Name()
 	}
 	newCmd := func(exe *os.File) *exec.Cmd {
@@ -234,24 +235,9 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 		if exe != nil {
 			path = fmt.Sprintf("/proc/self/fd/%d", exe.Fd())
 		}
-		return childCmd(path, devNull, stderr, extra)
+		return childCmd(path, devNull, stderr, extra, dir)
 	}
 	cmd := newCmd(exe)
-	dir, err := g.OpenDir()
-	if err != nil {
-		closeAll(planR, planW, evR, evW, stderrW, c.stderr)
-		return nil, failure.Wrap(failure.Isolation, err, "opening cgroup %s", g.SubPath())
-	}
-	useCgroup := func(cmd *exec.Cmd) {
-		if dir != nil {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = int(dir.Fd())
-		}
-	}
-	if dir != nil {
-		defer dir.Close()
-	}
-	useCgroup(cmd)
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
@@ -283,7 +269,6 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 			// module's rule for this binary alone, say): this one can.
 			c.exe, c.notChildExe = selfExe, "executing "+exe.Name()+": "+err.Error()
 			cmd = newCmd(nil)
-			useCgroup(cmd)
 			if err = cmd.Start(); err != nil {
 				err = fmt.Errorf("%w (after %s)", err, c.notChildExe)
 			}
@@ -345,9 +330,10 @@ func spawn(g *cgroup.Group, ns *netns.Handle, debug, terminal bool, log *slog.Lo
 // childCmd is the child's command: the program at path, as ChildName,
 // with devNull as stdin and stdout, stderr, the extra files (the protocol
 // pipes and the mounts) from fd 3 on, in a session and a mount namespace
-// of its own.
-func childCmd(path string, devNull, stderr *os.File, extra []*os.File) *exec.Cmd {
-	return &exec.Cmd{
+// of its own, born in the cgroup of cgroupDir (nil: placed otherwise,
+// cgroup.Group.OpenDir).
+func childCmd(path string, devNull, stderr *os.File, extra []*os.File, cgroupDir *os.File) *exec.Cmd {
+	cmd := &exec.Cmd{
 		Dir:        "/",
 		Path:       path,
 		Args:       []string{ChildName},
@@ -368,6 +354,11 @@ func childCmd(path string, devNull, stderr *os.File, extra []*os.File) *exec.Cmd
 			Unshareflags: syscall.CLONE_NEWNS,
 		},
 	}
+	if cgroupDir != nil {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(cgroupDir.Fd())
+	}
+	return cmd
 }
 
 // execRefused says err is the exec of the child's program refused (not

@@ -9,7 +9,8 @@
 // ReadAtMost reads a regular file only, with a bound, opening it
 // O_NONBLOCK so that a FIFO or device planted under the name is refused
 // instead of blocking the open. ErrnoText renders an error as the errno's
-// words (a symlink or an escape named as refused).
+// words (a symlink or an escape named as refused). RootOnly says whether a
+// directory is root's alone (root's, writable by nobody else).
 //
 // RemoveTree (and RemoveHeld, RemoveTreeCtx) removes a directory tree
 // without climbing: a stack of held directory descriptors, one per level

@@ -270,6 +270,22 @@ func MkdirAt(dirfd int, name string, owner Owner) (int, error) {
 	return fd, nil
 }
 
+// RootOnly: st (of path) is a directory of root's that nobody else can
+// write (sticky allows it for an ancestor: nobody can then rename or
+// remove root's entries), so that only root can replace what is in it.
+func RootOnly(st unix.Stat_t, path string, sticky bool) error {
+	if !IsDir(st) {
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	if st.Uid != 0 {
+		return fmt.Errorf("%s is owned by uid %d, not root; refusing (its owner could plant links root would follow)", path, st.Uid)
+	}
+	if st.Mode&0o022 != 0 && !(sticky && st.Mode&unix.S_ISVTX != 0) {
+		return fmt.Errorf("%s is writable by group or others (mode %o); refusing", path, st.Mode&0o7777)
+	}
+	return nil
+}
+
 // ErrnoText renders an error as its errno text (no Go "op" words).
 func ErrnoText(err error) string {
 	var pe *os.PathError
