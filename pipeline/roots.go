@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pullhelper/pullhelper/internal/safefile"
+	"github.com/pullhelper/pullhelper/pull"
 )
 
 // The places Go's crypto/x509 reads the system's trust roots from on
@@ -77,21 +78,13 @@ func systemRoots() []byte {
 			// as they are re-encoded, without the buffer's doublings.
 			out.Grow(len(b) + len(b)/8)
 		}
-		for len(b) > 0 {
-			var blk *pem.Block
-			blk, b = pem.Decode(b)
-			if blk == nil {
-				break
-			}
-			if blk.Type != "CERTIFICATE" || len(blk.Headers) != 0 {
-				continue
-			}
-			sum := sha256.Sum256(blk.Bytes)
+		for _, der := range pull.CertificateDERs(b) {
+			sum := sha256.Sum256(der)
 			if seen[sum] {
 				continue
 			}
 			seen[sum] = true
-			_ = pem.Encode(&out, &pem.Block{Type: "CERTIFICATE", Bytes: blk.Bytes})
+			_ = pem.Encode(&out, &pem.Block{Type: "CERTIFICATE", Bytes: der})
 		}
 		return true
 	}

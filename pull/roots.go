@@ -46,18 +46,7 @@ func (m *Material) buildRoots() { m.roots.pool = parsePool(m.SystemRoots) }
 // does), its certificates parsed by as many goroutines as there are CPUs
 // to run them.
 func parsePool(pemCerts []byte) *x509.CertPool {
-	var ders [][]byte
-	for len(pemCerts) > 0 {
-		var b *pem.Block
-		b, pemCerts = pem.Decode(pemCerts)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" || len(b.Headers) != 0 {
-			continue
-		}
-		ders = append(ders, b.Bytes)
-	}
+	ders := CertificateDERs(pemCerts)
 	certs := make([]*x509.Certificate, len(ders))
 	workers := min(runtime.GOMAXPROCS(0), len(ders), 8)
 	var wg sync.WaitGroup
@@ -83,4 +72,24 @@ func parsePool(pemCerts []byte) *x509.CertPool {
 		return nil
 	}
 	return pool
+}
+
+// CertificateDERs are the DER bytes of pemData's CERTIFICATE blocks
+// without headers, in order: the blocks x509.CertPool.AppendCertsFromPEM
+// takes (it then keeps those that parse). The parent reads the system's
+// roots with it, the copy builds its pool with it.
+func CertificateDERs(pemData []byte) [][]byte {
+	var ders [][]byte
+	for len(pemData) > 0 {
+		var b *pem.Block
+		b, pemData = pem.Decode(pemData)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" || len(b.Headers) != 0 {
+			continue
+		}
+		ders = append(ders, b.Bytes)
+	}
+	return ders
 }
