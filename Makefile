@@ -13,7 +13,10 @@ HOSTILE_BIN := bin/pullhelper-hostile
 # NAME-child: the parent runs it as the pull child when it is that build
 # (its Go build ID is written into the parent) and root's (reexec/childexe.go).
 SOURCES = $(shell find . -name '*.go' -not -path './tests/*') go.mod go.sum
-REEXEC_PKG := github.com/pullhelper/pullhelper/reexec
+HOSTILE_TAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile)
+# build_parent EXTRA: pullhelper at $@ (go build flags EXTRA), the Go build ID
+# of its child-only binary $@-child written into it.
+build_parent = id=$$($(GO) tool buildid $@-child) && $(GO) build $(1) -trimpath -ldflags "$(LDFLAGS) -X github.com/pullhelper/pullhelper/reexec.childBuildID=$$id" -o $@ ./cmd/pullhelper
 # Every go command (build, vet, test) sees the same tags and no cgo.
 export CGO_ENABLED := 0
 export GOFLAGS := -tags=$(subst $(eval) ,$(comma),$(TAGS))
@@ -67,17 +70,17 @@ $(BIN)-child: $(SOURCES)
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper-child
 
 $(BIN): $(BIN)-child $(SOURCES)
-	id=$$($(GO) tool buildid $(BIN)-child) && $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(REEXEC_PKG).childBuildID=$$id" -o $@ ./cmd/pullhelper
+	$(call build_parent,)
 
 # build-hostile: the test-only binary whose child runs $$PULLHELPER_HOSTILE
 # actions after the privilege drop (tests/*.bats attacks; never released).
 build-hostile: $(HOSTILE_BIN)
 
 $(HOSTILE_BIN)-child: $(SOURCES)
-	$(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper-child
+	$(GO) build $(HOSTILE_TAGS) $(GOFLAGS_BUILD) -o $@ ./cmd/pullhelper-child
 
 $(HOSTILE_BIN): $(HOSTILE_BIN)-child $(SOURCES)
-	id=$$($(GO) tool buildid $(HOSTILE_BIN)-child) && $(GO) build -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) -trimpath -ldflags "$(LDFLAGS) -X $(REEXEC_PKG).childBuildID=$$id" -o $@ ./cmd/pullhelper
+	$(call build_parent,$(HOSTILE_TAGS))
 
 # man: the man pages, rendered from docs/NAME.SECTION.md (go-md2man's
 # markdown) into man/ (generated, not checked in); a page groff warns about
@@ -98,9 +101,9 @@ lint:
 	@test -x $(STATICCHECK) -a -x $(DEADCODE) || $(MAKE) --no-print-directory deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/
+	$(GO) vet $(HOSTILE_TAGS) ./reexec/
 	$(STATICCHECK) ./...
-	$(STATICCHECK) -tags=$(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) ./reexec/ ./dest/
+	$(STATICCHECK) $(HOSTILE_TAGS) ./reexec/ ./dest/
 	@raw=$$(GOFLAGS= $(DEADCODE) -test -tags $(subst $(eval) ,$(comma),$(TAGS) pullhelper_hostile) -f '{{range .Funcs}}{{$$.Path}}.{{.Name}}{{"\n"}}{{end}}' ./...) || { echo "$$raw"; exit 1; }; \
 	out=$$(printf '%s\n' "$$raw" | sed 's,^github.com/pullhelper/pullhelper/,,' | grep -v -x -F -f <(sed -e 's/[[:space:]]*#.*//' -e '/^$$/d' .ci/deadcode-allow) || true); \
 	if [ -n "$$out" ]; then echo "deadcode: unreachable from the binary and the tests (remove it, or list it in .ci/deadcode-allow with the reason):"; echo "$$out"; exit 1; fi
