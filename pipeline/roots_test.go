@@ -60,6 +60,11 @@ func TestSystemRootsReadsWhatGoReads(t *testing.T) {
 	if err := os.Symlink("c.pem", filepath.Join(certs, "1234abcd.0")); err != nil { // c_rehash's link
 		t.Fatal(err)
 	}
+	// The bundle in the directory too, as Debian's ca-certificates.crt
+	// is (read once: its roots are there already).
+	if err := os.Symlink(bundle, filepath.Join(certs, "ca-certificates.crt")); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("SSL_CERT_FILE", bundle)
 	t.Setenv("SSL_CERT_DIR", certs)
 	got := systemRoots()
@@ -158,5 +163,24 @@ func TestSystemRootsSkipsFIFODir(t *testing.T) {
 			w.Close()
 		}
 		t.Fatal("reading the system roots blocked on a FIFO named by SSL_CERT_DIR")
+	}
+}
+
+// On this host the roots read are the ones x509.SystemCertPool reads, by
+// the same environment (none set here: the distribution's bundle and
+// directory).
+func TestSystemRootsAreThisHostsPool(t *testing.T) {
+	want, err := x509.SystemCertPool()
+	if err != nil {
+		t.Skipf("no system certificate pool here to compare with: %v", err)
+	}
+	got := systemRoots()
+	if got == nil {
+		t.Fatal("the system roots were past a bound here: nothing to compare")
+	}
+	ours := x509.NewCertPool()
+	ours.AppendCertsFromPEM(got)
+	if !ours.Equal(want) {
+		t.Fatalf("the pool of the %d bytes of roots read is not x509.SystemCertPool's", len(got))
 	}
 }

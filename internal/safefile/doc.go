@@ -15,7 +15,13 @@
 // symlink).
 //
 // ReadDirAtMost lists a directory the caller names, bounded, opened
-// O_DIRECTORY (a FIFO there fails instead of blocking).
+// O_DIRECTORY (a FIFO there fails instead of blocking). OpenDir opens one
+// so, to list it and to read its entries by name relative to it
+// (Dir.ReadFileOnce, Dir.Readlink). ReadFileOnce reads a file as ReadFile
+// does, into the caller's buffer, unless the caller read that file (device
+// and inode) before under another name: for reading every file of a
+// directory (the system's trust roots) once each, without an *os.File for
+// each. Every read is of raw descriptors, without the runtime's poller.
 //
 // Errors are one line, name the file and the bound, and never carry the
 // file's content. Redact removes quoted fragments (to the end of the message

@@ -32,25 +32,36 @@ func ReadFile(path string, limit int64) ([]byte, error) { return read(path, limi
 func ReadFileNoFollow(path string, limit int64) ([]byte, error) { return read(path, limit, true) }
 
 func open(path string, nofollow bool) (*os.File, error) {
+	fd, _, err := openAt(unix.AT_FDCWD, path, path, nofollow)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openAt opens name, relative to dirfd (or AT_FDCWD), for reading as the
+// package comment says, and returns the descriptor and its fstat. path is
+// the name errors give it.
+func openAt(dirfd int, name, path string, nofollow bool) (int, *unix.Stat_t, error) {
 	flags := unix.O_PATH | unix.O_CLOEXEC
 	if nofollow {
 		flags |= unix.O_NOFOLLOW
 	}
-	pfd, err := openRetry(path, flags)
+	pfd, err := openRetry(dirfd, name, flags)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
 	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		return -1, nil, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if err := regular(path, st.Mode); err != nil {
-		return nil, err
+		return -1, nil, err
 	}
 	// Reopen the inode O_PATH holds: nothing can swap it in between.
 	const rd = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
-	fd, err := openRetry(procFD+strconv.Itoa(pfd), rd)
+	fd, err := openRetry(unix.AT_FDCWD, procFD+strconv.Itoa(pfd), rd)
 	if err == unix.ENOENT {
 		// No /proc: open the path again (O_NONBLOCK: a FIFO swapped in
 		// meanwhile does not block) and require the same inode below.
@@ -58,25 +69,25 @@ func open(path string, nofollow bool) (*os.File, error) {
 		if nofollow {
 			rflags |= unix.O_NOFOLLOW
 		}
-		fd, err = openRetry(path, rflags)
+		fd, err = openRetry(dirfd, name, rflags)
 	}
 	if err != nil {
 		if err == unix.ENOENT {
-			return nil, &Error{Path: path, Msg: "changed while it was opened"}
+			return -1, nil, &Error{Path: path, Msg: "changed while it was opened"}
 		}
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	var st2 unix.Stat_t
 	if err := unix.Fstat(fd, &st2); err != nil || st2.Dev != st.Dev || st2.Ino != st.Ino || !isRegular(st2.Mode) {
 		unix.Close(fd)
-		return nil, &Error{Path: path, Msg: "changed while it was opened"}
+		return -1, nil, &Error{Path: path, Msg: "changed while it was opened"}
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	return fd, &st2, nil
 }
 
-func openRetry(path string, flags int) (int, error) {
+func openRetry(dirfd int, name string, flags int) (int, error) {
 	for {
-		fd, err := unix.Open(path, flags, 0)
+		fd, err := unix.Openat(dirfd, name, flags, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}
@@ -84,44 +95,78 @@ func openRetry(path string, flags int) (int, error) {
 }
 
 func read(path string, limit int64, nofollow bool) ([]byte, error) {
-	f, err := open(path, nofollow)
+	fd, st, err := openAt(unix.AT_FDCWD, path, path, nofollow)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return readLimited(f, path, limit)
+	defer unix.Close(fd)
+	return readLimited(fd, st.Size, path, limit, nil)
 }
 
-// readLimited reads f whole, at most limit bytes (one more is an error).
-// The buffer is sized from the file's size (plus one byte, so that the
-// read that sees the end needs no more room), as os.ReadFile sizes it, and
-// grows if the file does; io.ReadAll would start at 512 bytes and copy it
-// while it doubles.
-func readLimited(f *os.File, name string, limit int64) ([]byte, error) {
-	want := int64(512)
-	if st, err := f.Stat(); err == nil {
-		if st.Size() > limit {
-			return nil, tooBig(name, limit)
-		}
-		want = max(want, st.Size()+1)
+// FileID is a file's device and inode: two names of one file have the same.
+type FileID struct{ Dev, Ino uint64 }
+
+// ReadFileOnce is ReadFile for a caller that reads many files, each once:
+// unless done holds the file's FileID (it was read under another name), it
+// reads it into buf (grown when too small; nil allocates) and adds it to
+// done. read is false when the file was not read again.
+func ReadFileOnce(path string, limit int64, buf []byte, done map[FileID]bool) (b []byte, read bool, err error) {
+	return readOnce(unix.AT_FDCWD, path, path, limit, buf, done)
+}
+
+// readOnce is ReadFileOnce of name relative to dirfd, path the name errors
+// give it.
+func readOnce(dirfd int, name, path string, limit int64, buf []byte, done map[FileID]bool) ([]byte, bool, error) {
+	fd, st, err := openAt(dirfd, name, path, false)
+	if err != nil {
+		return nil, false, err
 	}
-	b := make([]byte, 0, min(want, limit+1))
-	r := io.LimitReader(f, limit+1)
+	defer unix.Close(fd)
+	id := FileID{Dev: st.Dev, Ino: st.Ino}
+	if done[id] {
+		return buf[:0], false, nil
+	}
+	done[id] = true
+	b, err := readLimited(fd, st.Size, path, limit, buf)
+	return b, err == nil, err
+}
+
+// readLimited reads fd whole, at most limit bytes (one more is an error),
+// into buf. The buffer is sized from the file's size (plus one byte, so
+// that the read that sees the end needs no more room), as os.ReadFile sizes
+// it, and grows if the file does (a procfs file's size says 0); io.ReadAll
+// would start at 512 bytes and copy it while it doubles.
+func readLimited(fd int, size int64, name string, limit int64, buf []byte) ([]byte, error) {
+	if size > limit {
+		return nil, tooBig(name, limit)
+	}
+	want := int(min(max(512, size+1), limit+1))
+	b := buf[:0]
+	if cap(b) < want {
+		b = make([]byte, 0, want)
+	}
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			break
+		room := b[len(b):cap(b)]
+		if over := int64(len(b)) + int64(len(room)) - (limit + 1); over > 0 {
+			room = room[:int64(len(room))-over]
+		}
+		n, err := unix.Read(fd, room)
+		if err == unix.EINTR {
+			continue
 		}
 		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: name, Err: unwrap(err)}
+			return nil, &fs.PathError{Op: "read", Path: name, Err: err}
 		}
-	}
-	if int64(len(b)) > limit {
-		return nil, tooBig(name, limit)
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, tooBig(name, limit)
+		}
 	}
 	return b, nil
 }
@@ -290,14 +335,60 @@ func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 // a FIFO or a device named here fails at once (ENOTDIR) instead of
 // blocking the open.
 func ReadDirAtMost(path string, n int) ([]fs.DirEntry, error) {
-	d, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	d, err := OpenDir(path)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	ents, err := d.ReadDir(n)
+	return d.Entries(n)
+}
+
+// Dir is a directory the caller names, opened once as ReadDirAtMost opens
+// it, whose entries are then listed, read and their links read relative to
+// it: a caller that reads every file of a directory walks its path once.
+type Dir struct {
+	f    *os.File
+	fd   int
+	path string
+	link []byte
+}
+
+// OpenDir opens the directory at path, following symlinks, O_DIRECTORY.
+func OpenDir(path string) (*Dir, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Dir{f: f, fd: int(f.Fd()), path: path}, nil
+}
+
+// Close closes the directory.
+func (d *Dir) Close() { d.f.Close() }
+
+// Entries lists at most n entries of the directory (the first call; a
+// second lists the ones after them).
+func (d *Dir) Entries(n int) ([]fs.DirEntry, error) {
+	ents, err := d.f.ReadDir(n)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	return ents, nil
+}
+
+// ReadFileOnce is ReadFileOnce of the directory's entry name (a name, not
+// a path), following symlinks.
+func (d *Dir) ReadFileOnce(name string, limit int64, buf []byte, done map[FileID]bool) ([]byte, bool, error) {
+	return readOnce(d.fd, name, d.path+"/"+name, limit, buf, done)
+}
+
+// Readlink is os.Readlink of the directory's entry name.
+func (d *Dir) Readlink(name string) (string, error) {
+	if d.link == nil {
+		d.link = make([]byte, unix.PathMax) // a link's target is shorter (PATH_MAX with its NUL)
+	}
+	n, err := unix.Readlinkat(d.fd, name, d.link)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: d.path + "/" + name, Err: err}
+	}
+	return string(d.link[:n]), nil
 }

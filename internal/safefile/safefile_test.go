@@ -235,3 +235,61 @@ func TestReadFileSizeUnderstated(t *testing.T) {
 		t.Fatalf("ReadFile(/proc/cpuinfo, 600) = %v, want too big", err)
 	}
 }
+
+// ReadFileOnce reads a file once whatever names it is reached by (a
+// symlink, a hard link, a Dir's entry), reads another file, and refuses
+// what ReadFile refuses, a FIFO without blocking; the buffer is reused.
+func TestReadFileOnce(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	write(t, a, "first")
+	write(t, b, "second file")
+	if err := os.Symlink("a", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(a, filepath.Join(dir, "hard")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := map[FileID]bool{}
+	buf, read, err := ReadFileOnce(a, 64, nil, done)
+	if err != nil || !read || string(buf) != "first" {
+		t.Fatalf("a: %q, %v, %v", buf, read, err)
+	}
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range []string{"a", "link", "hard"} {
+		if got, read, err := d.ReadFileOnce(name, 64, buf, done); err != nil || read || len(got) != 0 {
+			t.Fatalf("%s, the same file again: %q, read %v, %v", name, got, read, err)
+		}
+	}
+	got, read, err := d.ReadFileOnce("b", 64, buf, done)
+	if err != nil || !read || string(got) != "second file" {
+		t.Fatalf("b: %q, %v, %v", got, read, err)
+	}
+	if &got[:1][0] != &buf[:1][0] {
+		t.Fatal("b was not read into the buffer given")
+	}
+	if _, _, err := d.ReadFileOnce("b", 4, nil, map[FileID]bool{}); !TooBig(err) {
+		t.Fatalf("b past 4 bytes: %v, want too big", err)
+	} else if want := filepath.Join(dir, "b") + ": "; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("error %q does not name %s", err, want)
+	}
+	if _, _, err := d.ReadFileOnce("fifo", 64, nil, done); err == nil || !strings.Contains(err.Error(), "FIFO") {
+		t.Fatalf("fifo: %v, want refused as a FIFO", err)
+	}
+	if target, err := d.Readlink("link"); err != nil || target != "a" {
+		t.Fatalf("Readlink(link) = %q, %v", target, err)
+	}
+	if _, err := d.Readlink("a"); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("Readlink of a regular file: %v, want EINVAL", err)
+	}
+	if _, _, err := d.ReadFileOnce("missing", 64, nil, done); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing: %v, want ErrNotExist", err)
+	}
+}
