@@ -236,13 +236,15 @@ func TestKeyringContainerdCredentials(t *testing.T) {
 			wantErr: `configs."quay.io".auth: invalid decoded auth`,
 		},
 		{
-			// registryHosts's legacy loop: the first endpoint's auth sticks
-			// for the later ones, so the broken one fails the registry too.
-			name: "legacy: a mirror's broken auth sticks to the default endpoint (ParseAuth)",
+			// registryHosts's legacy loop: each endpoint's own auth, so a
+			// mirror's broken one is the mirror's alone (skipped, with a
+			// warning); the registry is asked without it.
+			name: "legacy: a mirror's broken auth is the mirror's alone (ParseAuth)",
 			config: `[` + ctrdCRI + `.mirrors."quay.io"]` + "\nendpoint = [\"https://mirror.example.com\"]\n" +
 				`[` + ctrdCRI + `.configs."mirror.example.com".auth]` + "\nauth = \"" + b64("secretpw") + "\"\n",
-			ref:     "quay.io",
-			wantErr: `configs."mirror.example.com".auth: invalid decoded auth`,
+			ref:       "quay.io",
+			endpoints: []string{"quay.io"},
+			wantWarn:  `skipping endpoint mirror.example.com: containerd config `,
 		},
 		{
 			name:      "auths https URL is mapped to configs[host]",
@@ -286,15 +288,15 @@ func TestKeyringContainerdCredentials(t *testing.T) {
 			wantErr: "failed to parse registry url",
 		},
 		{
-			// registryHosts: the first endpoint with a configs auth keeps it
-			// for the later ones, so the default endpoint gets the mirror's.
-			name: "legacy mirror before the default endpoint, whose auth is the mirror's",
+			// registryHosts: each endpoint its own configs auth; the
+			// mirror's is never offered to the default endpoint.
+			name: "legacy mirror before the default endpoint: each its own auth",
 			config: `[` + ctrdCRI + `.mirrors."docker.io"]` + "\nendpoint = [\"https://mirror.example.com\"]\n" +
 				`[` + ctrdCRI + `.configs."mirror.example.com".auth]` + "\nusername = \"m\"\npassword = \"mp\"\n" +
 				`[` + ctrdCRI + `.configs."registry-1.docker.io".auth]` + "\nusername = \"hub\"\npassword = \"hp\"\n",
 			ref:       "docker.io",
 			endpoints: []string{"mirror.example.com", "registry-1.docker.io"},
-			want:      []ctrdWantCred{{key: `configs."mirror.example.com".auth`, user: "m", pass: "mp"}},
+			want:      []ctrdWantCred{{key: `configs."registry-1.docker.io".auth`, user: "hub", pass: "hp"}},
 		},
 		{
 			name: "legacy mirror without auth: the default endpoint's own",

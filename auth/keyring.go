@@ -24,9 +24,9 @@ package auth
 //     service-account token applies): registryHosts uses a non-nil CRI auth
 //     and consults the config otherwise. It is looked up by the endpoint host
 //     actually contacted (image_pull.go registryHosts: Credentials(host) →
-//     Configs[host]); in legacy mode (no config_path) the first endpoint's
-//     auth sticks for the later ones, because registryHosts assigns the
-//     captured auth variable inside its endpoint loop.
+//     Configs[host]), in legacy mode (no config_path) too: registryHosts
+//     copies the captured credentials for each endpoint before it fills
+//     them from Configs[u.Host], so no host's auth is offered to another.
 //   - The service-account token is offered to an endpoint host matching
 //     auth.service_account_registries (internal/regpattern).
 //   - containers auth files and registries.conf credential-helpers are

@@ -173,9 +173,74 @@ func TestEndpointsContainerdKubeletCredentialsEverywhere(t *testing.T) {
 	}
 }
 
-// Legacy mode (no config_path): registryHosts assigns the captured auth
-// inside its endpoint loop, so the first endpoint with configs.auth keeps it
-// for the later endpoints (containerd 1.6/1.7 pkg/cri/server/image_pull.go).
+// A pull asks only hosts.toml hosts with the pull capability (containerd's
+// Resolve and Fetch: docker.dockerBase.filterHosts): a push-only or
+// resolve-only [host] is not an endpoint, its credential offered to no
+// one; the default host (no server) has every capability whatever the
+// file's top level says (ConfigureHosts); a server without pull is not
+// asked either, and a mirror after it is still a mirror, never the
+// registry's; with no host left the plan fails, naming the directory.
+func TestEndpointsContainerdCapabilities(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "hosts")
+	write(t, root, "image.example.com/hosts.toml", `capabilities = ["resolve"]
+[host."https://push.example.com"]
+  capabilities = ["push"]
+[host."https://resolve.example.com"]
+  capabilities = ["resolve"]
+[host."https://pull.example.com"]
+  capabilities = ["pull"]
+`)
+	write(t, root, "server.example.com/hosts.toml", `server = "https://server.example.com"
+capabilities = ["push"]
+[host."https://push.example.com"]
+  capabilities = ["push", "resolve"]
+[host."https://pull.example.com"]
+`)
+	write(t, root, "none.example.com/hosts.toml", `server = "https://none.example.com"
+capabilities = ["resolve"]
+[host."https://push.example.com"]
+  capabilities = ["push"]
+`)
+	c := hermetic(t, dir)
+	c.ContainerdConfig = write(t, dir, "config.toml", "version = 2\n["+ctrdCRI+"]\nconfig_path = \""+root+"\"\n"+
+		"["+ctrdCRI+".configs.\"push.example.com\".auth]\nusername = \"push-user\"\npassword = \"pp\"\n"+
+		"["+ctrdCRI+".configs.\"resolve.example.com\".auth]\nusername = \"resolve-user\"\npassword = \"rp\"\n")
+	k := newKeyring(t, c)
+	eps := endpoints(t, k, "image.example.com/ns/app:1")
+	want := []string{
+		"https://pull.example.com/v2 containerd hosts.toml host",
+		"https://image.example.com/v2 containerd default",
+	}
+	if got := hostsOf(eps); !reflect.DeepEqual(got, want) {
+		t.Fatalf("endpoints %q, want %q", got, want)
+	}
+	if !reflect.DeepEqual(eps[0].Capabilities.Names(), []string{"pull"}) || eps[1].Capabilities != 0 {
+		t.Errorf("capabilities %q and %q, want [pull] and every one", eps[0].Capabilities.Names(), eps[1].Capabilities.Names())
+	}
+	for _, e := range eps {
+		if len(e.Credentials) != 0 {
+			t.Errorf("%s: credentials %q, want none (no host asked has one)", e.Host, who(e.Credentials))
+		}
+	}
+	eps = endpoints(t, k, "server.example.com/ns/app:1")
+	if got, want := hostsOf(eps), []string{"https://pull.example.com/v2 containerd hosts.toml host"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("endpoints %q, want %q", got, want)
+	}
+	if !eps[0].Mirror {
+		t.Error("the mirror left alone is not a mirror")
+	}
+	if _, err := k.Endpoints("none.example.com/ns/app:1"); err == nil || !strings.Contains(err.Error(), "no host for none.example.com has the pull capability") ||
+		!strings.Contains(err.Error(), filepath.Join(root, "none.example.com")) {
+		t.Fatalf("no host with pull: %v, want an error naming the directory", err)
+	}
+}
+
+// Legacy mode (no config_path): registryHosts copies the captured
+// credentials for each endpoint and fills them from that host's own
+// configs.auth (containerd 1.6/1.7 pkg/cri/server/image_pull.go, 2.x
+// internal/cri/server/images/image_pull.go): a mirror's auth is never
+// offered to the registry or another mirror.
 func TestEndpointsContainerdLegacyMirrors(t *testing.T) {
 	dir := t.TempDir()
 	c := hermetic(t, dir)
@@ -193,7 +258,7 @@ func TestEndpointsContainerdLegacyMirrors(t *testing.T) {
 	if got := hostsOf(eps); !reflect.DeepEqual(got, want) {
 		t.Fatalf("endpoints %q, want %q", got, want)
 	}
-	wantUsers := [][]string{{}, {`containerd-config:configs."m2.example.com:5000".auth:m2`}, {`containerd-config:configs."m2.example.com:5000".auth:m2`}}
+	wantUsers := [][]string{{}, {`containerd-config:configs."m2.example.com:5000".auth:m2`}, {`containerd-config:configs."registry-1.docker.io".auth:hub`}}
 	for i, e := range eps {
 		if got := who(e.Credentials); !reflect.DeepEqual(got, wantUsers[i]) {
 			t.Errorf("%s: %q, want %q", e.Host, got, wantUsers[i])

@@ -92,7 +92,7 @@ func (s *serviceAccountKeychain) Resolve(q hosts.Query) ([]wire.Credential, erro
 
 // containerdKeychain is containerd's configs."KEY".auth through ParseAuth,
 // KEY being q.ContainerdKey (package hosts chooses it: the endpoint host,
-// or in legacy mode the first endpoint's with an auth).
+// in both modes).
 type containerdKeychain struct{ hosts *hosts.Resolver }
 
 // Resolve implements Keychain.

@@ -146,23 +146,20 @@ func (r *Resolver) containerdEndpoints(named reference.Named) ([]Endpoint, error
 	if err != nil {
 		return nil, fmt.Errorf("containerd config %s: %w", r.c.ContainerdConfig, err)
 	}
-	legacyKey := ""
 	var eps []Endpoint
-	for i, ce := range list {
+	for _, ce := range list {
+		// Each host's own configs."HOST".auth, in both modes: the legacy
+		// loop of registryHosts copies the captured credentials before it
+		// fills them from Configs[u.Host] (containerd 1.5 on, PR 5446: no
+		// endpoint's auth is offered to another host).
 		q := Query{Host: ce.host, Logical: named.Name(), Physical: ce.host + path, Kubelet: true, ContainerdKey: ce.host}
-		if r.ctrd.ConfigPath == "" {
-			// registryHosts (legacy): `if auth == nil && config.Auth != nil
-			// { auth = ... }` inside the loop: the first endpoint with an
-			// auth keeps it for the later ones.
-			if legacyKey == "" && r.ctrd.Configs[ce.host].Auth != nil {
-				legacyKey = ce.host
-			}
-			q.ContainerdKey = legacyKey
-		}
 		ep := r.endpoint(q)
 		ep.Scheme, ep.Path, ep.Source, ep.File, ep.TLSFallback = ce.scheme, ce.path, ce.source, ce.file, ce.tlsFallback
 		ep.Capabilities, ep.Headers, ep.HeaderValues, ep.DialTimeout = ce.capabilities, ce.headers, ce.header, ce.dialTimeout
-		ep.Mirror = i < len(list)-1
+		// A [host] entry or a legacy mirror, wherever it stands (a
+		// server without the pull capability is not in the list); only
+		// the server or the default host is the registry's.
+		ep.Mirror = ce.source == wire.EndpointContainerdHost || ce.source == wire.EndpointContainerdMirror
 		ep.Query.Server = !ep.Mirror
 		// resolver.go addNamespace / registry.go isProxy: every host but
 		// the image's registry (registry-1.docker.io counts as docker.io)
@@ -235,6 +232,13 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)
 		if err := checkctrdTLSFiles(h); err != nil {
 			return nil, err
 		}
+		// A pull asks only the hosts with pull: a tag those with pull and
+		// resolve, a manifest by digest and every blob those with pull
+		// (docker.dockerBase.filterHosts in Resolve and Fetch). A host
+		// without it (push or resolve alone) is never contacted.
+		if !h.capabilities.Has(wire.CapabilityPull) {
+			continue
+		}
 		e := ctrdEndpoint{scheme: h.scheme, host: h.host, path: h.path, file: dir,
 			capabilities: h.capabilities, headers: h.headers, header: h.header, dialTimeout: h.dialTimeout,
 			source: wire.EndpointContainerdHost}
@@ -263,6 +267,9 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)
 		}
 		out = append(out, e)
 	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("containerd hosts directory %s: no host for %s has the pull capability (containerd would ask none)", dir, refHost)
+	}
 	return out, nil
 }
 
@@ -270,7 +277,9 @@ func containerdEndpointList(reg *ctrdRegistry, refHost string, warn func(string)
 // when no server is set: registry-1.docker.io for docker.io, the localhost
 // rules (http unless port ""/443, skip_verify unless port 80), else https.
 func applyContainerdDefaultHost(last *ctrdHostConfig, host string) {
-	last.path = "/v2"
+	// ConfigureHosts gives the default host every capability, whatever
+	// the file's top level says.
+	last.path, last.capabilities = "/v2", 0
 	switch {
 	case host == "docker.io":
 		last.scheme, last.host = "https", "registry-1.docker.io"

@@ -320,11 +320,14 @@ pull_with_mirror_capabilities() {
     ! grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the registry served blobs: $u"
 }
 
-@test "capabilities: a mirror with resolve but not pull is never asked for the tag, as containerd's Resolve (pull and resolve) skips it" {
+@test "capabilities: a mirror with resolve but not pull is never asked at all (containerd's Resolve and Fetch ask hosts with pull only); the registry serves the pull" {
     pull_with_mirror_capabilities '"resolve"'
     local m=$M u=$U
-    ! grep -q '/manifests/latest' <<<"$m" || fail "the mirror without pull was asked for the tag: $m"
+    [[ -z $m ]] || fail "the mirror without pull was asked: $m"
     grep -qE '"(GET|HEAD) /v2/fixtures/tiny/manifests/latest ' <<<"$u" || fail "the registry did not resolve the tag: $u"
+    grep -q '"GET /v2/fixtures/tiny/blobs/' <<<"$u" || fail "the registry served no blob: $u"
+    run_pullhelper explain --containerd-config "$T/config.toml" "$UP_HOST/fixtures/tiny:latest" "oci:$OUT/tiny2"
+    [[ $output != *"$MIRROR_HOST"* ]] || fail "the plan lists the mirror without pull: $output"
 }
 
 ###############################################################################
