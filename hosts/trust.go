@@ -51,8 +51,9 @@ func DefaultCertsD() []string {
 // existing certs.d ROOT/host, containers/image docker_client.go
 // dockerCertDir), trust.ca_files whose pattern matches, and whether
 // verification is off and why (tls_verify=false, trust.insecure_registries,
-// or registries.conf insecure = true for the registry host -- the value
-// newDockerClient uses before an endpoint's own setting applies).
+// or, under registries.conf rules, registries.conf insecure = true for the
+// registry host -- the value newDockerClient uses before an endpoint's own
+// setting applies).
 func (r *Resolver) TrustFor(host string) wire.Trust {
 	t := ResolveTrust(host, r.c.CertDir, r.c.CertsD)
 	for _, cf := range r.caFiles {
@@ -76,6 +77,12 @@ func (r *Resolver) TrustFor(host string) wire.Trust {
 		if p.Match(host) {
 			off("trust.insecure_registries " + p.String())
 		}
+	}
+	// Under containerd rules registries.conf says nothing of trust:
+	// containerd never reads it (its hosts' skip_verify, ca, client and
+	// http:// are applied by Endpoints).
+	if r.ctrd != nil {
+		return t
 	}
 	if reg, err := sysregistriesv2.FindRegistry(r.sys, host); err == nil && reg != nil && reg.Insecure {
 		off(fmt.Sprintf("registries.conf insecure (prefix %q in %s)", reg.Prefix, r.RegistriesConfName()))

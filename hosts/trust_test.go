@@ -98,6 +98,21 @@ func TestTrustFor(t *testing.T) {
 	if tr := r.TrustFor("rc.example.com"); tr.Verify || !strings.Contains(tr.InsecureBy, "registries.conf insecure") {
 		t.Errorf("registries.conf insecure not honoured: %+v", tr)
 	}
+	// Under containerd rules registries.conf says nothing of trust
+	// (containerd never reads it); pullhelper's own insecure_registries
+	// still does.
+	cc := c
+	cc.ContainerdConfig = writeFile(t, dir, "config.toml", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\nconfig_path = \""+filepath.Join(dir, "hosts")+"\"\n")
+	rc := newResolver(t, cc)
+	if !rc.Containerd() {
+		t.Fatal("the resolver does not use containerd rules")
+	}
+	if tr := rc.TrustFor("rc.example.com"); !tr.Verify || tr.InsecureBy != "" {
+		t.Errorf("containerd rules: registries.conf insecure honoured: %+v", tr)
+	}
+	if tr := rc.TrustFor("a.insecure.test"); tr.Verify {
+		t.Errorf("containerd rules: insecure_registries not honoured: %+v", tr)
+	}
 	c.TLSVerify, c.TLSVerifySetting = false, "--tls-verify"
 	if tr := newResolver(t, c).TrustFor("x.example.com"); tr.Verify || tr.InsecureBy != "--tls-verify=false" {
 		t.Errorf("tls_verify: %+v", tr)
