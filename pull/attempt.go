@@ -228,7 +228,15 @@ func (p *Request) copyImage(ctx context.Context, pc *signature.PolicyContext, c 
 		// destination context's: with the source's, in the copy's private
 		// configuration, never root's default /var/lib/containers/cache
 		// (which it would create on the host under --no-isolation).
-		DestinationCtx:       &types.SystemContext{BigFilesTemporaryDir: st.Work, BlobInfoCacheDir: c.sys.BlobInfoCacheDir},
+		//
+		// An uncompressed layer is staged as the registry serves it (an
+		// OCI layout destination would gzip it: another blob, another
+		// manifest digest): every DEST keeps the registry's layers, as
+		// the runtimes' stores and ctr keep them (skopeo copy to an oci:
+		// layout compresses them unless --dest-oci-accept-uncompressed-
+		// layers).
+		DestinationCtx: &types.SystemContext{BigFilesTemporaryDir: st.Work, BlobInfoCacheDir: c.sys.BlobInfoCacheDir,
+			OCIAcceptUncompressedLayers: true},
 		ReportWriter:         o.Report,
 		Progress:             progress,
 		ProgressInterval:     250 * time.Millisecond,

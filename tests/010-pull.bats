@@ -291,6 +291,45 @@ print(m[0])' "$index")
     assert_layout_blobs_verify "$OUT/d"
 }
 
+# An uncompressed layer (…layer.v1.tar) is stored as the registry serves it
+# in every DEST: containers/image's oci: layout destination gzips it unless
+# told otherwise (another blob, another manifest), and the parent refused
+# that as neither the served layer nor its uncompressed form (exit 8, in
+# oci:, oci-archive: and the stores). ctr and the runtimes' stores keep it.
+@test "pull: an image with an uncompressed layer lands as served in oci: (the registry's digest), oci-archive:, dir: and docker-archive:" {
+    push_odd_fixture uncompressed
+    local want layer
+    want=$(registry_digest fixtures/uncompressed:latest)
+    layer=$(registry_manifest fixtures/uncompressed:latest | json_get '.layers[0].digest')
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/uncompressed" "oci:$OUT/u:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get '.manifests[0].digest' <"$OUT/u/index.json")" "$want"
+    [[ -f $OUT/u/blobs/sha256/${layer#sha256:} ]] || fail "the uncompressed layer $layer is not in the layout"
+    assert_layout_blobs_verify "$OUT/u"
+    local d
+    for d in "oci-archive:$OUT/u.tar:latest" "dir:$OUT/u-dir" "docker-archive:$OUT/u-d.tar:fixtures/uncompressed:latest"; do
+        run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/uncompressed" "$d"
+        assert_json_result
+        run ph_skopeo inspect --raw "$d"
+        assert_success
+    done
+    assert_equal "$(ph_skopeo inspect --raw "oci-archive:$OUT/u.tar:latest" | json_get '.layers[0].digest')" "$layer"
+}
+
+# The same layer twice in one manifest: each copy of it is the one blob.
+@test "pull: an image with the same layer twice lands in oci: as the registry serves it" {
+    push_odd_fixture duplayers
+    local want
+    want=$(registry_digest fixtures/duplayers:latest)
+    run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/duplayers" "oci:$OUT/dup:latest"
+    assert_json_result
+    assert_equal "$(json_get .digest <<<"$output")" "$want"
+    assert_equal "$(json_get .layers <<<"$output")" 2 # distinct layers (README "Result")
+    assert_equal "$(layer_digests "$(cat "$OUT/dup/blobs/sha256/${want#sha256:}")")" "$(layer_digests "$(registry_manifest fixtures/duplayers:latest)")"
+    assert_layout_blobs_verify "$OUT/dup"
+}
+
 # layer_digests MANIFEST: its layers' digests, space-separated.
 layer_digests() {
     "$PH_PYTHON" -c 'import json, sys; print(" ".join(l["digest"] for l in json.loads(sys.argv[1])["layers"]))' "$1"

@@ -417,6 +417,29 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     [[ $output == *docker_version* ]] || fail "the stored config is not the registry's: $output"
 }
 
+# An uncompressed layer is stored as served (skopeo copy from the registry
+# stores it so: the storage destination keeps the original); before, the
+# staging gzipped it and the parent refused the image (exit 8). The same
+# layer twice in one manifest lands too.
+@test "containers-storage: an image with an uncompressed layer and one with the same layer twice are stored with the registry's manifests" {
+    skip_unless_cmd podman
+    local kind repo want store="containers-storage:[vfs@$GRAPH+$RUN]"
+    for kind in uncompressed duplayers; do
+        push_odd_fixture "$kind"
+        repo=$REGISTRY_HOST/fixtures/$kind
+        want=$(registry_digest "fixtures/$kind:latest")
+        run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:latest"
+        assert_json_result
+        assert_equal "$(json_get .digest <<<"$output")" "$want"
+        run podman_store image inspect --format '{{.Digest}}' "$repo:latest"
+        assert_success
+        assert_output "$want"
+        run ph_skopeo inspect --raw "${store}$repo:latest"
+        assert_success
+        assert_equal "sha256:$(printf '%s' "$output" | sha256sum | cut -d' ' -f1)" "$want"
+    done
+}
+
 # --all-architectures of a Docker manifest list: the registry's list and
 # this platform's instance are stored (the staging converted every instance
 # to OCI; each stored one is tied to the registry's), the list the image's

@@ -175,6 +175,10 @@ while True:
     ctrd_case_docker_config
 }
 
+@test "containerd 1.6: an image with an uncompressed layer and one with the same layer twice land as served; crictl pull then fetches nothing" {
+    ctrd_case_odd_layers
+}
+
 @test "containerd 1.6: a Docker manifest list lands: the list the target, the served instance stored and unpacked; crictl pull then fetches no manifest" {
     ctrd_case_docker_list
 }

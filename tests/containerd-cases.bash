@@ -1039,6 +1039,28 @@ ctrd_case_docker_config() {
     assert_cri_pull_fetches_nothing "$img"
 }
 
+# ctrd_case_odd_layers: an image with an uncompressed layer and one with the
+# same layer twice land as served (the registry's digest the records'
+# target, the uncompressed layer its own diff_id), complete and unpacked;
+# crictl pull then fetches nothing. Before, the uncompressed layer was
+# staged gzipped and the parent refused it (exit 8).
+ctrd_case_odd_layers() {
+    ctrd_up
+    local kind img want
+    for kind in uncompressed duplayers; do
+        push_odd_fixture "$kind"
+        img="$REGISTRY_HOST/fixtures/$kind:latest"
+        want=$(registry_digest "fixtures/$kind:latest")
+        run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"
+        assert_json_result
+        assert_equal "$(json_get .digest <<<"$output")" "$want"
+        assert_equal "$(ctr_image_line "$img" | awk '{print $3}')" "$want"
+        assert_ctr_complete "$img"
+        wait_cri "$img" || return
+        assert_cri_pull_fetches_nothing "$img"
+    done
+}
+
 # ctrd_case_docker_list [--all-architectures]: a Docker manifest list
 # lands: the list is the target, the instance the registry served is in the
 # content store under its own digest (the list's gc.ref.content.m.N labels
