@@ -297,7 +297,7 @@ print(m[0])' "$index")
 # that as neither the served layer nor its uncompressed form (exit 8, in
 # oci:, oci-archive: and the stores). ctr and the runtimes' stores keep it.
 @test "pull: an image with an uncompressed layer lands as served in oci: (the registry's digest), oci-archive:, dir: and docker-archive:" {
-    push_odd_fixture uncompressed
+    push_layout_fixture uncompressed
     local want layer
     want=$(registry_digest fixtures/uncompressed:latest)
     layer=$(registry_manifest fixtures/uncompressed:latest | json_get '.layers[0].digest')
@@ -319,7 +319,7 @@ print(m[0])' "$index")
 
 # The same layer twice in one manifest: each copy of it is the one blob.
 @test "pull: an image with the same layer twice lands in oci: as the registry serves it" {
-    push_odd_fixture duplayers
+    push_layout_fixture duplayers
     local want
     want=$(registry_digest fixtures/duplayers:latest)
     run_pullhelper pull "${PH_OPTS[@]}" "$REGISTRY_HOST/fixtures/duplayers" "oci:$OUT/dup:latest"

@@ -425,7 +425,7 @@ _said() { grep -qF -- "$1" "$OUT/bg.err"; }
     skip_unless_cmd podman
     local kind repo want store="containers-storage:[vfs@$GRAPH+$RUN]"
     for kind in uncompressed duplayers; do
-        push_odd_fixture "$kind"
+        push_layout_fixture "$kind"
         repo=$REGISTRY_HOST/fixtures/$kind
         want=$(registry_digest "fixtures/$kind:latest")
         run_pullhelper pull --policy "$POLICY" "${PH_OPTS[@]}" "$repo:latest" "${store}$repo:latest"

@@ -1048,7 +1048,7 @@ ctrd_case_odd_layers() {
     ctrd_up
     local kind img want
     for kind in uncompressed duplayers; do
-        push_odd_fixture "$kind"
+        push_layout_fixture "$kind"
         img="$REGISTRY_HOST/fixtures/$kind:latest"
         want=$(registry_digest "fixtures/$kind:latest")
         run_pullhelper pull "${PH_OPTS[@]}" "${CTRD_OPTS[@]}" "$img" "containerd:$img"

@@ -884,95 +884,17 @@ push_docker_fixtures() {
 # containers/image re-encodes it when it stores the image as OCI), pushed
 # with its digests as they are.
 push_docker_config_fixture() {
-    local dir="$BATS_FILE_TMPDIR/dockercfg-dir"
-    rm -rf "$dir"
-    "$PH_PYTHON" - "$dir" <<'PYEOF' || fail "writing the dockercfg layout"
-import gzip, hashlib, io, json, os, sys, tarfile
-d = sys.argv[1]
-os.makedirs(d)
-def put(b):
-    h = hashlib.sha256(b).hexdigest()
-    with open(os.path.join(d, h), "wb") as f:
-        f.write(b)
-    return "sha256:" + h, len(b)
-raw = io.BytesIO()
-with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as t:
-    data = b"dockercfg fixture\n"
-    ti = tarfile.TarInfo("hello.txt"); ti.size = len(data); ti.mtime = 0
-    t.addfile(ti, io.BytesIO(data))
-tar = raw.getvalue()
-layer = gzip.compress(tar, mtime=0)
-ld, ls = put(layer)
-cfg = json.dumps({"architecture": "amd64", "config": {"Hostname": "", "Domainname": "", "User": "", "AttachStdin": False,
-    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["sh"], "Image": "", "Volumes": None,
-    "WorkingDir": "", "Entrypoint": None, "OnBuild": None, "Labels": None},
-    "container": "8c2b0f8e", "container_config": {"Hostname": "8c2b0f8e", "Cmd": ["/bin/sh", "-c", "#(nop) CMD [\"sh\"]"]},
-    "created": "2023-05-19T20:19:24.093189497Z", "docker_version": "20.10.23",
-    "history": [{"created": "2023-05-19T20:19:23Z", "created_by": "ADD file:hello.txt in / "}], "os": "linux",
-    "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(tar).hexdigest()]}}).encode()
-cd, cs = put(cfg)
-m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-    "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": cs, "digest": cd},
-    "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": ls, "digest": ld}]}).encode()
-with open(os.path.join(d, "manifest.json"), "wb") as f:
-    f.write(m)
-with open(os.path.join(d, "version"), "w") as f:
-    f.write("Directory Transport Version: 1.1\n")
-PYEOF
-    # shellcheck disable=SC2046
-    registry_skopeo copy --quiet --preserve-digests $(registry_skopeo_opts dest) \
-        "dir:$dir" "docker://$REGISTRY_HOST/fixtures/dockercfg:latest" || fail "pushing fixtures/dockercfg"
+    push_layout_fixture dockercfg
     assert_equal "$(registry_manifest fixtures/dockercfg:latest | json_get .mediaType)" application/vnd.docker.distribution.manifest.v2+json
 }
 
-# push_odd_fixture KIND: fixtures/KIND:latest, an OCI image of a shape the
-# generated fixtures have not, pushed with its digests as they are:
-#   uncompressed  one layer stored as a plain tar (…layer.v1.tar), as some
-#                 builders push them; its digest is its diff_id;
-#   duplayers     three gzip layers, the first and the last the same blob.
-push_odd_fixture() {
-    local kind=${1:?push_odd_fixture: missing KIND} dir="$BATS_FILE_TMPDIR/odd-$1"
+# push_layout_fixture KIND: fixtures/KIND:latest, an image of a shape the
+# generated fixtures have not (tests/fixture-layouts.py: dockercfg,
+# uncompressed, duplayers), pushed with its digests as they are.
+push_layout_fixture() {
+    local kind=${1:?push_layout_fixture: missing KIND} dir="$BATS_FILE_TMPDIR/layout-$1"
     rm -rf "$dir"
-    "$PH_PYTHON" - "$dir" "$kind" <<'PYEOF' || fail "writing the $kind layout"
-import gzip, hashlib, io, json, os, sys, tarfile
-d, kind = sys.argv[1], sys.argv[2]
-os.makedirs(d)
-def put(b):
-    h = hashlib.sha256(b).hexdigest()
-    with open(os.path.join(d, h), "wb") as f:
-        f.write(b)
-    return "sha256:" + h, len(b)
-def tar(name, data):
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as t:
-        ti = tarfile.TarInfo(name); ti.size = len(data); ti.mtime = 0
-        t.addfile(ti, io.BytesIO(data))
-    return raw.getvalue()
-layers, diff_ids = [], []
-if kind == "uncompressed":
-    t = tar("plain.txt", b"an uncompressed layer\n" * 64)
-    ld, ls = put(t)
-    layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "size": ls, "digest": ld})
-    diff_ids.append(ld)
-elif kind == "duplayers":
-    a, b = tar("a.txt", b"the layer twice\n"), tar("b.txt", b"between them\n")
-    for t in (a, b, a):
-        ld, ls = put(gzip.compress(t, mtime=0))
-        layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": ls, "digest": ld})
-        diff_ids.append("sha256:" + hashlib.sha256(t).hexdigest())
-else:
-    sys.exit("unknown kind " + kind)
-cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/true"]},
-    "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
-cd, cs = put(cfg)
-m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": cs, "digest": cd},
-    "layers": layers}).encode()
-with open(os.path.join(d, "manifest.json"), "wb") as f:
-    f.write(m)
-with open(os.path.join(d, "version"), "w") as f:
-    f.write("Directory Transport Version: 1.1\n")
-PYEOF
+    "$PH_PYTHON" "$PH_TESTS_DIR/fixture-layouts.py" "$kind" "$dir" || fail "writing the $kind layout"
     # shellcheck disable=SC2046
     registry_skopeo copy --quiet --preserve-digests $(registry_skopeo_opts dest) \
         "dir:$dir" "docker://$REGISTRY_HOST/fixtures/$kind:latest" || fail "pushing fixtures/$kind"
