@@ -68,6 +68,11 @@ type partialCache struct {
 	// parent, which moves it into staging before it verifies
 	// (dest.Partial.HandOver).
 	active map[digest.Digest]*resumeReader
+	// shared: a blob fetched by more than one stream at once (a manifest
+	// naming it twice). The claim is by digest, and a stream that is not
+	// the keeping reader's would claim that reader and find it unfinished:
+	// no stream of a shared blob is claimed, each is written as usual.
+	shared map[digest.Digest]bool
 	handed []digest.Digest
 	// room is how many bytes this copy may still append: the kept bytes
 	// double what a blob takes on DEST's filesystem until it completes, so
@@ -106,7 +111,8 @@ func openPartialCache(st *Stage, log *slog.Logger) *partialCache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &partialCache{dir: st.Partial, log: log, noSync: st.NoSync, busy: map[digest.Digest]bool{}, active: map[digest.Digest]*resumeReader{}}
+	return &partialCache{dir: st.Partial, log: log, noSync: st.NoSync, busy: map[digest.Digest]bool{}, active: map[digest.Digest]*resumeReader{},
+		shared: map[digest.Digest]bool{}}
 }
 
 // syncFile is (*os.File).Sync; the tests count the calls.
@@ -123,6 +129,9 @@ func (c *partialCache) claim(d digest.Digest, size int64) *resumeReader {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.shared[d] {
+		return nil
+	}
 	r := c.active[d]
 	// A reader that already stopped keeping (no room, a write error,
 	// perhaps while containers/image peeked at the stream) cannot hand
@@ -173,6 +182,7 @@ func (c *partialCache) acquire(d digest.Digest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy[d] {
+		c.shared[d] = true
 		return false
 	}
 	c.busy[d] = true

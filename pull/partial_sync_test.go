@@ -65,3 +65,27 @@ func TestPartialCacheSyncsUnlessNoSync(t *testing.T) {
 		}
 	}
 }
+
+// A blob fetched by two streams at once (a manifest naming it twice) is
+// claimed by neither: the second stream is not the keeping reader's, and
+// claiming by digest handed it that reader, unfinished, so its PutBlob
+// failed ("could not keep it whole"). A blob fetched once is claimed.
+func TestPartialCacheSharedBlobIsNotClaimed(t *testing.T) {
+	pc := openPartialCache(&Stage{Partial: t.TempDir()}, nil)
+	once, twice := digest.FromString("once"), digest.FromString("twice")
+	for _, d := range []digest.Digest{once, twice} {
+		if !pc.acquire(d) {
+			t.Fatalf("%s: the first stream did not acquire the blob", d)
+		}
+		pc.track(&resumeReader{c: pc, d: d, size: 4, keep: true})
+	}
+	if pc.acquire(twice) {
+		t.Fatal("a second stream acquired a busy blob")
+	}
+	if r := pc.claim(twice, 4); r != nil {
+		t.Fatal("a blob fetched by two streams at once was claimed")
+	}
+	if r := pc.claim(once, 4); r == nil || r.d != once {
+		t.Fatalf("the blob fetched once was not claimed: %v", r)
+	}
+}
