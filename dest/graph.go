@@ -289,6 +289,10 @@ func rebuildConverted(e Expect, d descriptor, raw []byte, stored *manifestDoc, l
 	if err != nil {
 		return badStaged("parsing the resolved index %s: %v", e.Digest, err)
 	}
+	// As the copy takes it (copyMultipleImages: CloneInternal): a Docker
+	// list's clone has its mediaType field whether the registry's had one
+	// or not.
+	list = list.Clone()
 	// An OCI layout holds an OCI index, the conversion of the registry's;
 	// dir: the registry's type, never converted (the bytes compared below
 	// say the rest).
