@@ -123,6 +123,21 @@ func TestDockerArchiveLegacyMembersAreBounded(t *testing.T) {
 	wantCode(t, dd.Verify(bg, st, e), failure.Verification, "not to a verified layer")
 }
 
+// A config of more than 1 MiB (a big label, say; containers/image takes
+// configs up to 4 MiB) lands in a docker-archive: its fields are copied
+// into the top layer's legacy HEX/json, which was bounded at 1 MiB (exit 8).
+func TestDockerArchiveBigConfig(t *testing.T) {
+	needRoot(t)
+	im := newImg("big")
+	label := strings.Repeat("l", 3<<20)
+	im.config = bytes.Replace(im.config, []byte(`"config":{}`), fmt.Appendf(nil, `"config":{"Labels":{"big":%q}}`, label), 1)
+	im.manifest = fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":%d}]}`,
+		sha(im.config), len(im.config), sha(im.layer), len(im.layer))
+	im.digest = sha(im.manifest)
+	p := filepath.Join(t.TempDir(), "img.tar")
+	must(t, fullPull(t, "docker-archive:"+p+":example.com/big:1", im, dest.StageOptions{Locks: testLocks}))
+}
+
 // writeTar writes a tar of the members (name, content) to p.
 func writeTar(t *testing.T, p string, members [][2]string) {
 	f, err := os.Create(p)

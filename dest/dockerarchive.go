@@ -203,7 +203,8 @@ func (d *dockerArchiveDest) Commit(ctx context.Context, s *Stage) error { return
 // checkDockerLegacy bounds the legacy members containers/image writes
 // beside manifest.json (for old loaders): HEX/layer.tar must be a symlink
 // to one of the verified layers ("../HEX.tar"), HEX/VERSION a few bytes,
-// HEX/json and repositories small JSON documents. They carry no image
+// HEX/json JSON documents at most maxJSON (the top layer's carries the
+// config's fields) and repositories a small one. They carry no image
 // content, so nothing else may hide there.
 func checkDockerLegacy(ts *tarStore, layers []string) error {
 	verified := map[string]bool{}
@@ -218,8 +219,12 @@ func checkDockerLegacy(ts *tarStore, layers []string) error {
 	for n := range ts.members {
 		limit := int64(-1)
 		switch {
-		case n == "repositories" || strings.HasSuffix(n, "/json") && dockerLegacyRE.MatchString(n):
+		case n == "repositories":
 			limit = 1 << 20
+		case strings.HasSuffix(n, "/json") && dockerLegacyRE.MatchString(n):
+			// The top layer's carries the config's fields (the writer's
+			// writeLegacyMetadataLocked): as big as a config may be.
+			limit = maxJSON
 		case strings.HasSuffix(n, "/VERSION") && dockerLegacyRE.MatchString(n):
 			limit = 16
 		case strings.HasSuffix(n, "/layer.tar") && dockerLegacyRE.MatchString(n):
