@@ -30,14 +30,17 @@ const CRIODefaultSignaturePolicyDir = "/etc/crio/policies"
 
 // CRIOSettings is what pullhelper takes of CRI-O's configuration: the store
 // (the [crio] table's root, runroot, imagestore, storage_driver and
-// storage_option) and the signature policies ([crio.image]
+// storage_option), the signature policies ([crio.image]
 // signature_policy, the node's, "" for containers/image's default; and
-// signature_policy_dir, where NAMESPACE.json is a pod namespace's own).
+// signature_policy_dir, where NAMESPACE.json is a pod namespace's own) and
+// the node's credential file ([crio.image] global_auth_file, "" for
+// containers/image's default search).
 type CRIOSettings struct {
 	Root, RunRoot, ImageStore, Driver string
 	Options                           []string
 	SignaturePolicy                   string
 	SignaturePolicyDir                string
+	GlobalAuthFile                    string
 	// Files are the files read, in the order they were applied.
 	Files []string
 }
@@ -56,8 +59,8 @@ type CRIOConfig struct {
 }
 
 // crioTOML is the part of CRI-O's tomlConfig read here: the [crio] table's
-// storage keys (RootConfig) and [crio.image]'s signature policies
-// (ImageConfig). Other keys and tables are not decoded, as CRI-O ignores
+// storage keys (RootConfig) and [crio.image]'s signature policies and
+// global auth file (ImageConfig). Other keys and tables are not decoded, as CRI-O ignores
 // keys it does not know.
 type crioTOML struct {
 	Crio struct {
@@ -69,6 +72,7 @@ type crioTOML struct {
 		Image          struct {
 			SignaturePolicy    string `toml:"signature_policy"`
 			SignaturePolicyDir string `toml:"signature_policy_dir"`
+			GlobalAuthFile     string `toml:"global_auth_file"`
 		} `toml:"image"`
 	} `toml:"crio"`
 }
@@ -158,6 +162,7 @@ func (s *CRIOSettings) update(path, flag string) error {
 	t.Crio.Root, t.Crio.RunRoot, t.Crio.ImageStore, t.Crio.Storage = s.Root, s.RunRoot, s.ImageStore, s.Driver
 	t.Crio.StorageOptions = slices.Clone(s.Options)
 	t.Crio.Image.SignaturePolicy, t.Crio.Image.SignaturePolicyDir = s.SignaturePolicy, s.SignaturePolicyDir
+	t.Crio.Image.GlobalAuthFile = s.GlobalAuthFile
 	if _, err := toml.Decode(string(data), &t); err != nil {
 		return failure.New(failure.Usage, "CRI-O configuration %s (%s): unable to decode it, as CRI-O's loader fails on it (CRI-O would not start): %s",
 			path, flag, safefile.Redact(err.Error()))
@@ -174,6 +179,7 @@ func (s *CRIOSettings) update(path, flag string) error {
 	}
 	s.Root, s.RunRoot, s.ImageStore, s.Driver, s.Options = t.Crio.Root, t.Crio.RunRoot, t.Crio.ImageStore, t.Crio.Storage, opts
 	s.SignaturePolicy, s.SignaturePolicyDir = t.Crio.Image.SignaturePolicy, t.Crio.Image.SignaturePolicyDir
+	s.GlobalAuthFile = t.Crio.Image.GlobalAuthFile
 	s.Files = append(s.Files, path)
 	return nil
 }

@@ -48,6 +48,10 @@ type Runtime struct {
 	// configuration's [crio.image] signature_policy (the node's, "" for
 	// none) and signature_policy_dir (namespacePolicy).
 	SignaturePolicy, SignaturePolicyDir string
+	// GlobalAuthFile is, for CRI-O, its configuration's [crio.image]
+	// global_auth_file: the node's only credential file when set
+	// (CRI-O's SystemContext.AuthFilePath), "" for the default search.
+	GlobalAuthFile string
 }
 
 // namespacePolicy is, for CRI-O, the signature policy of the pod's

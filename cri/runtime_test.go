@@ -449,6 +449,23 @@ func TestLoadCRIOSignaturePolicies(t *testing.T) {
 	}
 }
 
+// [crio.image] global_auth_file: the last file that sets it wins (an empty
+// value too), as for the signature policy.
+func TestLoadCRIOGlobalAuthFile(t *testing.T) {
+	dir := t.TempDir()
+	base := CRIOSettings{Root: "/r", RunRoot: "/rr"}
+	conf := write(t, filepath.Join(dir, "crio.conf"), "[crio.image]\nglobal_auth_file = \"/var/lib/kubelet/config.json\"\n")
+	d := filepath.Join(dir, "crio.conf.d")
+	got, err := LoadCRIOSettings(base, CRIOConfig{File: conf, FileSet: true, Dir: d})
+	if err != nil || got.GlobalAuthFile != "/var/lib/kubelet/config.json" {
+		t.Fatalf("got %+v %v; want global_auth_file /var/lib/kubelet/config.json", got, err)
+	}
+	write(t, filepath.Join(d, "10.conf"), "[crio.image]\nglobal_auth_file = \"\"\n")
+	if got, err = LoadCRIOSettings(base, CRIOConfig{File: conf, FileSet: true, Dir: d}); err != nil || got.GlobalAuthFile != "" {
+		t.Fatalf("an empty global_auth_file in a later drop-in: %+v %v; want it empty", got, err)
+	}
+}
+
 // CRI-O's per-namespace signature policy: DIR/NAMESPACE.json when it exists
 // (else none: the node's applies); a namespace that is not a DNS label is
 // refused before any path is made of it; containerd has none.

@@ -295,6 +295,28 @@ podman_on() {
     assert_secret_absent -f "$T/cri.log" "$T/cri.out"
 }
 
+# CRI-O's node credentials: [crio.image] global_auth_file is its only auth
+# file (SystemContext.AuthFilePath), so a pull without the kubelet's
+# credential authenticates with it; pullhelper's own --authfile wins over it.
+@test "cri-o: [crio.image] global_auth_file is the node's credential file for a pull without the kubelet's credential; without it the registry refuses" {
+    local c=$T/etc/crio img="$REGISTRY_HOST/fixtures/tiny:latest"
+    mkdir -p "$c"
+    printf '[crio]\nstorage_driver = "vfs"\n' >"$c/crio.conf"
+    HOME=$T/home cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
+    run pcrictl pull "$img"
+    echo "$output"
+    assert_failure
+    assert_output --partial Unauthenticated
+    cri_stop
+    printf '[crio]\nstorage_driver = "vfs"\n[crio.image]\nglobal_auth_file = "%s"\n' "$REGISTRY_AUTHFILE" >"$c/crio.conf"
+    CRI_APPEND=1 HOME=$T/home cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
+    run pcrictl pull "$img"
+    echo "$output"
+    assert_success
+    assert_equal "$(pull_lines | tail -1 | json_get .result)" ok
+    assert_secret_absent -f "$T/cri.log" "$T/cri.out"
+}
+
 @test "cri-o: [crio.image] signature_policy is the node's policy unless pullhelper names its own; signature_policy_dir/NAMESPACE.json replaces it for that namespace's pods, as CRI-O's pullImage does" {
     local c=$T/etc/crio
     mkdir -p "$c" "$T/policies"

@@ -269,7 +269,7 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 	fs.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics (HOST an IP address, no name, e.g. 127.0.0.1:9471; no authentication: keep it on loopback or firewalled)")
 	fs.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "the runtime's CRI socket, `unix:///PATH`, root's, in directories only root can write (containerd's, also its API socket: pulls import into it, namespace k8s.io; or CRI-O's): the rest of the image service is forwarded to it")
 	fs.StringVar(&ro.runtime, "runtime", "auto", "the runtime behind --runtime-endpoint, `auto|containerd|cri-o`; auto: containerd with --containerd-config, cri-o with a --crio-* or --storage-conf flag, else what the runtime's Version answer names")
-	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; [crio.image] signature_policy, signature_policy_dir; a missing default is skipped, as CRI-O does)")
+	fs.StringVar(&ro.crioConfig, "crio-config", cri.CRIOConfigDefault, "CRI-O: its crio.conf `FILE` ([crio] root, runroot, storage_driver, storage_option over storage.conf; [crio.image] signature_policy, signature_policy_dir, global_auth_file; a missing default is skipped, as CRI-O does)")
 	fs.StringVar(&ro.crioConfigDir, "crio-config-dir", cri.CRIOConfigDirDefault, "CRI-O: its drop-in `DIR`, every file below it applied after --crio-config in lexical order, as CRI-O does")
 	fs.StringVar(&ro.crioStore, "crio-store", "", "CRI-O: its store in the containers-storage: spelling, `[DRIVER@GRAPHROOT+RUNROOT:OPTIONS]`, instead of what --crio-config and its drop-ins say (a CRI-O started with --root, --runroot, --storage-driver or --storage-opt)")
 	fs.StringVar(&ro.storageConf, "storage-conf", "", "CRI-O: the containers-storage.conf(5) `FILE` CRI-O reads (default: dest.storage_conf of the policy, else $CONTAINERS_STORAGE_CONF, else /etc/containers/storage.conf)")
@@ -310,6 +310,18 @@ func criPolicy(fs *pflag.FlagSet, c *common, rt cri.Runtime, runtimeSocket strin
 		// names none.
 		if err := l.Set("crio.conf [crio.image] signature_policy", "pull.signature_policy", policy.String, rt.SignaturePolicy); err != nil {
 			return nil, failure.Wrap(failure.Usage, err, "")
+		}
+	}
+	if _, set := l.Defined("auth.authfile"); !set && rt.GlobalAuthFile != "" {
+		// CRI-O's node credentials ([crio.image] global_auth_file: its
+		// only auth file), when pullhelper's own (--authfile,
+		// auth.authfile) names none. A file that is not there (yet) is
+		// no credential, as containers/image reads a missing AuthFilePath;
+		// pullhelper then searches the default files.
+		if _, err := os.Stat(rt.GlobalAuthFile); err == nil {
+			if err := l.Set("crio.conf [crio.image] global_auth_file", "auth.authfile", policy.String, rt.GlobalAuthFile); err != nil {
+				return nil, failure.Wrap(failure.Usage, err, "")
+			}
 		}
 	}
 	if rt.Name != cri.RuntimeCRIO {
@@ -449,7 +461,7 @@ func criRuntime(cmd *cobra.Command, kind string, l *policy.Loaded, rpath string,
 	if err != nil {
 		return rt, err
 	}
-	rt.SignaturePolicy, rt.SignaturePolicyDir = s.SignaturePolicy, s.SignaturePolicyDir
+	rt.SignaturePolicy, rt.SignaturePolicyDir, rt.GlobalAuthFile = s.SignaturePolicy, s.SignaturePolicyDir, s.GlobalAuthFile
 	if ro.crioStore != "" {
 		if _, err := dest.ParseWith("containers-storage:"+ro.crioStore+probe, opts); err != nil {
 			return rt, failure.Wrap(failure.Usage, err, "--crio-store")
