@@ -171,13 +171,6 @@ func readLimited(fd int, size int64, name string, limit int64, buf []byte) ([]by
 	return b, nil
 }
 
-func unwrap(err error) error {
-	if pe, ok := err.(*fs.PathError); ok {
-		return pe.Err
-	}
-	return err
-}
-
 // Error is a refusal of a file that exists: not a regular file, too big.
 type Error struct {
 	Path  string
