@@ -204,7 +204,7 @@ func (d *dockerArchiveDest) Commit(ctx context.Context, s *Stage) error { return
 // beside manifest.json (for old loaders): HEX/layer.tar must be a symlink
 // to one of the verified layers ("../HEX.tar"), HEX/VERSION a few bytes,
 // HEX/json JSON documents at most maxJSON (the top layer's carries the
-// config's fields) and repositories a small one. They carry no image
+// config's fields, re-marshalled) and repositories a small one. They carry no image
 // content, so nothing else may hide there.
 func checkDockerLegacy(ts *tarStore, layers []string) error {
 	verified := map[string]bool{}
@@ -222,8 +222,11 @@ func checkDockerLegacy(ts *tarStore, layers []string) error {
 		case n == "repositories":
 			limit = 1 << 20
 		case strings.HasSuffix(n, "/json") && dockerLegacyRE.MatchString(n):
-			// The top layer's carries the config's fields (the writer's
-			// writeLegacyMetadataLocked): as big as a config may be.
+			// The top layer's carries the config's fields, marshalled
+			// again (the writer's writeLegacyMetadataLocked, which
+			// HTML-escapes <, > and & into six bytes each): bounded by
+			// maxJSON, the bound of a config, so a config that escapes
+			// past it (a label of a megabyte of '&') is refused.
 			limit = maxJSON
 		case strings.HasSuffix(n, "/VERSION") && dockerLegacyRE.MatchString(n):
 			limit = 16

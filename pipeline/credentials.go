@@ -94,11 +94,13 @@ func (p *Plan) resolveEndpoints(l *policy.Loaded, in Inputs, named reference.Nam
 	}
 	files, userSpecified := k.AuthFiles()
 	p.AuthFiles = files
-	if userSpecified && in.Authfile == nil {
+	// A file the caller names must exist; CRI-O's global_auth_file need
+	// not (none is read while it is missing, as CRI-O reads none).
+	if src, _ := l.Defined("auth.authfile"); userSpecified && in.Authfile == nil && src != policy.SourceCRIOGlobalAuthFile {
 		what := "--authfile"
 		if l.Auth.Authfile == "" {
 			what = "REGISTRY_AUTH_FILE"
-		} else if src, _ := l.Defined("auth.authfile"); src == "file" {
+		} else if src == "file" {
 			what = "auth.authfile"
 		}
 		if err := mustExist(files[0].Path, "auth file", what); err != nil {

@@ -21,6 +21,13 @@ const (
 	Strings             // repeated flag → TOML array of strings
 )
 
+// SourceCRIOGlobalAuthFile is what sets auth.authfile for a pull of
+// `pullhelper cri` in front of CRI-O from its [crio.image]
+// global_auth_file: CRI-O's only auth file, which, unlike a file the
+// caller names, need not exist (containers/image then reads no
+// credential from any file).
+const SourceCRIOGlobalAuthFile = "crio.conf [crio.image] global_auth_file"
+
 // Set overrides the dotted key with a flag's value, decoding it exactly as the
 // policy file would (same types, same validation); errors name the flag.
 func (l *Loaded) Set(flag, key string, kind Kind, values ...string) error {

@@ -297,23 +297,39 @@ podman_on() {
 
 # CRI-O's node credentials: [crio.image] global_auth_file is its only auth
 # file (SystemContext.AuthFilePath), so a pull without the kubelet's
-# credential authenticates with it; pullhelper's own --authfile wins over it.
-@test "cri-o: [crio.image] global_auth_file is the node's credential file for a pull without the kubelet's credential; without it the registry refuses" {
+# credential authenticates with it, and while it is missing no file gives
+# one (root's ~/.docker/config.json is not read, as CRI-O reads none);
+# without the setting the default files are searched.
+@test "cri-o: [crio.image] global_auth_file is the node's only credential file for a pull without the kubelet's credential; a missing one gives none; without it the default files are searched" {
     local c=$T/etc/crio img="$REGISTRY_HOST/fixtures/tiny:latest"
-    mkdir -p "$c"
-    printf '[crio]\nstorage_driver = "vfs"\n' >"$c/crio.conf"
+    mkdir -p "$c" "$T/home/.docker" "$T/home2"
+    cp "$REGISTRY_AUTHFILE" "$T/home/.docker/config.json"
+    printf '[crio]\nstorage_driver = "vfs"\n[crio.image]\nglobal_auth_file = "%s"\n' "$T/missing.json" >"$c/crio.conf"
     HOME=$T/home cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
     run pcrictl pull "$img"
     echo "$output"
     assert_failure
     assert_output --partial Unauthenticated
+    [[ $output == *"$T/missing.json"* && $output != *"$T/home/.docker/config.json"* ]] ||
+        fail "the refusal does not name global_auth_file alone as the file searched: $output"
     cri_stop
-    printf '[crio]\nstorage_driver = "vfs"\n[crio.image]\nglobal_auth_file = "%s"\n' "$REGISTRY_AUTHFILE" >"$c/crio.conf"
+    printf '[crio]\nstorage_driver = "vfs"\n' >"$c/crio.conf"
     CRI_APPEND=1 HOME=$T/home cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
     run pcrictl pull "$img"
     echo "$output"
     assert_success
+    cri_stop
+    # Another name of the image: the store has the first one.
+    push_fixture tiny fixtures/tiny-gaf:latest
+    printf '[crio]\nstorage_driver = "vfs"\n[crio.image]\nglobal_auth_file = "%s"\n' "$REGISTRY_AUTHFILE" >"$c/crio.conf"
+    CRI_APPEND=1 HOME=$T/home2 cri_up --storage-conf "$STORAGE_CONF" --crio-config "$c/crio.conf" --crio-config-dir "$c/none.d"
+    local before
+    before=$(registry_log_barrier)
+    run pcrictl pull "$REGISTRY_HOST/fixtures/tiny-gaf:latest"
+    echo "$output"
+    assert_success
     assert_equal "$(pull_lines | tail -1 | json_get .result)" ok
+    tail -n +"$((before + 1))" "$REGISTRY_LOG" | grep -q '"GET /v2/fixtures/tiny-gaf/manifests/' || fail "the registry was not asked for the manifest"
     assert_secret_absent -f "$T/cri.log" "$T/cri.out"
 }
 

@@ -314,14 +314,12 @@ func criPolicy(fs *pflag.FlagSet, c *common, rt cri.Runtime, runtimeSocket strin
 	}
 	if _, set := l.Defined("auth.authfile"); !set && rt.GlobalAuthFile != "" {
 		// CRI-O's node credentials ([crio.image] global_auth_file: its
-		// only auth file), when pullhelper's own (--authfile,
-		// auth.authfile) names none. A file that is not there (yet) is
-		// no credential, as containers/image reads a missing AuthFilePath;
-		// pullhelper then searches the default files.
-		if _, err := os.Stat(rt.GlobalAuthFile); err == nil {
-			if err := l.Set("crio.conf [crio.image] global_auth_file", "auth.authfile", policy.String, rt.GlobalAuthFile); err != nil {
-				return nil, failure.Wrap(failure.Usage, err, "")
-			}
+		// only auth file, SystemContext.AuthFilePath), when pullhelper's
+		// own (--authfile, auth.authfile) names none. While it is not
+		// there no file gives a credential, as containers/image reads a
+		// missing AuthFilePath (the pipeline does not require it).
+		if err := l.Set(policy.SourceCRIOGlobalAuthFile, "auth.authfile", policy.String, rt.GlobalAuthFile); err != nil {
+			return nil, failure.Wrap(failure.Usage, err, "")
 		}
 	}
 	if rt.Name != cri.RuntimeCRIO {
