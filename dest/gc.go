@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/safefs"
 	"golang.org/x/sys/unix"
@@ -40,7 +41,11 @@ func OpenSweep(arg, containerdStaging string) (*Sweep, error) {
 	path := arg
 	legacy := false
 	if tr, _, ok := strings.Cut(arg, ":"); ok {
-		if _, known := kinds[tr]; known {
+		_, known := kinds[tr]
+		if !known && tr != "" && !strings.Contains(tr, "/") {
+			return nil, failure.New(failure.Usage, "gc: %q: unknown transport %q; DEST is one of %s, or a path (./%s for a relative path with a colon)", arg, tr, target.Forms(), arg)
+		}
+		if known {
 			d, err := Parse(arg)
 			if err != nil {
 				return nil, err

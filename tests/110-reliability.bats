@@ -464,4 +464,15 @@ tree_sum() {
     [[ -d $OUT/sound/.pullhelper-staging-x-1 ]] || fail "gc removed something before failing"
     run_pullhelper gc "$OUT/sound/dest"
     assert_equal "$(json_get '.staging' <<<"$output")" "[\"$OUT/sound/.pullhelper-staging-x-1\"]"
+    # A DEST whose parent does not exist has nothing to sweep (it crashed
+    # gc after the cgroup sweep, with nothing on stdout); a transport that
+    # is no DEST's is exit 2 before anything is removed, not a path.
+    mkdir -p "$OUT/sound/.pullhelper-staging-y-1"
+    echo "999999999-1" >"$OUT/sound/.pullhelper-staging-y-1/owner"
+    run_pullhelper 2 gc "$OUT/sound/dest" "ocii:$OUT/sound/dest"
+    assert_json_error usage
+    [[ $ph_error_message == *'unknown transport "ocii"'* ]] || fail "the message does not name the transport: $ph_error_message"
+    [[ -d $OUT/sound/.pullhelper-staging-y-1 ]] || fail "gc removed something before failing"
+    run_pullhelper gc "oci:$OUT/missing/dest" "$OUT/sound/dest"
+    assert_equal "$(json_get '.staging' <<<"$output")" "[\"$OUT/sound/.pullhelper-staging-y-1\"]"
 }

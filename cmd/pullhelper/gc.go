@@ -93,7 +93,9 @@ symbolic link on the way); nothing is removed before all of them are opened.`,
 					}
 					return err
 				}
-				sweeps = append(sweeps, s)
+				if s != nil { // nil: DEST's parent does not exist, nothing to sweep
+					sweeps = append(sweeps, s)
+				}
 			}
 			// The state root's lock directories: one that root alone
 			// cannot change fails the run before anything is removed (a
