@@ -25,6 +25,9 @@ func (l *Loaded) Validate() error {
 	if p.Pull.ParallelLayers < 1 || p.Pull.ParallelLayers > 64 {
 		bad("pull.parallel_layers", "must be between 1 and 64, not %d", p.Pull.ParallelLayers)
 	}
+	if st := time.Duration(p.Pull.StallTimeout); st != 0 && st < time.Second {
+		bad("pull.stall_timeout", "must be 0 (no stall timeout) or at least 1s, not %s", st)
+	}
 	if p.Pull.MinRate > 0 && time.Duration(p.Pull.StallWindow) < time.Second {
 		bad("pull.stall_window", "must be at least 1s while pull.min_rate is set, not %s", time.Duration(p.Pull.StallWindow))
 	}

@@ -78,7 +78,7 @@ func (p *Request) watch(g *guard, cancel context.CancelCauseFunc) (stop func()) 
 		done := make(chan struct{})
 		stops = append(stops, done)
 		go func() {
-			t := time.NewTicker(p.StallTimeout / 10)
+			t := time.NewTicker(max(p.StallTimeout/10, time.Millisecond))
 			defer t.Stop()
 			for {
 				select {
