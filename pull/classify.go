@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"syscall"
@@ -225,6 +226,12 @@ func codeOf(err error) failure.Code {
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errStalled):
 		return failure.Network
 	case errors.As(err, &netErr) && netErr.Timeout():
+		return failure.Network
+	case errors.As(err, new(*url.Error)):
+		// A request to a registry that got no answer the cases above
+		// name: the connection closed (EOF), a malformed response,
+		// headers past the client's bound. A registry's failure to
+		// answer, never a bug of ours.
 		return failure.Network
 	}
 	return failure.Internal

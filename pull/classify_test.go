@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -181,6 +182,41 @@ func TestClassifyCRIReasons(t *testing.T) {
 	} {
 		if got := failure.CRIReasonOf(p.classify(tc.err)); got != tc.want {
 			t.Errorf("%v: reason %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A registry that closes the connection without an answer, or answers what
+// is no HTTP response, is a network failure (exit 6), not a bug (exit 1):
+// the errors are net/http's own, from a listener on loopback.
+func TestClassifyBrokenAnswers(t *testing.T) {
+	p := &Request{Registry: "r", Reference: "r/x:latest"}
+	for _, answer := range []string{"", "garbage\r\n\r\n", "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("y", 2<<20) + "\r\n\r\n"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 4096)
+			_, _ = c.Read(buf) // the request line
+			_, _ = io.WriteString(c, answer)
+			c.Close()
+		}()
+		client := &http.Client{Transport: &http.Transport{MaxResponseHeaderBytes: 1 << 20}}
+		_, err = client.Get("http://" + ln.Addr().String() + "/v2/x/manifests/1")
+		ln.Close()
+		<-done
+		if err == nil {
+			t.Fatalf("answer %.20q: no error", answer)
+		}
+		if got := failure.CodeOf(p.classify(fmt.Errorf("fetching the manifest: %w", err))); got != failure.Network {
+			t.Errorf("answer %.20q (%v): classified %s, want network", answer, err, got)
 		}
 	}
 }
