@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
 	"github.com/pullhelper/pullhelper/dest"
@@ -311,6 +312,11 @@ func parseImage(image string) (reference.Named, error) {
 	if reference.Domain(named) == "" {
 		host, _, _ := strings.Cut(image, "/")
 		return nil, failure.New(failure.Usage, "image %q: %q is not a registry host name (letters, digits, '-' and '.', an optional :port): give a reference such as registry.example.com/repo:tag", image, host)
+	}
+	// The copy pins sha256 digests only (pull's checkDigest): another
+	// algorithm is the reference's fault, refused before anything is set up.
+	if d, ok := named.(reference.Digested); ok && d.Digest().Algorithm() != digest.SHA256 {
+		return nil, failure.New(failure.Usage, "image %q: digest algorithm %s is not supported; pin the image by its sha256 digest", image, d.Digest().Algorithm())
 	}
 	return named, nil
 }

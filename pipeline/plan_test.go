@@ -52,6 +52,13 @@ func TestNewPlanReferences(t *testing.T) {
 	if _, err := plan(t, "reg_x.io/repo:1"); err == nil || !strings.Contains(err.Error(), `"reg_x.io" is not a registry host name`) {
 		t.Errorf("reg_x.io/repo:1: %v", err)
 	}
+	// A digest of another algorithm than sha256 is the reference's fault
+	// (exit 2 at the plan, explain too), not the registry's (it was exit 8
+	// once the child had started).
+	sha512 := "reg.io/a@sha512:" + strings.Repeat("a", 128)
+	if _, err := plan(t, sha512); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "digest algorithm sha512 is not supported") {
+		t.Errorf("%s: %v, want usage naming the algorithm", sha512, err)
+	}
 }
 
 func TestNewPlanNetworkErrors(t *testing.T) {
