@@ -22,7 +22,7 @@ var (
 	ErrIsolation    = errors.New("pullhelper: isolation error")            // exit 7, "isolation"
 	ErrVerification = errors.New("pullhelper: verification error")         // exit 8, "verification"
 	ErrDestination  = errors.New("pullhelper: destination error")          // exit 9, "destination"
-	ErrInterrupted  = errors.New("pullhelper: interrupted")                // exit 130 (SIGINT), 143 (SIGTERM), "interrupted"
+	ErrInterrupted  = errors.New("pullhelper: interrupted")                // exit 129 (SIGHUP), 130 (SIGINT), 143 (SIGTERM), "interrupted"
 	ErrProtocol     = errors.New("pullhelper: incompatible helper binary") // the binary speaks an older protocol, or none
 )
 
@@ -42,6 +42,7 @@ var codes = []struct {
 	{"isolation", 7, ErrIsolation},
 	{"verification", 8, ErrVerification},
 	{"destination", 9, ErrDestination},
+	{"interrupted", 129, ErrInterrupted},
 	{"interrupted", 130, ErrInterrupted},
 	{"interrupted", 143, ErrInterrupted},
 }

@@ -583,7 +583,7 @@ isolation_flag_applied() {
 }
 
 ###############################################################################
-# 130 / 143 interrupted
+# 129 / 130 / 143 interrupted
 
 # interrupt_test SIGNAL EXPECTED_RC: pull big through a stalling tarpit,
 # wait for the first layer_start event, send SIGNAL, check the outcome.
@@ -614,6 +614,13 @@ interrupt_test() {
 
 @test "exit 130: SIGINT during a pull cleans up; DEST absent, no staging" {
     interrupt_test INT 130
+}
+
+# SIGHUP: the caller's session or supervisor went away. It killed the
+# parent by default (exit 129, no JSON) and left the staging, the cgroup and
+# the uid lock as a SIGKILL does.
+@test "exit 129: SIGHUP during a pull cleans up as SIGTERM does; DEST absent, no staging" {
+    interrupt_test HUP 129
 }
 
 @test "exit 7: pull run by a non-root user says, once, to run it as root, before reading or creating anything (issue 24 item 11)" {

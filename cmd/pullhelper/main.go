@@ -93,7 +93,7 @@ credentials, trust and DNS, for node agents (OS updates, prefetchers).
 stdout carries exactly one JSON object: the result, or {"error":{"code","message"}}.
 stderr carries logs (and progress bars on a terminal). Exit codes:
   0 ok   1 internal   2 usage   3 unauthorized   4 tls   5 not_found   6 network
-  7 isolation   8 verification   9 destination   130/143 interrupted (SIGINT/SIGTERM)`,
+  7 isolation   8 verification   9 destination   129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM)`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -284,8 +284,11 @@ also prints what pullhelper cri takes from pods: "cri": {"base": the base's [cri
 		if n := sigSeen.get(); n != 0 {
 			err = &failure.Error{Code: failure.Interrupted, Message: fmt.Sprintf("interrupted by %s; nothing was committed", unix.SignalName(n)), Err: err}
 			code := writeError(stdout, stderr, err)
-			if n == syscall.SIGTERM {
+			switch n {
+			case syscall.SIGTERM:
 				return 143
+			case syscall.SIGHUP:
+				return 129
 			}
 			return code
 		}
@@ -452,11 +455,12 @@ func (a *firstSignal) get() syscall.Signal {
 	return a.sig
 }
 
-// signalContext is cancelled by SIGINT or SIGTERM, remembering which.
+// signalContext is cancelled by SIGINT, SIGTERM or SIGHUP (a caller's
+// session or supervisor going away), remembering which.
 func signalContext(seen *firstSignal) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	// A caller that dies leaves stdout and stderr broken pipes: a log line
 	// or the final JSON must then fail with EPIPE, not kill the process by
 	// SIGPIPE in the middle of its cleanup (cgroup, staging). Notify, unlike
