@@ -143,11 +143,12 @@ func (c *partialCache) claim(d digest.Digest, size int64) *resumeReader {
 	return r
 }
 
-// wasHanded reports whether r kept its whole blob for the parent.
-func (c *partialCache) wasHanded(r *resumeReader) bool {
+// wasHanded reports whether r kept its whole blob for the parent, and if
+// not, the write error that stopped it (nil: another reason).
+func (c *partialCache) wasHanded(r *resumeReader) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return r.handed
+	return r.handed, r.writeErr
 }
 
 // addHanded records that the whole of d sits in the cache, checked.
@@ -292,6 +293,9 @@ type resumeReader struct {
 	// cache (handed) instead of being removed.
 	handover bool
 	handed   bool
+	// writeErr is why appending to f failed (nil: it did not), for a
+	// claimed blob's PutBlob to say.
+	writeErr error
 }
 
 func (r *resumeReader) Read(p []byte) (int, error) {
@@ -350,6 +354,9 @@ func (r *resumeReader) append(b []byte) {
 		return
 	}
 	if _, err := r.f.WriteAt(b, r.written); err != nil {
+		r.c.mu.Lock()
+		r.writeErr = err
+		r.c.mu.Unlock()
 		r.stopKeeping()
 		r.c.log.Warn("the partial-blob cache stopped keeping this blob", "digest", r.d.String(), "kept", r.written, "error", err.Error())
 		return

@@ -1,13 +1,18 @@
 package pull
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/pullhelper/pullhelper/internal/failure"
 )
 
 // A blob kept whole for the parent (handed over) is synced every
@@ -87,5 +92,46 @@ func TestPartialCacheSharedBlobIsNotClaimed(t *testing.T) {
 	}
 	if r := pc.claim(once, 4); r == nil || r.d != once {
 		t.Fatalf("the blob fetched once was not claimed: %v", r)
+	}
+}
+
+// A claimed blob whose keeping fails for want of space says so: PutBlob's
+// error carries the write error, which classify turns into exit 9 naming
+// DEST's filesystem (it said only "could not keep it whole (see the warning
+// above)", a warning --quiet hides). /dev/full answers every write ENOSPC.
+func TestPartialCacheKeepingErrorIsSaid(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no /dev/full here to fail writes with ENOSPC: %v", err)
+	}
+	defer full.Close()
+	size := int64(64 << 10)
+	h := digest.SHA256.Digester()
+	if _, err := io.Copy(h.Hash(), io.LimitReader(zeros{}, size)); err != nil {
+		t.Fatal(err)
+	}
+	d := h.Digest()
+	pc := openPartialCache(&Stage{Partial: t.TempDir(), NoSync: true}, nil)
+	pc.allow(1 << 40)
+	if !pc.acquire(d) {
+		t.Fatal("acquire")
+	}
+	r := &resumeReader{c: pc, f: full, path: "/dev/full", d: d, size: size, h: d.Algorithm().Hash(), keep: true,
+		body: io.NopCloser(io.LimitReader(zeros{}, size))}
+	pc.track(r)
+	if got := pc.claim(d, size); got != r {
+		t.Fatal("the blob was not claimed")
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Fatal(err)
+	}
+	handed, werr := pc.wasHanded(r)
+	if handed || !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("handed %v, write error %v; want not handed, ENOSPC", handed, werr)
+	}
+	p := &Request{Registry: "r", Reference: "r/x:1"}
+	got := p.classify(fmt.Errorf("blob %s: keeping it in the partial-blob cache: %w", d, werr))
+	if failure.CodeOf(got) != failure.Destination || !strings.Contains(got.Error(), "no space left on DEST's filesystem") {
+		t.Fatalf("classified %s: %v; want destination naming the space", failure.CodeOf(got), got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -525,7 +526,15 @@ func (d *guardedDest) PutBlob(ctx context.Context, stream io.Reader, info types.
 	if n != info.Size {
 		return types.BlobInfo{}, verification(nil, "blob %s: %d bytes arrived, the manifest declares %d", info.Digest, n, info.Size)
 	}
-	if !d.partial.wasHanded(r) {
+	if handed, werr := d.partial.wasHanded(r); !handed {
+		if errors.Is(werr, syscall.ENOSPC) || errors.Is(werr, syscall.EDQUOT) || errors.Is(werr, syscall.EROFS) {
+			// classify says it in the user's terms (no space left on
+			// DEST's filesystem ...), as for a blob written into staging.
+			return types.BlobInfo{}, fmt.Errorf("blob %s: keeping it in the partial-blob cache: %w", info.Digest, werr)
+		}
+		if werr != nil {
+			return types.BlobInfo{}, failure.New(failure.Destination, "blob %s: the partial-blob cache could not keep it whole: %v", info.Digest, werr)
+		}
 		return types.BlobInfo{}, failure.New(failure.Destination, "blob %s: the partial-blob cache could not keep it whole (see the warning above)", info.Digest)
 	}
 	d.partial.addHanded(info.Digest)
