@@ -1,9 +1,14 @@
 package pipeline
 
 import (
+	"errors"
+	"os/user"
+	"strings"
+
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dnsconf"
+	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
@@ -81,6 +86,9 @@ func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 		return Isolation{Mode: "in-process", Reason: "--no-isolation", StateRoot: root}, nil
 	}
 	iso := Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp, StateRoot: root}
+	if err := knownUser(l); err != nil {
+		return iso, err
+	}
 	cfg, err := CgroupConfig(l)
 	if err != nil {
 		return iso, err
@@ -88,6 +96,21 @@ func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 	cfg.StateDir = root.CgroupParents()
 	iso.Cgroup = &cfg
 	return iso, nil
+}
+
+// knownUser refuses a [privileges] user name this host does not know
+// (exit 2, as a malformed one is; explain too): the pull would fail only
+// as it allocates the uid, after the plan. A lookup that fails otherwise
+// (NSS) is left to the allocation.
+func knownUser(l *policy.Loaded) error {
+	spec := l.Privileges.User
+	if spec == "" || spec == "dynamic" || strings.Trim(spec, "+-0123456789") == "" {
+		return nil
+	}
+	if _, err := user.Lookup(spec); errors.As(err, new(user.UnknownUserError)) {
+		return failure.New(failure.Usage, "%s %q: no such user on this host; give an existing user, a uid or \"dynamic\"", settingName(l, "privileges.user"), spec)
+	}
+	return nil
 }
 
 // report is what the result says of the isolation before the pull ran:

@@ -55,6 +55,15 @@ func TestNewPlanReferences(t *testing.T) {
 	// A digest of another algorithm than sha256 is the reference's fault
 	// (exit 2 at the plan, explain too), not the registry's (it was exit 8
 	// once the child had started).
+	// A user name this host does not know: exit 2 at the plan (it was
+	// exit 7 at the uid's allocation, and explain accepted it).
+	if _, err := plan(t, "reg.io/a", [2]string{"privileges.user", "nosuchuser-pullhelper"}); failure.CodeOf(err) != failure.Usage ||
+		!strings.Contains(err.Error(), `"nosuchuser-pullhelper": no such user on this host`) {
+		t.Errorf("an unknown user: %v, want usage naming it", err)
+	}
+	if _, err := plan(t, "reg.io/a", [2]string{"privileges.user", "nobody"}); err != nil {
+		t.Errorf("user nobody: %v", err)
+	}
 	sha512 := "reg.io/a@sha512:" + strings.Repeat("a", 128)
 	if _, err := plan(t, sha512); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "digest algorithm sha512 is not supported") {
 		t.Errorf("%s: %v, want usage naming the algorithm", sha512, err)
