@@ -43,6 +43,26 @@ setup() {
     [[ $ph_error_message == *--authfile-fd* ]] || fail "message does not name --authfile-fd: $ph_error_message"
 }
 
+# A writer that never closes its end: the pull's --timeout bounds the read
+# (it waited until a signal), exit 6 as the pull's own deadline; nothing is
+# asked of the registry, nothing made.
+@test "--authfile-fd whose writer never closes its end: --timeout ends the read, exit 6 naming the flag" {
+    mkfifo "$OUT/fifo"
+    local before
+    before=$(wc -l <"$REGISTRY_LOG")
+    # The FIFO opened read-write: a writer that stays, never closing.
+    exec 8<>"$OUT/fifo"
+    run_pullhelper 6 pull --cert-dir "$REGISTRY_CERT_DIR" --authfile-fd 5 --timeout 2s \
+        "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" 5<"$OUT/fifo"
+    exec 8>&-
+    assert_json_error network
+    [[ $ph_error_message == *"--authfile-fd 5: the pull's --timeout passed while reading it"* ]] ||
+        fail "the message does not name the flag and the timeout: $ph_error_message"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
+    assert_no_staging "$OUT"
+    assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
+}
+
 @test "--pull-secret-fd with the wrong password is exit 3 naming fd:N, never the secret" {
     run_pullhelper 3 pull --cert-dir "$REGISTRY_CERT_DIR" --pull-secret-fd 6 \
         "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest" 6<"$REGISTRY_BADAUTHFILE"

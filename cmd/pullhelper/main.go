@@ -379,7 +379,15 @@ func resolve(cmd *cobra.Command, c *common, image, dest string) (*pipeline.Plan,
 	}
 	in := pipeline.Inputs{Image: image, Dest: dest, NoIsolation: c.noIsolation, Env: auth.OSEnv(), Explain: cmd.Name() == "explain",
 		Version: version, StateRoot: state.Default}
-	inl, err := c.secrets.read(cmd.Context(), cmd.Flags(), c.progressFD, l.Auth.ServiceAccountRegistries)
+	// The descriptors are read within the pull's --timeout (a writer that
+	// never closes its end): the whole pull is bounded, not just Run.
+	rctx := cmd.Context()
+	if t := time.Duration(l.Pull.Timeout); t > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(rctx, t)
+		defer cancel()
+	}
+	inl, err := c.secrets.read(rctx, cmd.Flags(), c.progressFD, l.Auth.ServiceAccountRegistries)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -144,6 +144,9 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int,
 	}
 	for _, n := range all {
 		data, err := readFD(ctx, n.fd)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return inlineSecrets{}, failure.New(failure.Network, "%s %d: %v", n.flag, n.fd, err)
+		}
 		if err != nil {
 			return usage("%s %d: %v", n.flag, n.fd, err)
 		}
@@ -167,7 +170,8 @@ func (s *secretFDs) read(ctx context.Context, fs *pflag.FlagSet, progressFD int,
 // description, which the caller may share, e.g. a terminal on stdin), so a
 // blocking read runs in its own goroutine: a writer that never closes its
 // end does not outlive the run's cancellation (SIGINT, SIGTERM), which
-// returns at once and leaves the read to the process's exit.
+// returns at once and leaves the read to the process's exit, nor the
+// pull's --timeout (ctx's deadline: exit 6, as the pull's own).
 func readFD(ctx context.Context, fd int) ([]byte, error) {
 	f := os.NewFile(uintptr(fd), "fd:"+strconv.Itoa(fd))
 	type read struct {
@@ -184,6 +188,9 @@ func readFD(ctx context.Context, fd int) ([]byte, error) {
 	select {
 	case r = <-ch:
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("the pull's --timeout passed while reading it (the writer did not close its end): %w", ctx.Err())
+		}
 		return nil, fmt.Errorf("interrupted while reading (the writer did not close its end)")
 	}
 	switch {
