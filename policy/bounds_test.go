@@ -35,7 +35,7 @@ func TestOverflowIsRejected(t *testing.T) {
 	if _, err := policy.ParseDuration("soon"); err == nil || strings.Contains(err.Error(), "too large") {
 		t.Errorf("ParseDuration(soon) = %v; want a syntax error", err)
 	}
-	for _, in := range []string{"9223372036854775808", "9000000000000000000000", "8388608Ti", "10000000T"} {
+	for _, in := range []string{"9223372036854775808", "9000000000000000000000", "8388608Ti", "10000000T", "8Ei", "10E"} {
 		if v, err := policy.ParseSize(in); err == nil || !strings.Contains(err.Error(), "the maximum is 9223372036854775807 bytes") {
 			t.Errorf("ParseSize(%q) = %d, %v", in, v, err)
 		}

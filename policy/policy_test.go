@@ -120,7 +120,8 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestUnits(t *testing.T) {
-	sizes := map[string]policy.Size{"512Mi": 512 << 20, "1G": 1e9, "100MB": 100e6, "64KiB": 64 << 10, "1048576": 1 << 20, "1.5Gi": 3 << 29, "max": 0, "0": 0}
+	sizes := map[string]policy.Size{"512Mi": 512 << 20, "1G": 1e9, "100MB": 100e6, "64KiB": 64 << 10, "1048576": 1 << 20, "1.5Gi": 3 << 29, "max": 0, "0": 0,
+		"2Pi": 2 << 50, "1P": 1e15, "7Ei": 7 << 60, "1EB": 1e18}
 	for in, want := range sizes {
 		if got, err := policy.ParseSize(in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)

@@ -11,9 +11,9 @@ import (
 
 // Size is a byte count. In TOML and on the command line it is an integer
 // number of bytes or a string with a unit: "512Mi", "1G", "100MB", "64KiB".
-// Binary units (Ki, Mi, Gi, Ti, with or without B) are powers of 1024;
-// decimal ones (k/K, M, G, T, with or without B) powers of 1000. "max" means
-// no limit (0).
+// Binary units (Ki, Mi, Gi, Ti, Pi, Ei, with or without B) are powers of
+// 1024; decimal ones (k/K, M, G, T, P, E, with or without B) powers of 1000,
+// as Kubernetes quantities take them. "max" means no limit (0).
 type Size int64
 
 // Rate is bytes per second: a Size with an optional "/s" suffix ("20MB/s").
@@ -32,8 +32,10 @@ var sizeUnits = map[string]float64{
 	"": 1, "B": 1,
 	"k": 1e3, "K": 1e3, "kB": 1e3, "KB": 1e3,
 	"M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+	"P": 1e15, "PB": 1e15, "E": 1e18, "EB": 1e18,
 	"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20,
 	"Gi": 1 << 30, "GiB": 1 << 30, "Ti": 1 << 40, "TiB": 1 << 40,
+	"Pi": 1 << 50, "PiB": 1 << 50, "Ei": 1 << 60, "EiB": 1 << 60,
 }
 
 // ParseSize parses a size as described at Size.
@@ -58,7 +60,7 @@ func ParseSize(s string) (Size, error) {
 	v := math.Round(f * mult)
 	// float64(math.MaxInt64) is 2^63: anything at or above it overflows.
 	if v >= float64(math.MaxInt64) || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, fmt.Errorf("invalid size %q: too large; the maximum is %d bytes (8Ei)", s, int64(math.MaxInt64))
+		return 0, fmt.Errorf("invalid size %q: too large; the maximum is %d bytes (just under 8Ei)", s, int64(math.MaxInt64))
 	}
 	return Size(v), nil
 }
