@@ -177,7 +177,10 @@ func progressSink(fd int, format string, warn io.Writer) (func(api.Event), func(
 	default:
 		return nil, nil, failure.New(failure.Usage, "--progress-format: want %s or %s, not %q", progressFormatPullhelper, progressFormatBootc, format)
 	}
-	if fd < 0 {
+	if fd < -1 {
+		return nil, nil, failure.New(failure.Usage, "--progress-fd %d: want a file descriptor number", fd)
+	}
+	if fd < 0 { // -1, the default: none
 		return nil, func() {}, nil
 	}
 	w, err := newProgressWriter(fd, warn)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pullhelper/pullhelper/internal/failure"
 	"github.com/pullhelper/pullhelper/pull"
 	"golang.org/x/sys/unix"
 )
@@ -211,5 +212,19 @@ func TestProgressOversizedFinalIsCutNotDropped(t *testing.T) {
 	}
 	if len(e.Message) > maxFinalMessage+64 || !strings.HasSuffix(e.Message, "[truncated]") {
 		t.Fatalf("message of %d bytes, ending %q", len(e.Message), e.Message[max(len(e.Message)-20, 0):])
+	}
+}
+
+// A negative --progress-fd other than the default -1 is exit 2 naming it
+// (it pulled without progress, silently).
+func TestProgressSinkRefusesANegativeFD(t *testing.T) {
+	var warn bytes.Buffer
+	if _, _, err := progressSink(-5, progressFormatPullhelper, &warn); failure.CodeOf(err) != failure.Usage || !strings.Contains(err.Error(), "--progress-fd -5") {
+		t.Fatalf("progressSink(-5) = %v; want usage naming --progress-fd", err)
+	}
+	if emit, closeEvents, err := progressSink(-1, progressFormatPullhelper, &warn); err != nil || emit != nil {
+		t.Fatalf("progressSink(-1) = %v, %v; want none, no error", emit != nil, err)
+	} else {
+		closeEvents()
 	}
 }
