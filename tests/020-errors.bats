@@ -606,6 +606,8 @@ interrupt_test() {
     assert_untouched "$OUT/dest"
     assert_equal "$(tail -n 1 "$progress" | json_get .type)" error
     assert_equal "$(tail -n 1 "$progress" | json_get .code)" interrupted
+    # The error event says what stdout says (it said "context canceled").
+    assert_equal "$(tail -n 1 "$progress" | json_get .message)" "$(json_get .error.message <"$OUT/bg.out")"
 }
 
 @test "exit 143: SIGTERM during a pull cleans up; DEST absent, no staging" {

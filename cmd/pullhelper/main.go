@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -137,6 +138,10 @@ The result is one JSON object on stdout; exit codes: pullhelper(1), EXIT STATUS.
 			defer closeEvents()
 			res, err := pullImage(ctx, cmd, &c, args, events, stderr)
 			if err != nil {
+				if n := sigSeen.get(); n != 0 {
+					// The error event says what stdout will.
+					err = signalError(n, err)
+				}
 				if events != nil {
 					events(api.Event{Type: api.EventError, TS: time.Now().UTC(), Code: string(failure.CodeOf(err)), Message: oneLine(err.Error())})
 				}
@@ -282,7 +287,7 @@ also prints what pullhelper cri takes from pods: "cri": {"base": the base's [cri
 			stderr = io.Discard
 		}
 		if n := sigSeen.get(); n != 0 {
-			err = &failure.Error{Code: failure.Interrupted, Message: fmt.Sprintf("interrupted by %s; nothing was committed", unix.SignalName(n)), Err: err}
+			err = signalError(n, err)
 			code := writeError(stdout, stderr, err)
 			switch n {
 			case syscall.SIGTERM:
@@ -441,6 +446,16 @@ func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, failure.New(failure.Usage, "--log-format: want text or json, not %q", format)
+}
+
+// signalError is err as a pull ended by signal n reports it (once: an
+// error it made already is kept).
+func signalError(n syscall.Signal, err error) error {
+	var fe *failure.Error
+	if errors.As(err, &fe) && fe.Code == failure.Interrupted && strings.HasPrefix(fe.Message, "interrupted by ") {
+		return err
+	}
+	return &failure.Error{Code: failure.Interrupted, Message: fmt.Sprintf("interrupted by %s; nothing was committed", unix.SignalName(n)), Err: err}
 }
 
 // firstSignal records the first terminating signal received.
