@@ -94,6 +94,7 @@ func TestParseErrors(t *testing.T) {
 		{"cluster-dns without servers", "version = 1\n[network]\nmode = \"cluster-dns\"\n", "p.toml:3: network.mode: \"cluster-dns\" needs"},
 		{"dns in host mode", "version = 1\n[network.dns]\nsearch = [\"a.b\"]\n", "p.toml:3: network.dns.search: needs network.mode"},
 		{"stall window too short", "version = 1\n[pull]\nmin_rate = \"1KiB/s\"\nstall_window = \"100ms\"\n", "p.toml:4: pull.stall_window: must be at least 1s while pull.min_rate is set, not 100ms"},
+		{"max bandwidth below min rate", "version = 1\n[pull]\nmax_bandwidth = 100\n", "p.toml:3: pull.max_bandwidth: 100 B/s is below pull.min_rate (1024 B/s): every blob would be failed as too slow; raise it or lower pull.min_rate (0 disables it)"},
 		{"stall timeout too short", "version = 1\n[pull]\nstall_timeout = \"1ns\"\n", "p.toml:3: pull.stall_timeout: must be 0 (no stall timeout) or at least 1s, not 1ns"},
 		{"sa token without registries", "version = 1\n[auth]\nservice_account_token = \"/t\"\n", "p.toml:3: auth.service_account_token: needs auth.service_account_registries"},
 		{"provider annotations without token", "version = 1\n[auth]\nprovider_service_account_annotations = [\"a.io/b=c\"]\n", "p.toml:3: auth.provider_service_account_annotations: needs auth.provider_service_account_token"},

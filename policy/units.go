@@ -137,8 +137,10 @@ func ParseCores(s string) (Cores, error) {
 }
 
 func checkCores(f float64) (Cores, error) {
-	if f < 0 || (f > 0 && f < 0.001) || f > 4096 {
-		return 0, fmt.Errorf("invalid CPU quota %g: want 0 (no limit) or between 0.001 and 4096 cores", f)
+	// The cgroup's quota is at least 1 ms of a 100 ms period: 0.01 cores
+	// (a smaller quota would be raised to it, not applied as given).
+	if f < 0 || (f > 0 && f < 0.01) || f > 4096 {
+		return 0, fmt.Errorf("invalid CPU quota %g: want 0 (no limit) or between 0.01 (10m) and 4096 cores", f)
 	}
 	return Cores(f), nil
 }

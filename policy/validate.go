@@ -28,6 +28,9 @@ func (l *Loaded) Validate() error {
 	if st := time.Duration(p.Pull.StallTimeout); st != 0 && st < time.Second {
 		bad("pull.stall_timeout", "must be 0 (no stall timeout) or at least 1s, not %s", st)
 	}
+	if p.Pull.MaxBandwidth > 0 && p.Pull.MinRate > 0 && p.Pull.MaxBandwidth < p.Pull.MinRate {
+		bad("pull.max_bandwidth", "%d B/s is below pull.min_rate (%d B/s): every blob would be failed as too slow; raise it or lower pull.min_rate (0 disables it)", p.Pull.MaxBandwidth, p.Pull.MinRate)
+	}
 	if p.Pull.MinRate > 0 && time.Duration(p.Pull.StallWindow) < time.Second {
 		bad("pull.stall_window", "must be at least 1s while pull.min_rate is set, not %s", time.Duration(p.Pull.StallWindow))
 	}
