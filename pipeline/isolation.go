@@ -1,10 +1,6 @@
 package pipeline
 
 import (
-	"errors"
-	"os/user"
-	"strings"
-
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dnsconf"
@@ -12,6 +8,7 @@ import (
 	"github.com/pullhelper/pullhelper/internal/state"
 	"github.com/pullhelper/pullhelper/netns"
 	"github.com/pullhelper/pullhelper/policy"
+	"github.com/pullhelper/pullhelper/privdrop"
 )
 
 // Isolation is the one spec of how a pull's copy is isolated: NewPlan
@@ -100,14 +97,9 @@ func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 
 // knownUser refuses a [privileges] user name this host does not know
 // (exit 2, as a malformed one is; explain too): the pull would fail only
-// as it allocates the uid, after the plan. A lookup that fails otherwise
-// (NSS) is left to the allocation.
+// as it allocates the uid, after the plan.
 func knownUser(l *policy.Loaded) error {
-	spec := l.Privileges.User
-	if spec == "" || spec == "dynamic" || strings.Trim(spec, "+-0123456789") == "" {
-		return nil
-	}
-	if _, err := user.Lookup(spec); errors.As(err, new(user.UnknownUserError)) {
+	if spec := l.Privileges.User; privdrop.UnknownName(spec) {
 		return failure.New(failure.Usage, "%s %q: no such user on this host; give an existing user, a uid or \"dynamic\"", settingName(l, "privileges.user"), spec)
 	}
 	return nil

@@ -60,7 +60,7 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 	case spec == "" || spec == "0" || spec == "root":
 		return nil, fmt.Errorf("privileges.user %q: the pull never runs as root", spec)
 	}
-	if n, err := strconv.Atoi(spec); err == nil || strings.Trim(strings.TrimLeft(spec, "+-"), "0123456789") == "" {
+	if n, err := strconv.Atoi(spec); err == nil || numeric(spec) {
 		if err != nil || n <= 0 || n > MaxID {
 			return nil, fmt.Errorf("privileges.user %q: want a uid in 1-%d", spec, MaxID)
 		}
@@ -93,6 +93,22 @@ func Allocate(spec, lockDir string) (*Lease, error) {
 		return nil, fmt.Errorf("privileges.user %q is uid %s gid %s: out of range 1-%d", spec, u.Uid, u.Gid, MaxID)
 	}
 	return &Lease{Identity: Identity{UID: uid, GID: gid}, Source: "user " + spec}, nil
+}
+
+// numeric: spec is written as a uid (digits, perhaps after signs), which
+// Allocate takes as one, never as a user name.
+func numeric(spec string) bool { return strings.Trim(strings.TrimLeft(spec, "+-"), "0123456789") == "" }
+
+// UnknownName reports whether spec is a user name (not "dynamic", not a
+// uid) this host's user database does not know: Allocate's lookup, made
+// early, so that a plan can refuse it. A lookup that fails otherwise is
+// left to Allocate.
+func UnknownName(spec string) bool {
+	if spec == "" || spec == "dynamic" || numeric(spec) {
+		return false
+	}
+	_, err := user.Lookup(spec)
+	return errors.As(err, new(user.UnknownUserError))
 }
 
 func allocateDynamic(lockDir string) (*Lease, error) {
