@@ -40,21 +40,19 @@ type Sweep struct {
 func OpenSweep(arg, containerdStaging string) (*Sweep, error) {
 	path := arg
 	legacy := false
-	if tr, _, ok := strings.Cut(arg, ":"); ok {
-		_, known := kinds[tr]
-		if !known && tr != "" && !strings.Contains(tr, "/") {
-			return nil, failure.New(failure.Usage, "gc: %q: unknown transport %q; DEST is one of %s, or a path (./%s for a relative path with a colon)", arg, tr, target.Forms(), arg)
+	if tr, _, ok := strings.Cut(arg, ":"); ok && tr != "" && !strings.Contains(tr, "/") {
+		// A transport before the colon: a DEST as pull takes it, which
+		// Parse checks (an unknown transport is exit 2, not a path).
+		d, err := Parse(arg)
+		if _, known := target.Lookup(tr); err != nil && !known {
+			return nil, failure.New(failure.Usage, "gc: %v; a relative path with a colon is written ./%s", err, arg)
+		} else if err != nil {
+			return nil, err
 		}
-		if known {
-			d, err := Parse(arg)
-			if err != nil {
-				return nil, err
-			}
-			if _, legacy, err = ConfigureContainerd(d, ContainerdSettings{Staging: containerdStaging}); err != nil {
-				return nil, failure.New(failure.Usage, "gc %s: %v (set --containerd-staging)", arg, err)
-			}
-			path = d.Spec().Path
+		if _, legacy, err = ConfigureContainerd(d, ContainerdSettings{Staging: containerdStaging}); err != nil {
+			return nil, failure.New(failure.Usage, "gc %s: %v (set --containerd-staging)", arg, err)
 		}
+		path = d.Spec().Path
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil || abs == "/" {
