@@ -409,6 +409,13 @@ tree_sum() {
     ns_exec rm -f /run/pullhelper/locks/2-2.lock
 }
 
+# dead_staging DIR: a staging directory whose recorded owner (pid
+# 999999999, start time 1) no longer exists: what gc removes once it may.
+dead_staging() {
+    mkdir -p "$1"
+    echo "999999999-1" >"$1/owner"
+}
+
 @test "state root: a lock, uid or bandwidth directory another user owns is refused by pulls and gc; nothing in it is touched, nothing pulled or removed" {
     local d code kind
     for d in locks:9:destination uids:7:isolation bandwidth:9:destination; do
@@ -427,8 +434,7 @@ tree_sum() {
         if [[ $d != bandwidth ]]; then
             # gc refuses the directory too, before it removes anything.
             # (A dead owner's staging: what gc removes once it may.)
-            mkdir -p "$OUT/gcdest/.pullhelper-staging-x-1"
-            echo "999999999-1" >"$OUT/gcdest/.pullhelper-staging-x-1/owner"
+            dead_staging "$OUT/gcdest/.pullhelper-staging-x-1"
             run_pullhelper 9 gc "oci:$OUT/gcdest/img"
             assert_json_error destination
             [[ $ph_error_message == *"/run/pullhelper/$d is owned by uid 65534"* ]] || fail "gc, $d: $ph_error_message"
@@ -456,8 +462,7 @@ tree_sum() {
     mkdir -p "$OUT/open"
     chmod 0777 "$OUT/open"
     # A stale staging directory beside a sound DEST must survive the failed run.
-    mkdir -p "$OUT/sound/.pullhelper-staging-x-1"
-    echo "999999999-1" >"$OUT/sound/.pullhelper-staging-x-1/owner"
+    dead_staging "$OUT/sound/.pullhelper-staging-x-1"
     run_pullhelper 9 gc "$OUT/sound/dest" "oci:$OUT/open/dest"
     assert_json_error destination
     [[ $ph_error_message == *"$OUT/open"* ]] || fail "the message does not name the directory: $ph_error_message"
@@ -467,8 +472,7 @@ tree_sum() {
     # A DEST whose parent does not exist has nothing to sweep (it crashed
     # gc after the cgroup sweep, with nothing on stdout); a transport that
     # is no DEST's is exit 2 before anything is removed, not a path.
-    mkdir -p "$OUT/sound/.pullhelper-staging-y-1"
-    echo "999999999-1" >"$OUT/sound/.pullhelper-staging-y-1/owner"
+    dead_staging "$OUT/sound/.pullhelper-staging-y-1"
     run_pullhelper 2 gc "$OUT/sound/dest" "ocii:$OUT/sound/dest"
     assert_json_error usage
     [[ $ph_error_message == *'unknown transport "ocii"'* ]] || fail "the message does not name the transport: $ph_error_message"
