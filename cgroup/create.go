@@ -182,6 +182,12 @@ func createJoined(g *Group, name string) (*Group, error) {
 			undo()
 			return nil, fmt.Errorf("creating the pull's sub-cgroup in %s: %w", dir, err)
 		}
+		if ctl == "cpuset" && !g.v2 {
+			if err := inheritCpuset(dir, d); err != nil {
+				undo()
+				return nil, err
+			}
+		}
 		sub[ctl] = d
 	}
 	g.path = filepath.Join(cfg.Path, name)
@@ -192,6 +198,32 @@ func createJoined(g *Group, name string) (*Group, error) {
 	}
 	g.mgr, g.created = m, true
 	return g, nil
+}
+
+// inheritCpuset gives a new v1 cpuset cgroup dir its parent's CPUs and
+// memory nodes, as the kernel does only with cgroup.clone_children: a
+// cpuset cgroup with none takes no process (ENOSPC), so without them a
+// joined pod cgroup that exists in the cpuset hierarchy (the kubelet's, on
+// v1) could not be joined at all. runc's fs cpuset does the same for the
+// cgroups it creates.
+func inheritCpuset(parent, dir string) error {
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		cur, err := cg.ReadFile(dir, f)
+		if err != nil {
+			return fmt.Errorf("reading %s of the pull's sub-cgroup %s: %w", f, dir, err)
+		}
+		if strings.TrimSpace(cur) != "" {
+			continue // clone_children copied it
+		}
+		v, err := cg.ReadFile(parent, f)
+		if err != nil {
+			return fmt.Errorf("reading %s of the joined cgroup %s: %w", f, parent, err)
+		}
+		if err := cg.WriteFile(dir, f, strings.TrimSpace(v)); err != nil {
+			return fmt.Errorf("giving the pull's sub-cgroup %s the joined cgroup's %s: %w", dir, f, err)
+		}
+	}
+	return nil
 }
 
 // joinedPaths are the hierarchies in which a joined cgroup exists; the

@@ -32,7 +32,10 @@
 //   - joined: an existing cgroup (e.g. a pod's) is joined through a
 //     sub-cgroup of the pull's own, JOINED/pull-<…>, in exactly the
 //     hierarchies the joined cgroup exists in, with no controller enabled
-//     and no limit written: the joined cgroup's limits and accounting cover
+//     and no limit written (on v1 the sub-cgroup in the cpuset hierarchy
+//     gets the joined cgroup's CPUs and memory nodes, inheritCpuset: a new
+//     cpuset cgroup has none and takes no process, and the kubelet's pod
+//     cgroups exist there): the joined cgroup's limits and accounting cover
 //     the pull, the joined cgroup itself is never changed or removed, and
 //     the pull can still be killed as a whole and measured on its own.
 //

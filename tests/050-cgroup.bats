@@ -284,6 +284,14 @@ EOF
     for ctl in cpu cpuacct memory pids blkio freezer; do
         mkdir -p "/sys/fs/cgroup/$ctl/bats-pod-$$"
     done
+    # On v1 the kubelet's pod cgroups exist in the cpuset hierarchy too,
+    # with CPUs and memory nodes: the pull's sub-cgroup there needs its
+    # own (a new cpuset cgroup has none and takes no process).
+    local cs=/sys/fs/cgroup/cpuset
+    mkdir -p "$cs/bats-pod-$$"
+    cat "$cs/cpuset.cpus" >"$cs/bats-pod-$$/cpuset.cpus"
+    cat "$cs/cpuset.mems" >"$cs/bats-pod-$$/cpuset.mems"
+    [[ $(cat "$cs/cgroup.clone_children") == 0 ]] || fail "cpuset's clone_children is set on this host: the case needs it unset"
     run_pullhelper pull "${PH_OPTS[@]}" --cgroup "/bats-pod-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
     assert_equal "$(json_get .isolation.cgroup <<<"$output")" "/bats-pod-$$"
     assert_equal "$(json_get .isolation.cgroup_joined <<<"$output")" true
