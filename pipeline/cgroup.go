@@ -9,9 +9,10 @@ import (
 	"github.com/pullhelper/pullhelper/policy"
 )
 
-// CgroupConfig translates the [cgroup] section, resolving IO paths to their
-// whole-disk devices. Errors name the policy key. The cgroup parents are
-// marked under the default state root.
+// CgroupConfig translates the [cgroup] section, validated (its
+// combinations are policy.Validate's, so that policy check refuses them
+// too), resolving IO paths to their whole-disk devices. Errors name the
+// policy key. The cgroup parents are marked under the default state root.
 func CgroupConfig(l *policy.Loaded) (cgroup.Config, error) {
 	p := l.Cgroup
 	c := cgroup.Config{Driver: p.Driver, Parent: p.Parent, Path: p.Path, StateDir: state.Default.CgroupParents(), Limits: cgroup.Limits{
@@ -28,9 +29,6 @@ func CgroupConfig(l *policy.Loaded) (cgroup.Config, error) {
 	}
 	if !strings.HasPrefix(c.Parent, "/") {
 		c.Parent = "/" + c.Parent
-	}
-	if c.Limits.SwapMax != nil && c.Limits.MemoryMax == 0 {
-		return c, fmt.Errorf("cgroup.memory_swap_max needs cgroup.memory_max")
 	}
 	byDev := map[[2]int64]*cgroup.IODevice{}
 	var order [][2]int64
@@ -69,9 +67,6 @@ func CgroupConfig(l *policy.Loaded) (cgroup.Config, error) {
 	}
 	for _, k := range order {
 		c.Limits.IO = append(c.Limits.IO, *byDev[k])
-	}
-	if c.Joined() && c.Limits.Any() {
-		return c, fmt.Errorf("cgroup.path joins an existing cgroup as it is; remove the limits (cpu, memory, pids, io) or use cgroup.parent")
 	}
 	return c, nil
 }

@@ -52,7 +52,8 @@ func (l *Loaded) Validate() error {
 		{"auth.containerd_config", p.Auth.ContainerdConfig}, {"auth.credential_provider_config", p.Auth.CredentialProviderConfig},
 		{"auth.credential_provider_bin_dir", p.Auth.CredentialProviderBinDir}, {"auth.service_account_token", p.Auth.ServiceAccountToken},
 		{"auth.provider_service_account_token", p.Auth.ProviderServiceAccountToken},
-		{"dest.containerd_address", p.Dest.ContainerdAddress}, {"dest.containerd_staging", p.Dest.ContainerdStaging}} {
+		{"dest.containerd_address", p.Dest.ContainerdAddress}, {"dest.containerd_staging", p.Dest.ContainerdStaging},
+		{"dest.storage_conf", p.Dest.StorageConf}} {
 		if k.val != "" && !filepath.IsAbs(k.val) && l.source(k.key) == "file" {
 			bad(k.key, "must be an absolute path, not %q", k.val)
 		}
@@ -78,6 +79,11 @@ func (l *Loaded) Validate() error {
 	}
 	if _, err := ParseAnnotations(p.Auth.ProviderServiceAccountAnnotations); err != nil {
 		bad("auth.provider_service_account_annotations", "%v", err)
+	}
+	for i, d := range p.Trust.CertsD {
+		if !filepath.IsAbs(d) && l.source("trust.certs_d") == "file" {
+			bad("trust.certs_d", "entry %d: must be an absolute path, not %q", i+1, d)
+		}
 	}
 	for i, cf := range p.Trust.CAFiles {
 		if err := checkRegistryPattern(cf.Registry); err != nil {
@@ -123,6 +129,22 @@ func (l *Loaded) Validate() error {
 	}
 	if p.Cgroup.Path != "" && !strings.HasPrefix(p.Cgroup.Path, "/") {
 		bad("cgroup.path", "must be an absolute cgroup path such as /kubepods/pod1234, not %q", p.Cgroup.Path)
+	}
+	for _, k := range []struct{ key, val string }{{"cgroup.parent", p.Cgroup.Parent}, {"cgroup.path", p.Cgroup.Path}} {
+		for _, name := range strings.Split(k.val, "/") {
+			if len(name) > maxCgroupName {
+				bad(k.key, "%q has a name of %d bytes: a cgroup's name is at most %d", k.val, len(name), maxCgroupName)
+				break
+			}
+		}
+	}
+	_, swap := l.Defined("cgroup.memory_swap_max")
+	if swap && p.Cgroup.MemoryMax == 0 {
+		bad("cgroup.memory_swap_max", "needs cgroup.memory_max")
+	}
+	if p.Cgroup.Path != "" && (p.Cgroup.CPUQuota > 0 || p.Cgroup.CPUWeight > 0 || p.Cgroup.MemoryMax > 0 || p.Cgroup.MemoryHigh > 0 || swap ||
+		p.Cgroup.PidsMax > 0 || p.Cgroup.IOWeight > 0 || len(p.Cgroup.IOReadBPS)+len(p.Cgroup.IOWriteBPS)+len(p.Cgroup.IOReadIOPS)+len(p.Cgroup.IOWriteIOPS) > 0) {
+		bad("cgroup.path", "joins an existing cgroup as it is; remove the limits (cpu, memory, pids, io) or use cgroup.parent")
 	}
 	for i, ns := range p.Network.DNS.Nameservers {
 		if err := dnsconf.CheckNameserver(ns); err != nil {
@@ -198,6 +220,9 @@ func (l *Loaded) Validate() error {
 	}
 	return errs.result()
 }
+
+// maxCgroupName is NAME_MAX: the longest name of a cgroup directory.
+const maxCgroupName = 255
 
 // validateCRI checks [cri]. Whether each entry of pod_profiles names a
 // profile is checked where the profiles are known (Parse).
