@@ -18,7 +18,8 @@
 //     policy's limits, created before the child exists and removed after it
 //     is gone. The name records the owning parent process, so a later run can
 //     tell a stale cgroup (its owner died, e.g. SIGKILL) from a live one and
-//     reclaim it. A PARENT that pullhelper created is marked (in
+//     reclaim it. A PARENT that pullhelper created, and each of its
+//     ancestors it created with it, is marked (in
 //     Config.StateDir, held open through state.OpenDir: only root can
 //     change it) and removed by the last pull to leave it; one that
 //     existed before is never removed. The markers are read and changed

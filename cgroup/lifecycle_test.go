@@ -209,6 +209,63 @@ func TestParentRemovedByLastPull(t *testing.T) {
 	}
 }
 
+// A nested parent whose ancestors did not exist leaves none of them (they
+// were all made for the pull), and an ancestor that existed stays; a
+// parent whose path is too long for a marker named by its hex (over 127
+// bytes) is marked and removed like any other.
+func TestNestedAndLongParentsRemoved(t *testing.T) {
+	state := needCgroupfs(t)
+	top := fmt.Sprintf("/pullhelper-unittest-nest-%d", os.Getpid())
+	hier := "/sys/fs/cgroup/pids"
+	if cgroup.Version() == "v2" {
+		hier = "/sys/fs/cgroup"
+	}
+	for _, parent := range []string{top + "/a/b", top + "/" + strings.Repeat("l", 200)} {
+		g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state})
+		if err != nil {
+			t.Fatalf("%s: %v", parent, err)
+		}
+		if err := g.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(hier, top)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: the ancestor %s made for the pull is left (%v)", parent, top, err)
+		}
+		if entries, _ := os.ReadDir(state); len(entries) != 1 {
+			t.Errorf("%s: state directory after the parents went: %v, want only .lock", parent, entries)
+		}
+	}
+	// An ancestor that existed is the administrator's: only what was made
+	// below it goes.
+	var made []string
+	for _, d := range []string{"/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err != nil {
+			continue
+		}
+		if err := os.Mkdir(filepath.Join(d, top), 0o755); err == nil {
+			made = append(made, filepath.Join(d, top))
+		}
+	}
+	defer func() {
+		for _, d := range made {
+			_ = os.Remove(d)
+		}
+	}()
+	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: top + "/a/b", StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(hier, top)); err != nil {
+		t.Fatalf("the existing ancestor was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(hier, top, "a")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s/a made for the pull is left (%v)", top, err)
+	}
+}
+
 // ParentMustExist (a pod's cgroup, for pullhelper cri): a missing parent is
 // an error and is not created; an existing one holds the pull's cgroup and
 // stays after it.

@@ -2,11 +2,13 @@ package cgroup
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,10 +22,30 @@ import (
 // The parents pullhelper created are marked in Config.StateDir (see
 // there): the last pull to leave one removes it, whichever pull created it.
 
-// parentMarker is the name of the file in the state directory that marks
-// c.Parent as pullhelper's.
-func (c Config) parentMarker() string {
-	return hex.EncodeToString([]byte(filepath.Clean(c.Parent)))
+// markerName is the name of the file in the state directory that marks
+// the cgroup parent as pullhelper's: the hex of its clean path, or, when
+// that is longer than a file name may be (a path over 127 bytes), "sha256-"
+// and the hex of its SHA-256 (never a hex encoding: it has an "s").
+func markerName(parent string) string {
+	b := []byte(filepath.Clean(parent))
+	if 2*len(b) <= maxCgroupName {
+		return hex.EncodeToString(b)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256-" + hex.EncodeToString(sum[:])
+}
+
+// maxCgroupName is NAME_MAX, the longest name of a file.
+const maxCgroupName = 255
+
+// parentLevels are c.Parent and each of its ancestors below the root,
+// the parent first: "/a/b" is "/a/b", "/a".
+func (c Config) parentLevels() []string {
+	var out []string
+	for p := filepath.Clean("/" + c.Parent); p != "/"; p = filepath.Dir(p) {
+		out = append(out, p)
+	}
+	return out
 }
 
 // withParentsLock runs f holding an exclusive flock on StateDir/.lock,
@@ -65,34 +87,56 @@ const (
 // claimParent, called under the lock with the state directory held as
 // dfd, reports whether the parent is pullhelper's: it does not exist yet
 // (it is marked, then created by the caller) or an earlier pull created
-// and marked it.
+// and marked it. A nested parent's ancestors that do not exist yet are
+// marked as well, since the caller creates them too (mkdir -p): the last
+// pull to leave removes each (removeParent). An ancestor that exists and
+// is not marked is the administrator's, and so is everything above it.
 func (c Config) claimParent(dfd int) (bool, error) {
-	parent := c.Parent
-	var st unix.Stat_t
-	if unix.Fstatat(dfd, c.parentMarker(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-		return true, nil
-	}
-	if parentExists(parent) {
-		return false, nil // the administrator's: never removed
-	}
-	fd, err := unix.Openat(dfd, c.parentMarker(), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err == nil {
-		line := []byte(parent + "\n")
-		var n int
-		if n, err = unix.Write(fd, line); err == nil && n != len(line) {
-			err = io.ErrShortWrite
+	levels := c.parentLevels()
+	var marked []string // by this call, undone on error
+	owned := false
+	for i := len(levels) - 1; i >= 0; i-- { // from the top
+		level := levels[i]
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, markerName(level), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			owned = true
+			continue
 		}
-		unix.Close(fd)
-		if err != nil {
-			// No half-made marker: a later pull would take the parent
-			// for pullhelper's.
-			_ = unix.Unlinkat(dfd, c.parentMarker(), 0)
+		if parentExists(level) {
+			owned = false // the administrator's: never removed
+			continue
 		}
+		if err := writeMarker(dfd, level); err != nil {
+			for _, m := range marked {
+				_ = unix.Unlinkat(dfd, markerName(m), 0)
+			}
+			return false, fmt.Errorf("marking cgroup parent %s as pullhelper's: %w", level, err)
+		}
+		marked = append(marked, level)
+		owned = true
 	}
+	return owned, nil
+}
+
+// writeMarker marks level as pullhelper's: a file named by markerName
+// that holds the path (for whoever reads the state directory).
+func writeMarker(dfd int, level string) error {
+	fd, err := unix.Openat(dfd, markerName(level), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return false, fmt.Errorf("marking cgroup parent %s as pullhelper's: %w", parent, err)
+		return err
 	}
-	return true, nil
+	line := []byte(level + "\n")
+	var n int
+	if n, err = unix.Write(fd, line); err == nil && n != len(line) {
+		err = io.ErrShortWrite
+	}
+	unix.Close(fd)
+	if err != nil {
+		// No half-made marker: a later pull would take the parent for
+		// pullhelper's.
+		_ = unix.Unlinkat(dfd, markerName(level), 0)
+	}
+	return err
 }
 
 // releaseParent removes a parent pullhelper created when no pull cgroup is
@@ -106,24 +150,30 @@ func (g *Group) releaseParent() {
 // removeParent removes the parent of the given pull cgroup directories in
 // every hierarchy, under the lock, when it is empty; a concurrent pull keeps
 // it busy and rmdir fails harmlessly (that pull removes it when it leaves).
-// The marker goes when the parent is gone from every hierarchy. It waits
-// for the lock at most parentsReleaseWait: past it the parent stays, and
-// the error says so.
+// The marker goes when the parent is gone from every hierarchy, and then
+// the same for each marked ancestor, upwards (claimParent). It waits for
+// the lock at most parentsReleaseWait: past it the parent stays, and the
+// error says so.
 func (g *Group) removeParent(paths map[string]string) error {
 	err := g.cfg.withParentsLock(context.Background(), parentsReleaseWait, func(dfd int) error {
-		var st unix.Stat_t
-		if unix.Fstatat(dfd, g.cfg.parentMarker(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-			return nil // another pull removed it already
-		}
-		gone := true
-		for _, dir := range paths {
-			p := filepath.Dir(dir)
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				gone = false
+		dirs := maps.Clone(paths)
+		for _, level := range g.cfg.parentLevels() {
+			var st unix.Stat_t
+			if unix.Fstatat(dfd, markerName(level), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				return nil // another pull removed it already, or not pullhelper's
 			}
-		}
-		if gone {
-			_ = unix.Unlinkat(dfd, g.cfg.parentMarker(), 0)
+			gone := true
+			for ctl, dir := range dirs {
+				p := filepath.Dir(dir)
+				if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					gone = false
+				}
+				dirs[ctl] = p
+			}
+			if !gone {
+				return nil
+			}
+			_ = unix.Unlinkat(dfd, markerName(level), 0)
 		}
 		return nil
 	})
