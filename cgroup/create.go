@@ -163,7 +163,7 @@ func createJoined(g *Group, name string) (*Group, error) {
 		return nil, fmt.Errorf("setting up cgroup %s: %w", cfg.Path, err)
 	}
 	g.mgr = m
-	joined := g.joinedPaths()
+	joined := existingPaths(m.GetPaths())
 	if len(joined) == 0 {
 		return nil, fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
 	}
@@ -226,11 +226,12 @@ func inheritCpuset(parent, dir string) error {
 	return nil
 }
 
-// joinedPaths are the hierarchies in which a joined cgroup exists; the
-// pull's sub-cgroup is created in those and in no other.
-func (g *Group) joinedPaths() map[string]string {
+// existingPaths are those of paths (a manager's, by controller) that
+// exist: the hierarchies in which a joined cgroup exists, in which the
+// pull's sub-cgroup is created and in no other.
+func existingPaths(paths map[string]string) map[string]string {
 	out := map[string]string{}
-	for sub, dir := range g.mgr.GetPaths() {
+	for sub, dir := range paths {
 		if sub == "devices" {
 			continue
 		}

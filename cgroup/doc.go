@@ -11,7 +11,9 @@
 // thread.go (placing processes, checking where they are), usage.go (the
 // accounting), kill.go (Kill, Remove), reclaim.go (stale cgroups of dead
 // owners), limits.go (Config, Limits and their translation), systemd.go
-// (the scope's anchor and properties), minimum.go (CheckLimits).
+// (the scope's anchor and properties), minimum.go (CheckLimits),
+// preflight.go (Preflight: what this host cannot apply, refused at the
+// plan, before anything is created).
 //
 // Two modes:
 //   - per-pull: a fresh cgroup PARENT/pull-<pid>-<starttime>-<rand> with the

@@ -16,3 +16,9 @@ func NoCloneIntoCgroup() (restore func()) {
 
 // Freezes is how many times Kill has frozen a cgroup in this process.
 func Freezes() int64 { return freezes.Load() }
+
+// NoIOWeight is noIOWeight of a host laid out under unified (v2) or blkio
+// (v1) and block.
+func NoIOWeight(unified, blkio, block string) string {
+	return noIOWeight(ioHost{unified: unified, blkio: blkio, block: block})
+}

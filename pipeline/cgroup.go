@@ -11,7 +11,8 @@ import (
 
 // CgroupConfig translates the [cgroup] section, validated (its
 // combinations are policy.Validate's, so that policy check refuses them
-// too), resolving IO paths to their whole-disk devices. Errors name the
+// too, but for memory_swap_max without memory_max, which a flag may
+// complete), resolving IO paths to their whole-disk devices. Errors name the
 // policy key. The cgroup parents are marked under the default state root.
 func CgroupConfig(l *policy.Loaded) (cgroup.Config, error) {
 	p := l.Cgroup
@@ -26,6 +27,9 @@ func CgroupConfig(l *policy.Loaded) (cgroup.Config, error) {
 	if _, set := l.Defined("cgroup.memory_swap_max"); set {
 		v := int64(p.MemorySwapMax)
 		c.Limits.SwapMax = &v
+	}
+	if c.Limits.SwapMax != nil && c.Limits.MemoryMax == 0 {
+		return c, fmt.Errorf("cgroup.memory_swap_max needs cgroup.memory_max")
 	}
 	if !strings.HasPrefix(c.Parent, "/") {
 		c.Parent = "/" + c.Parent

@@ -42,6 +42,7 @@ func TestCgroupConfig(t *testing.T) {
 		t.Fatal("swap must be unset")
 	}
 	for doc, want := range map[string]string{
+		"[cgroup]\nmemory_swap_max = \"1Gi\"\n":    "needs cgroup.memory_max",
 		"[cgroup]\nio_read_bps = [\"/proc=1M\"]\n": "without a block device",
 	} {
 		if _, err := pipeline.CgroupConfig(loaded(t, doc)); err == nil || !strings.Contains(err.Error(), want) {

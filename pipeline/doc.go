@@ -1,7 +1,8 @@
 // Package pipeline owns a pull from end to end; it is the only place that
 // sequences the stages:
 //
-//	policy + flags → Plan (NewPlan: resolved, validated; explain prints it)
+//	policy + flags → Plan (NewPlan: resolved, validated, its cgroup
+//	  checked against this host; explain prints it)
 //	→ material (secrets, certificates, configuration files, read here by
 //	  the parent, which may be the only one allowed to)
 //	→ the pull lock → sequence (run.go): prepare (reclaim, the uid) →
@@ -17,9 +18,11 @@
 // its use in runner.go.
 //
 // Invariants:
-//   - cmd/pullhelper parses flags and prints; it calls NewPlan and Run and
-//     nothing else of a pull. Options are its hooks (events, bars, logs),
-//     not isolation settings.
+//   - cmd/pullhelper parses flags and prints; it calls NewPlan and Run
+//     (explain: NewPlan and LoadMaterial, which it drops, so that it
+//     refuses what pull refuses before its first step) and nothing else of
+//     a pull. Options are its hooks (events, bars, logs), not isolation
+//     settings.
 //   - The copy (package pull) gets everything it needs, the version
 //     included, in its Request and Material; it reads no host
 //     configuration.

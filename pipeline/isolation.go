@@ -75,8 +75,9 @@ type Network struct {
 }
 
 // newIsolation is the spec before the network is resolved: the cgroup
-// (resolving IO paths to their devices) and the identity. Errors name the
-// policy key.
+// (resolving IO paths to their devices, checked against this host) and
+// the identity. Errors name the policy key; those without a code are
+// failure.Usage.
 func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 	root := in.stateRoot()
 	if in.NoIsolation {
@@ -89,6 +90,15 @@ func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 	cfg, err := CgroupConfig(l)
 	if err != nil {
 		return iso, err
+	}
+	// What the cgroup cannot be, on this host, refused at the plan (so
+	// by explain too): a pids_max below what the child needs (exit 2),
+	// what the host lacks (exit 7).
+	if err := cgroup.CheckLimits(cfg.Limits); err != nil {
+		return iso, err
+	}
+	if err := cgroup.Preflight(cfg); err != nil {
+		return iso, failure.Wrap(failure.Isolation, err, "")
 	}
 	cfg.StateDir = root.CgroupParents()
 	iso.Cgroup = &cfg

@@ -123,7 +123,11 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 	}
 	iso, err := newIsolation(l, in)
 	if err != nil {
-		return nil, failure.Wrap(failure.Usage, err, "")
+		var fe *failure.Error
+		if !errors.As(err, &fe) {
+			err = failure.Wrap(failure.Usage, err, "")
+		}
+		return nil, err
 	}
 	p := &Plan{
 		Request: pull.Request{

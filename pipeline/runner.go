@@ -99,11 +99,6 @@ type isolatedRunner struct {
 // allocation does again once it holds its own), and allocates the uid.
 func (r *isolatedRunner) prepare(context.Context) (*dest.Identity, bool, error) {
 	iso, o := &r.p.Isolation, r.o
-	// A limit the child cannot live with (pids_max below what the Go
-	// runtime needs) is a usage error, before anything is created.
-	if err := cgroup.CheckLimits(iso.Cgroup.Limits); err != nil {
-		return nil, false, err
-	}
 	r.cfg = *iso.Cgroup
 	r.cfg.AccountPaths = append(append([]string(nil), r.cfg.AccountPaths...), filepath.Dir(r.p.Destination.Path))
 	reclaimed, err := cgroup.Reclaim(r.cfg)

@@ -35,8 +35,8 @@ teardown() {
     local d
     for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
         [[ -d $d ]] || continue
-        for p in $(cat "$d"/*/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-        rmdir "$d"/pull-* "$d" 2>/dev/null || true
+        for p in $(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+        find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done
     for d in /sys/fs/cgroup/*/bats-pod-$$; do
         [[ -d $d ]] && rmdir "$d" 2>/dev/null
@@ -144,6 +144,11 @@ wait_gone() {
     [[ ! -e $OUT/dest ]] || fail "DEST was created"
     assert_no_staging "$OUT"
     [[ ! -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "a cgroup was created"
+    # explain refuses it too, with the same code and message.
+    local msg=$ph_error_message
+    run_pullhelper 2 explain "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT" --pids-max 1 "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error usage
+    assert_equal "$ph_error_message" "$msg"
 }
 
 @test "pids_max is a ceiling with the same outcome every time: below the minimum always exit 2, at the minimum the pull always succeeds within it" {
@@ -303,10 +308,50 @@ EOF
     run_pullhelper 2 pull "${PH_OPTS[@]}" --cgroup "/bats-pod-$$" --memory-max 64Mi "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest2"
     assert_json_error usage
     [[ $ph_error_message == *"joins an existing cgroup as it is"* ]] || fail "$ph_error_message"
-    # A cgroup that does not exist is an isolation error.
+    # A cgroup that does not exist is an isolation error, at the plan: no
+    # request, no staging, and explain says the same.
+    local before
+    before=$(registry_request_count)
     run_pullhelper 7 pull "${PH_OPTS[@]}" --cgroup "/bats-nonexistent-$$" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest3"
     assert_json_error isolation
+    assert_equal "$ph_error_message" "cgroup.path /bats-nonexistent-$$ does not exist"
+    assert_equal "$(registry_request_count)" "$before"
+    assert_no_staging "$OUT"
     [[ ! -d /sys/fs/cgroup/pids/bats-nonexistent-$$ ]] || fail "a joined cgroup was created"
+    run_pullhelper 7 explain "${PH_OPTS[@]}" --cgroup "/bats-nonexistent-$$" "$REGISTRY_HOST/fixtures/tiny"
+    assert_equal "$ph_error_message" "cgroup.path /bats-nonexistent-$$ does not exist"
+}
+
+@test "a nested or long --cgroup-parent the pull made is removed whole; an existing ancestor stays" {
+    local long
+    long=$(printf 'l%.0s' {1..200})
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT/a/b" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/nested"
+    assert_equal "$(json_get .isolation.cgroup <<<"$output")" "$CG_PARENT/a/b/$(basename "$(json_get .isolation.cgroup <<<"$output")")"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT/$long" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/long"
+    local d
+    for d in /sys/fs/cgroup/*/"${CG_PARENT#/}"; do
+        [[ ! -e $d ]] || fail "$d made for the pulls is left: $(find "$d")"
+    done
+    # An ancestor that existed is the administrator's.
+    mkdir "/sys/fs/cgroup/pids$CG_PARENT"
+    run_pullhelper pull "${PH_OPTS[@]}" --cgroup-parent "$CG_PARENT/a/b" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/nested2"
+    [[ -d /sys/fs/cgroup/pids$CG_PARENT ]] || fail "the existing ancestor was removed"
+    [[ ! -e /sys/fs/cgroup/pids$CG_PARENT/a ]] || fail "$CG_PARENT/a made for the pull is left"
+}
+
+@test "cgroup.driver systemd without systemd is refused at the plan, by explain too (exit 7)" {
+    [[ ! -d /run/systemd/system ]] || skip "systemd is PID 1 here: the driver works (tests/vm/systemd proves it)"
+    printf 'version = 1\n[cgroup]\ndriver = "systemd"\n' >"$OUT/sd.toml"
+    run_pullhelper 7 explain "${PH_OPTS[@]}" --policy "$OUT/sd.toml" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error isolation
+    [[ $ph_error_message == 'cgroup.driver is "systemd" but systemd is not running as PID 1'* ]] || fail "$ph_error_message"
+    local before
+    before=$(registry_request_count)
+    run_pullhelper 7 pull "${PH_OPTS[@]}" --policy "$OUT/sd.toml" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest"
+    assert_json_error isolation
+    assert_equal "$(registry_request_count)" "$before"
+    assert_no_staging "$OUT"
+    [[ ! -e $OUT/dest ]] || fail "DEST was created"
 }
 
 @test "--no-isolation pulls in-process and creates no cgroup" {
