@@ -85,7 +85,6 @@ func TestParseErrors(t *testing.T) {
 		{"relative path", "version = 1\n[auth]\nauthfile = \"auth.json\"\n", "p.toml:3: auth.authfile: must be an absolute path"},
 		{"bad driver", "version = 1\n[cgroup]\ndriver = \"lxc\"\n", `p.toml:3: cgroup.driver: must be "auto"`},
 		{"high above max", "version = 1\n[cgroup]\nmemory_max = \"64Mi\"\nmemory_high = \"1Gi\"\n", "p.toml:4: cgroup.memory_high: (1073741824 bytes) must not exceed memory_max"},
-		{"swap without memory max", "version = 1\n[cgroup]\nmemory_swap_max = \"1Gi\"\n", "p.toml:3: cgroup.memory_swap_max: needs cgroup.memory_max"},
 		{"joined with limits", "version = 1\n[cgroup]\npath = \"/kubepods/x\"\npids_max = 10\n", "p.toml:3: cgroup.path: joins an existing cgroup as it is"},
 		{"profile joined with limits", "version = 1\n[cgroup]\npids_max = 64\n[profiles.pod.cgroup]\npath = \"/kubepods/x\"\n", "cgroup.path: joins an existing cgroup as it is"},
 		{"cgroup name too long", "version = 1\n[cgroup]\nparent = \"/a/" + strings.Repeat("b", 256) + "\"\n", "p.toml:3: cgroup.parent: \"/a/bbb"},

@@ -138,10 +138,9 @@ func (l *Loaded) Validate() error {
 			}
 		}
 	}
+	// memory_swap_max without memory_max is CgroupConfig's to refuse: a
+	// file may leave memory_max to a flag (--memory-max per pull).
 	_, swap := l.Defined("cgroup.memory_swap_max")
-	if swap && p.Cgroup.MemoryMax == 0 {
-		bad("cgroup.memory_swap_max", "needs cgroup.memory_max")
-	}
 	if p.Cgroup.Path != "" && (p.Cgroup.CPUQuota > 0 || p.Cgroup.CPUWeight > 0 || p.Cgroup.MemoryMax > 0 || p.Cgroup.MemoryHigh > 0 || swap ||
 		p.Cgroup.PidsMax > 0 || p.Cgroup.IOWeight > 0 || len(p.Cgroup.IOReadBPS)+len(p.Cgroup.IOWriteBPS)+len(p.Cgroup.IOReadIOPS)+len(p.Cgroup.IOWriteIOPS) > 0) {
 		bad("cgroup.path", "joins an existing cgroup as it is; remove the limits (cpu, memory, pids, io) or use cgroup.parent")

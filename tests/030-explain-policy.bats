@@ -338,6 +338,31 @@ assert_policy_error() {
     assert_no_staging "$OUT"
 }
 
+@test "explain refuses what pull refuses from the files it reads first, with the same code and message: a signature policy that does not parse, a missing trust.ca_files file, a --cert-dir that is a file" {
+    echo '{"default": [' >"$OUT/bad-sig.json"
+    local ca
+    ca=$(policy_file ca "version = 1\n[[trust.ca_files]]\nregistry = \"$REGISTRY_HOST\"\nfile = \"$OUT/missing-ca.pem\"\n")
+    touch "$OUT/a-file"
+    local want exit code flags msg before pulled
+    for want in "2|usage|--signature-policy $OUT/bad-sig.json|signature policy $OUT/bad-sig.json: " \
+        "4|tls|--policy $ca|reading $OUT/missing-ca.pem: no such file or directory" \
+        "4|tls|--cert-dir $OUT/a-file|reading certificate directory $OUT/a-file: "; do
+        IFS='|' read -r exit code flags msg <<<"$want"
+        before=$(registry_log_barrier)
+        # shellcheck disable=SC2086
+        run_pullhelper "$exit" pull "${PH_OPTS[@]}" $flags "$REGISTRY_HOST/explain-files/tiny" "oci:$OUT/dest"
+        assert_json_error "$code"
+        [[ $ph_error_message == "$msg"* ]] || fail "pull $flags: $ph_error_message"
+        pulled=$ph_error_message
+        # shellcheck disable=SC2086
+        run_pullhelper "$exit" explain "${PH_OPTS[@]}" $flags "$REGISTRY_HOST/explain-files/tiny" "oci:$OUT/dest"
+        assert_json_error "$code"
+        assert_equal "$ph_error_message" "$pulled"
+        assert_registry_untouched "$before" explain-files
+        [[ ! -e $OUT/dest ]] || fail "DEST created"
+    done
+}
+
 ###############################################################################
 # signature policy source
 

@@ -162,7 +162,9 @@ The result is one JSON object on stdout; exit codes: pullhelper(1), EXIT STATUS.
 		Long: `Resolve IMAGE, DEST, the policy, profile and flags exactly as pull would, and print the
 plan as JSON: the reference, the credential that will be offered (source, file, key,
 username; never a secret), the certificate directory, the signature policy and every
-setting. Nothing is contacted and nothing is written.`,
+setting. Nothing is contacted and nothing is written. What pull would refuse before it
+contacts anything (a file it cannot read or parse, a cgroup setting this host cannot
+apply) explain refuses with the same exit code.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return failure.New(failure.Usage, "explain takes IMAGE [DEST], got %d arguments (see --help)", len(args))
@@ -182,6 +184,13 @@ setting. Nothing is contacted and nothing is written.`,
 				return err
 			}
 			defer plan.Close()
+			// The files pull reads before its first step (the signature
+			// policy, certificates and CA files, registries.d), read and
+			// checked as pull reads them: what pull refuses there, explain
+			// refuses with the same code. Their contents are dropped.
+			if _, err := plan.LoadMaterial(); err != nil {
+				return err
+			}
 			for _, w := range plan.Warnings {
 				if !c.quiet {
 					fmt.Fprintf(stderr, "pullhelper: warning: %s\n", w)
