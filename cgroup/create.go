@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,7 @@ func Create(ctx context.Context, cfg Config) (*Group, error) {
 	// Create without joining (pid -1), then write the limits. The
 	// parents lock keeps a concurrent pull from removing the parent
 	// between its check and the mkdir.
+	g.pullDirs = maps.Clone(m.GetPaths())
 	err = cfg.withParentsLock(ctx, parentsLockWait, func(dfd int) error {
 		if cfg.ParentMustExist {
 			// Checked again under the lock, in every hierarchy the
@@ -105,7 +107,7 @@ func Create(ctx context.Context, cfg Config) (*Group, error) {
 				}
 			}
 		}
-		owned, err := cfg.claimParent(dfd)
+		owned, err := cfg.claimParent(dfd, g.pullDirs)
 		if err != nil {
 			return err
 		}

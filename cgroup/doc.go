@@ -21,10 +21,11 @@
 //     is gone. The name records the owning parent process, so a later run can
 //     tell a stale cgroup (its owner died, e.g. SIGKILL) from a live one and
 //     reclaim it. A PARENT that pullhelper created, and each of its
-//     ancestors it created with it, is marked (in
-//     Config.StateDir, held open through state.OpenDir: only root can
-//     change it) and removed by the last pull to leave it; one that
-//     existed before is never removed. The markers are read and changed
+//     ancestors it created with it, in whichever hierarchies each was
+//     missing, is marked with those directories (in Config.StateDir, held
+//     open through state.OpenDir: only root can change it) and they are
+//     removed by the last pull to leave it; a directory that existed
+//     before, in any hierarchy, is never removed. The markers are read and changed
 //     under the parents lock (StateDir/.lock, state.LockAt), which a pull
 //     making its cgroup waits for at most 10 s and not past its context
 //     (--timeout, SIGTERM), and a pull leaving at most 2 s (the parent then

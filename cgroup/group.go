@@ -21,9 +21,14 @@ type Group struct {
 	systemd bool
 	created bool
 	removed bool
-	// ownsParent: pullhelper created the parent (a marker says so, see
-	// parents.go), so the last pull to leave it removes it.
+	// ownsParent: pullhelper created the parent, in some hierarchy at
+	// least (a marker says so, see parents.go), so the last pull to leave
+	// it removes what pullhelper created of it.
 	ownsParent bool
+	// pullDirs are the per-pull cgroup's directories by controller, as
+	// the library computed them before creating them (its own map is
+	// emptied by Destroy): the parents' directories are above them.
+	pullDirs map[string]string
 	// anchor holds a per-pull systemd scope open (see systemd.go).
 	anchor *anchor
 }

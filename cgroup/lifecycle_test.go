@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,60 +210,109 @@ func TestParentRemovedByLastPull(t *testing.T) {
 	}
 }
 
-// A nested parent whose ancestors did not exist leaves none of them (they
-// were all made for the pull), and an ancestor that existed stays; a
-// parent whose path is too long for a marker named by its hex (over 127
-// bytes) is marked and removed like any other.
+// hierarchies are the mounted cgroup hierarchies' roots (v1: each
+// /sys/fs/cgroup/X with a cgroup.procs, the unified one in hybrid mode
+// included; v2: /sys/fs/cgroup).
+func hierarchies(t *testing.T) []string {
+	t.Helper()
+	if cgroup.Version() == "v2" {
+		return []string{"/sys/fs/cgroup"}
+	}
+	m, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
+	var out []string
+	for _, f := range m {
+		out = append(out, filepath.Dir(f))
+	}
+	if len(out) == 0 {
+		t.Fatal("no cgroup hierarchy mounted")
+	}
+	return out
+}
+
+// removeEverywhere removes the cgroup path (and what is below it) from
+// every hierarchy: what a failed test left.
+func removeEverywhere(t *testing.T, path string) {
+	for _, h := range hierarchies(t) {
+		var dirs []string
+		_ = filepath.WalkDir(filepath.Join(h, path), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
+}
+
+// existsIn lists the hierarchies in which the cgroup path exists.
+func existsIn(t *testing.T, path string) []string {
+	var out []string
+	for _, h := range hierarchies(t) {
+		if _, err := os.Lstat(filepath.Join(h, path)); err == nil {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// A nested parent whose ancestors did not exist leaves none of them, in
+// any hierarchy (they were all made for the pull); a level the
+// administrator made stays, in the hierarchies it was made in, whichever
+// they are, and what the pull made of it in the others goes; a parent
+// whose path is too long for a marker named by its hex (over 127 bytes) is
+// marked and removed like any other.
 func TestNestedAndLongParentsRemoved(t *testing.T) {
 	state := needCgroupfs(t)
 	top := fmt.Sprintf("/pullhelper-unittest-nest-%d", os.Getpid())
-	hier := "/sys/fs/cgroup/pids"
-	if cgroup.Version() == "v2" {
-		hier = "/sys/fs/cgroup"
-	}
-	for _, parent := range []string{top + "/a/b", top + "/" + strings.Repeat("l", 200)} {
+	t.Cleanup(func() { removeEverywhere(t, top) })
+	pull := func(parent string) {
+		t.Helper()
 		g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: parent, StateDir: state})
 		if err != nil {
 			t.Fatalf("%s: %v", parent, err)
 		}
+		for ctl, d := range g.Paths() {
+			if !strings.HasSuffix(filepath.Dir(d), parent) {
+				t.Fatalf("%s: the pull's cgroup %s is not below it (%s)", parent, d, ctl)
+			}
+		}
 		if err := g.Remove(); err != nil {
 			t.Fatal(err)
-		}
-		if _, err := os.Stat(filepath.Join(hier, top)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%s: the ancestor %s made for the pull is left (%v)", parent, top, err)
 		}
 		if entries, _ := os.ReadDir(state); len(entries) != 1 {
 			t.Errorf("%s: state directory after the parents went: %v, want only .lock", parent, entries)
 		}
 	}
-	// An ancestor that existed is the administrator's: only what was made
-	// below it goes.
-	var made []string
-	for _, d := range []string{"/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup"} {
-		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err != nil {
-			continue
-		}
-		if err := os.Mkdir(filepath.Join(d, top), 0o755); err == nil {
-			made = append(made, filepath.Join(d, top))
+	for _, parent := range []string{top + "/a/b", top + "/" + strings.Repeat("l", 200)} {
+		pull(parent)
+		if got := existsIn(t, top); len(got) > 0 {
+			t.Fatalf("%s: the ancestor %s made for the pull is left in %v", parent, top, got)
 		}
 	}
-	defer func() {
-		for _, d := range made {
-			_ = os.Remove(d)
+	// The administrator's level in some hierarchies only (one, then all
+	// but one of those the library uses): it stays there, and goes from
+	// the others.
+	hs := hierarchies(t)
+	admins := [][]string{{hs[0]}}
+	if len(hs) > 2 {
+		admins = append(admins, hs[1:])
+	}
+	for _, admin := range admins {
+		for _, h := range admin {
+			if err := os.Mkdir(filepath.Join(h, top), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}()
-	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: top + "/a/b", StateDir: state})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Remove(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(hier, top)); err != nil {
-		t.Fatalf("the existing ancestor was removed: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(hier, top, "a")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s/a made for the pull is left (%v)", top, err)
+		pull(top + "/a/b")
+		if got := existsIn(t, top); !slices.Equal(got, admin) {
+			t.Fatalf("the administrator's %s was in %v; after the pull it is in %v", top, admin, got)
+		}
+		if got := existsIn(t, top+"/a"); len(got) > 0 {
+			t.Fatalf("%s/a made for the pull is left in %v", top, got)
+		}
+		removeEverywhere(t, top)
 	}
 }
 

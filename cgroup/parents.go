@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	cg "github.com/opencontainers/cgroups"
@@ -85,13 +87,16 @@ const (
 )
 
 // claimParent, called under the lock with the state directory held as
-// dfd, reports whether the parent is pullhelper's: it does not exist yet
-// (it is marked, then created by the caller) or an earlier pull created
-// and marked it. A nested parent's ancestors that do not exist yet are
-// marked as well, since the caller creates them too (mkdir -p): the last
-// pull to leave removes each (removeParent). An ancestor that exists and
-// is not marked is the administrator's, and so is everything above it.
-func (c Config) claimParent(dfd int) (bool, error) {
+// dfd, reports whether the parent is pullhelper's: it does not exist yet,
+// in one hierarchy at least (it is marked, then created by the caller), or
+// an earlier pull created and marked it. pullDirs are the pull cgroup's
+// directories by controller; the library creates every missing level
+// above them (mkdir -p), in each hierarchy. So each level of a nested
+// parent that is missing from some hierarchy is marked too, with the
+// directories that were missing (writeMarker): the last pull to leave
+// removes exactly those (removeParent). A level that exists in every
+// hierarchy and is not marked is the administrator's: never removed.
+func (c Config) claimParent(dfd int, pullDirs map[string]string) (bool, error) {
 	levels := c.parentLevels()
 	var marked []string // by this call, undone on error
 	owned := false
@@ -102,11 +107,17 @@ func (c Config) claimParent(dfd int) (bool, error) {
 			owned = true
 			continue
 		}
-		if parentExists(level) {
+		var missing []string
+		for _, d := range levelDirs(pullDirs, i) {
+			if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+				missing = append(missing, d)
+			}
+		}
+		if len(missing) == 0 {
 			owned = false // the administrator's: never removed
 			continue
 		}
-		if err := writeMarker(dfd, level); err != nil {
+		if err := writeMarker(dfd, level, missing); err != nil {
 			for _, m := range marked {
 				_ = unix.Unlinkat(dfd, markerName(m), 0)
 			}
@@ -118,16 +129,36 @@ func (c Config) claimParent(dfd int) (bool, error) {
 	return owned, nil
 }
 
+// levelDirs are the directories, one a hierarchy, of the parent level i
+// above the pull cgroup's directories (0: the parent, 1: its parent...),
+// sorted, each once (co-mounted controllers share one).
+func levelDirs(pullDirs map[string]string, i int) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range pullDirs {
+		for range i + 1 {
+			d = filepath.Dir(d)
+		}
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // writeMarker marks level as pullhelper's: a file named by markerName
-// that holds the path (for whoever reads the state directory).
-func writeMarker(dfd int, level string) error {
+// that holds the path, then the directories pullhelper creates of it, a
+// line each.
+func writeMarker(dfd int, level string, dirs []string) error {
 	fd, err := unix.Openat(dfd, markerName(level), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
-	line := []byte(level + "\n")
+	text := []byte(level + "\n" + strings.Join(dirs, "\n") + "\n")
 	var n int
-	if n, err = unix.Write(fd, line); err == nil && n != len(line) {
+	if n, err = unix.Write(fd, text); err == nil && n != len(text) {
 		err = io.ErrShortWrite
 	}
 	unix.Close(fd)
@@ -139,39 +170,66 @@ func writeMarker(dfd int, level string) error {
 	return err
 }
 
+// maxMarker bounds a marker read: a path and a directory a hierarchy.
+const maxMarker = 64 << 10
+
+// markedDirs reads level's marker: ok is false when there is none. dirs
+// are the directories it lists that are among want (level's directories
+// in this pull's hierarchies); a marker that lists none (written before
+// markers listed them) stands for all of want.
+func markedDirs(dfd int, level string, want []string) (dirs []string, ok bool) {
+	fd, err := unix.Openat(dfd, markerName(level), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, maxMarker)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err != nil || m <= 0 {
+			break
+		}
+		n += m
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf[:n])), "\n")
+	if len(lines) <= 1 {
+		return want, true
+	}
+	for _, l := range lines[1:] {
+		if slices.Contains(want, l) {
+			dirs = append(dirs, l)
+		}
+	}
+	return dirs, true
+}
+
 // releaseParent removes a parent pullhelper created when no pull cgroup is
 // left in it (after a failed Create).
 func (g *Group) releaseParent() {
-	if g.ownsParent && g.mgr != nil {
-		_ = g.removeParent(g.mgr.GetPaths())
+	if g.ownsParent {
+		_ = g.removeParent(g.pullDirs)
 	}
 }
 
-// removeParent removes the parent of the given pull cgroup directories in
-// every hierarchy, under the lock, when it is empty; a concurrent pull keeps
-// it busy and rmdir fails harmlessly (that pull removes it when it leaves).
-// The marker goes when the parent is gone from every hierarchy, and then
-// the same for each marked ancestor, upwards (claimParent). It waits for
-// the lock at most parentsReleaseWait: past it the parent stays, and the
-// error says so.
-func (g *Group) removeParent(paths map[string]string) error {
+// removeParent removes, under the lock, the parent of the given pull
+// cgroup directories where pullhelper created it (the directories its
+// marker lists), when it is empty; a concurrent pull keeps it busy and
+// rmdir fails harmlessly (that pull removes it when it leaves). The marker
+// goes when those directories are gone, and then the same for each marked
+// ancestor, upwards (claimParent). It waits for the lock at most
+// parentsReleaseWait: past it the parent stays, and the error says so.
+func (g *Group) removeParent(pullDirs map[string]string) error {
 	err := g.cfg.withParentsLock(context.Background(), parentsReleaseWait, func(dfd int) error {
-		dirs := maps.Clone(paths)
-		for _, level := range g.cfg.parentLevels() {
-			var st unix.Stat_t
-			if unix.Fstatat(dfd, markerName(level), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		for i, level := range g.cfg.parentLevels() {
+			dirs, ok := markedDirs(dfd, level, levelDirs(pullDirs, i))
+			if !ok {
 				return nil // another pull removed it already, or not pullhelper's
 			}
-			gone := true
-			for ctl, dir := range dirs {
-				p := filepath.Dir(dir)
-				if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					gone = false
+			for _, d := range dirs {
+				if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return nil // busy: the last pull to leave removes it
 				}
-				dirs[ctl] = p
-			}
-			if !gone {
-				return nil
 			}
 			_ = unix.Unlinkat(dfd, markerName(level), 0)
 		}
@@ -183,19 +241,6 @@ func (g *Group) removeParent(paths map[string]string) error {
 	return nil
 }
 
-func parentExists(parent string) bool {
-	dir := filepath.Join(unifiedMountpoint, parent)
-	if !cg.IsCgroup2UnifiedMode() {
-		m, err := cg.FindCgroupMountpoint("", "pids")
-		if err != nil {
-			return true // cannot tell: never remove it
-		}
-		dir = filepath.Join(m, parent)
-	}
-	_, err := os.Stat(dir)
-	return err == nil
-}
-
 // UsesSystemd reports whether the driver ("auto", "cgroupfs", "systemd")
 // makes cgroups through systemd here.
 func UsesSystemd(driver string) (bool, error) { return useSystemd(driver) }
@@ -203,7 +248,7 @@ func UsesSystemd(driver string) (bool, error) { return useSystemd(driver) }
 // ExistingParent reports whether parent, a cgroup parent as a runtime
 // names it (a cgroupfs path, or with sd a systemd slice name such as
 // "kubepods-burstable-pod1.slice", expanded as systemd nests it), is an
-// existing cgroup: on v1 in the pids hierarchy, as parentExists looks.
+// existing cgroup: on v1 in the pids hierarchy.
 // It is false when that cannot be told.
 func ExistingParent(parent string, sd bool) bool {
 	if sd {
