@@ -91,7 +91,7 @@ type isolatedRunner struct {
 	used                             cgroup.Usage
 }
 
-// prepare checks the limits, reclaims the stale cgroups of pulls whose
+// prepare reclaims the stale cgroups of pulls whose
 // parent was killed (what is left in them is killed first: a process of
 // that pull could otherwise go on extending its old staging or its
 // partial-blob cache mount while they are reclaimed, or hold its uid), then

@@ -363,6 +363,24 @@ assert_policy_error() {
     done
 }
 
+@test "explain by another user than root reads none of root's files pull reads, and says so (a 0600 client key is no error)" {
+    [[ $(id -u) == 0 ]] || skip "needs root to become another user"
+    local certs="$BATS_TEST_TMPDIR/certs"
+    mkdir -p "$certs"
+    echo cert >"$certs/client.cert"
+    echo key >"$certs/client.key" && chmod 600 "$certs/client.key"
+    run --separate-stderr env -i PATH="$PATH" HOME=/nonexistent setpriv --reuid 65534 --regid 65534 --clear-groups \
+        "$PULLHELPER" explain --cert-dir "$certs" "$REGISTRY_HOST/fixtures/tiny"
+    echo "rc=$status stdout=$output stderr=$stderr"
+    assert_equal "$status" 0
+    assert_equal "$(json_get .plan.reference <<<"$output")" "$REGISTRY_HOST/fixtures/tiny:latest"
+    [[ $stderr == *"warning: explain as uid 65534: the files pull reads as root before it starts"*"are not read or checked"* ]] ||
+        fail "no warning: $stderr"
+    # As root it reads them (the key is read, not judged, as pull reads it).
+    run_pullhelper explain --cert-dir "$certs" "$REGISTRY_HOST/fixtures/tiny"
+    [[ $stderr != *"are not read or checked"* ]] || fail "root's explain warned: $stderr"
+}
+
 ###############################################################################
 # signature policy source
 
