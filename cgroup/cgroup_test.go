@@ -26,8 +26,13 @@ func TestResolveDevice(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("%d:%d is not a block device: %v", maj, min, err)
 	}
-	if m, n, err := cgroup.ResolveDevice("8:32"); err != nil || m != 8 || n != 32 {
+	if m, n, err := cgroup.ResolveDevice(itoa(maj) + ":" + itoa(min)); err != nil || m != maj || n != min {
 		t.Fatalf("MAJ:MIN passthrough = %d:%d %v", m, n, err)
+	}
+	// A device this host does not have: the kernel would refuse its
+	// throttle after the cgroup is made.
+	if _, _, err := cgroup.ResolveDevice("4095:1048575"); err == nil || !strings.Contains(err.Error(), "4095:1048575 is no block device of this host") {
+		t.Fatalf("a missing MAJ:MIN: %v", err)
 	}
 }
 

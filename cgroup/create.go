@@ -10,12 +10,14 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	cg "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/cgroups/systemd"
 	"github.com/pullhelper/pullhelper/internal/proc"
+	"golang.org/x/sys/unix"
 )
 
 func useSystemd(driver string) (bool, error) {
@@ -176,13 +178,27 @@ func createJoined(g *Group, name string) (*Group, error) {
 			_ = os.Remove(made[i])
 		}
 	}
+	// Co-mounted controllers share a directory: one the pull made already
+	// (the same file), never one that was there (in a cgroup delegated to
+	// a user, the user's).
+	var ids []fileID
 	for ctl, dir := range joined {
 		d := filepath.Join(dir, name)
-		if err := os.Mkdir(d, 0o755); err == nil {
+		err := os.Mkdir(d, 0o755)
+		if err == nil {
 			made = append(made, d)
-		} else if !errors.Is(err, fs.ErrExist) { // co-mounted controllers share a directory
+			id, serr := idOf(d)
+			if serr != nil {
+				undo()
+				return nil, fmt.Errorf("creating the pull's sub-cgroup in %s: %w", dir, serr)
+			}
+			ids = append(ids, id)
+		} else if id, serr := idOf(d); !errors.Is(err, fs.ErrExist) || serr != nil || !slices.Contains(ids, id) {
 			undo()
-			return nil, fmt.Errorf("creating the pull's sub-cgroup in %s: %w", dir, err)
+			if errors.Is(err, fs.ErrExist) {
+				err = errors.New("it exists already, and the pull did not make it")
+			}
+			return nil, fmt.Errorf("creating the pull's sub-cgroup %s: %w", d, err)
 		}
 		if ctl == "cpuset" && !g.v2 {
 			if err := inheritCpuset(dir, d); err != nil {
@@ -221,11 +237,31 @@ func inheritCpuset(parent, dir string) error {
 		if err != nil {
 			return fmt.Errorf("reading %s of the joined cgroup %s: %w", f, parent, err)
 		}
+		if strings.TrimSpace(v) == "" {
+			return emptyCpuset(parent, f)
+		}
 		if err := cg.WriteFile(dir, f, strings.TrimSpace(v)); err != nil {
 			return fmt.Errorf("giving the pull's sub-cgroup %s the joined cgroup's %s: %w", dir, f, err)
 		}
 	}
 	return nil
+}
+
+// fileID names a file: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(path string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return fileID{}, &fs.PathError{Op: "lstat", Path: path, Err: err}
+	}
+	return fileID{uint64(st.Dev), st.Ino}, nil
+}
+
+// emptyCpuset is the error for a joined v1 cgroup whose cpuset file f
+// (cpuset.cpus or cpuset.mems) is empty: no process can run in it.
+func emptyCpuset(dir, f string) error {
+	return fmt.Errorf("cgroup.path: the joined cgroup %s has an empty %s: no process can run in it (give it the CPUs and memory nodes of its parent, as the kubelet does)", dir, f)
 }
 
 // existingPaths are those of paths (a manager's, by controller) that

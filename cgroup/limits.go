@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -53,6 +54,12 @@ func ResolveDevice(target string) (int64, int64, error) {
 		if _, err := fmt.Sscanf(target, "%d:%d", &maj, &min); err != nil {
 			return 0, 0, fmt.Errorf("%q is not MAJOR:MINOR", target)
 		}
+		// The kernel takes a throttle only for a block device it has
+		// (ENODEV, after the cgroup is made): refused here.
+		if _, err := os.Stat(fmt.Sprintf("/sys/dev/block/%d:%d", maj, min)); err != nil {
+			return 0, 0, fmt.Errorf("%d:%d is no block device of this host (/sys/dev/block/%d:%d: %v); lsblk lists them (MAJ:MIN)", maj, min, maj, min, errors.Unwrap(err))
+		}
+		maj, min = diskOf(maj, min)
 		return maj, min, nil
 	}
 	var st unix.Stat_t
@@ -67,21 +74,27 @@ func ResolveDevice(target string) (int64, int64, error) {
 	if maj == 0 {
 		return 0, 0, fmt.Errorf("%s is on a filesystem without a block device (device 0:%d, e.g. tmpfs or overlay); name the disk as MAJOR:MINOR instead", target, min)
 	}
-	sys := fmt.Sprintf("/sys/dev/block/%d:%d", maj, min)
-	real, err := filepath.EvalSymlinks(sys)
+	maj, min = diskOf(maj, min)
+	return maj, min, nil
+}
+
+// diskOf is the whole disk of block device maj:min (a partition's disk;
+// any other device itself).
+func diskOf(maj, min int64) (int64, int64) {
+	real, err := filepath.EvalSymlinks(fmt.Sprintf("/sys/dev/block/%d:%d", maj, min))
 	if err != nil {
-		return maj, min, nil
+		return maj, min
 	}
 	if _, err := os.Stat(filepath.Join(real, "partition")); err == nil {
 		b, err := os.ReadFile(filepath.Join(filepath.Dir(real), "dev"))
 		if err == nil {
 			var pm, pn int64
 			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &pm, &pn); err == nil {
-				return pm, pn, nil
+				return pm, pn
 			}
 		}
 	}
-	return maj, min, nil
+	return maj, min
 }
 
 const cpuPeriod = 100000 // µs

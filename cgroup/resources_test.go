@@ -1,6 +1,11 @@
 package cgroup
 
-import "testing"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // TestResourcesTranslation checks the one translation of Limits into the
 // library's Resources for both cgroup versions (v2 is proven end to end in
@@ -49,8 +54,24 @@ func TestResourcesTranslation(t *testing.T) {
 }
 
 func TestAccountingRule(t *testing.T) {
-	l := accounting(Limits{IO: []IODevice{{Major: 8, Minor: 0, ReadBPS: 5}}}, []string{"8:0", "8:16"})
-	if len(l.IO) != 2 || l.IO[0].ReadBPS != 5 || l.IO[1].Major != 8 || l.IO[1].Minor != 16 || l.IO[1].WriteBPS != noLimit {
+	// Two whole disks of this host (accounting resolves what it is given).
+	ents, _ := os.ReadDir("/sys/dev/block")
+	var disks [][2]int64
+	for _, e := range ents {
+		var d [2]int64
+		if _, err := fmt.Sscanf(e.Name(), "%d:%d", &d[0], &d[1]); err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/sys/dev/block", e.Name(), "partition")); err != nil {
+			disks = append(disks, d)
+		}
+	}
+	if len(disks) < 2 {
+		t.Skipf("this host has %d whole disks in /sys/dev/block; the case needs two", len(disks))
+	}
+	a, b := disks[0], disks[1]
+	l := accounting(Limits{IO: []IODevice{{Major: a[0], Minor: a[1], ReadBPS: 5}}}, []string{fmt.Sprintf("%d:%d", a[0], a[1]), fmt.Sprintf("%d:%d", b[0], b[1])})
+	if len(l.IO) != 2 || l.IO[0].ReadBPS != 5 || l.IO[1].Major != b[0] || l.IO[1].Minor != b[1] || l.IO[1].WriteBPS != noLimit {
 		t.Fatalf("accounting = %+v", l.IO)
 	}
 }

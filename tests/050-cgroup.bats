@@ -294,6 +294,11 @@ EOF
     # own (a new cpuset cgroup has none and takes no process).
     local cs=/sys/fs/cgroup/cpuset
     mkdir -p "$cs/bats-pod-$$"
+    # Without them the cgroup can hold no process: refused at the plan.
+    run_pullhelper 7 explain "${PH_OPTS[@]}" --cgroup "/bats-pod-$$" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error isolation
+    [[ $ph_error_message == "cgroup.path: the joined cgroup $cs/bats-pod-$$ has an empty cpuset.cpus: no process can run in it"* ]] ||
+        fail "$ph_error_message"
     cat "$cs/cpuset.cpus" >"$cs/bats-pod-$$/cpuset.cpus"
     cat "$cs/cpuset.mems" >"$cs/bats-pod-$$/cpuset.mems"
     [[ $(cat "$cs/cgroup.clone_children") == 0 ]] || fail "cpuset's clone_children is set on this host: the case needs it unset"
