@@ -88,6 +88,8 @@ func TestParseErrors(t *testing.T) {
 		{"joined with limits", "version = 1\n[cgroup]\npath = \"/kubepods/x\"\npids_max = 10\n", "p.toml:3: cgroup.path: joins an existing cgroup as it is"},
 		{"profile joined with limits", "version = 1\n[cgroup]\npids_max = 64\n[profiles.pod.cgroup]\npath = \"/kubepods/x\"\n", "cgroup.path: joins an existing cgroup as it is"},
 		{"cgroup name too long", "version = 1\n[cgroup]\nparent = \"/a/" + strings.Repeat("b", 256) + "\"\n", "p.toml:3: cgroup.parent: \"/a/bbb"},
+		{"control file as parent", "version = 1\n[cgroup]\nparent = \"/x/tasks\"\n", `p.toml:3: cgroup.parent: "/x/tasks" names "tasks", a cgroup's control file, not a cgroup`},
+		{"control file as path", "version = 1\n[cgroup]\npath = \"/kubepods/cgroup.procs\"\n", `cgroup.path: "/kubepods/cgroup.procs" names "cgroup.procs"`},
 		{"relative certs_d", "version = 1\n[trust]\ncerts_d = [\"/etc/containers/certs.d\", \"certs.d\"]\n", "p.toml:3: trust.certs_d: entry 2: must be an absolute path, not \"certs.d\""},
 		{"relative storage_conf", "version = 1\n[dest]\nstorage_conf = \"storage.conf\"\n", "p.toml:3: dest.storage_conf: must be an absolute path"},
 		{"bad io", "version = 1\n[cgroup]\nio_read_bps = [\"sda=1M\"]\n", "p.toml:3: cgroup.io_read_bps"},

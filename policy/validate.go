@@ -136,6 +136,10 @@ func (l *Loaded) Validate() error {
 				bad(k.key, "%q has a name of %d bytes: a cgroup's name is at most %d", k.val, len(name), maxCgroupName)
 				break
 			}
+			if controlFileName(name) {
+				bad(k.key, "%q names %q, a cgroup's control file, not a cgroup", k.val, name)
+				break
+			}
 		}
 	}
 	// memory_swap_max without memory_max is CgroupConfig's to refuse: a
@@ -222,6 +226,28 @@ func (l *Loaded) Validate() error {
 
 // maxCgroupName is NAME_MAX: the longest name of a cgroup directory.
 const maxCgroupName = 255
+
+// controlFileName reports whether name is, or may be, one of the files
+// the kernel puts in every cgroup (v1 and v2): tasks, notify_on_release,
+// release_agent, cgroup.*, and CONTROLLER.* for the kernel's controllers.
+// No cgroup can be made under such a name (mkdir -p fails after making
+// the levels above it).
+func controlFileName(name string) bool {
+	switch name {
+	case "tasks", "notify_on_release", "release_agent":
+		return true
+	}
+	prefix, _, ok := strings.Cut(name, ".")
+	if !ok {
+		return false
+	}
+	switch prefix {
+	case "cgroup", "cpu", "cpuacct", "cpuset", "memory", "memsw", "pids", "blkio", "io", "freezer", "devices",
+		"net_cls", "net_prio", "perf_event", "hugetlb", "rdma", "misc", "dmem":
+		return true
+	}
+	return false
+}
 
 // validateCRI checks [cri]. Whether each entry of pod_profiles names a
 // profile is checked where the profiles are known (Parse).
