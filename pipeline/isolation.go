@@ -105,12 +105,19 @@ func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
 	return iso, nil
 }
 
-// knownUser refuses a [privileges] user name this host does not know
-// (exit 2, as a malformed one is; explain too): the pull would fail only
-// as it allocates the uid, after the plan.
+// knownUser refuses a [privileges] user the pull cannot run as on this
+// host, as Allocate would (exit 2, as a malformed one is; explain too): a
+// name the host does not know, a user whose uid or primary group is root's
+// or out of range. The pull would fail only as it allocates the uid, after
+// the plan.
 func knownUser(l *policy.Loaded) error {
-	if spec := l.Privileges.User; privdrop.UnknownName(spec) {
+	spec := l.Privileges.User
+	unknown, err := privdrop.Check(spec)
+	if unknown {
 		return failure.New(failure.Usage, "%s %q: no such user on this host; give an existing user, a uid or \"dynamic\"", settingName(l, "privileges.user"), spec)
+	}
+	if err != nil {
+		return failure.Wrap(failure.Usage, err, "")
 	}
 	return nil
 }

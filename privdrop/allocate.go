@@ -54,61 +54,78 @@ const MaxID = 1<<32 - 2
 // the DynamicUser range, locked for this pull), a user name, or a uid.
 // uid 0 is refused.
 func Allocate(spec, lockDir string) (*Lease, error) {
-	switch {
-	case spec == "dynamic":
+	if spec == "dynamic" {
 		return allocateDynamic(lockDir)
-	case spec == "" || spec == "0" || spec == "root":
-		return nil, fmt.Errorf("privileges.user %q: the pull never runs as root", spec)
+	}
+	id, source, err := resolve(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Identity: id, Source: source}, nil
+}
+
+// resolve is a user name or uid as Allocate takes it (never "dynamic"):
+// its identity, or why the pull cannot run as it.
+func resolve(spec string) (Identity, string, error) {
+	if spec == "" || spec == "0" || spec == "root" {
+		return Identity{}, "", fmt.Errorf("privileges.user %q: the pull never runs as root", spec)
 	}
 	if n, err := strconv.Atoi(spec); err == nil || numeric(spec) {
 		if err != nil || n <= 0 || n > MaxID {
-			return nil, fmt.Errorf("privileges.user %q: want a uid in 1-%d", spec, MaxID)
+			return Identity{}, "", fmt.Errorf("privileges.user %q: want a uid in 1-%d", spec, MaxID)
 		}
 		if strconv.Itoa(n) != spec {
 			// "007", "+7": the passwd lookup below is by the exact text.
-			return nil, fmt.Errorf("privileges.user %q: write the uid in plain decimal (%d), without a sign or leading zeros", spec, n)
+			return Identity{}, "", fmt.Errorf("privileges.user %q: write the uid in plain decimal (%d), without a sign or leading zeros", spec, n)
 		}
 		gid := n
 		if u, err := user.LookupId(spec); err == nil {
 			gid, _ = strconv.Atoi(u.Gid)
 		}
 		if gid == 0 {
-			return nil, fmt.Errorf("privileges.user %q: its primary group is root (gid 0); use a user with another group", spec)
+			return Identity{}, "", fmt.Errorf("privileges.user %q: its primary group is root (gid 0); use a user with another group", spec)
 		}
 		if gid < 0 || gid > MaxID {
-			return nil, fmt.Errorf("privileges.user %q: its primary group %d is out of range 1-%d", spec, gid, MaxID)
+			return Identity{}, "", fmt.Errorf("privileges.user %q: its primary group %d is out of range 1-%d", spec, gid, MaxID)
 		}
-		return &Lease{Identity: Identity{UID: n, GID: gid}, Source: "uid " + spec}, nil
+		return Identity{UID: n, GID: gid}, "uid " + spec, nil
 	}
 	u, err := user.Lookup(spec)
 	if err != nil {
-		return nil, fmt.Errorf("privileges.user %q: %v", spec, err)
+		return Identity{}, "", fmt.Errorf("privileges.user %q: %w", spec, err)
 	}
 	uid, uerr := strconv.Atoi(u.Uid)
 	gid, gerr := strconv.Atoi(u.Gid)
 	if uid == 0 || gid == 0 {
-		return nil, fmt.Errorf("privileges.user %q is uid %d gid %d: the pull never runs as root", spec, uid, gid)
+		return Identity{}, "", fmt.Errorf("privileges.user %q is uid %d gid %d: the pull never runs as root", spec, uid, gid)
 	}
 	if uerr != nil || gerr != nil || uid < 0 || uid > MaxID || gid < 0 || gid > MaxID {
-		return nil, fmt.Errorf("privileges.user %q is uid %s gid %s: out of range 1-%d", spec, u.Uid, u.Gid, MaxID)
+		return Identity{}, "", fmt.Errorf("privileges.user %q is uid %s gid %s: out of range 1-%d", spec, u.Uid, u.Gid, MaxID)
 	}
-	return &Lease{Identity: Identity{UID: uid, GID: gid}, Source: "user " + spec}, nil
+	return Identity{UID: uid, GID: gid}, "user " + spec, nil
 }
 
 // numeric: spec is written as a uid (digits, perhaps after signs), which
 // Allocate takes as one, never as a user name.
 func numeric(spec string) bool { return strings.Trim(strings.TrimLeft(spec, "+-"), "0123456789") == "" }
 
-// UnknownName reports whether spec is a user name (not "dynamic", not a
-// uid) this host's user database does not know: Allocate's lookup, made
-// early, so that a plan can refuse it. A lookup that fails otherwise is
-// left to Allocate.
-func UnknownName(spec string) bool {
-	if spec == "" || spec == "dynamic" || numeric(spec) {
-		return false
+// Check is the refusal Allocate would give spec, made early so that a
+// plan can refuse it (nil for "dynamic", whose uid is found only as it is
+// allocated). unknown reports an unknown user name. A lookup that fails
+// for another reason than an unknown name is left to Allocate.
+func Check(spec string) (unknown bool, err error) {
+	if spec == "dynamic" {
+		return false, nil
 	}
-	_, err := user.Lookup(spec)
-	return errors.As(err, new(user.UnknownUserError))
+	_, _, err = resolve(spec)
+	var le user.UnknownUserError
+	if errors.As(err, &le) {
+		return true, err
+	}
+	if err != nil && !numeric(spec) && errors.Unwrap(err) != nil {
+		return false, nil // the lookup failed otherwise: Allocate's
+	}
+	return false, err
 }
 
 func allocateDynamic(lockDir string) (*Lease, error) {

@@ -1,17 +1,37 @@
 package privdrop
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
-// UnknownName is Allocate's name lookup made early: only a name (not
-// "dynamic", not a uid in any spelling Allocate takes as one) that the
-// user database does not know.
-func TestUnknownName(t *testing.T) {
-	for spec, want := range map[string]bool{
-		"nosuchuser-pullhelper": true, "1-2": true,
-		"nobody": false, "root": false, "dynamic": false, "": false, "1000": false, "+7": false, "-5": false, "007": false,
+// Check is Allocate's refusal made early: an unknown name is told apart;
+// "dynamic" and a user the pull can run as are nil; what Allocate refuses
+// of a name or uid is refused the same.
+func TestCheck(t *testing.T) {
+	for spec, want := range map[string]string{
+		"nosuchuser-pullhelper": "unknown", "1-2": "unknown",
+		"nobody": "", "dynamic": "", "1000": "", "65534": "",
+		"root": "the pull never runs as root", "0": "the pull never runs as root",
+		"007": "plain decimal", "+7": "plain decimal", "-5": "want a uid in", "4294967295": "want a uid in",
 	} {
-		if got := UnknownName(spec); got != want {
-			t.Errorf("UnknownName(%q) = %v, want %v", spec, got, want)
+		unknown, err := Check(spec)
+		switch {
+		case want == "unknown":
+			if !unknown || err == nil {
+				t.Errorf("Check(%q) = %v, %v; want an unknown name", spec, unknown, err)
+			}
+		case want == "":
+			if unknown || err != nil {
+				t.Errorf("Check(%q) = %v, %v; want nil", spec, unknown, err)
+			}
+		default:
+			if unknown || err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Check(%q) = %v, %v; want %q", spec, unknown, err, want)
+			}
+			if _, aerr := Allocate(spec, t.TempDir()); aerr == nil || aerr.Error() != err.Error() {
+				t.Errorf("Allocate(%q) = %v, Check said %v", spec, aerr, err)
+			}
 		}
 	}
 }

@@ -250,6 +250,25 @@ plant_and_finish() {
         assert_json_error usage
         [[ $ph_error_message == --user:* ]] || fail "message does not name --user: $ph_error_message"
     done
+    # A user whose primary group is root's (RHEL's halt, sync, operator), or
+    # whose uid is 0 under another name: exit 2 at the plan, by explain too,
+    # with no request sent. The user database is a copy, bound over
+    # /etc/passwd in a mount namespace of this test's own.
+    local passwd="$BATS_TEST_TMPDIR/passwd" before
+    cp /etc/passwd "$passwd"
+    printf 'halt-test:x:7:0:halt:/sbin:/sbin/halt\ntoor-test:x:0:4242::/root:/bin/sh\n' >>"$passwd"
+    for u in "halt-test|is uid 7 gid 0: the pull never runs as root" "toor-test|is uid 0 gid 4242: the pull never runs as root"; do
+        before=$(registry_log_barrier)
+        for cmd in pull explain; do
+            run --separate-stderr unshare -m sh -c 'mount --bind "$1" /etc/passwd && shift && exec "$@"' sh "$passwd" \
+                "$PULLHELPER" "$cmd" "${PH_OPTS[@]}" --user "${u%%|*}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest3"
+            echo "$cmd ${u%%|*}: rc=$status $output"
+            assert_equal "$status" 2
+            [[ $(json_get .error.message <<<"$output") == "privileges.user \"${u%%|*}\" ${u#*|}"* ]] || fail "$cmd: $output"
+        done
+        assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
+        assert_no_staging "$OUT"
+    done
 }
 
 @test "the child inherits no fd of the caller (--progress-fd, a root-only log on fd 7) and cannot forge start, done or error events" {
