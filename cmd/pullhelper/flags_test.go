@@ -57,3 +57,17 @@ func TestWriteErrorEscapes(t *testing.T) {
 		t.Errorf("stdout %q (%v)", stdout.String(), err)
 	}
 }
+
+// A --log-format pull refuses, explain refuses the same (it logs nothing
+// itself, and accepted it).
+func TestExplainRefusesTheLogFormatPullRefuses(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.toml")
+	if err := os.WriteFile(pol, []byte("version = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"explain", "--policy", pol, "--log-format", "yaml", "127.0.0.1:1/x"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stdout.String(), `--log-format: want text or json, not \"yaml\"`) {
+		t.Fatalf("exit %d, stdout %s", code, stdout.String())
+	}
+}

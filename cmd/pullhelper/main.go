@@ -175,6 +175,9 @@ cgroup setting this host cannot apply) explain refuses with the same exit code.`
 			if c.format != "json" && c.format != "text" {
 				return failure.New(failure.Usage, "--format: want json or text, not %q", c.format)
 			}
+			if err := checkLogFormat(c.logFormat); err != nil {
+				return err // as pull refuses it
+			}
 			dest := ""
 			if len(args) == 2 {
 				dest = args[1]
@@ -453,14 +456,22 @@ func newLogger(w io.Writer, format string, debug bool) (*slog.Logger, error) {
 		opts.Level = slog.LevelDebug
 		logrus.SetLevel(logrus.DebugLevel)
 	}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
+	if err := checkLogFormat(format); err != nil {
+		return nil, err
+	}
+	if format == "json" {
 		logrus.SetFormatter(&logrus.JSONFormatter{})
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, failure.New(failure.Usage, "--log-format: want text or json, not %q", format)
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// checkLogFormat refuses a --log-format other than text or json.
+func checkLogFormat(format string) error {
+	if format != "text" && format != "json" {
+		return failure.New(failure.Usage, "--log-format: want text or json, not %q", format)
+	}
+	return nil
 }
 
 // signalError is err as a pull ended by signal n reports it (once: an
