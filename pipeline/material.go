@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -70,6 +73,9 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 		}
 		files, err := certFiles(e.Trust)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkClientPairs(e.Host, files); err != nil {
 			return nil, err
 		}
 		if len(files) > 0 {
@@ -154,6 +160,32 @@ func certFiles(t wire.Trust) (map[string][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkClientPairs refuses, as containers/image's SetupCertificates
+// refuses them when the copy loads a host's certificates (exit 4, after
+// the setup), a client certificate (X.cert) without its key (X.key), a key
+// without its certificate, and a pair that does not load; the same
+// messages. A CA bundle (*.crt) that holds no certificate is ignored, as
+// it ignores one.
+func checkClientPairs(host string, files map[string][]byte) error {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if base, ok := strings.CutSuffix(name, ".cert"); ok {
+			key, ok := files[base+".key"]
+			if !ok {
+				return failure.New(failure.TLS, "loading the certificates of %s: missing key %s for client certificate %s. Note that CA certificates should use the extension .crt", host, base+".key", name)
+			}
+			if _, err := tls.X509KeyPair(files[name], key); err != nil {
+				return failure.New(failure.TLS, "loading the certificates of %s: client certificate %s and key %s: %v", host, name, base+".key", err)
+			}
+		}
+		if base, ok := strings.CutSuffix(name, ".key"); ok {
+			if _, ok := files[base+".cert"]; !ok {
+				return failure.New(failure.TLS, "loading the certificates of %s: missing client certificate %s for key %s", host, base+".cert", name)
+			}
+		}
+	}
+	return nil
 }
 
 // SystemRegistriesD is the signature lookaside configuration directory a
