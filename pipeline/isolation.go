@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"errors"
+
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dnsconf"
@@ -78,12 +80,18 @@ type Network struct {
 // (resolving IO paths to their devices, checked against this host) and
 // the identity. Errors name the policy key; those without a code are
 // failure.Usage.
-func newIsolation(l *policy.Loaded, in Inputs) (Isolation, error) {
+func newIsolation(l *policy.Loaded, in Inputs) (iso Isolation, err error) {
+	defer func() {
+		var fe *failure.Error
+		if err != nil && !errors.As(err, &fe) {
+			err = failure.Wrap(failure.Usage, err, "")
+		}
+	}()
 	root := in.stateRoot()
 	if in.NoIsolation {
 		return Isolation{Mode: "in-process", Reason: "--no-isolation", StateRoot: root}, nil
 	}
-	iso := Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp, StateRoot: root}
+	iso = Isolation{Enabled: true, Mode: "unprivileged child in cgroup", User: l.Privileges.User, Seccomp: l.Privileges.Seccomp, StateRoot: root}
 	if err := knownUser(l); err != nil {
 		return iso, err
 	}

@@ -45,25 +45,12 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 		}
 	}
 	if f := p.Signature.File; f != "" {
-		b, err := readBounded(f)
+		pol, b, err := loadSignaturePolicy(f)
 		if err != nil {
-			return nil, failure.New(failure.Usage, "reading signature policy %s: %v", f, failure.Reason(err))
-		}
-		pol, err := signature.NewPolicyFromBytes(b)
-		if err != nil {
-			// The decoder's message may quote the file: what kind only.
-			return nil, failure.New(failure.Usage, "signature policy %s: %s", f, safefile.Redact(err.Error()))
+			return nil, err
 		}
 		if err := p.refuseSigstore(pol); err != nil {
 			return nil, err
-		}
-		// The key files it names, read here (the copy cannot, and the
-		// re-check must not read them unbounded): inlined.
-		if b, err = inlinePolicyKeys(f, b); err != nil {
-			return nil, err
-		}
-		if _, err := signature.NewPolicyFromBytes(b); err != nil {
-			return nil, failure.New(failure.Usage, "signature policy %s with its key files inlined: %s", f, safefile.Redact(err.Error()))
 		}
 		m.SignaturePolicy = b
 	}
@@ -92,6 +79,28 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// loadSignaturePolicy reads and parses the signature policy f, and
+// returns it with the key files it names read and inlined (the copy
+// cannot read them, and the re-check must not read them unbounded).
+func loadSignaturePolicy(f string) (*signature.Policy, []byte, error) {
+	b, err := readBounded(f)
+	if err != nil {
+		return nil, nil, failure.New(failure.Usage, "reading signature policy %s: %v", f, failure.Reason(err))
+	}
+	pol, err := signature.NewPolicyFromBytes(b)
+	if err != nil {
+		// The decoder's message may quote the file: what kind only.
+		return nil, nil, failure.New(failure.Usage, "signature policy %s: %s", f, safefile.Redact(err.Error()))
+	}
+	if b, err = inlinePolicyKeys(f, b); err != nil {
+		return nil, nil, err
+	}
+	if _, err := signature.NewPolicyFromBytes(b); err != nil {
+		return nil, nil, failure.New(failure.Usage, "signature policy %s with its key files inlined: %s", f, safefile.Redact(err.Error()))
+	}
+	return pol, b, nil
 }
 
 // refuseSigstore refuses a policy whose requirements for this image ask

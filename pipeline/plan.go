@@ -123,10 +123,6 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 	}
 	iso, err := newIsolation(l, in)
 	if err != nil {
-		var fe *failure.Error
-		if !errors.As(err, &fe) {
-			err = failure.Wrap(failure.Usage, err, "")
-		}
 		return nil, err
 	}
 	p := &Plan{
@@ -217,6 +213,33 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// CheckSettings refuses what every plan of these settings would refuse,
+// whatever the image: the isolation on this host (the user, the cgroup),
+// registries.conf, the signature policy and its key files, the network
+// namespace and DNS. pullhelper cri checks its settings so at start,
+// instead of failing each PullImage with them.
+func CheckSettings(l *policy.Loaded, in Inputs) error {
+	p := &Plan{}
+	var err error
+	if p.Isolation, err = newIsolation(l, in); err != nil {
+		return err
+	}
+	_, snap, err := openRegistriesConf(l)
+	if err != nil {
+		return err
+	}
+	snap.Close()
+	if p.Signature, err = resolveSignaturePolicy(l); err != nil {
+		return err
+	}
+	if f := p.Signature.File; f != "" {
+		if _, _, err := loadSignaturePolicy(f); err != nil {
+			return err
+		}
+	}
+	return p.resolveNetwork(l, in.NoIsolation)
 }
 
 // resolveNetwork checks the namespace and renders the DNS override.

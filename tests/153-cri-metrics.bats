@@ -204,3 +204,21 @@ metric() {
     assert_failure
     assert_output --partial "permission denied"
 }
+
+# Each PullImage builds its plan from the service's settings; what every
+# such plan would refuse, whatever the image, is refused at start.
+@test "cri: settings every pull would refuse (an unknown --user, --pids-max below the minimum, a missing --cgroup, a signature policy that does not parse) are refused at start with pull's exit code; nothing is left" {
+    local s="$T/ph/cri.sock" want
+    echo '{"default": [' >"$T/bad-sig.json"
+    for want in "2|usage|--user nosuchuser-pullhelper|--user \"nosuchuser-pullhelper\": no such user on this host" \
+        "2|usage|--pids-max 5|cgroup.pids_max=5 (--pids-max) is too low" \
+        "7|isolation|--cgroup /bats-nosuch-$$|cgroup.path /bats-nosuch-$$ does not exist" \
+        "2|usage|--signature-policy $T/bad-sig.json|signature policy $T/bad-sig.json: "; do
+        IFS='|' read -r exit code flags msg <<<"$want"
+        # shellcheck disable=SC2086
+        run_pullhelper "$exit" cri --listen "unix://$s" --runtime-endpoint "unix://$T/none.sock" --runtime containerd $flags
+        assert_json_error "$code"
+        [[ $ph_error_message == "$msg"* ]] || fail "$flags: $ph_error_message"
+        [[ ! -e $s ]] || fail "$flags: a socket was left"
+    done
+}

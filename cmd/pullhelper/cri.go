@@ -192,7 +192,15 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			if err != nil {
 				return err
 			}
-			if _, err := criPolicy(cmd.Flags(), c, rt, rpath, ro, ""); err != nil {
+			base, err := criPolicy(cmd.Flags(), c, rt, rpath, ro, "")
+			if err != nil {
+				return err
+			}
+			// What every pull's plan would refuse whatever its image (the
+			// user, the cgroup on this host, registries.conf, the
+			// signature policy, the network) is refused now, not at
+			// each PullImage.
+			if err := pipeline.CheckSettings(base, pipeline.Inputs{Env: auth.OSEnv(), Version: version, StateRoot: state.Default}); err != nil {
 				return err
 			}
 			if rt.Name == cri.RuntimeCRIO {
