@@ -92,6 +92,7 @@ func TestParseErrors(t *testing.T) {
 		{"control file as path", "version = 1\n[cgroup]\npath = \"/kubepods/cgroup.procs\"\n", `cgroup.path: "/kubepods/cgroup.procs" names "cgroup.procs"`},
 		{"relative certs_d", "version = 1\n[trust]\ncerts_d = [\"/etc/containers/certs.d\", \"certs.d\"]\n", "p.toml:3: trust.certs_d: entry 2: must be an absolute path, not \"certs.d\""},
 		{"relative storage_conf", "version = 1\n[dest]\nstorage_conf = \"storage.conf\"\n", "p.toml:3: dest.storage_conf: must be an absolute path"},
+		{"memory max below the child's", "version = 1\n[cgroup]\nmemory_max = \"8Mi\"\n", "p.toml:3: cgroup.memory_max: 8388608 bytes is too small for the pull child"},
 		{"bad io", "version = 1\n[cgroup]\nio_read_bps = [\"sda=1M\"]\n", "p.toml:3: cgroup.io_read_bps"},
 		{"bad mode", "version = 1\n[network]\nmode = \"bridge\"\n", `p.toml:3: network.mode: must be "host"`},
 		{"bad nameserver", "version = 1\n[network.dns]\nnameservers = [\"10.0.0.300\"]\n", "p.toml:3: network.dns.nameservers: entry 1"},
