@@ -101,6 +101,10 @@ func (d *ociDest) openExisting(parent *os.File) (*os.File, []KnownBlob, error) {
 		f.Close()
 		return nil, nil, d.destErr("%s exists and is not an OCI layout (no oci-layout file)", d.spec.Path)
 	}
+	if _, err := d.readIndex(fd); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
 	known, err := listBlobs(fd)
 	if err != nil {
 		f.Close()
@@ -246,8 +250,10 @@ func (d *ociDest) Commit(ctx context.Context, s *Stage) error {
 }
 
 // merge adds the staged image to the existing layout s.dest under its
-// commit lock (lockInode): blobs first (content-addressed; an existing one
-// is kept), oci-layout when missing, index.json last (an O_EXCL random
+// commit lock (lockInode): the index read and merged in memory first (one
+// that does not parse refuses the commit before DEST changes), blobs
+// (content-addressed; an existing one is kept), oci-layout when missing,
+// index.json last (an O_EXCL random
 // temporary name renamed over it). Every name is resolved beneath DEST
 // without following symlinks: a planted symlink is refused, naming it.
 func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
@@ -269,6 +275,16 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	}
 	refuse := func(entry string, err error) error {
 		return d.destErr("%s/%s: %v", d.spec.Path, entry, safefs.ErrnoText(err))
+	}
+	// The index merged first: one that does not parse (changed since
+	// Stage) leaves DEST as it was, no blob moved in.
+	old, err := d.readIndex(dfd)
+	if err != nil {
+		return err
+	}
+	data, err := mergeIndex(old, v.oci.entry)
+	if err != nil {
+		return d.destWrap(err, "%s/index.json", d.spec.Path)
 	}
 	bfd, err := safefs.MkdirAt(dfd, "blobs", s.owner)
 	if err != nil {
@@ -335,17 +351,6 @@ func (d *ociDest) merge(ctx context.Context, s *Stage, v *verified) error {
 	case !safefs.IsReg(st):
 		return d.destErr("%s/oci-layout is not a regular file; refusing", d.spec.Path)
 	}
-	old, err := safefs.ReadAtMost(dfd, "index.json", maxJSON)
-	if errors.Is(err, unix.ENOENT) {
-		old, err = nil, nil
-	}
-	if err != nil {
-		return refuse("index.json", err)
-	}
-	data, err := mergeIndex(old, v.oci.entry)
-	if err != nil {
-		return d.destWrap(err, "%s/index.json", d.spec.Path)
-	}
 	if err := safefs.WriteFileAt(dfd, "index.json", data, s.owner, false); err != nil {
 		return refuse("index.json", err)
 	}
@@ -373,11 +378,9 @@ type ociIndex struct {
 // untagged); then the first untagged entry of the same digest is replaced
 // by it, else it is appended. Every other field of every entry is kept.
 func mergeIndex(old []byte, entry json.RawMessage) ([]byte, error) {
-	var idx ociIndex
-	if len(old) > 0 {
-		if err := json.Unmarshal(old, &idx); err != nil {
-			return nil, err
-		}
+	idx, err := parseIndex(old)
+	if err != nil {
+		return nil, err
 	}
 	var nd descriptor
 	if err := json.Unmarshal(entry, &nd); err != nil {
@@ -418,6 +421,35 @@ func mergeIndex(old []byte, entry json.RawMessage) ([]byte, error) {
 		idx.Manifests = []json.RawMessage{}
 	}
 	return json.Marshal(idx)
+}
+
+// parseIndex parses DEST's index.json (empty: none yet).
+func parseIndex(old []byte) (ociIndex, error) {
+	var idx ociIndex
+	if len(old) > 0 {
+		if err := json.Unmarshal(old, &idx); err != nil {
+			return idx, err
+		}
+	}
+	return idx, nil
+}
+
+// readIndex reads DEST's index.json (nil when there is none) and checks
+// that it parses: Stage refuses a layout whose index the commit could not
+// merge into before anything is fetched, and merge reads it before it
+// moves any blob into DEST.
+func (d *ociDest) readIndex(dfd int) ([]byte, error) {
+	old, err := safefs.ReadAtMost(dfd, "index.json", maxJSON)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, d.destErr("%s/index.json: %v", d.spec.Path, safefs.ErrnoText(err))
+	}
+	if _, err := parseIndex(old); err != nil {
+		return nil, d.destWrap(err, "%s/index.json does not parse; repair or remove the layout", d.spec.Path)
+	}
+	return old, nil
 }
 
 // withoutRefName is the index entry raw without its ref.name annotation

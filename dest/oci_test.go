@@ -275,3 +275,31 @@ func TestCommitWritesItsOwnIndexEntry(t *testing.T) {
 		t.Fatalf("the child's bytes were committed: %s", b)
 	}
 }
+
+// An existing layout whose index.json does not parse is refused at Stage,
+// before anything is fetched; one that stops parsing during the pull is
+// refused at the commit with no blob moved into DEST.
+func TestOCIIndexThatDoesNotParse(t *testing.T) {
+	needRoot(t)
+	d := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, d, newImg("old"), "old")
+	good, err := os.ReadFile(filepath.Join(d, "index.json"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(d, "index.json"), []byte(`{"manifests": [`), 0o644))
+	dd := parse(t, "oci:"+d+":a")
+	_, err = dd.Stage(dest.StageOptions{Locks: testLocks})
+	wantCode(t, err, failure.Destination, "index.json does not parse")
+
+	must(t, os.WriteFile(filepath.Join(d, "index.json"), good, 0o644))
+	st, err := dd.Stage(dest.StageOptions{Locks: testLocks})
+	must(t, err)
+	defer st.Remove()
+	img := newImg("a")
+	e := pull(t, dd, st, source(t, img), nil)
+	must(t, dd.Verify(bg, st, e))
+	must(t, os.WriteFile(filepath.Join(d, "index.json"), []byte(`{"manifests": [`), 0o644))
+	wantCode(t, dd.Commit(bg, st), failure.Destination, "index.json does not parse")
+	if _, err := os.Stat(filepath.Join(d, "blobs", "sha256", sha(img.layer)[7:])); !os.IsNotExist(err) {
+		t.Fatalf("a blob was moved into DEST before the index was refused: %v", err)
+	}
+}
