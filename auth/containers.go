@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -164,6 +165,9 @@ func lookupFile(f wire.AuthFile, name, registry string, o lookupOpts) (*wire.Cre
 	}
 	if h, ok := content.CredHelpers[registry]; ok && !f.Legacy {
 		if o.Explain {
+			if _, err := helperBinary(h, registry, f.Path, "credHelpers."+registry); err != nil {
+				return nil, err
+			}
 			return &wire.Credential{Source: "credential-helper", File: f.Path,
 				Key: "credHelpers." + registry + ": docker-credential-" + h + " get " + registry + " (run at pull time; not run by explain)"}, nil
 		}
@@ -265,10 +269,10 @@ func runCredHelper(helper, registry, file string) (*wire.Credential, error) {
 // helper name that is not a plain name (a "/" in it, from a caller's file)
 // is refused rather than run as a path.
 func runHelper(helper, registry, source, file, key string) (*wire.Credential, error) {
-	if helper == "" || strings.ContainsAny(helper, "/\x00") || helper == "." || helper == ".." {
-		return nil, fmt.Errorf("credential helper %q (%s in %s) is not a helper name: docker-credential-NAME is looked up in PATH", helper, key, file)
+	bin, err := helperBinary(helper, registry, file, key)
+	if err != nil {
+		return nil, err
 	}
-	bin := "docker-credential-" + helper
 	// Too much output ends the run at once (the helper would otherwise
 	// block on a full pipe until the timeout).
 	res, err := runBounded(bin, []string{"get"}, strings.NewReader(registry), nil,
@@ -300,6 +304,21 @@ func runHelper(helper, registry, source, file, key string) (*wire.Credential, er
 		c.Username, c.Password, c.IdentityToken = "", "", out.Secret
 	}
 	return c, nil
+}
+
+// helperBinary is the helper's program, docker-credential-NAME, found in
+// PATH: a name that is not a plain name, or a program that is not there,
+// is the error running it gives. explain, which runs no helper, checks
+// each with it.
+func helperBinary(helper, registry, file, key string) (string, error) {
+	if helper == "" || strings.ContainsAny(helper, "/\x00") || helper == "." || helper == ".." {
+		return "", fmt.Errorf("credential helper %q (%s in %s) is not a helper name: docker-credential-NAME is looked up in PATH", helper, key, file)
+	}
+	bin := "docker-credential-" + helper
+	if _, err := exec.LookPath(bin); err != nil {
+		return "", fmt.Errorf("running credential helper %s for %s (%s in %s): %w", bin, registry, key, file, err)
+	}
+	return bin, nil
 }
 
 // helperNotFound is docker-credential-helpers' errCredentialsNotFoundMessage.

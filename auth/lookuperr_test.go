@@ -283,3 +283,31 @@ func TestNodeConfigSearchWithoutHOME(t *testing.T) {
 		t.Fatalf("without HOME: %q, %v; want no kubelet-node-config credential", who(got), err)
 	}
 }
+
+// explain runs no helper, but a helper that is not in PATH fails explain's
+// lookup as it fails the pull's (registries.conf credential-helpers and an
+// auth file's credHelpers alike), with the same error.
+func TestExplainRefusesAHelperNotInPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", filepath.Join(dir, "empty-bin"))
+	for name, setup := range map[string]func(c *auth.TestConfig){
+		"credential-helpers": func(c *auth.TestConfig) {
+			c.RegistriesConf = write(t, dir, "registries.conf", `credential-helpers = ["pullhelper-nosuch"]`)
+		},
+		"credHelpers": func(c *auth.TestConfig) {
+			c.Authfile = write(t, dir, "auth2.json", `{"credHelpers":{"r.io":"pullhelper-nosuch"}}`)
+		},
+	} {
+		var errs [2]error
+		for i, run := range []bool{false, true} {
+			c := hermetic(t, dir)
+			setup(&c)
+			c.RunProviders = run
+			_, errs[i] = newKeyring(t, c).LookupE("r.io", "r.io/app")
+		}
+		if errs[0] == nil || errs[1] == nil || errs[0].Error() != errs[1].Error() ||
+			!strings.Contains(errs[0].Error(), `docker-credential-pullhelper-nosuch": executable file not found in $PATH`) {
+			t.Errorf("%s: explain %v, pull %v; want the same error", name, errs[0], errs[1])
+		}
+	}
+}

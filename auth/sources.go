@@ -153,8 +153,10 @@ func (h *helperKeychain) Resolve(q hosts.Query) ([]wire.Credential, error) {
 	case h.name == sysregistriesv2.AuthenticationFileHelper:
 		c, err = lookupContainers(h.authFiles, q.Physical, lookupOpts{Warn: h.warn, Explain: !h.run})
 	case !h.run:
-		c = &wire.Credential{Source: "credential-helper", File: h.confName,
-			Key: "credential-helpers " + h.name + ": docker-credential-" + h.name + " get " + registry + " (run at pull time; not run by explain)"}
+		if _, err = helperBinary(h.name, registry, h.confName, "credential-helpers "+h.name); err == nil {
+			c = &wire.Credential{Source: "credential-helper", File: h.confName,
+				Key: "credential-helpers " + h.name + ": docker-credential-" + h.name + " get " + registry + " (run at pull time; not run by explain)"}
+		}
 	default:
 		c, err = runHelper(h.name, registry, "credential-helper", h.confName, "credential-helpers "+h.name)
 	}
