@@ -376,9 +376,11 @@ assert_policy_error() {
     assert_equal "$(json_get .plan.reference <<<"$output")" "$REGISTRY_HOST/fixtures/tiny:latest"
     [[ $stderr == *"warning: explain as uid 65534: the files pull reads as root before it starts"*"are not read or checked"* ]] ||
         fail "no warning: $stderr"
-    # As root it reads them (the key is read, not judged, as pull reads it).
-    run_pullhelper explain --cert-dir "$certs" "$REGISTRY_HOST/fixtures/tiny"
-    [[ $stderr != *"are not read or checked"* ]] || fail "root's explain warned: $stderr"
+    # As root it reads and checks them, as pull does: this pair does not load.
+    run_pullhelper 4 explain --cert-dir "$certs" "$REGISTRY_HOST/fixtures/tiny"
+    assert_json_error tls
+    [[ $ph_error_message == "loading the certificates of $REGISTRY_HOST: client certificate client.cert and key client.key: "* ]] ||
+        fail "$ph_error_message"
 }
 
 ###############################################################################
