@@ -98,12 +98,15 @@ func Create(ctx context.Context, cfg Config) (*Group, error) {
 	// parents lock keeps a concurrent pull from removing the parent
 	// between its check and the mkdir.
 	g.pullDirs = maps.Clone(m.GetPaths())
+	// SkipDevices: the library makes no directory in the devices
+	// hierarchy, so no parent level there is the pull's.
+	delete(g.pullDirs, "devices")
 	err = cfg.withParentsLock(ctx, parentsLockWait, func(dfd int) error {
 		if cfg.ParentMustExist {
 			// Checked again under the lock, in every hierarchy the
 			// library would mkdir -p it in: gone since (the pod
 			// ended), or never there, it is not made.
-			for sub, dir := range m.GetPaths() {
+			for sub, dir := range g.pullDirs {
 				if st, err := os.Stat(filepath.Dir(dir)); err != nil || !st.IsDir() {
 					return fmt.Errorf("cgroup parent %s does not exist (any more) in the %q hierarchy; it is not pullhelper's to create", cfg.Parent, sub)
 				}

@@ -175,8 +175,9 @@ const maxMarker = 64 << 10
 
 // markedDirs reads level's marker: ok is false when there is none. dirs
 // are the directories it lists that are among want (level's directories
-// in this pull's hierarchies); a marker that lists none (written before
-// markers listed them) stands for all of want.
+// in this pull's hierarchies); a marker that lists none (written by a
+// version before markers listed them, which made the level in every
+// hierarchy) stands for all of want, as that version removed them.
 func markedDirs(dfd int, level string, want []string) (dirs []string, ok bool) {
 	fd, err := unix.Openat(dfd, markerName(level), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -227,6 +228,9 @@ func (g *Group) removeParent(pullDirs map[string]string) error {
 				return nil // another pull removed it already, or not pullhelper's
 			}
 			for _, d := range dirs {
+				if st, err := os.Lstat(d); err == nil && !st.IsDir() {
+					continue // a control file (the level was never made): not the pull's
+				}
 				if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return nil // busy: the last pull to leave removes it
 				}
