@@ -66,6 +66,17 @@ func TestParseExample(t *testing.T) {
 	}
 }
 
+// A cgroup name with a controller's prefix is no control file of every
+// cgroup: accepted (only the kernel's own files, tasks and cgroup.*, are
+// refused).
+func TestControllerLikeCgroupNamesAccepted(t *testing.T) {
+	for _, doc := range []string{"parent = \"/cpu.slice/pods\"", "parent = \"/pids.limited\"", "path = \"/kubepods.slice/memory.high-tier\""} {
+		if _, err := policy.Parse("p.toml", []byte("version = 1\n[cgroup]\n"+doc+"\n")); err != nil {
+			t.Errorf("%s: %v", doc, err)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc, want string

@@ -234,26 +234,18 @@ const minMemoryMax = 16 << 20
 // maxCgroupName is NAME_MAX: the longest name of a cgroup directory.
 const maxCgroupName = 255
 
-// controlFileName reports whether name is, or may be, one of the files
-// the kernel puts in every cgroup (v1 and v2): tasks, notify_on_release,
-// release_agent, cgroup.*, and CONTROLLER.* for the kernel's controllers.
-// No cgroup can be made under such a name (mkdir -p fails after making
-// the levels above it).
+// controlFileName reports whether name is one of the files the kernel
+// puts in every cgroup, v1 and v2: tasks, notify_on_release,
+// release_agent and cgroup.*. No cgroup can be made under such a name
+// (mkdir -p fails after making the levels above it). A controller's files
+// (cpu.*, memory.*) are not refused: the kernel refuses only the names
+// that exist, which depend on the host.
 func controlFileName(name string) bool {
 	switch name {
 	case "tasks", "notify_on_release", "release_agent":
 		return true
 	}
-	prefix, _, ok := strings.Cut(name, ".")
-	if !ok {
-		return false
-	}
-	switch prefix {
-	case "cgroup", "cpu", "cpuacct", "cpuset", "memory", "memsw", "pids", "blkio", "io", "freezer", "devices",
-		"net_cls", "net_prio", "perf_event", "hugetlb", "rdma", "misc", "dmem":
-		return true
-	}
-	return false
+	return strings.HasPrefix(name, "cgroup.")
 }
 
 // validateCRI checks [cri]. Whether each entry of pod_profiles names a
