@@ -68,7 +68,7 @@ func (p *Plan) loadFileLookaside(m *pull.Material) error {
 		return nil
 	}
 	if err != nil {
-		return failure.New(failure.Usage, "signature lookaside %s: %s", dir, safefile.Reason(err))
+		return failure.New(failure.Usage, "signature lookaside %s: %w", dir, reason(err))
 	}
 	if len(ents) > maxLookasideEntries {
 		return failure.New(failure.Usage, "signature lookaside %s: more than %d entries; pullhelper lists at most that many for %s (serve the lookaside over http(s))", dir, maxLookasideEntries, repo)
@@ -93,7 +93,7 @@ func (p *Plan) loadFileLookaside(m *pull.Material) error {
 				break // containers/image reads signature-N until the first missing one
 			}
 			if err != nil {
-				return failure.New(failure.Usage, "signature lookaside %s: %s", f, safefile.Reason(err))
+				return failure.New(failure.Usage, "signature lookaside %s: %w", f, reason(err))
 			}
 			total += len(b)
 			if total > maxLookasideTotal || len(l.Files) >= maxLookasideFiles {

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -87,7 +86,7 @@ func (p *Plan) LoadMaterial() (*pull.Material, error) {
 func loadSignaturePolicy(f string) (*signature.Policy, []byte, error) {
 	b, err := readBounded(f)
 	if err != nil {
-		return nil, nil, failure.New(failure.Usage, "reading signature policy %s: %v", f, failure.Reason(err))
+		return nil, nil, failure.New(failure.Usage, "reading signature policy %s: %w", f, err)
 	}
 	pol, err := signature.NewPolicyFromBytes(b)
 	if err != nil {
@@ -128,7 +127,7 @@ func certFiles(t wire.Trust) (map[string][]byte, error) {
 	if dir := t.CertDir; dir != "" {
 		ents, err := os.ReadDir(dir)
 		if err != nil && !os.IsNotExist(err) {
-			return nil, failure.New(failure.TLS, "reading certificate directory %s: %v", dir, failure.Reason(err))
+			return nil, failure.New(failure.TLS, "reading certificate directory %s: %w", dir, &causeError{failure.Reason(err), err})
 		}
 		for _, e := range ents {
 			n := e.Name()
@@ -142,7 +141,7 @@ func certFiles(t wire.Trust) (map[string][]byte, error) {
 			}
 			b, err := readBounded(full)
 			if err != nil {
-				return nil, failure.New(failure.TLS, "reading %s: %v", full, failure.Reason(err))
+				return nil, failure.New(failure.TLS, "reading %s: %w", full, err)
 			}
 			out[n] = b
 		}
@@ -150,7 +149,7 @@ func certFiles(t wire.Trust) (map[string][]byte, error) {
 	add := func(name, file string) error {
 		b, err := readBounded(file)
 		if err != nil {
-			return failure.New(failure.TLS, "reading %s: %v", file, failure.Reason(err))
+			return failure.New(failure.TLS, "reading %s: %w", file, err)
 		}
 		out[name] = b
 		return nil
@@ -255,10 +254,24 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 // readBounded reads a regular file of at most maxConfigFile bytes without
 // following a symlink at its last component, through safefile (a FIFO or
 // a device is refused without being opened for reading).
+// causeError is a file error said by its reason (the caller names the
+// file) that keeps its cause, so that errors.Is(err, fs.ErrPermission)
+// tells a file the caller may not read (explain as another user).
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.err }
+
+// reason is err said as safefile.Reason says it, its cause kept.
+func reason(err error) error { return &causeError{safefile.Reason(err), err} }
+
 func readBounded(path string) ([]byte, error) {
 	b, err := safefile.ReadFileNoFollow(path, maxConfigFile)
 	if err != nil {
-		return nil, errors.New(safefile.Reason(err))
+		return nil, reason(err)
 	}
 	return b, nil
 }

@@ -121,7 +121,7 @@ func (r *keyReader) file(field, path string) ([]byte, error) {
 	}
 	b, err := safefile.ReadFile(path, maxPolicyKeyFile)
 	if err != nil {
-		return nil, failure.New(failure.Usage, "signature policy %s: %s %s: %s", r.policy, field, path, safefile.Reason(err))
+		return nil, failure.New(failure.Usage, "signature policy %s: %s %s: %w", r.policy, field, path, reason(err))
 	}
 	if r.total += int64(len(b)); r.total > maxPolicyKeyTotal {
 		return nil, failure.New(failure.Usage, "signature policy %s: %s %s: the key files it names are more than %d MiB together", r.policy, field, path, maxPolicyKeyTotal>>20)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -163,8 +164,9 @@ The result is one JSON object on stdout; exit codes: pullhelper(1), EXIT STATUS.
 plan as JSON: the reference, the credential that will be offered (source, file, key,
 username; never a secret), the certificate directory, the signature policy and every
 setting. Nothing is contacted and nothing is written. What pull would refuse before it
-contacts anything (a file it cannot read or parse, checked when explain runs as root; a
-cgroup setting this host cannot apply) explain refuses with the same exit code.`,
+contacts anything (a file it cannot read or parse; one only root may read is a warning
+when explain runs as another user; a cgroup setting this host cannot apply) explain
+refuses with the same exit code.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return failure.New(failure.Usage, "explain takes IMAGE [DEST], got %d arguments (see --help)", len(args))
@@ -189,16 +191,16 @@ cgroup setting this host cannot apply) explain refuses with the same exit code.`
 			defer plan.Close()
 			// The files pull reads before its first step (the signature
 			// policy, certificates and CA files, registries.d), read and
-			// checked as pull, as root, reads them: what pull refuses there,
+			// checked as pull reads them: what pull refuses there,
 			// explain refuses with the same code. Their contents are
-			// dropped. Another user may not read root's (a client key):
-			// not checked then, and said so.
-			if euid := os.Geteuid(); euid == 0 {
-				if _, err := plan.LoadMaterial(); err != nil {
+			// dropped. Another user than root may be unable to read one
+			// of root's (a client key): said in a warning, not an error.
+			if _, err := plan.LoadMaterial(); err != nil {
+				euid := os.Geteuid()
+				if euid == 0 || !errors.Is(err, fs.ErrPermission) {
 					return err
 				}
-			} else {
-				plan.Warnings = append(plan.Warnings, fmt.Sprintf("explain as uid %d: the files pull reads as root before it starts (signature policy, certificates, CA files) are not read or checked; run explain as root to check them", euid))
+				plan.Warnings = append(plan.Warnings, fmt.Sprintf("explain as uid %d cannot read a file pull reads as root, and checked the files pull reads only up to it: %s", euid, oneLine(err.Error())))
 			}
 			for _, w := range plan.Warnings {
 				if !c.quiet {
