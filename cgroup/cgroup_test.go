@@ -34,6 +34,26 @@ func TestResolveDevice(t *testing.T) {
 	if _, _, err := cgroup.ResolveDevice("4095:1048575"); err == nil || !strings.Contains(err.Error(), "4095:1048575 is no block device of this host") {
 		t.Fatalf("a missing MAJ:MIN: %v", err)
 	}
+	// A partition's MAJ:MIN stands for its disk, as a path on it does.
+	t.Run("partition", func(t *testing.T) {
+		parts, _ := filepath.Glob("/sys/dev/block/*/partition")
+		if len(parts) == 0 {
+			t.Skip("this host has no partitions in /sys/dev/block")
+		}
+		part := filepath.Base(filepath.Dir(parts[0]))
+		real, err := filepath.EvalSymlinks(filepath.Dir(parts[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk, err := os.ReadFile(filepath.Join(filepath.Dir(real), "dev"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, n, err := cgroup.ResolveDevice(part)
+		if err != nil || itoa(m)+":"+itoa(n) != strings.TrimSpace(string(disk)) {
+			t.Fatalf("partition %s = %d:%d %v, want its disk %s", part, m, n, err, disk)
+		}
+	})
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -26,9 +26,10 @@ type Config struct {
 	Path   string `json:"path,omitempty"`   // joined mode
 	Limits Limits `json:"limits"`
 	// StateDir marks the cgroup parents pullhelper created (state.Root's
-	// CgroupParents): a file named by the path (markerName) marks a parent
-	// pullhelper created, and each ancestor it created with it, so the last
-	// pull to leave it removes it, whichever pull created it,
+	// CgroupParents): a file named by the path (markerName), listing the
+	// directories pullhelper made of it, marks a parent pullhelper created,
+	// and each ancestor it created with it, so the last pull to leave it
+	// removes those directories, whichever pull created them,
 	// and .lock serialises creating pull cgroups against removing parents.
 	// A per-pull cgroupfs cgroup needs it; explain does not print it.
 	StateDir string `json:"-"`

@@ -20,6 +20,22 @@ func Preflight(cfg Config) error {
 	if _, err := useSystemd(cfg.Driver); err != nil {
 		return err
 	}
+	if err := CheckJoined(cfg); err != nil {
+		return err
+	}
+	if cfg.Limits.IOWeight > 0 {
+		if why := noIOWeight(thisIOHost()); why != "" {
+			return fmt.Errorf("cgroup.io_weight is set, but %s; remove it, or use io_read_bps/io_write_bps", why)
+		}
+	}
+	return nil
+}
+
+// CheckJoined refuses a joined cgroup (cfg.Path) that does not exist, or
+// on v1 has no CPUs or memory nodes; nil when cfg joins none. Preflight's
+// part that a service starting before the cgroup's owner (pullhelper cri
+// before the kubelet) cannot hold against it yet.
+func CheckJoined(cfg Config) error {
 	if cfg.Joined() {
 		m, err := manager.New(&cg.Cgroup{Path: cfg.Path, Resources: &cg.Resources{SkipDevices: true}})
 		if err != nil {
@@ -37,11 +53,6 @@ func Preflight(cfg Config) error {
 					return emptyCpuset(dir, f)
 				}
 			}
-		}
-	}
-	if cfg.Limits.IOWeight > 0 {
-		if why := noIOWeight(thisIOHost()); why != "" {
-			return fmt.Errorf("cgroup.io_weight is set, but %s; remove it, or use io_read_bps/io_write_bps", why)
 		}
 	}
 	return nil

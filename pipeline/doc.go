@@ -20,9 +20,10 @@
 // Invariants:
 //   - cmd/pullhelper parses flags and prints; it calls NewPlan and Run
 //     (explain: NewPlan and LoadMaterial, which it drops, so that it
-//     refuses what pull refuses before its first step) and nothing else of
-//     a pull. Options are its hooks (events, bars, logs), not isolation
-//     settings.
+//     refuses what pull refuses before its first step; cri at start:
+//     CheckSettings, what every plan of its settings would refuse) and
+//     nothing else of a pull. Options are its hooks (events, bars, logs),
+//     not isolation settings.
 //   - The copy (package pull) gets everything it needs, the version
 //     included, in its Request and Material; it reads no host
 //     configuration.
@@ -36,7 +37,7 @@
 //     (sequence_test.go checks the order and every failure path's undo).
 //   - Every directory shared by the node's pulls is under the plan's state
 //     root (internal/state), passed down; pipeline declares none.
-//   - registries.conf and its drop-ins are read once, by NewPlan, through
+//   - registries.conf and its drop-ins are read once a pull, by NewPlan, through
 //     safefile; every containers/image call of the parent reads a snapshot
 //     of those bytes (snapshot.go, internal/memfs), which the Plan holds
 //     until Close (the caller closes it when the pull or explain ends);

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/cgroup"
@@ -105,12 +106,23 @@ func newIsolation(l *policy.Loaded, in Inputs) (iso Isolation, err error) {
 	if err := cgroup.CheckLimits(cfg.Limits); err != nil {
 		return iso, err
 	}
-	if err := cgroup.Preflight(cfg); err != nil {
+	check := cgroup.Preflight
+	if in.AtStart {
+		check = preflightAtStart
+	}
+	if err := check(cfg); err != nil {
 		return iso, failure.Wrap(failure.Isolation, err, "")
 	}
 	cfg.StateDir = root.CgroupParents()
 	iso.Cgroup = &cfg
 	return iso, nil
+}
+
+// preflightAtStart is cgroup.Preflight without the joined cgroup's check,
+// which CheckSettings makes a warning.
+func preflightAtStart(cfg cgroup.Config) error {
+	cfg.Path = ""
+	return cgroup.Preflight(cfg)
 }
 
 // knownUser refuses a [privileges] user the pull cannot run as on this
@@ -125,7 +137,8 @@ func knownUser(l *policy.Loaded) error {
 		return failure.New(failure.Usage, "%s %q: no such user on this host; give an existing user, a uid or \"dynamic\"", settingName(l, "privileges.user"), spec)
 	}
 	if err != nil {
-		return failure.Wrap(failure.Usage, err, "")
+		// Allocate's words name the policy key; the flag when it set it.
+		return failure.New(failure.Usage, "%s", strings.Replace(err.Error(), "privileges.user", settingName(l, "privileges.user"), 1))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/pullhelper/pullhelper/api"
 	"github.com/pullhelper/pullhelper/auth"
+	"github.com/pullhelper/pullhelper/cgroup"
 	"github.com/pullhelper/pullhelper/dest"
 	"github.com/pullhelper/pullhelper/dest/target"
 	"github.com/pullhelper/pullhelper/dnsconf"
@@ -112,6 +113,9 @@ type Inputs struct {
 	// Request, when not nil, is a CRI PullImage request's credential
 	// (pullhelper cri), offered to its one registry host only.
 	Request *auth.Request
+	// AtStart: the settings of a service checked as it starts
+	// (CheckSettings), before the kubelet has made the cgroups it joins.
+	AtStart bool
 }
 
 // NewPlan resolves everything a pull needs without touching the network.
@@ -219,27 +223,34 @@ func NewPlan(l *policy.Loaded, in Inputs) (plan *Plan, err error) {
 // whatever the image: the isolation on this host (the user, the cgroup),
 // registries.conf, the signature policy and its key files, the network
 // namespace and DNS. pullhelper cri checks its settings so at start,
-// instead of failing each PullImage with them.
-func CheckSettings(l *policy.Loaded, in Inputs) error {
+// instead of failing each PullImage with them. A joined cgroup that does
+// not exist yet is a warning: the kubelet makes its cgroups after the
+// service starts.
+func CheckSettings(l *policy.Loaded, in Inputs) (warnings []string, err error) {
+	in.AtStart = true
 	p := &Plan{}
-	var err error
 	if p.Isolation, err = newIsolation(l, in); err != nil {
-		return err
+		return nil, err
+	}
+	if c := p.Isolation.Cgroup; c != nil {
+		if err := cgroup.CheckJoined(*c); err != nil {
+			warnings = append(warnings, err.Error()+"; each pull until it does fails (exit 7)")
+		}
 	}
 	_, snap, err := openRegistriesConf(l)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	snap.Close()
 	if p.Signature, err = resolveSignaturePolicy(l); err != nil {
-		return err
+		return nil, err
 	}
 	if f := p.Signature.File; f != "" {
 		if _, _, err := loadSignaturePolicy(f); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return p.resolveNetwork(l, in.NoIsolation)
+	return warnings, p.resolveNetwork(l, in.NoIsolation)
 }
 
 // resolveNetwork checks the namespace and renders the DNS override.

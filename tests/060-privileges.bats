@@ -264,7 +264,7 @@ plant_and_finish() {
                 "$PULLHELPER" "$cmd" "${PH_OPTS[@]}" --user "${u%%|*}" "$REGISTRY_HOST/fixtures/tiny" "oci:$OUT/dest3"
             echo "$cmd ${u%%|*}: rc=$status $output"
             assert_equal "$status" 2
-            [[ $(json_get .error.message <<<"$output") == "privileges.user \"${u%%|*}\" ${u#*|}"* ]] || fail "$cmd: $output"
+            [[ $(json_get .error.message <<<"$output") == "--user \"${u%%|*}\" ${u#*|}"* ]] || fail "$cmd: $output"
         done
         assert_equal "$(wc -l <"$REGISTRY_LOG")" "$before"
         assert_no_staging "$OUT"

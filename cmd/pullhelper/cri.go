@@ -200,8 +200,12 @@ and cleaned up, the socket is removed, and one JSON object is printed:
 			// user, the cgroup on this host, registries.conf, the
 			// signature policy, the network) is refused now, not at
 			// each PullImage.
-			if err := pipeline.CheckSettings(base, pipeline.Inputs{Env: auth.OSEnv(), Version: version, StateRoot: state.Default}); err != nil {
+			warnings, err := pipeline.CheckSettings(base, pipeline.Inputs{Env: auth.OSEnv(), Version: version, StateRoot: state.Default})
+			if err != nil {
 				return err
+			}
+			for _, w := range warnings {
+				log.Warn(w)
 			}
 			if rt.Name == cri.RuntimeCRIO {
 				log.Info("cri-o store", "dest", rt.Dest("IMAGE"), "storage_conf", l.Dest.StorageConf)
