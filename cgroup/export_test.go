@@ -22,3 +22,6 @@ func Freezes() int64 { return freezes.Load() }
 func NoIOWeight(unified, blkio, block string) string {
 	return noIOWeight(ioHost{unified: unified, blkio: blkio, block: block})
 }
+
+// MarkerName is markerName.
+var MarkerName = markerName

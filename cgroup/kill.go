@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -120,14 +119,14 @@ func (g *Group) Remove() error {
 		return err
 	}
 	g.anchor.stop() // killed with the cgroup: reap it
-	// Copy: Destroy deletes entries from the library's own map.
-	paths := maps.Clone(g.mgr.GetPaths())
 	if err := g.mgr.Destroy(); err != nil {
 		return fmt.Errorf("removing cgroup %s: %w", g.SubPath(), err)
 	}
 	g.removed = true
 	if g.ownsParent {
-		return g.removeParent(paths)
+		// The directories Create kept (without devices, where the
+		// library makes none), not the library's map.
+		return g.removeParent(g.pullDirs)
 	}
 	return nil
 }

@@ -332,6 +332,38 @@ func TestNestedAndLongParentsRemoved(t *testing.T) {
 	}
 }
 
+// A marker an older version left (its path alone, standing for every
+// hierarchy it made the level in) never removes the level's directory in
+// the devices hierarchy, where no version made one: it is someone else's.
+func TestOldMarkerSparesDevices(t *testing.T) {
+	state := needCgroupfs(t)
+	if cgroup.Version() == "v2" {
+		t.Skip("cgroup v2 has no devices hierarchy")
+	}
+	top := fmt.Sprintf("/pullhelper-unittest-old-%d", os.Getpid())
+	t.Cleanup(func() { removeEverywhere(t, top) })
+	dev := filepath.Join("/sys/fs/cgroup/devices", top)
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, cgroup.MarkerName(top)), []byte(top+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroup.Create(context.Background(), cgroup.Config{Driver: "cgroupfs", Parent: top, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dev); err != nil {
+		t.Fatalf("the devices directory %s was removed: %v", dev, err)
+	}
+	if got := existsIn(t, top); len(got) != 1 {
+		t.Fatalf("%s is left in %v, want only the devices hierarchy", top, got)
+	}
+}
+
 // ParentMustExist (a pod's cgroup, for pullhelper cri): a missing parent is
 // an error and is not created; an existing one holds the pull's cgroup and
 // stays after it.

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,10 +32,14 @@ func Preflight(cfg Config) error {
 	return nil
 }
 
-// CheckJoined refuses a joined cgroup (cfg.Path) that does not exist, or
-// on v1 has no CPUs or memory nodes; nil when cfg joins none. Preflight's
-// part that a service starting before the cgroup's owner (pullhelper cri
-// before the kubelet) cannot hold against it yet.
+// ErrNoJoined is in the chain of CheckJoined's error for a joined cgroup
+// that does not exist: a service that starts before the cgroup's owner
+// (pullhelper cri before the kubelet) cannot hold that against it yet.
+var ErrNoJoined = errors.New("the joined cgroup does not exist")
+
+// CheckJoined refuses a joined cgroup (cfg.Path) that does not exist
+// (ErrNoJoined), or on v1 has no CPUs or memory nodes; nil when cfg joins
+// none.
 func CheckJoined(cfg Config) error {
 	if cfg.Joined() {
 		m, err := manager.New(&cg.Cgroup{Path: cfg.Path, Resources: &cg.Resources{SkipDevices: true}})
@@ -43,9 +48,9 @@ func CheckJoined(cfg Config) error {
 		}
 		if len(existingPaths(m.GetPaths())) == 0 {
 			if strings.HasPrefix(cfg.Path, "/sys/fs/cgroup/") {
-				return fmt.Errorf("cgroup.path %s does not exist: it is a cgroup's path in its hierarchy, such as /kubepods/pod1234, not a directory of /sys/fs/cgroup", cfg.Path)
+				return &noJoined{fmt.Sprintf("cgroup.path %s does not exist: it is a cgroup's path in its hierarchy, such as /kubepods/pod1234, not a directory of /sys/fs/cgroup", cfg.Path)}
 			}
-			return fmt.Errorf("cgroup.path %s does not exist", cfg.Path)
+			return &noJoined{fmt.Sprintf("cgroup.path %s does not exist", cfg.Path)}
 		}
 		if dir, ok := existingPaths(m.GetPaths())["cpuset"]; ok && !cg.IsCgroup2UnifiedMode() {
 			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
@@ -126,3 +131,9 @@ func hasWord(s, w string) bool {
 	}
 	return false
 }
+
+// noJoined is CheckJoined's error for a joined cgroup that does not exist.
+type noJoined struct{ msg string }
+
+func (e *noJoined) Error() string { return e.msg }
+func (e *noJoined) Unwrap() error { return ErrNoJoined }

@@ -1,6 +1,7 @@
 package cgroup_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,7 +72,7 @@ func TestPreflight(t *testing.T) {
 	}
 	for _, p := range []string{"/pullhelper-unittest-none/x", "/sys/fs/cgroup/pids/pullhelper-unittest-none"} {
 		err := cgroup.Preflight(cgroup.Config{Driver: "cgroupfs", Path: p})
-		if err == nil || !strings.Contains(err.Error(), "cgroup.path "+p+" does not exist") {
+		if err == nil || !strings.Contains(err.Error(), "cgroup.path "+p+" does not exist") || !errors.Is(err, cgroup.ErrNoJoined) {
 			t.Errorf("missing joined cgroup %s: %v", p, err)
 		}
 		if strings.HasPrefix(p, "/sys/") && !strings.Contains(err.Error(), "not a directory of /sys/fs/cgroup") {

@@ -251,9 +251,6 @@ func (p *Plan) loadRegistriesConfig(m *pull.Material) error {
 	return nil
 }
 
-// readBounded reads a regular file of at most maxConfigFile bytes without
-// following a symlink at its last component, through safefile (a FIFO or
-// a device is refused without being opened for reading).
 // causeError is a file error said by its reason (the caller names the
 // file) that keeps its cause, so that errors.Is(err, fs.ErrPermission)
 // tells a file the caller may not read (explain as another user).
@@ -268,6 +265,9 @@ func (e *causeError) Unwrap() error { return e.err }
 // reason is err said as safefile.Reason says it, its cause kept.
 func reason(err error) error { return &causeError{safefile.Reason(err), err} }
 
+// readBounded reads a regular file of at most maxConfigFile bytes without
+// following a symlink at its last component, through safefile (a FIFO or
+// a device is refused without being opened for reading).
 func readBounded(path string) ([]byte, error) {
 	b, err := safefile.ReadFileNoFollow(path, maxConfigFile)
 	if err != nil {

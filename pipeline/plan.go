@@ -233,8 +233,10 @@ func CheckSettings(l *policy.Loaded, in Inputs) (warnings []string, err error) {
 		return nil, err
 	}
 	if c := p.Isolation.Cgroup; c != nil {
-		if err := cgroup.CheckJoined(*c); err != nil {
+		if err := cgroup.CheckJoined(*c); errors.Is(err, cgroup.ErrNoJoined) {
 			warnings = append(warnings, err.Error()+"; each pull until it does fails (exit 7)")
+		} else if err != nil {
+			return nil, failure.Wrap(failure.Isolation, err, "")
 		}
 	}
 	_, snap, err := openRegistriesConf(l)
