@@ -163,10 +163,11 @@ The result is one JSON object on stdout; exit codes: pullhelper(1), EXIT STATUS.
 		Long: `Resolve IMAGE, DEST, the policy, profile and flags exactly as pull would, and print the
 plan as JSON: the reference, the credential that will be offered (source, file, key,
 username; never a secret), the certificate directory, the signature policy and every
-setting. Nothing is contacted and nothing is written. What pull would refuse before it
-contacts anything (a file it cannot read or parse; one only root may read is a warning
-when explain runs as another user; a cgroup setting this host cannot apply) explain
-refuses with the same exit code.`,
+setting. Nothing is contacted and nothing is written. What pull refuses in its plan
+explain refuses with the same exit code: a file it cannot read or parse (one only root
+may read is a warning when explain runs as another user), a user or a cgroup setting
+this host cannot apply. DEST itself is not opened: a DEST pull cannot write is pull's
+to refuse (exit 9).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return failure.New(failure.Usage, "explain takes IMAGE [DEST], got %d arguments (see --help)", len(args))
