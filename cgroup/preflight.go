@@ -15,8 +15,8 @@ import (
 // created, so that explain refuses it as pull does and a pull fails
 // before its lock, staging and cgroup: the systemd driver where systemd is
 // not PID 1, a joined cgroup that does not exist (or, on v1, has no CPUs
-// or memory nodes), an io_weight where no IO scheduler weighs cgroups. Create checks again where it acts (the host
-// may change in between).
+// or memory nodes), an io_weight where no IO scheduler weighs cgroups.
+// Create checks again where it acts (the host may change in between).
 func Preflight(cfg Config) error {
 	if _, err := useSystemd(cfg.Driver); err != nil {
 		return err
@@ -46,13 +46,14 @@ func CheckJoined(cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("setting up cgroup %s: %w", cfg.Path, err)
 		}
-		if len(existingPaths(m.GetPaths())) == 0 {
+		joined := existingPaths(m.GetPaths())
+		if len(joined) == 0 {
 			if strings.HasPrefix(cfg.Path, "/sys/fs/cgroup/") {
 				return &noJoined{fmt.Sprintf("cgroup.path %s does not exist: it is a cgroup's path in its hierarchy, such as /kubepods/pod1234, not a directory of /sys/fs/cgroup", cfg.Path)}
 			}
 			return &noJoined{fmt.Sprintf("cgroup.path %s does not exist", cfg.Path)}
 		}
-		if dir, ok := existingPaths(m.GetPaths())["cpuset"]; ok && !cg.IsCgroup2UnifiedMode() {
+		if dir, ok := joined["cpuset"]; ok && !cg.IsCgroup2UnifiedMode() {
 			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 				if v, err := cg.ReadFile(dir, f); err == nil && strings.TrimSpace(v) == "" {
 					return emptyCpuset(dir, f)
